@@ -1,0 +1,55 @@
+// Helpers for the CPU kernel glue: dtype dispatch and float16/bfloat16 up-casting.
+#pragma once
+
+#include <cstring>
+#include <vector>
+
+#include "executor/kernel_context.h"
+
+namespace oases::cpu {
+
+// Calls f.template operator()<T>() for arithmetic types (not bool, not half types).
+template <class F>
+void dispatch_numeric(const KernelContext& c, DType t, F&& f) {
+  switch (t) {
+    case DType::kF32: f.template operator()<float>(); break;
+    case DType::kF64: f.template operator()<double>(); break;
+    case DType::kI64: f.template operator()<int64_t>(); break;
+    case DType::kI32: f.template operator()<int32_t>(); break;
+    case DType::kI16: f.template operator()<int16_t>(); break;
+    case DType::kI8: f.template operator()<int8_t>(); break;
+    case DType::kU8: f.template operator()<uint8_t>(); break;
+    case DType::kU16: f.template operator()<uint16_t>(); break;
+    case DType::kU32: f.template operator()<uint32_t>(); break;
+    case DType::kU64: f.template operator()<uint64_t>(); break;
+    default: c.fail("type {} is not supported here", dtype_name(t));
+  }
+}
+
+template <class F>
+void dispatch_float(const KernelContext& c, DType t, F&& f) {
+  switch (t) {
+    case DType::kF32: f.template operator()<float>(); break;
+    case DType::kF64: f.template operator()<double>(); break;
+    default: c.fail("type {} is not supported here (float32 and float64 are)", dtype_name(t));
+  }
+}
+
+bool is_half(DType t);
+// Runs `k` with float16/bfloat16 inputs and outputs converted to float32 views (and the outputs
+// converted back); other dtypes run directly.
+void with_half_as_float(KernelContext& c, const std::function<void(KernelContext&)>& k);
+
+inline std::vector<int64_t> promote_matrix(const Shape& s, bool is_a) {
+  std::vector<int64_t> r(s.begin(), s.end());
+  if (r.size() == 1) {
+    if (is_a) {
+      r.insert(r.begin(), 1);
+    } else {
+      r.push_back(1);
+    }
+  }
+  return r;
+}
+
+}  // namespace oases::cpu

@@ -1,0 +1,384 @@
+// CPU glue for elementwise ops: unary math, binary arithmetic with broadcasting, comparisons,
+// logic, Where, Clip, Cast, activations, Dropout.
+#include <cmath>
+#include <limits>
+#include <random>
+
+#include "executor/cpu/common.h"
+#include "kernels/cpu/elementwise.h"
+
+namespace oases {
+
+using namespace oases::cpu;
+namespace k = oases::kernels;
+
+namespace {
+
+template <class Op>
+void add_unary_float(CpuKernelRegistry& r, const std::string& domain, const std::string& name, Op op) {
+  r.add(domain, name, [op](KernelContext& c) {
+    with_half_as_float(c, [&](KernelContext& f) {
+      dispatch_float(f, f.in[0].dtype, [&]<class T>() {
+        k::unary(f.in[0].as<T>(), f.out[0].as<T>(), f.in[0].numel(), [&](T x) { return static_cast<T>(op(x)); });
+      });
+    });
+  });
+}
+
+template <class Op>
+void add_unary_numeric(CpuKernelRegistry& r, const std::string& name, Op op) {
+  r.add("", name, [op](KernelContext& c) {
+    with_half_as_float(c, [&](KernelContext& f) {
+      dispatch_numeric(f, f.in[0].dtype, [&]<class T>() {
+        k::unary(f.in[0].as<T>(), f.out[0].as<T>(), f.in[0].numel(), [&](T x) { return static_cast<T>(op(x)); });
+      });
+    });
+  });
+}
+
+template <class Op>
+void add_binary(CpuKernelRegistry& r, const std::string& name, Op op) {
+  r.add("", name, [op](KernelContext& c) {
+    with_half_as_float(c, [&](KernelContext& f) {
+      dispatch_numeric(f, f.in[0].dtype, [&]<class T>() {
+        k::binary(f.in[0].as<T>(), f.in[0].shape, f.in[1].as<T>(), f.in[1].shape, f.out[0].as<T>(), f.out[0].shape,
+                  [&](T a, T b) { return static_cast<T>(op(a, b)); });
+      });
+    });
+  });
+}
+
+template <class Op>
+void add_compare(CpuKernelRegistry& r, const std::string& name, Op op) {
+  r.add("", name, [op](KernelContext& c) {
+    with_half_as_float(c, [&](KernelContext& f) {
+      if (f.in[0].dtype == DType::kBool) {
+        k::binary(f.in[0].as<uint8_t>(), f.in[0].shape, f.in[1].as<uint8_t>(), f.in[1].shape, f.out[0].as<uint8_t>(),
+                  f.out[0].shape, [&](uint8_t a, uint8_t b) { return static_cast<uint8_t>(op(a, b)); });
+        return;
+      }
+      dispatch_numeric(f, f.in[0].dtype, [&]<class T>() {
+        k::binary(f.in[0].as<T>(), f.in[0].shape, f.in[1].as<T>(), f.in[1].shape, f.out[0].as<uint8_t>(), f.out[0].shape,
+                  [&](T a, T b) { return static_cast<uint8_t>(op(a, b)); });
+      });
+    });
+  });
+}
+
+// Variadic Min/Max/Sum/Mean: fold pairwise into the output.
+template <class Op>
+void add_variadic(CpuKernelRegistry& r, const std::string& name, Op op, bool mean) {
+  r.add("", name, [op, mean](KernelContext& c) {
+    with_half_as_float(c, [&](KernelContext& f) {
+      dispatch_numeric(f, f.in[0].dtype, [&]<class T>() {
+        T* out = f.out[0].as<T>();
+        const Shape& so = f.out[0].shape;
+        k::broadcast_to(f.in[0].as<T>(), f.in[0].shape, out, so);
+        for (size_t i = 1; i < f.in.size(); ++i) {
+          k::binary(out, so, f.in[i].as<T>(), f.in[i].shape, out, so, [&](T a, T b) { return static_cast<T>(op(a, b)); });
+        }
+        if (mean) {
+          T n = static_cast<T>(f.in.size());
+          k::unary(out, out, f.out[0].numel(), [&](T x) { return static_cast<T>(x / n); });
+        }
+      });
+    });
+  });
+}
+
+template <class T>
+T nan_aware_max(T a, T b) {
+  if constexpr (std::is_floating_point_v<T>) {
+    if (std::isnan(a) || std::isnan(b)) return std::numeric_limits<T>::quiet_NaN();
+  }
+  return a > b ? a : b;
+}
+template <class T>
+T nan_aware_min(T a, T b) {
+  if constexpr (std::is_floating_point_v<T>) {
+    if (std::isnan(a) || std::isnan(b)) return std::numeric_limits<T>::quiet_NaN();
+  }
+  return a < b ? a : b;
+}
+
+// splitmix64: counter-based random bits for dropout masks (replayable by key).
+inline uint64_t mix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+}  // namespace
+
+uint64_t dropout_key(const RunState& s, const Node& n) {
+  uint64_t h = 1469598103934665603ull;
+  for (char ch : n.name) h = (h ^ static_cast<uint8_t>(ch)) * 1099511628211ull;
+  return mix64(s.seed ^ mix64(h ^ mix64(s.step * 0x100000001b3ull + s.chunk)));
+}
+
+void register_cpu_elementwise(CpuKernelRegistry& r) {
+  add_unary_numeric(r, "Neg", [](auto x) { return -x; });
+  add_unary_numeric(r, "Abs", [](auto x) {
+    using T = decltype(x);
+    if constexpr (std::is_unsigned_v<T>) {
+      return x;
+    } else {
+      return x < T(0) ? static_cast<T>(-x) : x;
+    }
+  });
+  add_unary_numeric(r, "Sign", [](auto x) {
+    using T = decltype(x);
+    return static_cast<T>((T(0) < x) - (x < T(0)));
+  });
+  add_unary_numeric(r, "Relu", [](auto x) {
+    using T = decltype(x);
+    return x > T(0) ? x : T(0);
+  });
+  add_unary_float(r, "", "Floor", [](auto x) { return std::floor(x); });
+  add_unary_float(r, "", "Ceil", [](auto x) { return std::ceil(x); });
+  add_unary_float(r, "", "Round", [](auto x) { return std::nearbyint(x); });
+  add_unary_float(r, "", "Reciprocal", [](auto x) { return 1 / x; });
+  add_unary_float(r, "", "Sqrt", [](auto x) { return std::sqrt(x); });
+  add_unary_float(r, "", "Exp", [](auto x) { return std::exp(x); });
+  add_unary_float(r, "", "Log", [](auto x) { return std::log(x); });
+  add_unary_float(r, "", "Erf", [](auto x) { return std::erf(x); });
+  add_unary_float(r, "", "Tanh", [](auto x) { return std::tanh(x); });
+  add_unary_float(r, "", "Sigmoid", [](auto x) { return k::sigmoid(x); });
+  add_unary_float(r, "", "Sin", [](auto x) { return std::sin(x); });
+  add_unary_float(r, "", "Cos", [](auto x) { return std::cos(x); });
+  add_unary_float(r, "", "Softplus", [](auto x) {
+    using T = decltype(x);
+    return x > T(20) ? x : std::log1p(std::exp(x));
+  });
+  add_unary_float(r, "", "Softsign", [](auto x) { return x / (1 + std::abs(x)); });
+  add_unary_float(r, "oases", "Silu", [](auto x) { return x * k::sigmoid(x); });
+  add_unary_float(r, "", "Mish", [](auto x) {
+    using T = decltype(x);
+    T sp = x > T(20) ? x : std::log1p(std::exp(x));
+    return x * std::tanh(sp);
+  });
+  add_unary_float(r, "", "HardSwish", [](auto x) {
+    using T = decltype(x);
+    return x * std::max(T(0), std::min(T(1), x / T(6) + T(0.5)));
+  });
+
+  // activations with attributes
+  r.add("", "Gelu", [](KernelContext& c) {
+    bool tanh_form = c.attrs().get_string("approximate", "none") == "tanh";
+    with_half_as_float(c, [&](KernelContext& f) {
+      dispatch_float(f, f.in[0].dtype, [&]<class T>() {
+        if (tanh_form) {
+          k::unary(f.in[0].as<T>(), f.out[0].as<T>(), f.in[0].numel(), [](T x) {
+            const T cst = T(0.7978845608028654);
+            return T(0.5) * x * (T(1) + std::tanh(cst * (x + T(0.044715) * x * x * x)));
+          });
+        } else {
+          k::unary(f.in[0].as<T>(), f.out[0].as<T>(), f.in[0].numel(),
+                   [](T x) { return T(0.5) * x * (T(1) + std::erf(x * T(0.7071067811865476))); });
+        }
+      });
+    });
+  });
+  auto param_act = [&r](const std::string& name, float da, float db, auto fn) {
+    r.add("", name, [da, db, fn](KernelContext& c) {
+      float a = c.attrs().get_float("alpha", da);
+      float b = c.attrs().get_float(c.node->op_type == "Selu" ? "gamma" : "beta", db);
+      with_half_as_float(c, [&](KernelContext& f) {
+        dispatch_float(f, f.in[0].dtype, [&]<class T>() {
+          k::unary(f.in[0].as<T>(), f.out[0].as<T>(), f.in[0].numel(), [&](T x) { return static_cast<T>(fn(x, T(a), T(b))); });
+        });
+      });
+    });
+  };
+  param_act("LeakyRelu", 0.01f, 0.f, [](auto x, auto a, auto) { return x >= 0 ? x : a * x; });
+  param_act("Elu", 1.f, 0.f, [](auto x, auto a, auto) { return x >= 0 ? x : a * (std::exp(x) - 1); });
+  param_act("Selu", 1.67326319217681884765625f, 1.05070102214813232421875f,
+            [](auto x, auto a, auto g) { return x > 0 ? g * x : g * (a * std::exp(x) - a); });
+  param_act("Celu", 1.f, 0.f, [](auto x, auto a, auto) {
+    using T = decltype(x);
+    return std::max(T(0), x) + std::min(T(0), a * (std::exp(x / a) - 1));
+  });
+  param_act("HardSigmoid", 0.2f, 0.5f, [](auto x, auto a, auto b) {
+    using T = decltype(x);
+    return std::max(T(0), std::min(T(1), a * x + b));
+  });
+  param_act("ThresholdedRelu", 1.f, 0.f, [](auto x, auto a, auto) {
+    using T = decltype(x);
+    return x > a ? x : T(0);
+  });
+  r.add("", "PRelu", [](KernelContext& c) {
+    with_half_as_float(c, [&](KernelContext& f) {
+      dispatch_numeric(f, f.in[0].dtype, [&]<class T>() {
+        k::binary(f.in[0].as<T>(), f.in[0].shape, f.in[1].as<T>(), f.in[1].shape, f.out[0].as<T>(), f.out[0].shape,
+                  [](T x, T s) { return x < T(0) ? static_cast<T>(s * x) : x; });
+      });
+    });
+  });
+  r.add("oases", "SwiGLU", [](KernelContext& c) {
+    with_half_as_float(c, [&](KernelContext& f) {
+      dispatch_float(f, f.in[0].dtype, [&]<class T>() {
+        k::binary(f.in[0].as<T>(), f.in[0].shape, f.in[1].as<T>(), f.in[1].shape, f.out[0].as<T>(), f.out[0].shape,
+                  [](T g, T u) { return g * k::sigmoid(g) * u; });
+      });
+    });
+  });
+
+  add_binary(r, "Add", [](auto a, auto b) { return a + b; });
+  add_binary(r, "Sub", [](auto a, auto b) { return a - b; });
+  add_binary(r, "Mul", [](auto a, auto b) { return a * b; });
+  add_binary(r, "Div", [](auto a, auto b) { return k::int_div(a, b); });
+  r.add("", "Mod", [](KernelContext& c) {
+    bool fmod = c.attrs().get_int("fmod", 0) != 0;
+    with_half_as_float(c, [&](KernelContext& f) {
+      dispatch_numeric(f, f.in[0].dtype, [&]<class T>() {
+        k::binary(f.in[0].as<T>(), f.in[0].shape, f.in[1].as<T>(), f.in[1].shape, f.out[0].as<T>(), f.out[0].shape,
+                  [&](T a, T b) { return k::onnx_mod(a, b, fmod); });
+      });
+    });
+  });
+  r.add("", "Pow", [](KernelContext& c) {
+    with_half_as_float(c, [&](KernelContext& f) {
+      dispatch_numeric(f, f.in[0].dtype, [&]<class T>() {
+        dispatch_numeric(f, f.in[1].dtype, [&]<class U>() {
+          k::binary_mixed(f.in[0].as<T>(), f.in[0].shape, f.in[1].as<U>(), f.in[1].shape, f.out[0].as<T>(), f.out[0].shape,
+                          [](T a, U b) {
+                            if constexpr (std::is_floating_point_v<T>) {
+                              if (static_cast<double>(b) == 2.0) return static_cast<T>(a * a);
+                            }
+                            return static_cast<T>(std::pow(static_cast<double>(a), static_cast<double>(b)));
+                          });
+        });
+      });
+    });
+  });
+  add_variadic(r, "Max", [](auto a, auto b) { return nan_aware_max(a, b); }, false);
+  add_variadic(r, "Min", [](auto a, auto b) { return nan_aware_min(a, b); }, false);
+  add_variadic(r, "Sum", [](auto a, auto b) { return a + b; }, false);
+  add_variadic(r, "Mean", [](auto a, auto b) { return a + b; }, true);
+
+  add_compare(r, "Equal", [](auto a, auto b) { return a == b; });
+  add_compare(r, "Less", [](auto a, auto b) { return a < b; });
+  add_compare(r, "Greater", [](auto a, auto b) { return a > b; });
+  add_compare(r, "LessOrEqual", [](auto a, auto b) { return a <= b; });
+  add_compare(r, "GreaterOrEqual", [](auto a, auto b) { return a >= b; });
+  add_compare(r, "And", [](auto a, auto b) { return a && b; });
+  add_compare(r, "Or", [](auto a, auto b) { return a || b; });
+  add_compare(r, "Xor", [](auto a, auto b) { return (a != 0) != (b != 0); });
+  r.add("", "Not", [](KernelContext& c) {
+    k::unary(c.in[0].as<uint8_t>(), c.out[0].as<uint8_t>(), c.in[0].numel(), [](uint8_t x) { return static_cast<uint8_t>(!x); });
+  });
+  r.add("", "IsNaN", [](KernelContext& c) {
+    with_half_as_float(c, [&](KernelContext& f) {
+      dispatch_float(f, f.in[0].dtype, [&]<class T>() {
+        k::unary(f.in[0].as<T>(), f.out[0].as<uint8_t>(), f.in[0].numel(), [](T x) { return static_cast<uint8_t>(std::isnan(x)); });
+      });
+    });
+  });
+  r.add("", "IsInf", [](KernelContext& c) {
+    bool pos = c.attrs().get_int("detect_positive", 1) != 0, neg = c.attrs().get_int("detect_negative", 1) != 0;
+    with_half_as_float(c, [&](KernelContext& f) {
+      dispatch_float(f, f.in[0].dtype, [&]<class T>() {
+        k::unary(f.in[0].as<T>(), f.out[0].as<uint8_t>(), f.in[0].numel(), [&](T x) {
+          return static_cast<uint8_t>(std::isinf(x) && ((x > 0 && pos) || (x < 0 && neg)));
+        });
+      });
+    });
+  });
+  r.add("", "Where", [](KernelContext& c) {
+    size_t es = dtype_size(c.in[1].dtype);
+    auto run = [&]<class T>() {
+      k::ternary(c.in[0].as<uint8_t>(), c.in[0].shape, c.in[1].as<T>(), c.in[1].shape, c.in[2].as<T>(), c.in[2].shape,
+                 c.out[0].as<T>(), c.out[0].shape, [](uint8_t m, T a, T b) { return m ? a : b; });
+    };
+    switch (es) {
+      case 1: run.template operator()<uint8_t>(); break;
+      case 2: run.template operator()<uint16_t>(); break;
+      case 4: run.template operator()<uint32_t>(); break;
+      default: run.template operator()<uint64_t>(); break;
+    }
+  });
+  r.add("", "Clip", [](KernelContext& c) {
+    with_half_as_float(c, [&](KernelContext& f) {
+      dispatch_numeric(f, f.in[0].dtype, [&]<class T>() {
+        T lo = std::numeric_limits<T>::lowest(), hi = std::numeric_limits<T>::max();
+        if (f.attrs().has("min")) lo = static_cast<T>(f.attrs().get_float("min", 0));
+        if (f.attrs().has("max")) hi = static_cast<T>(f.attrs().get_float("max", 0));
+        if (f.has_input(1)) lo = *f.in[1].as<T>();
+        if (f.has_input(2)) hi = *f.in[2].as<T>();
+        k::unary(f.in[0].as<T>(), f.out[0].as<T>(), f.in[0].numel(), [&](T x) { return x < lo ? lo : (x > hi ? hi : x); });
+      });
+    });
+  });
+  r.add("", "Cast", [](KernelContext& c) {
+    const TensorView &x = c.in[0], &y = c.out[0];
+    int64_t n = x.numel();
+    if (x.dtype == y.dtype) {
+      std::memcpy(y.data, x.data, x.nbytes());
+      return;
+    }
+    if (x.dtype == DType::kF32 && (y.dtype == DType::kF16 || y.dtype == DType::kBF16)) {
+      bool bf = y.dtype == DType::kBF16;
+      k::unary(x.as<float>(), y.as<uint16_t>(), n, [bf](float v) { return bf ? float_to_bfloat16(v) : float_to_half(v); });
+      return;
+    }
+    if (y.dtype == DType::kF32 && (x.dtype == DType::kF16 || x.dtype == DType::kBF16)) {
+      bool bf = x.dtype == DType::kBF16;
+      k::unary(x.as<uint16_t>(), y.as<float>(), n, [bf](uint16_t v) { return bf ? bfloat16_to_float(v) : half_to_float(v); });
+      return;
+    }
+    if (x.dtype == DType::kI64 && y.dtype == DType::kI32) {
+      k::unary(x.as<int64_t>(), y.as<int32_t>(), n, [](int64_t v) { return static_cast<int32_t>(v); });
+      return;
+    }
+    if (x.dtype == DType::kI32 && y.dtype == DType::kI64) {
+      k::unary(x.as<int32_t>(), y.as<int64_t>(), n, [](int32_t v) { return static_cast<int64_t>(v); });
+      return;
+    }
+    if ((x.dtype == DType::kI64 || x.dtype == DType::kU64) && (y.dtype == DType::kI64 || y.dtype == DType::kU64)) {
+      std::memcpy(y.data, x.data, x.nbytes());
+      return;
+    }
+    if (is_floating(x.dtype) && y.dtype == DType::kBool) {
+      for (int64_t i = 0; i < n; ++i) y.as<uint8_t>()[i] = load_as_double(x.data, x.dtype, i) != 0.0;
+      return;
+    }
+    for (int64_t i = 0; i < n; ++i) {
+      double v = load_as_double(x.data, x.dtype, i);
+      if (is_integer(y.dtype) && is_floating(x.dtype)) {
+        if (std::isnan(v)) v = 0;
+        v = std::trunc(v);
+      }
+      store_from_double(y.data, y.dtype, i, v);
+    }
+  });
+  r.add("", "Identity", [](KernelContext& c) {
+    if (c.out[0].data != c.in[0].data) std::memcpy(c.out[0].data, c.in[0].data, c.in[0].nbytes());
+  });
+  r.add("", "Dropout", [](KernelContext& c) {
+    float ratio = c.attrs().get_float("ratio", 0.5f);
+    // active only when the model asks for training mode and the run is a training run
+    bool train = c.attrs().get_int("training_mode", 0) != 0 && (!c.state || c.state->training);
+    int64_t n = c.in[0].numel();
+    uint8_t* mask = c.out.size() > 1 && c.out[1].data ? c.out[1].as<uint8_t>() : nullptr;
+    if (!train || ratio == 0.f) {
+      if (c.out[0].data != c.in[0].data) std::memcpy(c.out[0].data, c.in[0].data, c.in[0].nbytes());
+      if (mask) std::memset(mask, 1, static_cast<size_t>(n));
+      return;
+    }
+    if (c.in[0].dtype != DType::kF32) c.fail("training-mode dropout supports float32 only");
+    uint64_t key = c.state ? dropout_key(*c.state, *c.node) : 0;
+    const float* x = c.in[0].as<float>();
+    float* y = c.out[0].as<float>();
+    float scale = 1.f / (1.f - ratio);
+    uint64_t threshold = static_cast<uint64_t>(static_cast<double>(ratio) * 18446744073709551616.0);
+#pragma omp parallel for schedule(static) if (n > (1 << 16))
+    for (int64_t i = 0; i < n; ++i) {
+      bool keep = mix64(key + static_cast<uint64_t>(i)) >= threshold;
+      y[i] = keep ? x[i] * scale : 0.f;
+      if (mask) mask[i] = keep;
+    }
+  });
+}
+
+}  // namespace oases

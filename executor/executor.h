@@ -1,0 +1,79 @@
+// The forward executor: a canonical graph compiled into a Program (nodes in a fixed order, each
+// with its CPU kernel resolved and its operands placed by the memory plan), run on one arena.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "executor/kernel_context.h"
+#include "executor/memory_plan.h"
+#include "graph/evaluator.h"
+#include "graph/graph.h"
+
+namespace oases {
+
+struct Instr {
+  enum class Kind { kCompute };
+  Kind kind = Kind::kCompute;
+  NodeId node = kNoId;
+};
+
+struct Program {
+  Graph graph;
+  std::vector<Instr> instrs;
+  MemoryPlan memory;
+  std::vector<const CpuKernelFn*> kernels;  // per instruction
+};
+
+struct ExecOptions {
+  std::set<ValueId> keep;  // values to keep readable after run() (besides the graph outputs)
+  int threads = 0;         // 0: leave OpenMP/OpenBLAS defaults
+};
+
+// Compiles `g` (canonical, fully shaped) into a program; the error names the first node without a
+// CPU kernel.
+Expected<Program> compile_program(Graph g, const ExecOptions& opts = {});
+
+class Executor {
+ public:
+  static Expected<std::unique_ptr<Executor>> create(Graph g, const ExecOptions& opts = {});
+
+  // Runs the program on inputs matched by name; returns the graph outputs in order. Errors name
+  // the input or node at fault.
+  Expected<std::vector<Tensor>> run(const std::map<std::string, Tensor>& inputs);
+  // A value's contents after run() (graph outputs, kept values, constants).
+  Tensor read(ValueId v) const;
+
+  const Graph& graph() const { return prog_.graph; }
+  const Program& program() const { return prog_; }
+  RunState& state() { return state_; }
+  // Per-node wall time of the last run, when profiling is on.
+  void set_profiling(bool on) { profiling_ = on; }
+  const std::vector<double>& node_ms() const { return node_ms_; }
+
+ private:
+  Program prog_;
+  void* arena_ = nullptr;
+  size_t arena_size_ = 0;
+  std::vector<const void*> input_ptrs_;  // by ValueId, during run
+  std::vector<Tensor> held_inputs_;
+  RunState state_;
+  bool profiling_ = false;
+  std::vector<double> node_ms_;
+  std::vector<KernelContext> contexts_;
+
+  void* ptr_of(ValueId v) const;
+
+ public:
+  ~Executor();
+};
+
+// Runs single nodes with the CPU kernels (constant folding).
+class CpuEvaluator : public Evaluator {
+ public:
+  Expected<std::vector<Tensor>> evaluate(const Graph& g, const Node& node, const std::vector<Tensor>& inputs) const override;
+};
+
+}  // namespace oases

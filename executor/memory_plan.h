@@ -1,0 +1,30 @@
+// Static memory plan: every intermediate value gets an offset in one arena, reusing space of
+// values whose last reader has run (best-fit free list, 64-byte aligned). View ops (Reshape,
+// Squeeze, ...) share their input's storage; constants and graph inputs live outside the arena.
+#pragma once
+
+#include <cstdint>
+#include <set>
+#include <vector>
+
+#include "graph/graph.h"
+
+namespace oases {
+
+struct ValueSlot {
+  enum class Kind { kNone, kArena, kConstant, kInput, kView };
+  Kind kind = Kind::kNone;
+  int64_t offset = 0;   // kArena: byte offset in the arena
+  size_t bytes = 0;
+  ValueId root = kNoId;  // kView: the value whose storage it shares (never itself a view)
+};
+
+struct MemoryPlan {
+  std::vector<ValueSlot> slots;  // indexed by ValueId
+  size_t arena_bytes = 0;        // peak
+  size_t total_bytes = 0;        // what a plan without reuse would need
+  // Builds the plan for nodes run in `order`; values in `keep` stay allocated to the end.
+  static MemoryPlan build(const Graph& g, const std::vector<NodeId>& order, const std::set<ValueId>& keep);
+};
+
+}  // namespace oases

@@ -1,0 +1,130 @@
+// The op registry: one OpSchema per op type, holding every device-independent rule of the op:
+// how old opsets are normalised to the canonical form, the shape rule, (later) the gradient and
+// sharding rules and the cost. Kernels live in kernels/, never here.
+//
+// Canonical form: operands that fix shapes (Reshape's shape, Slice's starts/ends, reduction axes,
+// Split sizes, ...) are moved from inputs into attributes once they are constant, so passes,
+// autodiff and the partitioner read plain attributes; an operand that never becomes constant is
+// an error naming the node, since Oases plans static shapes.
+#pragma once
+
+#include <climits>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "graph/graph.h"
+
+namespace oases {
+
+class InferContext {
+ public:
+  InferContext(Graph& g, NodeId n) : graph_(g), node_(g.node(n)) {}
+  Graph& graph() { return graph_; }
+  Node& node() { return node_; }
+  int num_inputs() const { return node_.num_inputs(); }
+  bool has_input(int i) const { return node_.has_input(i); }
+  const Value& input(int i) const { return graph_.value(node_.inputs.at(i)); }
+  const Shape& shape(int i) const { return input(i).shape; }
+  int64_t rank(int i) const { return static_cast<int64_t>(input(i).shape.size()); }
+  DType dtype(int i) const { return input(i).dtype; }
+  // Constant data of input i, or nullptr when it is not known before run time.
+  const Tensor* constant(int i) const {
+    if (!has_input(i)) return nullptr;
+    const Value& v = input(i);
+    return v.is_constant() ? &v.constant : nullptr;
+  }
+  int num_outputs() const { return static_cast<int>(node_.outputs.size()); }
+  bool has_output(int i) const { return node_.output(i) != kNoId; }
+  void set_output(int i, DType dtype, Shape shape);
+  const AttrMap& attrs() const { return node_.attrs; }
+  int opset() const { return node_.opset; }
+
+  // An error whose message starts with the node, e.g. "[Reshape] node 'r1': ...".
+  template <class... Args>
+  Status fail(fmt::format_string<Args...> f, Args&&... args) const {
+    return Status::error(node_.describe() + ": " + fmt::format(f, std::forward<Args>(args)...));
+  }
+
+ private:
+  Graph& graph_;
+  Node& node_;
+};
+
+class GradContext;   // graph/autodiff.h
+class ShardContext;  // graph/sharding.h
+
+struct OpCost {
+  double flops = 0;       // floating-point operations of one execution
+  double bytes = 0;       // bytes read and written
+};
+
+struct OpSchema {
+  std::string domain;  // "" for ai.onnx, "oases" for the project's own ops
+  std::string op_type;
+  int min_inputs = 0, max_inputs = INT_MAX;
+  int min_outputs = 1, max_outputs = 1;
+  // Rewrites the node into canonical form (opset differences, constant operands into
+  // attributes). Runs before `infer`, once the node's inputs are as constant as they get.
+  std::function<Status(InferContext&)> normalize;
+  // Sets every output's dtype and shape from the inputs' and the attributes.
+  std::function<Status(InferContext&)> infer;
+  // Gradient rule: emits IR nodes computing the inputs' gradients (graph/autodiff.h).
+  std::function<Status(GradContext&)> grad;
+  // Sharding rule: maps input specs to output specs (graph/sharding.h).
+  std::function<Status(ShardContext&)> shard;
+  std::function<OpCost(const Graph&, const Node&)> cost;
+  // Inputs through which no gradient flows (indices, masks, shape operands).
+  std::vector<int> non_differentiable_inputs;
+  bool foldable = true;    // deterministic and cheap: may be constant-folded
+  int view_of_input = -1;  // output 0 may share this input's buffer (Reshape, Squeeze, ...)
+  std::string doc;         // one line for `oases-import --ops`
+};
+
+class OpRegistry {
+ public:
+  // The registry with every op of the project registered.
+  static const OpRegistry& global();
+  OpSchema& add(OpSchema s);
+  const OpSchema* find(const std::string& domain, const std::string& op_type) const;
+  OpSchema* find_mutable(const std::string& domain, const std::string& op_type);
+  std::vector<const OpSchema*> all() const;
+
+ private:
+  std::map<std::pair<std::string, std::string>, OpSchema> ops_;
+};
+
+// Domains the registry treats as the default one.
+inline bool is_default_domain(const std::string& d) { return d.empty() || d == "ai.onnx"; }
+constexpr const char* kOasesDomain = "oases";
+constexpr int kMinOpset = 13;
+constexpr int kMaxOpset = 21;
+
+// --- helpers shared by op files ---------------------------------------------------------------
+
+// Moves constant input `slot` into an int-list attribute (Reshape's shape, reduction axes, ...).
+// Returns false when the input is absent; an error when it exists but is not constant.
+Expected<bool> operand_to_ints_attr(InferContext& c, int slot, const std::string& attr);
+// Same for a scalar float operand (Clip min/max, Dropout ratio); `required_constant` false keeps a
+// non-constant input in place.
+Expected<bool> operand_to_float_attr(InferContext& c, int slot, const std::string& attr, bool required_constant);
+// Drops trailing omitted inputs so that num_inputs() is meaningful.
+void trim_inputs(InferContext& c);
+// Normalised axes (sorted, unique) or an error naming the node.
+Expected<std::vector<int64_t>> normalize_axes(const InferContext& c, const std::vector<int64_t>& axes, int64_t rank);
+
+// Registration, one function per op family file in graph/ops/.
+void register_elementwise_ops(OpRegistry& r);
+void register_activation_ops(OpRegistry& r);
+void register_matmul_ops(OpRegistry& r);
+void register_reduce_ops(OpRegistry& r);
+void register_shape_ops(OpRegistry& r);
+void register_indexing_ops(OpRegistry& r);
+void register_norm_ops(OpRegistry& r);
+void register_softmax_ops(OpRegistry& r);
+void register_attention_ops(OpRegistry& r);
+void register_loss_ops(OpRegistry& r);
+void register_misc_ops(OpRegistry& r);
+
+}  // namespace oases

@@ -1,0 +1,63 @@
+// Activations with parameters, and the fused forms the canonicalising passes produce:
+// Gelu (ONNX 20; also the fused Erf and Tanh forms of older exports), oases.Silu (x·σ(x)) and
+// oases.SwiGLU (silu(gate) ⊙ up, LLaMA's MLP).
+#include "graph/ops/op_utils.h"
+
+namespace oases {
+
+using namespace ops;
+
+void register_activation_ops(OpRegistry& r) {
+  for (const char* op : {"LeakyRelu", "Elu", "Selu", "Celu", "HardSigmoid", "HardSwish", "Mish", "ThresholdedRelu"}) {
+    OpSchema s = same_as_input_schema(op, 1, 1);
+    s.infer = [](InferContext& c) {
+      if (!is_floating(c.dtype(0))) return c.fail("input must be floating, got {}", dtype_name(c.dtype(0)));
+      c.set_output(0, c.dtype(0), c.shape(0));
+      return Status::ok();
+    };
+    r.add(std::move(s));
+  }
+  {
+    OpSchema s = same_as_input_schema("Gelu", 1, 1);
+    s.infer = [](InferContext& c) {
+      std::string approx = c.attrs().get_string("approximate", "none");
+      if (approx != "none" && approx != "tanh") return c.fail("approximate must be 'none' or 'tanh', got '{}'", approx);
+      if (!is_floating(c.dtype(0))) return c.fail("input must be floating, got {}", dtype_name(c.dtype(0)));
+      c.set_output(0, c.dtype(0), c.shape(0));
+      return Status::ok();
+    };
+    s.cost = [](const Graph& g, const Node& n) { return elementwise_cost(g, n, 8.0); };
+    r.add(std::move(s));
+  }
+  {
+    OpSchema s = same_as_input_schema("PRelu", 2, 2);
+    s.infer = [](InferContext& c) { return infer_broadcast(c); };
+    r.add(std::move(s));
+  }
+  {
+    OpSchema s = same_as_input_schema("Silu", 1, 1);
+    s.domain = kOasesDomain;
+    s.doc = "x * sigmoid(x)";
+    s.cost = [](const Graph& g, const Node& n) { return elementwise_cost(g, n, 5.0); };
+    r.add(std::move(s));
+  }
+  {
+    OpSchema s;
+    s.domain = kOasesDomain;
+    s.op_type = "SwiGLU";
+    s.doc = "silu(gate) * up";
+    s.min_inputs = s.max_inputs = 2;
+    s.infer = [](InferContext& c) {
+      if (c.shape(0) != c.shape(1) || c.dtype(0) != c.dtype(1)) {
+        return c.fail("gate {} and up {} must have equal shapes and types", describe_value(c.graph(), c.node().inputs[0]),
+                      describe_value(c.graph(), c.node().inputs[1]));
+      }
+      c.set_output(0, c.dtype(0), c.shape(0));
+      return Status::ok();
+    };
+    s.cost = [](const Graph& g, const Node& n) { return elementwise_cost(g, n, 6.0); };
+    r.add(std::move(s));
+  }
+}
+
+}  // namespace oases

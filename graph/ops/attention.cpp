@@ -1,0 +1,52 @@
+// oases.Attention: scaled dot-product attention, the fused form of the
+// MatMul(q, kᵀ)·scale (+ mask) → Softmax → MatMul(·, v) chains exporters write.
+//   q [B, H, Tq, D], k [B, Hkv, Tk, D], v [B, Hkv, Tk, Dv], optional additive or boolean mask
+//   broadcastable to [B, H, Tq, Tk]; attrs: causal (0/1, lower-triangular aligned to the end),
+//   scale (default 1/sqrt(D)). H must be a multiple of Hkv (grouped-query attention).
+//   out [B, H, Tq, Dv].
+#include "graph/ops/op_utils.h"
+
+#include <cmath>
+
+namespace oases {
+
+using namespace ops;
+
+void register_attention_ops(OpRegistry& r) {
+  OpSchema s;
+  s.domain = kOasesDomain;
+  s.op_type = "Attention";
+  s.doc = "softmax(q k^T * scale + mask, causal) v";
+  s.min_inputs = 3;
+  s.max_inputs = 4;
+  s.non_differentiable_inputs = {3};
+  s.infer = [](InferContext& c) {
+    const Shape &q = c.shape(0), &k = c.shape(1), &v = c.shape(2);
+    if (q.size() != 4 || k.size() != 4 || v.size() != 4) {
+      return c.fail("q {}, k {}, v {} must be [B, H, T, D]", shape_str(q), shape_str(k), shape_str(v));
+    }
+    if (q[0] != k[0] || k[0] != v[0] || q[3] != k[3] || k[1] != v[1] || k[2] != v[2] || k[1] == 0 || q[1] % k[1] != 0) {
+      return c.fail("q {}, k {}, v {} do not fit together", shape_str(q), shape_str(k), shape_str(v));
+    }
+    if (c.has_input(3)) {
+      Shape scores{q[0], q[1], q[2], k[2]};
+      auto b = broadcast_shapes(c.shape(3), scores);
+      if (!b || *b != scores) return c.fail("mask {} does not broadcast to the scores {}", shape_str(c.shape(3)), shape_str(scores));
+    }
+    if (!c.attrs().has("scale")) c.node().attrs.set_float("scale", 1.0f / std::sqrt(static_cast<float>(q[3])));
+    c.set_output(0, c.dtype(0), {q[0], q[1], q[2], v[3]});
+    return Status::ok();
+  };
+  s.cost = [](const Graph& g, const Node& n) {
+    const Shape& q = g.value(n.inputs[0]).shape;
+    const Shape& k = g.value(n.inputs[1]).shape;
+    const Shape& v = g.value(n.inputs[2]).shape;
+    double bh = static_cast<double>(q[0] * q[1]);
+    double flops = bh * static_cast<double>(q[2] * k[2]) * (2.0 * static_cast<double>(q[3]) + 2.0 * static_cast<double>(v[3]) + 5.0);
+    if (n.attrs.get_int("causal", 0)) flops *= 0.5;
+    return OpCost{flops, io_bytes(g, n)};
+  };
+  r.add(std::move(s));
+}
+
+}  // namespace oases

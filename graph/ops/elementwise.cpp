@@ -1,0 +1,140 @@
+// Elementwise ops with numpy broadcasting: unary math, binary arithmetic, comparisons, logic,
+// Where, Clip, Cast, Identity.
+#include "graph/ops/op_utils.h"
+
+namespace oases {
+
+using namespace ops;
+
+namespace {
+
+Status check_same_dtype(InferContext& c, int first, int last) {
+  DType dt = DType::kUndefined;
+  for (int i = first; i <= last && i < c.num_inputs(); ++i) {
+    if (!c.has_input(i)) continue;
+    if (dt == DType::kUndefined) {
+      dt = c.dtype(i);
+    } else if (c.dtype(i) != dt) {
+      return c.fail("inputs have different types ({} and {})", dtype_name(dt), dtype_name(c.dtype(i)));
+    }
+  }
+  return Status::ok();
+}
+
+void add_unary(OpRegistry& r, const std::string& op, double flops, bool float_only = false) {
+  OpSchema s = same_as_input_schema(op, 1, 1);
+  s.infer = [float_only](InferContext& c) {
+    if (float_only && !is_floating(c.dtype(0))) {
+      return c.fail("input '{}' has type {}, a floating type is required", c.input(0).name, dtype_name(c.dtype(0)));
+    }
+    c.set_output(0, c.dtype(0), c.shape(0));
+    return Status::ok();
+  };
+  s.cost = [flops](const Graph& g, const Node& n) { return elementwise_cost(g, n, flops); };
+  r.add(std::move(s));
+}
+
+void add_binary(OpRegistry& r, const std::string& op, int min_in, int max_in, bool same_type = true,
+                DType out = DType::kUndefined) {
+  OpSchema s;
+  s.op_type = op;
+  s.min_inputs = min_in;
+  s.max_inputs = max_in;
+  s.infer = [same_type, out](InferContext& c) {
+    if (same_type) OASES_RETURN_IF_ERROR(check_same_dtype(c, 0, c.num_inputs() - 1));
+    return infer_broadcast(c, out);
+  };
+  s.cost = [](const Graph& g, const Node& n) { return elementwise_cost(g, n, 1.0); };
+  r.add(std::move(s));
+}
+
+}  // namespace
+
+void register_elementwise_ops(OpRegistry& r) {
+  // Unary math (flops per element are rough: a transcendental counts as several operations).
+  for (const char* op : {"Neg", "Abs", "Sign", "Relu", "Identity"}) add_unary(r, op, 1);
+  for (const char* op : {"Floor", "Ceil", "Round", "Reciprocal"}) add_unary(r, op, 1, true);
+  for (const char* op : {"Sqrt", "Exp", "Log", "Erf", "Tanh", "Sigmoid", "Sin", "Cos", "Softplus", "Softsign"}) {
+    add_unary(r, op, 4, true);
+  }
+  r.find_mutable("", "Identity")->view_of_input = 0;
+
+  for (const char* op : {"Add", "Sub", "Mul", "Div", "Mod"}) add_binary(r, op, 2, 2);
+  add_binary(r, "Pow", 2, 2, /*same_type=*/false);
+  for (const char* op : {"Min", "Max", "Sum", "Mean"}) add_binary(r, op, 1, INT_MAX);
+  for (const char* op : {"Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual"}) {
+    add_binary(r, op, 2, 2, true, DType::kBool);
+  }
+  for (const char* op : {"And", "Or", "Xor"}) add_binary(r, op, 2, 2, true, DType::kBool);
+
+  {
+    OpSchema s = same_as_input_schema("Not", 1, 1);
+    s.infer = [](InferContext& c) {
+      if (c.dtype(0) != DType::kBool) return c.fail("input must be bool, got {}", dtype_name(c.dtype(0)));
+      c.set_output(0, DType::kBool, c.shape(0));
+      return Status::ok();
+    };
+    r.add(std::move(s));
+  }
+  for (const char* op : {"IsNaN", "IsInf"}) {
+    OpSchema s = same_as_input_schema(op, 1, 1);
+    s.infer = [](InferContext& c) {
+      c.set_output(0, DType::kBool, c.shape(0));
+      return Status::ok();
+    };
+    r.add(std::move(s));
+  }
+  {
+    OpSchema s;
+    s.op_type = "Where";
+    s.min_inputs = s.max_inputs = 3;
+    s.non_differentiable_inputs = {0};
+    s.infer = [](InferContext& c) {
+      if (c.dtype(0) != DType::kBool) return c.fail("condition must be bool, got {}", dtype_name(c.dtype(0)));
+      OASES_RETURN_IF_ERROR(check_same_dtype(c, 1, 2));
+      OASES_RETURN_IF_ERROR(infer_broadcast(c));
+      c.set_output(0, c.dtype(1), c.graph().value(c.node().outputs[0]).shape);
+      return Status::ok();
+    };
+    s.cost = [](const Graph& g, const Node& n) { return elementwise_cost(g, n, 1.0); };
+    r.add(std::move(s));
+  }
+  {
+    // Clip: min/max inputs (opset 11+) become float attributes "min"/"max" when constant.
+    OpSchema s = same_as_input_schema("Clip", 1, 3);
+    s.normalize = [](InferContext& c) -> Status {
+      for (auto [slot, name] : {std::pair<int, const char*>{1, "min"}, {2, "max"}}) {
+        auto moved = operand_to_float_attr(c, slot, name, /*required_constant=*/false);
+        if (!moved) return moved.status();
+      }
+      trim_inputs(c);
+      return Status::ok();
+    };
+    r.add(std::move(s));
+  }
+  {
+    OpSchema s = same_as_input_schema("Cast", 1, 1);
+    s.infer = [](InferContext& c) {
+      int64_t to = c.attrs().get_int("to", 0);
+      DType dt = dtype_from_onnx(static_cast<int>(to));
+      if (dt == DType::kUndefined) return c.fail("unsupported target type {} (ONNX data type number)", to);
+      c.set_output(0, dt, c.shape(0));
+      return Status::ok();
+    };
+    r.add(std::move(s));
+  }
+  {
+    // CastLike(x, like) becomes Cast(x) with "to" taken from the second input's type.
+    OpSchema s = same_as_input_schema("CastLike", 2, 2);
+    s.normalize = [](InferContext& c) -> Status {
+      c.node().attrs.set_int("to", dtype_to_onnx(c.dtype(1)));
+      c.node().op_type = "Cast";
+      c.graph().set_input(c.node().id, 1, kNoId);
+      trim_inputs(c);
+      return Status::ok();
+    };
+    r.add(std::move(s));
+  }
+}
+
+}  // namespace oases

@@ -1,0 +1,47 @@
+// Losses: SoftmaxCrossEntropyLoss and NegativeLogLikelihoodLoss.
+//   scores [N, C] or [N, C, d1, ...], labels [N] or [N, d1, ...] (int), optional class weights [C];
+//   reduction mean (default) | sum | none; ignore_index. Output 0 is the loss (a scalar unless
+//   reduction is none); SoftmaxCrossEntropyLoss's optional output 1 is the log-probabilities.
+#include "graph/ops/op_utils.h"
+
+namespace oases {
+
+using namespace ops;
+
+namespace {
+
+Status infer_loss(InferContext& c) {
+  const Shape& sc = c.shape(0);
+  const Shape& lb = c.shape(1);
+  if (sc.size() < 2) return c.fail("scores must be [N, C, ...], got {}", shape_str(sc));
+  if (lb.size() != sc.size() - 1) return c.fail("labels {} do not match scores {}", shape_str(lb), shape_str(sc));
+  for (size_t i = 0; i < lb.size(); ++i) {
+    int64_t want = i == 0 ? sc[0] : sc[i + 1];
+    if (lb[i] != want) return c.fail("labels {} do not match scores {}", shape_str(lb), shape_str(sc));
+  }
+  if (!is_integer(c.dtype(1))) return c.fail("labels must be integers, got {}", dtype_name(c.dtype(1)));
+  if (c.has_input(2) && c.shape(2) != Shape{sc[1]}) return c.fail("weights must be [C] = [{}], got {}", sc[1], shape_str(c.shape(2)));
+  std::string red = c.attrs().get_string("reduction", "mean");
+  if (red != "mean" && red != "sum" && red != "none") return c.fail("unknown reduction '{}'", red);
+  c.set_output(0, c.dtype(0), red == "none" ? lb : Shape{});
+  if (c.has_output(1)) c.set_output(1, c.dtype(0), sc);
+  return Status::ok();
+}
+
+}  // namespace
+
+void register_loss_ops(OpRegistry& r) {
+  for (const char* op : {"SoftmaxCrossEntropyLoss", "NegativeLogLikelihoodLoss"}) {
+    OpSchema s;
+    s.op_type = op;
+    s.min_inputs = 2;
+    s.max_inputs = 3;
+    s.max_outputs = std::string(op) == "SoftmaxCrossEntropyLoss" ? 2 : 1;
+    s.non_differentiable_inputs = {1, 2};
+    s.infer = infer_loss;
+    s.cost = [](const Graph& g, const Node& n) { return OpCost{6.0 * static_cast<double>(g.value(n.inputs[0]).numel()), io_bytes(g, n)}; };
+    r.add(std::move(s));
+  }
+}
+
+}  // namespace oases

@@ -1,0 +1,111 @@
+// Constants and generators: Constant, ConstantOfShape, Range (all folded before execution when
+// their operands are known) and Dropout (identity at inference; training mode draws a mask from
+// a counter-based generator keyed by the node so recomputation replays it).
+#include "graph/ops/op_utils.h"
+
+#include <cmath>
+
+namespace oases {
+
+using namespace ops;
+
+void register_misc_ops(OpRegistry& r) {
+  {
+    OpSchema s;
+    s.op_type = "Constant";
+    s.min_inputs = s.max_inputs = 0;
+    s.infer = [](InferContext& c) {
+      const AttrMap& a = c.attrs();
+      Tensor t;
+      if (const Attribute* v = a.find("value")) {
+        t = v->t;
+      } else if (const Attribute* v = a.find("value_float")) {
+        t = Tensor::scalar_f32(v->f);
+      } else if (const Attribute* v = a.find("value_floats")) {
+        t = Tensor::from_f32(v->floats, {static_cast<int64_t>(v->floats.size())});
+      } else if (const Attribute* v = a.find("value_int")) {
+        t = Tensor::from_int64({v->i}, {});
+      } else if (const Attribute* v = a.find("value_ints")) {
+        t = Tensor::from_int64(v->ints, {static_cast<int64_t>(v->ints.size())});
+      } else {
+        return c.fail("no supported value attribute (value, value_float(s), value_int(s))");
+      }
+      if (!t.defined()) return c.fail("empty value");
+      c.set_output(0, t.dtype(), t.shape());
+      c.graph().set_constant(c.node().outputs[0], t);
+      return Status::ok();
+    };
+    r.add(std::move(s));
+  }
+  {
+    OpSchema s;
+    s.op_type = "ConstantOfShape";
+    s.min_inputs = 0;
+    s.max_inputs = 1;
+    s.normalize = [](InferContext& c) -> Status {
+      auto moved = operand_to_ints_attr(c, 0, "shape");
+      if (!moved) return moved.status();
+      trim_inputs(c);
+      return Status::ok();
+    };
+    s.infer = [](InferContext& c) {
+      std::vector<int64_t> shape = c.attrs().get_ints("shape");
+      for (int64_t d : shape) {
+        if (d < 0) return c.fail("negative dim in shape [{}]", fmt::join(shape, ","));
+      }
+      DType dt = DType::kF32;
+      if (const Attribute* v = c.attrs().find("value")) dt = v->t.dtype();
+      c.set_output(0, dt, shape);
+      return Status::ok();
+    };
+    r.add(std::move(s));
+  }
+  {
+    OpSchema s;
+    s.op_type = "Range";
+    s.min_inputs = s.max_inputs = 3;
+    s.infer = [](InferContext& c) {
+      const Tensor *a = c.constant(0), *b = c.constant(1), *d = c.constant(2);
+      if (!a || !b || !d) return c.fail("start, limit and delta must be known before run time (static shapes)");
+      double start = a->item(), limit = b->item(), delta = d->item();
+      if (delta == 0) return c.fail("delta is 0");
+      int64_t n = std::max<int64_t>(0, static_cast<int64_t>(std::ceil((limit - start) / delta)));
+      c.set_output(0, c.dtype(0), {n});
+      return Status::ok();
+    };
+    r.add(std::move(s));
+  }
+  {
+    // Dropout(data, ratio?, training_mode?) -> (output, mask?). Canonical attrs: ratio, training_mode.
+    OpSchema s;
+    s.op_type = "Dropout";
+    s.min_inputs = 1;
+    s.max_inputs = 3;
+    s.max_outputs = 2;
+    s.foldable = false;
+    s.non_differentiable_inputs = {1, 2};
+    s.normalize = [](InferContext& c) -> Status {
+      auto m1 = operand_to_float_attr(c, 1, "ratio", true);
+      if (!m1) return m1.status();
+      if (c.has_input(2)) {
+        const Tensor* t = c.constant(2);
+        if (!t) return c.fail("training_mode ('{}') must be constant", c.input(2).name);
+        c.node().attrs.set_int("training_mode", t->item() != 0 ? 1 : 0);
+        c.graph().set_input(c.node().id, 2, kNoId);
+      }
+      trim_inputs(c);
+      return Status::ok();
+    };
+    s.infer = [](InferContext& c) {
+      float ratio = c.attrs().get_float("ratio", 0.5f);
+      if (ratio < 0.f || ratio >= 1.f) return c.fail("ratio {} is outside [0, 1)", ratio);
+      c.set_output(0, c.dtype(0), c.shape(0));
+      if (c.has_output(1)) c.set_output(1, DType::kBool, c.shape(0));
+      return Status::ok();
+    };
+    s.cost = [](const Graph& g, const Node& n) { return elementwise_cost(g, n, 2.0); };
+    r.add(std::move(s));
+  }
+}
+
+}  // namespace oases

@@ -1,0 +1,65 @@
+// Normalisations: LayerNormalization (ONNX 17; also the fused form of the ReduceMean/Sub/Pow/
+// Sqrt/Div decomposition older exports write) and oases.RMSNormalization (LLaMA's RMSNorm):
+//   LayerNorm: y = (x - mean) / sqrt(var + eps) * scale + bias, over the axes from `axis` on
+//   RMSNorm:   y = x / sqrt(mean(x²) + eps) * scale
+// LayerNorm's optional outputs 1 and 2 are the mean and the inverse standard deviation, RMSNorm's
+// output 1 the inverse rms; shaped like x with the normalised axes set to 1, float32.
+#include "graph/ops/op_utils.h"
+
+namespace oases {
+
+using namespace ops;
+
+namespace {
+
+Status infer_norm(InferContext& c, bool has_bias_input) {
+  int64_t rank = c.rank(0);
+  int64_t axis = normalize_axis(c.attrs().get_int("axis", -1), rank);
+  if (axis < 0) return c.fail("axis {} out of range for rank {}", c.attrs().get_int("axis", -1), rank);
+  if (!is_floating(c.dtype(0))) return c.fail("input must be floating, got {}", dtype_name(c.dtype(0)));
+  Shape norm_shape(c.shape(0).begin() + axis, c.shape(0).end());
+  for (int i = 1; i < (has_bias_input ? 3 : 2); ++i) {
+    if (!c.has_input(i)) continue;
+    auto b = broadcast_shapes(c.shape(i), norm_shape);
+    if (!b || *b != norm_shape) {
+      return c.fail("{} has shape {}, which does not broadcast to the normalised shape {}", i == 1 ? "scale" : "bias",
+                    shape_str(c.shape(i)), shape_str(norm_shape));
+    }
+  }
+  c.node().attrs.set_int("axis", axis);
+  c.set_output(0, c.dtype(0), c.shape(0));
+  Shape stat = c.shape(0);
+  for (int64_t i = axis; i < rank; ++i) stat[i] = 1;
+  if (c.has_output(1)) c.set_output(1, DType::kF32, stat);
+  if (c.has_output(2)) c.set_output(2, DType::kF32, stat);
+  return Status::ok();
+}
+
+}  // namespace
+
+void register_norm_ops(OpRegistry& r) {
+  {
+    OpSchema s;
+    s.op_type = "LayerNormalization";
+    s.min_inputs = 2;
+    s.max_inputs = 3;
+    s.max_outputs = 3;
+    s.infer = [](InferContext& c) { return infer_norm(c, true); };
+    s.cost = [](const Graph& g, const Node& n) { return elementwise_cost(g, n, 8.0); };
+    r.add(std::move(s));
+  }
+  {
+    OpSchema s;
+    s.domain = kOasesDomain;
+    s.op_type = "RMSNormalization";
+    s.doc = "x / sqrt(mean(x^2) + epsilon) * scale";
+    s.min_inputs = 2;
+    s.max_inputs = 2;
+    s.max_outputs = 2;  // y, inverse rms
+    s.infer = [](InferContext& c) { return infer_norm(c, false); };
+    s.cost = [](const Graph& g, const Node& n) { return elementwise_cost(g, n, 5.0); };
+    r.add(std::move(s));
+  }
+}
+
+}  // namespace oases

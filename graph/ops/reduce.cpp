@@ -1,0 +1,85 @@
+// Reductions. Canonical form: axes in the "axes" attribute (ReduceSum takes them as an input
+// from opset 13, the others from opset 18), keepdims, noop_with_empty_axes; empty axes reduce
+// everything unless noop_with_empty_axes is set. ArgMax/ArgMin give int64 indices.
+#include "graph/ops/op_utils.h"
+
+namespace oases {
+
+using namespace ops;
+
+namespace {
+
+Status infer_reduce(InferContext& c) {
+  int64_t rank = c.rank(0);
+  std::vector<int64_t> axes = c.attrs().get_ints("axes");
+  bool keepdims = c.attrs().get_int("keepdims", 1) != 0;
+  bool noop = c.attrs().get_int("noop_with_empty_axes", 0) != 0;
+  if (axes.empty()) {
+    if (noop) {
+      c.set_output(0, c.dtype(0), c.shape(0));
+      return Status::ok();
+    }
+    for (int64_t i = 0; i < rank; ++i) axes.push_back(i);
+  }
+  OASES_ASSIGN_OR_RETURN(auto norm, normalize_axes(c, axes, rank));
+  c.node().attrs.set_ints("axes", norm);
+  Shape out;
+  for (int64_t i = 0; i < rank; ++i) {
+    bool reduced = std::find(norm.begin(), norm.end(), i) != norm.end();
+    if (!reduced) {
+      out.push_back(c.shape(0)[i]);
+    } else if (keepdims) {
+      out.push_back(1);
+    }
+  }
+  c.set_output(0, c.dtype(0), out);
+  return Status::ok();
+}
+
+}  // namespace
+
+void register_reduce_ops(OpRegistry& r) {
+  for (const char* op : {"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
+                         "ReduceSumSquare", "ReduceLogSum", "ReduceLogSumExp"}) {
+    OpSchema s;
+    s.op_type = op;
+    s.min_inputs = 1;
+    s.max_inputs = 2;
+    s.normalize = [](InferContext& c) -> Status {
+      if (c.has_input(1)) {
+        auto moved = operand_to_ints_attr(c, 1, "axes");
+        if (!moved) return moved.status();
+      }
+      trim_inputs(c);
+      return Status::ok();
+    };
+    s.infer = infer_reduce;
+    s.non_differentiable_inputs = {1};
+    s.cost = [](const Graph& g, const Node& n) {
+      return OpCost{static_cast<double>(g.value(n.inputs[0]).numel()), io_bytes(g, n)};
+    };
+    r.add(std::move(s));
+  }
+  for (const char* op : {"ArgMax", "ArgMin"}) {
+    OpSchema s;
+    s.op_type = op;
+    s.min_inputs = s.max_inputs = 1;
+    s.foldable = true;
+    s.infer = [](InferContext& c) {
+      int64_t axis = normalize_axis(c.attrs().get_int("axis", 0), c.rank(0));
+      if (axis < 0) return c.fail("axis {} out of range for rank {}", c.attrs().get_int("axis", 0), c.rank(0));
+      c.node().attrs.set_int("axis", axis);
+      Shape out = c.shape(0);
+      if (c.attrs().get_int("keepdims", 1)) {
+        out[axis] = 1;
+      } else {
+        out.erase(out.begin() + axis);
+      }
+      c.set_output(0, DType::kI64, out);
+      return Status::ok();
+    };
+    r.add(std::move(s));
+  }
+}
+
+}  // namespace oases

@@ -1,0 +1,26 @@
+// Softmax and LogSoftmax along one axis (opset 13 semantics: the axis alone, default -1).
+#include "graph/ops/op_utils.h"
+
+namespace oases {
+
+using namespace ops;
+
+void register_softmax_ops(OpRegistry& r) {
+  for (const char* op : {"Softmax", "LogSoftmax"}) {
+    OpSchema s;
+    s.op_type = op;
+    s.min_inputs = s.max_inputs = 1;
+    s.infer = [](InferContext& c) {
+      int64_t axis = normalize_axis(c.attrs().get_int("axis", -1), c.rank(0));
+      if (axis < 0) return c.fail("axis {} out of range for rank {}", c.attrs().get_int("axis", -1), c.rank(0));
+      if (!is_floating(c.dtype(0))) return c.fail("input must be floating, got {}", dtype_name(c.dtype(0)));
+      c.node().attrs.set_int("axis", axis);
+      c.set_output(0, c.dtype(0), c.shape(0));
+      return Status::ok();
+    };
+    s.cost = [](const Graph& g, const Node& n) { return elementwise_cost(g, n, 6.0); };
+    r.add(std::move(s));
+  }
+}
+
+}  // namespace oases

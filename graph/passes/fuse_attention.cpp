@@ -1,0 +1,189 @@
+// Fuses scaled-dot-product attention as exporters write it into oases.Attention:
+//   S = MatMul(q·c1, kᵀ·c2) [· c | / c] [+ additive mask] [Where(keep, S, -big)]  →  P = Softmax(S)
+//   O = MatMul(P, v)
+// A constant mask equal to the causal (lower-triangular) pattern becomes causal=1; any other mask
+// (additive float or boolean keep-mask) is passed as the fourth input. Scalar factors on q, k and
+// the scores multiply into `scale`.
+#include <cmath>
+
+#include "graph/op_registry.h"
+#include "graph/passes/pass.h"
+#include "graph/passes/pattern.h"
+
+namespace oases {
+
+using namespace pattern;
+
+namespace {
+
+constexpr double kVeryNegative = -1e4;
+
+// Is the constant `v` (bool keep-mask, or additive float mask when `additive`) the causal pattern
+// for scores [.., tq, tk] (query i sees keys j <= i + tk - tq)?
+bool is_causal_constant(const Graph& g, ValueId v, int64_t tq, int64_t tk, bool additive) {
+  const Value& val = g.value(v);
+  if (!val.is_constant() || val.shape.size() < 2) return false;
+  const Shape& s = val.shape;
+  if (s[s.size() - 2] != tq || s[s.size() - 1] != tk) return false;
+  if (val.numel() > (int64_t{1} << 26)) return false;
+  std::vector<double> d = val.constant.to_double();
+  int64_t mats = val.numel() / (tq * tk);
+  for (int64_t m = 0; m < mats; ++m) {
+    for (int64_t i = 0; i < tq; ++i) {
+      for (int64_t j = 0; j < tk; ++j) {
+        bool allowed = j <= i + tk - tq;
+        double x = d[static_cast<size_t>((m * tq + i) * tk + j)];
+        if (additive) {
+          if (allowed ? x != 0.0 : !(x <= kVeryNegative)) return false;
+        } else if ((x != 0.0) != allowed) {
+          return false;
+        }
+      }
+    }
+  }
+  return true;
+}
+
+bool broadcasts_to(const Shape& s, const Shape& target) {
+  auto b = broadcast_shapes(s, target);
+  return b && *b == target;
+}
+
+class FuseAttentionPass : public Pass {
+ public:
+  std::string name() const override { return "fuse-attention"; }
+  Expected<PassReport> run(Graph& g) override {
+    PassReport rep{name()};
+    int n_causal = 0, n_masked = 0;
+    for (NodeId id : g.nodes()) {
+      if (!g.alive(id)) continue;
+      const Node& sm = g.node(id);
+      if (sm.op_type != "Softmax" || !is_default_domain(sm.domain)) continue;
+      const Shape& ss = g.value(sm.inputs[0]).shape;
+      if (ss.size() != 4 || sm.attrs.get_int("axis", -1) != 3) continue;
+      if (g.value(sm.inputs[0]).dtype != DType::kF32) continue;
+      const Node* pv = sole_consumer(g, sm.outputs[0]);
+      if (!pv || pv->op_type != "MatMul" || !is_default_domain(pv->domain) || pv->inputs[0] != sm.outputs[0]) continue;
+      ValueId v = pv->inputs[1];
+      int64_t tq = ss[2], tk = ss[3];
+
+      double scale = 1.0;
+      bool causal = false, ok = true;
+      ValueId mask = kNoId;
+      bool mask_keep_inverted = false;  // mask is a "fill where true" bool that needs a Not
+      ValueId s = sm.inputs[0];
+      const Node* qk = nullptr;
+      for (int steps = 0; steps < 8 && ok; ++steps) {
+        NodeId pid = g.value(s).producer;
+        if (pid == kNoId) {
+          ok = false;
+          break;
+        }
+        const Node& p = g.node(pid);
+        if (!is_default_domain(p.domain)) {
+          ok = false;
+        } else if (p.op_type == "MatMul") {
+          qk = &p;
+          break;
+        } else if (p.op_type == "Mul") {
+          int ci = scalar_constant(g, p.inputs[1]) ? 1 : (scalar_constant(g, p.inputs[0]) ? 0 : -1);
+          if (ci < 0) {
+            ok = false;
+          } else {
+            scale *= *scalar_constant(g, p.inputs[ci]);
+            s = p.inputs[1 - ci];
+          }
+        } else if (p.op_type == "Div") {
+          auto c = scalar_constant(g, p.inputs[1]);
+          if (!c || *c == 0) {
+            ok = false;
+          } else {
+            scale /= *c;
+            s = p.inputs[0];
+          }
+        } else if (p.op_type == "Add") {
+          int si = g.value(p.inputs[0]).shape == ss ? 0 : 1;
+          ValueId m = p.inputs[1 - si];
+          if (g.value(p.inputs[si]).shape != ss || !broadcasts_to(g.value(m).shape, ss)) {
+            ok = false;
+          } else if (is_causal_constant(g, m, tq, tk, true) && !causal) {
+            causal = true;
+          } else if (mask == kNoId && g.value(m).dtype == DType::kF32) {
+            mask = m;
+          } else {
+            ok = false;
+          }
+          s = p.inputs[si];
+        } else if (p.op_type == "Where") {
+          ValueId cond = p.inputs[0], a = p.inputs[1], b = p.inputs[2];
+          auto cb = scalar_constant(g, b), ca = scalar_constant(g, a);
+          bool keep_form = cb && *cb <= kVeryNegative && g.value(a).shape == ss;   // Where(keep, S, -big)
+          bool fill_form = ca && *ca <= kVeryNegative && g.value(b).shape == ss;   // Where(masked, -big, S)
+          if ((!keep_form && !fill_form) || !broadcasts_to(g.value(cond).shape, ss)) {
+            ok = false;
+          } else if (keep_form && is_causal_constant(g, cond, tq, tk, false) && !causal) {
+            causal = true;
+          } else if (mask == kNoId) {
+            mask = cond;
+            mask_keep_inverted = fill_form;
+          } else {
+            ok = false;
+          }
+          s = keep_form ? a : b;
+        } else {
+          ok = false;
+        }
+      }
+      if (!ok || !qk) continue;
+      ValueId q = qk->inputs[0], kt = qk->inputs[1];
+      if (const Node* m = producer_if(g, q, "Mul")) {
+        for (int i = 0; i < 2; ++i) {
+          if (auto c = scalar_constant(g, m->inputs[1 - i]); c && g.value(m->inputs[i]).shape == g.value(q).shape) {
+            scale *= *c;
+            q = m->inputs[i];
+            break;
+          }
+        }
+      }
+      if (const Node* m = producer_if(g, kt, "Mul")) {
+        for (int i = 0; i < 2; ++i) {
+          if (auto c = scalar_constant(g, m->inputs[1 - i]); c && g.value(m->inputs[i]).shape == g.value(kt).shape) {
+            scale *= *c;
+            kt = m->inputs[i];
+            break;
+          }
+        }
+      }
+      const Shape &qs = g.value(q).shape, &kts = g.value(kt).shape, &vs = g.value(v).shape;
+      if (qs.size() != 4 || kts.size() != 4 || vs.size() != 4) continue;
+      if (qs[3] != kts[2] || kts[3] != vs[2] || qs[0] != vs[0] || kts[1] != vs[1] || qs[1] % vs[1] != 0) continue;
+      if (g.value(q).dtype != DType::kF32 || g.value(v).dtype != DType::kF32) continue;
+      std::string base = sm.name;
+      ValueId k = g.add_value(g.unique_name(base + "_k"), DType::kF32, {kts[0], kts[1], kts[3], kts[2]}, true);
+      g.add_node("Transpose", {kt}, {k}, AttrMap{{"perm", Attribute::of_ints({0, 1, 3, 2})}}, g.unique_name(base + "_kT"));
+      std::vector<ValueId> ins{q, k, v};
+      if (mask != kNoId) {
+        if (mask_keep_inverted) {
+          ValueId keep = g.add_value(g.unique_name(base + "_keep"), DType::kBool, g.value(mask).shape, true);
+          g.add_node("Not", {mask}, {keep}, {}, g.unique_name(base + "_not"));
+          mask = keep;
+        }
+        ins.push_back(mask);
+        ++n_masked;
+      }
+      if (causal) ++n_causal;
+      AttrMap a{{"causal", Attribute::of_int(causal ? 1 : 0)}, {"scale", Attribute::of_float(static_cast<float>(scale))}};
+      g.add_node("Attention", ins, {pv->outputs[0]}, a, g.unique_name(base + "_attention"), kOasesDomain);
+      ++rep.count;
+    }
+    rep.changed = rep.count > 0;
+    rep.found = fmt::format("fused {} attention ({} causal, {} with a mask input)", rep.count, n_causal, n_masked);
+    return rep;
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Pass> make_fuse_attention_pass() { return std::make_unique<FuseAttentionPass>(); }
+
+}  // namespace oases

@@ -1,0 +1,520 @@
+#include "importer/onnx_import.h"
+
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <set>
+#include <unordered_map>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/io/zero_copy_stream_impl.h>
+#include <onnx/onnx_pb.h>
+
+#include "graph/op_registry.h"
+
+namespace fs = std::filesystem;
+
+namespace oases {
+
+namespace {
+
+constexpr uint64_t kMaxProtoBytes = (uint64_t{1} << 31) - 1;  // protobuf's hard limit
+
+Status parse_file(const std::string& path, google::protobuf::Message* msg, const char* what) {
+  std::error_code ec;
+  if (!fs::exists(path, ec)) return error("{}: no such file", path);
+  if (!fs::is_regular_file(path, ec)) return error("{}: not a regular file", path);
+  uint64_t size = fs::file_size(path, ec);
+  if (ec) return error("{}: cannot read its size: {}", path, ec.message());
+  if (size == 0) return error("{}: the file is empty, not {}", path, what);
+  if (size > kMaxProtoBytes) {
+    return error("{}: {} bytes is over protobuf's 2 GiB limit; store the weights as external data", path, size);
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return error("{}: cannot open for reading", path);
+  google::protobuf::io::IstreamInputStream zin(&in);
+  google::protobuf::io::CodedInputStream cin(&zin);
+  cin.SetTotalBytesLimit(static_cast<int>(kMaxProtoBytes));
+  if (!msg->ParseFromCodedStream(&cin) || !cin.ConsumedEntireMessage()) {
+    return error("{}: not {} (protobuf parsing failed: the file is truncated or of another kind)", path, what);
+  }
+  return Status::ok();
+}
+
+// Resolves an external-data location against the model folder; it must stay inside.
+Expected<std::string> confined_path(const std::string& base_dir, const std::string& location, const std::string& what) {
+  if (base_dir.empty()) return error("{}: external data '{}' but the model has no folder to read it from", what, location);
+  fs::path loc(location);
+  if (location.empty()) return error("{}: external data has an empty location", what);
+  if (loc.is_absolute()) return error("{}: external data path '{}' is absolute; it must be relative to the model's folder", what, location);
+  std::error_code ec;
+  fs::path base = fs::weakly_canonical(fs::path(base_dir), ec);
+  if (ec) return error("{}: cannot resolve the model folder '{}'", what, base_dir);
+  fs::path full = fs::weakly_canonical(base / loc, ec);
+  if (ec) return error("{}: cannot resolve external data path '{}'", what, location);
+  auto [bend, fend] = std::mismatch(base.begin(), base.end(), full.begin(), full.end());
+  if (bend != base.end()) {
+    return error("{}: external data path '{}' leaves the model's folder '{}'", what, location, base.string());
+  }
+  return full.string();
+}
+
+DType checked_dtype(int t, const std::string& what, Status* st) {
+  DType d = dtype_from_onnx(t);
+  if (d == DType::kUndefined) *st = error("{}: unsupported data type {} (ONNX TensorProto.DataType)", what, t);
+  return d;
+}
+
+std::string attr_type_name(int t) {
+  switch (t) {
+    case onnx::AttributeProto::GRAPH: return "graph";
+    case onnx::AttributeProto::GRAPHS: return "graphs";
+    case onnx::AttributeProto::SPARSE_TENSOR: return "sparse tensor";
+    case onnx::AttributeProto::TENSORS: return "tensors";
+    case onnx::AttributeProto::TYPE_PROTO: return "type";
+    default: return std::to_string(t);
+  }
+}
+
+}  // namespace
+
+Status read_model_proto(const std::string& path, onnx::ModelProto* model) {
+  return parse_file(path, model, "an ONNX model");
+}
+
+Expected<Tensor> tensor_from_proto(const onnx::TensorProto& tp, const std::string& base_dir, const std::string& what) {
+  Status st;
+  DType dt = checked_dtype(tp.data_type(), what, &st);
+  if (!st.is_ok()) return st;
+  Shape shape;
+  uint64_t numel = 1;
+  for (int64_t d : tp.dims()) {
+    if (d < 0) return error("{}: negative dimension {}", what, d);
+    shape.push_back(d);
+    if (d != 0 && numel > std::numeric_limits<uint64_t>::max() / static_cast<uint64_t>(d)) {
+      return error("{}: shape {} overflows", what, shape_str(shape));
+    }
+    numel *= static_cast<uint64_t>(d);
+  }
+  uint64_t bytes = numel * dtype_size(dt);
+  if (numel > 0 && bytes / numel != dtype_size(dt)) return error("{}: shape overflows", what);
+  if (bytes > kMaxTensorBytes) {
+    return error("{}: shape {} needs {} bytes, over the limit of {} bytes", what, shape_str(shape), bytes, kMaxTensorBytes);
+  }
+  if (tp.has_segment()) return error("{}: segmented tensors are not supported", what);
+
+  if (tp.data_location() == onnx::TensorProto::EXTERNAL) {
+    std::string location;
+    uint64_t offset = 0, length = bytes;
+    bool has_length = false;
+    for (const auto& kv : tp.external_data()) {
+      try {
+        if (kv.key() == "location") location = kv.value();
+        if (kv.key() == "offset") offset = std::stoull(kv.value());
+        if (kv.key() == "length") {
+          length = std::stoull(kv.value());
+          has_length = true;
+        }
+      } catch (const std::exception&) {
+        return error("{}: external data field '{}' has a bad value '{}'", what, kv.key(), kv.value());
+      }
+    }
+    OASES_ASSIGN_OR_RETURN(std::string path, confined_path(base_dir, location, what));
+    if (has_length && length != bytes) {
+      return error("{}: external data length {} does not match shape {} of {} ({} bytes)", what, length, shape_str(shape),
+                   dtype_name(dt), bytes);
+    }
+    std::error_code ec;
+    if (!fs::is_regular_file(path, ec)) return error("{}: external data file '{}' does not exist", what, location);
+    uint64_t fsize = fs::file_size(path, ec);
+    if (offset > fsize || bytes > fsize - offset) {
+      return error("{}: external data file '{}' has {} bytes, the tensor needs {} at offset {}", what, location, fsize, bytes, offset);
+    }
+    std::string w = what;
+    return Tensor::lazy(dt, shape, [path, offset, w, location](void* dst, size_t n) -> Status {
+      std::ifstream f(path, std::ios::binary);
+      if (!f) return error("{}: cannot open external data file '{}'", w, location);
+      f.seekg(static_cast<std::streamoff>(offset));
+      f.read(static_cast<char*>(dst), static_cast<std::streamsize>(n));
+      if (static_cast<size_t>(f.gcount()) != n) return error("{}: external data file '{}' is shorter than expected", w, location);
+      return Status::ok();
+    });
+  }
+
+  Tensor t(dt, shape);
+  if (tp.has_raw_data()) {
+    if (tp.raw_data().size() != bytes) {
+      return error("{}: raw_data has {} bytes, shape {} of {} needs {}", what, tp.raw_data().size(), shape_str(shape),
+                   dtype_name(dt), bytes);
+    }
+    if (bytes) std::memcpy(t.raw_mutable(), tp.raw_data().data(), bytes);
+    return t;
+  }
+  auto count_error = [&](int64_t have) {
+    return error("{}: has {} values, shape {} needs {}", what, have, shape_str(shape), numel);
+  };
+  void* dst = bytes ? t.raw_mutable() : nullptr;
+  switch (dt) {
+    case DType::kF32:
+      if (static_cast<uint64_t>(tp.float_data_size()) != numel) return count_error(tp.float_data_size());
+      if (bytes) std::memcpy(dst, tp.float_data().data(), bytes);
+      break;
+    case DType::kF64:
+      if (static_cast<uint64_t>(tp.double_data_size()) != numel) return count_error(tp.double_data_size());
+      if (bytes) std::memcpy(dst, tp.double_data().data(), bytes);
+      break;
+    case DType::kI64:
+      if (static_cast<uint64_t>(tp.int64_data_size()) != numel) return count_error(tp.int64_data_size());
+      if (bytes) std::memcpy(dst, tp.int64_data().data(), bytes);
+      break;
+    case DType::kU32:
+    case DType::kU64:
+      if (static_cast<uint64_t>(tp.uint64_data_size()) != numel) return count_error(tp.uint64_data_size());
+      for (uint64_t i = 0; i < numel; ++i) {
+        if (dt == DType::kU32) {
+          static_cast<uint32_t*>(dst)[i] = static_cast<uint32_t>(tp.uint64_data(static_cast<int>(i)));
+        } else {
+          static_cast<uint64_t*>(dst)[i] = tp.uint64_data(static_cast<int>(i));
+        }
+      }
+      break;
+    default:  // int32, int16, int8, uint8, uint16, bool, float16 and bfloat16 bits live in int32_data
+      if (static_cast<uint64_t>(tp.int32_data_size()) != numel) return count_error(tp.int32_data_size());
+      for (uint64_t i = 0; i < numel; ++i) {
+        int32_t v = tp.int32_data(static_cast<int>(i));
+        switch (dt) {
+          case DType::kI32: static_cast<int32_t*>(dst)[i] = v; break;
+          case DType::kI16: static_cast<int16_t*>(dst)[i] = static_cast<int16_t>(v); break;
+          case DType::kI8: static_cast<int8_t*>(dst)[i] = static_cast<int8_t>(v); break;
+          case DType::kU8: static_cast<uint8_t*>(dst)[i] = static_cast<uint8_t>(v); break;
+          case DType::kBool: static_cast<uint8_t*>(dst)[i] = v != 0; break;
+          default: static_cast<uint16_t*>(dst)[i] = static_cast<uint16_t>(v); break;
+        }
+      }
+  }
+  return t;
+}
+
+Expected<std::pair<std::string, Tensor>> read_tensor_file(const std::string& path) {
+  onnx::TensorProto tp;
+  OASES_RETURN_IF_ERROR(parse_file(path, &tp, "a TensorProto file"));
+  std::string dir = fs::path(path).parent_path().string();
+  OASES_ASSIGN_OR_RETURN(Tensor t, tensor_from_proto(tp, dir, path));
+  OASES_RETURN_IF_ERROR(t.load().with_context(path));
+  return std::make_pair(tp.name(), t);
+}
+
+void tensor_to_proto(const Tensor& t, const std::string& name, onnx::TensorProto* tp) {
+  tp->Clear();
+  tp->set_name(name);
+  tp->set_data_type(dtype_to_onnx(t.dtype()));
+  for (int64_t d : t.shape()) tp->add_dims(d);
+  tp->set_raw_data(t.nbytes() ? std::string(static_cast<const char*>(t.raw()), t.nbytes()) : std::string());
+}
+
+Status write_tensor_file(const Tensor& t, const std::string& name, const std::string& path) {
+  onnx::TensorProto tp;
+  tensor_to_proto(t, name, &tp);
+  std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) return error("{}: cannot open for writing", path);
+    if (!tp.SerializeToOstream(&out)) return error("{}: write failed", path);
+    out.flush();
+    if (!out) return error("{}: write failed", path);
+  }
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  if (ec) return error("{}: cannot rename the temporary file: {}", path, ec.message());
+  return Status::ok();
+}
+
+namespace {
+
+// Expands calls of model-local functions (the dynamo exporter may write them) into their bodies.
+class FunctionInliner {
+ public:
+  explicit FunctionInliner(const onnx::ModelProto& m) {
+    for (const auto& f : m.functions()) funcs_[{f.domain(), f.name()}] = &f;
+  }
+  bool empty() const { return funcs_.empty(); }
+
+  Status expand(const onnx::NodeProto& n, std::vector<onnx::NodeProto>* out, int depth) {
+    auto it = funcs_.find({n.domain(), n.op_type()});
+    if (it == funcs_.end()) {
+      out->push_back(n);
+      return Status::ok();
+    }
+    if (depth > 32) return error("node '{}': local functions nest deeper than 32 (recursion?)", n.name());
+    const onnx::FunctionProto& f = *it->second;
+    std::string prefix = (n.name().empty() ? f.name() : n.name()) + "/";
+    std::unordered_map<std::string, std::string> rename;
+    for (int i = 0; i < f.input_size(); ++i) rename[f.input(i)] = i < n.input_size() ? n.input(i) : "";
+    for (int i = 0; i < f.output_size(); ++i) rename[f.output(i)] = i < n.output_size() ? n.output(i) : "";
+    std::unordered_map<std::string, const onnx::AttributeProto*> call_attrs;
+    for (const auto& a : n.attribute()) call_attrs[a.name()] = &a;
+    auto mapped = [&](const std::string& name) -> std::string {
+      if (name.empty()) return name;
+      auto r = rename.find(name);
+      if (r != rename.end()) return r->second;
+      return prefix + name;
+    };
+    for (const auto& body : f.node()) {
+      onnx::NodeProto c = body;
+      c.set_name(prefix + (body.name().empty() ? body.op_type() : body.name()));
+      for (int i = 0; i < c.input_size(); ++i) c.set_input(i, mapped(body.input(i)));
+      for (int i = 0; i < c.output_size(); ++i) c.set_output(i, mapped(body.output(i)));
+      c.clear_attribute();
+      for (const auto& a : body.attribute()) {
+        if (!a.ref_attr_name().empty()) {
+          auto r = call_attrs.find(a.ref_attr_name());
+          if (r == call_attrs.end()) continue;  // optional attribute not given
+          onnx::AttributeProto* na = c.add_attribute();
+          *na = *r->second;
+          na->set_name(a.name());
+        } else {
+          *c.add_attribute() = a;
+        }
+      }
+      OASES_RETURN_IF_ERROR(expand(c, out, depth + 1));
+    }
+    return Status::ok();
+  }
+
+ private:
+  std::map<std::pair<std::string, std::string>, const onnx::FunctionProto*> funcs_;
+};
+
+Expected<Attribute> convert_attribute(const onnx::AttributeProto& a, const std::string& what) {
+  switch (a.type()) {
+    case onnx::AttributeProto::INT: return Attribute::of_int(a.i());
+    case onnx::AttributeProto::FLOAT: return Attribute::of_float(a.f());
+    case onnx::AttributeProto::STRING: return Attribute::of_string(a.s());
+    case onnx::AttributeProto::INTS: return Attribute::of_ints({a.ints().begin(), a.ints().end()});
+    case onnx::AttributeProto::FLOATS: return Attribute::of_floats({a.floats().begin(), a.floats().end()});
+    case onnx::AttributeProto::STRINGS: return Attribute::of_strings({a.strings().begin(), a.strings().end()});
+    case onnx::AttributeProto::TENSOR: {
+      OASES_ASSIGN_OR_RETURN(Tensor t, tensor_from_proto(a.t(), "", what + " attribute '" + a.name() + "'"));
+      return Attribute::of_tensor(t);
+    }
+    default:
+      return error("{}: attribute '{}' of type {} is not supported (control flow and sparse tensors are out of scope)", what,
+                   a.name(), attr_type_name(a.type()));
+  }
+}
+
+}  // namespace
+
+Expected<Graph> import_onnx_model(const onnx::ModelProto& model, const std::string& base_dir, const ImportOptions& opts) {
+  Graph g;
+  if (!model.has_ir_version()) return Status::error("the model has no IR version; is it an ONNX model?");
+  if (model.ir_version() < kMinIrVersion || model.ir_version() > kMaxIrVersion) {
+    return error("IR version {} is outside the supported range {}–{}", model.ir_version(), kMinIrVersion, kMaxIrVersion);
+  }
+  if (!model.has_graph()) return Status::error("the model has no graph");
+  g.ir_version = model.ir_version();
+  g.producer_name = model.producer_name();
+  g.producer_version = model.producer_version();
+  for (const auto& op : model.opset_import()) {
+    std::string d = op.domain() == "ai.onnx" ? "" : op.domain();
+    g.opset_imports[d] = op.version();
+  }
+  if (!g.opset_imports.count("")) return Status::error("the model imports no opset of the default ONNX domain");
+  int64_t opset = g.opset_imports[""];
+  if (opset < kMinOpset || opset > kMaxOpset) {
+    return error("opset {} of the default domain is outside the supported range {}–{}", opset, kMinOpset, kMaxOpset);
+  }
+  const onnx::GraphProto& gp = model.graph();
+  g.name = gp.name();
+
+  // Initializers.
+  std::set<std::string> init_names;
+  for (const auto& tp : gp.initializer()) {
+    if (tp.name().empty()) return Status::error("an initializer has no name");
+    if (!init_names.insert(tp.name()).second) return error("initializer '{}' is defined twice", tp.name());
+    OASES_ASSIGN_OR_RETURN(Tensor t, tensor_from_proto(tp, base_dir, "initializer '" + tp.name() + "'"));
+    g.add_initializer(tp.name(), t);
+  }
+  if (gp.sparse_initializer_size() > 0) return Status::error("sparse initializers are not supported");
+
+  // Inputs, with symbolic dimensions bound.
+  std::set<std::string> seen_shape_bindings;
+  for (const auto& vi : gp.input()) {
+    if (init_names.count(vi.name())) continue;  // an initializer listed as input (IR < 4)
+    if (!vi.type().has_tensor_type()) return error("input '{}' is not a tensor (sequences and maps are not supported)", vi.name());
+    const auto& tt = vi.type().tensor_type();
+    Status st;
+    DType dt = checked_dtype(tt.elem_type(), "input '" + vi.name() + "'", &st);
+    if (!st.is_ok()) return st;
+    Shape shape;
+    std::vector<std::string> names;
+    auto sb = opts.input_shapes.find(vi.name());
+    if (!tt.has_shape()) {
+      if (sb == opts.input_shapes.end()) return error("input '{}' has no shape; give it with --shape {}=d0,d1,...", vi.name(), vi.name());
+    }
+    if (sb != opts.input_shapes.end()) {
+      seen_shape_bindings.insert(vi.name());
+      shape = sb->second;
+      if (tt.has_shape() && tt.shape().dim_size() != static_cast<int>(shape.size())) {
+        return error("--shape {} gives rank {}, the model's input has rank {}", vi.name(), shape.size(), tt.shape().dim_size());
+      }
+      for (int i = 0; tt.has_shape() && i < tt.shape().dim_size(); ++i) {
+        const auto& d = tt.shape().dim(i);
+        if (d.has_dim_value() && d.dim_value() != shape[i]) {
+          return error("--shape {} sets dim {} to {}, the model fixes it at {}", vi.name(), i, shape[i], d.dim_value());
+        }
+        names.push_back(d.has_dim_param() ? d.dim_param() : "");
+      }
+    } else {
+      for (int i = 0; i < tt.shape().dim_size(); ++i) {
+        const auto& d = tt.shape().dim(i);
+        if (d.has_dim_value()) {
+          if (d.dim_value() < 0) return error("input '{}' dim {} is negative", vi.name(), i);
+          shape.push_back(d.dim_value());
+          names.push_back("");
+        } else if (d.has_dim_param() && !d.dim_param().empty()) {
+          auto b = opts.dims.find(d.dim_param());
+          if (b == opts.dims.end()) {
+            if (opts.require_bound_dims) {
+              return error("input '{}' dim {} is the symbolic dimension '{}'; bind it with --dim {}=N or --shape {}=...",
+                           vi.name(), i, d.dim_param(), d.dim_param(), vi.name());
+            }
+            shape.push_back(-1);
+          } else {
+            shape.push_back(b->second);
+          }
+          names.push_back(d.dim_param());
+        } else {
+          if (opts.require_bound_dims) {
+            return error("input '{}' dim {} has no size and no name; give the shape with --shape {}=d0,d1,...", vi.name(), i, vi.name());
+          }
+          shape.push_back(-1);
+          names.push_back("?");
+        }
+      }
+    }
+    for (int64_t d : shape) {
+      if (d < -1) return error("input '{}' has a negative dimension", vi.name());
+    }
+    if (g.find_value(vi.name()) != kNoId) return error("input '{}' is defined twice", vi.name());
+    ValueId v = g.add_input(vi.name(), dt, shape);
+    g.value(v).dim_names = names;
+  }
+  for (const auto& [name, shape] : opts.input_shapes) {
+    if (!seen_shape_bindings.count(name)) return error("--shape names '{}', which is not an input of the model", name);
+  }
+
+  // Nodes (model-local functions expanded).
+  std::vector<onnx::NodeProto> nodes;
+  FunctionInliner inliner(model);
+  for (const auto& n : gp.node()) OASES_RETURN_IF_ERROR(inliner.expand(n, &nodes, 0));
+
+  auto value_for = [&](const std::string& name) -> ValueId {
+    ValueId v = g.find_value(name);
+    return v != kNoId ? v : g.add_value(name);
+  };
+  std::set<std::string> node_names;
+  for (size_t idx = 0; idx < nodes.size(); ++idx) {
+    const onnx::NodeProto& np = nodes[idx];
+    std::string nname = np.name().empty() ? fmt::format("{}_{}", np.op_type(), idx) : np.name();
+    if (!node_names.insert(nname).second) nname = fmt::format("{}_{}", nname, idx);
+    std::string what = fmt::format("[{}] node '{}'", np.op_type(), nname);
+    AttrMap attrs;
+    for (const auto& a : np.attribute()) {
+      OASES_ASSIGN_OR_RETURN(Attribute attr, convert_attribute(a, what));
+      attrs.set(a.name(), attr);
+    }
+    std::vector<ValueId> ins, outs;
+    for (const auto& in : np.input()) ins.push_back(in.empty() ? kNoId : value_for(in));
+    for (const auto& out : np.output()) {
+      if (out.empty()) {
+        outs.push_back(kNoId);
+        continue;
+      }
+      ValueId v = value_for(out);
+      const Value& val = g.value(v);
+      if (val.producer != kNoId || val.is_input || val.is_initializer) {
+        return error("{}: output '{}' is already defined elsewhere (the graph is not in SSA form)", what, out);
+      }
+      outs.push_back(v);
+    }
+    std::string domain = np.domain() == "ai.onnx" ? "" : np.domain();
+    NodeId id = g.add_node(np.op_type(), ins, outs, attrs, nname, domain);
+    auto oi = g.opset_imports.find(domain);
+    g.node(id).opset = oi == g.opset_imports.end() ? 0 : static_cast<int>(oi->second);
+  }
+  for (const auto& vi : gp.output()) {
+    ValueId v = g.find_value(vi.name());
+    if (v == kNoId) return error("graph output '{}' is produced by no node", vi.name());
+    g.add_output(v);
+  }
+  if (g.outputs().empty()) return Status::error("the graph has no outputs");
+
+  // Every value read must be defined somewhere; unsupported ops are listed all at once later.
+  for (NodeId id : g.nodes()) {
+    const Node& n = g.node(id);
+    for (ValueId v : n.inputs) {
+      if (v == kNoId) continue;
+      const Value& val = g.value(v);
+      if (val.producer == kNoId && !val.is_input && !val.is_constant()) {
+        return error("{} reads '{}', which no node, input or initializer defines", n.describe(), val.name);
+      }
+    }
+  }
+  auto order = g.topo_order();
+  if (!order) return order.status();
+  return g;
+}
+
+Expected<Graph> import_onnx_file(const std::string& path, const ImportOptions& opts) {
+  onnx::ModelProto model;
+  OASES_RETURN_IF_ERROR(read_model_proto(path, &model));
+  std::string dir = fs::path(path).parent_path().string();
+  if (dir.empty()) dir = ".";
+  auto g = import_onnx_model(model, dir, opts);
+  if (!g) return g.status().with_context(path);
+  g->source_path = path;
+  return g;
+}
+
+Status parse_dim_binding(const std::string& text, ImportOptions* opts) {
+  auto eq = text.find('=');
+  if (eq == std::string::npos || eq == 0) return error("--dim '{}' must look like NAME=N", text);
+  try {
+    size_t used = 0;
+    int64_t v = std::stoll(text.substr(eq + 1), &used);
+    if (used != text.size() - eq - 1 || v < 0) throw std::invalid_argument("bad");
+    opts->dims[text.substr(0, eq)] = v;
+  } catch (const std::exception&) {
+    return error("--dim '{}': '{}' is not a non-negative integer", text, text.substr(eq + 1));
+  }
+  return Status::ok();
+}
+
+Status parse_shape_binding(const std::string& text, ImportOptions* opts) {
+  auto eq = text.find('=');
+  if (eq == std::string::npos || eq == 0) return error("--shape '{}' must look like INPUT=d0,d1,...", text);
+  Shape s;
+  std::string rest = text.substr(eq + 1);
+  size_t pos = 0;
+  while (pos <= rest.size() && !rest.empty()) {
+    size_t comma = rest.find(',', pos);
+    std::string tok = rest.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    try {
+      size_t used = 0;
+      int64_t v = std::stoll(tok, &used);
+      if (used != tok.size() || v < 0) throw std::invalid_argument("bad");
+      s.push_back(v);
+    } catch (const std::exception&) {
+      return error("--shape '{}': '{}' is not a non-negative integer", text, tok);
+    }
+    if (comma == std::string::npos) break;
+    pos = comma + 1;
+  }
+  opts->input_shapes[text.substr(0, eq)] = s;
+  return Status::ok();
+}
+
+}  // namespace oases

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Installs what Oases needs on Debian 12. Idempotent: packages already present are skipped.
+set -euo pipefail
+
+PKGS=(
+  build-essential cmake ninja-build pkg-config git
+  libonnx-dev python3-onnx libonnx-testdata
+  libprotobuf-dev protobuf-compiler
+  libboost-graph-dev
+  libgtest-dev googletest libgmock-dev
+  libopenmpi-dev openmpi-bin
+  libopenblas-dev
+  nlohmann-json3-dev libcli11-dev libfmt-dev
+  coinor-libcbc-dev libglpk-dev
+  libbenchmark-dev graphviz
+  python3-numpy
+)
+# Optional extras: PyTorch for references and benchmarks, a headless browser for plan screenshots.
+EXTRA=(python3-torch chromium)
+
+missing=()
+for p in "${PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [[ ${#missing[@]} -gt 0 ]]; then
+  SUDO=""; [[ $(id -u) -ne 0 ]] && SUDO="sudo"
+  echo "setup: installing ${missing[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+else
+  echo "setup: all required Debian packages present"
+fi
+
+if [[ "${OASES_SETUP_EXTRA:-0}" == "1" ]]; then
+  missing=()
+  for p in "${EXTRA[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  if [[ ${#missing[@]} -gt 0 ]]; then
+    SUDO=""; [[ $(id -u) -ne 0 ]] && SUDO="sudo"
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  fi
+fi

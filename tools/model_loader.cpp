@@ -1,0 +1,72 @@
+#include "tools/model_loader.h"
+
+#include <cstdio>
+
+#include "executor/executor.h"
+
+namespace oases {
+
+Expected<LoadedModel> load_model(const std::string& path, const ImportOptions& opts) {
+  LoadedModel m;
+  OASES_ASSIGN_OR_RETURN(m.raw, import_onnx_file(path, opts));
+  Status sup = check_supported(m.raw);
+  if (!sup.is_ok()) return sup.with_context(path);
+  m.graph = m.raw;
+  static CpuEvaluator evaluator;
+  FoldOptions fold;
+  fold.evaluator = &evaluator;
+  auto reports = run_canonical_pipeline(m.graph, fold);
+  if (!reports) return reports.status().with_context(path);
+  m.reports = *reports;
+  return m;
+}
+
+void BindingFlags::add_to(CLI::App& app) {
+  app.add_option("--dim", dims, "Bind a symbolic dimension, NAME=N (repeatable)");
+  app.add_option("--shape", shapes, "Fix an input's shape, INPUT=d0,d1,... (repeatable)");
+}
+
+Status BindingFlags::apply(ImportOptions* opts) const {
+  for (const auto& d : dims) OASES_RETURN_IF_ERROR(parse_dim_binding(d, opts));
+  for (const auto& s : shapes) OASES_RETURN_IF_ERROR(parse_shape_binding(s, opts));
+  return Status::ok();
+}
+
+int fail_with(const Status& s) {
+  std::fprintf(stderr, "error: %s\n", s.message().c_str());
+  return 2;
+}
+
+int run_tool(const std::function<int()>& body) {
+  try {
+    return body();
+  } catch (const OasesError& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "error: out of memory\n");
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+  }
+  return 2;
+}
+
+int parse_cli(CLI::App& app, int argc, char** argv) {
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    std::printf("%s", app.help().c_str());
+    return 0;
+  } catch (const CLI::CallForAllHelp& e) {
+    std::printf("%s", app.help("", CLI::AppFormatMode::All).c_str());
+    return 0;
+  } catch (const CLI::CallForVersion& e) {
+    std::printf("%s\n", e.what());
+    return 0;
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 2;
+  }
+  return -1;
+}
+
+}  // namespace oases

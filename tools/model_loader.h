@@ -1,0 +1,38 @@
+// Shared by the oases-* tools: loading a model into a canonical graph, the common command-line
+// options, and the error convention (one line `error: …`, exit code 2).
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "graph/passes/pass.h"
+#include "importer/onnx_import.h"
+
+namespace oases {
+
+struct LoadedModel {
+  Graph raw;        // as imported (before passes)
+  Graph graph;      // canonical
+  std::vector<PassReport> reports;
+};
+
+// Imports `path` and runs the canonical pipeline (constant folding with the CPU kernels).
+Expected<LoadedModel> load_model(const std::string& path, const ImportOptions& opts);
+
+// --dim NAME=N and --shape INPUT=d0,d1 (repeatable).
+struct BindingFlags {
+  std::vector<std::string> dims, shapes;
+  void add_to(CLI::App& app);
+  Status apply(ImportOptions* opts) const;
+};
+
+// Runs a tool's body: OasesError and other exceptions become `error: …` with exit code 2.
+int run_tool(const std::function<int()>& body);
+int fail_with(const Status& s);  // prints `error: <message>`, returns 2
+// Parses the command line; parse errors print `error: …` and give 2, --help gives 0. Returns -1 to go on.
+int parse_cli(CLI::App& app, int argc, char** argv);
+
+}  // namespace oases
