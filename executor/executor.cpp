@@ -14,6 +14,7 @@ const CpuKernelRegistry& CpuKernelRegistry::global() {
     register_cpu_elementwise(r);
     register_cpu_layout(r);
     register_cpu_nn(r);
+    register_cpu_grad(r);
     return r;
   }();
   return reg;
@@ -142,6 +143,11 @@ Expected<std::vector<Tensor>> Executor::run(const std::map<std::string, Tensor>&
   std::vector<Tensor> outs;
   for (ValueId v : g.outputs()) outs.push_back(read(v));
   return outs;
+}
+
+TensorView Executor::view(ValueId v) const {
+  const Value& val = prog_.graph.value(v);
+  return TensorView{val.dtype, val.shape, ptr_of(v)};
 }
 
 Tensor Executor::read(ValueId v) const {

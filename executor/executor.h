@@ -47,6 +47,10 @@ class Executor {
   Tensor read(ValueId v) const;
 
   const Graph& graph() const { return prog_.graph; }
+  // Storage of a constant (a parameter): the optimizer and tests update it in place.
+  Tensor& constant_storage(ValueId v) { return prog_.graph.value(v).constant; }
+  // A value's current contents without copying (valid until the next run).
+  TensorView view(ValueId v) const;
   const Program& program() const { return prog_; }
   RunState& state() { return state_; }
   // Per-node wall time of the last run, when profiling is on.

@@ -50,7 +50,7 @@ struct KernelContext {
 
 // Key of a dropout node's random stream for the current step and chunk (counter-based: the same
 // key gives the same mask, so recomputation replays it).
-uint64_t dropout_key(const RunState& s, const Node& n);
+uint64_t dropout_key(const RunState& s, const std::string& node_name);
 
 using CpuKernelFn = std::function<void(KernelContext&)>;
 
@@ -70,5 +70,6 @@ void register_cpu_elementwise(CpuKernelRegistry& r);
 void register_cpu_math(CpuKernelRegistry& r);
 void register_cpu_layout(CpuKernelRegistry& r);
 void register_cpu_nn(CpuKernelRegistry& r);
+void register_cpu_grad(CpuKernelRegistry& r);
 
 }  // namespace oases

@@ -27,6 +27,7 @@ const OpRegistry& OpRegistry::global() {
     register_attention_ops(r);
     register_loss_ops(r);
     register_misc_ops(r);
+    register_grad_ops(r);
     return r;
   }();
   return reg;

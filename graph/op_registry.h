@@ -126,5 +126,6 @@ void register_softmax_ops(OpRegistry& r);
 void register_attention_ops(OpRegistry& r);
 void register_loss_ops(OpRegistry& r);
 void register_misc_ops(OpRegistry& r);
+void register_grad_ops(OpRegistry& r);
 
 }  // namespace oases

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "executor/kernel_context.h"
+#include "kernels/cpu/nn.h"
 
 namespace oases::cpu {
 
@@ -51,5 +52,14 @@ inline std::vector<int64_t> promote_matrix(const Shape& s, bool is_a) {
   }
   return r;
 }
+
+// Shapes, mask and mask strides of an Attention (q at slot 0) or AttentionGrad (q at slot 1) node.
+struct AttentionArgs {
+  kernels::AttentionShape shape{};
+  const void* mask = nullptr;
+  bool mask_bool = false;
+  int64_t ms[4] = {0, 0, 0, 0};
+};
+AttentionArgs attention_args(const KernelContext& c, int q_slot);
 
 }  // namespace oases::cpu

@@ -111,9 +111,9 @@ inline uint64_t mix64(uint64_t x) {
 
 }  // namespace
 
-uint64_t dropout_key(const RunState& s, const Node& n) {
+uint64_t dropout_key(const RunState& s, const std::string& node_name) {
   uint64_t h = 1469598103934665603ull;
-  for (char ch : n.name) h = (h ^ static_cast<uint8_t>(ch)) * 1099511628211ull;
+  for (char ch : node_name) h = (h ^ static_cast<uint8_t>(ch)) * 1099511628211ull;
   return mix64(s.seed ^ mix64(h ^ mix64(s.step * 0x100000001b3ull + s.chunk)));
 }
 
@@ -367,7 +367,7 @@ void register_cpu_elementwise(CpuKernelRegistry& r) {
       return;
     }
     if (c.in[0].dtype != DType::kF32) c.fail("training-mode dropout supports float32 only");
-    uint64_t key = c.state ? dropout_key(*c.state, *c.node) : 0;
+    uint64_t key = c.state ? dropout_key(*c.state, c.node->name) : 0;
     const float* x = c.in[0].as<float>();
     float* y = c.out[0].as<float>();
     float scale = 1.f / (1.f - ratio);

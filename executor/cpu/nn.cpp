@@ -89,6 +89,30 @@ void loss_kernel(KernelContext& c, bool from_logits) {
   });
 }
 
+
+}  // namespace
+
+AttentionArgs cpu::attention_args(const KernelContext& c, int q_slot) {
+  const Shape &q = c.in[q_slot].shape, &kk = c.in[q_slot + 1].shape, &v = c.in[q_slot + 2].shape;
+  AttentionArgs a;
+  a.shape = k::AttentionShape{q[0], q[1], kk[1], q[2], kk[2], q[3], v[3], c.attrs().get_int("causal", 0) != 0,
+                              c.attrs().get_float("scale", 1.f / std::sqrt(static_cast<float>(q[3])))};
+  int mask_slot = q_slot == 0 ? 3 : 6;
+  if (c.has_input(mask_slot)) {
+    const Shape& m = c.in[mask_slot].shape;
+    std::vector<int64_t> st = contiguous_strides(m);
+    for (int d = 0; d < 4; ++d) {
+      int md = d - (4 - static_cast<int>(m.size()));
+      a.ms[d] = md < 0 || m[md] == 1 ? 0 : st[md];
+    }
+    a.mask = c.in[mask_slot].data;
+    a.mask_bool = c.in[mask_slot].dtype == DType::kBool;
+    if (!a.mask_bool && c.in[mask_slot].dtype != DType::kF32) c.fail("mask must be bool or float32");
+  }
+  return a;
+}
+
+namespace {
 }  // namespace
 
 void register_cpu_nn(CpuKernelRegistry& r) {
@@ -269,28 +293,11 @@ void register_cpu_nn(CpuKernelRegistry& r) {
   r.add("", "LayerNormalization", [norm](KernelContext& c) { norm(c, false); });
   r.add("oases", "RMSNormalization", [norm](KernelContext& c) { norm(c, true); });
   r.add("oases", "Attention", [](KernelContext& c) {
-    if (c.in[0].dtype != DType::kF32) c.fail("attention supports float32, got {}", dtype_name(c.in[0].dtype));
-    const Shape &q = c.in[0].shape, &kk = c.in[1].shape, &v = c.in[2].shape;
-    k::AttentionShape s{q[0], q[1], kk[1], q[2], kk[2], q[3], v[3], c.attrs().get_int("causal", 0) != 0,
-                        c.attrs().get_float("scale", 1.f / std::sqrt(static_cast<float>(q[3])))};
-    int64_t ms[4] = {0, 0, 0, 0};
-    const void* mask = nullptr;
-    bool mask_bool = false;
-    if (c.has_input(3)) {
-      const Shape& m = c.in[3].shape;
-      Shape full{q[0], q[1], q[2], kk[2]};
-      std::vector<int64_t> st = contiguous_strides(m);
-      for (int d = 0; d < 4; ++d) {
-        int md = d - (4 - static_cast<int>(m.size()));
-        ms[d] = md < 0 || m[md] == 1 ? 0 : st[md];
-      }
-      mask = c.in[3].data;
-      mask_bool = c.in[3].dtype == DType::kBool;
-      if (!mask_bool && c.in[3].dtype != DType::kF32) c.fail("mask must be bool or float32");
-    }
-    float* probs = c.out.size() > 1 && c.out[1].data ? c.out[1].as<float>() : nullptr;
-    k::attention_f32(s, c.in[0].as<float>(), c.in[1].as<float>(), c.in[2].as<float>(), mask, mask_bool, ms,
-                     c.out[0].as<float>(), probs);
+    AttentionArgs a = attention_args(c, 0);
+    float* lse = c.out.size() > 1 && c.out[1].data ? c.out[1].as<float>() : nullptr;
+    dispatch_float(c, c.in[0].dtype, [&]<class T>() {
+      k::attention<T>(a.shape, c.in[0].as<T>(), c.in[1].as<T>(), c.in[2].as<T>(), a.mask, a.mask_bool, a.ms, c.out[0].as<T>(), lse);
+    });
   });
   r.add("", "SoftmaxCrossEntropyLoss", [](KernelContext& c) { loss_kernel(c, true); });
   r.add("", "NegativeLogLikelihoodLoss", [](KernelContext& c) { loss_kernel(c, false); });

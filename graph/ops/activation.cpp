@@ -1,6 +1,7 @@
 // Activations with parameters, and the fused forms the canonicalising passes produce:
 // Gelu (ONNX 20; also the fused Erf and Tanh forms of older exports), oases.Silu (x·σ(x)) and
 // oases.SwiGLU (silu(gate) ⊙ up, LLaMA's MLP).
+#include "graph/autodiff.h"
 #include "graph/ops/op_utils.h"
 
 namespace oases {
@@ -58,6 +59,40 @@ void register_activation_ops(OpRegistry& r) {
     s.cost = [](const Graph& g, const Node& n) { return elementwise_cost(g, n, 6.0); };
     r.add(std::move(s));
   }
+
+  // --- gradient rules -------------------------------------------------------------------
+  for (const char* op : {"LeakyRelu", "Elu", "Selu", "Celu", "HardSigmoid", "HardSwish", "Mish", "ThresholdedRelu"}) {
+    r.find_mutable("", op)->grad = [op](GradContext& c) {
+      AttrMap a = c.attrs();
+      a.set_string("op", op);
+      c.add_grad(0, c.op("UnaryGrad", {c.grad_out(0), c.input(0), c.output(0)}, a, kOasesDomain));
+      return Status::ok();
+    };
+  }
+  r.find_mutable("", "Gelu")->grad = [](GradContext& c) {
+    c.add_grad(0, c.op("GeluGrad", {c.grad_out(0), c.input(0)},
+                       AttrMap{{"approximate", Attribute::of_string(c.attrs().get_string("approximate", "none"))}}, kOasesDomain));
+    return Status::ok();
+  };
+  r.find_mutable(kOasesDomain, "Silu")->grad = [](GradContext& c) {
+    c.add_grad(0, c.op("UnaryGrad", {c.grad_out(0), c.input(0), c.output(0)}, AttrMap{{"op", Attribute::of_string("Silu")}},
+                       kOasesDomain));
+    return Status::ok();
+  };
+  r.find_mutable(kOasesDomain, "SwiGLU")->grad = [](GradContext& c) {
+    auto d = c.op_n("SwiGLUGrad", {c.grad_out(0), c.input(0), c.input(1)}, 2, {}, kOasesDomain);
+    c.add_grad(0, d[0]);
+    c.add_grad(1, d[1]);
+    return Status::ok();
+  };
+  r.find_mutable("", "PRelu")->grad = [](GradContext& c) {
+    // y = x if x >= 0 else s·x
+    ValueId x = c.input(0), s = c.input(1), dy = c.grad_out(0);
+    ValueId pos = c.op("GreaterOrEqual", {x, c.scalar(0.0, c.dtype(x))});
+    if (c.needs(0)) c.add_grad(0, c.op("Where", {pos, dy, c.op("Mul", {dy, s})}));
+    if (c.needs(1)) c.add_grad(1, c.unbroadcast(c.op("Where", {pos, c.scalar(0.0, c.dtype(x)), c.op("Mul", {dy, x})}), c.shape(s)));
+    return Status::ok();
+  };
 }
 
 }  // namespace oases

@@ -4,6 +4,7 @@
 //   broadcastable to [B, H, Tq, Tk]; attrs: causal (0/1, lower-triangular aligned to the end),
 //   scale (default 1/sqrt(D)). H must be a multiple of Hkv (grouped-query attention).
 //   out [B, H, Tq, Dv].
+#include "graph/autodiff.h"
 #include "graph/ops/op_utils.h"
 
 #include <cmath>
@@ -19,6 +20,7 @@ void register_attention_ops(OpRegistry& r) {
   s.doc = "softmax(q k^T * scale + mask, causal) v";
   s.min_inputs = 3;
   s.max_inputs = 4;
+  s.max_outputs = 2;  // optional log-sum-exp of each query row [B, H, Tq] for the backward pass
   s.non_differentiable_inputs = {3};
   s.infer = [](InferContext& c) {
     const Shape &q = c.shape(0), &k = c.shape(1), &v = c.shape(2);
@@ -35,6 +37,7 @@ void register_attention_ops(OpRegistry& r) {
     }
     if (!c.attrs().has("scale")) c.node().attrs.set_float("scale", 1.0f / std::sqrt(static_cast<float>(q[3])));
     c.set_output(0, c.dtype(0), {q[0], q[1], q[2], v[3]});
+    if (c.has_output(1)) c.set_output(1, DType::kF32, {q[0], q[1], q[2]});
     return Status::ok();
   };
   s.cost = [](const Graph& g, const Node& n) {
@@ -47,6 +50,18 @@ void register_attention_ops(OpRegistry& r) {
     return OpCost{flops, io_bytes(g, n)};
   };
   r.add(std::move(s));
+
+  // --- gradient rule: recomputes the probabilities from q, k and the saved log-sum-exp ------
+  r.find_mutable(kOasesDomain, "Attention")->grad = [](GradContext& c) {
+    const Shape& q = c.shape(c.input(0));
+    ValueId lse = c.ensure_output(1, DType::kF32, {q[0], q[1], q[2]});
+    std::vector<ValueId> ins{c.grad_out(0), c.input(0), c.input(1), c.input(2), c.output(0), lse};
+    if (c.node().has_input(3)) ins.push_back(c.input(3));
+    AttrMap a{{"causal", Attribute::of_int(c.attrs().get_int("causal", 0))}, {"scale", Attribute::of_float(c.attrs().get_float("scale", 1.f))}};
+    auto d = c.op_n("AttentionGrad", ins, 3, a, kOasesDomain);
+    for (int i = 0; i < 3; ++i) c.add_grad(i, d[i]);
+    return Status::ok();
+  };
 }
 
 }  // namespace oases

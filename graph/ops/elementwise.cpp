@@ -1,5 +1,6 @@
 // Elementwise ops with numpy broadcasting: unary math, binary arithmetic, comparisons, logic,
 // Where, Clip, Cast, Identity.
+#include "graph/autodiff.h"
 #include "graph/ops/op_utils.h"
 
 namespace oases {
@@ -135,6 +136,115 @@ void register_elementwise_ops(OpRegistry& r) {
     };
     r.add(std::move(s));
   }
+
+  // --- gradient rules -------------------------------------------------------------------
+  auto set_grad = [&r](const char* op, std::function<Status(GradContext&)> fn) { r.find_mutable("", op)->grad = std::move(fn); };
+  set_grad("Identity", [](GradContext& c) {
+    c.add_grad(0, c.grad_out(0));
+    return Status::ok();
+  });
+  set_grad("Neg", [](GradContext& c) {
+    c.add_grad(0, c.op("Neg", {c.grad_out(0)}));
+    return Status::ok();
+  });
+  // unary ops whose derivative a fused kernel computes from x and/or y
+  for (const char* op : {"Exp", "Log", "Sqrt", "Reciprocal", "Tanh", "Sigmoid", "Relu", "Erf", "Sin", "Cos", "Abs",
+                         "Softplus", "Softsign"}) {
+    set_grad(op, [op](GradContext& c) {
+      c.add_grad(0, c.op("UnaryGrad", {c.grad_out(0), c.input(0), c.output(0)}, AttrMap{{"op", Attribute::of_string(op)}},
+                         kOasesDomain));
+      return Status::ok();
+    });
+  }
+  set_grad("Clip", [](GradContext& c) {
+    if (c.node().num_inputs() > 1) return c.fail("Clip with run-time min/max is not differentiable here");
+    AttrMap a{{"op", Attribute::of_string("Clip")}};
+    if (c.attrs().has("min")) a.set_float("min", c.attrs().get_float("min", 0));
+    if (c.attrs().has("max")) a.set_float("max", c.attrs().get_float("max", 0));
+    c.add_grad(0, c.op("UnaryGrad", {c.grad_out(0), c.input(0), c.output(0)}, a, kOasesDomain));
+    return Status::ok();
+  });
+  set_grad("Add", [](GradContext& c) {
+    for (int i = 0; i < 2; ++i) {
+      if (c.needs(i)) c.add_grad(i, c.unbroadcast(c.grad_out(0), c.shape(c.input(i))));
+    }
+    return Status::ok();
+  });
+  set_grad("Sub", [](GradContext& c) {
+    if (c.needs(0)) c.add_grad(0, c.unbroadcast(c.grad_out(0), c.shape(c.input(0))));
+    if (c.needs(1)) c.add_grad(1, c.unbroadcast(c.op("Neg", {c.grad_out(0)}), c.shape(c.input(1))));
+    return Status::ok();
+  });
+  set_grad("Mul", [](GradContext& c) {
+    for (int i = 0; i < 2; ++i) {
+      if (c.needs(i)) c.add_grad(i, c.unbroadcast(c.op("Mul", {c.grad_out(0), c.input(1 - i)}), c.shape(c.input(i))));
+    }
+    return Status::ok();
+  });
+  set_grad("Div", [](GradContext& c) {
+    ValueId dy = c.grad_out(0);
+    if (c.needs(0)) c.add_grad(0, c.unbroadcast(c.op("Div", {dy, c.input(1)}), c.shape(c.input(0))));
+    if (c.needs(1)) {
+      // d(a/b)/db = -y/b
+      ValueId t = c.op("Mul", {dy, c.op("Div", {c.output(0), c.input(1)})});
+      c.add_grad(1, c.unbroadcast(c.op("Neg", {t}), c.shape(c.input(1))));
+    }
+    return Status::ok();
+  });
+  set_grad("Pow", [](GradContext& c) {
+    ValueId a = c.input(0), b = c.input(1), dy = c.grad_out(0);
+    DType dt = c.dtype(a);
+    if (c.needs(0)) {
+      ValueId bb = c.dtype(b) == dt ? b : c.op("Cast", {b}, AttrMap{{"to", Attribute::of_int(dtype_to_onnx(dt))}});
+      ValueId pm1 = c.op("Pow", {a, c.op("Sub", {bb, c.scalar(1.0, dt)})});
+      c.add_grad(0, c.unbroadcast(c.op("Mul", {dy, c.op("Mul", {bb, pm1})}), c.shape(a)));
+    }
+    if (c.needs(1)) {
+      ValueId t = c.op("Mul", {dy, c.op("Mul", {c.output(0), c.op("Log", {a})})});
+      c.add_grad(1, c.unbroadcast(t, c.shape(b)));
+    }
+    return Status::ok();
+  });
+  for (const char* op : {"Sum", "Mean"}) {
+    bool mean = std::string(op) == "Mean";
+    set_grad(op, [mean](GradContext& c) {
+      ValueId dy = c.grad_out(0);
+      int n = c.node().num_inputs();
+      if (mean) dy = c.op("Div", {dy, c.scalar(n, c.dtype(dy))});
+      for (int i = 0; i < n; ++i) {
+        if (c.needs(i)) c.add_grad(i, c.unbroadcast(dy, c.shape(c.input(i))));
+      }
+      return Status::ok();
+    });
+  }
+  for (const char* op : {"Min", "Max"}) {
+    bool is_max = std::string(op) == "Max";
+    set_grad(op, [is_max](GradContext& c) {
+      int n = c.node().num_inputs();
+      if (n == 1) {
+        c.add_grad(0, c.grad_out(0));
+        return Status::ok();
+      }
+      if (n != 2) return c.fail("only one or two inputs are differentiable");
+      // ties go to the first input
+      ValueId first = c.op(is_max ? "GreaterOrEqual" : "LessOrEqual", {c.input(0), c.input(1)});
+      ValueId zero = c.scalar(0.0, c.dtype(c.grad_out(0)));
+      if (c.needs(0)) c.add_grad(0, c.unbroadcast(c.op("Where", {first, c.grad_out(0), zero}), c.shape(c.input(0))));
+      if (c.needs(1)) c.add_grad(1, c.unbroadcast(c.op("Where", {first, zero, c.grad_out(0)}), c.shape(c.input(1))));
+      return Status::ok();
+    });
+  }
+  set_grad("Where", [](GradContext& c) {
+    ValueId zero = c.scalar(0.0, c.dtype(c.grad_out(0)));
+    if (c.needs(1)) c.add_grad(1, c.unbroadcast(c.op("Where", {c.input(0), c.grad_out(0), zero}), c.shape(c.input(1))));
+    if (c.needs(2)) c.add_grad(2, c.unbroadcast(c.op("Where", {c.input(0), zero, c.grad_out(0)}), c.shape(c.input(2))));
+    return Status::ok();
+  });
+  set_grad("Cast", [](GradContext& c) {
+    DType in = c.dtype(c.input(0));
+    c.add_grad(0, c.op("Cast", {c.grad_out(0)}, AttrMap{{"to", Attribute::of_int(dtype_to_onnx(in))}}));
+    return Status::ok();
+  });
 }
 
 }  // namespace oases

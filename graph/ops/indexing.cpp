@@ -1,5 +1,6 @@
 // Indexing: Gather (embeddings), GatherElements, Trilu (causal masks), CumSum (position ids),
 // OneHot.
+#include "graph/autodiff.h"
 #include "graph/ops/op_utils.h"
 
 namespace oases {
@@ -117,6 +118,23 @@ void register_indexing_ops(OpRegistry& r) {
     };
     r.add(std::move(s));
   }
+
+  // --- gradient rules -------------------------------------------------------------------
+  r.find_mutable("", "Gather")->grad = [](GradContext& c) {
+    AttrMap a{{"axis", Attribute::of_int(c.attrs().get_int("axis", 0))}, {"data_shape", Attribute::of_ints(c.shape(c.input(0)))}};
+    c.add_grad(0, c.op("GatherGrad", {c.grad_out(0), c.input(1)}, a, kOasesDomain));
+    return Status::ok();
+  };
+  r.find_mutable("", "Trilu")->grad = [](GradContext& c) {
+    c.add_grad(0, c.op("Trilu", {c.grad_out(0)}, c.attrs()));
+    return Status::ok();
+  };
+  r.find_mutable("", "CumSum")->grad = [](GradContext& c) {
+    AttrMap a = c.attrs();
+    a.set_int("reverse", a.get_int("reverse", 0) ? 0 : 1);
+    c.add_grad(0, c.op("CumSum", {c.grad_out(0)}, a));
+    return Status::ok();
+  };
 }
 
 }  // namespace oases

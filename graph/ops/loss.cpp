@@ -2,6 +2,7 @@
 //   scores [N, C] or [N, C, d1, ...], labels [N] or [N, d1, ...] (int), optional class weights [C];
 //   reduction mean (default) | sum | none; ignore_index. Output 0 is the loss (a scalar unless
 //   reduction is none); SoftmaxCrossEntropyLoss's optional output 1 is the log-probabilities.
+#include "graph/autodiff.h"
 #include "graph/ops/op_utils.h"
 
 namespace oases {
@@ -41,6 +42,20 @@ void register_loss_ops(OpRegistry& r) {
     s.infer = infer_loss;
     s.cost = [](const Graph& g, const Node& n) { return OpCost{6.0 * static_cast<double>(g.value(n.inputs[0]).numel()), io_bytes(g, n)}; };
     r.add(std::move(s));
+  }
+
+  // --- gradient rules -------------------------------------------------------------------
+  for (const char* op : {"SoftmaxCrossEntropyLoss", "NegativeLogLikelihoodLoss"}) {
+    bool sce = std::string(op) == "SoftmaxCrossEntropyLoss";
+    r.find_mutable("", op)->grad = [sce](GradContext& c) {
+      if (c.grad_out(1) != kNoId) return c.fail("the gradient through the log-probability output is not supported");
+      AttrMap a{{"reduction", Attribute::of_string(c.attrs().get_string("reduction", "mean"))}};
+      if (c.attrs().has("ignore_index")) a.set_int("ignore_index", c.attrs().get_int("ignore_index", -100));
+      std::vector<ValueId> ins{c.grad_out(0), c.input(0), c.input(1)};
+      if (c.node().has_input(2)) ins.push_back(c.input(2));
+      c.add_grad(0, c.op(sce ? "SoftmaxCrossEntropyGrad" : "NLLLossGrad", ins, a, kOasesDomain));
+      return Status::ok();
+    };
   }
 }
 

@@ -1,5 +1,6 @@
 // MatMul (numpy semantics: 1-D operands promoted, batch dimensions broadcast) and Gemm
 // (Y = alpha·op(A)·op(B) + beta·C, C broadcast to [M, N]).
+#include "graph/autodiff.h"
 #include "graph/ops/op_utils.h"
 
 namespace oases {
@@ -75,6 +76,66 @@ void register_matmul_ops(OpRegistry& r) {
     };
     r.add(std::move(s));
   }
+
+  // --- gradient rules -------------------------------------------------------------------
+  // MatMul: dA = dY·Bᵀ, dB = Aᵀ·dY through oases.MatMulT (no transposed copies). A weight
+  // (rank-2 B under batched A) gets its gradient as one [batch·M, K]ᵀ x [batch·M, N] product.
+  r.find_mutable("", "MatMul")->grad = [](GradContext& c) {
+    ValueId a = c.input(0), b = c.input(1), dy = c.grad_out(0);
+    Shape sa = c.shape(a), sb = c.shape(b);
+    if (sa.size() == 1 || sb.size() == 1) {
+      // promote vectors to matrices, then reshape the gradients back
+      ValueId a2 = sa.size() == 1 ? c.op("Reshape", {a}, AttrMap{{"shape", Attribute::of_ints({1, sa[0]})}}) : a;
+      ValueId b2 = sb.size() == 1 ? c.op("Reshape", {b}, AttrMap{{"shape", Attribute::of_ints({sb[0], 1})}}) : b;
+      Shape sa2 = c.shape(a2), sb2 = c.shape(b2);
+      auto bs = broadcast_shapes(Shape(sa2.begin(), sa2.end() - 2), Shape(sb2.begin(), sb2.end() - 2));
+      Shape full = *bs;
+      full.push_back(sa2[sa2.size() - 2]);
+      full.push_back(sb2.back());
+      ValueId dy2 = c.op("Reshape", {dy}, AttrMap{{"shape", Attribute::of_ints(full)}});
+      if (c.needs(0)) {
+        ValueId da = c.unbroadcast(c.op("MatMulT", {dy2, b2}, AttrMap{{"trans_b", Attribute::of_int(1)}}, kOasesDomain), c.shape(a2));
+        c.add_grad(0, c.op("Reshape", {da}, AttrMap{{"shape", Attribute::of_ints(sa)}}));
+      }
+      if (c.needs(1)) {
+        ValueId db = c.unbroadcast(c.op("MatMulT", {a2, dy2}, AttrMap{{"trans_a", Attribute::of_int(1)}}, kOasesDomain), c.shape(b2));
+        c.add_grad(1, c.op("Reshape", {db}, AttrMap{{"shape", Attribute::of_ints(sb)}}));
+      }
+      return Status::ok();
+    }
+    if (c.needs(0)) {
+      c.add_grad(0, c.unbroadcast(c.op("MatMulT", {dy, b}, AttrMap{{"trans_b", Attribute::of_int(1)}}, kOasesDomain), sa));
+    }
+    if (c.needs(1)) {
+      if (sb.size() == 2 && sa.size() > 2) {
+        int64_t rows = shape_numel(sa) / sa.back();
+        ValueId a2 = c.op("Reshape", {a}, AttrMap{{"shape", Attribute::of_ints({rows, sa.back()})}});
+        ValueId d2 = c.op("Reshape", {dy}, AttrMap{{"shape", Attribute::of_ints({rows, sb.back()})}});
+        c.add_grad(1, c.op("MatMulT", {a2, d2}, AttrMap{{"trans_a", Attribute::of_int(1)}}, kOasesDomain));
+      } else {
+        c.add_grad(1, c.unbroadcast(c.op("MatMulT", {a, dy}, AttrMap{{"trans_a", Attribute::of_int(1)}}, kOasesDomain), sb));
+      }
+    }
+    return Status::ok();
+  };
+  // Gemm: Y = α·op(A)·op(B) + β·C
+  r.find_mutable("", "Gemm")->grad = [](GradContext& c) {
+    bool ta = c.attrs().get_int("transA", 0) != 0, tb = c.attrs().get_int("transB", 0) != 0;
+    float alpha = c.attrs().get_float("alpha", 1.f), beta = c.attrs().get_float("beta", 1.f);
+    ValueId a = c.input(0), b = c.input(1), dy = c.grad_out(0);
+    ValueId sdy = alpha == 1.f ? dy : c.op("Mul", {dy, c.scalar(alpha, c.dtype(dy))});
+    auto mm = [&](ValueId x, ValueId y, bool tx, bool ty) {
+      return c.op("MatMulT", {x, y}, AttrMap{{"trans_a", Attribute::of_int(tx)}, {"trans_b", Attribute::of_int(ty)}}, kOasesDomain);
+    };
+    // op(A) = A or Aᵀ: d op(A) = dY·op(B)ᵀ
+    if (c.needs(0)) c.add_grad(0, ta ? mm(b, sdy, tb, true) : mm(sdy, b, false, !tb));
+    if (c.needs(1)) c.add_grad(1, tb ? mm(sdy, a, true, ta) : mm(a, sdy, !ta, false));
+    if (c.node().has_input(2) && c.needs(2)) {
+      ValueId g = beta == 1.f ? dy : c.op("Mul", {dy, c.scalar(beta, c.dtype(dy))});
+      c.add_grad(2, c.unbroadcast(g, c.shape(c.input(2))));
+    }
+    return Status::ok();
+  };
 }
 
 }  // namespace oases

@@ -1,6 +1,7 @@
 // Constants and generators: Constant, ConstantOfShape, Range (all folded before execution when
 // their operands are known) and Dropout (identity at inference; training mode draws a mask from
 // a counter-based generator keyed by the node so recomputation replays it).
+#include "graph/autodiff.h"
 #include "graph/ops/op_utils.h"
 
 #include <cmath>
@@ -106,6 +107,15 @@ void register_misc_ops(OpRegistry& r) {
     s.cost = [](const Graph& g, const Node& n) { return elementwise_cost(g, n, 2.0); };
     r.add(std::move(s));
   }
+
+  // --- gradient rule: the mask is replayed from the forward node's RNG key, never stored ----
+  r.find_mutable("", "Dropout")->grad = [](GradContext& c) {
+    AttrMap a{{"ratio", Attribute::of_float(c.attrs().get_float("ratio", 0.5f))},
+              {"training_mode", Attribute::of_int(c.attrs().get_int("training_mode", 0))},
+              {"key_node", Attribute::of_string(c.node().name)}};
+    c.add_grad(0, c.op("DropoutGrad", {c.grad_out(0)}, a, kOasesDomain));
+    return Status::ok();
+  };
 }
 
 }  // namespace oases

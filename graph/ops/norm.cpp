@@ -4,6 +4,7 @@
 //   RMSNorm:   y = x / sqrt(mean(x²) + eps) * scale
 // LayerNorm's optional outputs 1 and 2 are the mean and the inverse standard deviation, RMSNorm's
 // output 1 the inverse rms; shaped like x with the normalised axes set to 1, float32.
+#include "graph/autodiff.h"
 #include "graph/ops/op_utils.h"
 
 namespace oases {
@@ -60,6 +61,33 @@ void register_norm_ops(OpRegistry& r) {
     s.cost = [](const Graph& g, const Node& n) { return elementwise_cost(g, n, 5.0); };
     r.add(std::move(s));
   }
+
+  // --- gradient rules -------------------------------------------------------------------
+  r.find_mutable("", "LayerNormalization")->grad = [](GradContext& c) {
+    ValueId x = c.input(0);
+    int64_t axis = c.attrs().get_int("axis", -1);
+    Shape stat = c.shape(x);
+    for (size_t i = static_cast<size_t>(axis); i < stat.size(); ++i) stat[i] = 1;
+    ValueId mean = c.ensure_output(1, DType::kF32, stat), rstd = c.ensure_output(2, DType::kF32, stat);
+    bool bias = c.node().has_input(2);
+    auto d = c.op_n("LayerNormGrad", {c.grad_out(0), x, c.input(1), mean, rstd}, bias ? 3 : 2,
+                    AttrMap{{"axis", Attribute::of_int(axis)}}, kOasesDomain);
+    c.add_grad(0, d[0]);
+    if (c.needs(1)) c.add_grad(1, c.unbroadcast(d[1], c.shape(c.input(1))));
+    if (bias && c.needs(2)) c.add_grad(2, c.unbroadcast(d[2], c.shape(c.input(2))));
+    return Status::ok();
+  };
+  r.find_mutable(kOasesDomain, "RMSNormalization")->grad = [](GradContext& c) {
+    ValueId x = c.input(0);
+    int64_t axis = c.attrs().get_int("axis", -1);
+    Shape stat = c.shape(x);
+    for (size_t i = static_cast<size_t>(axis); i < stat.size(); ++i) stat[i] = 1;
+    ValueId rstd = c.ensure_output(1, DType::kF32, stat);
+    auto d = c.op_n("RMSNormGrad", {c.grad_out(0), x, c.input(1), rstd}, 2, AttrMap{{"axis", Attribute::of_int(axis)}}, kOasesDomain);
+    c.add_grad(0, d[0]);
+    if (c.needs(1)) c.add_grad(1, c.unbroadcast(d[1], c.shape(c.input(1))));
+    return Status::ok();
+  };
 }
 
 }  // namespace oases

@@ -1,6 +1,7 @@
 // Reductions. Canonical form: axes in the "axes" attribute (ReduceSum takes them as an input
 // from opset 13, the others from opset 18), keepdims, noop_with_empty_axes; empty axes reduce
 // everything unless noop_with_empty_axes is set. ArgMax/ArgMin give int64 indices.
+#include "graph/autodiff.h"
 #include "graph/ops/op_utils.h"
 
 namespace oases {
@@ -79,6 +80,37 @@ void register_reduce_ops(OpRegistry& r) {
       return Status::ok();
     };
     r.add(std::move(s));
+  }
+
+  // --- gradient rules -------------------------------------------------------------------
+  // Sum/Mean: broadcast dy back over the reduced axes. Max/Min: to the elements equal to the result.
+  for (const char* op : {"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceSumSquare", "ReduceL2"}) {
+    std::string kind = op;
+    r.find_mutable("", op)->grad = [kind](GradContext& c) {
+      ValueId x = c.input(0), dy = c.grad_out(0), y = c.output(0);
+      const Shape& xs = c.shape(x);
+      std::vector<int64_t> axes = c.attrs().get_ints("axes");
+      Shape kept = xs;
+      for (int64_t a : axes) kept[a] = 1;
+      if (axes.empty()) kept = xs;  // noop_with_empty_axes
+      ValueId dyk = c.op("Reshape", {dy}, AttrMap{{"shape", Attribute::of_ints(kept)}});
+      ValueId yk = c.op("Reshape", {y}, AttrMap{{"shape", Attribute::of_ints(kept)}});
+      ValueId g = c.op("Expand", {dyk}, AttrMap{{"shape", Attribute::of_ints(xs)}});
+      DType dt = c.dtype(x);
+      if (kind == "ReduceMean") {
+        int64_t n = shape_numel(xs) / std::max<int64_t>(1, shape_numel(kept));
+        g = c.op("Div", {g, c.scalar(static_cast<double>(n), dt)});
+      } else if (kind == "ReduceSumSquare") {
+        g = c.op("Mul", {g, c.op("Mul", {x, c.scalar(2.0, dt)})});
+      } else if (kind == "ReduceL2") {
+        g = c.op("Mul", {g, c.op("Div", {x, yk})});
+      } else if (kind == "ReduceMax" || kind == "ReduceMin") {
+        ValueId hit = c.op("Equal", {x, yk});
+        g = c.op("Where", {hit, g, c.scalar(0.0, dt)});
+      }
+      c.add_grad(0, g);
+      return Status::ok();
+    };
   }
 }
 

@@ -2,6 +2,7 @@
 // Unsqueeze, Expand, Concat, Split, Slice, Tile, Pad, and the shape queries Shape and Size.
 // Canonical form keeps resolved operands as attributes: Reshape "shape" holds the final dims
 // (no 0 or -1), Slice holds per-axis effective start/step and output length.
+#include "graph/autodiff.h"
 #include "graph/ops/op_utils.h"
 
 #include <cmath>
@@ -458,6 +459,69 @@ void register_shape_ops(OpRegistry& r) {
     s.cost = [](const Graph&, const Node&) { return OpCost{}; };
     r.add(std::move(s));
   }
+
+  // --- gradient rules -------------------------------------------------------------------
+  for (const char* op : {"Reshape", "Flatten", "Squeeze", "Unsqueeze"}) {
+    r.find_mutable("", op)->grad = [](GradContext& c) {
+      c.add_grad(0, c.op("Reshape", {c.grad_out(0)}, AttrMap{{"shape", Attribute::of_ints(c.shape(c.input(0)))}}));
+      return Status::ok();
+    };
+  }
+  r.find_mutable("", "Transpose")->grad = [](GradContext& c) {
+    std::vector<int64_t> perm = c.attrs().get_ints("perm"), inv(perm.size());
+    for (size_t i = 0; i < perm.size(); ++i) inv[perm[i]] = static_cast<int64_t>(i);
+    c.add_grad(0, c.op("Transpose", {c.grad_out(0)}, AttrMap{{"perm", Attribute::of_ints(inv)}}));
+    return Status::ok();
+  };
+  r.find_mutable("", "Expand")->grad = [](GradContext& c) {
+    c.add_grad(0, c.unbroadcast(c.grad_out(0), c.shape(c.input(0))));
+    return Status::ok();
+  };
+  r.find_mutable("", "Concat")->grad = [](GradContext& c) {
+    int64_t axis = c.attrs().get_int("axis", 0);
+    int n = c.node().num_inputs();
+    std::vector<int64_t> sizes;
+    for (int i = 0; i < n; ++i) sizes.push_back(c.shape(c.input(i))[axis]);
+    auto parts = c.op_n("Split", {c.grad_out(0)}, n, AttrMap{{"axis", Attribute::of_int(axis)}, {"split", Attribute::of_ints(sizes)}});
+    for (int i = 0; i < n; ++i) c.add_grad(i, parts[i]);
+    return Status::ok();
+  };
+  r.find_mutable("", "Split")->grad = [](GradContext& c) {
+    int64_t axis = c.attrs().get_int("axis", 0);
+    std::vector<ValueId> parts;
+    for (size_t i = 0; i < c.node().outputs.size(); ++i) {
+      ValueId g = c.grad_out(static_cast<int>(i));
+      ValueId o = c.output(static_cast<int>(i));
+      parts.push_back(g != kNoId ? g : c.zeros(c.shape(o), c.dtype(o)));
+    }
+    c.add_grad(0, c.op("Concat", parts, AttrMap{{"axis", Attribute::of_int(axis)}}));
+    return Status::ok();
+  };
+  r.find_mutable("", "Slice")->grad = [](GradContext& c) {
+    AttrMap a;
+    for (const char* k : {"axes", "starts", "steps", "lengths"}) a.set_ints(k, c.attrs().get_ints(k));
+    a.set_ints("input_shape", c.shape(c.input(0)));
+    c.add_grad(0, c.op("SliceGrad", {c.grad_out(0)}, a, kOasesDomain));
+    return Status::ok();
+  };
+  r.find_mutable("", "Pad")->grad = [](GradContext& c) {
+    if (c.attrs().get_string("mode", "constant") != "constant") return c.fail("only constant padding is differentiable here");
+    std::vector<int64_t> pads = c.attrs().get_ints("pads");
+    const Shape& in = c.shape(c.input(0));
+    int64_t rank = static_cast<int64_t>(in.size());
+    std::vector<int64_t> axes, starts, steps, lens;
+    for (int64_t d = 0; d < rank; ++d) {
+      if (pads[d] < 0 || pads[d + rank] < 0) return c.fail("negative pads are not differentiable here");
+      axes.push_back(d);
+      starts.push_back(pads[d]);
+      steps.push_back(1);
+      lens.push_back(in[d]);
+    }
+    AttrMap a{{"axes", Attribute::of_ints(axes)}, {"starts", Attribute::of_ints(starts)}, {"steps", Attribute::of_ints(steps)},
+              {"lengths", Attribute::of_ints(lens)}, {"resolved", Attribute::of_int(1)}};
+    c.add_grad(0, c.op("Slice", {c.grad_out(0)}, a));
+    return Status::ok();
+  };
 }
 
 }  // namespace oases

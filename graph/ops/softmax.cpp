@@ -1,4 +1,5 @@
 // Softmax and LogSoftmax along one axis (opset 13 semantics: the axis alone, default -1).
+#include "graph/autodiff.h"
 #include "graph/ops/op_utils.h"
 
 namespace oases {
@@ -20,6 +21,16 @@ void register_softmax_ops(OpRegistry& r) {
     };
     s.cost = [](const Graph& g, const Node& n) { return elementwise_cost(g, n, 6.0); };
     r.add(std::move(s));
+  }
+
+  // --- gradient rules -------------------------------------------------------------------
+  for (const char* op : {"Softmax", "LogSoftmax"}) {
+    bool log = std::string(op) == "LogSoftmax";
+    r.find_mutable("", op)->grad = [log](GradContext& c) {
+      AttrMap a{{"axis", Attribute::of_int(c.attrs().get_int("axis", -1))}, {"log", Attribute::of_int(log)}};
+      c.add_grad(0, c.op("SoftmaxGrad", {c.grad_out(0), c.output(0)}, a, kOasesDomain));
+      return Status::ok();
+    };
   }
 }
 

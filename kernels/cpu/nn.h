@@ -31,8 +31,18 @@ struct AttentionShape {
   bool causal;
   float scale;
 };
-void attention_f32(const AttentionShape& s, const float* q, const float* k, const float* v, const void* mask,
-                   bool mask_is_bool, const int64_t* mask_strides, float* out, float* probs);
+// lse (may be null) receives log(sum(exp(S_i))) per query row [B, H, Tq] for the backward pass.
+template <class T>
+void attention(const AttentionShape& s, const T* q, const T* k, const T* v, const void* mask, bool mask_is_bool,
+               const int64_t* mask_strides, T* out, float* lse);
+
+// Backward of attention, recomputing P = exp(S - lse) per head:
+//   dV = Pᵀ dO ; dP = dO Vᵀ ; dS = P ∘ (dP - rowsum(dO ∘ O)) ; dQ = scale · dS K ; dK = scale · dSᵀ Q
+// dk/dv accumulate over the query heads sharing a key/value head (grouped-query attention).
+template <class T>
+void attention_backward(const AttentionShape& s, const T* dout, const T* q, const T* k, const T* v, const T* out,
+                        const float* lse, const void* mask, bool mask_is_bool, const int64_t* mask_strides, T* dq, T* dk,
+                        T* dv);
 
 // Softmax cross-entropy over scores viewed as [N, C, D] (D = product of extra dims) with labels
 // [N, D]; per-sample losses into `losses` (0 where ignored), log-probabilities into logp when

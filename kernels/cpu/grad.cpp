@@ -1,0 +1,240 @@
+#include "kernels/cpu/grad.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <vector>
+
+#include "kernels/cpu/elementwise.h"
+
+namespace oases::kernels {
+
+bool unary_op_from_name(const std::string& name, UnaryOp* op) {
+  static const std::map<std::string, UnaryOp> m = {
+      {"Exp", UnaryOp::kExp},         {"Log", UnaryOp::kLog},           {"Sqrt", UnaryOp::kSqrt},
+      {"Reciprocal", UnaryOp::kReciprocal}, {"Tanh", UnaryOp::kTanh},   {"Sigmoid", UnaryOp::kSigmoid},
+      {"Relu", UnaryOp::kRelu},       {"Erf", UnaryOp::kErf},           {"Sin", UnaryOp::kSin},
+      {"Cos", UnaryOp::kCos},         {"Abs", UnaryOp::kAbs},           {"Softplus", UnaryOp::kSoftplus},
+      {"Softsign", UnaryOp::kSoftsign}, {"Silu", UnaryOp::kSilu},       {"Clip", UnaryOp::kClip},
+      {"LeakyRelu", UnaryOp::kLeakyRelu}, {"Elu", UnaryOp::kElu},       {"Selu", UnaryOp::kSelu},
+      {"Celu", UnaryOp::kCelu},       {"HardSigmoid", UnaryOp::kHardSigmoid}, {"HardSwish", UnaryOp::kHardSwish},
+      {"Mish", UnaryOp::kMish},       {"ThresholdedRelu", UnaryOp::kThresholdedRelu}};
+  auto it = m.find(name);
+  if (it == m.end()) return false;
+  *op = it->second;
+  return true;
+}
+
+template <class T>
+void unary_grad(UnaryOp op, const UnaryParams& p, const T* dy, const T* x, const T* y, T* dx, int64_t n) {
+  const T a = static_cast<T>(p.alpha), b = static_cast<T>(p.beta), g = static_cast<T>(p.gamma);
+#pragma omp parallel for schedule(static) if (n > (1 << 15))
+  for (int64_t i = 0; i < n; ++i) {
+    T xi = x[i], d = dy[i], r;
+    switch (op) {
+      case UnaryOp::kExp: r = d * y[i]; break;
+      case UnaryOp::kLog: r = d / xi; break;
+      case UnaryOp::kSqrt: r = d * T(0.5) / y[i]; break;
+      case UnaryOp::kReciprocal: r = -d * y[i] * y[i]; break;
+      case UnaryOp::kTanh: r = d * (T(1) - y[i] * y[i]); break;
+      case UnaryOp::kSigmoid: r = d * y[i] * (T(1) - y[i]); break;
+      case UnaryOp::kRelu: r = xi > T(0) ? d : T(0); break;
+      case UnaryOp::kErf: r = d * T(1.1283791670955126) * std::exp(-xi * xi); break;
+      case UnaryOp::kSin: r = d * std::cos(xi); break;
+      case UnaryOp::kCos: r = -d * std::sin(xi); break;
+      case UnaryOp::kAbs: r = xi > T(0) ? d : (xi < T(0) ? -d : T(0)); break;
+      case UnaryOp::kSoftplus: r = d * sigmoid(xi); break;
+      case UnaryOp::kSoftsign: {
+        T den = T(1) + std::abs(xi);
+        r = d / (den * den);
+        break;
+      }
+      case UnaryOp::kSilu: {
+        T s = sigmoid(xi);
+        r = d * s * (T(1) + xi * (T(1) - s));
+        break;
+      }
+      case UnaryOp::kClip: r = (xi >= static_cast<T>(p.lo) && xi <= static_cast<T>(p.hi)) ? d : T(0); break;
+      case UnaryOp::kLeakyRelu: r = xi >= T(0) ? d : a * d; break;
+      case UnaryOp::kElu: r = xi >= T(0) ? d : d * a * std::exp(xi); break;
+      case UnaryOp::kSelu: r = xi > T(0) ? d * g : d * g * a * std::exp(xi); break;
+      case UnaryOp::kCelu: r = xi > T(0) ? d : d * std::exp(xi / a); break;
+      case UnaryOp::kHardSigmoid: {
+        T v = a * xi + b;
+        r = (v > T(0) && v < T(1)) ? d * a : T(0);
+        break;
+      }
+      case UnaryOp::kHardSwish: r = xi < T(-3) ? T(0) : (xi > T(3) ? d : d * (xi / T(3) + T(0.5))); break;
+      case UnaryOp::kMish: {
+        T sp = xi > T(20) ? xi : std::log1p(std::exp(xi));
+        T t = std::tanh(sp);
+        r = d * (t + xi * (T(1) - t * t) * sigmoid(xi));
+        break;
+      }
+      case UnaryOp::kThresholdedRelu: r = xi > a ? d : T(0); break;
+      default: r = T(0);
+    }
+    dx[i] = r;
+  }
+}
+
+template <class T>
+void gelu_grad(bool tanh_form, const T* dy, const T* x, T* dx, int64_t n) {
+#pragma omp parallel for schedule(static) if (n > (1 << 15))
+  for (int64_t i = 0; i < n; ++i) {
+    T v = x[i];
+    T d;
+    if (tanh_form) {
+      const T c = T(0.7978845608028654), k = T(0.044715);
+      T u = c * (v + k * v * v * v);
+      T t = std::tanh(u);
+      d = T(0.5) * (T(1) + t) + T(0.5) * v * (T(1) - t * t) * c * (T(1) + T(3) * k * v * v);
+    } else {
+      T cdf = T(0.5) * (T(1) + std::erf(v * T(0.7071067811865476)));
+      T pdf = T(0.3989422804014327) * std::exp(T(-0.5) * v * v);
+      d = cdf + v * pdf;
+    }
+    dx[i] = dy[i] * d;
+  }
+}
+
+template <class T>
+void swiglu_grad(const T* dy, const T* gate, const T* up, T* dgate, T* dup, int64_t n) {
+#pragma omp parallel for schedule(static) if (n > (1 << 15))
+  for (int64_t i = 0; i < n; ++i) {
+    T g = gate[i], s = sigmoid(g), silu = g * s;
+    if (dgate) dgate[i] = dy[i] * up[i] * s * (T(1) + g * (T(1) - s));
+    if (dup) dup[i] = dy[i] * silu;
+  }
+}
+
+template <class T>
+void softmax_grad(const T* dy, const T* y, T* dx, int64_t outer, int64_t n, int64_t inner, bool log) {
+#pragma omp parallel for schedule(static) if (outer * n * inner > (1 << 14))
+  for (int64_t t = 0; t < outer * inner; ++t) {
+    int64_t o = t / inner, j = t % inner;
+    const T* dyr = dy + o * n * inner + j;
+    const T* yr = y + o * n * inner + j;
+    T* dxr = dx + o * n * inner + j;
+    T s = 0;
+    if (log) {
+      for (int64_t i = 0; i < n; ++i) s += dyr[i * inner];
+      for (int64_t i = 0; i < n; ++i) dxr[i * inner] = dyr[i * inner] - std::exp(yr[i * inner]) * s;
+    } else {
+      for (int64_t i = 0; i < n; ++i) s += dyr[i * inner] * yr[i * inner];
+      for (int64_t i = 0; i < n; ++i) dxr[i * inner] = yr[i * inner] * (dyr[i * inner] - s);
+    }
+  }
+}
+
+template <class T>
+void layernorm_grad(const T* dy, const T* x, const T* scale, const float* mean, const float* rstd, T* dx, T* dscale,
+                    T* dbias, int64_t rows, int64_t n) {
+  std::vector<double> ds(static_cast<size_t>(n), 0.0), db(static_cast<size_t>(n), 0.0);
+#pragma omp parallel
+  {
+    std::vector<double> ds_l(static_cast<size_t>(n), 0.0), db_l(static_cast<size_t>(n), 0.0);
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+      const T* dyr = dy + r * n;
+      const T* xr = x + r * n;
+      T mu = static_cast<T>(mean[r]), rs = static_cast<T>(rstd[r]);
+      double sg = 0, sgx = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        T xh = (xr[i] - mu) * rs;
+        T g = dyr[i] * scale[i];
+        sg += static_cast<double>(g);
+        sgx += static_cast<double>(g * xh);
+        ds_l[i] += static_cast<double>(dyr[i] * xh);
+        db_l[i] += static_cast<double>(dyr[i]);
+      }
+      T mg = static_cast<T>(sg / static_cast<double>(n)), mgx = static_cast<T>(sgx / static_cast<double>(n));
+      T* dxr = dx + r * n;
+      for (int64_t i = 0; i < n; ++i) {
+        T xh = (xr[i] - mu) * rs;
+        dxr[i] = rs * (dyr[i] * scale[i] - mg - xh * mgx);
+      }
+    }
+#pragma omp critical
+    for (int64_t i = 0; i < n; ++i) {
+      ds[i] += ds_l[i];
+      db[i] += db_l[i];
+    }
+  }
+  if (dscale) {
+    for (int64_t i = 0; i < n; ++i) dscale[i] = static_cast<T>(ds[i]);
+  }
+  if (dbias) {
+    for (int64_t i = 0; i < n; ++i) dbias[i] = static_cast<T>(db[i]);
+  }
+}
+
+template <class T>
+void rmsnorm_grad(const T* dy, const T* x, const T* scale, const float* rstd, T* dx, T* dscale, int64_t rows, int64_t n) {
+  std::vector<double> ds(static_cast<size_t>(n), 0.0);
+#pragma omp parallel
+  {
+    std::vector<double> ds_l(static_cast<size_t>(n), 0.0);
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+      const T* dyr = dy + r * n;
+      const T* xr = x + r * n;
+      T rs = static_cast<T>(rstd[r]);
+      double sgx = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        T xh = xr[i] * rs;
+        sgx += static_cast<double>(dyr[i] * scale[i] * xh);
+        ds_l[i] += static_cast<double>(dyr[i] * xh);
+      }
+      T mgx = static_cast<T>(sgx / static_cast<double>(n));
+      T* dxr = dx + r * n;
+      for (int64_t i = 0; i < n; ++i) dxr[i] = rs * (dyr[i] * scale[i] - xr[i] * rs * mgx);
+    }
+#pragma omp critical
+    for (int64_t i = 0; i < n; ++i) ds[i] += ds_l[i];
+  }
+  if (dscale) {
+    for (int64_t i = 0; i < n; ++i) dscale[i] = static_cast<T>(ds[i]);
+  }
+}
+
+template <class T>
+void softmax_cross_entropy_grad(const T* dloss, bool per_sample, const T* scores, const int64_t* labels, const T* weights,
+                                int64_t n, int64_t c, int64_t d, int64_t ignore_index, double denom, T* dscores) {
+#pragma omp parallel for schedule(static) if (n * d * c > (1 << 15))
+  for (int64_t s = 0; s < n * d; ++s) {
+    int64_t i = s / d, j = s % d;
+    const T* x = scores + i * c * d + j;
+    T* dx = dscores + i * c * d + j;
+    int64_t l = labels[s];
+    if (l == ignore_index) {
+      for (int64_t a = 0; a < c; ++a) dx[a * d] = T(0);
+      continue;
+    }
+    T m = -std::numeric_limits<T>::infinity();
+    for (int64_t a = 0; a < c; ++a) m = std::max(m, x[a * d]);
+    double sum = 0;
+    for (int64_t a = 0; a < c; ++a) sum += std::exp(static_cast<double>(x[a * d] - m));
+    T w = weights ? weights[l] : T(1);
+    T coef = (per_sample ? dloss[s] : dloss[0] / static_cast<T>(denom)) * w;
+    for (int64_t a = 0; a < c; ++a) {
+      T p = static_cast<T>(std::exp(static_cast<double>(x[a * d] - m)) / sum);
+      dx[a * d] = coef * (p - (a == l ? T(1) : T(0)));
+    }
+  }
+}
+
+#define OASES_GRAD_INSTANTIATE(T)                                                                                      \
+  template void unary_grad<T>(UnaryOp, const UnaryParams&, const T*, const T*, const T*, T*, int64_t);                \
+  template void gelu_grad<T>(bool, const T*, const T*, T*, int64_t);                                                   \
+  template void swiglu_grad<T>(const T*, const T*, const T*, T*, T*, int64_t);                                         \
+  template void softmax_grad<T>(const T*, const T*, T*, int64_t, int64_t, int64_t, bool);                             \
+  template void layernorm_grad<T>(const T*, const T*, const T*, const float*, const float*, T*, T*, T*, int64_t, int64_t); \
+  template void rmsnorm_grad<T>(const T*, const T*, const T*, const float*, T*, T*, int64_t, int64_t);                \
+  template void softmax_cross_entropy_grad<T>(const T*, bool, const T*, const int64_t*, const T*, int64_t, int64_t,     \
+                                              int64_t, int64_t, double, T*);
+OASES_GRAD_INSTANTIATE(float)
+OASES_GRAD_INSTANTIATE(double)
+
+}  // namespace oases::kernels
