@@ -105,6 +105,13 @@ void* Executor::ptr_of(ValueId v) const {
 }
 
 Expected<std::vector<Tensor>> Executor::run(const std::map<std::string, Tensor>& inputs) {
+  OASES_RETURN_IF_ERROR(execute(inputs));
+  std::vector<Tensor> outs;
+  for (ValueId v : prog_.graph.outputs()) outs.push_back(read(v));
+  return outs;
+}
+
+Status Executor::execute(const std::map<std::string, Tensor>& inputs) {
   const Graph& g = prog_.graph;
   input_ptrs_.assign(g.num_values(), nullptr);
   held_inputs_.clear();
@@ -140,9 +147,7 @@ Expected<std::vector<Tensor>> Executor::run(const std::map<std::string, Tensor>&
   } catch (const OasesError& e) {
     return Status::error(e.what());
   }
-  std::vector<Tensor> outs;
-  for (ValueId v : g.outputs()) outs.push_back(read(v));
-  return outs;
+  return Status::ok();
 }
 
 TensorView Executor::view(ValueId v) const {

@@ -43,6 +43,8 @@ class Executor {
   // Runs the program on inputs matched by name; returns the graph outputs in order. Errors name
   // the input or node at fault.
   Expected<std::vector<Tensor>> run(const std::map<std::string, Tensor>& inputs);
+  // Runs without copying the outputs out; read them with view() or read().
+  Status execute(const std::map<std::string, Tensor>& inputs);
   // A value's contents after run() (graph outputs, kept values, constants).
   Tensor read(ValueId v) const;
 

@@ -1,6 +1,7 @@
 #include "executor/memory_plan.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <map>
 
 #include "graph/op_registry.h"
@@ -106,6 +107,8 @@ MemoryPlan MemoryPlan::build(const Graph& g, const std::vector<NodeId>& order, c
   for (ValueId v : g.outputs()) pinned[root[v]] = 1;
 
   OffsetAllocator alloc;
+  // OASES_NO_MEMORY_REUSE=1 gives every value its own space (for debugging the plan)
+  const bool reuse = std::getenv("OASES_NO_MEMORY_REUSE") == nullptr;
   std::vector<std::vector<ValueId>> frees(order.size());
   for (size_t pos = 0; pos < order.size(); ++pos) {
     const Node& n = g.node(order[pos]);
@@ -123,7 +126,7 @@ MemoryPlan MemoryPlan::build(const Graph& g, const std::vector<NodeId>& order, c
       s.kind = ValueSlot::Kind::kArena;
       s.offset = alloc.allocate(s.bytes);
       p.total_bytes += (s.bytes + kAlign - 1) / kAlign * kAlign;
-      if (!pinned[out]) {
+      if (!pinned[out] && reuse) {
         int lu = last_use[out] < 0 ? static_cast<int>(pos) : last_use[out];
         frees[static_cast<size_t>(lu)].push_back(out);
       }

@@ -73,6 +73,7 @@ class Conv1D(nn.Module):
         self.weight = nn.Parameter(torch.empty(nx, nf))
         self.bias = nn.Parameter(torch.zeros(nf))
         nn.init.normal_(self.weight, std=0.02)
+        nn.init.normal_(self.bias, std=0.02)
 
     def forward(self, x):
         return torch.addmm(self.bias, x.view(-1, x.size(-1)), self.weight).view(x.size()[:-1] + (self.weight.size(-1),)) \
@@ -225,7 +226,8 @@ class TransformerLM(nn.Module):
         if isinstance(m, (nn.Linear, nn.Embedding)):
             nn.init.normal_(m.weight, std=0.02)
             if isinstance(m, nn.Linear) and m.bias is not None:
-                nn.init.zeros_(m.bias)
+                # random, not zero: the exporter merges byte-identical initializers into one
+                nn.init.normal_(m.bias, std=0.02)
         if isinstance(m, nn.LayerNorm):
             # non-trivial affine parameters, so gradients and fusions are really tested
             nn.init.normal_(m.weight, mean=1.0, std=0.1)

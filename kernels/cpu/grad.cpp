@@ -6,6 +6,8 @@
 #include <map>
 #include <vector>
 
+#include <omp.h>
+
 #include "kernels/cpu/elementwise.h"
 
 namespace oases::kernels {
@@ -128,13 +130,29 @@ void softmax_grad(const T* dy, const T* y, T* dx, int64_t outer, int64_t n, int6
   }
 }
 
+namespace {
+
+// Per-thread partial sums of parameter gradients, combined in thread order so that results are
+// bit-identical from run to run (a requirement of resumable training).
+struct Partials {
+  int threads;
+  int64_t n;
+  std::vector<double> buf;
+  Partials(int64_t n_, int k) : threads(omp_get_max_threads()), n(n_), buf(static_cast<size_t>(threads) * k * n_, 0.0) {}
+  double* of(int t, int which) { return buf.data() + (static_cast<size_t>(t) * 2 + which) * n; }
+};
+
+}  // namespace
+
 template <class T>
 void layernorm_grad(const T* dy, const T* x, const T* scale, const float* mean, const float* rstd, T* dx, T* dscale,
                     T* dbias, int64_t rows, int64_t n) {
-  std::vector<double> ds(static_cast<size_t>(n), 0.0), db(static_cast<size_t>(n), 0.0);
-#pragma omp parallel
+  Partials part(n, 2);
+#pragma omp parallel num_threads(part.threads)
   {
-    std::vector<double> ds_l(static_cast<size_t>(n), 0.0), db_l(static_cast<size_t>(n), 0.0);
+    int tid = omp_get_thread_num();
+    double* ds_l = part.of(tid, 0);
+    double* db_l = part.of(tid, 1);
 #pragma omp for schedule(static)
     for (int64_t r = 0; r < rows; ++r) {
       const T* dyr = dy + r * n;
@@ -156,26 +174,24 @@ void layernorm_grad(const T* dy, const T* x, const T* scale, const float* mean, 
         dxr[i] = rs * (dyr[i] * scale[i] - mg - xh * mgx);
       }
     }
-#pragma omp critical
-    for (int64_t i = 0; i < n; ++i) {
-      ds[i] += ds_l[i];
-      db[i] += db_l[i];
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    double ds = 0, db = 0;
+    for (int t = 0; t < part.threads; ++t) {
+      ds += part.of(t, 0)[i];
+      db += part.of(t, 1)[i];
     }
-  }
-  if (dscale) {
-    for (int64_t i = 0; i < n; ++i) dscale[i] = static_cast<T>(ds[i]);
-  }
-  if (dbias) {
-    for (int64_t i = 0; i < n; ++i) dbias[i] = static_cast<T>(db[i]);
+    if (dscale) dscale[i] = static_cast<T>(ds);
+    if (dbias) dbias[i] = static_cast<T>(db);
   }
 }
 
 template <class T>
 void rmsnorm_grad(const T* dy, const T* x, const T* scale, const float* rstd, T* dx, T* dscale, int64_t rows, int64_t n) {
-  std::vector<double> ds(static_cast<size_t>(n), 0.0);
-#pragma omp parallel
+  Partials part(n, 2);
+#pragma omp parallel num_threads(part.threads)
   {
-    std::vector<double> ds_l(static_cast<size_t>(n), 0.0);
+    double* ds_l = part.of(omp_get_thread_num(), 0);
 #pragma omp for schedule(static)
     for (int64_t r = 0; r < rows; ++r) {
       const T* dyr = dy + r * n;
@@ -191,11 +207,13 @@ void rmsnorm_grad(const T* dy, const T* x, const T* scale, const float* rstd, T*
       T* dxr = dx + r * n;
       for (int64_t i = 0; i < n; ++i) dxr[i] = rs * (dyr[i] * scale[i] - xr[i] * rs * mgx);
     }
-#pragma omp critical
-    for (int64_t i = 0; i < n; ++i) ds[i] += ds_l[i];
   }
   if (dscale) {
-    for (int64_t i = 0; i < n; ++i) dscale[i] = static_cast<T>(ds[i]);
+    for (int64_t i = 0; i < n; ++i) {
+      double ds = 0;
+      for (int t = 0; t < part.threads; ++t) ds += part.of(t, 0)[i];
+      dscale[i] = static_cast<T>(ds);
+    }
   }
 }
 

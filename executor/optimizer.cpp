@@ -1,0 +1,87 @@
+#include "executor/optimizer.h"
+
+#include <cmath>
+
+#include "kernels/cpu/optim.h"
+
+namespace oases {
+
+double learning_rate_at(const OptimizerConfig& c, int64_t step) {
+  double lr = c.lr;
+  double min_lr = c.min_lr < 0 ? c.lr / 10 : c.min_lr;
+  if (c.warmup > 0 && step <= c.warmup) return lr * static_cast<double>(step) / static_cast<double>(c.warmup);
+  if (!c.cosine || c.total_steps <= c.warmup) return lr;
+  double progress = static_cast<double>(step - c.warmup) / static_cast<double>(std::max<int64_t>(1, c.total_steps - c.warmup));
+  progress = std::min(1.0, std::max(0.0, progress));
+  return min_lr + 0.5 * (lr - min_lr) * (1.0 + std::cos(M_PI * progress));
+}
+
+void Optimizer::add(const std::string& name, Tensor value) {
+  Param p;
+  p.name = name;
+  p.decay = cfg_.decay_all || value.rank() >= 2;
+  p.m = Tensor(DType::kF32, value.shape());
+  if (cfg_.kind == "adamw") p.v = Tensor(DType::kF32, value.shape());
+  p.value = std::move(value);
+  params_.push_back(std::move(p));
+}
+
+double Optimizer::grad_norm(const std::vector<const float*>& grads, float grad_scale) const {
+  double ss = 0;
+  for (size_t i = 0; i < params_.size(); ++i) ss += kernels::sum_squares(grads[i], params_[i].value.numel());
+  return std::sqrt(ss) * grad_scale;
+}
+
+double Optimizer::step(const std::vector<const float*>& grads, float grad_scale) {
+  ++t_;
+  double norm = grad_norm(grads, grad_scale);
+  float scale = grad_scale;
+  if (cfg_.clip > 0 && norm > cfg_.clip) scale = static_cast<float>(grad_scale * cfg_.clip / (norm + 1e-6));
+  double lr = learning_rate_at(cfg_, t_);
+  last_lr_ = lr;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    Param& p = params_[i];
+    float* w = p.value.mutable_data<float>();
+    float wd = p.decay ? static_cast<float>(cfg_.weight_decay) : 0.f;
+    if (cfg_.kind == "adamw") {
+      kernels::adamw_update(w, grads[i], p.m.mutable_data<float>(), p.v.mutable_data<float>(), p.value.numel(),
+                            static_cast<float>(lr), static_cast<float>(cfg_.beta1), static_cast<float>(cfg_.beta2),
+                            static_cast<float>(cfg_.eps), wd, t_, scale);
+    } else {
+      kernels::sgd_update(w, grads[i], p.m.mutable_data<float>(), p.value.numel(), static_cast<float>(lr),
+                          static_cast<float>(cfg_.momentum), wd, cfg_.nesterov, t_ == 1, scale);
+    }
+  }
+  return norm;
+}
+
+std::map<std::string, Tensor> Optimizer::state() const {
+  std::map<std::string, Tensor> s;
+  for (const Param& p : params_) {
+    if (cfg_.kind == "adamw") {
+      s[p.name + ".m"] = p.m;
+      s[p.name + ".v"] = p.v;
+    } else {
+      s[p.name + ".momentum"] = p.m;
+    }
+  }
+  return s;
+}
+
+void Optimizer::set_state(const std::map<std::string, Tensor>& s, int64_t t) {
+  t_ = t;
+  for (Param& p : params_) {
+    auto copy_into = [&](const std::string& key, Tensor& dst) {
+      auto it = s.find(key);
+      if (it != s.end() && it->second.nbytes() == dst.nbytes()) std::memcpy(dst.raw_mutable(), it->second.raw(), dst.nbytes());
+    };
+    if (cfg_.kind == "adamw") {
+      copy_into(p.name + ".m", p.m);
+      copy_into(p.name + ".v", p.v);
+    } else {
+      copy_into(p.name + ".momentum", p.m);
+    }
+  }
+}
+
+}  // namespace oases

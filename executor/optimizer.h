@@ -1,0 +1,64 @@
+// Optimizers over named fp32 parameters, with the learning-rate schedule (linear warm-up, then
+// cosine decay to min_lr) and global-norm gradient clipping. State is exposed as named tensors for
+// checkpoints.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "graph/tensor.h"
+
+namespace oases {
+
+struct OptimizerConfig {
+  std::string kind = "adamw";  // adamw | sgd
+  double lr = 1e-3;
+  double min_lr = -1;          // < 0: lr / 10
+  int64_t warmup = 0;          // steps of linear warm-up
+  int64_t total_steps = 0;     // for the cosine schedule; 0: constant after warm-up
+  bool cosine = true;
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
+  double weight_decay = 0.0;
+  double momentum = 0.9;
+  bool nesterov = false;
+  double clip = 0.0;           // global gradient-norm clip; 0 = off
+  bool decay_all = false;      // false: no weight decay on rank-1 parameters (biases, norms)
+};
+
+double learning_rate_at(const OptimizerConfig& c, int64_t step);  // step counts from 1
+
+class Optimizer {
+ public:
+  explicit Optimizer(OptimizerConfig c) : cfg_(std::move(c)) {}
+  const OptimizerConfig& config() const { return cfg_; }
+  // Registers a parameter (fp32, updated in place through `value`).
+  void add(const std::string& name, Tensor value);
+  size_t size() const { return params_.size(); }
+  // Applies one step with gradients in registration order (scaled by `grad_scale`, e.g. 1/micro-
+  // batches); clips by global norm first. Returns the global norm before clipping.
+  double step(const std::vector<const float*>& grads, float grad_scale);
+  int64_t steps_taken() const { return t_; }
+  double last_lr() const { return last_lr_; }
+  // Global norm of the given gradients (scaled).
+  double grad_norm(const std::vector<const float*>& grads, float grad_scale) const;
+
+  // Checkpoint state: "<param>.m", "<param>.v" (adamw) or "<param>.momentum" (sgd), plus the step.
+  std::map<std::string, Tensor> state() const;
+  void set_state(const std::map<std::string, Tensor>& s, int64_t t);
+
+ private:
+  struct Param {
+    std::string name;
+    Tensor value;
+    Tensor m, v;  // adamw moments, or m = sgd momentum
+    bool decay = true;
+  };
+  OptimizerConfig cfg_;
+  std::vector<Param> params_;
+  int64_t t_ = 0;
+  double last_lr_ = 0;
+};
+
+}  // namespace oases

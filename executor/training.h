@@ -1,0 +1,112 @@
+// Training on one rank: the training graph (forward + loss + generated backward), how a batch of
+// tokens feeds the model's inputs, the Trainer (gradient accumulation, optimizer step, evaluation)
+// and checkpoints.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "executor/data.h"
+#include "executor/executor.h"
+#include "executor/optimizer.h"
+#include "graph/graph.h"
+
+namespace oases {
+
+struct TrainingSpec {
+  std::string loss = "auto";     // auto: the model's scalar output if it has one, else cross_entropy
+  int64_t ignore_index = -100;   // for the appended cross-entropy
+  std::string freeze;            // ECMAScript regex of initializer names to hold fixed
+};
+
+struct TrainingGraph {
+  Graph graph;                       // forward + loss + backward; outputs = [loss, grads...]
+  ValueId loss = kNoId;
+  std::vector<ValueId> params;       // trainable initializers
+  std::vector<ValueId> grads;        // gradient of params[i]
+  ValueId targets = kNoId;           // input added for the appended loss ("oases_targets")
+  bool appended_loss = false;
+  int64_t vocab = 0;                 // logits width (appended loss) or the token embedding's rows
+  std::vector<std::string> frozen;   // float initializers held fixed
+};
+
+// Adds the loss (when the model has no scalar output) and the backward pass.
+Expected<TrainingGraph> build_training_graph(Graph g, const TrainingSpec& spec);
+
+// How each graph input is fed from a token batch.
+struct InputRole {
+  enum Kind { kTokens, kTargets, kOnes, kPositions, kZeros };
+  ValueId value = kNoId;
+  std::string name;
+  Kind kind = kTokens;
+};
+Expected<std::vector<InputRole>> input_roles(const Graph& g, ValueId appended_targets);
+// Batch -> input tensors (int64 or int32 as each input wants).
+std::map<std::string, Tensor> feeds_for_batch(const Graph& g, const std::vector<InputRole>& roles, const Batch& b);
+// For --inputs DIR: targets of the appended loss are the token inputs shifted left, the last
+// position ignored (what the reference scripts compute).
+Tensor shifted_targets(const Tensor& tokens, int64_t ignore_index);
+
+struct StepStats {
+  double loss = 0;      // mean over micro-batches
+  double grad_norm = 0;
+  double lr = 0;
+  double ms = 0;
+};
+
+class Trainer {
+ public:
+  static Expected<std::unique_ptr<Trainer>> create(TrainingGraph tg, OptimizerConfig opt, int threads = 0);
+
+  // One optimizer step over the given micro-batches (gradients averaged). `before_update` runs
+  // after the gradients are complete and before the parameters change (e.g. to dump them).
+  Expected<StepStats> step(const std::vector<std::map<std::string, Tensor>>& micro_batches,
+                           const std::function<Status()>& before_update = {});
+  // Loss and gradients of one batch without updating anything.
+  Expected<double> compute_gradients(const std::map<std::string, Tensor>& feeds);
+  // Forward-only loss (validation).
+  Expected<double> eval_loss(const std::map<std::string, Tensor>& feeds);
+
+  const TrainingGraph& training_graph() const { return tg_; }
+  Executor& executor() { return *train_; }
+  Optimizer& optimizer() { return opt_; }
+  // Gradient of parameter i after compute_gradients/step (accumulated, unscaled mean).
+  Tensor gradient(size_t i) const;
+  // Current value of every trainable parameter, by initializer name.
+  std::map<std::string, Tensor> parameters() const;
+  std::string param_name(size_t i) const { return tg_.graph.value(tg_.params[i]).name; }
+  // Identity of the model for checkpoints: names, shapes and dtypes of the trainable parameters.
+  std::string fingerprint() const;
+
+ private:
+  explicit Trainer(OptimizerConfig opt) : opt_(std::move(opt)) {}
+  Status run_micro(const std::map<std::string, Tensor>& feeds, bool accumulate, double* loss);
+
+  TrainingGraph tg_;
+  std::unique_ptr<Executor> train_, eval_;
+  Optimizer opt_;
+  std::vector<Tensor> accum_;  // gradient accumulators (multi-micro-batch steps)
+  int micro_in_accum_ = 0;
+};
+
+// --- checkpoints ---------------------------------------------------------------------------
+
+struct Checkpoint {
+  std::string fingerprint;
+  int64_t step = 0;
+  int64_t optimizer_t = 0;
+  std::string optimizer_kind;
+  std::string sampler_state;
+  uint64_t seed = 0;
+  std::map<std::string, Tensor> tensors;  // parameters by name, optimizer state by "<name>.m" etc.
+  std::string extra_json = "{}";          // free-form (command line, losses so far)
+};
+
+// Written to PATH.tmp, flushed, fsync'ed and renamed over PATH: a crash never leaves half a file.
+Status save_checkpoint(const Checkpoint& c, const std::string& path);
+Expected<Checkpoint> load_checkpoint(const std::string& path);
+
+}  // namespace oases

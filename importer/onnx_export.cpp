@@ -1,0 +1,102 @@
+#include "importer/onnx_export.h"
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include <onnx/onnx_pb.h>
+
+#include "importer/onnx_import.h"
+
+namespace fs = std::filesystem;
+
+namespace oases {
+
+namespace {
+constexpr uint64_t kInlineLimit = uint64_t{1800} << 20;  // leave room under protobuf's 2 GiB
+}
+
+Status export_with_initializers(const std::string& source_model, const std::map<std::string, Tensor>& values,
+                                const std::string& out_path) {
+  onnx::ModelProto model;
+  OASES_RETURN_IF_ERROR(read_model_proto(source_model, &model));
+  std::string src_dir = fs::path(source_model).parent_path().string();
+  if (src_dir.empty()) src_dir = ".";
+  onnx::GraphProto* g = model.mutable_graph();
+  std::set<std::string> replaced;
+  uint64_t total = 0;
+  // First materialise every initializer (new values, or the source's own data) as a Tensor.
+  std::vector<Tensor> data(static_cast<size_t>(g->initializer_size()));
+  for (int i = 0; i < g->initializer_size(); ++i) {
+    const onnx::TensorProto& tp = g->initializer(i);
+    auto it = values.find(tp.name());
+    if (it != values.end()) {
+      Shape want(tp.dims().begin(), tp.dims().end());
+      if (it->second.shape() != want || dtype_to_onnx(it->second.dtype()) != tp.data_type()) {
+        return error("{}: initializer '{}' is {}{} in the model but {}{} in the trained weights", source_model, tp.name(),
+                     dtype_name(dtype_from_onnx(tp.data_type())), shape_str(want), dtype_name(it->second.dtype()),
+                     shape_str(it->second.shape()));
+      }
+      data[i] = it->second;
+      replaced.insert(tp.name());
+    } else {
+      OASES_ASSIGN_OR_RETURN(data[i], tensor_from_proto(tp, src_dir, source_model + ": initializer '" + tp.name() + "'"));
+    }
+    total += data[i].nbytes();
+  }
+  for (const auto& [name, t] : values) {
+    if (!replaced.count(name)) return error("{}: the model has no initializer '{}'", source_model, name);
+  }
+  bool external = total > kInlineLimit;
+  std::string data_name = fs::path(out_path).filename().string() + ".data";
+  std::string data_path = (fs::path(out_path).parent_path() / data_name).string();
+  std::ofstream ext;
+  if (external) {
+    ext.open(data_path + ".tmp", std::ios::binary | std::ios::trunc);
+    if (!ext) return error("{}: cannot open for writing", data_path);
+  }
+  uint64_t offset = 0;
+  for (int i = 0; i < g->initializer_size(); ++i) {
+    onnx::TensorProto* tp = g->mutable_initializer(i);
+    std::string name = tp->name();
+    tensor_to_proto(data[i], name, tp);
+    if (external) {
+      const char* p = static_cast<const char*>(data[i].raw());
+      ext.write(p, static_cast<std::streamsize>(data[i].nbytes()));
+      tp->clear_raw_data();
+      tp->set_data_location(onnx::TensorProto::EXTERNAL);
+      auto add = [&](const std::string& k, const std::string& v) {
+        auto* e = tp->add_external_data();
+        e->set_key(k);
+        e->set_value(v);
+      };
+      add("location", data_name);
+      add("offset", std::to_string(offset));
+      add("length", std::to_string(data[i].nbytes()));
+      offset += data[i].nbytes();
+    }
+  }
+  if (external) {
+    ext.flush();
+    if (!ext) return error("{}: write failed", data_path);
+    ext.close();
+    std::error_code ec;
+    fs::rename(data_path + ".tmp", data_path, ec);
+    if (ec) return error("{}: cannot rename: {}", data_path, ec.message());
+  }
+  std::string tmp = out_path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) return error("{}: cannot open for writing", out_path);
+    if (!model.SerializeToOstream(&out)) return error("{}: serialisation failed", out_path);
+    out.flush();
+    if (!out) return error("{}: write failed", out_path);
+  }
+  std::error_code ec;
+  fs::rename(tmp, out_path, ec);
+  if (ec) return error("{}: cannot rename: {}", out_path, ec.message());
+  return Status::ok();
+}
+
+}  // namespace oases
