@@ -28,6 +28,7 @@ struct Args {
   int64_t steps = 100, batch = 0, seq = 0, grad_accum = 1;
   std::string optimizer = "adamw", loss = "auto", freeze;
   double lr = 1e-3, min_lr = -1, weight_decay = 0.0, momentum = 0.9, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, clip = 1.0;
+  int64_t stop_after = 0;
   int64_t warmup = 0, ignore_index = -100, val_every = 0, val_batches = 4, save_every = 0, log_every = 0;
   double val_fraction = 0.1;
   uint64_t seed = 1234;
@@ -117,6 +118,7 @@ int main(int argc, char** argv) {
     app.add_option("--save", a.save, "Write a checkpoint to CKPT (at the end, and every --save-every steps)");
     app.add_option("--save-every", a.save_every, "Checkpoint every N steps");
     app.add_option("--resume", a.resume, "Continue from a checkpoint");
+    app.add_option("--stop-after", a.stop_after, "Stop (and save) after N steps of this run; --steps still sets the schedule");
     app.add_option("--export-onnx", a.export_onnx, "Write the model with the trained weights");
     app.add_option("--dump-grads", a.dump_grads, "Write the first step's gradients (one TensorProto per parameter)");
     app.add_option("--log-json", a.log_json, "One JSON object per step");
@@ -359,7 +361,8 @@ int main(int argc, char** argv) {
       first_val = *v;
       std::fprintf(stderr, "step %lld  val loss %.4f\n", static_cast<long long>(start), *v);
     }
-    for (int64_t step = start; step < a.steps; ++step) {
+    int64_t end = a.stop_after > 0 ? std::min(a.steps, start + a.stop_after) : a.steps;
+    for (int64_t step = start; step < end; ++step) {
       auto micro = next_feeds();
       if (!micro) return fail_with(micro.status());
       bool dump_now = !a.dump_grads.empty() && step == start;
@@ -369,7 +372,7 @@ int main(int argc, char** argv) {
       double tps = static_cast<double>(tokens_per_step) / (st->ms / 1000.0);
       int64_t done = step + 1;
       std::optional<double> val;
-      if (have_val && ((a.val_every > 0 && done % a.val_every == 0) || done == a.steps)) {
+      if (have_val && ((a.val_every > 0 && done % a.val_every == 0) || done == end)) {
         auto v = validate();
         if (!v) return fail_with(v.status());
         val = *v;
@@ -381,19 +384,19 @@ int main(int argc, char** argv) {
         *log << j.dump() << "\n";
         log->flush();
       }
-      if (!a.quiet && (done % log_every == 0 || done == a.steps || val)) {
+      if (!a.quiet && (done % log_every == 0 || done == end || val)) {
         double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
         double eta = elapsed / static_cast<double>(done - start) * static_cast<double>(a.steps - done);
         std::fprintf(stderr, "step %lld/%lld  loss %.4f%s  lr %.2e  |g| %.3f  %.0f tok/s  %.1f ms/step  ETA %s\n",
                      static_cast<long long>(done), static_cast<long long>(a.steps), st->loss,
                      val ? fmt::format("  val loss {:.4f}", *val).c_str() : "", st->lr, st->grad_norm, tps, st->ms, fmt_eta(eta).c_str());
       }
-      if (!a.save.empty() && a.save_every > 0 && done % a.save_every == 0 && done != a.steps) {
+      if (!a.save.empty() && a.save_every > 0 && done % a.save_every == 0 && done != end) {
         if (Status s = save(done); !s.is_ok()) return fail_with(s);
       }
     }
     if (!a.save.empty() && a.steps > 0) {
-      if (Status s = save(std::max(a.steps, start)); !s.is_ok()) return fail_with(s);
+      if (Status s = save(std::max(end, start)); !s.is_ok()) return fail_with(s);
       if (!a.quiet) std::fprintf(stderr, "saved checkpoint %s\n", a.save.c_str());
     }
     if (!a.export_onnx.empty()) {
