@@ -97,5 +97,42 @@ TEST(PassesOnModels, WeightInitializersDoNotFold) {
   EXPECT_EQ(count_ops(g, "Transpose"), 1);
 }
 
+// LLaMA's repeat_kv before attention: the fused node must read k and v with their 2 kv heads.
+TEST(PassesOnModels, AttentionReadsKeysAndValuesBeforeRepeatKv) {
+  Graph g;
+  g.opset_imports[""] = 17;
+  const int64_t B = 1, H = 4, KV = 2, T = 3, D = 2;
+  ValueId q = g.add_input("q", DType::kF32, {B, H, T, D});
+  ValueId k = g.add_input("k", DType::kF32, {B, KV, T, D});
+  ValueId v = g.add_input("v", DType::kF32, {B, KV, T, D});
+  auto op = [&](const std::string& type, std::vector<ValueId> ins, AttrMap a = {}) {
+    NodeId n = g.add_node_new_outputs(type, ins, 1, std::move(a));
+    return g.node(n).outputs[0];
+  };
+  auto repeat = [&](ValueId x) {
+    ValueId u = op("Unsqueeze", {x, g.add_constant("axes", Tensor::from_int64({2}, {1}))});
+    ValueId e = op("Expand", {u, g.add_constant("shape5", Tensor::from_int64({B, KV, H / KV, T, D}, {5}))});
+    return op("Reshape", {e, g.add_constant("shape4", Tensor::from_int64({B, H, T, D}, {4}))});
+  };
+  ValueId kt = op("Transpose", {repeat(k)}, AttrMap{{"perm", Attribute::of_ints({0, 1, 3, 2})}});
+  ValueId s = op("MatMul", {q, kt});
+  s = op("Div", {s, g.add_constant("sqrt_d", Tensor::scalar_f32(1.4142135f))});
+  ValueId p = op("Softmax", {s}, AttrMap{{"axis", Attribute::of_int(-1)}});
+  ValueId o = op("MatMul", {p, repeat(v)});
+  g.add_output(o);
+  ASSERT_TRUE(InferShapesPass().run(g));
+  auto r = make_fuse_attention_pass()->run(g);
+  ASSERT_TRUE(r) << r.status().message();
+  EXPECT_EQ(r->count, 1) << r->found;
+  ASSERT_TRUE(DeadCodePass().run(g));
+  const Node& a = g.node(g.value(o).producer);
+  ASSERT_EQ(a.op_type, "Attention");
+  EXPECT_EQ(a.inputs[1], k);
+  EXPECT_EQ(a.inputs[2], v);
+  EXPECT_EQ(count_ops(g, "Expand"), 0);
+  auto again = InferShapesPass().run(g);
+  EXPECT_TRUE(again) << again.status().message();
+}
+
 }  // namespace
 }  // namespace oases
