@@ -75,8 +75,7 @@ class Conv1D(nn.Module):
         nn.init.normal_(self.weight, std=0.02)
 
     def forward(self, x):
-        return torch.addmm(self.bias, x.view(-1, x.size(-1)), self.weight).view(x.size()[:-1] + (self.weight.size(-1),)) \
-            if False else x @ self.weight + self.bias
+        return x @ self.weight + self.bias
 
 
 def norm_layer(c):
@@ -222,10 +221,16 @@ class TransformerLM(nn.Module):
 
     @staticmethod
     def _init(m):
+        # Biases are small random values, not zeros as in the originals: real tests of the bias
+        # paths, and no two parameters are byte-identical (the TorchScript exporter would merge
+        # them into one initializer, breaking the parameter ↔ initializer mapping).
         if isinstance(m, (nn.Linear, nn.Embedding)):
             nn.init.normal_(m.weight, std=0.02)
             if isinstance(m, nn.Linear) and m.bias is not None:
-                nn.init.zeros_(m.bias)
+                nn.init.normal_(m.bias, std=0.02)
+        if isinstance(m, Conv1D):
+            nn.init.normal_(m.weight, std=0.02)
+            nn.init.normal_(m.bias, std=0.02)
         if isinstance(m, nn.LayerNorm):
             # non-trivial affine parameters, so gradients and fusions are really tested
             nn.init.normal_(m.weight, mean=1.0, std=0.1)
