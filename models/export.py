@@ -138,6 +138,15 @@ def export_dynamo(wrap, inputs, names, out_name, path, opset, dynamic, max_pos):
         warnings.simplefilter("ignore")
         prog = torch.onnx.export(wrap, tuple(inputs), **kw)
     prog.save(path, **kwargs_supported(prog.save, dict(external_data=False)))
+    # The only change to what the exporter wrote: drop its per-node Python stack traces, which hold
+    # absolute paths of this checkout (the files would differ by where they were made). The other
+    # metadata (name scopes, class hierarchy, FX node, graph-signature kinds) stays.
+    m = onnx.load(path)
+    for n in m.graph.node:
+        keep = [p for p in n.metadata_props if p.key != "pkg.torch.onnx.stack_trace"]
+        del n.metadata_props[:]
+        n.metadata_props.extend(keep)
+    onnx.save(m, path)
     return prog
 
 
@@ -317,7 +326,8 @@ def main():
     info = {
         "config": cfg.resolved().__dict__,
         "exporter": a.exporter,
-        "exporter_call": (f"torch.onnx.export(dynamo=True, opset_version={opset})" if a.exporter == "dynamo" else
+        "exporter_call": (f"torch.onnx.export(dynamo=True, opset_version={opset}); node metadata "
+                          "pkg.torch.onnx.stack_trace removed" if a.exporter == "dynamo" else
                           f"torch.onnx.export(opset_version={opset}, do_constant_folding=False)"),
         "versions": versions,
         "torch": torch.__version__,
