@@ -42,6 +42,12 @@ class Config:
             c.tied = fam != "llama"
         if c.causal is None:
             c.causal = fam != "bert"
+        if c.family == "gpt2" and c.act == "swiglu":
+            raise ValueError("act swiglu needs separate gate/up projections: use family llama or bert")
+        if c.kv_heads != c.heads and c.family == "gpt2":
+            raise ValueError("grouped-query attention (kv_heads < heads) needs separate q/k/v: use family llama or bert")
+        if c.heads % c.kv_heads or c.hidden % c.heads:
+            raise ValueError(f"heads {c.heads} must divide hidden {c.hidden} and be a multiple of kv_heads {c.kv_heads}")
         if not c.ffn:
             c.ffn = 4 * c.hidden if c.act != "swiglu" else int(8 * c.hidden / 3 + 7) // 8 * 8
         return c
