@@ -42,6 +42,12 @@ class Config:
             c.tied = fam != "llama"
         if c.causal is None:
             c.causal = fam != "bert"
+        if c.family == "gpt2" and c.act == "swiglu":
+            raise ValueError("act swiglu needs separate gate/up projections: use family llama or bert")
+        if c.kv_heads != c.heads and c.family == "gpt2":
+            raise ValueError("grouped-query attention (kv_heads < heads) needs separate q/k/v: use family llama or bert")
+        if c.heads % c.kv_heads or c.hidden % c.heads:
+            raise ValueError(f"heads {c.heads} must divide hidden {c.hidden} and be a multiple of kv_heads {c.kv_heads}")
         if not c.ffn:
             c.ffn = 4 * c.hidden if c.act != "swiglu" else int(8 * c.hidden / 3 + 7) // 8 * 8
         return c
@@ -73,11 +79,9 @@ class Conv1D(nn.Module):
         self.weight = nn.Parameter(torch.empty(nx, nf))
         self.bias = nn.Parameter(torch.zeros(nf))
         nn.init.normal_(self.weight, std=0.02)
-        nn.init.normal_(self.bias, std=0.02)
 
     def forward(self, x):
-        return torch.addmm(self.bias, x.view(-1, x.size(-1)), self.weight).view(x.size()[:-1] + (self.weight.size(-1),)) \
-            if False else x @ self.weight + self.bias
+        return x @ self.weight + self.bias
 
 
 def norm_layer(c):
@@ -223,11 +227,16 @@ class TransformerLM(nn.Module):
 
     @staticmethod
     def _init(m):
+        # Biases are small random values, not zeros as in the originals: real tests of the bias
+        # paths, and no two parameters are byte-identical (the TorchScript exporter would merge
+        # them into one initializer, breaking the parameter ↔ initializer mapping).
         if isinstance(m, (nn.Linear, nn.Embedding)):
             nn.init.normal_(m.weight, std=0.02)
             if isinstance(m, nn.Linear) and m.bias is not None:
-                # random, not zero: the exporter merges byte-identical initializers into one
                 nn.init.normal_(m.bias, std=0.02)
+        if isinstance(m, Conv1D):
+            nn.init.normal_(m.weight, std=0.02)
+            nn.init.normal_(m.bias, std=0.02)
         if isinstance(m, nn.LayerNorm):
             # non-trivial affine parameters, so gradients and fusions are really tested
             nn.init.normal_(m.weight, mean=1.0, std=0.1)

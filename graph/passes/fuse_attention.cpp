@@ -3,7 +3,9 @@
 //   O = MatMul(P, v)
 // A constant mask equal to the causal (lower-triangular) pattern becomes causal=1; any other mask
 // (additive float or boolean keep-mask) is passed as the fourth input. Scalar factors on q, k and
-// the scores multiply into `scale`.
+// the scores multiply into `scale`. Keys and values whose heads were repeated for grouped-query
+// attention (LLaMA's repeat_kv: Unsqueeze → Expand → Reshape) are read before the repeat, so the
+// fused node has k, v [B, Hkv, T, D] with Hkv < H.
 #include <cmath>
 
 #include "graph/op_registry.h"
@@ -47,6 +49,28 @@ bool is_causal_constant(const Graph& g, ValueId v, int64_t tq, int64_t tk, bool 
 bool broadcasts_to(const Shape& s, const Shape& target) {
   auto b = broadcast_shapes(s, target);
   return b && *b == target;
+}
+
+// Grouped-query attention as LLaMA's repeat_kv writes it: the kv heads repeated to the query
+// heads by Reshape(Expand(Unsqueeze(x, axis 2), [B, Hkv, rep, T, D]), [B, Hkv·rep, T, D]).
+// Returns x [B, Hkv, T, D] and the repeat count, or kNoId when v is not such a repeat.
+ValueId unrepeat_kv(const Graph& g, ValueId v, int64_t* rep) {
+  const Node* r = producer_if(g, v, "Reshape");
+  if (!r) return kNoId;
+  const Node* e = producer_if(g, r->inputs[0], "Expand");
+  if (!e) return kNoId;
+  const Node* u = producer_if(g, e->inputs[0], "Unsqueeze");
+  if (!u) return kNoId;
+  std::vector<int64_t> axes = u->attrs.get_ints("axes");
+  if (axes.size() != 1 || (axes[0] != 2 && axes[0] != -3)) return kNoId;
+  ValueId x = u->inputs[0];
+  const Shape &xs = g.value(x).shape, &es = g.value(e->outputs[0]).shape, &rs = g.value(v).shape;
+  if (xs.size() != 4 || es.size() != 5 || rs.size() != 4) return kNoId;
+  if (es[0] != xs[0] || es[1] != xs[1] || es[3] != xs[2] || es[4] != xs[3] || es[2] < 1) return kNoId;
+  if (rs != Shape{xs[0], xs[1] * es[2], xs[2], xs[3]}) return kNoId;
+  if (g.value(x).dtype != g.value(v).dtype) return kNoId;
+  *rep = es[2];
+  return x;
 }
 
 class FuseAttentionPass : public Pass {
@@ -159,8 +183,20 @@ class FuseAttentionPass : public Pass {
       if (qs[3] != kts[2] || kts[3] != vs[2] || qs[0] != vs[0] || kts[1] != vs[1] || qs[1] % vs[1] != 0) continue;
       if (g.value(q).dtype != DType::kF32 || g.value(v).dtype != DType::kF32) continue;
       std::string base = sm.name;
-      ValueId k = g.add_value(g.unique_name(base + "_k"), DType::kF32, {kts[0], kts[1], kts[3], kts[2]}, true);
-      g.add_node("Transpose", {kt}, {k}, AttrMap{{"perm", Attribute::of_ints({0, 1, 3, 2})}}, g.unique_name(base + "_kT"));
+      // grouped-query attention: read k and v before their heads were repeated (kᵀ = Transpose(k))
+      ValueId k = kNoId;
+      if (const Node* t = producer_if(g, kt, "Transpose"); t && t->attrs.get_ints("perm") == std::vector<int64_t>{0, 1, 3, 2}) {
+        int64_t rep_k = 0, rep_v = 0;
+        ValueId k0 = unrepeat_kv(g, t->inputs[0], &rep_k), v0 = unrepeat_kv(g, v, &rep_v);
+        if (k0 != kNoId && v0 != kNoId && rep_k == rep_v) {
+          k = k0;
+          v = v0;
+        }
+      }
+      if (k == kNoId) {
+        k = g.add_value(g.unique_name(base + "_k"), DType::kF32, {kts[0], kts[1], kts[3], kts[2]}, true);
+        g.add_node("Transpose", {kt}, {k}, AttrMap{{"perm", Attribute::of_ints({0, 1, 3, 2})}}, g.unique_name(base + "_kT"));
+      }
       std::vector<ValueId> ins{q, k, v};
       if (mask != kNoId) {
         if (mask_keep_inverted) {

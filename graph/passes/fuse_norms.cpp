@@ -178,7 +178,12 @@ class FuseRmsNormPass : public Pass {
         x = m->inputs[0];
       }
       if (x == kNoId || !is_floating(g.value(x).dtype)) continue;
-      // not a LayerNorm's variance: x must not be a mean-subtracted value
+      // not a LayerNorm's variance: x must not be a mean-subtracted value x = a - mean(a) (the
+      // LayerNorm pass has fused those already; its decomposed nodes stay until dead-code removal)
+      if (const Node* sub = producer_if(g, x, "Sub")) {
+        const Node* mean = producer_if(g, sub->inputs[1], "ReduceMean");
+        if (mean && mean->inputs[0] == sub->inputs[0]) continue;
+      }
       ValueId normed;
       double eps;
       if (!match_rsqrt_scale(g, r1.outputs[0], x, &normed, &eps)) continue;

@@ -37,7 +37,10 @@ Status check_supported(const Graph& g) {
 
 namespace {
 
-bool is_parameter(const Value& v) { return v.is_initializer && is_floating(v.dtype); }
+// A float initializer that may be trained, so folding must not freeze it. Single-element ones are
+// not: the dynamo exporter stores every scalar constant (fill values such as -3.4e38 for causal
+// masks, 1/sqrt(d) scales) as an initializer, and those must fold like Constant nodes do.
+bool is_parameter(const Value& v) { return v.is_initializer && is_floating(v.dtype) && v.numel() > 1; }
 
 }  // namespace
 

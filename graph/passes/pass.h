@@ -37,7 +37,8 @@ struct FoldOptions {
 
 // Normalises each node to canonical form, infers every output's dtype and shape in topological
 // order, and folds nodes whose inputs are all constant (never through a floating initializer, so
-// parameters keep their names and stay trainable).
+// parameters keep their names and stay trainable; single-element float initializers, which the
+// dynamo exporter writes for every scalar constant, do fold).
 class InferShapesPass : public Pass {
  public:
   explicit InferShapesPass(FoldOptions opts = {}) : opts_(opts) {}
