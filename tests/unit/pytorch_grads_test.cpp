@@ -4,7 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <filesystem>
+#include <set>
 
 #include "executor/training.h"
 #include "tools/model_loader.h"
@@ -40,7 +42,26 @@ TEST_P(PyTorchGradients, MatchWithin1e3) {
   }
   auto m = load_model((dir / "model.onnx").string(), opts);
   ASSERT_TRUE(m) << m.status().message();
-  auto tg = build_training_graph(m->graph, TrainingSpec{});
+  // PyTorch trains parameters, not buffers: an exporter may write buffers (rotary tables) as
+  // initializers too, so every float initializer without a reference gradient is frozen, as a
+  // user would with --freeze.
+  std::set<std::string> ref_names;
+  for (const auto& e : fs::directory_iterator(dir / "grads")) {
+    auto ref = read_tensor_file(e.path().string());
+    ASSERT_TRUE(ref) << ref.status().message();
+    ref_names.insert(ref->first);
+  }
+  std::string freeze;
+  for (ValueId v : m->graph.initializers()) {
+    const std::string& n = m->graph.value(v).name;
+    if (!is_floating(m->graph.value(v).dtype) || ref_names.count(n)) continue;
+    std::string esc;
+    for (char ch : n) esc += std::string(std::strchr(".^$|()[]{}*+?\\", ch) && ch ? "\\" : "") + ch;
+    freeze += (freeze.empty() ? "" : "|") + esc;
+  }
+  TrainingSpec spec;
+  if (!freeze.empty()) spec.freeze = "^(" + freeze + ")$";
+  auto tg = build_training_graph(m->graph, spec);
   ASSERT_TRUE(tg) << tg.status().message();
   if (tg->appended_loss) {
     // the next-token targets of the reference: the token input shifted left
