@@ -85,14 +85,15 @@ Expected<FedModel> load_model_for_feeds(const std::string& path, ImportOptions o
     drop_fed_constants(fm.model.graph, feeds);
     return fm;
   }
-  // Shapes that depend on the values of small integer inputs: specialise the model to them.
+  // Shapes that depend on the values of inputs: specialise the model to its small integer inputs
+  // and single-element ones (OneHot's depth, Range's limits may be floating scalars).
   Status first = m.status();
   auto raw = import_onnx_file(path, opts);
   if (!raw) return first;
   bool any = false;
   for (auto& [nm, t] : *feeds) {
     ValueId v = raw->find_value(nm);
-    if (v != kNoId && is_integer(t.dtype()) && t.numel() <= 64) {
+    if (v != kNoId && ((is_integer(t.dtype()) && t.numel() <= 64) || t.numel() == 1)) {
       raw->remove_input(v);
       raw->set_constant(v, t);
       any = true;

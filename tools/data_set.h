@@ -30,9 +30,10 @@ struct FedModel {
 };
 
 // load_model with each input's shape bound from `feeds` (bindings already in `opts` win). When the
-// model does not load as is, because shapes depend on the values of small integer inputs (Reshape
-// shapes, Range limits, TopK's k, ...), those inputs become constants and the model is specialised
-// to them; `feeds` then keeps only what is still a graph input. The error is the first load's.
+// model does not load as is, because shapes depend on the values of inputs (Reshape shapes, Range
+// limits, TopK's k, OneHot's depth, ...), the small integer inputs (at most 64 elements) and the
+// single-element ones become constants and the model is specialised to them; `feeds` then keeps
+// only what is still a graph input. The error is the first load's.
 Expected<FedModel> load_model_for_feeds(const std::string& path, ImportOptions opts, std::map<std::string, Tensor>* feeds);
 
 // Element-wise comparison of an output with its expected value: |got - want| <= atol + rtol·|want|

@@ -356,9 +356,12 @@ void register_cpu_elementwise(CpuKernelRegistry& r) {
     if (c.out[0].data != c.in[0].data) std::memcpy(c.out[0].data, c.in[0].data, c.in[0].nbytes());
   });
   r.add("", "Dropout", [](KernelContext& c) {
-    float ratio = c.attrs().get_float("ratio", 0.5f);
+    float ratio = c.has_input(1) ? static_cast<float>(load_as_double(c.in[1].data, c.in[1].dtype, 0))
+                                 : c.attrs().get_float("ratio", 0.5f);
+    if (ratio < 0.f || ratio >= 1.f) c.fail("ratio {} is outside [0, 1)", ratio);
+    bool train_mode = c.has_input(2) ? *c.in[2].as<uint8_t>() != 0 : c.attrs().get_int("training_mode", 0) != 0;
     // active only when the model asks for training mode and the run is a training run
-    bool train = c.attrs().get_int("training_mode", 0) != 0 && (!c.state || c.state->training);
+    bool train = train_mode && (!c.state || c.state->training);
     int64_t n = c.in[0].numel();
     uint8_t* mask = c.out.size() > 1 && c.out[1].data ? c.out[1].as<uint8_t>() : nullptr;
     if (!train || ratio == 0.f) {

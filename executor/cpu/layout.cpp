@@ -79,7 +79,12 @@ void register_cpu_layout(CpuKernelRegistry& r) {
     std::string mode = c.attrs().get_string("mode", "constant");
     int m = mode == "reflect" ? 1 : mode == "edge" ? 2 : mode == "wrap" ? 3 : 0;
     std::vector<uint8_t> value(dtype_size(c.in[0].dtype), 0);
-    store_from_double(value.data(), c.in[0].dtype, 0, c.attrs().get_float("value", 0.f));
+    if (c.has_input(2) && c.in[2].numel() > 0) {
+      if (c.in[2].dtype != c.in[0].dtype) c.fail("constant_value has type {}, data {}", dtype_name(c.in[2].dtype), dtype_name(c.in[0].dtype));
+      std::memcpy(value.data(), c.in[2].data, value.size());
+    } else {
+      store_from_double(value.data(), c.in[0].dtype, 0, c.attrs().get_float("value", 0.f));
+    }
     if (m != 0) {
       for (size_t d = 0; d < c.in[0].shape.size(); ++d) {
         if (c.in[0].shape[d] == 0 && c.out[0].shape[d] != 0) c.fail("cannot pad an empty axis {} in mode {}", d, mode);

@@ -43,6 +43,7 @@ void register_reduce_ops(OpRegistry& r) {
                          "ReduceSumSquare", "ReduceLogSum", "ReduceLogSumExp"}) {
     OpSchema s;
     s.op_type = op;
+    s.oldest_version = 1;  // axes as an attribute, the canonical form
     s.min_inputs = 1;
     s.max_inputs = 2;
     s.normalize = [](InferContext& c) -> Status {
@@ -63,6 +64,7 @@ void register_reduce_ops(OpRegistry& r) {
   for (const char* op : {"ArgMax", "ArgMin"}) {
     OpSchema s;
     s.op_type = op;
+    s.oldest_version = 1;  // later versions add negative axes and select_last_index
     s.min_inputs = s.max_inputs = 1;
     s.foldable = true;
     s.infer = [](InferContext& c) {
