@@ -147,6 +147,15 @@ void register_cpu_elementwise(CpuKernelRegistry& r) {
   add_unary_float(r, "", "Sigmoid", [](auto x) { return k::sigmoid(x); });
   add_unary_float(r, "", "Sin", [](auto x) { return std::sin(x); });
   add_unary_float(r, "", "Cos", [](auto x) { return std::cos(x); });
+  add_unary_float(r, "", "Tan", [](auto x) { return std::tan(x); });
+  add_unary_float(r, "", "Asin", [](auto x) { return std::asin(x); });
+  add_unary_float(r, "", "Acos", [](auto x) { return std::acos(x); });
+  add_unary_float(r, "", "Atan", [](auto x) { return std::atan(x); });
+  add_unary_float(r, "", "Sinh", [](auto x) { return std::sinh(x); });
+  add_unary_float(r, "", "Cosh", [](auto x) { return std::cosh(x); });
+  add_unary_float(r, "", "Asinh", [](auto x) { return std::asinh(x); });
+  add_unary_float(r, "", "Acosh", [](auto x) { return std::acosh(x); });
+  add_unary_float(r, "", "Atanh", [](auto x) { return std::atanh(x); });
   add_unary_float(r, "", "Softplus", [](auto x) {
     using T = decltype(x);
     return x > T(20) ? x : std::log1p(std::exp(x));

@@ -1,5 +1,6 @@
 // Constants and generators: Constant, ConstantOfShape, Range (all folded before execution when
-// their operands are known) and Dropout (identity at inference; training mode draws a mask from
+// their operands are known), EyeLike (ones on the k-th diagonal of a matrix shaped like its input,
+// of attr dtype or the input's) and Dropout (identity at inference; training mode draws a mask from
 // a counter-based generator keyed by the node so recomputation replays it).
 #include "graph/ops/op_utils.h"
 
@@ -74,6 +75,24 @@ void register_misc_ops(OpRegistry& r) {
       c.set_output(0, c.dtype(0), {n});
       return Status::ok();
     };
+    r.add(std::move(s));
+  }
+  {
+    OpSchema s;
+    s.op_type = "EyeLike";
+    s.min_inputs = s.max_inputs = 1;
+    s.non_differentiable_inputs = {0};
+    s.infer = [](InferContext& c) {
+      if (c.rank(0) != 2) return c.fail("input must be a matrix, got {}", shape_str(c.shape(0)));
+      DType dt = c.dtype(0);
+      if (c.attrs().has("dtype")) {
+        dt = dtype_from_onnx(static_cast<int>(c.attrs().get_int("dtype", 0)));
+        if (dt == DType::kUndefined) return c.fail("unsupported dtype {} (ONNX data type number)", c.attrs().get_int("dtype", 0));
+      }
+      c.set_output(0, dt, c.shape(0));
+      return Status::ok();
+    };
+    s.cost = [](const Graph& g, const Node& n) { return OpCost{0, static_cast<double>(g.value(n.outputs[0]).nbytes())}; };
     r.add(std::move(s));
   }
   {
