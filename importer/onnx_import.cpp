@@ -316,14 +316,15 @@ Status check_old_opset_ops(const std::vector<onnx::NodeProto>& nodes, int64_t op
     if (!is_default_domain(n.domain())) continue;
     std::string what = fmt::format("[{}] node '{}'", n.op_type(), n.name().empty() ? fmt::format("{}_{}", n.op_type(), idx) : n.name());
     const auto* old_def = onnx::OpSchemaRegistry::Schema(n.op_type(), static_cast<int>(opset), "");
-    if (!old_def) return error("{}: {} is not an op of opset {}", what, n.op_type(), opset);
+    if (!old_def) return error("{}: {} is not an op of opset {}, which the model imports", what, n.op_type(), opset);
     const auto* new_def = onnx::OpSchemaRegistry::Schema(n.op_type(), kMinOpset, "");
     if (new_def && new_def->since_version() == old_def->since_version()) continue;
     const OpSchema* ours = OpRegistry::global().find("", n.op_type());
     if (ours && old_def->since_version() >= ours->oldest_version) continue;
-    return error("{}: the model imports opset {}, and {}-{} differs from the op in opset {}; Oases reads opsets {}–{}, "
-                 "older ones only for ops it knows in that form",
-                 what, opset, n.op_type(), old_def->since_version(), kMinOpset, kMinOpset, kMaxOpset);
+    return error("opset {} of the default domain is outside the supported range {}–{}, and {} is {}-{}, which differs "
+                 "from the op in opset {} (older opsets are read where every op is unchanged since or known here in its "
+                 "older form)",
+                 opset, kMinOpset, kMaxOpset, what, n.op_type(), old_def->since_version(), kMinOpset);
   }
   return Status::ok();
 }
