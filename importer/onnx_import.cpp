@@ -314,7 +314,8 @@ Status check_old_opset_ops(const std::vector<onnx::NodeProto>& nodes, int64_t op
   for (size_t idx = 0; idx < nodes.size(); ++idx) {
     const onnx::NodeProto& n = nodes[idx];
     if (!is_default_domain(n.domain())) continue;
-    std::string what = fmt::format("[{}] node '{}'", n.op_type(), n.name().empty() ? fmt::format("{}_{}", n.op_type(), idx) : n.name());
+    std::string name = n.name().empty() ? fmt::format("{}_{}", n.op_type(), idx) : n.name();
+    std::string what = fmt::format("[{}] node '{}'", n.op_type(), name);
     const auto* old_def = onnx::OpSchemaRegistry::Schema(n.op_type(), static_cast<int>(opset), "");
     if (!old_def) return error("{}: {} is not an op of opset {}, which the model imports", what, n.op_type(), opset);
     const auto* new_def = onnx::OpSchemaRegistry::Schema(n.op_type(), kMinOpset, "");

@@ -16,7 +16,8 @@ namespace oases {
 // Paths of DIR/PREFIX_N.pb in N order (prefix "input" or "output").
 std::vector<std::string> numbered_files(const std::string& dir, const std::string& prefix);
 // The tensors of those files with the names they carry.
-Expected<std::vector<std::pair<std::string, Tensor>>> read_numbered_tensors(const std::string& dir, const std::string& prefix);
+Expected<std::vector<std::pair<std::string, Tensor>>> read_numbered_tensors(const std::string& dir,
+                                                                            const std::string& prefix);
 
 // Matches data-set tensors to the inputs of `model` by name, else by position; every model input
 // must be given. Errors name the data set and the input.
@@ -34,16 +35,17 @@ struct FedModel {
 // limits, TopK's k, OneHot's depth, ...), the small integer inputs (at most 64 elements) and the
 // single-element ones become constants and the model is specialised to them; `feeds` then keeps
 // only what is still a graph input. The error is the first load's.
-Expected<FedModel> load_model_for_feeds(const std::string& path, ImportOptions opts, std::map<std::string, Tensor>* feeds);
+Expected<FedModel> load_model_for_feeds(const std::string& path, ImportOptions opts,
+                                        std::map<std::string, Tensor>* feeds);
 
 // Element-wise comparison of an output with its expected value: |got - want| <= atol + rtol·|want|
 // for floating types (NaNs and infinities of one sign match themselves), exact equality for
 // integer and bool types. A dtype or shape difference is a `problem`.
 struct TensorComparison {
   double max_abs = 0, max_rel = 0;
-  int64_t bad = 0;            // elements outside the tolerance
-  int64_t first_bad = -1;     // flat index of the first one
-  std::string problem;        // dtype or shape mismatch
+  int64_t bad = 0;         // elements outside the tolerance
+  int64_t first_bad = -1;  // flat index of the first one
+  std::string problem;     // dtype or shape mismatch
   bool ok() const { return problem.empty() && bad == 0; }
 };
 TensorComparison compare_tensors(const Tensor& got, const Tensor& want, double rtol, double atol);

@@ -134,7 +134,9 @@ void register_cpu_layout(CpuKernelRegistry& r) {
     int m = mode == "reflect" ? 1 : mode == "edge" ? 2 : mode == "wrap" ? 3 : 0;
     std::vector<uint8_t> value(dtype_size(c.in[0].dtype), 0);
     if (c.has_input(2) && c.in[2].numel() > 0) {
-      if (c.in[2].dtype != c.in[0].dtype) c.fail("constant_value has type {}, data {}", dtype_name(c.in[2].dtype), dtype_name(c.in[0].dtype));
+      if (c.in[2].dtype != c.in[0].dtype) {
+        c.fail("constant_value has type {}, data {}", dtype_name(c.in[2].dtype), dtype_name(c.in[0].dtype));
+      }
       std::memcpy(value.data(), c.in[2].data, value.size());
     } else {
       store_from_double(value.data(), c.in[0].dtype, 0, c.attrs().get_float("value", 0.f));

@@ -57,7 +57,9 @@ void register_elementwise_ops(OpRegistry& r) {
   for (const char* op : {"Sqrt", "Exp", "Log", "Erf", "Tanh", "Sigmoid", "Sin", "Cos", "Softplus", "Softsign"}) {
     add_unary(r, op, 4, true);
   }
-  for (const char* op : {"Tan", "Asin", "Acos", "Atan", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh"}) add_unary(r, op, 4, true);
+  for (const char* op : {"Tan", "Asin", "Acos", "Atan", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh"}) {
+    add_unary(r, op, 4, true);
+  }
   r.find_mutable("", "Identity")->view_of_input = 0;
 
   for (const char* op : {"Add", "Sub", "Mul", "Div", "Mod"}) add_binary(r, op, 2, 2);

@@ -30,7 +30,9 @@ Status infer_gather_nd(InferContext& c) {
   int64_t r = static_cast<int64_t>(d.size()), q = static_cast<int64_t>(ix.size());
   if (b < 0 || b >= std::min(r, q)) return c.fail("batch_dims {} must be below the ranks of data {} and indices {}", b, r, q);
   int64_t m = ix.back();
-  if (m < 1 || m > r - b) return c.fail("indices {} index {} dims of data {} past {} batch dims", shape_str(ix), m, shape_str(d), b);
+  if (m < 1 || m > r - b) {
+    return c.fail("indices {} index {} dims of data {} past {} batch dims", shape_str(ix), m, shape_str(d), b);
+  }
   for (int64_t i = 0; i < b; ++i) {
     if (d[i] != ix[i]) return c.fail("batch dim {} differs: data {}, indices {}", i, shape_str(d), shape_str(ix));
   }
@@ -46,10 +48,15 @@ Status infer_scatter_nd(InferContext& c) {
   if (c.dtype(1) != DType::kI64) return c.fail("indices '{}' must be int64, got {}", c.input(1).name, dtype_name(c.dtype(1)));
   if (d.empty() || ix.empty()) return c.fail("data {} and indices {} must have rank >= 1", shape_str(d), shape_str(ix));
   int64_t m = ix.back();
-  if (m < 1 || m > static_cast<int64_t>(d.size())) return c.fail("indices {} index {} dims of data {}", shape_str(ix), m, shape_str(d));
+  if (m < 1 || m > static_cast<int64_t>(d.size())) {
+    return c.fail("indices {} index {} dims of data {}", shape_str(ix), m, shape_str(d));
+  }
   Shape want(ix.begin(), ix.end() - 1);
   want.insert(want.end(), d.begin() + m, d.end());
-  if (u != want) return c.fail("updates {} must be {} for data {} and indices {}", shape_str(u), shape_str(want), shape_str(d), shape_str(ix));
+  if (u != want) {
+    return c.fail("updates {} must be {} for data {} and indices {}", shape_str(u), shape_str(want), shape_str(d),
+                  shape_str(ix));
+  }
   OASES_RETURN_IF_ERROR(check_reduction(c));
   c.set_output(0, c.dtype(0), d);
   return Status::ok();
@@ -65,7 +72,8 @@ Status infer_scatter_elements(InferContext& c) {
     return c.fail("indices '{}' must be int32 or int64, got {}", c.input(1).name, dtype_name(c.dtype(1)));
   }
   if (static_cast<int64_t>(ix.size()) != rank || c.shape(2) != ix) {
-    return c.fail("indices {} and updates {} must have one shape, of the rank of data {}", shape_str(ix), shape_str(c.shape(2)), shape_str(d));
+    return c.fail("indices {} and updates {} must have one shape, of the rank of data {}", shape_str(ix),
+                  shape_str(c.shape(2)), shape_str(d));
   }
   for (int64_t i = 0; i < rank; ++i) {
     if (i != axis && ix[i] > d[i]) return c.fail("indices {} exceed data {} on axis {}", shape_str(ix), shape_str(d), i);
@@ -126,7 +134,8 @@ void register_indexing_ops(OpRegistry& r) {
     s.non_differentiable_inputs = {1};
     s.infer = infer_gather_nd;
     s.cost = [](const Graph& g, const Node& n) {
-      return OpCost{0, static_cast<double>(g.value(n.inputs[1]).nbytes()) + 2 * static_cast<double>(g.value(n.outputs[0]).nbytes())};
+      double indices = static_cast<double>(g.value(n.inputs[1]).nbytes());
+      return OpCost{0, indices + 2 * static_cast<double>(g.value(n.outputs[0]).nbytes())};
     };
     r.add(std::move(s));
   }

@@ -60,7 +60,9 @@ Status infer_einsum(InferContext& c) {
   std::string used;
   auto check_term = [&](const std::string& t) -> Status {
     size_t ell = t.find("...");
-    if (ell != std::string::npos && t.find("...", ell + 3) != std::string::npos) return c.fail("equation '{}' has two ellipses in one term", eq);
+    if (ell != std::string::npos && t.find("...", ell + 3) != std::string::npos) {
+      return c.fail("equation '{}' has two ellipses in one term", eq);
+    }
     for (size_t i = 0; i < t.size(); ++i) {
       if (ell != std::string::npos && i >= ell && i < ell + 3) continue;
       if (!std::isalpha(static_cast<unsigned char>(t[i]))) return c.fail("equation '{}': '{}' is not a letter", eq, t[i]);
@@ -77,7 +79,8 @@ Status infer_einsum(InferContext& c) {
     bool has_ell = terms[k].find("...") != std::string::npos;
     int64_t letters = static_cast<int64_t>(terms[k].size()) - (has_ell ? 3 : 0);
     if (has_ell ? c.rank(static_cast<int>(k)) < letters : c.rank(static_cast<int>(k)) != letters) {
-      return c.fail("term '{}' of equation '{}' does not fit input {} {}", terms[k], eq, k, shape_str(c.shape(static_cast<int>(k))));
+      return c.fail("term '{}' of equation '{}' does not fit input {} {}", terms[k], eq, k,
+                    shape_str(c.shape(static_cast<int>(k))));
     }
     if (has_ell) ell_rank = std::max(ell_rank, c.rank(static_cast<int>(k)) - letters);
   }
@@ -118,7 +121,8 @@ Status infer_einsum(InferContext& c) {
       it->second = d;
     }
     if (k > 0 && c.dtype(static_cast<int>(k)) != c.dtype(0)) {
-      return c.fail("operands have different types ({} and {})", dtype_name(c.dtype(0)), dtype_name(c.dtype(static_cast<int>(k))));
+      return c.fail("operands have different types ({} and {})", dtype_name(c.dtype(0)),
+                    dtype_name(c.dtype(static_cast<int>(k))));
     }
   }
   Shape out;

@@ -126,10 +126,10 @@ void register_misc_ops(OpRegistry& r) {
       float ratio = c.attrs().get_float("ratio", 0.5f);
       if (ratio < 0.f || ratio >= 1.f) return c.fail("ratio {} is outside [0, 1)", ratio);
       if (c.has_input(1) && (c.shape(1).size() != 0 || !is_floating(c.dtype(1)))) {
-        return c.fail("ratio '{}' must be a floating scalar, got {}", c.input(1).name, describe_value(c.graph(), c.node().inputs[1]));
+        return c.fail("ratio must be a floating scalar, got {}", describe_value(c.graph(), c.node().inputs[1]));
       }
       if (c.has_input(2) && (c.shape(2).size() != 0 || c.dtype(2) != DType::kBool)) {
-        return c.fail("training_mode '{}' must be a bool scalar, got {}", c.input(2).name, describe_value(c.graph(), c.node().inputs[2]));
+        return c.fail("training_mode must be a bool scalar, got {}", describe_value(c.graph(), c.node().inputs[2]));
       }
       c.set_output(0, c.dtype(0), c.shape(0));
       if (c.has_output(1)) c.set_output(1, DType::kBool, c.shape(0));

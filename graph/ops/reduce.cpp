@@ -107,7 +107,9 @@ void register_reduce_ops(OpRegistry& r) {
       if (axis < 0) return c.fail("axis {} out of range for rank {}", c.attrs().get_int("axis", -1), rank);
       if (!c.attrs().has("k")) return c.fail("K is missing");
       int64_t k = c.attrs().get_int("k", 0);
-      if (k < 0 || k > c.shape(0)[axis]) return c.fail("k {} is outside [0, {}] (axis {} of {})", k, c.shape(0)[axis], axis, shape_str(c.shape(0)));
+      if (k < 0 || k > c.shape(0)[axis]) {
+        return c.fail("k {} is outside [0, {}] (axis {} of {})", k, c.shape(0)[axis], axis, shape_str(c.shape(0)));
+      }
       if (c.dtype(0) == DType::kBool) return c.fail("input must be numeric, got bool");
       c.node().attrs.set_int("axis", axis);
       Shape out = c.shape(0);

@@ -1,7 +1,8 @@
 // Ops that move or re-view data without arithmetic: Reshape, Flatten, Transpose, Squeeze,
 // Unsqueeze, Expand, Concat, Split, Slice, Tile, Pad, and the shape queries Shape and Size.
 // Canonical form keeps resolved operands as attributes: Reshape "shape" holds the final dims
-// (no -1; a 0 left there is an empty dim, marked allowzero), Slice holds per-axis effective start/step and output length.
+// (no -1; a 0 left there is an empty dim, marked allowzero), Slice holds per-axis effective
+// start/step and output length.
 #include "graph/ops/op_utils.h"
 
 #include <cmath>
