@@ -18,6 +18,9 @@
 
 namespace oases {
 
+constexpr int kMinOpset = 13;
+constexpr int kMaxOpset = 21;
+
 class InferContext {
  public:
   InferContext(Graph& g, NodeId n) : graph_(g), node_(g.node(n)) {}
@@ -65,6 +68,11 @@ struct OpSchema {
   std::string op_type;
   int min_inputs = 0, max_inputs = INT_MAX;
   int min_outputs = 1, max_outputs = 1;
+  // Oldest version of the op (its ONNX since-version) these rules read correctly. The importer takes
+  // a model below kMinOpset when each op is unchanged since then in ONNX's schema history or at
+  // least this old here (`normalize` turning the older form canonical, e.g. Unsqueeze-11's axes
+  // attribute); anything older is an error naming the node.
+  int oldest_version = kMinOpset;
   // Rewrites the node into canonical form (opset differences, constant operands into
   // attributes). Runs before `infer`, once the node's inputs are as constant as they get.
   std::function<Status(InferContext&)> normalize;
@@ -98,8 +106,6 @@ class OpRegistry {
 // Domains the registry treats as the default one.
 inline bool is_default_domain(const std::string& d) { return d.empty() || d == "ai.onnx"; }
 constexpr const char* kOasesDomain = "oases";
-constexpr int kMinOpset = 13;
-constexpr int kMaxOpset = 21;
 
 // --- helpers shared by op files ---------------------------------------------------------------
 

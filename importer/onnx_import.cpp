@@ -10,6 +10,7 @@
 #include <fmt/ranges.h>
 #include <google/protobuf/io/coded_stream.h>
 #include <google/protobuf/io/zero_copy_stream_impl.h>
+#include <onnx/defs/schema.h>
 #include <onnx/onnx_pb.h>
 
 #include "graph/op_registry.h"
@@ -305,6 +306,30 @@ Expected<Attribute> convert_attribute(const onnx::AttributeProto& a, const std::
   }
 }
 
+// A model below opset kMinOpset is read when each of its default-domain ops is defined there as at
+// kMinOpset (same since-version in ONNX's schema history: And-7, Elu-6, Not-1, ...) or its schema
+// here reads that older version (OpSchema::oldest_version: Unsqueeze-11, Dropout-10, ...); any other
+// op (Softmax-11's 2-D coercion, Split-11's attribute, ...) is an error naming the node.
+Status check_old_opset_ops(const std::vector<onnx::NodeProto>& nodes, int64_t opset) {
+  for (size_t idx = 0; idx < nodes.size(); ++idx) {
+    const onnx::NodeProto& n = nodes[idx];
+    if (!is_default_domain(n.domain())) continue;
+    std::string name = n.name().empty() ? fmt::format("{}_{}", n.op_type(), idx) : n.name();
+    std::string what = fmt::format("[{}] node '{}'", n.op_type(), name);
+    const auto* old_def = onnx::OpSchemaRegistry::Schema(n.op_type(), static_cast<int>(opset), "");
+    if (!old_def) return error("{}: {} is not an op of opset {}, which the model imports", what, n.op_type(), opset);
+    const auto* new_def = onnx::OpSchemaRegistry::Schema(n.op_type(), kMinOpset, "");
+    if (new_def && new_def->since_version() == old_def->since_version()) continue;
+    const OpSchema* ours = OpRegistry::global().find("", n.op_type());
+    if (ours && old_def->since_version() >= ours->oldest_version) continue;
+    return error("opset {} of the default domain is outside the supported range {}–{}, and {} is {}-{}, which differs "
+                 "from the op in opset {} (older opsets are read where every op is unchanged since or known here in its "
+                 "older form)",
+                 opset, kMinOpset, kMaxOpset, what, n.op_type(), old_def->since_version(), kMinOpset);
+  }
+  return Status::ok();
+}
+
 }  // namespace
 
 Expected<Graph> import_onnx_model(const onnx::ModelProto& model, const std::string& base_dir, const ImportOptions& opts) {
@@ -323,7 +348,7 @@ Expected<Graph> import_onnx_model(const onnx::ModelProto& model, const std::stri
   }
   if (!g.opset_imports.count("")) return Status::error("the model imports no opset of the default ONNX domain");
   int64_t opset = g.opset_imports[""];
-  if (opset < kMinOpset || opset > kMaxOpset) {
+  if (opset < (opts.allow_older_opsets ? 1 : kMinOpset) || opset > kMaxOpset) {
     return error("opset {} of the default domain is outside the supported range {}–{}", opset, kMinOpset, kMaxOpset);
   }
   const onnx::GraphProto& gp = model.graph();
@@ -410,6 +435,7 @@ Expected<Graph> import_onnx_model(const onnx::ModelProto& model, const std::stri
   std::vector<onnx::NodeProto> nodes;
   FunctionInliner inliner(model);
   for (const auto& n : gp.node()) OASES_RETURN_IF_ERROR(inliner.expand(n, &nodes, 0));
+  if (opset < kMinOpset) OASES_RETURN_IF_ERROR(check_old_opset_ops(nodes, opset));
 
   auto value_for = [&](const std::string& name) -> ValueId {
     ValueId v = g.find_value(name);

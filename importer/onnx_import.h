@@ -21,6 +21,9 @@ struct ImportOptions {
   std::map<std::string, int64_t> dims;         // --dim NAME=N binds a symbolic dimension
   std::map<std::string, Shape> input_shapes;   // --shape INPUT=d0,d1,... fixes an input's shape
   bool require_bound_dims = true;              // unbound symbolic dims are an error naming them
+  // Opsets below 13 are an error unless this is set; then a model is read when every op in it is
+  // unchanged since (or known here in) its older form (the conformance runner uses this).
+  bool allow_older_opsets = false;
 };
 
 constexpr int kMinIrVersion = 3;

@@ -24,9 +24,12 @@ Expected<LoadedModel> load_model(const std::string& path, const ImportOptions& o
 void BindingFlags::add_to(CLI::App& app) {
   app.add_option("--dim", dims, "Bind a symbolic dimension, NAME=N (repeatable)");
   app.add_option("--shape", shapes, "Fix an input's shape, INPUT=d0,d1,... (repeatable)");
+  app.add_flag("--allow-older-opset", allow_older_opsets,
+               "Read a model below opset 13 when every op in it is unchanged since (or known in its older form)");
 }
 
 Status BindingFlags::apply(ImportOptions* opts) const {
+  opts->allow_older_opsets = allow_older_opsets;
   for (const auto& d : dims) OASES_RETURN_IF_ERROR(parse_dim_binding(d, opts));
   for (const auto& s : shapes) OASES_RETURN_IF_ERROR(parse_shape_binding(s, opts));
   return Status::ok();

@@ -25,6 +25,7 @@ Expected<LoadedModel> load_model(const std::string& path, const ImportOptions& o
 // --dim NAME=N and --shape INPUT=d0,d1 (repeatable).
 struct BindingFlags {
   std::vector<std::string> dims, shapes;
+  bool allow_older_opsets = false;
   void add_to(CLI::App& app);
   Status apply(ImportOptions* opts) const;
 };

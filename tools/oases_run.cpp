@@ -5,61 +5,12 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <regex>
 
 #include "executor/executor.h"
-#include "tools/model_loader.h"
+#include "tools/data_set.h"
 
 using namespace oases;
 namespace fs = std::filesystem;
-
-namespace {
-
-// input_N.pb / output_N.pb files of a data set, in N order.
-std::vector<std::string> numbered_files(const std::string& dir, const std::string& prefix) {
-  std::vector<std::pair<int, std::string>> found;
-  std::regex re(prefix + "_([0-9]+)\\.pb");
-  for (const auto& e : fs::directory_iterator(dir)) {
-    std::smatch m;
-    std::string name = e.path().filename().string();
-    if (std::regex_match(name, m, re)) found.push_back({std::stoi(m[1]), e.path().string()});
-  }
-  std::sort(found.begin(), found.end());
-  std::vector<std::string> out;
-  for (auto& [i, p] : found) out.push_back(p);
-  return out;
-}
-
-struct Comparison {
-  double max_abs = 0, max_rel = 0;
-  int64_t bad = 0;
-  std::string problem;
-};
-
-Comparison compare(const Tensor& got, const Tensor& want, double rtol, double atol) {
-  Comparison c;
-  if (got.dtype() != want.dtype()) {
-    c.problem = fmt::format("type {} but expected {}", dtype_name(got.dtype()), dtype_name(want.dtype()));
-    return c;
-  }
-  if (got.shape() != want.shape()) {
-    c.problem = fmt::format("shape {} but expected {}", shape_str(got.shape()), shape_str(want.shape()));
-    return c;
-  }
-  for (int64_t i = 0; i < got.numel(); ++i) {
-    double a = load_as_double(got.raw(), got.dtype(), i), b = load_as_double(want.raw(), want.dtype(), i);
-    if (std::isnan(a) && std::isnan(b)) continue;
-    if (std::isinf(a) && std::isinf(b) && (a > 0) == (b > 0)) continue;
-    double d = std::abs(a - b);
-    if (std::isnan(d)) d = INFINITY;
-    c.max_abs = std::max(c.max_abs, d);
-    if (b != 0) c.max_rel = std::max(c.max_rel, d / std::abs(b));
-    if (d > atol + rtol * std::abs(b)) ++c.bad;
-  }
-  return c;
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   return run_tool([&] {
@@ -81,75 +32,23 @@ int main(int argc, char** argv) {
     if (!fs::is_directory(data_set)) return fail_with(error("{}: no such folder", data_set));
 
     // inputs: matched to the model's inputs by name, else by position
-    std::vector<std::pair<std::string, Tensor>> given;
-    for (const auto& f : numbered_files(data_set, "input")) {
-      auto t = read_tensor_file(f);
-      if (!t) return fail_with(t.status());
-      given.push_back(*t);
-    }
-    ImportOptions probe_opts;
-    probe_opts.require_bound_dims = false;
-    auto probe = import_onnx_file(model, probe_opts);
-    if (!probe) return fail_with(probe.status());
-    std::vector<std::string> input_names;
-    for (ValueId v : probe->inputs()) input_names.push_back(probe->value(v).name);
-    std::map<std::string, Tensor> feeds;
-    for (size_t i = 0; i < given.size(); ++i) {
-      const std::string& nm = given[i].first;
-      bool by_name = std::find(input_names.begin(), input_names.end(), nm) != input_names.end();
-      if (by_name) {
-        feeds[nm] = given[i].second;
-      } else if (i < input_names.size()) {
-        feeds[input_names[i]] = given[i].second;
-      } else {
-        return fail_with(error("{}: input_{}.pb ('{}') matches no input of the model", data_set, i, nm));
-      }
-    }
-    for (const auto& nm : input_names) {
-      if (!feeds.count(nm)) return fail_with(error("{}: no input_N.pb gives the model input '{}'", data_set, nm));
-    }
+    auto given = read_numbered_tensors(data_set, "input");
+    if (!given) return fail_with(given.status());
     ImportOptions opts;
     if (Status s = bind.apply(&opts); !s.is_ok()) return fail_with(s);
-    for (auto& [nm, t] : feeds) {
-      if (!opts.input_shapes.count(nm)) opts.input_shapes[nm] = t.shape();
-    }
-    auto m = load_model(model, opts);
-    if (!m) {
-      // Shapes that depend on the values of small integer inputs: specialise the model to them.
-      Status first = m.status();
-      auto raw = import_onnx_file(model, opts);
-      if (!raw) return fail_with(first);
-      bool any = false;
-      for (auto& [nm, t] : feeds) {
-        ValueId v = raw->find_value(nm);
-        if (v != kNoId && is_integer(t.dtype()) && t.numel() <= 64) {
-          raw->remove_input(v);
-          raw->set_constant(v, t);
-          any = true;
-        }
-      }
-      if (!any) return fail_with(first);
-      LoadedModel lm;
-      lm.raw = *raw;
-      lm.graph = *raw;
-      static CpuEvaluator ev;
-      FoldOptions fo;
-      fo.evaluator = &ev;
-      auto rep = run_canonical_pipeline(lm.graph, fo);
-      if (!rep) return fail_with(first);
-      if (verbose) std::printf("note: specialised the model to the values of its small integer inputs\n");
-      m = std::move(lm);
-    }
-    for (auto it = feeds.begin(); it != feeds.end();) {
-      it = m->graph.find_value(it->first) != kNoId && m->graph.value(m->graph.find_value(it->first)).is_input ? std::next(it) : feeds.erase(it);
-    }
+    auto feeds = match_model_inputs(model, *given, data_set, opts);
+    if (!feeds) return fail_with(feeds.status());
+    auto fed = load_model_for_feeds(model, opts, &*feeds);
+    if (!fed) return fail_with(fed.status());
+    if (fed->specialised && verbose) std::printf("note: specialised the model to the values of its small integer inputs\n");
+    LoadedModel* m = &fed->model;
     auto ex = Executor::create(m->graph);
     if (!ex) return fail_with((*&ex).status().with_context(model));
     double ms = 0;
     std::vector<Tensor> outs;
     for (int r = 0; r < std::max(1, repeat); ++r) {
       auto t0 = std::chrono::steady_clock::now();
-      auto o = (*ex)->run(feeds);
+      auto o = (*ex)->run(*feeds);
       ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
       if (!o) return fail_with(o.status().with_context(model));
       outs = *o;
@@ -185,7 +84,7 @@ int main(int argc, char** argv) {
         if (g.value(g.outputs()[j]).name == e->first) idx = j;
       }
       if (idx >= outs.size()) return fail_with(error("{}: output_{}.pb matches no output of the model", data_set, i));
-      Comparison c = compare(outs[idx], e->second, rtol, atol);
+      TensorComparison c = compare_tensors(outs[idx], e->second, rtol, atol);
       const std::string& name = g.value(g.outputs()[idx]).name;
       if (!c.problem.empty()) {
         std::printf("output %-24s MISMATCH: %s\n", name.c_str(), c.problem.c_str());

@@ -147,6 +147,15 @@ void register_cpu_elementwise(CpuKernelRegistry& r) {
   add_unary_float(r, "", "Sigmoid", [](auto x) { return k::sigmoid(x); });
   add_unary_float(r, "", "Sin", [](auto x) { return std::sin(x); });
   add_unary_float(r, "", "Cos", [](auto x) { return std::cos(x); });
+  add_unary_float(r, "", "Tan", [](auto x) { return std::tan(x); });
+  add_unary_float(r, "", "Asin", [](auto x) { return std::asin(x); });
+  add_unary_float(r, "", "Acos", [](auto x) { return std::acos(x); });
+  add_unary_float(r, "", "Atan", [](auto x) { return std::atan(x); });
+  add_unary_float(r, "", "Sinh", [](auto x) { return std::sinh(x); });
+  add_unary_float(r, "", "Cosh", [](auto x) { return std::cosh(x); });
+  add_unary_float(r, "", "Asinh", [](auto x) { return std::asinh(x); });
+  add_unary_float(r, "", "Acosh", [](auto x) { return std::acosh(x); });
+  add_unary_float(r, "", "Atanh", [](auto x) { return std::atanh(x); });
   add_unary_float(r, "", "Softplus", [](auto x) {
     using T = decltype(x);
     return x > T(20) ? x : std::log1p(std::exp(x));
@@ -356,9 +365,12 @@ void register_cpu_elementwise(CpuKernelRegistry& r) {
     if (c.out[0].data != c.in[0].data) std::memcpy(c.out[0].data, c.in[0].data, c.in[0].nbytes());
   });
   r.add("", "Dropout", [](KernelContext& c) {
-    float ratio = c.attrs().get_float("ratio", 0.5f);
+    float ratio = c.has_input(1) ? static_cast<float>(load_as_double(c.in[1].data, c.in[1].dtype, 0))
+                                 : c.attrs().get_float("ratio", 0.5f);
+    if (ratio < 0.f || ratio >= 1.f) c.fail("ratio {} is outside [0, 1)", ratio);
+    bool train_mode = c.has_input(2) ? *c.in[2].as<uint8_t>() != 0 : c.attrs().get_int("training_mode", 0) != 0;
     // active only when the model asks for training mode and the run is a training run
-    bool train = c.attrs().get_int("training_mode", 0) != 0 && (!c.state || c.state->training);
+    bool train = train_mode && (!c.state || c.state->training);
     int64_t n = c.in[0].numel();
     uint8_t* mask = c.out.size() > 1 && c.out[1].data ? c.out[1].as<uint8_t>() : nullptr;
     if (!train || ratio == 0.f) {

@@ -1,9 +1,11 @@
 // CPU glue for data movement: views (Reshape & co. copy only when not aliased), Transpose,
-// Expand, Concat, Split, Slice, Tile, Pad, Gather, GatherElements, OneHot, generators.
+// Expand, Concat, Split, Slice, Tile, Pad, Gather, GatherElements, GatherND, ScatterND,
+// ScatterElements, OneHot, generators.
 #include <cmath>
 
 #include "executor/cpu/common.h"
 #include "kernels/cpu/elementwise.h"
+#include "kernels/cpu/indexing.h"
 #include "kernels/cpu/layout.h"
 
 namespace oases {
@@ -26,6 +28,58 @@ void by_elem_size(size_t es, F&& f) {
     default: f.template operator()<uint64_t>(); break;
   }
 }
+
+k::ScatterReduction scatter_reduction(const KernelContext& c) {
+  std::string red = c.attrs().get_string("reduction", "none");
+  if (red == "add") return k::ScatterReduction::kAdd;
+  if (red == "mul") return k::ScatterReduction::kMul;
+  if (red == "max") return k::ScatterReduction::kMax;
+  if (red == "min") return k::ScatterReduction::kMin;
+  return k::ScatterReduction::kNone;
+}
+
+[[noreturn]] void bad_index(const KernelContext& c, int slot, int64_t pos) {
+  int64_t v = static_cast<int64_t>(load_as_double(c.in[slot].data, c.in[slot].dtype, pos));
+  c.fail("index {} at position {} of '{}' is out of range for data {}", v, pos, c.graph->value(c.node->inputs[slot]).name,
+         shape_str(c.in[0].shape));
+}
+
+// ScatterND / ScatterElements: plain assignment moves bits of the element size; reductions run
+// on the element type (float16/bfloat16 through float32).
+template <class Run>
+void scatter_kernel(KernelContext& c, Run run) {
+  k::ScatterReduction red = scatter_reduction(c);
+  int64_t bad = -1;
+  if (red == k::ScatterReduction::kNone) {
+    by_elem_size(dtype_size(c.in[0].dtype), [&]<class T>() { bad = run.template operator()<T>(c, red); });
+  } else {
+    with_half_as_float(c, [&](KernelContext& f) {
+      dispatch_numeric(f, f.in[0].dtype, [&]<class T>() { bad = run.template operator()<T>(f, red); });
+    });
+  }
+  if (bad >= 0) bad_index(c, 1, bad);
+}
+
+struct ScatterNd {
+  template <class T>
+  int64_t operator()(KernelContext& f, k::ScatterReduction red) const {
+    return k::scatter_nd<T>(f.in[0].as<T>(), f.in[0].shape, f.in[1].as<int64_t>(), f.in[1].shape, f.in[2].as<T>(), red,
+                            f.out[0].as<T>());
+  }
+};
+
+struct ScatterElements {
+  template <class T>
+  int64_t operator()(KernelContext& f, k::ScatterReduction red) const {
+    int64_t axis = f.attrs().get_int("axis", 0);
+    if (f.in[1].dtype == DType::kI32) {
+      return k::scatter_elements<T, int32_t>(f.in[0].as<T>(), f.in[0].shape, f.in[1].as<int32_t>(), f.in[1].shape,
+                                             f.in[2].as<T>(), axis, red, f.out[0].as<T>());
+    }
+    return k::scatter_elements<T, int64_t>(f.in[0].as<T>(), f.in[0].shape, f.in[1].as<int64_t>(), f.in[1].shape,
+                                           f.in[2].as<T>(), axis, red, f.out[0].as<T>());
+  }
+};
 
 }  // namespace
 
@@ -79,7 +133,14 @@ void register_cpu_layout(CpuKernelRegistry& r) {
     std::string mode = c.attrs().get_string("mode", "constant");
     int m = mode == "reflect" ? 1 : mode == "edge" ? 2 : mode == "wrap" ? 3 : 0;
     std::vector<uint8_t> value(dtype_size(c.in[0].dtype), 0);
-    store_from_double(value.data(), c.in[0].dtype, 0, c.attrs().get_float("value", 0.f));
+    if (c.has_input(2) && c.in[2].numel() > 0) {
+      if (c.in[2].dtype != c.in[0].dtype) {
+        c.fail("constant_value has type {}, data {}", dtype_name(c.in[2].dtype), dtype_name(c.in[0].dtype));
+      }
+      std::memcpy(value.data(), c.in[2].data, value.size());
+    } else {
+      store_from_double(value.data(), c.in[0].dtype, 0, c.attrs().get_float("value", 0.f));
+    }
     if (m != 0) {
       for (size_t d = 0; d < c.in[0].shape.size(); ++d) {
         if (c.in[0].shape[d] == 0 && c.out[0].shape[d] != 0) c.fail("cannot pad an empty axis {} in mode {}", d, mode);
@@ -122,6 +183,21 @@ void register_cpu_layout(CpuKernelRegistry& r) {
       }
       std::memcpy(static_cast<char*>(c.out[0].data) + i * static_cast<int64_t>(es),
                   static_cast<const char*>(c.in[0].data) + off * static_cast<int64_t>(es), es);
+    }
+  });
+  r.add("", "GatherND", [](KernelContext& c) {
+    int64_t bad = k::gather_nd(c.in[0].data, c.in[0].shape, c.in[1].as<int64_t>(), c.in[1].shape,
+                               c.attrs().get_int("batch_dims", 0), c.out[0].data, dtype_size(c.in[0].dtype));
+    if (bad >= 0) bad_index(c, 1, bad);
+  });
+  r.add("", "ScatterND", [](KernelContext& c) { scatter_kernel(c, ScatterNd{}); });
+  r.add("", "ScatterElements", [](KernelContext& c) { scatter_kernel(c, ScatterElements{}); });
+  r.add("", "EyeLike", [](KernelContext& c) {
+    int64_t rows = c.out[0].shape[0], cols = c.out[0].shape[1], kk = c.attrs().get_int("k", 0);
+    std::memset(c.out[0].data, 0, c.out[0].nbytes());
+    for (int64_t i = 0; i < rows; ++i) {
+      int64_t j = i + kk;
+      if (j >= 0 && j < cols) store_from_double(c.out[0].data, c.out[0].dtype, i * cols + j, 1.0);
     }
   });
   r.add("", "OneHot", [](KernelContext& c) {

@@ -1,10 +1,13 @@
-// CPU glue for matrix products, reductions, softmax, normalisations, attention and losses.
+// CPU glue for matrix products (MatMul, Gemm, Einsum), reductions, TopK, softmax,
+// normalisations, attention and losses.
 #include <cmath>
 #include <limits>
 
 #include "executor/cpu/common.h"
+#include "kernels/cpu/einsum.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/indexing.h"
 #include "kernels/cpu/nn.h"
 #include "kernels/cpu/reduce.h"
 
@@ -142,6 +145,41 @@ void register_cpu_nn(CpuKernelRegistry& r) {
           b0 = T(1);
         }
         k::gemm<T>(ta, tb, m, n, kk, alpha, f.in[0].as<T>(), f.in[0].shape[1], f.in[1].as<T>(), f.in[1].shape[1], b0, y, n);
+      });
+    });
+  });
+  r.add("", "Einsum", [](KernelContext& c) {
+    // canonical equation: letters only, explicit ("bij,bjk->bik")
+    const std::string eq = c.attrs().get_string("equation", "");
+    size_t arrow = eq.find("->");
+    if (arrow == std::string::npos) c.fail("equation '{}' is not in canonical form", eq);
+    std::vector<std::string> labels;
+    for (size_t pos = 0;;) {
+      size_t comma = eq.find(',', pos);
+      labels.push_back(eq.substr(pos, std::min(comma, arrow) - pos));
+      if (comma == std::string::npos || comma > arrow) break;
+      pos = comma + 1;
+    }
+    if (labels.size() != c.in.size()) c.fail("equation '{}' has {} operands for {} inputs", eq, labels.size(), c.in.size());
+    const std::string out_labels = eq.substr(arrow + 2);
+    with_half_as_float(c, [&](KernelContext& f) {
+      dispatch_matmul_type(f, f.in[0].dtype, [&]<class T>() {
+        std::vector<const T*> ins;
+        std::vector<std::vector<int64_t>> shapes;
+        for (const auto& v : f.in) {
+          ins.push_back(v.as<T>());
+          shapes.push_back(v.shape);
+        }
+        k::einsum<T>(ins, shapes, labels, out_labels, f.out[0].as<T>());
+      });
+    });
+  });
+  r.add("", "TopK", [](KernelContext& c) {
+    int64_t axis = c.attrs().get_int("axis", -1), kk = c.attrs().get_int("k", 0);
+    bool largest = c.attrs().get_int("largest", 1) != 0;
+    with_half_as_float(c, [&](KernelContext& f) {
+      dispatch_numeric(f, f.in[0].dtype, [&]<class T>() {
+        k::top_k<T>(f.in[0].as<T>(), f.in[0].shape, axis, kk, largest, f.out[0].as<T>(), f.out[1].as<int64_t>());
       });
     });
   });

@@ -58,10 +58,15 @@ void register_elementwise_ops(OpRegistry& r) {
   for (const char* op : {"Sqrt", "Exp", "Log", "Erf", "Tanh", "Sigmoid", "Sin", "Cos", "Softplus", "Softsign"}) {
     add_unary(r, op, 4, true);
   }
+  for (const char* op : {"Tan", "Asin", "Acos", "Atan", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh"}) {
+    add_unary(r, op, 4, true);
+  }
   r.find_mutable("", "Identity")->view_of_input = 0;
 
   for (const char* op : {"Add", "Sub", "Mul", "Div", "Mod"}) add_binary(r, op, 2, 2);
   add_binary(r, "Pow", 2, 2, /*same_type=*/false);
+  // opset 7 introduced numpy broadcasting; later versions only add types
+  for (const char* op : {"Add", "Sub", "Mul", "Div", "Pow"}) r.find_mutable("", op)->oldest_version = 7;
   for (const char* op : {"Min", "Max", "Sum", "Mean"}) add_binary(r, op, 1, INT_MAX);
   for (const char* op : {"Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual"}) {
     add_binary(r, op, 2, 2, true, DType::kBool);

@@ -1,11 +1,91 @@
-// Indexing: Gather (embeddings), GatherElements, Trilu (causal masks), CumSum (position ids),
-// OneHot.
+// Indexing: Gather (embeddings), GatherElements, GatherND, ScatterND and ScatterElements (cache
+// and mask updates), Trilu (causal masks), CumSum (position ids), OneHot.
 #include "graph/autodiff.h"
 #include "graph/ops/op_utils.h"
 
 namespace oases {
 
 using namespace ops;
+
+namespace {
+
+Status check_reduction(InferContext& c) {
+  std::string red = c.attrs().get_string("reduction", "none");
+  if (red != "none" && red != "add" && red != "mul" && red != "max" && red != "min") {
+    return c.fail("reduction must be none, add, mul, max or min, got '{}'", red);
+  }
+  if (red != "none" && c.dtype(0) == DType::kBool) return c.fail("reduction '{}' on bool data", red);
+  if (c.dtype(2) != c.dtype(0)) {
+    return c.fail("updates have type {}, data {}", dtype_name(c.dtype(2)), dtype_name(c.dtype(0)));
+  }
+  return Status::ok();
+}
+
+// GatherND: data [B.., D..] (b = batch_dims), indices [B.., I.., m] int64 with m <= rank - b;
+// out [B.., I.., D(b+m)..].
+Status infer_gather_nd(InferContext& c) {
+  const Shape &d = c.shape(0), &ix = c.shape(1);
+  int64_t b = c.attrs().get_int("batch_dims", 0);
+  if (c.dtype(1) != DType::kI64) return c.fail("indices '{}' must be int64, got {}", c.input(1).name, dtype_name(c.dtype(1)));
+  if (d.empty() || ix.empty()) return c.fail("data {} and indices {} must have rank >= 1", shape_str(d), shape_str(ix));
+  int64_t r = static_cast<int64_t>(d.size()), q = static_cast<int64_t>(ix.size());
+  if (b < 0 || b >= std::min(r, q)) return c.fail("batch_dims {} must be below the ranks of data {} and indices {}", b, r, q);
+  int64_t m = ix.back();
+  if (m < 1 || m > r - b) {
+    return c.fail("indices {} index {} dims of data {} past {} batch dims", shape_str(ix), m, shape_str(d), b);
+  }
+  for (int64_t i = 0; i < b; ++i) {
+    if (d[i] != ix[i]) return c.fail("batch dim {} differs: data {}, indices {}", i, shape_str(d), shape_str(ix));
+  }
+  Shape out(ix.begin(), ix.end() - 1);
+  out.insert(out.end(), d.begin() + b + m, d.end());
+  c.set_output(0, c.dtype(0), out);
+  return Status::ok();
+}
+
+// ScatterND: data [D..], indices [J.., m] int64, updates [J.., D(m)..]; out like data.
+Status infer_scatter_nd(InferContext& c) {
+  const Shape &d = c.shape(0), &ix = c.shape(1), &u = c.shape(2);
+  if (c.dtype(1) != DType::kI64) return c.fail("indices '{}' must be int64, got {}", c.input(1).name, dtype_name(c.dtype(1)));
+  if (d.empty() || ix.empty()) return c.fail("data {} and indices {} must have rank >= 1", shape_str(d), shape_str(ix));
+  int64_t m = ix.back();
+  if (m < 1 || m > static_cast<int64_t>(d.size())) {
+    return c.fail("indices {} index {} dims of data {}", shape_str(ix), m, shape_str(d));
+  }
+  Shape want(ix.begin(), ix.end() - 1);
+  want.insert(want.end(), d.begin() + m, d.end());
+  if (u != want) {
+    return c.fail("updates {} must be {} for data {} and indices {}", shape_str(u), shape_str(want), shape_str(d),
+                  shape_str(ix));
+  }
+  OASES_RETURN_IF_ERROR(check_reduction(c));
+  c.set_output(0, c.dtype(0), d);
+  return Status::ok();
+}
+
+// ScatterElements: data [D..], indices and updates [I..] of data's rank; out like data.
+Status infer_scatter_elements(InferContext& c) {
+  const Shape &d = c.shape(0), &ix = c.shape(1);
+  int64_t rank = static_cast<int64_t>(d.size());
+  int64_t axis = normalize_axis(c.attrs().get_int("axis", 0), rank);
+  if (axis < 0) return c.fail("axis {} out of range for rank {}", c.attrs().get_int("axis", 0), rank);
+  if (c.dtype(1) != DType::kI64 && c.dtype(1) != DType::kI32) {
+    return c.fail("indices '{}' must be int32 or int64, got {}", c.input(1).name, dtype_name(c.dtype(1)));
+  }
+  if (static_cast<int64_t>(ix.size()) != rank || c.shape(2) != ix) {
+    return c.fail("indices {} and updates {} must have one shape, of the rank of data {}", shape_str(ix),
+                  shape_str(c.shape(2)), shape_str(d));
+  }
+  for (int64_t i = 0; i < rank; ++i) {
+    if (i != axis && ix[i] > d[i]) return c.fail("indices {} exceed data {} on axis {}", shape_str(ix), shape_str(d), i);
+  }
+  OASES_RETURN_IF_ERROR(check_reduction(c));
+  c.node().attrs.set_int("axis", axis);
+  c.set_output(0, c.dtype(0), d);
+  return Status::ok();
+}
+
+}  // namespace
 
 void register_indexing_ops(OpRegistry& r) {
   {
@@ -46,6 +126,27 @@ void register_indexing_ops(OpRegistry& r) {
       c.set_output(0, c.dtype(0), c.shape(1));
       return Status::ok();
     };
+    r.add(std::move(s));
+  }
+  {
+    OpSchema s;
+    s.op_type = "GatherND";
+    s.min_inputs = s.max_inputs = 2;
+    s.non_differentiable_inputs = {1};
+    s.infer = infer_gather_nd;
+    s.cost = [](const Graph& g, const Node& n) {
+      double indices = static_cast<double>(g.value(n.inputs[1]).nbytes());
+      return OpCost{0, indices + 2 * static_cast<double>(g.value(n.outputs[0]).nbytes())};
+    };
+    r.add(std::move(s));
+  }
+  for (const char* op : {"ScatterND", "ScatterElements"}) {
+    OpSchema s;
+    s.op_type = op;
+    s.min_inputs = s.max_inputs = 3;
+    s.non_differentiable_inputs = {1};
+    s.infer = std::string(op) == "ScatterND" ? infer_scatter_nd : infer_scatter_elements;
+    s.cost = [](const Graph& g, const Node& n) { return OpCost{out_numel(g, n), io_bytes(g, n)}; };
     r.add(std::move(s));
   }
   {

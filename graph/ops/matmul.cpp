@@ -1,7 +1,15 @@
-// MatMul (numpy semantics: 1-D operands promoted, batch dimensions broadcast) and Gemm
-// (Y = alpha·op(A)·op(B) + beta·C, C broadcast to [M, N]).
+// MatMul (numpy semantics: 1-D operands promoted, batch dimensions broadcast), Gemm
+// (Y = alpha·op(A)·op(B) + beta·C, C broadcast to [M, N]) and Einsum.
+// Einsum's canonical equation is explicit and spelt with letters only: spaces dropped, the
+// implicit output written out (the ellipsis' dims, then the labels used once, in character
+// order), each ellipsis replaced by letters the equation does not use, aligned from the right:
+//   "...ii ->...i" on [3, 5, 5]  ->  "Aii->Ai";   "i,i" -> "i,i->".
 #include "graph/autodiff.h"
 #include "graph/ops/op_utils.h"
+
+#include <algorithm>
+#include <cctype>
+#include <map>
 
 namespace oases {
 
@@ -28,6 +36,103 @@ Status infer_matmul(InferContext& c) {
   Shape out = *batch;
   if (!a_vec) out.push_back(a[a.size() - 2]);
   if (!b_vec) out.push_back(b.back());
+  c.set_output(0, c.dtype(0), out);
+  return Status::ok();
+}
+
+Status infer_einsum(InferContext& c) {
+  std::string eq;
+  for (char ch : c.attrs().get_string("equation", "")) {
+    if (!std::isspace(static_cast<unsigned char>(ch))) eq += ch;
+  }
+  if (eq.empty()) return c.fail("the equation is missing");
+  size_t arrow = eq.find("->");
+  std::string lhs = eq.substr(0, arrow);
+  std::vector<std::string> terms;
+  for (size_t pos = 0;;) {
+    size_t comma = lhs.find(',', pos);
+    terms.push_back(lhs.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos));
+    if (comma == std::string::npos) break;
+    pos = comma + 1;
+  }
+  if (static_cast<int>(terms.size()) != c.num_inputs()) {
+    return c.fail("equation '{}' has {} operands, the node {} inputs", eq, terms.size(), c.num_inputs());
+  }
+  std::string used;
+  auto check_term = [&](const std::string& t) -> Status {
+    size_t ell = t.find("...");
+    if (ell != std::string::npos && t.find("...", ell + 3) != std::string::npos) {
+      return c.fail("equation '{}' has two ellipses in one term", eq);
+    }
+    for (size_t i = 0; i < t.size(); ++i) {
+      if (ell != std::string::npos && i >= ell && i < ell + 3) continue;
+      if (!std::isalpha(static_cast<unsigned char>(t[i]))) return c.fail("equation '{}': '{}' is not a letter", eq, t[i]);
+      if (used.find(t[i]) == std::string::npos) used += t[i];
+    }
+    return Status::ok();
+  };
+  for (const auto& t : terms) OASES_RETURN_IF_ERROR(check_term(t));
+  std::string rhs = arrow == std::string::npos ? std::string() : eq.substr(arrow + 2);
+  if (arrow != std::string::npos) OASES_RETURN_IF_ERROR(check_term(rhs));
+  // dims under each ellipsis, and letters the equation leaves free to stand for them
+  int64_t ell_rank = 0;
+  for (size_t k = 0; k < terms.size(); ++k) {
+    bool has_ell = terms[k].find("...") != std::string::npos;
+    int64_t letters = static_cast<int64_t>(terms[k].size()) - (has_ell ? 3 : 0);
+    if (has_ell ? c.rank(static_cast<int>(k)) < letters : c.rank(static_cast<int>(k)) != letters) {
+      return c.fail("term '{}' of equation '{}' does not fit input {} {}", terms[k], eq, k,
+                    shape_str(c.shape(static_cast<int>(k))));
+    }
+    if (has_ell) ell_rank = std::max(ell_rank, c.rank(static_cast<int>(k)) - letters);
+  }
+  std::string free;
+  for (char ch = 'A'; ch <= 'z'; ++ch) {
+    if (std::isalpha(static_cast<unsigned char>(ch)) && used.find(ch) == std::string::npos) free += ch;
+  }
+  if (ell_rank > static_cast<int64_t>(free.size())) return c.fail("equation '{}' needs more labels than there are letters", eq);
+  std::string ell_labels = free.substr(0, static_cast<size_t>(ell_rank));
+  for (size_t k = 0; k < terms.size(); ++k) {
+    size_t ell = terms[k].find("...");
+    if (ell == std::string::npos) continue;
+    int64_t n = c.rank(static_cast<int>(k)) - (static_cast<int64_t>(terms[k].size()) - 3);
+    terms[k].replace(ell, 3, ell_labels.substr(static_cast<size_t>(ell_rank - n)));
+  }
+  if (arrow == std::string::npos) {
+    std::string once;
+    for (char ch : used) {
+      int count = 0;
+      for (const auto& t : terms) count += static_cast<int>(std::count(t.begin(), t.end(), ch));
+      if (count == 1) once += ch;
+    }
+    std::sort(once.begin(), once.end());
+    rhs = ell_labels + once;
+  } else if (size_t ell = rhs.find("..."); ell != std::string::npos) {
+    rhs.replace(ell, 3, ell_labels);
+  }
+  // label sizes: equal wherever a label appears, or 1 (broadcast)
+  std::map<char, int64_t> size;
+  for (size_t k = 0; k < terms.size(); ++k) {
+    for (size_t p = 0; p < terms[k].size(); ++p) {
+      int64_t d = c.shape(static_cast<int>(k))[p];
+      auto [it, fresh] = size.emplace(terms[k][p], d);
+      if (fresh || it->second == d || d == 1) continue;
+      if (it->second != 1) {
+        return c.fail("label '{}' of equation '{}' has sizes {} and {}", terms[k][p], eq, it->second, d);
+      }
+      it->second = d;
+    }
+    if (k > 0 && c.dtype(static_cast<int>(k)) != c.dtype(0)) {
+      return c.fail("operands have different types ({} and {})", dtype_name(c.dtype(0)),
+                    dtype_name(c.dtype(static_cast<int>(k))));
+    }
+  }
+  Shape out;
+  for (size_t i = 0; i < rhs.size(); ++i) {
+    if (!size.count(rhs[i])) return c.fail("output label '{}' of equation '{}' appears in no operand", rhs[i], eq);
+    if (rhs.find(rhs[i]) != i) return c.fail("output label '{}' of equation '{}' repeats", rhs[i], eq);
+    out.push_back(size[rhs[i]]);
+  }
+  c.node().attrs.set_string("equation", fmt::format("{}->{}", fmt::join(terms, ","), rhs));
   c.set_output(0, c.dtype(0), out);
   return Status::ok();
 }
@@ -73,6 +178,32 @@ void register_matmul_ops(OpRegistry& r) {
       const Shape& a = g.value(n.inputs[0]).shape;
       int64_t k = n.attrs.get_int("transA", 0) ? a[0] : a[1];
       return OpCost{2.0 * out_numel(g, n) * static_cast<double>(k), io_bytes(g, n)};
+    };
+    r.add(std::move(s));
+  }
+  {
+    OpSchema s;
+    s.op_type = "Einsum";
+    s.min_inputs = 1;
+    s.infer = infer_einsum;
+    s.cost = [](const Graph& g, const Node& n) {
+      // one multiply-add per operand for every assignment of all the labels
+      std::string eq = n.attrs.get_string("equation", "");
+      std::map<char, int64_t> size;
+      size_t k = 0, p = 0;
+      for (size_t i = 0; i < eq.size() && eq[i] != '-'; ++i) {
+        if (eq[i] == ',') {
+          ++k;
+          p = 0;
+          continue;
+        }
+        const Shape& s = g.value(n.inputs[k]).shape;
+        if (p < s.size()) size[eq[i]] = std::max(size[eq[i]], s[p]);
+        ++p;
+      }
+      double assignments = 1;
+      for (const auto& [ch, d] : size) assignments *= static_cast<double>(d);
+      return OpCost{2.0 * static_cast<double>(n.inputs.size()) * assignments, io_bytes(g, n)};
     };
     r.add(std::move(s));
   }

@@ -1,5 +1,6 @@
 // Constants and generators: Constant, ConstantOfShape, Range (all folded before execution when
-// their operands are known) and Dropout (identity at inference; training mode draws a mask from
+// their operands are known), EyeLike (ones on the k-th diagonal of a matrix shaped like its input,
+// of attr dtype or the input's) and Dropout (identity at inference; training mode draws a mask from
 // a counter-based generator keyed by the node so recomputation replays it).
 #include "graph/autodiff.h"
 #include "graph/ops/op_utils.h"
@@ -15,6 +16,7 @@ void register_misc_ops(OpRegistry& r) {
     OpSchema s;
     s.op_type = "Constant";
     s.min_inputs = s.max_inputs = 0;
+    s.oldest_version = 1;  // the value attributes of every version are read below (sparse_value is not)
     s.infer = [](InferContext& c) {
       const AttrMap& a = c.attrs();
       Tensor t;
@@ -77,22 +79,46 @@ void register_misc_ops(OpRegistry& r) {
     r.add(std::move(s));
   }
   {
-    // Dropout(data, ratio?, training_mode?) -> (output, mask?). Canonical attrs: ratio, training_mode.
+    OpSchema s;
+    s.op_type = "EyeLike";
+    s.min_inputs = s.max_inputs = 1;
+    s.non_differentiable_inputs = {0};
+    s.infer = [](InferContext& c) {
+      if (c.rank(0) != 2) return c.fail("input must be a matrix, got {}", shape_str(c.shape(0)));
+      DType dt = c.dtype(0);
+      if (c.attrs().has("dtype")) {
+        dt = dtype_from_onnx(static_cast<int>(c.attrs().get_int("dtype", 0)));
+        if (dt == DType::kUndefined) return c.fail("unsupported dtype {} (ONNX data type number)", c.attrs().get_int("dtype", 0));
+      }
+      c.set_output(0, dt, c.shape(0));
+      return Status::ok();
+    };
+    s.cost = [](const Graph& g, const Node& n) { return OpCost{0, static_cast<double>(g.value(n.outputs[0]).nbytes())}; };
+    r.add(std::move(s));
+  }
+  {
+    // Dropout(data, ratio?, training_mode?) -> (output, mask?). Canonical attrs: ratio, training_mode
+    // when the operands are constant; a training_mode known only at run time stays input 2 (and a
+    // ratio then input 1). Outside training the ratio does not matter and is dropped.
     OpSchema s;
     s.op_type = "Dropout";
+    s.oldest_version = 10;  // Dropout-10: ratio attribute, no training_mode (inference copies)
     s.min_inputs = 1;
     s.max_inputs = 3;
     s.max_outputs = 2;
     s.foldable = false;
     s.non_differentiable_inputs = {1, 2};
     s.normalize = [](InferContext& c) -> Status {
-      auto m1 = operand_to_float_attr(c, 1, "ratio", true);
-      if (!m1) return m1.status();
-      if (c.has_input(2)) {
-        const Tensor* t = c.constant(2);
-        if (!t) return c.fail("training_mode ('{}') must be constant", c.input(2).name);
-        c.node().attrs.set_int("training_mode", t->item() != 0 ? 1 : 0);
+      if (c.has_input(2) && c.constant(2)) {
+        c.node().attrs.set_int("training_mode", c.constant(2)->item() != 0 ? 1 : 0);
         c.graph().set_input(c.node().id, 2, kNoId);
+      }
+      bool inference = !c.has_input(2) && c.attrs().get_int("training_mode", 0) == 0;
+      if (inference && c.has_input(1) && !c.constant(1)) {
+        c.graph().set_input(c.node().id, 1, kNoId);
+      } else {
+        auto m1 = operand_to_float_attr(c, 1, "ratio", /*required_constant=*/false);
+        if (!m1) return m1.status();
       }
       trim_inputs(c);
       return Status::ok();
@@ -100,6 +126,12 @@ void register_misc_ops(OpRegistry& r) {
     s.infer = [](InferContext& c) {
       float ratio = c.attrs().get_float("ratio", 0.5f);
       if (ratio < 0.f || ratio >= 1.f) return c.fail("ratio {} is outside [0, 1)", ratio);
+      if (c.has_input(1) && (c.shape(1).size() != 0 || !is_floating(c.dtype(1)))) {
+        return c.fail("ratio must be a floating scalar, got {}", describe_value(c.graph(), c.node().inputs[1]));
+      }
+      if (c.has_input(2) && (c.shape(2).size() != 0 || c.dtype(2) != DType::kBool)) {
+        return c.fail("training_mode must be a bool scalar, got {}", describe_value(c.graph(), c.node().inputs[2]));
+      }
       c.set_output(0, c.dtype(0), c.shape(0));
       if (c.has_output(1)) c.set_output(1, DType::kBool, c.shape(0));
       return Status::ok();

@@ -1,6 +1,7 @@
 // Reductions. Canonical form: axes in the "axes" attribute (ReduceSum takes them as an input
 // from opset 13, the others from opset 18), keepdims, noop_with_empty_axes; empty axes reduce
-// everything unless noop_with_empty_axes is set. ArgMax/ArgMin give int64 indices.
+// everything unless noop_with_empty_axes is set. ArgMax/ArgMin give int64 indices; TopK the k
+// largest (or smallest) values along an axis with their int64 indices, canonical attr "k".
 #include "graph/autodiff.h"
 #include "graph/ops/op_utils.h"
 
@@ -44,6 +45,7 @@ void register_reduce_ops(OpRegistry& r) {
                          "ReduceSumSquare", "ReduceLogSum", "ReduceLogSumExp"}) {
     OpSchema s;
     s.op_type = op;
+    s.oldest_version = 1;  // axes as an attribute, the canonical form
     s.min_inputs = 1;
     s.max_inputs = 2;
     s.normalize = [](InferContext& c) -> Status {
@@ -64,6 +66,7 @@ void register_reduce_ops(OpRegistry& r) {
   for (const char* op : {"ArgMax", "ArgMin"}) {
     OpSchema s;
     s.op_type = op;
+    s.oldest_version = 1;  // later versions add negative axes and select_last_index
     s.min_inputs = s.max_inputs = 1;
     s.foldable = true;
     s.infer = [](InferContext& c) {
@@ -78,6 +81,46 @@ void register_reduce_ops(OpRegistry& r) {
       }
       c.set_output(0, DType::kI64, out);
       return Status::ok();
+    };
+    r.add(std::move(s));
+  }
+  {
+    OpSchema s;
+    s.op_type = "TopK";
+    s.oldest_version = 1;  // TopK-1 holds k as an attribute, the canonical form
+    s.min_inputs = 1;
+    s.max_inputs = 2;
+    s.min_outputs = s.max_outputs = 2;
+    s.non_differentiable_inputs = {1};
+    s.normalize = [](InferContext& c) -> Status {
+      if (!c.has_input(1)) return Status::ok();
+      auto moved = operand_to_ints_attr(c, 1, "k");
+      if (!moved) return moved.status();
+      std::vector<int64_t> k = c.attrs().get_ints("k");
+      if (k.size() != 1) return c.fail("K must hold one value, got [{}]", fmt::join(k, ","));
+      c.node().attrs.set_int("k", k[0]);
+      trim_inputs(c);
+      return Status::ok();
+    };
+    s.infer = [](InferContext& c) {
+      int64_t rank = c.rank(0);
+      int64_t axis = normalize_axis(c.attrs().get_int("axis", -1), rank);
+      if (axis < 0) return c.fail("axis {} out of range for rank {}", c.attrs().get_int("axis", -1), rank);
+      if (!c.attrs().has("k")) return c.fail("K is missing");
+      int64_t k = c.attrs().get_int("k", 0);
+      if (k < 0 || k > c.shape(0)[axis]) {
+        return c.fail("k {} is outside [0, {}] (axis {} of {})", k, c.shape(0)[axis], axis, shape_str(c.shape(0)));
+      }
+      if (c.dtype(0) == DType::kBool) return c.fail("input must be numeric, got bool");
+      c.node().attrs.set_int("axis", axis);
+      Shape out = c.shape(0);
+      out[axis] = k;
+      c.set_output(0, c.dtype(0), out);
+      c.set_output(1, DType::kI64, out);
+      return Status::ok();
+    };
+    s.cost = [](const Graph& g, const Node& n) {
+      return OpCost{2.0 * static_cast<double>(g.value(n.inputs[0]).numel()), io_bytes(g, n)};
     };
     r.add(std::move(s));
   }

@@ -1,7 +1,8 @@
 // Ops that move or re-view data without arithmetic: Reshape, Flatten, Transpose, Squeeze,
 // Unsqueeze, Expand, Concat, Split, Slice, Tile, Pad, and the shape queries Shape and Size.
 // Canonical form keeps resolved operands as attributes: Reshape "shape" holds the final dims
-// (no 0 or -1), Slice holds per-axis effective start/step and output length.
+// (no -1; a 0 left there is an empty dim, marked allowzero), Slice holds per-axis effective
+// start/step and output length.
 #include "graph/autodiff.h"
 #include "graph/ops/op_utils.h"
 
@@ -52,7 +53,12 @@ Status infer_reshape(InferContext& c) {
     return c.fail("cannot reshape {} ({} elements) to [{}] ({} elements)", shape_str(in), total, fmt::join(spec, ","), known);
   }
   c.node().attrs.set_ints("shape", out);
-  c.node().attrs.erase("allowzero");
+  // the resolved dims are literal: a 0 left in them is an empty dim, not "copy the input's"
+  if (std::find(out.begin(), out.end(), 0) != out.end()) {
+    c.node().attrs.set_int("allowzero", 1);
+  } else {
+    c.node().attrs.erase("allowzero");
+  }
   c.set_output(0, c.dtype(0), out);
   return Status::ok();
 }
@@ -207,6 +213,7 @@ void register_shape_ops(OpRegistry& r) {
   {
     OpSchema s;
     s.op_type = "Squeeze";
+    s.oldest_version = 1;  // before opset 13 the axes are an attribute, the canonical form
     s.min_inputs = 1;
     s.max_inputs = 2;
     s.view_of_input = 0;
@@ -241,6 +248,7 @@ void register_shape_ops(OpRegistry& r) {
   {
     OpSchema s;
     s.op_type = "Unsqueeze";
+    s.oldest_version = 1;  // before opset 13 the axes are an attribute, the canonical form
     s.min_inputs = 1;
     s.max_inputs = 2;
     s.view_of_input = 0;
@@ -384,7 +392,8 @@ void register_shape_ops(OpRegistry& r) {
     r.add(std::move(s));
   }
   {
-    // Pad: canonical attrs "pads" (2·rank, begins then ends, over all axes), "value", "mode".
+    // Pad: canonical attrs "pads" (2·rank, begins then ends, over all axes), "value", "mode"; a
+    // constant_value known only at run time stays input 2.
     OpSchema s;
     s.op_type = "Pad";
     s.min_inputs = 1;
@@ -392,7 +401,7 @@ void register_shape_ops(OpRegistry& r) {
     s.non_differentiable_inputs = {1, 2, 3};
     s.normalize = [](InferContext& c) -> Status {
       OASES_RETURN_IF_ERROR(move_ints(c, 1, "pads"));
-      auto moved = operand_to_float_attr(c, 2, "value", true);
+      auto moved = operand_to_float_attr(c, 2, "value", /*required_constant=*/false);
       if (!moved) return moved.status();
       OASES_RETURN_IF_ERROR(move_ints(c, 3, "pad_axes"));
       trim_inputs(c);

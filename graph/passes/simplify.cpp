@@ -33,7 +33,7 @@ class SimplifyPass : public Pass {
       if (n.op_type == "Identity") noop = true;
       if (n.op_type == "Cast" && xv.dtype == yv.dtype) noop = true;
       if ((n.op_type == "Reshape" || n.op_type == "Expand") && xv.shape == yv.shape && xv.dtype == yv.dtype) noop = true;
-      if (n.op_type == "Dropout" && n.attrs.get_int("training_mode", 0) == 0) {
+      if (n.op_type == "Dropout" && n.attrs.get_int("training_mode", 0) == 0 && !n.has_input(2)) {
         ValueId mask = n.output(1);
         noop = mask == kNoId || (g.uses(mask).empty() && !g.is_output(mask));
       }
