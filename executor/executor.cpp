@@ -15,6 +15,7 @@ const CpuKernelRegistry& CpuKernelRegistry::global() {
     register_cpu_layout(r);
     register_cpu_nn(r);
     register_cpu_grad(r);
+    register_cpu_collectives(r);
     return r;
   }();
   return reg;
@@ -64,6 +65,7 @@ Expected<std::unique_ptr<Executor>> Executor::create(Graph g, const ExecOptions&
   std::memset(ex->arena_, 0, ex->arena_size_);
   if (opts.threads > 0) kernels::set_blas_threads(opts.threads);
   const Graph& gr = ex->prog_.graph;
+  ex->groups_ = opts.groups;
   ex->contexts_.resize(ex->prog_.instrs.size());
   for (size_t i = 0; i < ex->prog_.instrs.size(); ++i) {
     const Node& n = gr.node(ex->prog_.instrs[i].node);
@@ -71,6 +73,7 @@ Expected<std::unique_ptr<Executor>> Executor::create(Graph g, const ExecOptions&
     c.graph = &gr;
     c.node = &n;
     c.state = &ex->state_;
+    c.groups = &ex->groups_;
     for (ValueId v : n.inputs) {
       TensorView tv;
       if (v != kNoId) {

@@ -30,6 +30,7 @@ struct Program {
 struct ExecOptions {
   std::set<ValueId> keep;  // values to keep readable after run() (besides the graph outputs)
   int threads = 0;         // 0: leave OpenMP/OpenBLAS defaults
+  std::vector<CommGroup*> groups;  // this rank's group per mesh axis (distributed programs)
 };
 
 // Compiles `g` (canonical, fully shaped) into a program; the error names the first node without a
@@ -69,6 +70,7 @@ class Executor {
   bool profiling_ = false;
   std::vector<double> node_ms_;
   std::vector<KernelContext> contexts_;
+  std::vector<CommGroup*> groups_;
 
   void* ptr_of(ValueId v) const;
 

@@ -12,6 +12,8 @@
 
 namespace oases {
 
+class CommGroup;
+
 struct TensorView {
   DType dtype = DType::kUndefined;
   Shape shape;
@@ -38,8 +40,12 @@ struct KernelContext {
   const Node* node = nullptr;
   std::vector<TensorView> in, out;
   RunState* state = nullptr;
+  // Communication groups of this rank, one per mesh axis (empty on a single rank).
+  const std::vector<CommGroup*>* groups = nullptr;
 
   const AttrMap& attrs() const { return node->attrs; }
+  // The group of mesh axis `a`; throws naming the node when the program runs without one.
+  CommGroup& group(int64_t a) const;
   bool has_input(int i) const { return i < static_cast<int>(in.size()) && in[i].data != nullptr; }
   // Throws OasesError naming the node.
   template <class... Args>
@@ -71,5 +77,6 @@ void register_cpu_math(CpuKernelRegistry& r);
 void register_cpu_layout(CpuKernelRegistry& r);
 void register_cpu_nn(CpuKernelRegistry& r);
 void register_cpu_grad(CpuKernelRegistry& r);
+void register_cpu_collectives(CpuKernelRegistry& r);
 
 }  // namespace oases

@@ -32,9 +32,18 @@ double Optimizer::grad_norm(const std::vector<const float*>& grads, float grad_s
   return std::sqrt(ss) * grad_scale;
 }
 
+std::vector<double> Optimizer::sum_squares(const std::vector<const float*>& grads) const {
+  std::vector<double> ss;
+  for (size_t i = 0; i < params_.size(); ++i) ss.push_back(kernels::sum_squares(grads[i], params_[i].value.numel()));
+  return ss;
+}
+
 double Optimizer::step(const std::vector<const float*>& grads, float grad_scale) {
+  return step_with_norm(grads, grad_scale, grad_norm(grads, grad_scale));
+}
+
+double Optimizer::step_with_norm(const std::vector<const float*>& grads, float grad_scale, double norm) {
   ++t_;
-  double norm = grad_norm(grads, grad_scale);
   float scale = grad_scale;
   if (cfg_.clip > 0 && norm > cfg_.clip) scale = static_cast<float>(grad_scale * cfg_.clip / (norm + 1e-6));
   double lr = learning_rate_at(cfg_, t_);

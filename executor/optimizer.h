@@ -39,6 +39,11 @@ class Optimizer {
   // Applies one step with gradients in registration order (scaled by `grad_scale`, e.g. 1/micro-
   // batches); clips by global norm first. Returns the global norm before clipping.
   double step(const std::vector<const float*>& grads, float grad_scale);
+  // Same, with the global gradient norm computed by the caller (distributed runs: shards summed
+  // over their group, replicated parameters counted once).
+  double step_with_norm(const std::vector<const float*>& grads, float grad_scale, double global_norm);
+  // Σ g² of each parameter's (local) gradient, unscaled.
+  std::vector<double> sum_squares(const std::vector<const float*>& grads) const;
   int64_t steps_taken() const { return t_; }
   double last_lr() const { return last_lr_; }
   // Global norm of the given gradients (scaled).

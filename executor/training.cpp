@@ -67,6 +67,11 @@ Expected<TrainingGraph> build_training_graph(Graph g, const TrainingSpec& spec) 
     tg.vocab = vocab;
   }
   if (!is_floating(g.value(loss).dtype)) return error("loss '{}' is not floating-point", g.value(loss).name);
+  {
+    // sum / count instead of a mean: the same value, and a form that splits over data-parallel ranks
+    auto rw = make_loss_sum_over_count_pass()->run(g);
+    if (!rw) return rw.status();
+  }
 
   std::optional<std::regex> freeze;
   if (!spec.freeze.empty()) {
@@ -179,9 +184,13 @@ Tensor shifted_targets(const Tensor& tokens, int64_t ignore_index) {
 }
 
 Expected<std::unique_ptr<Trainer>> Trainer::create(TrainingGraph tg, OptimizerConfig opt, int threads) {
-  auto tr = std::unique_ptr<Trainer>(new Trainer(std::move(opt)));
   ExecOptions eo;
   eo.threads = threads;
+  return create(std::move(tg), std::move(opt), eo);
+}
+
+Expected<std::unique_ptr<Trainer>> Trainer::create(TrainingGraph tg, OptimizerConfig opt, const ExecOptions& eo) {
+  auto tr = std::unique_ptr<Trainer>(new Trainer(std::move(opt)));
   OASES_ASSIGN_OR_RETURN(tr->train_, Executor::create(tg.graph, eo));
   Graph eval = tg.graph;
   eval.set_outputs({tg.loss});
@@ -239,7 +248,18 @@ Expected<StepStats> Trainer::step(const std::vector<std::map<std::string, Tensor
   }
   float scale = 1.f / static_cast<float>(micro.size());
   if (before_update) OASES_RETURN_IF_ERROR(before_update());
-  st.grad_norm = opt_.step(grads, scale);
+  if (global_norm) {
+    std::vector<double> ss = opt_.sum_squares(grads);
+    double norm = 0;
+    try {
+      norm = global_norm(ss) * static_cast<double>(scale);
+    } catch (const OasesError& e) {
+      return Status::error(e.what());
+    }
+    st.grad_norm = opt_.step_with_norm(grads, scale, norm);
+  } else {
+    st.grad_norm = opt_.step(grads, scale);
+  }
   st.lr = opt_.last_lr();
   st.loss = total / static_cast<double>(micro.size());
   train_->state().step++;

@@ -60,6 +60,11 @@ struct StepStats {
 class Trainer {
  public:
   static Expected<std::unique_ptr<Trainer>> create(TrainingGraph tg, OptimizerConfig opt, int threads = 0);
+  // With execution options (communication groups of a distributed rank).
+  static Expected<std::unique_ptr<Trainer>> create(TrainingGraph tg, OptimizerConfig opt, const ExecOptions& eo);
+  // Global gradient norm from each parameter's local Σ g² (a distributed run sums shards over
+  // their groups); unset: the plain norm over this rank's gradients.
+  std::function<double(const std::vector<double>&)> global_norm;
 
   // One optimizer step over the given micro-batches (gradients averaged). `before_update` runs
   // after the gradients are complete and before the parameters change (e.g. to dump them).

@@ -28,6 +28,7 @@ const OpRegistry& OpRegistry::global() {
     register_loss_ops(r);
     register_misc_ops(r);
     register_grad_ops(r);
+    register_collective_ops(r);
     return r;
   }();
   return reg;

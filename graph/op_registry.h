@@ -133,5 +133,8 @@ void register_attention_ops(OpRegistry& r);
 void register_loss_ops(OpRegistry& r);
 void register_misc_ops(OpRegistry& r);
 void register_grad_ops(OpRegistry& r);
+void register_collective_ops(OpRegistry& r);
+// A collective that communicates (ShardSlice is local, not one).
+bool is_collective(const Node& n);
 
 }  // namespace oases

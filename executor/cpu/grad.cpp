@@ -2,6 +2,7 @@
 #include <cmath>
 #include <limits>
 
+#include "executor/communicator.h"
 #include "executor/cpu/common.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/gemm.h"
@@ -169,6 +170,13 @@ void register_cpu_grad(CpuKernelRegistry& r) {
     int64_t outer = rows_before(ds, axis), dim = ds[axis];
     int64_t inner = shape_numel(ds) / std::max<int64_t>(1, outer * dim);
     int64_t nidx = c.in[1].numel();
+    // a vocabulary-split table: this rank holds rows [start, start + dim) of dim * group rows
+    int64_t start = 0, total = dim;
+    if (c.attrs().has("row_mesh_axis")) {
+      CommGroup& g = c.group(c.attrs().get_int("row_mesh_axis", 0));
+      start = g.rank() * dim;
+      total = dim * g.size();
+    }
     dispatch_float(c, c.out[0].dtype, [&]<class T>() {
       T* out = c.out[0].as<T>();
       const T* dy = c.in[0].as<T>();
@@ -177,8 +185,10 @@ void register_cpu_grad(CpuKernelRegistry& r) {
       for (int64_t o = 0; o < outer; ++o) {
         for (int64_t i = 0; i < nidx; ++i) {
           int64_t v = static_cast<int64_t>(load_as_double(c.in[1].data, c.in[1].dtype, i));
-          if (v < 0) v += dim;
-          if (v < 0 || v >= dim) c.fail("index {} outside [0, {})", v, dim);
+          if (v < 0) v += total;
+          if (v < 0 || v >= total) c.fail("index {} outside [0, {})", v, total);
+          v -= start;
+          if (v < 0 || v >= dim) continue;
           T* dst = out + (o * dim + v) * inner;
           const T* src = dy + (o * nidx + i) * inner;
           for (int64_t e = 0; e < inner; ++e) dst[e] += src[e];

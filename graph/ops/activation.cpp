@@ -3,6 +3,7 @@
 // oases.SwiGLU (silu(gate) ⊙ up, LLaMA's MLP).
 #include "graph/autodiff.h"
 #include "graph/ops/op_utils.h"
+#include "graph/sharding.h"
 
 namespace oases {
 
@@ -93,6 +94,15 @@ void register_activation_ops(OpRegistry& r) {
     if (c.needs(1)) c.add_grad(1, c.unbroadcast(c.op("Where", {pos, c.scalar(0.0, c.dtype(x)), c.op("Mul", {dy, x})}), c.shape(s)));
     return Status::ok();
   };
+
+  // --- sharding rules: elementwise, nonlinear --------------------------------------------
+  for (const char* op : {"LeakyRelu", "Elu", "Selu", "Celu", "HardSigmoid", "HardSwish", "Mish", "ThresholdedRelu", "Gelu",
+                         "PRelu"}) {
+    r.find_mutable("", op)->shard = [](ShardContext& c) { return shard_elementwise(c, PartialPolicy::kNone); };
+  }
+  for (const char* op : {"Silu", "SwiGLU"}) {
+    r.find_mutable(kOasesDomain, op)->shard = [](ShardContext& c) { return shard_elementwise(c, PartialPolicy::kNone); };
+  }
 }
 
 }  // namespace oases

@@ -6,12 +6,63 @@
 //   out [B, H, Tq, Dv].
 #include "graph/autodiff.h"
 #include "graph/ops/op_utils.h"
+#include "graph/sharding.h"
 
 #include <cmath>
 
 namespace oases {
 
 using namespace ops;
+
+// Attention (q at slot q) and its gradient: batch and heads may be split (heads over the tensor-
+// parallel axis), sequence and head dims stay whole; a mask follows the dims it does not broadcast.
+Status shard_attention(ShardContext& c, int q, bool grad) {
+  DimSpec batch, heads;
+  for (int i = q; i < q + 3 && batch.axis < 0; ++i) batch = c.in(i).dims[0];
+  for (int i = q; i < q + 3 && heads.axis < 0; ++i) heads = c.in(i).dims[1];
+  if (batch.axis >= 0 && batch.axis == heads.axis) heads = DimSpec{};
+  auto bhrr = [&](size_t rank) {
+    ShardingSpec s = ShardingSpec::replicated(rank);
+    s.dims[0] = batch;
+    s.dims[1] = heads;
+    return s;
+  };
+  for (int i = q; i < q + 3; ++i) c.require(i, bhrr(4));
+  if (grad) {
+    c.require(4, bhrr(4));  // O
+    c.require(5, bhrr(3));  // lse
+    ShardingSpec d = bhrr(4);
+    d.partial = c.in(0).partial;
+    for (int a = 0; a < c.mesh().num_axes(); ++a) {
+      if ((a == batch.axis || a == heads.axis) && d.is_partial(a)) d = d.with_partial(a, false);
+    }
+    c.require(0, d);
+  }
+  int mask = q + (grad ? 5 : 3);
+  if (c.has_input(mask)) {
+    Shape ms = c.in_shape(mask), qs = c.in_shape(q);
+    ShardingSpec want = ShardingSpec::replicated(ms.size());
+    Shape scores{qs[0], qs[1], qs[2], c.in_shape(q + 1)[2]};
+    for (size_t j = 0; j < ms.size(); ++j) {
+      size_t d = 4 - ms.size() + j;
+      if (d == 0 && ms[j] == scores[0]) want.dims[j] = batch;
+      if (d == 1 && ms[j] == scores[1]) want.dims[j] = heads;
+    }
+    c.require(mask, want);
+  }
+  if (grad) {
+    uint32_t p = c.in(0).partial;
+    for (int k = 0; k < 3; ++k) {
+      ShardingSpec s = c.in(q + k);
+      s.partial = p;
+      c.set_out(k, s);
+    }
+  } else {
+    c.set_out(0, bhrr(4));
+    if (c.has_output(1)) c.set_out(1, bhrr(3));
+  }
+  return Status::ok();
+}
 
 void register_attention_ops(OpRegistry& r) {
   OpSchema s;
@@ -62,6 +113,8 @@ void register_attention_ops(OpRegistry& r) {
     for (int i = 0; i < 3; ++i) c.add_grad(i, d[i]);
     return Status::ok();
   };
+
+  r.find_mutable(kOasesDomain, "Attention")->shard = [](ShardContext& c) { return shard_attention(c, 0, false); };
 }
 
 }  // namespace oases

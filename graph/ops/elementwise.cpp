@@ -2,6 +2,7 @@
 // Where, Clip, Cast, Identity.
 #include "graph/autodiff.h"
 #include "graph/ops/op_utils.h"
+#include "graph/sharding.h"
 
 namespace oases {
 
@@ -250,6 +251,30 @@ void register_elementwise_ops(OpRegistry& r) {
     c.add_grad(0, c.op("Cast", {c.grad_out(0)}, AttrMap{{"to", Attribute::of_int(dtype_to_onnx(in))}}));
     return Status::ok();
   });
+
+  // --- sharding rules ---------------------------------------------------------------------
+  // Linear ops pass partial sums through; nonlinear ones need them reduced first.
+  auto set_shard = [&r](const char* op, std::function<Status(ShardContext&)> fn) {
+    if (OpSchema* s = r.find_mutable("", op)) s->shard = std::move(fn);
+  };
+  for (const char* op : {"Add", "Sub", "Sum", "Mean"}) {
+    set_shard(op, [](ShardContext& c) { return shard_elementwise(c, PartialPolicy::kAdditive); });
+  }
+  set_shard("Mul", [](ShardContext& c) { return shard_elementwise(c, PartialPolicy::kMultiplicative); });
+  set_shard("Div", [](ShardContext& c) { return shard_elementwise(c, PartialPolicy::kFirstOnly); });
+  for (const char* op : {"Neg", "Identity"}) {
+    set_shard(op, [](ShardContext& c) { return shard_same_as_input(c, PartialPolicy::kAdditive); });
+  }
+  set_shard("Cast", [](ShardContext& c) {
+    bool to_float = is_floating(c.graph().value(c.node().outputs[0]).dtype);
+    return shard_same_as_input(c, to_float ? PartialPolicy::kAdditive : PartialPolicy::kNone);
+  });
+  for (const char* op : {"Abs", "Sign", "Relu", "Floor", "Ceil", "Round", "Reciprocal", "Sqrt", "Exp", "Log", "Erf", "Tanh",
+                         "Sigmoid", "Sin", "Cos", "Softplus", "Softsign", "Not", "IsNaN", "IsInf", "Clip", "Pow", "Mod",
+                         "Min", "Max", "Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor",
+                         "Where"}) {
+    set_shard(op, [](ShardContext& c) { return shard_elementwise(c, PartialPolicy::kNone); });
+  }
 }
 
 }  // namespace oases

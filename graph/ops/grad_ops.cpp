@@ -10,10 +10,12 @@
 //   oases.AttentionGrad(dO, q, k, v, O, lse, mask?; causal, scale) -> (dq, dk, dv)
 //   oases.SoftmaxCrossEntropyGrad(dloss, scores, labels, weights?; reduction, ignore_index)
 //   oases.NLLLossGrad(dloss, logp, labels, weights?; reduction, ignore_index)
-//   oases.GatherGrad(dy, indices; axis, data_shape)   scatter-add into zeros of data_shape
+//   oases.GatherGrad(dy, indices, table?; axis, data_shape) scatter-add into zeros of data_shape (the
+//                                                table input only carries its sharding; no data read)
 //   oases.SliceGrad(dy; Slice's resolved attrs, input_shape)
 //   oases.DropoutGrad(dy; ratio, key_node)        replays the forward mask from its RNG key
 #include "graph/ops/op_utils.h"
+#include "graph/sharding.h"
 
 namespace oases {
 
@@ -138,7 +140,8 @@ void register_grad_ops(OpRegistry& r) {
     r.add(std::move(s));
   }
   {
-    OpSchema s = grad_schema("GatherGrad", 2, 2, 1);
+    OpSchema s = grad_schema("GatherGrad", 2, 3, 1);
+    s.non_differentiable_inputs = {1, 2};
     s.infer = [](InferContext& c) {
       c.set_output(0, c.dtype(0), c.attrs().get_ints("data_shape"));
       return Status::ok();
@@ -158,6 +161,103 @@ void register_grad_ops(OpRegistry& r) {
     s.infer = like_inputs({0});
     r.add(std::move(s));
   }
+
+  // --- sharding rules -----------------------------------------------------------------------
+  r.find_mutable(kOasesDomain, "MatMulT")->shard = [](ShardContext& c) {
+    return shard_matmul(c, c.node().attrs.get_int("trans_a", 0) != 0, c.node().attrs.get_int("trans_b", 0) != 0);
+  };
+  // gradients are linear in dy (input 0): a partial dy gives partial gradients
+  for (const char* op : {"UnaryGrad", "GeluGrad", "SwiGLUGrad", "DropoutGrad"}) {
+    r.find_mutable(kOasesDomain, op)->shard = [](ShardContext& c) { return shard_elementwise(c, PartialPolicy::kFirstOnly); };
+  }
+  r.find_mutable(kOasesDomain, "SoftmaxGrad")->shard = [](ShardContext& c) {
+    int64_t axis = normalize_axis(c.node().attrs.get_int("axis", -1), static_cast<int64_t>(c.in(0).rank()));
+    c.require_replicated_dims(0, axis, axis + 1);
+    c.require_replicated_dims(1, axis, axis + 1);
+    return shard_elementwise(c, PartialPolicy::kFirstOnly);
+  };
+  // norm gradients: dx like x; the parameter gradients sum over rows, so split rows make them partial
+  auto norm_grad = [](ShardContext& c) {
+    int64_t rank = static_cast<int64_t>(c.in(1).rank());
+    int64_t axis = normalize_axis(c.node().attrs.get_int("axis", -1), rank);
+    ShardingSpec x = c.in(1).without_partial();
+    for (int64_t d = axis; d < rank; ++d) x.dims[d] = DimSpec{};
+    c.require(1, x);
+    ShardingSpec dy = x;
+    dy.partial = c.in(0).partial;
+    for (int a = 0; a < c.mesh().num_axes(); ++a) {
+      if (dy.is_partial(a) && x.uses_axis(a)) dy = dy.with_partial(a, false);
+    }
+    c.require(0, dy);
+    c.require(2, ShardingSpec::replicated(c.in(2).rank()));
+    for (int i = 3; i < c.num_inputs(); ++i) c.require(i, x);  // saved statistics
+    ShardingSpec dx = x;
+    dx.partial = dy.partial;
+    c.set_out(0, dx);
+    ShardingSpec dp = ShardingSpec::replicated(static_cast<size_t>(rank - axis));
+    dp.partial = dy.partial;
+    for (int64_t d = 0; d < axis; ++d) {
+      if (x.dims[d].axis >= 0) dp.partial |= 1u << x.dims[d].axis;
+    }
+    for (int k = 1; k < c.num_outputs(); ++k) {
+      if (c.has_output(k)) c.set_out(k, dp);
+    }
+    return Status::ok();
+  };
+  r.find_mutable(kOasesDomain, "LayerNormGrad")->shard = norm_grad;
+  r.find_mutable(kOasesDomain, "RMSNormGrad")->shard = norm_grad;
+  r.find_mutable(kOasesDomain, "AttentionGrad")->shard = [](ShardContext& c) { return shard_attention(c, 1, true); };
+  for (const char* op : {"SoftmaxCrossEntropyGrad", "NLLLossGrad"}) {
+    r.find_mutable(kOasesDomain, op)->shard = [](ShardContext& c) { return shard_cross_entropy(c, 1, true); };
+  }
+  // embedding gradient: rows follow the table's spec (vocabulary-parallel: each rank scatters into
+  // the rows it holds); split index dims (data parallel) make it a partial sum
+  r.find_mutable(kOasesDomain, "GatherGrad")->shard = [](ShardContext& c) {
+    size_t axis = static_cast<size_t>(c.node().attrs.get_int("axis", 0));
+    Shape ds = c.node().attrs.get_ints("data_shape");
+    ShardingSpec table = c.has_input(2) ? c.in(2).without_partial() : ShardingSpec::replicated(ds.size());
+    if (table.dims[axis].segments > 1) table.dims[axis] = DimSpec{};
+    if (c.has_input(2)) c.require(2, table);
+    size_t nidx = c.in(1).rank();
+    ShardingSpec dy = c.in(0);
+    // dy = [data[:axis], indices..., data[axis+1:]]
+    for (size_t d = 0; d < axis; ++d) dy.dims[d] = table.dims[d];
+    for (size_t d = axis + 1; d < ds.size(); ++d) dy.dims[d - 1 + nidx] = table.dims[d];
+    ShardingSpec idx = ShardingSpec::replicated(nidx);
+    for (size_t j = 0; j < nidx; ++j) {
+      const DimSpec& dj = dy.dims[axis + j];
+      if (dj.axis >= 0 && !table.uses_axis(dj.axis)) {
+        idx.dims[j] = dj;
+      } else {
+        dy.dims[axis + j] = DimSpec{};
+      }
+    }
+    for (int a = 0; a < c.mesh().num_axes(); ++a) {
+      if (dy.is_partial(a) && table.uses_axis(a)) dy = dy.with_partial(a, false);
+    }
+    c.require(0, dy);
+    c.require(1, idx);
+    ShardingSpec out = table;
+    out.partial = dy.partial;
+    for (const auto& d : idx.dims) {
+      if (d.axis >= 0) out.partial |= 1u << d.axis;
+    }
+    c.set_out(0, out);
+    return Status::ok();
+  };
+  r.find_mutable(kOasesDomain, "SliceGrad")->shard = [](ShardContext& c) {
+    const AttrMap& at = c.node().attrs;
+    std::vector<int64_t> axes = at.get_ints("axes"), starts = at.get_ints("starts"), steps = at.get_ints("steps");
+    std::vector<int64_t> lens = at.get_ints("lengths"), in = at.get_ints("input_shape");
+    ShardingSpec s = c.in(0);
+    for (size_t i = 0; i < axes.size(); ++i) {
+      size_t a = static_cast<size_t>(axes[i]);
+      if (!(starts[i] == 0 && steps[i] == 1 && lens[i] == in[a])) s.dims[a] = DimSpec{};
+    }
+    c.require(0, s);
+    c.set_out(0, s);
+    return Status::ok();
+  };
 }
 
 }  // namespace oases

@@ -2,6 +2,7 @@
 // and mask updates), Trilu (causal masks), CumSum (position ids), OneHot.
 #include "graph/autodiff.h"
 #include "graph/ops/op_utils.h"
+#include "graph/sharding.h"
 
 namespace oases {
 
@@ -223,7 +224,7 @@ void register_indexing_ops(OpRegistry& r) {
   // --- gradient rules -------------------------------------------------------------------
   r.find_mutable("", "Gather")->grad = [](GradContext& c) {
     AttrMap a{{"axis", Attribute::of_int(c.attrs().get_int("axis", 0))}, {"data_shape", Attribute::of_ints(c.shape(c.input(0)))}};
-    c.add_grad(0, c.op("GatherGrad", {c.grad_out(0), c.input(1)}, a, kOasesDomain));
+    c.add_grad(0, c.op("GatherGrad", {c.grad_out(0), c.input(1), c.input(0)}, a, kOasesDomain));
     return Status::ok();
   };
   r.find_mutable("", "Trilu")->grad = [](GradContext& c) {
@@ -234,6 +235,46 @@ void register_indexing_ops(OpRegistry& r) {
     AttrMap a = c.attrs();
     a.set_int("reverse", a.get_int("reverse", 0) ? 0 : 1);
     c.add_grad(0, c.op("CumSum", {c.grad_out(0)}, a));
+    return Status::ok();
+  };
+
+  // --- sharding rules -----------------------------------------------------------------------
+  // Gather from a table sharded along the gathered axis (a vocabulary-parallel embedding): each
+  // rank gathers the rows it holds and zeros the others, so the output is a partial sum.
+  r.find_mutable("", "Gather")->shard = [](ShardContext& c) {
+    size_t axis = static_cast<size_t>(c.node().attrs.get_int("axis", 0));
+    ShardingSpec data = c.in(0), idx = c.in(1).without_partial();
+    uint32_t used = 0;
+    for (const auto& d : data.dims) {
+      if (d.axis >= 0) used |= 1u << d.axis;
+    }
+    for (auto& d : idx.dims) {
+      if (d.axis >= 0 && ((used >> d.axis) & 1u)) d = DimSpec{};
+    }
+    if (data.dims[axis].segments > 1) data.dims[axis] = DimSpec{};
+    c.require(0, data);
+    c.require(1, idx);
+    ShardingSpec out;
+    out.partial = data.partial;
+    for (size_t d = 0; d < axis; ++d) out.dims.push_back(data.dims[d]);
+    for (const auto& d : idx.dims) out.dims.push_back(d);
+    for (size_t d = axis + 1; d < data.dims.size(); ++d) out.dims.push_back(data.dims[d]);
+    if (data.dims[axis].axis >= 0) out.partial |= 1u << data.dims[axis].axis;
+    c.set_out(0, out);
+    return Status::ok();
+  };
+  for (const char* op : {"GatherElements", "GatherND", "ScatterND", "ScatterElements", "OneHot", "EyeLike"}) {
+    if (OpSchema* s = r.find_mutable("", op)) s->shard = shard_replicated_only;
+  }
+  r.find_mutable("", "Trilu")->shard = [](ShardContext& c) {
+    c.require_replicated_dims(0, static_cast<int64_t>(c.in(0).rank()) - 2, static_cast<int64_t>(c.in(0).rank()));
+    c.set_out(0, c.in(0));
+    return Status::ok();
+  };
+  r.find_mutable("", "CumSum")->shard = [](ShardContext& c) {
+    int64_t axis = c.node().attrs.get_int("axis", 0);
+    c.require_replicated_dims(0, axis, axis + 1);
+    c.set_out(0, c.in(0));
     return Status::ok();
   };
 }

@@ -4,6 +4,7 @@
 //   reduction is none); SoftmaxCrossEntropyLoss's optional output 1 is the log-probabilities.
 #include "graph/autodiff.h"
 #include "graph/ops/op_utils.h"
+#include "graph/sharding.h"
 
 namespace oases {
 
@@ -31,6 +32,47 @@ Status infer_loss(InferContext& c) {
 
 }  // namespace
 
+// Cross-entropy over scores [N, C, ...]: rows may be split (reduction "sum" then gives a partial
+// sum; "mean" needs every row, see planner/partition: it is rewritten to sum / count first), the
+// classes may be split over another axis (vocabulary-parallel: the partitioned graph reduces the
+// max, the sum of exponentials and the target logit over that axis).
+Status shard_cross_entropy(ShardContext& c, int scores, bool grad) {
+  ShardingSpec s = c.in(scores).without_partial();
+  size_t rank = s.rank();
+  for (size_t d = 2; d < rank; ++d) s.dims[d] = DimSpec{};
+  if (s.dims[1].segments > 1) s.dims[1] = DimSpec{};
+  std::string red = c.node().attrs.get_string("reduction", "mean");
+  if (red == "mean" && s.dims[0].axis >= 0) {
+    return c.fail("reduction 'mean' over split rows: rewrite the loss as a sum divided by the global count first");
+  }
+  c.require(scores, s);
+  ShardingSpec labels = ShardingSpec::replicated(rank - 1);
+  labels.dims[0] = s.dims[0];
+  c.require(scores + 1, labels);
+  if (c.has_input(scores + 2)) c.require(scores + 2, ShardingSpec::replicated(1));
+  if (grad) {
+    // dloss: a scalar (sum/mean) or per-row (none)
+    ShardingSpec dl = c.in(0);
+    if (red == "none") {
+      dl = labels;
+      dl.partial = c.in(0).partial;
+    }
+    for (int a = 0; a < c.mesh().num_axes(); ++a) {
+      if (dl.is_partial(a) && (a == s.dims[0].axis || a == s.dims[1].axis)) dl = dl.with_partial(a, false);
+    }
+    c.require(0, dl);
+    ShardingSpec out = s;
+    out.partial = dl.partial;
+    c.set_out(0, out);
+    return Status::ok();
+  }
+  ShardingSpec loss = red == "none" ? labels : ShardingSpec::replicated(0);
+  if (red != "none" && s.dims[0].axis >= 0) loss.partial |= 1u << s.dims[0].axis;
+  c.set_out(0, loss);
+  if (c.has_output(1)) c.set_out(1, s);
+  return Status::ok();
+}
+
 void register_loss_ops(OpRegistry& r) {
   for (const char* op : {"SoftmaxCrossEntropyLoss", "NegativeLogLikelihoodLoss"}) {
     OpSchema s;
@@ -56,6 +98,10 @@ void register_loss_ops(OpRegistry& r) {
       c.add_grad(0, c.op(sce ? "SoftmaxCrossEntropyGrad" : "NLLLossGrad", ins, a, kOasesDomain));
       return Status::ok();
     };
+  }
+
+  for (const char* op : {"SoftmaxCrossEntropyLoss", "NegativeLogLikelihoodLoss"}) {
+    r.find_mutable("", op)->shard = [](ShardContext& c) { return shard_cross_entropy(c, 0, false); };
   }
 }
 

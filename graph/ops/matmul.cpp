@@ -6,6 +6,7 @@
 //   "...ii ->...i" on [3, 5, 5]  ->  "Aii->Ai";   "i,i" -> "i,i->".
 #include "graph/autodiff.h"
 #include "graph/ops/op_utils.h"
+#include "graph/sharding.h"
 
 #include <algorithm>
 #include <cctype>
@@ -145,6 +146,84 @@ OpCost matmul_cost(const Graph& g, const Node& n) {
 
 }  // namespace
 
+
+Status shard_matmul(ShardContext& c, bool ta, bool tb) {
+  Shape sa = c.in_shape(0), sb = c.in_shape(1);
+  if (sa.size() < 2 || sb.size() < 2) {
+    // vector operands: replicated
+    for (int i = 0; i < 2; ++i) c.require(i, ShardingSpec::replicated(c.in(i).rank()));
+    c.set_out(0, ShardingSpec::replicated(c.out_shape(0).size()));
+    return Status::ok();
+  }
+  size_t ra = sa.size(), rb = sb.size();
+  size_t am = ta ? ra - 1 : ra - 2, ak = ta ? ra - 2 : ra - 1;
+  size_t bk = tb ? rb - 1 : rb - 2, bn = tb ? rb - 2 : rb - 1;
+  Shape so = c.out_shape(0);
+  size_t ro = so.size(), nb = ro - 2;
+  ShardingSpec out = ShardingSpec::replicated(ro);
+  uint32_t used = 0;
+  auto take = [&](int axis) {
+    if (axis < 0) return true;
+    if ((used >> axis) & 1u) return false;
+    used |= 1u << axis;
+    return true;
+  };
+  // contraction dim first: it decides the partial axis
+  DimSpec ka = c.in(0).dims[ak], kb = c.in(1).dims[bk];
+  DimSpec k = ka.axis >= 0 ? ka : kb;
+  if (c.in(0).dims[ak] != k) c.require(0, c.in(0).with_dim(ak, k.axis, k.segments));
+  if (c.in(1).dims[bk] != k) c.require(1, c.in(1).with_dim(bk, k.axis, k.segments));
+  take(k.axis);
+  // M and N
+  DimSpec m = c.in(0).dims[am], n = c.in(1).dims[bn];
+  if (!take(m.axis)) {
+    c.require(0, c.in(0).with_dim(am, -1));
+    m = DimSpec{};
+  }
+  if (!take(n.axis)) {
+    c.require(1, c.in(1).with_dim(bn, -1));
+    n = DimSpec{};
+  }
+  out.dims[ro - 2] = m;
+  out.dims[ro - 1] = n;
+  // batch dims
+  for (size_t d = 0; d < nb; ++d) {
+    DimSpec chosen;
+    for (int i = 0; i < 2 && chosen.axis < 0; ++i) {
+      Shape s = i == 0 ? sa : sb;
+      size_t r = s.size() - 2;
+      if (r + d < nb) continue;
+      size_t j = d - (nb - r);
+      if (s[j] == so[d] && c.in(i).dims[j].axis >= 0 && !((used >> c.in(i).dims[j].axis) & 1u)) chosen = c.in(i).dims[j];
+    }
+    take(chosen.axis);
+    out.dims[d] = chosen;
+    for (int i = 0; i < 2; ++i) {
+      Shape s = i == 0 ? sa : sb;
+      size_t r = s.size() - 2;
+      if (r + d < nb) continue;
+      size_t j = d - (nb - r);
+      DimSpec want = s[j] == so[d] ? chosen : DimSpec{};
+      if (c.in(i).dims[j] != want) c.require(i, c.in(i).with_dim(j, want.axis, want.segments));
+    }
+  }
+  // partial sums: the contraction's axis, and one partial operand (the product is linear in each)
+  if (k.axis >= 0) out.partial |= 1u << k.axis;
+  for (int a = 0; a < c.mesh().num_axes(); ++a) {
+    bool pa = c.in(0).is_partial(a), pb = c.in(1).is_partial(a);
+    if (!pa && !pb) continue;
+    if ((used >> a) & 1u) {
+      if (pa) c.require(0, c.in(0).with_partial(a, false));
+      if (pb) c.require(1, c.in(1).with_partial(a, false));
+      continue;
+    }
+    out.partial |= 1u << a;
+    if (pa && pb) c.require(1, c.in(1).with_partial(a, false));
+  }
+  c.set_out(0, out);
+  return Status::ok();
+}
+
 void register_matmul_ops(OpRegistry& r) {
   {
     OpSchema s;
@@ -264,6 +343,33 @@ void register_matmul_ops(OpRegistry& r) {
     if (c.node().has_input(2) && c.needs(2)) {
       ValueId g = beta == 1.f ? dy : c.op("Mul", {dy, c.scalar(beta, c.dtype(dy))});
       c.add_grad(2, c.unbroadcast(g, c.shape(c.input(2))));
+    }
+    return Status::ok();
+  };
+
+  // --- sharding rules -----------------------------------------------------------------------
+  r.find_mutable("", "MatMul")->shard = [](ShardContext& c) { return shard_matmul(c, false, false); };
+  r.find_mutable("", "Gemm")->shard = [](ShardContext& c) {
+    bool ta = c.node().attrs.get_int("transA", 0) != 0, tb = c.node().attrs.get_int("transB", 0) != 0;
+    OASES_RETURN_IF_ERROR(shard_matmul(c, ta, tb));
+    if (c.has_input(2)) {
+      ShardingSpec out = c.outputs()[0];
+      if (out.any_partial()) {
+        // C would be added once per rank: contract over replicated K instead
+        size_t ak = ta ? 0 : 1, bk = tb ? 1 : 0;
+        c.require(0, c.in(0).with_dim(ak, -1).without_partial());
+        c.require(1, c.in(1).with_dim(bk, -1).without_partial());
+        out = out.without_partial();
+        c.set_out(0, out);
+      }
+      // C broadcasts to [M, N]: its non-broadcast dims follow the output
+      Shape cs = c.in_shape(2), so = c.out_shape(0);
+      ShardingSpec want = ShardingSpec::replicated(cs.size());
+      for (size_t j = 0; j < cs.size(); ++j) {
+        size_t d = so.size() - cs.size() + j;
+        if (cs[j] == so[d]) want.dims[j] = out.dims[d];
+      }
+      c.require(2, want);
     }
     return Status::ok();
   };

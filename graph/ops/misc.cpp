@@ -4,6 +4,7 @@
 // a counter-based generator keyed by the node so recomputation replays it).
 #include "graph/autodiff.h"
 #include "graph/ops/op_utils.h"
+#include "graph/sharding.h"
 
 #include <cmath>
 
@@ -148,6 +149,9 @@ void register_misc_ops(OpRegistry& r) {
     c.add_grad(0, c.op("DropoutGrad", {c.grad_out(0)}, a, kOasesDomain));
     return Status::ok();
   };
+
+  // --- sharding rules -----------------------------------------------------------------------
+  r.find_mutable("", "Dropout")->shard = [](ShardContext& c) { return shard_same_as_input(c, PartialPolicy::kNone); };
 }
 
 }  // namespace oases

@@ -6,6 +6,7 @@
 // output 1 the inverse rms; shaped like x with the normalised axes set to 1, float32.
 #include "graph/autodiff.h"
 #include "graph/ops/op_utils.h"
+#include "graph/sharding.h"
 
 namespace oases {
 
@@ -88,6 +89,24 @@ void register_norm_ops(OpRegistry& r) {
     if (c.needs(1)) c.add_grad(1, c.unbroadcast(d[1], c.shape(c.input(1))));
     return Status::ok();
   };
+
+  // --- sharding rules: the normalised dims whole, rows may be split ------------------------
+  auto norm_rule = [](ShardContext& c) {
+    int64_t rank = static_cast<int64_t>(c.in(0).rank());
+    int64_t axis = normalize_axis(c.node().attrs.get_int("axis", -1), rank);
+    c.require_no_partial();
+    c.require_replicated_dims(0, axis, rank);
+    for (int i = 1; i < c.num_inputs(); ++i) {
+      if (c.has_input(i)) c.require(i, ShardingSpec::replicated(c.in(i).rank()));
+    }
+    c.set_out(0, c.in(0));
+    for (int k = 1; k < c.num_outputs(); ++k) {
+      if (c.has_output(k)) c.set_out(k, c.in(0));  // statistics: rows split alike, normalised dims size 1
+    }
+    return Status::ok();
+  };
+  r.find_mutable("", "LayerNormalization")->shard = norm_rule;
+  r.find_mutable(kOasesDomain, "RMSNormalization")->shard = norm_rule;
 }
 
 }  // namespace oases

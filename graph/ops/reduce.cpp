@@ -4,6 +4,7 @@
 // largest (or smallest) values along an axis with their int64 indices, canonical attr "k".
 #include "graph/autodiff.h"
 #include "graph/ops/op_utils.h"
+#include "graph/sharding.h"
 
 namespace oases {
 
@@ -154,6 +155,49 @@ void register_reduce_ops(OpRegistry& r) {
       c.add_grad(0, g);
       return Status::ok();
     };
+  }
+
+  // --- sharding rules -----------------------------------------------------------------------
+  // Sum and Mean over a sharded dim give partial sums (the local Mean is rescaled when the graph
+  // is partitioned); the other reductions need their reduced dims whole.
+  for (const char* op : {"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
+                         "ReduceSumSquare", "ReduceLogSum", "ReduceLogSumExp"}) {
+    std::string kind = op;
+    bool additive = kind == "ReduceSum" || kind == "ReduceMean";
+    r.find_mutable("", op)->shard = [additive](ShardContext& c) {
+      std::vector<int64_t> axes = c.node().attrs.get_ints("axes");
+      bool keep = c.node().attrs.get_int("keepdims", 1) != 0;
+      size_t rank = c.in(0).rank();
+      if (axes.empty() && c.out_shape(0).size() == rank && c.out_shape(0) == c.in_shape(0)) {
+        c.set_out(0, c.in(0));  // noop_with_empty_axes
+        return Status::ok();
+      }
+      std::vector<bool> red(rank, false);
+      for (int64_t a : axes) red[static_cast<size_t>(a)] = true;
+      ShardingSpec in = c.in(0);
+      if (!additive) {
+        in = in.without_partial();
+        for (size_t d = 0; d < rank; ++d) {
+          if (red[d]) in.dims[d] = DimSpec{};
+        }
+        c.require(0, in);
+      }
+      ShardingSpec out;
+      out.partial = in.partial;
+      for (size_t d = 0; d < rank; ++d) {
+        if (red[d]) {
+          if (in.dims[d].axis >= 0) out.partial |= 1u << in.dims[d].axis;
+          if (keep) out.dims.push_back(DimSpec{});
+        } else {
+          out.dims.push_back(in.dims[d]);
+        }
+      }
+      c.set_out(0, out);
+      return Status::ok();
+    };
+  }
+  for (const char* op : {"ArgMax", "ArgMin", "TopK"}) {
+    if (OpSchema* s = r.find_mutable("", op)) s->shard = shard_replicated_only;
   }
 }
 

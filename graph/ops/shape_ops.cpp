@@ -5,6 +5,7 @@
 // start/step and output length.
 #include "graph/autodiff.h"
 #include "graph/ops/op_utils.h"
+#include "graph/sharding.h"
 
 #include <cmath>
 
@@ -529,6 +530,84 @@ void register_shape_ops(OpRegistry& r) {
     AttrMap a{{"axes", Attribute::of_ints(axes)}, {"starts", Attribute::of_ints(starts)}, {"steps", Attribute::of_ints(steps)},
               {"lengths", Attribute::of_ints(lens)}, {"resolved", Attribute::of_int(1)}};
     c.add_grad(0, c.op("Slice", {c.grad_out(0)}, a));
+    return Status::ok();
+  };
+
+  // --- sharding rules -----------------------------------------------------------------------
+  for (const char* op : {"Reshape", "Flatten", "Squeeze", "Unsqueeze"}) r.find_mutable("", op)->shard = shard_reshape;
+  r.find_mutable("", "Transpose")->shard = [](ShardContext& c) {
+    std::vector<int64_t> perm = c.node().attrs.get_ints("perm");
+    ShardingSpec out = ShardingSpec::replicated(perm.size());
+    out.partial = c.in(0).partial;
+    for (size_t i = 0; i < perm.size(); ++i) out.dims[i] = c.in(0).dims[static_cast<size_t>(perm[i])];
+    c.set_out(0, out);
+    return Status::ok();
+  };
+  r.find_mutable("", "Expand")->shard = [](ShardContext& c) { return shard_elementwise(c, PartialPolicy::kAdditive); };
+  r.find_mutable("", "Concat")->shard = [](ShardContext& c) {
+    int64_t axis = c.node().attrs.get_int("axis", 0);
+    ShardingSpec ref = c.in(0).with_dim(static_cast<size_t>(axis), -1);
+    uint32_t all_partial = ~0u;
+    for (int i = 0; i < c.num_inputs(); ++i) all_partial &= c.in(i).partial;
+    ref.partial = all_partial;
+    for (int i = 0; i < c.num_inputs(); ++i) c.require(i, ref);
+    c.set_out(0, ref);
+    return Status::ok();
+  };
+  r.find_mutable("", "Split")->shard = [](ShardContext& c) {
+    size_t axis = static_cast<size_t>(c.node().attrs.get_int("axis", 0));
+    std::vector<int64_t> split = c.node().attrs.get_ints("split");
+    const DimSpec& d = c.in(0).dims[axis];
+    bool equal = std::all_of(split.begin(), split.end(), [&](int64_t s) { return s == split[0]; });
+    ShardingSpec out = c.in(0);
+    if (d.axis >= 0) {
+      if (d.segments == static_cast<int>(split.size()) && equal) {
+        out.dims[axis] = DimSpec{d.axis, 1};  // each segment is one output, split over the axis
+      } else {
+        c.require(0, c.in(0).with_dim(axis, -1));
+        out.dims[axis] = DimSpec{};
+      }
+    }
+    for (int k = 0; k < c.num_outputs(); ++k) {
+      if (c.has_output(k)) c.set_out(k, out);
+    }
+    return Status::ok();
+  };
+  r.find_mutable("", "Slice")->shard = [](ShardContext& c) {
+    std::vector<int64_t> axes = c.node().attrs.get_ints("axes"), starts = c.node().attrs.get_ints("starts");
+    std::vector<int64_t> steps = c.node().attrs.get_ints("steps"), lens = c.node().attrs.get_ints("lengths");
+    Shape in = c.in_shape(0);
+    ShardingSpec want = c.in(0);
+    for (size_t i = 0; i < axes.size(); ++i) {
+      size_t a = static_cast<size_t>(axes[i]);
+      bool full = starts[i] == 0 && steps[i] == 1 && lens[i] == in[a];
+      if (!full) want.dims[a] = DimSpec{};
+    }
+    c.require(0, want);
+    c.set_out(0, want);
+    return Status::ok();
+  };
+  r.find_mutable("", "Tile")->shard = [](ShardContext& c) {
+    std::vector<int64_t> rep = c.node().attrs.get_ints("repeats");
+    ShardingSpec want = c.in(0).without_partial();
+    for (size_t i = 0; i < rep.size(); ++i) {
+      if (rep[i] != 1) want.dims[i] = DimSpec{};
+    }
+    c.require(0, want);
+    c.set_out(0, want);
+    return Status::ok();
+  };
+  r.find_mutable("", "Pad")->shard = [](ShardContext& c) {
+    std::vector<int64_t> pads = c.node().attrs.get_ints("pads");
+    size_t rank = c.in(0).rank();
+    bool zero = c.node().attrs.get_float("value", 0.f) == 0.f && c.node().attrs.get_string("mode", "constant") == "constant" &&
+                c.node().num_inputs() < 3;
+    ShardingSpec want = zero ? c.in(0) : c.in(0).without_partial();
+    for (size_t i = 0; i < rank; ++i) {
+      if (pads[i] != 0 || pads[i + rank] != 0) want.dims[i] = DimSpec{};
+    }
+    c.require(0, want);
+    c.set_out(0, want);
     return Status::ok();
   };
 }

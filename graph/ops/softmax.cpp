@@ -1,6 +1,7 @@
 // Softmax and LogSoftmax along one axis (opset 13 semantics: the axis alone, default -1).
 #include "graph/autodiff.h"
 #include "graph/ops/op_utils.h"
+#include "graph/sharding.h"
 
 namespace oases {
 
@@ -29,6 +30,17 @@ void register_softmax_ops(OpRegistry& r) {
     r.find_mutable("", op)->grad = [log](GradContext& c) {
       AttrMap a{{"axis", Attribute::of_int(c.attrs().get_int("axis", -1))}, {"log", Attribute::of_int(log)}};
       c.add_grad(0, c.op("SoftmaxGrad", {c.grad_out(0), c.output(0)}, a, kOasesDomain));
+      return Status::ok();
+    };
+  }
+
+  // --- sharding rules: the softmax axis whole -------------------------------------------------
+  for (const char* op : {"Softmax", "LogSoftmax"}) {
+    r.find_mutable("", op)->shard = [](ShardContext& c) {
+      int64_t axis = c.node().attrs.get_int("axis", -1);
+      c.require_no_partial();
+      c.require_replicated_dims(0, axis, axis + 1);
+      c.set_out(0, c.in(0));
       return Status::ok();
     };
   }

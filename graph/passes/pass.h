@@ -64,6 +64,8 @@ std::unique_ptr<Pass> make_fuse_rmsnorm_pass();
 std::unique_ptr<Pass> make_fuse_gelu_pass();
 std::unique_ptr<Pass> make_fuse_swiglu_pass();
 std::unique_ptr<Pass> make_fuse_attention_pass();
+// Mean-reduced cross-entropy -> sum / count of kept labels (splits over data-parallel ranks).
+std::unique_ptr<Pass> make_loss_sum_over_count_pass();
 // Tags nodes with the transformer block they belong to (Node::scope), see graph/blocks.h.
 std::unique_ptr<Pass> make_find_blocks_pass();
 

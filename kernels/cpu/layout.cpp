@@ -255,4 +255,30 @@ void tile(const void* in, const std::vector<int64_t>& in_shape, void* out, const
   }
 }
 
+void to_rank_major(const void* in, void* out, int64_t outer, int64_t segs, int64_t n, size_t block_bytes) {
+  const char* src = static_cast<const char*>(in);
+  char* dst = static_cast<char*>(out);
+  for (int64_t o = 0; o < outer; ++o) {
+    for (int64_t g = 0; g < segs; ++g) {
+      for (int64_t r = 0; r < n; ++r) {
+        std::memcpy(dst + ((r * outer + o) * segs + g) * static_cast<int64_t>(block_bytes),
+                    src + ((o * segs + g) * n + r) * static_cast<int64_t>(block_bytes), block_bytes);
+      }
+    }
+  }
+}
+
+void from_rank_major(const void* in, void* out, int64_t outer, int64_t segs, int64_t n, size_t block_bytes) {
+  const char* src = static_cast<const char*>(in);
+  char* dst = static_cast<char*>(out);
+  for (int64_t o = 0; o < outer; ++o) {
+    for (int64_t g = 0; g < segs; ++g) {
+      for (int64_t r = 0; r < n; ++r) {
+        std::memcpy(dst + ((o * segs + g) * n + r) * static_cast<int64_t>(block_bytes),
+                    src + ((r * outer + o) * segs + g) * static_cast<int64_t>(block_bytes), block_bytes);
+      }
+    }
+  }
+}
+
 }  // namespace oases::kernels

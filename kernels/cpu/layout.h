@@ -37,4 +37,10 @@ void pad(const void* in, const std::vector<int64_t>& in_shape, const std::vector
 
 void tile(const void* in, const std::vector<int64_t>& in_shape, void* out, const std::vector<int64_t>& out_shape, size_t es);
 
+// Block shuffles around collectives over a (segmented) dimension:
+//   to_rank_major:   [outer][segs][n][block] -> [n][outer][segs][block]   (before a reduce-scatter)
+//   from_rank_major: [n][outer][segs][block] -> [outer][segs][n][block]   (after an all-gather)
+void to_rank_major(const void* in, void* out, int64_t outer, int64_t segs, int64_t n, size_t block_bytes);
+void from_rank_major(const void* in, void* out, int64_t outer, int64_t segs, int64_t n, size_t block_bytes);
+
 }  // namespace oases::kernels

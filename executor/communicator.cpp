@@ -1,0 +1,227 @@
+#include "executor/communicator.h"
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <mutex>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "graph/status.h"
+
+namespace oases {
+
+std::string CommGroup::describe() const {
+  return fmt::format("group [{}] (member {} of {})", fmt::join(members(), ", "), rank(), size());
+}
+
+void reduce_into(void* acc, const void* x, int64_t count, DType dt, ReduceOp op) {
+  auto run = [&]<class T>() {
+    T* a = static_cast<T*>(acc);
+    const T* b = static_cast<const T*>(x);
+    if (op == ReduceOp::kSum) {
+      for (int64_t i = 0; i < count; ++i) a[i] += b[i];
+    } else {
+      for (int64_t i = 0; i < count; ++i) a[i] = b[i] > a[i] ? b[i] : a[i];
+    }
+  };
+  switch (dt) {
+    case DType::kF32: run.template operator()<float>(); break;
+    case DType::kF64: run.template operator()<double>(); break;
+    case DType::kI64: run.template operator()<int64_t>(); break;
+    case DType::kI32: run.template operator()<int32_t>(); break;
+    default: throw OasesError(fmt::format("reduction of {} is not supported", dtype_name(dt)));
+  }
+}
+
+// --- local ------------------------------------------------------------------------------------
+
+namespace {
+
+// Rendezvous of the members of one group: each collective is a sequence of barriers; between them
+// members read each other's posted pointers.
+struct GroupState {
+  explicit GroupState(std::vector<int> m) : members(std::move(m)), ptrs(members.size(), nullptr) {}
+  std::vector<int> members;
+  std::mutex mu;
+  std::condition_variable cv;
+  int arrived = 0;
+  uint64_t generation = 0;
+  std::vector<const void*> ptrs;
+  std::vector<char> scratch;
+};
+
+}  // namespace
+
+class LocalWorld {
+ public:
+  LocalWorld(int size, double timeout) : size_(size), timeout_(timeout) {}
+  int size() const { return size_; }
+  double timeout() const { return timeout_; }
+  std::shared_ptr<GroupState> group(const std::vector<int>& ranks) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto& g = groups_[ranks];
+    if (!g) g = std::make_shared<GroupState>(ranks);
+    return g;
+  }
+  void abort(const std::string& why) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (aborted_) return;
+      aborted_ = true;
+      why_ = why;
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [k, g] : groups_) {
+      std::lock_guard<std::mutex> gl(g->mu);
+      g->cv.notify_all();
+    }
+  }
+  bool aborted(std::string* why) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (aborted_ && why) *why = why_;
+    return aborted_;
+  }
+
+ private:
+  int size_;
+  double timeout_;
+  std::mutex mu_;
+  std::map<std::vector<int>, std::shared_ptr<GroupState>> groups_;
+  bool aborted_ = false;
+  std::string why_;
+};
+
+namespace {
+
+class LocalGroup : public CommGroup {
+ public:
+  LocalGroup(std::shared_ptr<LocalWorld> w, std::shared_ptr<GroupState> s, int index, double timeout)
+      : world_(std::move(w)), st_(std::move(s)), index_(index), timeout_(timeout) {}
+  int rank() const override { return index_; }
+  int size() const override { return static_cast<int>(st_->members.size()); }
+  const std::vector<int>& members() const override { return st_->members; }
+
+  void all_reduce(void* data, int64_t count, DType dt, ReduceOp op) override {
+    size_t bytes = static_cast<size_t>(count) * dtype_size(dt);
+    post(data, "all-reduce", [&] { st_->scratch.assign(bytes, 0); });
+    // each member reduces its chunk of elements over all members, in member order
+    int n = size();
+    int64_t chunk = (count + n - 1) / n;
+    int64_t lo = std::min<int64_t>(count, chunk * index_), hi = std::min<int64_t>(count, lo + chunk);
+    size_t es = dtype_size(dt);
+    if (hi > lo) {
+      char* dst = st_->scratch.data() + lo * static_cast<int64_t>(es);
+      std::memcpy(dst, static_cast<const char*>(st_->ptrs[0]) + lo * static_cast<int64_t>(es), static_cast<size_t>(hi - lo) * es);
+      for (int m = 1; m < n; ++m) reduce_into(dst, static_cast<const char*>(st_->ptrs[m]) + lo * static_cast<int64_t>(es), hi - lo, dt, op);
+    }
+    sync("all-reduce");
+    std::memcpy(data, st_->scratch.data(), bytes);
+    sync("all-reduce");
+  }
+
+  void all_gather(const void* in, void* out, int64_t bytes) override {
+    post(in, "all-gather", nullptr);
+    for (int m = 0; m < size(); ++m) std::memcpy(static_cast<char*>(out) + m * bytes, st_->ptrs[m], static_cast<size_t>(bytes));
+    sync("all-gather");
+  }
+
+  void reduce_scatter(const void* in, void* out, int64_t count, DType dt, ReduceOp op) override {
+    post(in, "reduce-scatter", nullptr);
+    size_t bytes = static_cast<size_t>(count) * dtype_size(dt);
+    std::vector<char> acc(bytes);
+    std::memcpy(acc.data(), static_cast<const char*>(st_->ptrs[0]) + index_ * bytes, bytes);
+    for (int m = 1; m < size(); ++m) reduce_into(acc.data(), static_cast<const char*>(st_->ptrs[m]) + index_ * bytes, count, dt, op);
+    sync("reduce-scatter");
+    std::memcpy(out, acc.data(), bytes);
+  }
+
+  void all_to_all(const void* in, void* out, int64_t bytes) override {
+    post(in, "all-to-all", nullptr);
+    for (int m = 0; m < size(); ++m) {
+      std::memcpy(static_cast<char*>(out) + m * bytes, static_cast<const char*>(st_->ptrs[m]) + index_ * bytes, static_cast<size_t>(bytes));
+    }
+    sync("all-to-all");
+  }
+
+  void broadcast(void* data, int64_t bytes, int root) override {
+    post(data, "broadcast", nullptr);
+    if (index_ != root) std::memcpy(data, st_->ptrs[root], static_cast<size_t>(bytes));
+    sync("broadcast");
+  }
+
+  void barrier() override { sync("barrier"); }
+
+ private:
+  // Posts this member's pointer and waits for all; `first` runs once (under the lock) by the last
+  // to arrive, before anyone proceeds.
+  void post(const void* p, const char* what, const std::function<void()>& first) {
+    std::unique_lock<std::mutex> lock(st_->mu);
+    st_->ptrs[static_cast<size_t>(index_)] = p;
+    if (first && st_->arrived == size() - 1) first();
+    wait_all(lock, what);
+  }
+  void sync(const char* what) {
+    std::unique_lock<std::mutex> lock(st_->mu);
+    wait_all(lock, what);
+  }
+  void wait_all(std::unique_lock<std::mutex>& lock, const char* what) {
+    uint64_t gen = st_->generation;
+    if (++st_->arrived == size()) {
+      st_->arrived = 0;
+      ++st_->generation;
+      st_->cv.notify_all();
+      return;
+    }
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_);
+    std::string why;
+    while (st_->generation == gen) {
+      if (world_->aborted(&why)) throw OasesError(fmt::format("{} in {} stopped: {}", what, describe(), why));
+      if (st_->cv.wait_until(lock, deadline) == std::cv_status::timeout && st_->generation == gen) {
+        lock.unlock();
+        std::string msg = fmt::format("{} in {}: a peer did not arrive within {:.0f} s", what, describe(), timeout_);
+        world_->abort(msg);
+        throw OasesError(msg);
+      }
+    }
+  }
+
+  std::shared_ptr<LocalWorld> world_;
+  std::shared_ptr<GroupState> st_;
+  int index_;
+  double timeout_;
+};
+
+class LocalCommunicator : public Communicator {
+ public:
+  LocalCommunicator(std::shared_ptr<LocalWorld> w, int rank) : world_(std::move(w)), rank_(rank) { timeout_s = world_->timeout(); }
+  int rank() const override { return rank_; }
+  int size() const override { return world_->size(); }
+  std::string kind() const override { return "local"; }
+  std::unique_ptr<CommGroup> make_group(const std::vector<int>& ranks) override {
+    auto it = std::find(ranks.begin(), ranks.end(), rank_);
+    if (it == ranks.end()) throw OasesError(fmt::format("rank {} is not in group [{}]", rank_, fmt::join(ranks, ", ")));
+    return std::make_unique<LocalGroup>(world_, world_->group(ranks), static_cast<int>(it - ranks.begin()), timeout_s);
+  }
+  void abort(const std::string& why) override { world_->abort(why); }
+
+ private:
+  std::shared_ptr<LocalWorld> world_;
+  int rank_;
+};
+
+}  // namespace
+
+std::shared_ptr<LocalWorld> make_local_world(int size, double timeout_s) {
+  return std::make_shared<LocalWorld>(size, timeout_s);
+}
+
+std::unique_ptr<Communicator> local_communicator(const std::shared_ptr<LocalWorld>& world, int rank) {
+  return std::make_unique<LocalCommunicator>(world, rank);
+}
+
+}  // namespace oases

@@ -1,0 +1,66 @@
+// Communicators: one interface, three implementations (local threads, MPI processes, NCCL).
+//
+// A Communicator knows this rank and the world size and makes CommGroups: every member of a group
+// calls make_group with the same rank list, and all ranks create their groups in the same order
+// (one group per mesh axis), so no implementation can deadlock on group creation. Collectives on a
+// group are blocking and deterministic: every member gets bit-identical results (sums in rank
+// order), which keeps replicated parameters identical across ranks.
+//
+// A failed or missing peer never hangs a rank: collectives give up after `timeout_s` with an error
+// naming the group and the operation, and abort() (called when a rank fails) wakes every waiter.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "graph/dtype.h"
+
+namespace oases {
+
+enum class ReduceOp { kSum, kMax };
+
+class CommGroup {
+ public:
+  virtual ~CommGroup() = default;
+  virtual int rank() const = 0;  // index of this rank in the group
+  virtual int size() const = 0;
+  virtual const std::vector<int>& members() const = 0;  // world ranks
+  // In place: data (count elements of dt) becomes the reduction over the group.
+  virtual void all_reduce(void* data, int64_t count, DType dt, ReduceOp op) = 0;
+  // out = concatenation of every member's `bytes` of in, in group order.
+  virtual void all_gather(const void* in, void* out, int64_t bytes) = 0;
+  // in holds size() chunks of `count` elements; out gets the reduction of this member's chunk.
+  virtual void reduce_scatter(const void* in, void* out, int64_t count, DType dt, ReduceOp op) = 0;
+  // in holds size() chunks of `bytes`; chunk j goes to member j; out gets chunk i of every member.
+  virtual void all_to_all(const void* in, void* out, int64_t bytes) = 0;
+  virtual void broadcast(void* data, int64_t bytes, int root) = 0;
+  virtual void barrier() = 0;
+  std::string describe() const;  // "group [0, 1] (member 1 of 2)"
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual std::string kind() const = 0;  // "local" | "mpi" | "nccl"
+  virtual std::unique_ptr<CommGroup> make_group(const std::vector<int>& ranks) = 0;
+  // Stops every rank's pending and future collectives with an error saying why.
+  virtual void abort(const std::string& why) = 0;
+  double timeout_s = 600;
+};
+
+// --- local: N ranks as threads of one process --------------------------------------------------
+
+class LocalWorld;
+
+// Shared state of N in-process ranks; make one, hand a communicator per thread.
+std::shared_ptr<LocalWorld> make_local_world(int size, double timeout_s = 600);
+std::unique_ptr<Communicator> local_communicator(const std::shared_ptr<LocalWorld>& world, int rank);
+
+// Element-wise reduction helpers shared by the implementations.
+void reduce_into(void* acc, const void* x, int64_t count, DType dt, ReduceOp op);
+
+}  // namespace oases

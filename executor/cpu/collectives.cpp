@@ -1,0 +1,188 @@
+// CPU glue for collectives and for the rank-dependent local ops of partitioned graphs. The group of
+// mesh axis `mesh_axis` comes from the KernelContext; data are rearranged so that the collective
+// itself always works on contiguous per-rank blocks.
+#include <cstring>
+
+#include "executor/communicator.h"
+#include "executor/cpu/common.h"
+#include "kernels/cpu/layout.h"
+
+namespace oases {
+
+using namespace oases::cpu;
+namespace k = oases::kernels;
+
+CommGroup& KernelContext::group(int64_t a) const {
+  if (!groups || a < 0 || static_cast<size_t>(a) >= groups->size() || !(*groups)[static_cast<size_t>(a)]) {
+    fail("needs the communication group of mesh axis {}, and this program runs without one", a);
+  }
+  return *(*groups)[static_cast<size_t>(a)];
+}
+
+namespace {
+
+struct DimLayout {
+  int64_t outer = 1, inner = 1, dim = 1;
+};
+
+DimLayout layout_of(const Shape& s, int64_t dim) {
+  DimLayout l;
+  for (int64_t d = 0; d < dim; ++d) l.outer *= s[static_cast<size_t>(d)];
+  for (size_t d = static_cast<size_t>(dim) + 1; d < s.size(); ++d) l.inner *= s[d];
+  l.dim = s[static_cast<size_t>(dim)];
+  return l;
+}
+
+ReduceOp reduce_op(const KernelContext& c) {
+  std::string op = c.attrs().get_string("op", "sum");
+  if (op == "sum") return ReduceOp::kSum;
+  if (op == "max") return ReduceOp::kMax;
+  c.fail("unknown reduction '{}'", op);
+}
+
+}  // namespace
+
+void register_cpu_collectives(CpuKernelRegistry& r) {
+  r.add("oases", "AllReduce", [](KernelContext& c) {
+    if (c.out[0].data != c.in[0].data) std::memcpy(c.out[0].data, c.in[0].data, c.in[0].nbytes());
+    c.group(c.attrs().get_int("mesh_axis", 0)).all_reduce(c.out[0].data, c.out[0].numel(), c.out[0].dtype, reduce_op(c));
+  });
+  r.add("oases", "ParallelIdentity", [](KernelContext& c) {
+    if (c.out[0].data != c.in[0].data) std::memcpy(c.out[0].data, c.in[0].data, c.in[0].nbytes());
+  });
+  r.add("oases", "AllGather", [](KernelContext& c) {
+    CommGroup& g = c.group(c.attrs().get_int("mesh_axis", 0));
+    int64_t segs = c.attrs().get_int("segments", 1), dim = c.attrs().get_int("dim", 0);
+    DimLayout l = layout_of(c.in[0].shape, dim);
+    size_t es = dtype_size(c.in[0].dtype);
+    if (l.outer == 1 && segs == 1) {
+      g.all_gather(c.in[0].data, c.out[0].data, static_cast<int64_t>(c.in[0].nbytes()));
+      return;
+    }
+    std::vector<char> tmp(c.out[0].nbytes());
+    g.all_gather(c.in[0].data, tmp.data(), static_cast<int64_t>(c.in[0].nbytes()));
+    k::from_rank_major(tmp.data(), c.out[0].data, l.outer, segs, g.size(), static_cast<size_t>(l.dim / segs * l.inner) * es);
+  });
+  r.add("oases", "ReduceScatter", [](KernelContext& c) {
+    CommGroup& g = c.group(c.attrs().get_int("mesh_axis", 0));
+    int64_t segs = c.attrs().get_int("segments", 1), dim = c.attrs().get_int("dim", 0);
+    DimLayout l = layout_of(c.in[0].shape, dim);
+    size_t es = dtype_size(c.in[0].dtype);
+    int64_t count = c.out[0].numel();
+    if (l.outer == 1 && segs == 1) {
+      g.reduce_scatter(c.in[0].data, c.out[0].data, count, c.in[0].dtype, ReduceOp::kSum);
+      return;
+    }
+    std::vector<char> tmp(c.in[0].nbytes());
+    k::to_rank_major(c.in[0].data, tmp.data(), l.outer, segs, g.size(), static_cast<size_t>(l.dim / segs / g.size() * l.inner) * es);
+    g.reduce_scatter(tmp.data(), c.out[0].data, count, c.in[0].dtype, ReduceOp::kSum);
+  });
+  r.add("oases", "ShardSlice", [](KernelContext& c) {
+    CommGroup& g = c.group(c.attrs().get_int("mesh_axis", 0));
+    int64_t segs = c.attrs().get_int("segments", 1), dim = c.attrs().get_int("dim", 0);
+    DimLayout l = layout_of(c.in[0].shape, dim);
+    size_t es = dtype_size(c.in[0].dtype);
+    int64_t n = g.size(), piece = l.dim / segs / n;
+    size_t run = static_cast<size_t>(piece * l.inner) * es;
+    const char* src = static_cast<const char*>(c.in[0].data);
+    char* dst = static_cast<char*>(c.out[0].data);
+    for (int64_t o = 0; o < l.outer; ++o) {
+      for (int64_t s = 0; s < segs; ++s) {
+        std::memcpy(dst + ((o * segs + s) * piece * l.inner) * static_cast<int64_t>(es),
+                    src + ((o * l.dim + s * (l.dim / segs) + g.rank() * piece) * l.inner) * static_cast<int64_t>(es), run);
+      }
+    }
+  });
+  r.add("oases", "AllToAll", [](KernelContext& c) {
+    CommGroup& g = c.group(c.attrs().get_int("mesh_axis", 0));
+    int64_t sd = c.attrs().get_int("split_dim", 0), cd = c.attrs().get_int("concat_dim", 0);
+    int64_t n = g.size();
+    size_t es = dtype_size(c.in[0].dtype);
+    const Shape& in = c.in[0].shape;
+    // pack: chunk j = slice j of split_dim
+    Shape chunk = in;
+    chunk[static_cast<size_t>(sd)] /= n;
+    int64_t chunk_elems = shape_numel(chunk);
+    std::vector<char> send(c.in[0].nbytes()), recv(c.in[0].nbytes());
+    std::vector<int64_t> starts(in.size(), 0), steps(in.size(), 1);
+    for (int64_t j = 0; j < n; ++j) {
+      starts[static_cast<size_t>(sd)] = j * chunk[static_cast<size_t>(sd)];
+      k::strided_slice(c.in[0].data, in, starts, steps, send.data() + j * chunk_elems * static_cast<int64_t>(es), chunk, es);
+    }
+    g.all_to_all(send.data(), recv.data(), chunk_elems * static_cast<int64_t>(es));
+    std::vector<const void*> parts;
+    std::vector<std::vector<int64_t>> shapes;
+    for (int64_t j = 0; j < n; ++j) {
+      parts.push_back(recv.data() + j * chunk_elems * static_cast<int64_t>(es));
+      shapes.push_back(chunk);
+    }
+    k::concat(parts, shapes, cd, c.out[0].data, es);
+  });
+  r.add("oases", "Broadcast", [](KernelContext& c) {
+    if (c.out[0].data != c.in[0].data) std::memcpy(c.out[0].data, c.in[0].data, c.in[0].nbytes());
+    c.group(c.attrs().get_int("mesh_axis", 0)).broadcast(c.out[0].data, static_cast<int64_t>(c.out[0].nbytes()),
+                                                       static_cast<int>(c.attrs().get_int("root", 0)));
+  });
+  r.add("oases", "ShardedGather", [](KernelContext& c) {
+    CommGroup& g = c.group(c.attrs().get_int("mesh_axis", 0));
+    const Shape& ts = c.in[0].shape;
+    int64_t rows = ts[0], start = g.rank() * rows, vocab = rows * g.size();
+    int64_t row_elems = shape_numel(ts) / std::max<int64_t>(1, rows);
+    size_t row_bytes = static_cast<size_t>(row_elems) * dtype_size(c.in[0].dtype);
+    int64_t n = c.in[1].numel();
+    const char* table = static_cast<const char*>(c.in[0].data);
+    char* out = static_cast<char*>(c.out[0].data);
+    for (int64_t i = 0; i < n; ++i) {
+      int64_t id = static_cast<int64_t>(load_as_double(c.in[1].data, c.in[1].dtype, i));
+      if (id < 0) id += vocab;
+      if (id < 0 || id >= vocab) c.fail("index {} is outside [0, {})", id, vocab);
+      if (id >= start && id < start + rows) {
+        std::memcpy(out + i * static_cast<int64_t>(row_bytes), table + (id - start) * static_cast<int64_t>(row_bytes), row_bytes);
+      } else {
+        std::memset(out + i * static_cast<int64_t>(row_bytes), 0, row_bytes);
+      }
+    }
+  });
+  r.add("oases", "ShardedPick", [](KernelContext& c) {
+    CommGroup& g = c.group(c.attrs().get_int("mesh_axis", 0));
+    const Shape& s = c.in[0].shape;
+    int64_t n = s[0], cls = s[1], d = shape_numel(s) / std::max<int64_t>(1, n * cls);
+    int64_t start = g.rank() * cls;
+    dispatch_float(c, c.in[0].dtype, [&]<class T>() {
+      const T* z = c.in[0].as<T>();
+      T* out = c.out[0].as<T>();
+      for (int64_t i = 0; i < n; ++i) {
+        for (int64_t j = 0; j < d; ++j) {
+          int64_t l = static_cast<int64_t>(load_as_double(c.in[1].data, c.in[1].dtype, i * d + j)) - start;
+          out[i * d + j] = l >= 0 && l < cls ? z[(i * cls + l) * d + j] : T(0);
+        }
+      }
+    });
+  });
+  r.add("oases", "ShardedOneHotSub", [](KernelContext& c) {
+    CommGroup& g = c.group(c.attrs().get_int("mesh_axis", 0));
+    const Shape& s = c.in[0].shape;
+    int64_t n = s[0], cls = s[1], d = shape_numel(s) / std::max<int64_t>(1, n * cls);
+    int64_t start = g.rank() * cls;
+    bool has_ignore = c.attrs().has("ignore_index");
+    int64_t ignore = c.attrs().get_int("ignore_index", -100);
+    dispatch_float(c, c.in[0].dtype, [&]<class T>() {
+      const T* p = c.in[0].as<T>();
+      T* out = c.out[0].as<T>();
+      if (out != p) std::memcpy(out, p, c.in[0].nbytes());
+      for (int64_t i = 0; i < n; ++i) {
+        for (int64_t j = 0; j < d; ++j) {
+          int64_t label = static_cast<int64_t>(load_as_double(c.in[1].data, c.in[1].dtype, i * d + j));
+          if (has_ignore && label == ignore) {
+            for (int64_t a = 0; a < cls; ++a) out[(i * cls + a) * d + j] = T(0);
+            continue;
+          }
+          int64_t l = label - start;
+          if (l >= 0 && l < cls) out[(i * cls + l) * d + j] -= T(1);
+        }
+      }
+    });
+  });
+}
+
+}  // namespace oases

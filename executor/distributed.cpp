@@ -1,0 +1,114 @@
+#include "executor/distributed.h"
+
+#include <cstring>
+#include <map>
+
+#include <fmt/format.h>
+
+
+namespace oases {
+
+uint64_t fnv1a(const std::string& s, uint64_t h) {
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+std::string binary_identity() {
+#ifdef OASES_BUILD_ID
+  return OASES_BUILD_ID;
+#else
+  return std::string(__DATE__) + " " + __TIME__;
+#endif
+}
+
+Expected<std::unique_ptr<RankRuntime>> RankRuntime::create(Communicator* comm, const Mesh& mesh) {
+  auto rt = std::unique_ptr<RankRuntime>(new RankRuntime());
+  rt->mesh_ = mesh;
+  if (!comm) {
+    if (mesh.size() != 1) return error("a {}-rank mesh ({}) needs a communicator", mesh.size(), mesh.to_string());
+    return rt;
+  }
+  if (comm->size() != mesh.size()) {
+    return error("the world has {} ranks but the mesh {} needs {} (tp x dp must equal the number of ranks)", comm->size(),
+                 mesh.to_string(), mesh.size());
+  }
+  rt->comm_ = comm;
+  rt->rank_ = comm->rank();
+  try {
+    for (int a = 0; a < mesh.num_axes(); ++a) {
+      std::vector<int64_t> g = mesh.group(rt->rank_, a);
+      rt->axis_groups_.push_back(comm->make_group(std::vector<int>(g.begin(), g.end())));
+      rt->axis_raw_.push_back(rt->axis_groups_.back().get());
+    }
+    std::vector<int> all(static_cast<size_t>(mesh.size()));
+    for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int>(i);
+    rt->world_ = comm->make_group(all);
+  } catch (const OasesError& e) {
+    return Status::error(e.what());
+  }
+  return rt;
+}
+
+Tensor RankRuntime::gather(const Tensor& local, const ShardingSpec& spec, const Shape& global) {
+  if (!distributed() || spec.is_replicated()) return local.clone();
+  std::vector<char> all(local.nbytes() * static_cast<size_t>(size()));
+  world_->all_gather(local.raw(), all.data(), static_cast<int64_t>(local.nbytes()));
+  std::vector<Tensor> parts;
+  for (int r = 0; r < size(); ++r) {
+    Tensor t(local.dtype(), local.shape());
+    std::memcpy(t.raw_mutable(), all.data() + static_cast<size_t>(r) * local.nbytes(), local.nbytes());
+    parts.push_back(t);
+  }
+  ShardingSpec s = spec;
+  s.partial = 0;
+  return assemble_from_ranks(parts, s, mesh_, global);
+}
+
+Status RankRuntime::check_same(const std::string& what, uint64_t hash) {
+  if (!distributed()) return Status::ok();
+  std::vector<uint64_t> all(static_cast<size_t>(size()));
+  try {
+    world_->all_gather(&hash, all.data(), sizeof(uint64_t));
+  } catch (const OasesError& e) {
+    return Status::error(e.what());
+  }
+  for (int r = 1; r < size(); ++r) {
+    if (all[static_cast<size_t>(r)] != all[0]) {
+      return error("rank {} runs another {} than rank 0 (hash {:016x} vs {:016x})", r, what, all[static_cast<size_t>(r)], all[0]);
+    }
+  }
+  return Status::ok();
+}
+
+double RankRuntime::global_sum_squares(const std::vector<double>& ss, const std::vector<ShardingSpec>& specs) {
+  if (!distributed()) {
+    double t = 0;
+    for (double x : ss) t += x;
+    return t;
+  }
+  // bucket by the set of axes that split the parameter, sum each bucket over those axes
+  std::map<uint32_t, double> buckets;
+  for (size_t i = 0; i < ss.size(); ++i) {
+    uint32_t mask = 0;
+    for (const auto& d : specs[i].dims) {
+      if (d.axis >= 0) mask |= 1u << d.axis;
+    }
+    buckets[mask] += ss[i];
+  }
+  // every rank holds the same buckets (same model), so the all-reduces pair up
+  double total = 0;
+  for (auto& [mask, v] : buckets) {
+    double x = v;
+    for (int a = 0; a < mesh_.num_axes(); ++a) {
+      if ((mask >> a) & 1u) axis_raw_[static_cast<size_t>(a)]->all_reduce(&x, 1, DType::kF64, ReduceOp::kSum);
+    }
+    total += x;
+  }
+  return total;
+}
+
+void RankRuntime::abort(const std::string& why) {
+  if (comm_) comm_->abort(why);
+}
+
+}  // namespace oases

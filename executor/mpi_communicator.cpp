@@ -1,0 +1,173 @@
+#include "executor/mpi_communicator.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "graph/status.h"
+
+#ifdef OASES_WITH_MPI
+#include <mpi.h>
+#endif
+
+namespace oases {
+
+bool launched_by_mpi_launcher() {
+  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS"}) {
+    const char* s = std::getenv(v);
+    if (s && std::atoi(s) > 1) return true;
+  }
+  return false;
+}
+
+#ifdef OASES_WITH_MPI
+
+bool mpi_available() { return true; }
+
+namespace {
+
+MPI_Datatype mpi_type(DType dt) {
+  switch (dt) {
+    case DType::kF32: return MPI_FLOAT;
+    case DType::kF64: return MPI_DOUBLE;
+    case DType::kI64: return MPI_INT64_T;
+    case DType::kI32: return MPI_INT32_T;
+    default: throw OasesError(fmt::format("MPI: type {} is not supported", dtype_name(dt)));
+  }
+}
+
+void check(int rc, const char* what) {
+  if (rc != MPI_SUCCESS) {
+    char msg[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    MPI_Error_string(rc, msg, &len);
+    throw OasesError(fmt::format("{} failed: {}", what, std::string(msg, static_cast<size_t>(len))));
+  }
+}
+
+class MpiGroup : public CommGroup {
+ public:
+  MpiGroup(MPI_Comm comm, std::vector<int> members, int index, double timeout)
+      : comm_(comm), members_(std::move(members)), index_(index), timeout_(timeout) {}
+  ~MpiGroup() override {
+    if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+  }
+  int rank() const override { return index_; }
+  int size() const override { return static_cast<int>(members_.size()); }
+  const std::vector<int>& members() const override { return members_; }
+
+  void all_reduce(void* data, int64_t count, DType dt, ReduceOp op) override {
+    MPI_Request req;
+    check(MPI_Iallreduce(MPI_IN_PLACE, data, static_cast<int>(count), mpi_type(dt), op == ReduceOp::kSum ? MPI_SUM : MPI_MAX, comm_, &req),
+          "MPI_Iallreduce");
+    wait(req, "all-reduce");
+  }
+  void all_gather(const void* in, void* out, int64_t bytes) override {
+    MPI_Request req;
+    check(MPI_Iallgather(in, static_cast<int>(bytes), MPI_BYTE, out, static_cast<int>(bytes), MPI_BYTE, comm_, &req), "MPI_Iallgather");
+    wait(req, "all-gather");
+  }
+  void reduce_scatter(const void* in, void* out, int64_t count, DType dt, ReduceOp op) override {
+    MPI_Request req;
+    check(MPI_Ireduce_scatter_block(in, out, static_cast<int>(count), mpi_type(dt), op == ReduceOp::kSum ? MPI_SUM : MPI_MAX, comm_, &req),
+          "MPI_Ireduce_scatter_block");
+    wait(req, "reduce-scatter");
+  }
+  void all_to_all(const void* in, void* out, int64_t bytes) override {
+    MPI_Request req;
+    check(MPI_Ialltoall(in, static_cast<int>(bytes), MPI_BYTE, out, static_cast<int>(bytes), MPI_BYTE, comm_, &req), "MPI_Ialltoall");
+    wait(req, "all-to-all");
+  }
+  void broadcast(void* data, int64_t bytes, int root) override {
+    MPI_Request req;
+    check(MPI_Ibcast(data, static_cast<int>(bytes), MPI_BYTE, root, comm_, &req), "MPI_Ibcast");
+    wait(req, "broadcast");
+  }
+  void barrier() override {
+    MPI_Request req;
+    check(MPI_Ibarrier(comm_, &req), "MPI_Ibarrier");
+    wait(req, "barrier");
+  }
+
+ private:
+  // Polls with a deadline: a peer that died or hangs ends the job with an error, not a hang.
+  void wait(MPI_Request& req, const char* what) {
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_);
+    int done = 0;
+    int spins = 0;
+    while (!done) {
+      check(MPI_Test(&req, &done, MPI_STATUS_IGNORE), "MPI_Test");
+      if (done) break;
+      if (std::chrono::steady_clock::now() > deadline) {
+        std::string msg = fmt::format("{} in {}: a peer did not take part within {:.0f} s; aborting the job", what, describe(), timeout_);
+        std::fprintf(stderr, "error: %s\n", msg.c_str());
+        MPI_Abort(MPI_COMM_WORLD, 2);
+        throw OasesError(msg);
+      }
+      if (++spins > 1000) std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  }
+  MPI_Comm comm_;
+  std::vector<int> members_;
+  int index_;
+  double timeout_;
+};
+
+class MpiCommunicator : public Communicator {
+ public:
+  MpiCommunicator() {
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+    MPI_Comm_size(MPI_COMM_WORLD, &size_);
+  }
+  ~MpiCommunicator() override {
+    int fin = 0;
+    MPI_Finalized(&fin);
+    if (!fin) MPI_Finalize();
+  }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::string kind() const override { return "mpi"; }
+  std::unique_ptr<CommGroup> make_group(const std::vector<int>& ranks) override {
+    auto it = std::find(ranks.begin(), ranks.end(), rank_);
+    if (it == ranks.end()) throw OasesError(fmt::format("rank {} is not in the group it creates", rank_));
+    MPI_Comm comm;
+    // every rank calls this once per mesh axis, in the same order: MPI_Comm_split pairs the calls
+    check(MPI_Comm_split(MPI_COMM_WORLD, *std::min_element(ranks.begin(), ranks.end()), static_cast<int>(it - ranks.begin()), &comm),
+          "MPI_Comm_split");
+    return std::make_unique<MpiGroup>(comm, ranks, static_cast<int>(it - ranks.begin()), timeout_s);
+  }
+  void abort(const std::string& why) override {
+    std::fprintf(stderr, "error: rank %d: %s\n", rank_, why.c_str());
+    MPI_Abort(MPI_COMM_WORLD, 2);
+  }
+
+ private:
+  int rank_ = 0, size_ = 1;
+};
+
+}  // namespace
+
+std::unique_ptr<Communicator> mpi_communicator(int* argc, char*** argv) {
+  int inited = 0;
+  MPI_Initialized(&inited);
+  if (!inited) {
+    int provided = 0;
+    check(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided), "MPI_Init_thread");
+  }
+  return std::make_unique<MpiCommunicator>();
+}
+
+#else
+
+bool mpi_available() { return false; }
+
+std::unique_ptr<Communicator> mpi_communicator(int*, char***) {
+  throw OasesError("this build of Oases has no MPI (configure with -DOASES_MPI=ON)");
+}
+
+#endif
+
+}  // namespace oases

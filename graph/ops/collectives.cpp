@@ -1,0 +1,231 @@
+// Collectives as IR ops (domain "oases"), placed in partitioned (per-rank) graphs where a consumer
+// needs a layout its producer does not give. Attributes: mesh_axis (which group of the mesh),
+// group_size, and for the ops that move a dimension: dim, segments (a segmented dimension holds
+// `segments` equal parts, each split over the group, e.g. the q, k and v parts of a fused QKV).
+//
+//   AllReduce        sum over the group                         grad: Identity        (Megatron's g)
+//   ParallelIdentity identity                                   grad: AllReduce       (Megatron's f)
+//   AllGather        concatenate the group's shards along dim  grad: ReduceScatter
+//   ReduceScatter    sum over the group, keep this rank's shard grad: AllGather
+//   ShardSlice       keep this rank's shard of a replicated value (no communication) grad: AllGather
+//   AllToAll         split along split_dim, concat along concat_dim grad: AllToAll (dims swapped)
+//   Broadcast        the root's value on every member           grad: AllReduce
+// AllReduce takes op = "sum" (default) or "max".
+//
+// Local ops of partitioned graphs whose result depends on this rank's place in a group (the group
+// rank is read at run time, so every rank runs the same graph):
+//   ShardedGather(table, ids; mesh_axis)        rows of a vocabulary-split table; ids outside this
+//                                                rank's rows give zeros (a partial sum over the axis)
+//   ShardedPick(scores, labels; mesh_axis)      scores[i, label_i] when the label's class lives here,
+//                                                else 0, for each row (vocabulary-parallel loss)
+//   ShardedOneHotSub(p, labels; mesh_axis, ignore_index)  p minus the one-hot of the labels on this
+//                                                rank's classes; ignored rows become 0
+#include "graph/autodiff.h"
+#include "graph/ops/op_utils.h"
+
+namespace oases {
+
+using namespace ops;
+
+namespace {
+
+OpSchema collective(const std::string& op) {
+  OpSchema s;
+  s.domain = kOasesDomain;
+  s.op_type = op;
+  s.min_inputs = s.max_inputs = 1;
+  s.foldable = false;
+  s.doc = "collective over mesh axis `mesh_axis`";
+  return s;
+}
+
+int64_t group_size(const InferContext& c) { return std::max<int64_t>(1, c.attrs().get_int("group_size", 1)); }
+
+Status check_dim(InferContext& c, int64_t* dim) {
+  *dim = normalize_axis(c.attrs().get_int("dim", 0), c.rank(0));
+  if (*dim < 0) return c.fail("dim {} out of range for {}", c.attrs().get_int("dim", 0), shape_str(c.shape(0)));
+  return Status::ok();
+}
+
+AttrMap same_group(const AttrMap& a) {
+  AttrMap o;
+  for (const char* k : {"mesh_axis", "group_size", "dim", "segments"}) {
+    if (const Attribute* v = a.find(k)) o.set(k, *v);
+  }
+  return o;
+}
+
+// bytes a ring algorithm sends per rank, for plans and the cost model
+double ring_bytes(const Graph& g, const Node& n, double factor_of_full) {
+  double full = static_cast<double>(g.value(n.inputs[0]).nbytes());
+  double p = static_cast<double>(std::max<int64_t>(1, n.attrs.get_int("group_size", 1)));
+  return factor_of_full * full * (p - 1) / p;
+}
+
+}  // namespace
+
+void register_collective_ops(OpRegistry& r) {
+  {
+    OpSchema s = collective("AllReduce");
+    s.infer = [](InferContext& c) {
+      c.set_output(0, c.dtype(0), c.shape(0));
+      return Status::ok();
+    };
+    s.grad = [](GradContext& c) {
+      c.add_grad(0, c.op("Identity", {c.grad_out(0)}));
+      return Status::ok();
+    };
+    s.cost = [](const Graph& g, const Node& n) { return OpCost{0, ring_bytes(g, n, 2.0)}; };
+    r.add(std::move(s));
+  }
+  {
+    OpSchema s = collective("ParallelIdentity");
+    s.view_of_input = 0;
+    s.infer = [](InferContext& c) {
+      c.set_output(0, c.dtype(0), c.shape(0));
+      return Status::ok();
+    };
+    s.grad = [](GradContext& c) {
+      c.add_grad(0, c.op("AllReduce", {c.grad_out(0)}, same_group(c.attrs()), kOasesDomain));
+      return Status::ok();
+    };
+    s.cost = [](const Graph&, const Node&) { return OpCost{}; };
+    r.add(std::move(s));
+  }
+  {
+    OpSchema s = collective("AllGather");
+    s.infer = [](InferContext& c) {
+      int64_t d;
+      OASES_RETURN_IF_ERROR(check_dim(c, &d));
+      Shape out = c.shape(0);
+      out[d] *= group_size(c);
+      c.set_output(0, c.dtype(0), out);
+      return Status::ok();
+    };
+    s.grad = [](GradContext& c) {
+      c.add_grad(0, c.op("ReduceScatter", {c.grad_out(0)}, same_group(c.attrs()), kOasesDomain));
+      return Status::ok();
+    };
+    s.cost = [](const Graph& g, const Node& n) { return OpCost{0, ring_bytes(g, n, 1.0) * static_cast<double>(n.attrs.get_int("group_size", 1))}; };
+    r.add(std::move(s));
+  }
+  {
+    OpSchema s = collective("ReduceScatter");
+    s.infer = [](InferContext& c) {
+      int64_t d;
+      OASES_RETURN_IF_ERROR(check_dim(c, &d));
+      int64_t n = group_size(c) * std::max<int64_t>(1, c.attrs().get_int("segments", 1));
+      if (c.shape(0)[d] % n != 0) return c.fail("dim {} of {} does not divide into {} parts", d, shape_str(c.shape(0)), n);
+      Shape out = c.shape(0);
+      out[d] /= group_size(c);
+      c.set_output(0, c.dtype(0), out);
+      return Status::ok();
+    };
+    s.grad = [](GradContext& c) {
+      c.add_grad(0, c.op("AllGather", {c.grad_out(0)}, same_group(c.attrs()), kOasesDomain));
+      return Status::ok();
+    };
+    s.cost = [](const Graph& g, const Node& n) { return OpCost{0, ring_bytes(g, n, 1.0)}; };
+    r.add(std::move(s));
+  }
+  {
+    OpSchema s = collective("ShardSlice");
+    s.infer = [](InferContext& c) {
+      int64_t d;
+      OASES_RETURN_IF_ERROR(check_dim(c, &d));
+      int64_t n = group_size(c) * std::max<int64_t>(1, c.attrs().get_int("segments", 1));
+      if (c.shape(0)[d] % n != 0) return c.fail("dim {} of {} does not divide into {} parts", d, shape_str(c.shape(0)), n);
+      Shape out = c.shape(0);
+      out[d] /= group_size(c);
+      c.set_output(0, c.dtype(0), out);
+      return Status::ok();
+    };
+    s.grad = [](GradContext& c) {
+      c.add_grad(0, c.op("AllGather", {c.grad_out(0)}, same_group(c.attrs()), kOasesDomain));
+      return Status::ok();
+    };
+    s.cost = [](const Graph& g, const Node& n) { return OpCost{0, io_bytes(g, n)}; };
+    r.add(std::move(s));
+  }
+  {
+    OpSchema s = collective("AllToAll");
+    s.infer = [](InferContext& c) {
+      int64_t sd = normalize_axis(c.attrs().get_int("split_dim", 0), c.rank(0));
+      int64_t cd = normalize_axis(c.attrs().get_int("concat_dim", 0), c.rank(0));
+      if (sd < 0 || cd < 0) return c.fail("split_dim/concat_dim out of range for {}", shape_str(c.shape(0)));
+      int64_t n = group_size(c);
+      if (c.shape(0)[sd] % n != 0) return c.fail("dim {} of {} does not divide into {} parts", sd, shape_str(c.shape(0)), n);
+      Shape out = c.shape(0);
+      out[sd] /= n;
+      out[cd] *= n;
+      c.set_output(0, c.dtype(0), out);
+      return Status::ok();
+    };
+    s.grad = [](GradContext& c) {
+      AttrMap a = same_group(c.attrs());
+      a.set_int("split_dim", c.attrs().get_int("concat_dim", 0));
+      a.set_int("concat_dim", c.attrs().get_int("split_dim", 0));
+      c.add_grad(0, c.op("AllToAll", {c.grad_out(0)}, a, kOasesDomain));
+      return Status::ok();
+    };
+    s.cost = [](const Graph& g, const Node& n) { return OpCost{0, ring_bytes(g, n, 1.0)}; };
+    r.add(std::move(s));
+  }
+  {
+    OpSchema s = collective("Broadcast");
+    s.infer = [](InferContext& c) {
+      c.set_output(0, c.dtype(0), c.shape(0));
+      return Status::ok();
+    };
+    s.grad = [](GradContext& c) {
+      c.add_grad(0, c.op("AllReduce", {c.grad_out(0)}, same_group(c.attrs()), kOasesDomain));
+      return Status::ok();
+    };
+    s.cost = [](const Graph& g, const Node& n) { return OpCost{0, ring_bytes(g, n, 1.0)}; };
+    r.add(std::move(s));
+  }
+  {
+    OpSchema s = collective("ShardedGather");
+    s.min_inputs = s.max_inputs = 2;
+    s.non_differentiable_inputs = {1};
+    s.infer = [](InferContext& c) {
+      Shape out;
+      Shape d = c.shape(0);
+      for (int64_t x : c.shape(1)) out.push_back(x);
+      out.insert(out.end(), d.begin() + 1, d.end());
+      c.set_output(0, c.dtype(0), out);
+      return Status::ok();
+    };
+    s.cost = [](const Graph& g, const Node& n) { return OpCost{0, 2.0 * static_cast<double>(g.value(n.outputs[0]).nbytes())}; };
+    r.add(std::move(s));
+  }
+  {
+    OpSchema s = collective("ShardedPick");
+    s.min_inputs = s.max_inputs = 2;
+    s.infer = [](InferContext& c) {
+      c.set_output(0, c.dtype(0), c.shape(1));
+      return Status::ok();
+    };
+    r.add(std::move(s));
+  }
+  {
+    OpSchema s = collective("ShardedOneHotSub");
+    s.min_inputs = s.max_inputs = 2;
+    s.infer = [](InferContext& c) {
+      c.set_output(0, c.dtype(0), c.shape(0));
+      return Status::ok();
+    };
+    r.add(std::move(s));
+  }
+}
+
+bool is_collective(const Node& n) {
+  static const char* ops[] = {"AllReduce", "ParallelIdentity", "AllGather", "ReduceScatter", "AllToAll", "Broadcast"};
+  if (n.domain != kOasesDomain) return false;
+  for (const char* o : ops) {
+    if (n.op_type == o) return true;
+  }
+  return false;
+}
+
+}  // namespace oases

@@ -1,0 +1,28 @@
+// The partitioner: a global graph plus a sharding result become one local graph per rank.
+// Conversions become collective nodes (reductions first, then gathers and all-to-alls, then local
+// slices), every value gets its local shape, nodes whose attributes carry shapes are rewritten, and
+// ops with a distributed form are lowered (vocabulary-parallel embedding and cross-entropy, means
+// over split dims). All ranks share one template; constants and parameters are sliced per rank.
+#pragma once
+
+#include <map>
+#include <vector>
+
+#include "graph/graph.h"
+#include "planner/propagation.h"
+
+namespace oases {
+
+struct PartitionedGraph {
+  Mesh mesh;
+  Graph local;                      // local shapes; constants still hold the global tensors
+  std::vector<ShardingSpec> specs;  // by ValueId of `local`
+  int collectives = 0;              // communicating nodes inserted
+};
+
+Expected<PartitionedGraph> partition_graph(const Graph& global, const ShardingResult& sharding);
+
+// The graph rank `rank` runs: the template with every constant sliced to its spec.
+Graph local_graph_for_rank(const PartitionedGraph& pg, int64_t rank);
+
+}  // namespace oases

@@ -1,0 +1,203 @@
+#include "planner/plan.h"
+
+#include <fstream>
+#include <map>
+
+#include <fmt/format.h>
+
+#include "graph/op_registry.h"
+
+namespace oases {
+
+namespace {
+
+const char* phase_name(Node::Phase p) {
+  switch (p) {
+    case Node::Phase::kForward: return "forward";
+    case Node::Phase::kBackward: return "backward";
+    case Node::Phase::kLoss: return "loss";
+  }
+  return "?";
+}
+
+}  // namespace
+
+nlohmann::json plan_to_json(const Graph& global, const PartitionedGraph& pg, const ShardingResult& sr, const Strategy& s,
+                            const std::string& model_path) {
+  const Mesh& m = pg.mesh;
+  nlohmann::json j;
+  j["format"] = "oases-plan";
+  j["version"] = kPlanVersion;
+  j["model"] = model_path;
+  j["mesh"] = {{"axes", m.axes}, {"sizes", m.sizes}, {"ranks", m.size()}};
+  j["strategy"] = "megatron";
+  int64_t param_bytes_rank = 0, param_bytes_total = 0;
+  j["parameters"] = nlohmann::json::array();
+  for (ValueId v : global.initializers()) {
+    const Value& val = global.value(v);
+    if (!is_floating(val.dtype)) continue;
+    const ShardingSpec& sp = sr.specs[static_cast<size_t>(v)];
+    Shape local = sp.local_shape(val.shape, m);
+    int64_t lb = shape_numel(local) * static_cast<int64_t>(dtype_size(val.dtype));
+    param_bytes_rank += lb;
+    param_bytes_total += static_cast<int64_t>(val.nbytes());
+    j["parameters"].push_back({{"name", val.name}, {"shape", val.shape}, {"spec", sp.to_string(&m)}, {"local_shape", local},
+                               {"bytes_per_rank", lb}});
+  }
+  for (const LayerSplit& l : s.layers) {
+    nlohmann::json w = nlohmann::json::array();
+    for (ValueId v : l.weights) w.push_back(global.value(v).name);
+    j["layers"].push_back({{"what", l.what}, {"split", l.split}, {"weights", w}});
+  }
+  j["values"] = nlohmann::json::array();
+  for (size_t v = 0; v < global.num_values(); ++v) {
+    const Value& val = global.value(static_cast<ValueId>(v));
+    if (val.producer == kNoId && !val.is_input && !val.is_initializer) continue;
+    if (val.producer != kNoId && !global.alive(val.producer)) continue;
+    const ShardingSpec& sp = sr.specs[v];
+    j["values"].push_back({{"name", val.name}, {"dtype", dtype_name(val.dtype)}, {"shape", val.shape}, {"spec", sp.to_string(&m)},
+                           {"local_shape", sp.local_shape(val.shape, m)}});
+  }
+  j["ops"] = nlohmann::json::array();
+  auto order = global.topo_order();
+  if (order) {
+    for (NodeId id : *order) {
+      const Node& n = global.node(id);
+      nlohmann::json ins = nlohmann::json::array(), outs = nlohmann::json::array();
+      for (ValueId v : n.inputs) ins.push_back(v == kNoId ? "" : sr.specs[static_cast<size_t>(v)].to_string(&m));
+      for (ValueId v : n.outputs) outs.push_back(v == kNoId ? "" : sr.specs[static_cast<size_t>(v)].to_string(&m));
+      std::string split = "replicated";
+      for (ValueId v : n.outputs) {
+        if (v == kNoId) continue;
+        const ShardingSpec& sp = sr.specs[static_cast<size_t>(v)];
+        if (sp.any_partial()) split = "partial";
+        else if (!sp.is_replicated() && split == "replicated") split = "split";
+      }
+      j["ops"].push_back({{"name", n.name}, {"op", n.domain.empty() ? n.op_type : n.domain + "." + n.op_type}, {"scope", n.scope},
+                          {"phase", phase_name(n.phase)}, {"inputs", ins}, {"outputs", outs}, {"layout", split}});
+    }
+  }
+  j["collectives"] = nlohmann::json::array();
+  int64_t comm_bytes = 0;
+  int64_t count = 0;
+  auto lorder = pg.local.topo_order();
+  const OpRegistry& reg = OpRegistry::global();
+  if (lorder) {
+    for (NodeId id : *lorder) {
+      const Node& n = pg.local.node(id);
+      if (!is_collective(n) && n.op_type != "ShardSlice") continue;
+      if (n.domain != kOasesDomain) continue;
+      const Value& in = pg.local.value(n.inputs[0]);
+      const OpSchema* sc = reg.find(n.domain, n.op_type);
+      double ring = sc && sc->cost ? sc->cost(pg.local, n).bytes : 0;
+      int64_t axis = n.attrs.get_int("mesh_axis", 0);
+      bool communicates = n.op_type != "ShardSlice";
+      if (communicates) {
+        comm_bytes += static_cast<int64_t>(ring);
+        ++count;
+      }
+      j["collectives"].push_back({{"name", n.name}, {"op", n.op_type}, {"mesh_axis", m.axes.at(static_cast<size_t>(axis))},
+                                  {"group_size", n.attrs.get_int("group_size", 1)}, {"value", in.name}, {"local_shape", in.shape},
+                                  {"payload_bytes", in.nbytes()}, {"ring_bytes_per_rank", static_cast<int64_t>(ring)},
+                                  {"phase", phase_name(n.phase)}, {"scope", n.scope}, {"communicates", communicates}});
+    }
+  }
+  j["memory"] = {{"parameter_bytes_per_rank", param_bytes_rank}, {"parameter_bytes_total", param_bytes_total}};
+  j["summary"] = {{"collectives_per_step", count}, {"ring_bytes_per_rank_per_step", comm_bytes}};
+  return j;
+}
+
+Expected<ShardingSpec> parse_spec(const std::string& text, const Mesh& mesh) {
+  ShardingSpec s;
+  size_t open = text.find('['), close = text.find(']');
+  if (open == std::string::npos || close == std::string::npos || close < open) return error("spec '{}' must look like [R, S(tp)]", text);
+  std::string body = text.substr(open + 1, close - open - 1);
+  auto trim = [](std::string x) {
+    while (!x.empty() && std::isspace(static_cast<unsigned char>(x.front()))) x.erase(x.begin());
+    while (!x.empty() && std::isspace(static_cast<unsigned char>(x.back()))) x.pop_back();
+    return x;
+  };
+  size_t pos = 0;
+  while (pos <= body.size() && !trim(body).empty()) {
+    size_t comma = body.find(',', pos);
+    std::string tok = trim(body.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos));
+    if (tok == "R") {
+      s.dims.push_back(DimSpec{});
+    } else if (tok.rfind("S(", 0) == 0) {
+      size_t rp = tok.find(')');
+      if (rp == std::string::npos) return error("spec '{}': '{}' is not S(axis)", text, tok);
+      std::string ax = tok.substr(2, rp - 2);
+      int a = mesh.axis(ax);
+      if (a < 0) return error("spec '{}': mesh axis '{}' does not exist (the mesh is {})", text, ax, mesh.to_string());
+      int segs = 1;
+      if (rp + 1 < tok.size()) {
+        if (tok[rp + 1] != '/') return error("spec '{}': '{}' is not S(axis) or S(axis)/segments", text, tok);
+        try {
+          segs = std::stoi(tok.substr(rp + 2));
+        } catch (const std::exception&) {
+          return error("spec '{}': bad segment count in '{}'", text, tok);
+        }
+      }
+      s.dims.push_back(DimSpec{a, segs});
+    } else {
+      return error("spec '{}': '{}' is neither R nor S(axis)", text, tok);
+    }
+    if (comma == std::string::npos) break;
+    pos = comma + 1;
+  }
+  std::string rest = text.substr(close + 1);
+  size_t p = 0;
+  while ((p = rest.find("P(", p)) != std::string::npos) {
+    size_t rp = rest.find(')', p);
+    if (rp == std::string::npos) return error("spec '{}': unclosed P(", text);
+    int a = mesh.axis(rest.substr(p + 2, rp - p - 2));
+    if (a < 0) return error("spec '{}': unknown mesh axis in {}", text, rest.substr(p, rp - p + 1));
+    s.partial |= 1u << a;
+    p = rp + 1;
+  }
+  return s;
+}
+
+Expected<Strategy> strategy_from_plan_file(const std::string& path, const Graph& g, const StrategyOptions& opt) {
+  std::ifstream f(path);
+  if (!f) return error("{}: no such plan file", path);
+  nlohmann::json j = nlohmann::json::parse(f, nullptr, false);
+  if (j.is_discarded()) return error("{}: not valid JSON", path);
+  Strategy st;
+  st.mesh = Mesh::data_tensor(opt.dp, opt.tp);
+  if (j.contains("mesh")) {
+    try {
+      Mesh pm{j["mesh"].at("axes").get<std::vector<std::string>>(), j["mesh"].at("sizes").get<std::vector<int64_t>>()};
+      if (!(pm == st.mesh)) {
+        return error("{}: the plan is for the mesh {}, this run has {} (give matching --tp/--dp or ranks)", path, pm.to_string(),
+                     st.mesh.to_string());
+      }
+    } catch (const nlohmann::json::exception& e) {
+      return error("{}: bad \"mesh\": {}", path, e.what());
+    }
+  }
+  if (!j.contains("parameters")) return error("{}: the plan has no \"parameters\"", path);
+  std::map<std::string, std::string> specs;
+  try {
+    if (j["parameters"].is_object()) {
+      for (auto& [k, v] : j["parameters"].items()) specs[k] = v.get<std::string>();
+    } else {
+      for (auto& p : j["parameters"]) specs[p.at("name").get<std::string>()] = p.at("spec").get<std::string>();
+    }
+  } catch (const nlohmann::json::exception& e) {
+    return error("{}: bad \"parameters\": {}", path, e.what());
+  }
+  for (const auto& [name, text] : specs) {
+    ValueId v = g.find_value(name);
+    if (v == kNoId || !g.value(v).is_initializer) return error("{}: the model has no initializer '{}'", path, name);
+    auto sp = parse_spec(text, st.mesh);
+    if (!sp) return sp.status().with_context(path);
+    Status ok = sp->validate(g.value(v).shape, st.mesh);
+    if (!ok.is_ok()) return error("{}: '{}' {}: {}", path, name, shape_str(g.value(v).shape), ok.message());
+    if (!sp->is_replicated()) st.specs[v] = *sp;
+  }
+  st.layers.push_back(LayerSplit{"from " + path, "plan", {}});
+  return st;
+}
+
+}  // namespace oases

@@ -1,0 +1,141 @@
+#include "planner/strategy.h"
+
+#include <fmt/format.h>
+
+#include "graph/op_registry.h"
+#include "planner/propagation.h"
+
+namespace oases {
+
+namespace {
+
+// weight spec of a linear layer split along its output (column) or input (row) features
+ShardingSpec linear_spec(const Graph& g, const LinearInfo& l, bool column, int tp_axis, int segments) {
+  ShardingSpec s = ShardingSpec::replicated(g.value(l.weight).shape.size());
+  // stored [in, out] unless transposed ([out, in])
+  size_t out_dim = l.transposed ? 0 : 1, in_dim = l.transposed ? 1 : 0;
+  s.dims[column ? out_dim : in_dim] = DimSpec{tp_axis, column ? segments : 1};
+  return s;
+}
+
+}  // namespace
+
+Expected<Strategy> megatron_strategy(const Graph& g, const StrategyOptions& opt) {
+  Strategy st;
+  st.mesh = Mesh::data_tensor(opt.dp, opt.tp);
+  if (opt.tp < 1 || opt.dp < 1) return error("tp ({}) and dp ({}) must be at least 1", opt.tp, opt.dp);
+  int tp = st.mesh.axis("tp");
+  ModelStructure ms = find_transformer_structure(g);
+  if (opt.tp == 1) return st;
+  if (ms.blocks.empty()) return Status::error("no transformer block was recognised, so the Megatron strategy has nothing to split");
+  auto set = [&](ValueId v, const ShardingSpec& s, const std::string& what) -> Status {
+    Status ok = s.validate(g.value(v).shape, st.mesh);
+    if (!ok.is_ok()) return error("{}: weight '{}' {}: {}", what, g.value(v).name, shape_str(g.value(v).shape), ok.message());
+    auto it = st.specs.find(v);
+    if (it != st.specs.end() && it->second != s) {
+      return error("{}: weight '{}' is shared with another layer that splits it as {}, here {}", what, g.value(v).name,
+                   it->second.to_string(&st.mesh), s.to_string(&st.mesh));
+    }
+    st.specs[v] = s;
+    return Status::ok();
+  };
+  auto linear = [&](const LinearInfo& l, bool column, int segments, const std::string& what) -> Status {
+    if (l.matmul == kNoId) return Status::ok();
+    int64_t features = column ? l.out_features : l.in_features;
+    if (features % (opt.tp * segments) != 0) {
+      return error("{}: tp {} does not divide the {} {} features{}", what, opt.tp, features, column ? "output" : "input",
+                   segments > 1 ? fmt::format(" of each of its {} fused parts", segments) : "");
+    }
+    OASES_RETURN_IF_ERROR(set(l.weight, linear_spec(g, l, column, tp, segments), what));
+    if (l.bias != kNoId) {
+      ShardingSpec b = ShardingSpec::replicated(1);
+      if (column) b.dims[0] = DimSpec{tp, segments};
+      OASES_RETURN_IF_ERROR(set(l.bias, b, what + " bias"));
+    }
+    st.layers.push_back(LayerSplit{what, column ? "column" : "row", {l.weight}});
+    return Status::ok();
+  };
+  for (const BlockInfo& b : ms.blocks) {
+    std::string base = fmt::format("block {}", b.index);
+    if (b.has_attn) {
+      const AttentionInfo& a = b.attn;
+      if (a.heads % opt.tp != 0) return error("{}: tp {} does not divide its {} attention heads", base, opt.tp, a.heads);
+      if (a.kv_heads % opt.tp != 0) return error("{}: tp {} does not divide its {} key/value heads", base, opt.tp, a.kv_heads);
+      int segs = a.qkv.size() == 1 ? 3 : 1;
+      for (size_t i = 0; i < a.qkv.size(); ++i) {
+        OASES_RETURN_IF_ERROR(linear(a.qkv[i], true, segs, base + (a.qkv.size() == 1 ? " qkv" : std::string(" ") + "qkv"[i])));
+      }
+      OASES_RETURN_IF_ERROR(linear(a.out, false, 1, base + " attention output"));
+    }
+    if (b.has_mlp) {
+      for (size_t i = 0; i < b.mlp.up.size(); ++i) {
+        OASES_RETURN_IF_ERROR(linear(b.mlp.up[i], true, 1, base + (b.mlp.up.size() == 2 && i == 0 ? " mlp gate" : " mlp up")));
+      }
+      OASES_RETURN_IF_ERROR(linear(b.mlp.down, false, 1, base + " mlp down"));
+    }
+  }
+  if (opt.vocab_parallel) {
+    for (const EmbeddingInfo& e : ms.embeddings) {
+      if (e.role != "token") continue;
+      if (e.rows % opt.tp != 0) {
+        return error("tp {} does not divide the vocabulary size {} of embedding '{}' (or use --no-vocab-parallel)", opt.tp, e.rows,
+                     g.value(e.weight).name);
+      }
+      ShardingSpec s = ShardingSpec::replicated(2);
+      s.dims[0] = DimSpec{tp, 1};
+      OASES_RETURN_IF_ERROR(set(e.weight, s, "token embedding"));
+      st.layers.push_back(LayerSplit{"token embedding", "vocabulary", {e.weight}});
+    }
+    if (ms.has_head && !ms.tied_head) {
+      if (ms.head.out_features % opt.tp != 0) {
+        return error("tp {} does not divide the vocabulary size {} of the LM head (or use --no-vocab-parallel)", opt.tp, ms.head.out_features);
+      }
+      OASES_RETURN_IF_ERROR(set(ms.head.weight, linear_spec(g, ms.head, true, tp, 1), "LM head"));
+      if (ms.head.bias != kNoId) {
+        ShardingSpec b = ShardingSpec::replicated(1);
+        b.dims[0] = DimSpec{tp, 1};
+        OASES_RETURN_IF_ERROR(set(ms.head.bias, b, "LM head bias"));
+      }
+      st.layers.push_back(LayerSplit{"LM head", "vocabulary", {ms.head.weight}});
+    } else if (ms.has_head) {
+      st.layers.push_back(LayerSplit{"LM head (tied)", "vocabulary", {ms.head.weight}});
+    }
+  }
+  return st;
+}
+
+Status split_batch_inputs(const Graph& g, Strategy* s) {
+  int dp = s->mesh.axis("dp");
+  if (dp < 0 || s->mesh.axis_size(dp) == 1) return Status::ok();
+  int64_t n = s->mesh.axis_size(dp);
+  for (ValueId v : g.inputs()) {
+    const Value& val = g.value(v);
+    if (val.shape.empty()) continue;
+    if (val.shape[0] % n != 0) {
+      return error("dp {} does not divide the batch size {} of input '{}'", n, val.shape[0], val.name);
+    }
+    ShardingSpec sp = ShardingSpec::replicated(val.shape.size());
+    sp.dims[0] = DimSpec{dp, 1};
+    s->specs[v] = sp;
+  }
+  return Status::ok();
+}
+
+Expected<PartitionedGraph> partition_training(const Graph& train, const std::vector<ValueId>& params, const Strategy& s,
+                                              ShardingResult* sharding) {
+  std::map<size_t, ShardingSpec> outs;
+  const auto& o = train.outputs();
+  for (size_t k = 0; k < o.size(); ++k) {
+    outs[k] = ShardingSpec::replicated(train.value(o[k]).shape.size());
+    if (k >= 1 && k - 1 < params.size()) {
+      auto it = s.specs.find(params[k - 1]);
+      if (it != s.specs.end()) outs[k] = it->second;
+    }
+  }
+  OASES_ASSIGN_OR_RETURN(ShardingResult sr, propagate_sharding(train, s.mesh, s.specs, outs));
+  OASES_ASSIGN_OR_RETURN(PartitionedGraph pg, partition_graph(train, sr));
+  if (sharding) *sharding = std::move(sr);
+  return pg;
+}
+
+}  // namespace oases

@@ -1,0 +1,49 @@
+// Strategies: the sharding of the parameters (and batch inputs) a parallel training run starts
+// from. The Megatron strategy is found on any imported graph from its recognised transformer blocks
+// (graph/blocks.h): q/k/v, up and gate projections column-split, output and down projections
+// row-split (attention heads follow), the token embedding and LM head split over the vocabulary,
+// norms and position embeddings replicated. A plan file can override any parameter's spec.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "graph/blocks.h"
+#include "graph/sharding.h"
+#include "planner/partition.h"
+
+namespace oases {
+
+struct StrategyOptions {
+  int64_t tp = 1, dp = 1;
+  bool vocab_parallel = true;       // split the token embedding and LM head over the vocabulary
+  bool sequence_parallel = false;   // norms and residuals split over the sequence (reduce-scatter + all-gather)
+};
+
+// What the strategy decided for one linear layer or embedding, for plans and reports.
+struct LayerSplit {
+  std::string what;    // "layer.0.attn.qkv", "embedding", ...
+  std::string split;   // "column", "row", "vocabulary", "replicated"
+  std::vector<ValueId> weights;
+};
+
+struct Strategy {
+  Mesh mesh;
+  std::map<ValueId, ShardingSpec> specs;  // parameters and inputs
+  std::vector<LayerSplit> layers;
+  std::vector<ValueId> sequence_parallel_values;  // values pinned to a sequence split
+};
+
+// Megatron's strategy for the model's parameters (ValueIds of `g`). Errors name the block and the
+// size that tp does not divide (heads, kv heads, hidden, MLP width, vocabulary).
+Expected<Strategy> megatron_strategy(const Graph& g, const StrategyOptions& opt);
+// Data-parallel batch split of the graph inputs (dim 0) over "dp"; errors when it does not divide.
+Status split_batch_inputs(const Graph& g, Strategy* s);
+
+// Global training graph (outputs: loss, then gradients of `params` in order) -> per-rank template.
+// Gradients leave in their parameter's spec; the loss replicated.
+Expected<PartitionedGraph> partition_training(const Graph& train, const std::vector<ValueId>& params, const Strategy& s,
+                                              ShardingResult* sharding = nullptr);
+
+}  // namespace oases

@@ -1,0 +1,593 @@
+#include "tools/train_driver.h"
+
+#include <chrono>
+#include <cstdlib>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <regex>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+#include <omp.h>
+
+#include "executor/distributed.h"
+#include "executor/mpi_communicator.h"
+#include "executor/training.h"
+#include "importer/onnx_export.h"
+#include "kernels/cpu/gemm.h"
+#include "planner/plan.h"
+#include "planner/strategy.h"
+
+namespace fs = std::filesystem;
+
+namespace oases {
+
+void add_train_options(CLI::App& app, TrainArgs& a) {
+  app.add_option("model", a.model, "ONNX model file")->required();
+  app.add_option("--data", a.data, "Token file: llm.c/nanoGPT uint16 .bin, int32 .i32, or UTF-8 text (bytes)");
+  app.add_option("--inputs", a.inputs_dir, "Feed the graph inputs from input_N.pb files (ONNX test-data layout)");
+  app.add_flag("--synthetic", a.synthetic, "Random tokens (benchmarks)");
+  app.add_option("--steps", a.steps, "Optimizer steps (0 with --dump-grads: gradients only)");
+  app.add_option("--batch", a.batch, "Sequences per micro-batch (the global batch under data parallelism)");
+  app.add_option("--seq", a.seq, "Tokens per sequence");
+  app.add_option("--grad-accum", a.grad_accum, "Micro-batches per optimizer step");
+  app.add_option("--optimizer", a.optimizer, "adamw | sgd")->check(CLI::IsMember({"adamw", "sgd"}));
+  app.add_option("--lr", a.lr, "Peak learning rate");
+  app.add_option("--min-lr", a.min_lr, "Learning rate at the end of the cosine decay (default lr/10)");
+  app.add_option("--warmup", a.warmup, "Steps of linear warm-up");
+  app.add_flag("--no-cosine", a.no_cosine, "Constant learning rate after warm-up");
+  app.add_option("--weight-decay", a.weight_decay, "Decoupled weight decay (AdamW) or L2 (SGD)");
+  app.add_flag("--decay-all", a.decay_all, "Also decay rank-1 parameters (biases, norm scales)");
+  app.add_option("--momentum", a.momentum, "SGD momentum");
+  app.add_flag("--nesterov", a.nesterov, "Nesterov momentum (SGD)");
+  app.add_option("--beta1", a.beta1, "AdamW beta1");
+  app.add_option("--beta2", a.beta2, "AdamW beta2");
+  app.add_option("--eps", a.eps, "AdamW epsilon");
+  app.add_option("--clip", a.clip, "Global gradient-norm clip (0: off)");
+  app.add_option("--loss", a.loss, "auto | cross_entropy")->check(CLI::IsMember({"auto", "cross_entropy"}));
+  app.add_option("--ignore-index", a.ignore_index, "Target id the appended cross-entropy ignores");
+  app.add_option("--freeze", a.freeze, "Hold initializers whose names match this regex fixed");
+  app.add_option("--seed", a.seed, "Seed of batch sampling and dropout");
+  app.add_option("--val-every", a.val_every, "Validation loss every N steps (0: only at the end)");
+  app.add_option("--val-batches", a.val_batches, "Batches per validation");
+  app.add_option("--val-fraction", a.val_fraction, "Fraction of the data held out for validation");
+  app.add_option("--save", a.save, "Write a checkpoint to CKPT (at the end, and every --save-every steps)");
+  app.add_option("--save-every", a.save_every, "Checkpoint every N steps");
+  app.add_option("--resume", a.resume, "Continue from a checkpoint (also one written with another tp/dp layout)");
+  app.add_option("--stop-after", a.stop_after, "Stop (and save) after N steps of this run; --steps still sets the schedule");
+  app.add_option("--export-onnx", a.export_onnx, "Write the model with the trained weights");
+  app.add_option("--dump-grads", a.dump_grads, "Write the first step's gradients (one TensorProto per parameter, full tensors)");
+  app.add_option("--log-json", a.log_json, "One JSON object per step");
+  app.add_option("--log-every", a.log_every, "Progress line every N steps (default: about 20 lines a run)");
+  app.add_option("--threads", a.threads, "Threads for BLAS and kernels per rank (0: the cores shared among ranks)");
+  app.add_flag("-q,--quiet", a.quiet, "No progress lines");
+  app.add_option("--tp", a.tp, "Tensor-parallel degree");
+  app.add_option("--dp", a.dp, "Data-parallel degree");
+  app.add_option("--local-ranks", a.local_ranks, "Run N ranks as threads of this process");
+  app.add_flag("--no-vocab-parallel", a.no_vocab_parallel, "Replicate the embedding and LM head instead of splitting the vocabulary");
+  app.add_flag("--sequence-parallel", a.sequence_parallel, "Split norms and residuals over the sequence (reduce-scatter + all-gather)");
+  app.add_option("--export-plan", a.export_plan, "Write the partitioned plan as JSON");
+  app.add_option("--plan", a.plan, "Run this plan (oases-plan output, or specs per initializer)");
+  app.add_option("--comm-timeout", a.comm_timeout, "Seconds a collective waits for its peers before the run stops");
+  a.bind.add_to(app);
+}
+
+namespace {
+
+std::string fmt_eta(double seconds) {
+  if (!std::isfinite(seconds) || seconds < 0) return "?";
+  int64_t s = static_cast<int64_t>(seconds + 0.5);
+  return fmt::format("{}:{:02d}:{:02d}", s / 3600, (s / 60) % 60, s % 60);
+}
+
+std::string sanitize(const std::string& name) {
+  std::string r;
+  for (char c : name) r += (std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-') ? c : '_';
+  return r;
+}
+
+// Everything that is the same on every rank, built once per process.
+struct Setup {
+  TrainArgs a;
+  TrainingGraph global;      // forward + loss + backward, global shapes
+  int64_t batch = 0, seq = 0, vocab = 0;
+  std::map<std::string, Tensor> fixed_feeds;
+  std::vector<InputRole> roles;
+  TokenData data;
+  int64_t split = 0;
+  bool have_val = false;
+  OptimizerConfig oc;
+  Strategy strategy;
+  std::optional<PartitionedGraph> pg;
+  std::vector<ShardingSpec> param_specs;  // per trainable parameter
+  std::vector<Shape> param_shapes;
+  std::string fingerprint;
+  uint64_t model_hash = 0;
+};
+
+Status bind_token_shapes(const TrainArgs& a, ImportOptions* opts, int64_t* batch, int64_t* seq) {
+  ImportOptions probe_opts = *opts;
+  probe_opts.require_bound_dims = false;
+  OASES_ASSIGN_OR_RETURN(Graph probe, import_onnx_file(a.model, probe_opts));
+  int64_t b = a.batch, t = a.seq;
+  for (ValueId v : probe.inputs()) {
+    const Value& val = probe.value(v);
+    if (!is_integer(val.dtype) || val.shape.size() != 2 || opts->input_shapes.count(val.name)) continue;
+    for (int d = 0; d < 2; ++d) {
+      int64_t fixed = val.shape[d];
+      int64_t& want = d == 0 ? b : t;
+      if (fixed >= 0) {
+        if (want > 0 && want != fixed) {
+          return error("the model fixes input '{}' to {}; give --batch {} --seq {} or export it with dynamic axes", val.name,
+                       shape_str(val.shape), val.shape[0] >= 0 ? val.shape[0] : b, val.shape[1] >= 0 ? val.shape[1] : t);
+        }
+        want = fixed;
+      }
+    }
+  }
+  if (b <= 0) b = 8;
+  if (t <= 0) t = 64;
+  for (ValueId v : probe.inputs()) {
+    const Value& val = probe.value(v);
+    if (is_integer(val.dtype) && val.shape.size() == 2 && !opts->input_shapes.count(val.name)) opts->input_shapes[val.name] = {b, t};
+  }
+  *batch = b;
+  *seq = t;
+  return Status::ok();
+}
+
+Expected<Setup> prepare(const TrainArgs& args, int64_t world) {
+  Setup s;
+  s.a = args;
+  TrainArgs& a = s.a;
+  int sources = (!a.data.empty()) + (!a.inputs_dir.empty()) + a.synthetic;
+  if (sources != 1) return Status::error("give exactly one of --data FILE, --inputs DIR or --synthetic");
+  if (a.steps < 0 || a.grad_accum < 1) return Status::error("--steps must be >= 0 and --grad-accum >= 1");
+  if (a.steps == 0 && a.dump_grads.empty() && a.export_onnx.empty() && a.export_plan.empty()) {
+    return Status::error("--steps 0 does nothing without --dump-grads, --export-onnx or --export-plan");
+  }
+  // the parallel layout
+  if (a.tp <= 0 && a.dp <= 0) {
+    a.tp = 1;
+    a.dp = world;
+  } else if (a.tp <= 0) {
+    a.tp = world / std::max<int64_t>(1, a.dp);
+  } else if (a.dp <= 0) {
+    a.dp = world / std::max<int64_t>(1, a.tp);
+  }
+  if (a.tp * a.dp != world) {
+    return error("tp {} x dp {} = {} ranks, but the run has {} (world size must equal tp x dp)", a.tp, a.dp, a.tp * a.dp, world);
+  }
+
+  ImportOptions opts;
+  OASES_RETURN_IF_ERROR(a.bind.apply(&opts));
+  if (!a.inputs_dir.empty()) {
+    if (!fs::is_directory(a.inputs_dir)) return error("{}: no such folder", a.inputs_dir);
+    std::vector<std::pair<int, std::string>> files;
+    std::regex re("input_([0-9]+)\\.pb");
+    for (const auto& e : fs::directory_iterator(a.inputs_dir)) {
+      std::smatch m;
+      std::string n = e.path().filename().string();
+      if (std::regex_match(n, m, re)) files.push_back({std::stoi(m[1]), e.path().string()});
+    }
+    std::sort(files.begin(), files.end());
+    if (files.empty()) return error("{}: no input_N.pb files", a.inputs_dir);
+    ImportOptions probe_opts = opts;
+    probe_opts.require_bound_dims = false;
+    OASES_ASSIGN_OR_RETURN(Graph probe, import_onnx_file(a.model, probe_opts));
+    for (size_t i = 0; i < files.size(); ++i) {
+      OASES_ASSIGN_OR_RETURN(auto t, read_tensor_file(files[i].second));
+      std::string name = t.first;
+      bool known = false;
+      for (ValueId v : probe.inputs()) known |= probe.value(v).name == name;
+      if (!known) {
+        if (i >= probe.inputs().size()) return error("{} matches no model input", files[i].second);
+        name = probe.value(probe.inputs()[i]).name;
+      }
+      s.fixed_feeds[name] = t.second;
+      if (!opts.input_shapes.count(name)) opts.input_shapes[name] = t.second.shape();
+      if (is_integer(t.second.dtype()) && t.second.rank() == 2 && s.batch == 0) {
+        s.batch = t.second.shape()[0];
+        s.seq = t.second.shape()[1];
+      }
+    }
+  } else {
+    OASES_RETURN_IF_ERROR(bind_token_shapes(a, &opts, &s.batch, &s.seq));
+  }
+
+  OASES_ASSIGN_OR_RETURN(LoadedModel loaded, load_model(a.model, opts));
+  // the strategy is found on the forward graph
+  StrategyOptions so;
+  so.tp = a.tp;
+  so.dp = a.dp;
+  so.vocab_parallel = !a.no_vocab_parallel;
+  so.sequence_parallel = a.sequence_parallel;
+  if (!a.plan.empty()) {
+    OASES_ASSIGN_OR_RETURN(s.strategy, strategy_from_plan_file(a.plan, loaded.graph, so));
+  } else {
+    auto st = megatron_strategy(loaded.graph, so);
+    if (!st) return st.status().with_context(a.model);
+    s.strategy = std::move(*st);
+  }
+  TrainingSpec spec;
+  spec.loss = a.loss;
+  spec.ignore_index = a.ignore_index;
+  spec.freeze = a.freeze;
+  auto tg = build_training_graph(loaded.graph, spec);
+  if (!tg) return tg.status().with_context(a.model);
+  s.global = std::move(*tg);
+  s.vocab = s.global.vocab;
+  if (s.vocab == 0) {
+    for (ValueId v : s.global.graph.initializers()) {
+      const Value& val = s.global.graph.value(v);
+      for (const Use& u : val.uses) {
+        const Node& n = s.global.graph.node(u.node);
+        if (n.op_type == "Gather" && u.slot == 0 && val.shape.size() == 2) s.vocab = std::max(s.vocab, val.shape[0]);
+      }
+    }
+  }
+  if (s.fixed_feeds.empty()) {
+    auto roles = input_roles(s.global.graph, s.global.targets);
+    if (!roles) return roles.status().with_context(a.model);
+    s.roles = std::move(*roles);
+  } else if (s.global.appended_loss) {
+    auto token_roles = input_roles(s.global.graph, s.global.targets);
+    if (!token_roles) return token_roles.status().with_context(a.model);
+    for (const InputRole& r : *token_roles) {
+      if (r.kind == InputRole::kTokens && s.fixed_feeds.count(r.name)) {
+        s.fixed_feeds["oases_targets"] = shifted_targets(s.fixed_feeds[r.name], a.ignore_index);
+      }
+    }
+    if (!s.fixed_feeds.count("oases_targets")) return Status::error("cannot derive next-token targets from --inputs");
+  }
+  // data
+  if (!a.data.empty() || a.synthetic) {
+    if (a.synthetic) {
+      s.data = synthetic_tokens(std::max<int64_t>(1 << 20, (s.batch * (s.seq + 1)) * 16), std::max<int64_t>(s.vocab, 2), a.seed);
+    } else {
+      OASES_ASSIGN_OR_RETURN(s.data, load_tokens(a.data));
+    }
+    if (s.vocab > 0) OASES_RETURN_IF_ERROR(check_vocab(s.data, s.vocab));
+    int64_t n = static_cast<int64_t>(s.data.tokens.size());
+    s.split = n - static_cast<int64_t>(std::floor(static_cast<double>(n) * a.val_fraction));
+    if (s.split < s.seq + 1) {
+      return error("{}: {} tokens ({} after holding out {:.0f}% for validation) are fewer than one batch row of {} tokens",
+                   a.synthetic ? "synthetic data" : a.data, n, s.split, a.val_fraction * 100, s.seq + 1);
+    }
+    s.have_val = n - s.split >= s.seq + 1;
+  }
+  // the partition
+  OASES_RETURN_IF_ERROR(split_batch_inputs(s.global.graph, &s.strategy));
+  for (ValueId p : s.global.params) {
+    auto it = s.strategy.specs.find(p);
+    s.param_specs.push_back(it != s.strategy.specs.end() ? it->second : ShardingSpec::replicated(s.global.graph.value(p).shape.size()));
+    s.param_shapes.push_back(s.global.graph.value(p).shape);
+  }
+  if (world > 1 || !a.export_plan.empty()) {
+    ShardingResult sr;
+    auto pg = partition_training(s.global.graph, s.global.params, s.strategy, &sr);
+    if (!pg) return pg.status().with_context(a.model);
+    if (!a.export_plan.empty()) {
+      nlohmann::json plan = plan_to_json(s.global.graph, *pg, sr, s.strategy, a.model);
+      std::ofstream f(a.export_plan);
+      if (!f) return error("{}: cannot open for writing", a.export_plan);
+      f << plan.dump(2) << "\n";
+    }
+    if (world > 1) s.pg = std::move(*pg);
+  }
+  s.oc.kind = a.optimizer;
+  s.oc.lr = a.lr;
+  s.oc.min_lr = a.min_lr;
+  s.oc.warmup = a.warmup;
+  s.oc.total_steps = a.steps;
+  s.oc.cosine = !a.no_cosine;
+  s.oc.weight_decay = a.weight_decay;
+  s.oc.momentum = a.momentum;
+  s.oc.nesterov = a.nesterov;
+  s.oc.beta1 = a.beta1;
+  s.oc.beta2 = a.beta2;
+  s.oc.eps = a.eps;
+  s.oc.clip = a.clip;
+  s.oc.decay_all = a.decay_all;
+  for (size_t i = 0; i < s.global.params.size(); ++i) {
+    const Value& v = s.global.graph.value(s.global.params[i]);
+    s.fingerprint += fmt::format("{}:{}{};", v.name, dtype_name(v.dtype), shape_str(v.shape));
+  }
+  s.model_hash = fnv1a(s.fingerprint + fmt::format("nodes={};tp={};dp={};", s.global.graph.num_nodes(), a.tp, a.dp) + binary_identity());
+  return s;
+}
+
+// One rank's training loop. `log` is true on rank 0.
+Status run_rank(const Setup& s, RankRuntime& rt) {
+  const TrainArgs& a = s.a;
+  bool lead = rt.rank() == 0;
+  // this rank's training graph
+  TrainingGraph tg;
+  if (s.pg) {
+    tg.graph = local_graph_for_rank(*s.pg, rt.rank());
+    tg.loss = tg.graph.outputs()[0];
+    tg.params = s.global.params;
+    for (size_t i = 1; i < tg.graph.outputs().size(); ++i) tg.grads.push_back(tg.graph.outputs()[i]);
+    tg.targets = s.global.targets;
+    tg.appended_loss = s.global.appended_loss;
+    tg.vocab = s.global.vocab;
+  } else {
+    tg = s.global;
+  }
+  ExecOptions eo;
+  eo.threads = a.threads;
+  eo.groups = rt.axis_groups();
+  OASES_ASSIGN_OR_RETURN(auto trainer, Trainer::create(std::move(tg), s.oc, eo));
+  Trainer& tr = *trainer;
+  tr.executor().state().seed = a.seed;
+  const std::vector<ShardingSpec>& pspecs = s.param_specs;
+  if (rt.distributed()) {
+    tr.global_norm = [&rt, &pspecs](const std::vector<double>& ss) { return std::sqrt(rt.global_sum_squares(ss, pspecs)); };
+  }
+  OASES_RETURN_IF_ERROR(rt.check_same("model or binary", s.model_hash));
+  const Graph& lg = tr.training_graph().graph;
+  auto slice_feeds = [&](const std::map<std::string, Tensor>& global) {
+    if (!s.pg) return global;
+    std::map<std::string, Tensor> local;
+    for (const auto& [name, t] : global) {
+      ValueId v = lg.find_value(name);
+      if (v == kNoId) continue;
+      local[name] = slice_for_rank(t, s.pg->specs[static_cast<size_t>(v)], rt.mesh(), rt.rank());
+    }
+    return local;
+  };
+  auto gathered_params = [&]() {
+    std::map<std::string, Tensor> full;
+    auto local = tr.parameters();
+    for (size_t i = 0; i < tr.training_graph().params.size(); ++i) {
+      std::string name = tr.param_name(i);
+      full[name] = rt.gather(local.at(name), pspecs[i], s.param_shapes[i]);
+    }
+    return full;
+  };
+
+  BatchSampler sampler(&s.data.tokens, 0, s.split, a.seed);
+  BatchSampler val_sampler(&s.data.tokens, s.split, static_cast<int64_t>(s.data.tokens.size()), a.seed + 1);
+  int64_t start = 0;
+  if (!a.resume.empty()) {
+    OASES_ASSIGN_OR_RETURN(Checkpoint ck, load_checkpoint(a.resume));
+    if (ck.fingerprint != s.fingerprint) {
+      return error("{}: the checkpoint was written for another model (its parameters differ from {}'s)", a.resume, a.model);
+    }
+    if (ck.optimizer_kind != a.optimizer) {
+      return error("{}: the checkpoint holds {} state, this run uses --optimizer {}", a.resume, ck.optimizer_kind, a.optimizer);
+    }
+    auto params = tr.parameters();
+    std::map<std::string, Tensor> opt_state;
+    for (size_t i = 0; i < tr.training_graph().params.size(); ++i) {
+      std::string name = tr.param_name(i);
+      auto it = ck.tensors.find(name);
+      if (it == ck.tensors.end() || it->second.shape() != s.param_shapes[i]) return error("{}: parameter '{}' is missing", a.resume, name);
+      Tensor local = slice_for_rank(it->second, pspecs[i], rt.mesh(), rt.rank());
+      std::memcpy(params.at(name).raw_mutable(), local.raw(), local.nbytes());
+      for (const char* suffix : {".m", ".v", ".momentum"}) {
+        auto st = ck.tensors.find(name + suffix);
+        if (st != ck.tensors.end()) opt_state[name + suffix] = slice_for_rank(st->second, pspecs[i], rt.mesh(), rt.rank());
+      }
+    }
+    tr.optimizer().set_state(opt_state, ck.optimizer_t);
+    if (!ck.sampler_state.empty()) OASES_RETURN_IF_ERROR(sampler.set_state(ck.sampler_state).with_context(a.resume));
+    start = ck.step;
+    tr.executor().state().step = static_cast<uint64_t>(start);
+    if (lead && !a.quiet) std::fprintf(stderr, "resumed from %s at step %lld\n", a.resume.c_str(), static_cast<long long>(start));
+  }
+  auto save = [&](int64_t step) -> Status {
+    Checkpoint ck;
+    ck.fingerprint = s.fingerprint;
+    ck.step = step;
+    ck.optimizer_kind = a.optimizer;
+    ck.optimizer_t = tr.optimizer().steps_taken();
+    ck.sampler_state = sampler.state();
+    ck.seed = a.seed;
+    ck.tensors = gathered_params();
+    auto st = tr.optimizer().state();
+    for (size_t i = 0; i < tr.training_graph().params.size(); ++i) {
+      std::string name = tr.param_name(i);
+      for (const char* suffix : {".m", ".v", ".momentum"}) {
+        auto it = st.find(name + suffix);
+        if (it != st.end()) ck.tensors[name + suffix] = rt.gather(it->second, pspecs[i], s.param_shapes[i]);
+      }
+    }
+    if (!lead) return Status::ok();
+    return save_checkpoint(ck, a.save);
+  };
+  std::unique_ptr<std::ofstream> log;
+  if (lead && !a.log_json.empty()) {
+    log = std::make_unique<std::ofstream>(a.log_json, std::ios::app);
+    if (!*log) return error("{}: cannot open for writing", a.log_json);
+  }
+  auto next_feeds = [&]() -> Expected<std::vector<std::map<std::string, Tensor>>> {
+    std::vector<std::map<std::string, Tensor>> micro;
+    for (int64_t i = 0; i < a.grad_accum; ++i) {
+      if (!s.fixed_feeds.empty()) {
+        micro.push_back(slice_feeds(s.fixed_feeds));
+        continue;
+      }
+      OASES_ASSIGN_OR_RETURN(Batch b, sampler.next(s.batch, s.seq));
+      micro.push_back(slice_feeds(feeds_for_batch(s.global.graph, s.roles, b)));
+    }
+    return micro;
+  };
+  auto validate = [&]() -> Expected<double> {
+    if (!s.fixed_feeds.empty()) return tr.eval_loss(slice_feeds(s.fixed_feeds));
+    double sum = 0;
+    for (int64_t i = 0; i < a.val_batches; ++i) {
+      Batch b = val_sampler.at(i, s.batch, s.seq);
+      OASES_ASSIGN_OR_RETURN(double l, tr.eval_loss(slice_feeds(feeds_for_batch(s.global.graph, s.roles, b))));
+      sum += l;
+    }
+    return sum / static_cast<double>(a.val_batches);
+  };
+  auto dump = [&]() -> Status {
+    if (lead) {
+      std::error_code ec;
+      fs::create_directories(a.dump_grads, ec);
+    }
+    for (size_t i = 0; i < tr.training_graph().params.size(); ++i) {
+      std::string name = tr.param_name(i);
+      Tensor full = rt.gather(tr.gradient(i), pspecs[i], s.param_shapes[i]);
+      if (lead) OASES_RETURN_IF_ERROR(write_tensor_file(full, name, fmt::format("{}/grad_{:04d}_{}.pb", a.dump_grads, i, sanitize(name))));
+    }
+    if (lead && !a.quiet) std::fprintf(stderr, "wrote %zu gradients to %s\n", tr.training_graph().params.size(), a.dump_grads.c_str());
+    return Status::ok();
+  };
+
+  if (a.steps == 0 && !a.dump_grads.empty()) {
+    OASES_ASSIGN_OR_RETURN(auto micro, next_feeds());
+    OASES_ASSIGN_OR_RETURN(double l, tr.compute_gradients(micro[0]));
+    if (lead) std::printf("loss %.6f\n", l);
+    OASES_RETURN_IF_ERROR(dump());
+  }
+  int64_t tokens_per_step = s.batch * s.seq * a.grad_accum;
+  int64_t log_every = a.log_every > 0 ? a.log_every : std::max<int64_t>(1, a.steps / 20);
+  if (lead && !a.quiet && a.steps > start) {
+    int64_t values = 0;
+    for (const Shape& sh : s.param_shapes) values += shape_numel(sh);
+    std::fprintf(stderr, "training %s: %zu parameters (%lld values), batch %lld x %lld tokens%s, %lld steps%s\n", a.model.c_str(),
+                 s.param_shapes.size(), static_cast<long long>(values), static_cast<long long>(s.batch), static_cast<long long>(s.seq),
+                 a.grad_accum > 1 ? fmt::format(" x {} micro-batches", a.grad_accum).c_str() : "", static_cast<long long>(a.steps),
+                 rt.size() > 1 ? fmt::format(", {} ranks (tp {} x dp {}, {})", rt.size(), a.tp, a.dp,
+                                             rt.communicator() ? rt.communicator()->kind() : "local").c_str()
+                               : "");
+  }
+  auto run_start = std::chrono::steady_clock::now();
+  double first_val = NAN, last_val = NAN;
+  if (s.have_val && !a.quiet && start < a.steps && s.fixed_feeds.empty()) {
+    OASES_ASSIGN_OR_RETURN(double v, validate());
+    first_val = v;
+    if (lead) std::fprintf(stderr, "step %lld  val loss %.4f\n", static_cast<long long>(start), v);
+  }
+  int64_t end = a.stop_after > 0 ? std::min(a.steps, start + a.stop_after) : a.steps;
+  for (int64_t step = start; step < end; ++step) {
+    OASES_ASSIGN_OR_RETURN(auto micro, next_feeds());
+    bool dump_now = !a.dump_grads.empty() && step == start;
+    OASES_ASSIGN_OR_RETURN(StepStats st, tr.step(micro, dump_now ? std::function<Status()>(dump) : std::function<Status()>()));
+    if (!std::isfinite(st.loss)) return error("step {}: the loss is {} (lower --lr?)", step + 1, st.loss);
+    double tps = static_cast<double>(tokens_per_step) / (st.ms / 1000.0);
+    int64_t done = step + 1;
+    std::optional<double> val;
+    if (s.have_val && ((a.val_every > 0 && done % a.val_every == 0) || done == end)) {
+      OASES_ASSIGN_OR_RETURN(double v, validate());
+      val = v;
+      last_val = v;
+    }
+    if (log) {
+      nlohmann::json j{{"step", done}, {"loss", st.loss}, {"lr", st.lr}, {"grad_norm", st.grad_norm}, {"tokens_per_s", tps}, {"ms", st.ms}};
+      if (val) j["val_loss"] = *val;
+      *log << j.dump() << "\n";
+      log->flush();
+    }
+    if (lead && !a.quiet && (done % log_every == 0 || done == end || val)) {
+      double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
+      double eta = elapsed / static_cast<double>(done - start) * static_cast<double>(a.steps - done);
+      std::fprintf(stderr, "step %lld/%lld  loss %.4f%s  lr %.2e  |g| %.3f  %.0f tok/s  %.1f ms/step  ETA %s\n",
+                   static_cast<long long>(done), static_cast<long long>(a.steps), st.loss,
+                   val ? fmt::format("  val loss {:.4f}", *val).c_str() : "", st.lr, st.grad_norm, tps, st.ms, fmt_eta(eta).c_str());
+    }
+    if (!a.save.empty() && a.save_every > 0 && done % a.save_every == 0 && done != end) OASES_RETURN_IF_ERROR(save(done));
+  }
+  if (!a.save.empty() && a.steps > 0) {
+    OASES_RETURN_IF_ERROR(save(std::max(end, start)));
+    if (lead && !a.quiet) std::fprintf(stderr, "saved checkpoint %s\n", a.save.c_str());
+  }
+  if (!a.export_onnx.empty()) {
+    auto full = gathered_params();
+    if (lead) {
+      OASES_RETURN_IF_ERROR(export_with_initializers(a.model, full, a.export_onnx));
+      if (!a.quiet) std::fprintf(stderr, "wrote %s\n", a.export_onnx.c_str());
+    }
+  }
+  if (lead && !a.quiet && std::isfinite(first_val) && std::isfinite(last_val)) {
+    std::fprintf(stderr, "validation loss %.4f -> %.4f\n", first_val, last_val);
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+int run_training(TrainArgs& a, int argc, char** argv) {
+  // one rank, N threads, or MPI processes
+  std::unique_ptr<Communicator> mpi;
+  int64_t world = 1;
+  if (launched_by_mpi_launcher() && mpi_available()) {
+    mpi = mpi_communicator(&argc, &argv);
+    mpi->timeout_s = a.comm_timeout;
+    world = mpi->size();
+    if (a.local_ranks > 0) return fail_with(Status::error("--local-ranks cannot be combined with mpirun/srun"));
+  } else if (a.local_ranks > 0) {
+    world = a.local_ranks;
+  }
+  int my_rank = mpi ? mpi->rank() : 0;
+  auto setup = prepare(a, world);
+  if (!setup) {
+    if (my_rank == 0 || !mpi) return fail_with(setup.status());
+    return 2;
+  }
+  Mesh mesh = setup->strategy.mesh;
+  if (mpi) {
+    // the cores of a node are shared by the ranks on it
+    const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    if (!local) local = std::getenv("SLURM_NTASKS_PER_NODE");
+    int per_node = local ? std::max(1, std::atoi(local)) : 1;
+    int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    int threads = a.threads > 0 ? a.threads : std::max(1, hw / per_node);
+    omp_set_num_threads(threads);
+    kernels::set_blas_threads(threads);
+    auto rt = RankRuntime::create(mpi.get(), mesh);
+    if (!rt) return fail_with(rt.status());
+    Status st = run_rank(*setup, **rt);
+    if (!st.is_ok()) {
+      std::fprintf(stderr, "error: rank %d: %s\n", my_rank, st.message().c_str());
+      mpi->abort(st.message());
+      return 2;
+    }
+    return 0;
+  }
+  if (world == 1) {
+    auto rt = RankRuntime::create(nullptr, mesh);
+    if (!rt) return fail_with(rt.status());
+    Status st = run_rank(*setup, **rt);
+    return st.is_ok() ? 0 : fail_with(st);
+  }
+  // N ranks as threads: BLAS single-threaded per rank, the cores shared out
+  auto lw = make_local_world(static_cast<int>(world), a.comm_timeout);
+  kernels::set_blas_threads(1);
+  int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  int per_rank = a.threads > 0 ? a.threads : std::max(1, hw / static_cast<int>(world));
+  std::vector<Status> results(static_cast<size_t>(world));
+  std::vector<std::thread> threads;
+  for (int64_t r = 0; r < world; ++r) {
+    threads.emplace_back([&, r] {
+      omp_set_num_threads(per_rank);
+      auto comm = local_communicator(lw, static_cast<int>(r));
+      Status st;
+      try {
+        auto rt = RankRuntime::create(comm.get(), mesh);
+        st = rt ? run_rank(*setup, **rt) : rt.status();
+      } catch (const std::exception& e) {
+        st = Status::error(e.what());
+      }
+      if (!st.is_ok()) comm->abort(fmt::format("rank {} failed: {}", r, st.message()));
+      results[static_cast<size_t>(r)] = st;
+    });
+  }
+  for (auto& t : threads) t.join();
+  // report the root cause: the first rank whose error is not a consequence of another's
+  for (const Status& st : results) {
+    if (!st.is_ok() && st.message().find("stopped: rank") == std::string::npos) return fail_with(st);
+  }
+  for (const Status& st : results) {
+    if (!st.is_ok()) return fail_with(st);
+  }
+  return 0;
+}
+
+}  // namespace oases

@@ -1,0 +1,39 @@
+// oases-train's work, shared by its three ways of running: one rank, N ranks as threads of one
+// process (--local-ranks N), or one MPI process per rank (mpirun/srun).
+//
+// Every rank samples the same global batch (same seed) and feeds its slice, so a parallel run
+// sees exactly the batches of the single-rank run. Rank 0 prints progress, writes logs,
+// checkpoints (with full, gathered tensors: a run can resume on another layout), gradient dumps
+// and the exported model.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "tools/model_loader.h"
+
+namespace oases {
+
+struct TrainArgs {
+  std::string model, data, inputs_dir, save, resume, export_onnx, dump_grads, log_json, export_plan, plan;
+  bool synthetic = false, quiet = false;
+  int64_t steps = 100, batch = 0, seq = 0, grad_accum = 1, stop_after = 0;
+  std::string optimizer = "adamw", loss = "auto", freeze;
+  double lr = 1e-3, min_lr = -1, weight_decay = 0.0, momentum = 0.9, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, clip = 1.0;
+  int64_t warmup = 0, ignore_index = -100, val_every = 0, val_batches = 4, save_every = 0, log_every = 0;
+  double val_fraction = 0.1;
+  uint64_t seed = 1234;
+  int threads = 0;
+  bool nesterov = false, no_cosine = false, decay_all = false;
+  // parallelism
+  int64_t tp = 0, dp = 0, local_ranks = 0;
+  bool no_vocab_parallel = false, sequence_parallel = false;
+  double comm_timeout = 600;
+  BindingFlags bind;
+};
+
+void add_train_options(CLI::App& app, TrainArgs& a);
+// Runs the whole job; returns the process exit code (0, or 2 after printing `error: …`).
+int run_training(TrainArgs& a, int argc, char** argv);
+
+}  // namespace oases
