@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <mutex>
 #include <new>
 
@@ -13,6 +14,21 @@ namespace oases {
 int64_t shape_numel(const Shape& s) {
   int64_t n = 1;
   for (int64_t d : s) n *= d;
+  return n;
+}
+
+std::optional<uint64_t> checked_nbytes(const Shape& s, DType t) {
+  bool empty = false;
+  for (int64_t d : s) {
+    if (d < 0) return std::nullopt;
+    empty |= d == 0;
+  }
+  if (empty) return 0;
+  uint64_t n = dtype_size(t);
+  for (int64_t d : s) {
+    if (n > std::numeric_limits<uint64_t>::max() / static_cast<uint64_t>(d)) return std::nullopt;
+    n *= static_cast<uint64_t>(d);
+  }
   return n;
 }
 

@@ -7,6 +7,8 @@
 #include <filesystem>
 #include <regex>
 
+#include <fmt/ranges.h>
+
 #include "executor/executor.h"
 #include "tools/model_loader.h"
 
@@ -18,7 +20,7 @@ namespace {
 // input_N.pb / output_N.pb files of a data set, in N order.
 std::vector<std::string> numbered_files(const std::string& dir, const std::string& prefix) {
   std::vector<std::pair<int, std::string>> found;
-  std::regex re(prefix + "_([0-9]+)\\.pb");
+  std::regex re(prefix + "_([0-9]{1,9})\\.pb");
   for (const auto& e : fs::directory_iterator(dir)) {
     std::smatch m;
     std::string name = e.path().filename().string();
@@ -78,14 +80,17 @@ int main(int argc, char** argv) {
     app.add_flag("-v,--verbose", verbose, "Say more");
     bind.add_to(app);
     if (int rc = parse_cli(app, argc, argv); rc >= 0) return rc;
-    if (!fs::is_directory(data_set)) return fail_with(error("{}: no such folder", data_set));
+    if (!fs::exists(data_set)) return fail_with(error("{}: no such folder", data_set));
+    if (!fs::is_directory(data_set)) return fail_with(error("{}: not a folder (--data-set wants the folder of input_N.pb)", data_set));
 
     // inputs: matched to the model's inputs by name, else by position
     std::vector<std::pair<std::string, Tensor>> given;
+    std::vector<std::string> given_files;
     for (const auto& f : numbered_files(data_set, "input")) {
       auto t = read_tensor_file(f);
       if (!t) return fail_with(t.status());
       given.push_back(*t);
+      given_files.push_back(f);
     }
     ImportOptions probe_opts;
     probe_opts.require_bound_dims = false;
@@ -97,13 +102,30 @@ int main(int argc, char** argv) {
     for (size_t i = 0; i < given.size(); ++i) {
       const std::string& nm = given[i].first;
       bool by_name = std::find(input_names.begin(), input_names.end(), nm) != input_names.end();
+      std::string target;
       if (by_name) {
-        feeds[nm] = given[i].second;
+        target = nm;
       } else if (i < input_names.size()) {
-        feeds[input_names[i]] = given[i].second;
+        target = input_names[i];
       } else {
-        return fail_with(error("{}: input_{}.pb ('{}') matches no input of the model", data_set, i, nm));
+        return fail_with(error("{}: '{}' matches no input of the model", given_files[i], nm));
       }
+      // Types and fixed dims must agree with the model's input (symbolic dims take any size).
+      const Tensor& t = given[i].second;
+      const Value& want = probe->value(probe->find_value(target));
+      bool fits = t.dtype() == want.dtype && t.shape().size() == want.shape.size();
+      for (size_t d = 0; fits && d < want.shape.size(); ++d) fits = want.shape[d] < 0 || want.shape[d] == t.shape()[d];
+      if (!fits) {
+        std::vector<std::string> dims;  // sizes, or the symbolic names the model gives
+        for (size_t d = 0; d < want.shape.size(); ++d) {
+          bool named = d < want.dim_names.size() && !want.dim_names[d].empty();
+          dims.push_back(want.shape[d] >= 0 ? std::to_string(want.shape[d]) : named ? want.dim_names[d] : "?");
+        }
+        std::string expected = fmt::format("[{}]", fmt::join(dims, ", "));
+        return fail_with(error("{}: gives input '{}' as {}{}, the model expects {}{}", given_files[i], target,
+                               dtype_name(t.dtype()), shape_str(t.shape()), dtype_name(want.dtype), expected));
+      }
+      feeds[target] = t;
     }
     for (const auto& nm : input_names) {
       if (!feeds.count(nm)) return fail_with(error("{}: no input_N.pb gives the model input '{}'", data_set, nm));
