@@ -110,14 +110,14 @@ Tensor Tensor::scalar_f32(float v) {
 Tensor Tensor::from_int64(const std::vector<int64_t>& v, Shape shape) {
   if (shape.empty() && v.size() != 1) shape = {static_cast<int64_t>(v.size())};
   Tensor t(DType::kI64, shape);
-  std::memcpy(t.raw_mutable(), v.data(), v.size() * sizeof(int64_t));
+  if (!v.empty()) std::memcpy(t.raw_mutable(), v.data(), v.size() * sizeof(int64_t));
   return t;
 }
 
 Tensor Tensor::from_f32(const std::vector<float>& v, Shape shape) {
   if (shape.empty() && v.size() != 1) shape = {static_cast<int64_t>(v.size())};
   Tensor t(DType::kF32, shape);
-  std::memcpy(t.raw_mutable(), v.data(), v.size() * sizeof(float));
+  if (!v.empty()) std::memcpy(t.raw_mutable(), v.data(), v.size() * sizeof(float));
   return t;
 }
 
@@ -174,7 +174,7 @@ std::vector<int64_t> Tensor::to_int64() const {
   std::vector<int64_t> v(static_cast<size_t>(numel()));
   const void* p = raw();
   if (dtype_ == DType::kI64) {
-    std::memcpy(v.data(), p, v.size() * 8);
+    if (!v.empty()) std::memcpy(v.data(), p, v.size() * 8);  // (memcpy of null is undefined even for 0 bytes)
   } else {
     for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<int64_t>(load_as_double(p, dtype_, static_cast<int64_t>(i)));
   }

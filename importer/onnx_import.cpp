@@ -506,10 +506,16 @@ Expected<Graph> import_onnx_model(const onnx::ModelProto& model, const std::stri
     std::string nname = np.name().empty() ? fmt::format("{}_{}", np.op_type(), idx) : np.name();
     if (!node_names.insert(nname).second) nname = fmt::format("{}_{}", nname, idx);
     std::string what = fmt::format("[{}] node '{}'", np.op_type(), nname);
+    std::string domain = np.domain() == "ai.onnx" ? "" : np.domain();
+    // Ops Oases does not know (If, Loop, Scan, ...) keep none of their attributes: the node is
+    // listed with every other unsupported one by check_supported, rather than failing here alone.
+    const bool known_op = OpRegistry::global().find(domain, np.op_type()) != nullptr;
     AttrMap attrs;
     for (const auto& a : np.attribute()) {
-      OASES_ASSIGN_OR_RETURN(Attribute attr, convert_attribute(a, base_dir, what));
-      attrs.set(a.name(), attr);
+      auto attr = convert_attribute(a, base_dir, what);
+      if (!attr && !known_op) continue;
+      if (!attr) return attr.status();
+      attrs.set(a.name(), *attr);
     }
     std::vector<ValueId> ins, outs;
     for (const auto& in : np.input()) ins.push_back(in.empty() ? kNoId : value_for(in));
@@ -525,7 +531,6 @@ Expected<Graph> import_onnx_model(const onnx::ModelProto& model, const std::stri
       }
       outs.push_back(v);
     }
-    std::string domain = np.domain() == "ai.onnx" ? "" : np.domain();
     NodeId id = g.add_node(np.op_type(), ins, outs, attrs, nname, domain);
     auto oi = g.opset_imports.find(domain);
     g.node(id).opset = oi == g.opset_imports.end() ? 0 : static_cast<int>(oi->second);

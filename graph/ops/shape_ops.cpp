@@ -39,7 +39,9 @@ Status infer_reshape(InferContext& c) {
     }
     if (d < 0) return c.fail("shape [{}] has a negative dim", fmt::join(spec, ","));
     out[i] = d;
-    known *= d;
+    if (__builtin_mul_overflow(known, d, &known)) {
+      return c.fail("cannot reshape {} to [{}]: the target overflows", shape_str(in), fmt::join(spec, ","));
+    }
   }
   int64_t total = shape_numel(in);
   if (infer_at >= 0) {

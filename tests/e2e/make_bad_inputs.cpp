@@ -88,7 +88,13 @@ int main(int argc, char** argv) {
     b.node("FrobnicateOp", {"x"}, {"a"}, "first_unsupported");
     b.node("Relu", {"a"}, {"b"}, "fine_relu");
     b.node("WibbleOp", {"b"}, {"c"}, "second_unsupported");
-    b.node("FusedThing", {"c"}, {"y"}, "foreign_node", {}, "com.example.unknown");
+    b.node("FusedThing", {"c"}, {"d"}, "foreign_node", {}, "com.example.unknown");
+    onnx::AttributeProto body;  // control flow: listed like any unsupported op
+    body.set_name("then_branch");
+    body.set_type(onnx::AttributeProto::GRAPH);
+    body.mutable_g()->set_name("then");
+    b.node("If", {"cond", "d"}, {"y"}, "branching_node", {body});
+    b.init_f32("cond", {}, {1.f});
     b.output("y");
     b.write(out / "unsupported.onnx");
   }

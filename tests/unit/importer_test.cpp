@@ -816,7 +816,12 @@ TEST(ImporterErrors, GraphErrorsNameTheNodeOrValue) {
     sub.mutable_g()->set_name("then");
     b.node("If", {"x"}, {"y"}, "branchy", {sub});
     b.output("y");
-    EXPECT_TRUE(fails_naming(import_built(b, d).status(), {"branchy", "then_branch"}));
+    // Control flow is listed as unsupported (with any other unsupported node), not rejected alone.
+    EXPECT_TRUE(fails_naming(load_built(b, d).status(), {"branchy", "If", "unsupported"}));
+    // A graph attribute on an op Oases knows is an error naming it.
+    b.graph().mutable_node(0)->set_op_type("Relu");
+    b.graph().mutable_node(0)->set_name("relu_with_graph");
+    EXPECT_TRUE(fails_naming(import_built(b, d).status(), {"relu_with_graph", "then_branch"}));
   }
 }
 
@@ -862,6 +867,15 @@ TEST(ImporterErrors, ShapeErrorsNameTheNode) {
     EXPECT_TRUE(fails_naming(load_built(b, d).status(), {"bad_reshape", "[2, 3]"}));
   }
   {
+    // found by the fuzzer: the product of the target dims overflowed int64 (undefined behaviour)
+    ModelBuilder b(17);
+    b.input("x", TensorProto::FLOAT, {2, 3});
+    b.init_i64("shape", {3}, {34091302785, 536870911, -1});
+    b.node("Reshape", {"x", "shape"}, {"y"}, "overflowing_reshape");
+    b.output("y");
+    EXPECT_TRUE(fails_naming(load_built(b, d).status(), {"overflowing_reshape", "overflow"}));
+  }
+  {
     // An omitted required operand is an error, not a read of a missing value.
     ModelBuilder b(17);
     b.input("x", TensorProto::FLOAT, {2, 3});
@@ -904,6 +918,19 @@ TEST(ImporterErrors, TensorsTooLargeToAllocateAreNamedNotAllocated) {
     b.node("Tile", {"x", "reps"}, {"y"}, "huge_tile");
     b.output("y");
     EXPECT_TRUE(fails_naming(load_built(b, d).status(), {"huge_tile"}));
+  }
+  for (float limit : {1e30f, NAN, INFINITY}) {
+    SCOPED_TRACE(limit);
+    ModelBuilder b(17);
+    b.input("x", TensorProto::FLOAT, {2});
+    b.init_i64("start", {}, {0});
+    b.initializer(f32_tensor("limit", {}, {limit}));
+    b.init_f32("delta", {}, {1.f});
+    b.node("Cast", {"start"}, {"startf"}, "cast", {attr_int("to", TensorProto::FLOAT)});
+    b.node("Range", {"startf", "limit", "delta"}, {"r"}, "huge_range");
+    b.node("Add", {"r", "x"}, {"y"}, "add");
+    b.output("y");
+    EXPECT_TRUE(fails_naming(load_built(b, d).status(), {"huge_range"}));
   }
   {
     ImportOptions opts;
