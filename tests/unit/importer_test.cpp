@@ -6,7 +6,7 @@
 #include <cmath>
 
 #include "graph/passes/pass.h"
-#include "tests/unit/test_util.h"
+#include "tests/unit/onnx_test_util.h"
 
 namespace oases {
 namespace {

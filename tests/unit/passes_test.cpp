@@ -4,7 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "graph/passes/pass.h"
-#include "tests/unit/test_util.h"
+#include "tests/unit/onnx_test_util.h"
 
 namespace oases {
 namespace {
