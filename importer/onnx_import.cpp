@@ -434,8 +434,11 @@ Expected<Graph> import_onnx_model(const onnx::ModelProto& model, const std::stri
     Shape shape;
     std::vector<std::string> names;
     auto sb = opts.input_shapes.find(vi.name());
-    if (!tt.has_shape()) {
-      if (sb == opts.input_shapes.end()) return error("input '{}' has no shape; give it with --shape {}=d0,d1,...", vi.name(), vi.name());
+    if (!tt.has_shape() && sb == opts.input_shapes.end()) {
+      if (opts.require_bound_dims) return error("input '{}' has no shape; give it with --shape {}=d0,d1,...", vi.name(), vi.name());
+      if (g.find_value(vi.name()) != kNoId) return error("input '{}' is defined twice", vi.name());
+      g.value(g.add_input(vi.name(), dt, {})).has_shape = false;  // not even the rank is known
+      continue;
     }
     if (sb != opts.input_shapes.end()) {
       shape = sb->second;

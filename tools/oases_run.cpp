@@ -113,7 +113,7 @@ int main(int argc, char** argv) {
       // Types and fixed dims must agree with the model's input (symbolic dims take any size).
       const Tensor& t = given[i].second;
       const Value& want = probe->value(probe->find_value(target));
-      bool fits = t.dtype() == want.dtype && t.shape().size() == want.shape.size();
+      bool fits = t.dtype() == want.dtype && (!want.has_shape || t.shape().size() == want.shape.size());
       for (size_t d = 0; fits && d < want.shape.size(); ++d) fits = want.shape[d] < 0 || want.shape[d] == t.shape()[d];
       if (!fits) {
         std::vector<std::string> dims;  // sizes, or the symbolic names the model gives
@@ -121,7 +121,7 @@ int main(int argc, char** argv) {
           bool named = d < want.dim_names.size() && !want.dim_names[d].empty();
           dims.push_back(want.shape[d] >= 0 ? std::to_string(want.shape[d]) : named ? want.dim_names[d] : "?");
         }
-        std::string expected = fmt::format("[{}]", fmt::join(dims, ", "));
+        std::string expected = want.has_shape ? fmt::format("[{}]", fmt::join(dims, ", ")) : "[?]";
         return fail_with(error("{}: gives input '{}' as {}{}, the model expects {}{}", given_files[i], target,
                                dtype_name(t.dtype()), shape_str(t.shape()), dtype_name(want.dtype), expected));
       }

@@ -64,6 +64,13 @@ int main(int argc, char** argv) {
   std::vector<float> x = {0.5f, -1.f, 2.f, 1.5f, 0.25f, -0.75f};
   data_set(out / "good_data", f32_tensor("x", {2, 3}, x), f32_tensor("y", {2, 4}, good_output(x)));
 
+  {
+    // The input's type has no shape: oases-import needs --shape, oases-run takes it from the data.
+    ModelBuilder b = good_model();
+    b.graph().mutable_input(0)->mutable_type()->mutable_tensor_type()->clear_shape();
+    b.write(out / "no_input_shape.onnx");
+  }
+
   // --- files that are not models ----------------------------------------------------------
   write_bytes(out / "empty.onnx", "");
   {

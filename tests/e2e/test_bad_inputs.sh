@@ -89,6 +89,13 @@ expect 2 "--dim" "batch" -- "$IMPORT" "$D/unbound_dim.onnx" --dim batch=two
 expect 2 "--shape" "tokens" -- "$IMPORT" "$D/unbound_dim.onnx" --shape tokens=2,x
 expect 2 "tokens" "rank" -- "$IMPORT" "$D/unbound_dim.onnx" --shape tokens=2,5,7
 expect 2 "nobody" -- "$IMPORT" "$D/unbound_dim.onnx" --shape nobody=2,5
+expect 2 "no_input_shape.onnx" "'x'" "--shape" -- "$IMPORT" "$D/no_input_shape.onnx"
+expect 0 -- "$IMPORT" "$D/no_input_shape.onnx" --shape x=2,3
+expect 0 -- "$RUN" "$D/no_input_shape.onnx" --data-set "$D/good_data"
+expect 2 "input_0.pb" "'x'" "int64" -- "$RUN" "$D/no_input_shape.onnx" --data-set "$D/data_wrong_dtype"
+# with no shape in the model, a data shape that does not fit the weights is caught by the node
+expect 2 "no_input_shape.onnx" "[MatMul] node 'matmul'" "[6]" -- "$RUN" "$D/no_input_shape.onnx" --data-set "$D/data_wrong_rank"
+expect 1 -- "$RUN" "$D/no_input_shape.onnx" --data-set "$D/data_wrong_shape"
 for kind in dotdot absolute symlink; do
   expect 2 "$kind.onnx" "escaping_weight" "outside.bin" -- "$IMPORT" "$D/escape/model/$kind.onnx"
 done

@@ -644,6 +644,23 @@ TEST(ImporterSymbolicDims, UnboundOrContradictoryBindingsAreNamed) {
   EXPECT_TRUE(fails_naming(import_built(b, d).status(), {"'anon'", "dim 0"}));
 }
 
+TEST(ImporterSymbolicDims, InputWithoutAShapeNeedsShapeUnlessProbing) {
+  TempDir d;
+  ModelBuilder b = relu_model(17, 8);
+  b.graph().mutable_input(0)->mutable_type()->mutable_tensor_type()->clear_shape();
+  EXPECT_TRUE(fails_naming(import_built(b, d).status(), {"'x'", "--shape x="}));
+  ImportOptions probe;
+  probe.require_bound_dims = false;  // what oases-run does before it reads the data's shapes
+  auto g = import_built(b, d, probe);
+  ASSERT_TRUE(g) << g.status().message();
+  EXPECT_FALSE(g->value(g->find_value("x")).has_shape);
+  ImportOptions shaped;
+  ASSERT_TRUE(parse_shape_binding("x=4,5", &shaped).is_ok());
+  auto m = load_built(b, d, shaped);
+  ASSERT_TRUE(m) << m.status().message();
+  EXPECT_EQ(m->graph.value(m->graph.outputs()[0]).shape, (Shape{4, 5}));
+}
+
 TEST(ImporterSymbolicDims, BindingSyntaxErrors) {
   ImportOptions o;
   EXPECT_TRUE(fails_naming(parse_dim_binding("batch", &o), {"batch", "NAME=N"}));
