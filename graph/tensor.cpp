@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <mutex>
 #include <new>
 
@@ -13,6 +14,21 @@ namespace oases {
 int64_t shape_numel(const Shape& s) {
   int64_t n = 1;
   for (int64_t d : s) n *= d;
+  return n;
+}
+
+std::optional<uint64_t> checked_nbytes(const Shape& s, DType t) {
+  bool empty = false;
+  for (int64_t d : s) {
+    if (d < 0) return std::nullopt;
+    empty |= d == 0;
+  }
+  if (empty) return 0;
+  uint64_t n = dtype_size(t);
+  for (int64_t d : s) {
+    if (n > std::numeric_limits<uint64_t>::max() / static_cast<uint64_t>(d)) return std::nullopt;
+    n *= static_cast<uint64_t>(d);
+  }
   return n;
 }
 
@@ -94,14 +110,14 @@ Tensor Tensor::scalar_f32(float v) {
 Tensor Tensor::from_int64(const std::vector<int64_t>& v, Shape shape) {
   if (shape.empty() && v.size() != 1) shape = {static_cast<int64_t>(v.size())};
   Tensor t(DType::kI64, shape);
-  std::memcpy(t.raw_mutable(), v.data(), v.size() * sizeof(int64_t));
+  if (!v.empty()) std::memcpy(t.raw_mutable(), v.data(), v.size() * sizeof(int64_t));
   return t;
 }
 
 Tensor Tensor::from_f32(const std::vector<float>& v, Shape shape) {
   if (shape.empty() && v.size() != 1) shape = {static_cast<int64_t>(v.size())};
   Tensor t(DType::kF32, shape);
-  std::memcpy(t.raw_mutable(), v.data(), v.size() * sizeof(float));
+  if (!v.empty()) std::memcpy(t.raw_mutable(), v.data(), v.size() * sizeof(float));
   return t;
 }
 
@@ -158,7 +174,7 @@ std::vector<int64_t> Tensor::to_int64() const {
   std::vector<int64_t> v(static_cast<size_t>(numel()));
   const void* p = raw();
   if (dtype_ == DType::kI64) {
-    std::memcpy(v.data(), p, v.size() * 8);
+    if (!v.empty()) std::memcpy(v.data(), p, v.size() * 8);  // (memcpy of null is undefined even for 0 bytes)
   } else {
     for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<int64_t>(load_as_double(p, dtype_, static_cast<int64_t>(i)));
   }

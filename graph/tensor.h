@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,9 @@ std::vector<int64_t> contiguous_strides(const Shape& s);
 
 // Largest tensor Oases allocates from a model file (bytes); bigger is an error, never a crash.
 constexpr uint64_t kMaxTensorBytes = uint64_t{64} << 30;
+// Bytes of a tensor of this shape and dtype, or nullopt when a dim is negative or the product
+// overflows 64 bits: shapes read from files are checked with it before anything is allocated.
+std::optional<uint64_t> checked_nbytes(const Shape& s, DType t);
 
 class Tensor {
  public:

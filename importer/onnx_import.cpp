@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <optional>
 #include <set>
 #include <unordered_map>
 
@@ -57,7 +58,8 @@ Expected<std::string> confined_path(const std::string& base_dir, const std::stri
   if (ec) return error("{}: cannot resolve external data path '{}'", what, location);
   auto [bend, fend] = std::mismatch(base.begin(), base.end(), full.begin(), full.end());
   if (bend != base.end()) {
-    return error("{}: external data path '{}' leaves the model's folder '{}'", what, location, base.string());
+    return error("{}: external data path '{}' leaves the model's folder '{}' (it resolves to '{}')", what, location,
+                 base.string(), full.string());
   }
   return full.string();
 }
@@ -85,94 +87,121 @@ Status read_model_proto(const std::string& path, onnx::ModelProto* model) {
   return parse_file(path, model, "an ONNX model");
 }
 
+namespace {
+
+// A non-negative decimal integer (external data offsets and lengths); nullopt for anything else.
+std::optional<uint64_t> parse_u64(const std::string& text) {
+  if (text.empty() || text.size() > 19) return std::nullopt;
+  uint64_t v = 0;
+  for (char ch : text) {
+    if (ch < '0' || ch > '9') return std::nullopt;
+    v = v * 10 + static_cast<uint64_t>(ch - '0');
+  }
+  return v;
+}
+
+// How many values the typed field that holds `dt` has (float_data, int64_data, ...).
+int64_t typed_field_size(const onnx::TensorProto& tp, DType dt) {
+  switch (dt) {
+    case DType::kF32: return tp.float_data_size();
+    case DType::kF64: return tp.double_data_size();
+    case DType::kI64: return tp.int64_data_size();
+    case DType::kU32:
+    case DType::kU64: return tp.uint64_data_size();
+    default: return tp.int32_data_size();  // int32, int16, int8, uint8, uint16, bool, float16, bfloat16
+  }
+}
+
+Expected<Tensor> external_tensor(const onnx::TensorProto& tp, DType dt, const Shape& shape, uint64_t bytes,
+                                 const std::string& base_dir, const std::string& what) {
+  std::string location;
+  uint64_t offset = 0, length = bytes;
+  bool has_length = false;
+  for (const auto& kv : tp.external_data()) {
+    if (kv.key() == "location") {
+      location = kv.value();
+    } else if (kv.key() == "offset" || kv.key() == "length") {
+      auto v = parse_u64(kv.value());
+      if (!v) return error("{}: external data {} '{}' is not a non-negative integer", what, kv.key(), kv.value());
+      if (kv.key() == "offset") {
+        offset = *v;
+      } else {
+        length = *v;
+        has_length = true;
+      }
+    }
+  }
+  OASES_ASSIGN_OR_RETURN(std::string path, confined_path(base_dir, location, what));
+  if (has_length && length != bytes) {
+    return error("{}: external data length {} does not match shape {} of {} ({} bytes)", what, length, shape_str(shape),
+                 dtype_name(dt), bytes);
+  }
+  std::error_code ec;
+  if (!fs::exists(path, ec)) return error("{}: external data file '{}' does not exist", what, location);
+  if (!fs::is_regular_file(path, ec)) return error("{}: external data file '{}' is not a regular file", what, location);
+  uint64_t fsize = fs::file_size(path, ec);
+  if (ec) return error("{}: cannot read the size of external data file '{}': {}", what, location, ec.message());
+  if (offset > fsize || bytes > fsize - offset) {
+    return error("{}: external data file '{}' has {} bytes, the tensor needs {} at offset {}", what, location, fsize, bytes,
+                 offset);
+  }
+  std::string w = what;
+  return Tensor::lazy(dt, shape, [path, offset, w, location](void* dst, size_t n) -> Status {
+    std::ifstream f(path, std::ios::binary);
+    if (!f) return error("{}: cannot open external data file '{}'", w, location);
+    f.seekg(static_cast<std::streamoff>(offset));
+    f.read(static_cast<char*>(dst), static_cast<std::streamsize>(n));
+    if (!f || static_cast<size_t>(f.gcount()) != n) {
+      return error("{}: external data file '{}' is shorter than expected (changed since the model was read?)", w, location);
+    }
+    return Status::ok();
+  });
+}
+
+}  // namespace
+
 Expected<Tensor> tensor_from_proto(const onnx::TensorProto& tp, const std::string& base_dir, const std::string& what) {
   Status st;
   DType dt = checked_dtype(tp.data_type(), what, &st);
   if (!st.is_ok()) return st;
-  Shape shape;
-  uint64_t numel = 1;
-  for (int64_t d : tp.dims()) {
-    if (d < 0) return error("{}: negative dimension {}", what, d);
-    shape.push_back(d);
-    if (d != 0 && numel > std::numeric_limits<uint64_t>::max() / static_cast<uint64_t>(d)) {
-      return error("{}: shape {} overflows", what, shape_str(shape));
-    }
-    numel *= static_cast<uint64_t>(d);
+  Shape shape(tp.dims().begin(), tp.dims().end());
+  for (int64_t d : shape) {
+    if (d < 0) return error("{}: shape {} has a negative dimension", what, shape_str(shape));
   }
-  uint64_t bytes = numel * dtype_size(dt);
-  if (numel > 0 && bytes / numel != dtype_size(dt)) return error("{}: shape overflows", what);
-  if (bytes > kMaxTensorBytes) {
-    return error("{}: shape {} needs {} bytes, over the limit of {} bytes", what, shape_str(shape), bytes, kMaxTensorBytes);
+  std::optional<uint64_t> nbytes = checked_nbytes(shape, dt);
+  if (!nbytes || *nbytes > kMaxTensorBytes) {
+    return error("{}: shape {} of {} is over the limit of {} bytes per tensor", what, shape_str(shape), dtype_name(dt),
+                 kMaxTensorBytes);
   }
+  const uint64_t bytes = *nbytes;
+  const uint64_t numel = bytes / dtype_size(dt);
   if (tp.has_segment()) return error("{}: segmented tensors are not supported", what);
 
-  if (tp.data_location() == onnx::TensorProto::EXTERNAL) {
-    std::string location;
-    uint64_t offset = 0, length = bytes;
-    bool has_length = false;
-    for (const auto& kv : tp.external_data()) {
-      try {
-        if (kv.key() == "location") location = kv.value();
-        if (kv.key() == "offset") offset = std::stoull(kv.value());
-        if (kv.key() == "length") {
-          length = std::stoull(kv.value());
-          has_length = true;
-        }
-      } catch (const std::exception&) {
-        return error("{}: external data field '{}' has a bad value '{}'", what, kv.key(), kv.value());
-      }
-    }
-    OASES_ASSIGN_OR_RETURN(std::string path, confined_path(base_dir, location, what));
-    if (has_length && length != bytes) {
-      return error("{}: external data length {} does not match shape {} of {} ({} bytes)", what, length, shape_str(shape),
-                   dtype_name(dt), bytes);
-    }
-    std::error_code ec;
-    if (!fs::is_regular_file(path, ec)) return error("{}: external data file '{}' does not exist", what, location);
-    uint64_t fsize = fs::file_size(path, ec);
-    if (offset > fsize || bytes > fsize - offset) {
-      return error("{}: external data file '{}' has {} bytes, the tensor needs {} at offset {}", what, location, fsize, bytes, offset);
-    }
-    std::string w = what;
-    return Tensor::lazy(dt, shape, [path, offset, w, location](void* dst, size_t n) -> Status {
-      std::ifstream f(path, std::ios::binary);
-      if (!f) return error("{}: cannot open external data file '{}'", w, location);
-      f.seekg(static_cast<std::streamoff>(offset));
-      f.read(static_cast<char*>(dst), static_cast<std::streamsize>(n));
-      if (static_cast<size_t>(f.gcount()) != n) return error("{}: external data file '{}' is shorter than expected", w, location);
-      return Status::ok();
-    });
-  }
+  if (tp.data_location() == onnx::TensorProto::EXTERNAL) return external_tensor(tp, dt, shape, bytes, base_dir, what);
 
-  Tensor t(dt, shape);
+  // Every size is checked before the tensor is allocated: the dims of a small file may claim gigabytes.
   if (tp.has_raw_data()) {
     if (tp.raw_data().size() != bytes) {
       return error("{}: raw_data has {} bytes, shape {} of {} needs {}", what, tp.raw_data().size(), shape_str(shape),
                    dtype_name(dt), bytes);
     }
+    Tensor t(dt, shape);
     if (bytes) std::memcpy(t.raw_mutable(), tp.raw_data().data(), bytes);
     return t;
   }
-  auto count_error = [&](int64_t have) {
+  int64_t have = typed_field_size(tp, dt);
+  if (static_cast<uint64_t>(have) != numel) {
     return error("{}: has {} values, shape {} needs {}", what, have, shape_str(shape), numel);
-  };
-  void* dst = bytes ? t.raw_mutable() : nullptr;
+  }
+  Tensor t(dt, shape);
+  if (!bytes) return t;
+  void* dst = t.raw_mutable();
   switch (dt) {
-    case DType::kF32:
-      if (static_cast<uint64_t>(tp.float_data_size()) != numel) return count_error(tp.float_data_size());
-      if (bytes) std::memcpy(dst, tp.float_data().data(), bytes);
-      break;
-    case DType::kF64:
-      if (static_cast<uint64_t>(tp.double_data_size()) != numel) return count_error(tp.double_data_size());
-      if (bytes) std::memcpy(dst, tp.double_data().data(), bytes);
-      break;
-    case DType::kI64:
-      if (static_cast<uint64_t>(tp.int64_data_size()) != numel) return count_error(tp.int64_data_size());
-      if (bytes) std::memcpy(dst, tp.int64_data().data(), bytes);
-      break;
+    case DType::kF32: std::memcpy(dst, tp.float_data().data(), bytes); break;
+    case DType::kF64: std::memcpy(dst, tp.double_data().data(), bytes); break;
+    case DType::kI64: std::memcpy(dst, tp.int64_data().data(), bytes); break;
     case DType::kU32:
     case DType::kU64:
-      if (static_cast<uint64_t>(tp.uint64_data_size()) != numel) return count_error(tp.uint64_data_size());
       for (uint64_t i = 0; i < numel; ++i) {
         if (dt == DType::kU32) {
           static_cast<uint32_t*>(dst)[i] = static_cast<uint32_t>(tp.uint64_data(static_cast<int>(i)));
@@ -182,7 +211,6 @@ Expected<Tensor> tensor_from_proto(const onnx::TensorProto& tp, const std::strin
       }
       break;
     default:  // int32, int16, int8, uint8, uint16, bool, float16 and bfloat16 bits live in int32_data
-      if (static_cast<uint64_t>(tp.int32_data_size()) != numel) return count_error(tp.int32_data_size());
       for (uint64_t i = 0; i < numel; ++i) {
         int32_t v = tp.int32_data(static_cast<int>(i));
         switch (dt) {
@@ -235,22 +263,41 @@ Status write_tensor_file(const Tensor& t, const std::string& name, const std::st
 namespace {
 
 // Expands calls of model-local functions (the dynamo exporter may write them) into their bodies.
+// Each call gets its own prefix for the body's names, so calls of one function never collide.
 class FunctionInliner {
  public:
-  explicit FunctionInliner(const onnx::ModelProto& m) {
-    for (const auto& f : m.functions()) funcs_[{f.domain(), f.name()}] = &f;
-  }
-  bool empty() const { return funcs_.empty(); }
+  static constexpr int kMaxDepth = 32;
+  static constexpr size_t kMaxNodes = size_t{1} << 22;
 
-  Status expand(const onnx::NodeProto& n, std::vector<onnx::NodeProto>* out, int depth) {
-    auto it = funcs_.find({n.domain(), n.op_type()});
+  explicit FunctionInliner(const onnx::ModelProto& m) {
+    for (const auto& f : m.functions()) funcs_[{norm_domain(f.domain()), f.name()}] = &f;
+  }
+
+  // Appends `n`, or the expansion of its body when it calls a local function, to `out`.
+  Status expand(const onnx::NodeProto& n, std::vector<onnx::NodeProto>* out) { return expand(n, out, 0, n); }
+
+ private:
+  static std::string norm_domain(const std::string& d) { return d == "ai.onnx" ? "" : d; }
+
+  Status expand(const onnx::NodeProto& n, std::vector<onnx::NodeProto>* out, int depth, const onnx::NodeProto& top) {
+    auto it = funcs_.find({norm_domain(n.domain()), n.op_type()});
     if (it == funcs_.end()) {
+      if (out->size() >= kMaxNodes) {
+        return error("[{}] node '{}': inlining local functions gives more than {} nodes", top.op_type(), top.name(), kMaxNodes);
+      }
       out->push_back(n);
       return Status::ok();
     }
-    if (depth > 32) return error("node '{}': local functions nest deeper than 32 (recursion?)", n.name());
     const onnx::FunctionProto& f = *it->second;
+    if (depth >= kMaxDepth) {
+      return error("[{}.{}] node '{}': local function calls nest deeper than {} (is '{}' recursive?)", n.domain(), n.op_type(),
+                   top.name(), kMaxDepth, f.name());
+    }
     std::string prefix = (n.name().empty() ? f.name() : n.name()) + "/";
+    if (!prefixes_.insert(prefix).second) {  // unnamed or equally named calls
+      prefix = fmt::format("{}#{}/", prefix.substr(0, prefix.size() - 1), calls_++);
+      prefixes_.insert(prefix);
+    }
     std::unordered_map<std::string, std::string> rename;
     for (int i = 0; i < f.input_size(); ++i) rename[f.input(i)] = i < n.input_size() ? n.input(i) : "";
     for (int i = 0; i < f.output_size(); ++i) rename[f.output(i)] = i < n.output_size() ? n.output(i) : "";
@@ -279,16 +326,17 @@ class FunctionInliner {
           *c.add_attribute() = a;
         }
       }
-      OASES_RETURN_IF_ERROR(expand(c, out, depth + 1));
+      OASES_RETURN_IF_ERROR(expand(c, out, depth + 1, top));
     }
     return Status::ok();
   }
 
- private:
   std::map<std::pair<std::string, std::string>, const onnx::FunctionProto*> funcs_;
+  std::set<std::string> prefixes_;
+  int64_t calls_ = 0;
 };
 
-Expected<Attribute> convert_attribute(const onnx::AttributeProto& a, const std::string& what) {
+Expected<Attribute> convert_attribute(const onnx::AttributeProto& a, const std::string& base_dir, const std::string& what) {
   switch (a.type()) {
     case onnx::AttributeProto::INT: return Attribute::of_int(a.i());
     case onnx::AttributeProto::FLOAT: return Attribute::of_float(a.f());
@@ -297,7 +345,7 @@ Expected<Attribute> convert_attribute(const onnx::AttributeProto& a, const std::
     case onnx::AttributeProto::FLOATS: return Attribute::of_floats({a.floats().begin(), a.floats().end()});
     case onnx::AttributeProto::STRINGS: return Attribute::of_strings({a.strings().begin(), a.strings().end()});
     case onnx::AttributeProto::TENSOR: {
-      OASES_ASSIGN_OR_RETURN(Tensor t, tensor_from_proto(a.t(), "", what + " attribute '" + a.name() + "'"));
+      OASES_ASSIGN_OR_RETURN(Tensor t, tensor_from_proto(a.t(), base_dir, what + " attribute '" + a.name() + "'"));
       return Attribute::of_tensor(t);
     }
     default:
@@ -364,8 +412,43 @@ Expected<Graph> import_onnx_model(const onnx::ModelProto& model, const std::stri
   }
   if (gp.sparse_initializer_size() > 0) return Status::error("sparse initializers are not supported");
 
-  // Inputs, with symbolic dimensions bound.
-  std::set<std::string> seen_shape_bindings;
+  // Inputs, with symbolic dimensions bound: by --dim, and by the --shape of any input that names
+  // the dim (so --shape ids=2,7 also shapes attention_mask[batch, seq]); bindings must agree.
+  struct Binding {
+    int64_t value;
+    std::string source;
+  };
+  std::map<std::string, Binding> bound;
+  for (const auto& [name, v] : opts.dims) bound[name] = {v, fmt::format("--dim {}={}", name, v)};
+  std::set<std::string> input_names;
+  for (const auto& vi : gp.input()) {
+    if (!init_names.count(vi.name())) input_names.insert(vi.name());
+  }
+  for (const auto& [name, shape] : opts.input_shapes) {
+    if (!input_names.count(name)) {
+      return error("--shape names '{}', which is not an input of the model (inputs: {})", name, fmt::join(input_names, ", "));
+    }
+  }
+  for (const auto& vi : gp.input()) {
+    auto sb = opts.input_shapes.find(vi.name());
+    if (init_names.count(vi.name()) || sb == opts.input_shapes.end() || !vi.type().has_tensor_type()) continue;
+    const auto& tt = vi.type().tensor_type();
+    if (!tt.has_shape()) continue;
+    if (tt.shape().dim_size() != static_cast<int>(sb->second.size())) {
+      return error("--shape {} gives rank {}, the model's input '{}' has rank {}", vi.name(), sb->second.size(), vi.name(),
+                   tt.shape().dim_size());
+    }
+    for (int i = 0; i < tt.shape().dim_size(); ++i) {
+      const auto& d = tt.shape().dim(i);
+      if (!d.has_dim_param() || d.dim_param().empty()) continue;
+      int64_t v = sb->second[i];
+      auto [it, fresh] = bound.insert({d.dim_param(), {v, fmt::format("--shape {}", vi.name())}});
+      if (!fresh && it->second.value != v) {
+        return error("symbolic dimension '{}' is {} by {} but {} by --shape {} (dim {} of input '{}')", d.dim_param(),
+                     it->second.value, it->second.source, v, vi.name(), i, vi.name());
+      }
+    }
+  }
   for (const auto& vi : gp.input()) {
     if (init_names.count(vi.name())) continue;  // an initializer listed as input (IR < 4)
     if (!vi.type().has_tensor_type()) return error("input '{}' is not a tensor (sequences and maps are not supported)", vi.name());
@@ -376,19 +459,19 @@ Expected<Graph> import_onnx_model(const onnx::ModelProto& model, const std::stri
     Shape shape;
     std::vector<std::string> names;
     auto sb = opts.input_shapes.find(vi.name());
-    if (!tt.has_shape()) {
-      if (sb == opts.input_shapes.end()) return error("input '{}' has no shape; give it with --shape {}=d0,d1,...", vi.name(), vi.name());
+    if (!tt.has_shape() && sb == opts.input_shapes.end()) {
+      if (opts.require_bound_dims) return error("input '{}' has no shape; give it with --shape {}=d0,d1,...", vi.name(), vi.name());
+      if (g.find_value(vi.name()) != kNoId) return error("input '{}' is defined twice", vi.name());
+      g.value(g.add_input(vi.name(), dt, {})).has_shape = false;  // not even the rank is known
+      continue;
     }
     if (sb != opts.input_shapes.end()) {
-      seen_shape_bindings.insert(vi.name());
       shape = sb->second;
-      if (tt.has_shape() && tt.shape().dim_size() != static_cast<int>(shape.size())) {
-        return error("--shape {} gives rank {}, the model's input has rank {}", vi.name(), shape.size(), tt.shape().dim_size());
-      }
       for (int i = 0; tt.has_shape() && i < tt.shape().dim_size(); ++i) {
         const auto& d = tt.shape().dim(i);
         if (d.has_dim_value() && d.dim_value() != shape[i]) {
-          return error("--shape {} sets dim {} to {}, the model fixes it at {}", vi.name(), i, shape[i], d.dim_value());
+          return error("--shape {} sets dim {} to {}, the model's input '{}' fixes it at {}", vi.name(), i, shape[i], vi.name(),
+                       d.dim_value());
         }
         names.push_back(d.has_dim_param() ? d.dim_param() : "");
       }
@@ -396,19 +479,19 @@ Expected<Graph> import_onnx_model(const onnx::ModelProto& model, const std::stri
       for (int i = 0; i < tt.shape().dim_size(); ++i) {
         const auto& d = tt.shape().dim(i);
         if (d.has_dim_value()) {
-          if (d.dim_value() < 0) return error("input '{}' dim {} is negative", vi.name(), i);
+          if (d.dim_value() < 0) return error("input '{}' dim {} is negative ({})", vi.name(), i, d.dim_value());
           shape.push_back(d.dim_value());
           names.push_back("");
         } else if (d.has_dim_param() && !d.dim_param().empty()) {
-          auto b = opts.dims.find(d.dim_param());
-          if (b == opts.dims.end()) {
+          auto b = bound.find(d.dim_param());
+          if (b == bound.end()) {
             if (opts.require_bound_dims) {
               return error("input '{}' dim {} is the symbolic dimension '{}'; bind it with --dim {}=N or --shape {}=...",
                            vi.name(), i, d.dim_param(), d.dim_param(), vi.name());
             }
             shape.push_back(-1);
           } else {
-            shape.push_back(b->second);
+            shape.push_back(b->second.value);
           }
           names.push_back(d.dim_param());
         } else {
@@ -420,21 +503,26 @@ Expected<Graph> import_onnx_model(const onnx::ModelProto& model, const std::stri
         }
       }
     }
+    bool known = true;
     for (int64_t d : shape) {
-      if (d < -1) return error("input '{}' has a negative dimension", vi.name());
+      if (d < -1) return error("input '{}' has a negative dimension in {}", vi.name(), shape_str(shape));
+      known &= d >= 0;
+    }
+    if (known) {
+      std::optional<uint64_t> nbytes = checked_nbytes(shape, dt);
+      if (!nbytes || *nbytes > kMaxTensorBytes) {
+        return error("input '{}' of shape {} of {} is over the limit of {} bytes per tensor", vi.name(), shape_str(shape),
+                     dtype_name(dt), kMaxTensorBytes);
+      }
     }
     if (g.find_value(vi.name()) != kNoId) return error("input '{}' is defined twice", vi.name());
     ValueId v = g.add_input(vi.name(), dt, shape);
     g.value(v).dim_names = names;
   }
-  for (const auto& [name, shape] : opts.input_shapes) {
-    if (!seen_shape_bindings.count(name)) return error("--shape names '{}', which is not an input of the model", name);
-  }
-
   // Nodes (model-local functions expanded).
   std::vector<onnx::NodeProto> nodes;
   FunctionInliner inliner(model);
-  for (const auto& n : gp.node()) OASES_RETURN_IF_ERROR(inliner.expand(n, &nodes, 0));
+  for (const auto& n : gp.node()) OASES_RETURN_IF_ERROR(inliner.expand(n, &nodes));
   if (opset < kMinOpset) OASES_RETURN_IF_ERROR(check_old_opset_ops(nodes, opset));
 
   auto value_for = [&](const std::string& name) -> ValueId {
@@ -447,10 +535,16 @@ Expected<Graph> import_onnx_model(const onnx::ModelProto& model, const std::stri
     std::string nname = np.name().empty() ? fmt::format("{}_{}", np.op_type(), idx) : np.name();
     if (!node_names.insert(nname).second) nname = fmt::format("{}_{}", nname, idx);
     std::string what = fmt::format("[{}] node '{}'", np.op_type(), nname);
+    std::string domain = np.domain() == "ai.onnx" ? "" : np.domain();
+    // Ops Oases does not know (If, Loop, Scan, ...) keep none of their attributes: the node is
+    // listed with every other unsupported one by check_supported, rather than failing here alone.
+    const bool known_op = OpRegistry::global().find(domain, np.op_type()) != nullptr;
     AttrMap attrs;
     for (const auto& a : np.attribute()) {
-      OASES_ASSIGN_OR_RETURN(Attribute attr, convert_attribute(a, what));
-      attrs.set(a.name(), attr);
+      auto attr = convert_attribute(a, base_dir, what);
+      if (!attr && !known_op) continue;
+      if (!attr) return attr.status();
+      attrs.set(a.name(), *attr);
     }
     std::vector<ValueId> ins, outs;
     for (const auto& in : np.input()) ins.push_back(in.empty() ? kNoId : value_for(in));
@@ -466,7 +560,6 @@ Expected<Graph> import_onnx_model(const onnx::ModelProto& model, const std::stri
       }
       outs.push_back(v);
     }
-    std::string domain = np.domain() == "ai.onnx" ? "" : np.domain();
     NodeId id = g.add_node(np.op_type(), ins, outs, attrs, nname, domain);
     auto oi = g.opset_imports.find(domain);
     g.node(id).opset = oi == g.opset_imports.end() ? 0 : static_cast<int>(oi->second);

@@ -6,6 +6,8 @@
 #include <filesystem>
 #include <regex>
 
+#include <fmt/ranges.h>
+
 #include "executor/executor.h"
 
 namespace fs = std::filesystem;
@@ -14,7 +16,7 @@ namespace oases {
 
 std::vector<std::string> numbered_files(const std::string& dir, const std::string& prefix) {
   std::vector<std::pair<int, std::string>> found;
-  std::regex re(prefix + "_([0-9]+)\\.pb");
+  std::regex re(prefix + "_([0-9]{1,9})\\.pb");
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(dir, ec)) {
     std::smatch m;
@@ -46,16 +48,35 @@ Expected<std::map<std::string, Tensor>> match_model_inputs(const std::string& mo
   std::vector<std::string> input_names;
   for (ValueId v : probe.inputs()) input_names.push_back(probe.value(v).name);
   std::map<std::string, Tensor> feeds;
+  std::vector<std::string> files = numbered_files(data_set, "input");
   for (size_t i = 0; i < given.size(); ++i) {
     const std::string& nm = given[i].first;
+    std::string file = i < files.size() ? files[i] : fmt::format("{}/input_{}.pb", data_set, i);
     bool by_name = std::find(input_names.begin(), input_names.end(), nm) != input_names.end();
+    std::string target;
     if (by_name) {
-      feeds[nm] = given[i].second;
+      target = nm;
     } else if (i < input_names.size()) {
-      feeds[input_names[i]] = given[i].second;
+      target = input_names[i];
     } else {
-      return error("{}: input_{}.pb ('{}') matches no input of the model", data_set, i, nm);
+      return error("{}: '{}' matches no input of the model", file, nm);
     }
+    // types and fixed dims must agree with the model's input (symbolic dims take any size)
+    const Tensor& t = given[i].second;
+    const Value& want = probe.value(probe.find_value(target));
+    bool fits = t.dtype() == want.dtype && (!want.has_shape || t.shape().size() == want.shape.size());
+    for (size_t d = 0; fits && want.has_shape && d < want.shape.size(); ++d) fits = want.shape[d] < 0 || want.shape[d] == t.shape()[d];
+    if (!fits) {
+      std::vector<std::string> dims;  // sizes, or the symbolic names the model gives
+      for (size_t d = 0; d < want.shape.size(); ++d) {
+        bool named = d < want.dim_names.size() && !want.dim_names[d].empty();
+        dims.push_back(want.shape[d] >= 0 ? std::to_string(want.shape[d]) : named ? want.dim_names[d] : "?");
+      }
+      std::string expected = want.has_shape ? fmt::format("[{}]", fmt::join(dims, ", ")) : "[?]";
+      return error("{}: gives input '{}' as {}{}, the model expects {}{}", file, target, dtype_name(t.dtype()), shape_str(t.shape()),
+                   dtype_name(want.dtype), expected);
+    }
+    feeds[target] = t;
   }
   for (const auto& nm : input_names) {
     if (!feeds.count(nm)) return error("{}: no input_N.pb gives the model input '{}'", data_set, nm);

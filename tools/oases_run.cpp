@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <filesystem>
 
+#include <fmt/ranges.h>
+
 #include "executor/executor.h"
 #include "tools/data_set.h"
 
@@ -29,7 +31,8 @@ int main(int argc, char** argv) {
     app.add_flag("-v,--verbose", verbose, "Say more");
     bind.add_to(app);
     if (int rc = parse_cli(app, argc, argv); rc >= 0) return rc;
-    if (!fs::is_directory(data_set)) return fail_with(error("{}: no such folder", data_set));
+    if (!fs::exists(data_set)) return fail_with(error("{}: no such folder", data_set));
+    if (!fs::is_directory(data_set)) return fail_with(error("{}: not a folder (--data-set wants the folder of input_N.pb)", data_set));
 
     // inputs: matched to the model's inputs by name, else by position
     auto given = read_numbered_tensors(data_set, "input");

@@ -25,6 +25,7 @@ void register_activation_ops(OpRegistry& r) {
       std::string approx = c.attrs().get_string("approximate", "none");
       if (approx != "none" && approx != "tanh") return c.fail("approximate must be 'none' or 'tanh', got '{}'", approx);
       if (!is_floating(c.dtype(0))) return c.fail("input must be floating, got {}", dtype_name(c.dtype(0)));
+      c.node().attrs.set_string("approximate", approx);  // canonical: explicit, as the fusion writes it
       c.set_output(0, c.dtype(0), c.shape(0));
       return Status::ok();
     };

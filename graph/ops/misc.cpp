@@ -73,7 +73,9 @@ void register_misc_ops(OpRegistry& r) {
       if (!a || !b || !d) return c.fail("start, limit and delta must be known before run time (static shapes)");
       double start = a->item(), limit = b->item(), delta = d->item();
       if (delta == 0) return c.fail("delta is 0");
-      int64_t n = std::max<int64_t>(0, static_cast<int64_t>(std::ceil((limit - start) / delta)));
+      double count = std::ceil((limit - start) / delta);
+      if (!(count < 9.2e18)) return c.fail("Range({}, {}, {}) has {} elements", start, limit, delta, count);  // NaN too
+      int64_t n = std::max<int64_t>(0, static_cast<int64_t>(count));
       c.set_output(0, c.dtype(0), {n});
       return Status::ok();
     };

@@ -42,7 +42,9 @@ Status infer_reshape(InferContext& c) {
     }
     if (d < 0) return c.fail("shape [{}] has a negative dim", fmt::join(spec, ","));
     out[i] = d;
-    known *= d;
+    if (__builtin_mul_overflow(known, d, &known)) {
+      return c.fail("cannot reshape {} to [{}]: the target overflows", shape_str(in), fmt::join(spec, ","));
+    }
   }
   int64_t total = shape_numel(in);
   if (infer_at >= 0) {
@@ -129,6 +131,12 @@ Status infer_split(InferContext& c) {
   if (split.empty()) {
     int64_t parts = c.attrs().get_int("num_outputs", n);
     if (parts != n) return c.fail("num_outputs is {} but the node has {} outputs", parts, n);
+    if (parts < 1) return c.fail("no outputs to split into");
+    // Opset 18 lets the last part be smaller; before, equal parts must divide the dim.
+    if (c.opset() > 0 && c.opset() < 18 && dim % parts != 0) {
+      return c.fail("dim {} of {} does not split into {} equal parts (opset {}; give the sizes as the split input)", dim,
+                    shape_str(c.shape(0)), parts, c.opset());
+    }
     int64_t chunk = (dim + parts - 1) / parts;
     for (int64_t i = 0; i < parts; ++i) split.push_back(std::max<int64_t>(0, std::min(chunk, dim - i * chunk)));
   }
@@ -384,6 +392,9 @@ void register_shape_ops(OpRegistry& r) {
       Shape out = c.shape(0);
       for (size_t i = 0; i < out.size(); ++i) {
         if (rep[i] < 0) return c.fail("negative repeat {}", rep[i]);
+        if (rep[i] > 0 && out[i] > std::numeric_limits<int64_t>::max() / rep[i]) {
+          return c.fail("repeats [{}] of {} overflow", fmt::join(rep, ","), shape_str(c.shape(0)));
+        }
         out[i] *= rep[i];
       }
       c.set_output(0, c.dtype(0), out);

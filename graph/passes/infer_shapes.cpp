@@ -1,3 +1,4 @@
+#include <optional>
 #include <set>
 
 #include "graph/op_registry.h"
@@ -23,8 +24,13 @@ Status check_supported(const Graph& g) {
       return error("{} has {} inputs, the op takes {} to {}", n.describe(), ni, s->min_inputs,
                    s->max_inputs == INT_MAX ? std::string("any number") : std::to_string(s->max_inputs));
     }
+    for (int i = 0; i < s->min_inputs; ++i) {
+      if (n.inputs[i] == kNoId) return error("{}: input {} is required but omitted (empty name)", n.describe(), i);
+    }
+    while (no > 0 && n.outputs[no - 1] == kNoId) --no;
     if (no < s->min_outputs || no > s->max_outputs) {
-      return error("{} has {} outputs, the op gives {} to {}", n.describe(), no, s->min_outputs, s->max_outputs);
+      return error("{} has {} outputs, the op gives {} to {}", n.describe(), no, s->min_outputs,
+                   s->max_outputs == INT_MAX ? std::string("any number") : std::to_string(s->max_outputs));
     }
   }
   if (!bad.empty()) {
@@ -41,6 +47,27 @@ namespace {
 // not: the dynamo exporter stores every scalar constant (fill values such as -3.4e38 for causal
 // masks, 1/sqrt(d) scales) as an initializer, and those must fold like Constant nodes do.
 bool is_parameter(const Value& v) { return v.is_initializer && is_floating(v.dtype) && v.numel() > 1; }
+
+// Brings node `id` into canonical form and sets its outputs' types.
+Status normalize_and_infer(Graph& g, NodeId id, const OpSchema* s) {
+  const OpRegistry& reg = OpRegistry::global();
+  Node* n = &g.node(id);
+  InferContext ctx(g, id);
+  if (s->normalize) {
+    OASES_RETURN_IF_ERROR(s->normalize(ctx));
+    // normalisation may rewrite the op into another (CastLike -> Cast)
+    const OpSchema* s2 = reg.find(n->domain, n->op_type);
+    if (s2 != s) {
+      s = s2;
+      if (!s) return error("{}: unsupported op after normalisation", n->describe());
+      if (s->normalize) OASES_RETURN_IF_ERROR(s->normalize(ctx));
+    }
+  }
+  for (int i = 0; i < s->min_inputs && i < n->num_inputs(); ++i) {
+    if (n->inputs[i] == kNoId) return error("{}: input {} is required but omitted", n->describe(), i);
+  }
+  return s->infer(ctx);
+}
 
 }  // namespace
 
@@ -69,22 +96,24 @@ Expected<PassReport> InferShapesPass::run(Graph& g) {
                      n->describe(), in.name);
       }
     }
-    InferContext ctx(g, id);
-    if (s->normalize) {
-      Status st = s->normalize(ctx);
-      if (!st.is_ok()) return st;
-      // normalisation may rewrite the op into another (CastLike -> Cast)
-      const OpSchema* s2 = reg.find(n->domain, n->op_type);
-      if (s2 != s) {
-        s = s2;
-        if (!s) return error("{}: unsupported op after normalisation", n->describe());
-        if (s->normalize) OASES_RETURN_IF_ERROR(s->normalize(ctx));
-      }
+    // A rule that throws (an operand it did not expect, say) is reported against the node; bad
+    // input must never take the tool down.
+    Status st;
+    try {
+      st = normalize_and_infer(g, id, s);
+    } catch (const std::exception& e) {
+      st = error("{}: shape inference failed: {}", n->describe(), e.what());
     }
-    Status st = s->infer(ctx);
     if (!st.is_ok()) return st;
     for (ValueId o : n->outputs) {
-      if (o != kNoId && !g.value(o).has_shape) return error("{}: output '{}' got no shape", n->describe(), g.value(o).name);
+      if (o == kNoId) continue;
+      const Value& ov = g.value(o);
+      if (!ov.has_shape) return error("{}: output '{}' got no shape", n->describe(), ov.name);
+      std::optional<uint64_t> nbytes = checked_nbytes(ov.shape, ov.dtype);
+      if (!nbytes || *nbytes > kMaxTensorBytes) {
+        return error("{}: output '{}' would be {} {}, over the limit of {} bytes per tensor", n->describe(), ov.name,
+                     dtype_name(ov.dtype), shape_str(ov.shape), kMaxTensorBytes);
+      }
     }
 
     // --- constant folding -------------------------------------------------------------
@@ -120,7 +149,12 @@ Expected<PassReport> InferShapesPass::run(Graph& g) {
       if (all_const && out_elems <= opts_.max_elements && !any_output_is_graph_output) {
         std::vector<Tensor> ins;
         for (ValueId v : n->inputs) ins.push_back(v == kNoId ? Tensor() : g.value(v).constant);
-        auto outs = opts_.evaluator->evaluate(g, *n, ins);
+        Expected<std::vector<Tensor>> outs = Status::error("no result");
+        try {
+          outs = opts_.evaluator->evaluate(g, *n, ins);
+        } catch (const std::exception& e) {
+          outs = Status::error(e.what());
+        }
         if (!outs) return error("{}: constant folding failed: {}", n->describe(), outs.status().message());
         for (size_t i = 0; i < n->outputs.size() && i < outs->size(); ++i) {
           if (n->outputs[i] != kNoId) g.set_constant(n->outputs[i], (*outs)[i]);
