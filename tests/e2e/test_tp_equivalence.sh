@@ -28,10 +28,15 @@ def load(d):
     return out
 A, B = load(ga), load(gb)
 assert A.keys() == B.keys() and A, (label, sorted(set(A) ^ set(B)))
+# Relative to each gradient's scale, floored at 1e-3 of the largest gradient: some gradients are
+# zero in exact arithmetic (a key bias shifts every score of a row alike, which softmax ignores)
+# and hold only rounding noise (~1e-12) that no layout reproduces bit for bit.
+G = max(float(np.abs(v).max()) for v in A.values())
 gworst = 0.0
 for k in A:
     assert A[k].shape == B[k].shape, (label, k, A[k].shape, B[k].shape)
-    gworst = max(gworst, float(np.abs(A[k] - B[k]).max() / max(np.abs(A[k]).max(), 1e-12)))
+    scale = max(float(np.abs(A[k]).max()), 1e-3 * G)
+    gworst = max(gworst, float(np.abs(A[k] - B[k]).max()) / scale)
 assert gworst <= 1e-5, f"{label}: gradients differ by {gworst:.2e} relative"
 print(f"ok {label}: {len(A)} gradients and 20 losses (worst {worst:.1e} / {gworst:.1e} relative)")
 PY
