@@ -1,0 +1,218 @@
+// The communicator suite on the local (threads) implementation, collective kernels over split and
+// segmented dimensions against slicing/assembling, the duals of the collectives' gradients, and a
+// peer that never arrives.
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "../common/comm_suite.h"
+#include "executor/executor.h"
+#include "graph/autodiff.h"
+#include "graph/sharding.h"
+
+namespace oases {
+namespace {
+
+template <class F>
+void run_ranks(int n, F&& body, double timeout_s = 60) {
+  auto world = make_local_world(n, timeout_s);
+  std::vector<std::thread> ts;
+  for (int r = 0; r < n; ++r) {
+    ts.emplace_back([&, r] {
+      auto comm = local_communicator(world, r);
+      body(*comm, r);
+    });
+  }
+  for (auto& t : ts) t.join();
+}
+
+TEST(LocalCommunicator, SharedSuite) {
+  for (int n : {1, 2, 4}) {
+    std::mutex mu;
+    std::vector<std::string> failures;
+    run_ranks(n, [&](Communicator& c, int) {
+      auto f = testing::run_comm_suite(c);
+      std::lock_guard<std::mutex> lock(mu);
+      failures.insert(failures.end(), f.begin(), f.end());
+    });
+    for (const auto& f : failures) ADD_FAILURE() << n << " ranks: " << f;
+  }
+}
+
+TEST(LocalCommunicator, MissingPeerTimesOutWithAnError) {
+  auto world = make_local_world(2, 0.5);
+  auto comm = local_communicator(world, 0);
+  auto g = comm->make_group({0, 1});
+  float x = 1;
+  try {
+    g->all_reduce(&x, 1, DType::kF32, ReduceOp::kSum);
+    FAIL() << "no error";
+  } catch (const OasesError& e) {
+    EXPECT_NE(std::string(e.what()).find("did not arrive"), std::string::npos) << e.what();
+  }
+}
+
+TEST(LocalCommunicator, AbortWakesWaiters) {
+  auto world = make_local_world(3, 60);
+  std::string msg;
+  std::thread waiter([&] {
+    auto comm = local_communicator(world, 0);
+    auto g = comm->make_group({0, 1, 2});
+    try {
+      g->barrier();
+    } catch (const OasesError& e) {
+      msg = e.what();
+    }
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  local_communicator(world, 2)->abort("rank 2 failed: test");
+  waiter.join();
+  EXPECT_NE(msg.find("rank 2 failed"), std::string::npos) << msg;
+}
+
+// One collective node over a tp group of n threads; `in` is each rank's input.
+std::vector<Tensor> run_collective(int n, const std::string& op, AttrMap attrs, const std::vector<Tensor>& in) {
+  std::vector<Tensor> out(static_cast<size_t>(n));
+  run_ranks(n, [&](Communicator& c, int r) {
+    std::vector<int> all(static_cast<size_t>(n));
+    for (int i = 0; i < n; ++i) all[static_cast<size_t>(i)] = i;
+    auto g = c.make_group(all);
+    Graph gr;
+    gr.opset_imports[""] = 17;
+    ValueId x = gr.add_input("x", in[static_cast<size_t>(r)].dtype(), in[static_cast<size_t>(r)].shape());
+    AttrMap a = attrs;
+    a.set_int("mesh_axis", 0);
+    a.set_int("group_size", n);
+    NodeId nd = gr.add_node_new_outputs(op, {x}, 1, a, "coll", kOasesDomain);
+    ASSERT_TRUE(infer_node(gr, nd).is_ok());
+    gr.add_output(gr.node(nd).outputs[0]);
+    ExecOptions eo;
+    eo.groups = {g.get()};
+    auto ex = Executor::create(gr, eo);
+    ASSERT_TRUE(ex) << ex.status().message();
+    auto res = (*ex)->run({{"x", in[static_cast<size_t>(r)]}});
+    ASSERT_TRUE(res) << res.status().message();
+    out[static_cast<size_t>(r)] = (*res)[0];
+  });
+  return out;
+}
+
+Tensor iota(const Shape& s, float base) {
+  Tensor t(DType::kF32, s);
+  for (int64_t i = 0; i < t.numel(); ++i) t.mutable_data<float>()[i] = base + static_cast<float>(i);
+  return t;
+}
+
+TEST(CollectiveKernels, GatherScatterSliceAgreeWithShardingOfTensors) {
+  const int n = 2;
+  Mesh mesh{{"tp"}, {n}};
+  for (int segments : {1, 3}) {
+    for (size_t dim : {0, 1, 2}) {
+      Shape global{6, 6, 12};
+      Tensor full = iota(global, 0.f);
+      ShardingSpec spec = ShardingSpec::replicated(3).with_dim(dim, 0, segments);
+      std::vector<Tensor> parts;
+      for (int r = 0; r < n; ++r) parts.push_back(slice_for_rank(full, spec, mesh, r));
+      AttrMap a{{"dim", Attribute::of_int(static_cast<int64_t>(dim))}, {"segments", Attribute::of_int(segments)}};
+      // all-gather rebuilds the full tensor on every rank
+      auto gathered = run_collective(n, "AllGather", a, parts);
+      for (int r = 0; r < n; ++r) EXPECT_TRUE(gathered[static_cast<size_t>(r)].same_as(full)) << "AllGather dim " << dim << " segments " << segments;
+      // shard-slice takes each rank's part of a replicated value
+      auto sliced = run_collective(n, "ShardSlice", a, std::vector<Tensor>(n, full));
+      for (int r = 0; r < n; ++r) EXPECT_TRUE(sliced[static_cast<size_t>(r)].same_as(parts[static_cast<size_t>(r)])) << "ShardSlice dim " << dim;
+      // reduce-scatter of (rank + 1) * full gives each rank its part of sum_r (r + 1) * full
+      std::vector<Tensor> scaled;
+      for (int r = 0; r < n; ++r) {
+        Tensor t = full.clone();
+        for (int64_t i = 0; i < t.numel(); ++i) t.mutable_data<float>()[i] *= static_cast<float>(r + 1);
+        scaled.push_back(t);
+      }
+      auto scattered = run_collective(n, "ReduceScatter", a, scaled);
+      Tensor total = full.clone();
+      for (int64_t i = 0; i < total.numel(); ++i) total.mutable_data<float>()[i] *= static_cast<float>(n * (n + 1) / 2);
+      for (int r = 0; r < n; ++r) {
+        EXPECT_TRUE(scattered[static_cast<size_t>(r)].same_as(slice_for_rank(total, spec, mesh, r))) << "ReduceScatter dim " << dim;
+      }
+    }
+  }
+}
+
+TEST(CollectiveKernels, AllToAllMovesTheSplitDimension) {
+  const int n = 2;
+  Mesh mesh{{"tp"}, {n}};
+  Tensor full = iota({4, 6}, 1.f);
+  ShardingSpec rows = ShardingSpec::replicated(2).with_dim(0, 0), cols = ShardingSpec::replicated(2).with_dim(1, 0);
+  std::vector<Tensor> in;
+  for (int r = 0; r < n; ++r) in.push_back(slice_for_rank(full, rows, mesh, r));
+  auto out = run_collective(n, "AllToAll", AttrMap{{"split_dim", Attribute::of_int(1)}, {"concat_dim", Attribute::of_int(0)}}, in);
+  for (int r = 0; r < n; ++r) EXPECT_TRUE(out[static_cast<size_t>(r)].same_as(slice_for_rank(full, cols, mesh, r)));
+}
+
+// The gradient of each collective is its dual (Megatron's f/g and their gather/scatter cousins).
+TEST(Collectives, GradientIsTheDual) {
+  struct Case {
+    std::string op, dual;
+    AttrMap attrs;
+  };
+  std::vector<Case> cases = {
+      {"AllReduce", "Identity", {}},
+      {"ParallelIdentity", "AllReduce", {}},
+      {"AllGather", "ReduceScatter", AttrMap{{"dim", Attribute::of_int(1)}, {"segments", Attribute::of_int(3)}}},
+      {"ReduceScatter", "AllGather", AttrMap{{"dim", Attribute::of_int(1)}}},
+      {"ShardSlice", "AllGather", AttrMap{{"dim", Attribute::of_int(0)}}},
+      {"AllToAll", "AllToAll", AttrMap{{"split_dim", Attribute::of_int(1)}, {"concat_dim", Attribute::of_int(0)}}},
+      {"Broadcast", "AllReduce", {}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.op);
+    Graph g;
+    g.opset_imports[""] = 17;
+    ValueId x = g.add_initializer("x", iota({6, 12}, 0.f));
+    AttrMap a = c.attrs;
+    a.set_int("mesh_axis", 1);
+    a.set_int("group_size", 2);
+    NodeId n = g.add_node_new_outputs(c.op, {x}, 1, a, "coll", kOasesDomain);
+    ASSERT_TRUE(infer_node(g, n).is_ok());
+    ValueId y = g.node(n).outputs[0];
+    std::vector<int64_t> axes{0, 1};
+    NodeId s = g.add_node_new_outputs("ReduceSum", {y}, 1, AttrMap{{"axes", Attribute::of_ints(axes)}, {"keepdims", Attribute::of_int(0)}});
+    ASSERT_TRUE(infer_node(g, s).is_ok());
+    auto bw = build_backward(g, g.node(s).outputs[0], {x});
+    ASSERT_TRUE(bw) << bw.status().message();
+    NodeId gp = g.value(bw->grads.at(x)).producer;
+    ASSERT_NE(gp, kNoId);
+    const Node& gn = g.node(gp);
+    EXPECT_EQ(gn.op_type, c.dual);
+    if (gn.domain == kOasesDomain) {
+      EXPECT_EQ(gn.attrs.get_int("mesh_axis", -1), 1);
+      EXPECT_EQ(gn.attrs.get_int("group_size", -1), 2);
+      if (c.op == "AllToAll") {
+        EXPECT_EQ(gn.attrs.get_int("split_dim", -1), 0);
+        EXPECT_EQ(gn.attrs.get_int("concat_dim", -1), 1);
+      } else if (c.attrs.has("dim")) {
+        EXPECT_EQ(gn.attrs.get_int("dim", -1), c.attrs.get_int("dim", -2));
+        EXPECT_EQ(gn.attrs.get_int("segments", 1), c.attrs.get_int("segments", 1));
+      }
+    }
+  }
+}
+
+TEST(ShardingSpec, ValueTypeBasics) {
+  Mesh m = Mesh::data_tensor(2, 4);
+  ShardingSpec a = ShardingSpec::replicated(3).with_dim(0, 0).with_dim(2, 1, 3);
+  ShardingSpec b = a;
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(a.hash(), b.hash());
+  EXPECT_EQ(a.to_string(&m), "[S(dp), R, S(tp)/3]");
+  EXPECT_TRUE(a.validate({4, 5, 24}, m).is_ok());
+  EXPECT_FALSE(a.validate({4, 5, 18}, m).is_ok());          // 18 is not 3 segments x 4 ranks x k
+  EXPECT_FALSE(a.validate({3, 5, 24}, m).is_ok());          // 3 rows over dp=2
+  EXPECT_FALSE(ShardingSpec::replicated(2).with_dim(0, 1).with_dim(1, 1).validate({4, 4}, m).is_ok());  // tp twice
+  EXPECT_EQ(a.local_shape({4, 5, 24}, m), (Shape{2, 5, 6}));
+  ShardingSpec p = ShardingSpec::replicated(2).with_partial(1);
+  EXPECT_EQ(p.to_string(&m), "[R, R] P(tp)");
+  EXPECT_NE(p, ShardingSpec::replicated(2));
+}
+
+}  // namespace
+}  // namespace oases
