@@ -1,6 +1,7 @@
 #include "executor/communicator.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
@@ -70,21 +71,30 @@ class LocalWorld {
   }
   void abort(const std::string& why) {
     {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (aborted_) return;
-      aborted_ = true;
+      std::lock_guard<std::mutex> lock(why_mu_);
+      if (aborted_.load()) return;
       why_ = why;
+      aborted_.store(true);
     }
-    std::lock_guard<std::mutex> lock(mu_);
-    for (auto& [k, g] : groups_) {
+    // wake every waiter; never hold the world lock while taking a group lock
+    std::vector<std::shared_ptr<GroupState>> groups;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (auto& [k, g] : groups_) groups.push_back(g);
+    }
+    for (auto& g : groups) {
       std::lock_guard<std::mutex> gl(g->mu);
       g->cv.notify_all();
     }
   }
+  // Cheap to call with a group lock held (takes no lock unless aborted).
   bool aborted(std::string* why) {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (aborted_ && why) *why = why_;
-    return aborted_;
+    if (!aborted_.load()) return false;
+    if (why) {
+      std::lock_guard<std::mutex> lock(why_mu_);
+      *why = why_;
+    }
+    return true;
   }
 
  private:
@@ -92,7 +102,8 @@ class LocalWorld {
   double timeout_;
   std::mutex mu_;
   std::map<std::vector<int>, std::shared_ptr<GroupState>> groups_;
-  bool aborted_ = false;
+  std::atomic<bool> aborted_{false};
+  std::mutex why_mu_;
   std::string why_;
 };
 
@@ -161,6 +172,8 @@ class LocalGroup : public CommGroup {
   // to arrive, before anyone proceeds.
   void post(const void* p, const char* what, const std::function<void()>& first) {
     std::unique_lock<std::mutex> lock(st_->mu);
+    std::string why;
+    if (world_->aborted(&why)) throw OasesError(fmt::format("{} in {} stopped: {}", what, describe(), why));
     st_->ptrs[static_cast<size_t>(index_)] = p;
     if (first && st_->arrived == size() - 1) first();
     wait_all(lock, what);
@@ -170,6 +183,10 @@ class LocalGroup : public CommGroup {
     wait_all(lock, what);
   }
   void wait_all(std::unique_lock<std::mutex>& lock, const char* what) {
+    // after an abort (a peer failed or timed out) the group's rendezvous state is stale: no
+    // collective may start, so nobody reads a departed member's buffers
+    std::string why;
+    if (world_->aborted(&why)) throw OasesError(fmt::format("{} in {} stopped: {}", what, describe(), why));
     uint64_t gen = st_->generation;
     if (++st_->arrived == size()) {
       st_->arrived = 0;
@@ -178,7 +195,6 @@ class LocalGroup : public CommGroup {
       return;
     }
     auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_);
-    std::string why;
     while (st_->generation == gen) {
       if (world_->aborted(&why)) throw OasesError(fmt::format("{} in {} stopped: {}", what, describe(), why));
       if (st_->cv.wait_until(lock, deadline) == std::cv_status::timeout && st_->generation == gen) {

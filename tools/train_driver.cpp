@@ -154,9 +154,11 @@ Expected<Setup> prepare(const TrainArgs& args, int64_t world) {
     a.tp = 1;
     a.dp = world;
   } else if (a.tp <= 0) {
-    a.tp = world / std::max<int64_t>(1, a.dp);
+    if (world % a.dp != 0) return error("dp {} does not divide the {} ranks of this run (world size must equal tp x dp)", a.dp, world);
+    a.tp = world / a.dp;
   } else if (a.dp <= 0) {
-    a.dp = world / std::max<int64_t>(1, a.tp);
+    if (world % a.tp != 0) return error("tp {} does not divide the {} ranks of this run (world size must equal tp x dp)", a.tp, world);
+    a.dp = world / a.tp;
   }
   if (a.tp * a.dp != world) {
     return error("tp {} x dp {} = {} ranks, but the run has {} (world size must equal tp x dp)", a.tp, a.dp, a.tp * a.dp, world);
@@ -466,7 +468,21 @@ Status run_rank(const Setup& s, RankRuntime& rt) {
     if (lead) std::fprintf(stderr, "step %lld  val loss %.4f\n", static_cast<long long>(start), v);
   }
   int64_t end = a.stop_after > 0 ? std::min(a.steps, start + a.stop_after) : a.steps;
+  // Fault injection for the tests of peer failures: OASES_TEST_FAULT=RANK:STEP:error|exit|hang
+  int fault_rank = -1, fault_mode = 0;
+  int64_t fault_step = -1;
+  if (const char* f = std::getenv("OASES_TEST_FAULT")) {
+    char mode[16] = {0};
+    if (std::sscanf(f, "%d:%ld:%15s", &fault_rank, &fault_step, mode) == 3) {
+      fault_mode = std::string(mode) == "exit" ? 2 : std::string(mode) == "hang" ? 3 : 1;
+    }
+  }
   for (int64_t step = start; step < end; ++step) {
+    if (rt.rank() == fault_rank && step == fault_step) {
+      if (fault_mode == 2) std::_Exit(9);
+      if (fault_mode == 3) std::this_thread::sleep_for(std::chrono::seconds(4));
+      if (fault_mode == 1) return error("injected failure at step {} (OASES_TEST_FAULT)", step + 1);
+    }
     OASES_ASSIGN_OR_RETURN(auto micro, next_feeds());
     bool dump_now = !a.dump_grads.empty() && step == start;
     OASES_ASSIGN_OR_RETURN(StepStats st, tr.step(micro, dump_now ? std::function<Status()>(dump) : std::function<Status()>()));
