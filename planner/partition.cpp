@@ -462,3 +462,49 @@ Graph local_graph_for_rank(const PartitionedGraph& pg, int64_t rank) {
 }
 
 }  // namespace oases
+
+namespace oases {
+
+int bucket_gradient_all_reduces(PartitionedGraph& pg, int mesh_axis, int64_t bucket_bytes) {
+  Graph& g = pg.local;
+  auto order = g.topo_order();
+  if (!order) return 0;
+  // candidates in readiness order: single-input all-reduces over the axis feeding a graph output
+  std::vector<NodeId> cands;
+  for (NodeId id : *order) {
+    const Node& n = g.node(id);
+    if (n.domain != kOasesDomain || n.op_type != "AllReduce" || n.inputs.size() != 1) continue;
+    if (n.attrs.get_int("mesh_axis", -1) != mesh_axis || n.attrs.get_string("op", "sum") != "sum") continue;
+    if (!g.is_output(n.outputs[0]) || g.value(n.inputs[0]).dtype != DType::kF32) continue;
+    cands.push_back(id);
+  }
+  int buckets = 0;
+  size_t i = 0;
+  while (i < cands.size()) {
+    std::vector<NodeId> bucket;
+    int64_t bytes = 0;
+    while (i < cands.size() && (bucket.empty() || bytes + static_cast<int64_t>(g.value(g.node(cands[i]).inputs[0]).nbytes()) <= bucket_bytes)) {
+      bytes += static_cast<int64_t>(g.value(g.node(cands[i]).inputs[0]).nbytes());
+      bucket.push_back(cands[i++]);
+    }
+    if (bucket.size() > 1) {
+      std::vector<ValueId> ins, outs;
+      AttrMap attrs = g.node(bucket[0]).attrs;
+      std::string scope = g.node(bucket.back()).scope;
+      Node::Phase phase = g.node(bucket.back()).phase;
+      for (NodeId b : bucket) {
+        ins.push_back(g.node(b).inputs[0]);
+        outs.push_back(g.node(b).outputs[0]);
+      }
+      for (NodeId b : bucket) g.remove_node(b);
+      NodeId nb = g.add_node("AllReduce", ins, outs, attrs, g.unique_name("grad_bucket"), kOasesDomain);
+      g.node(nb).scope = scope;
+      g.node(nb).phase = phase;
+      pg.collectives -= static_cast<int>(bucket.size()) - 1;
+    }
+    ++buckets;
+  }
+  return buckets;
+}
+
+}  // namespace oases

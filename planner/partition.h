@@ -26,3 +26,12 @@ Expected<PartitionedGraph> partition_graph(const Graph& global, const ShardingRe
 Graph local_graph_for_rank(const PartitionedGraph& pg, int64_t rank);
 
 }  // namespace oases
+
+namespace oases {
+
+// Merges the data-parallel all-reduces of gradients (AllReduce over `mesh_axis` whose result is a
+// graph output) into buckets of about `bucket_bytes`, in the order the gradients become ready;
+// returns the number of buckets.
+int bucket_gradient_all_reduces(PartitionedGraph& pg, int mesh_axis, int64_t bucket_bytes);
+
+}  // namespace oases

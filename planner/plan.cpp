@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "graph/blocks.h"
 #include "graph/op_registry.h"
 
 namespace oases {
@@ -102,6 +103,70 @@ nlohmann::json plan_to_json(const Graph& global, const PartitionedGraph& pg, con
                                   {"phase", phase_name(n.phase)}, {"scope", n.scope}, {"communicates", communicates}});
     }
   }
+  // transformer blocks with the split of each layer and the collectives issued in the block
+  ModelStructure ms = find_transformer_structure(global);
+  auto split_of = [&](ValueId w) -> std::string {
+    if (w == kNoId) return "";
+    const ShardingSpec& sp = sr.specs[static_cast<size_t>(w)];
+    for (const LayerSplit& l : s.layers) {
+      for (ValueId x : l.weights) {
+        if (x == w) return l.split;
+      }
+    }
+    return sp.is_replicated() ? "replicated" : "split";
+  };
+  auto linear_json = [&](const LinearInfo& l) -> nlohmann::json {
+    if (l.matmul == kNoId) return nullptr;
+    return {{"weight", global.value(l.weight).name}, {"split", split_of(l.weight)},
+            {"spec", sr.specs[static_cast<size_t>(l.weight)].to_string(&m)}, {"in", l.in_features}, {"out", l.out_features}};
+  };
+  std::map<std::string, std::vector<nlohmann::json>> coll_by_scope;
+  for (const auto& c : j["collectives"]) {
+    if (c["communicates"].get<bool>()) coll_by_scope[c["scope"].get<std::string>()].push_back(c);
+  }
+  int tp_axis = m.axis("tp");
+  int64_t tp = tp_axis >= 0 ? m.sizes[static_cast<size_t>(tp_axis)] : 1;
+  j["blocks"] = nlohmann::json::array();
+  for (const BlockInfo& b : ms.blocks) {
+    nlohmann::json bj{{"index", b.index}};
+    std::string base = fmt::format("layer.{}", b.index);
+    if (b.has_attn) {
+      nlohmann::json a{{"heads", b.attn.heads}, {"kv_heads", b.attn.kv_heads}, {"head_dim", b.attn.head_dim}, {"causal", b.attn.causal}};
+      bool split = false;
+      for (const auto& l : b.attn.qkv) {
+        a["qkv"].push_back(linear_json(l));
+        split |= !sr.specs[static_cast<size_t>(l.weight)].is_replicated();
+      }
+      a["heads_per_rank"] = split ? b.attn.heads / tp : b.attn.heads;
+      a["out"] = linear_json(b.attn.out);
+      bj["attention"] = a;
+    }
+    if (b.has_mlp) {
+      nlohmann::json mj{{"activation", b.mlp.kind}};
+      for (const auto& l : b.mlp.up) mj["up"].push_back(linear_json(l));
+      mj["down"] = linear_json(b.mlp.down);
+      bj["mlp"] = mj;
+    }
+    for (const auto& nrm : b.norms) bj["norms"].push_back({{"kind", nrm.kind}, {"spec", sr.specs[static_cast<size_t>(nrm.scale)].to_string(&m)}});
+    nlohmann::json cs = nlohmann::json::array();
+    for (const auto& [scope, list] : coll_by_scope) {
+      if (scope.rfind(base + ".", 0) != 0) continue;
+      for (const auto& c : list) cs.push_back(c);
+    }
+    bj["collectives"] = cs;
+    j["blocks"].push_back(bj);
+  }
+  nlohmann::json other = nlohmann::json::array();
+  for (const auto& [scope, list] : coll_by_scope) {
+    if (scope.rfind("layer.", 0) == 0) continue;
+    for (const auto& c : list) other.push_back(c);
+  }
+  j["collectives_outside_blocks"] = other;
+  for (const EmbeddingInfo& e : ms.embeddings) {
+    j["embeddings"].push_back({{"weight", global.value(e.weight).name}, {"role", e.role}, {"rows", e.rows}, {"dim", e.dim},
+                               {"split", split_of(e.weight)}, {"spec", sr.specs[static_cast<size_t>(e.weight)].to_string(&m)}});
+  }
+  if (ms.has_head) j["head"] = {{"weight", global.value(ms.head.weight).name}, {"tied", ms.tied_head}, {"split", split_of(ms.head.weight)}};
   j["memory"] = {{"parameter_bytes_per_rank", param_bytes_rank}, {"parameter_bytes_total", param_bytes_total}};
   j["summary"] = {{"collectives_per_step", count}, {"ring_bytes_per_rank_per_step", comm_bytes}};
   return j;

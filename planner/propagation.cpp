@@ -26,6 +26,13 @@ Expected<ShardingResult> propagate_sharding(const Graph& g, const Mesh& mesh, co
       if (v != kNoId && !res.specs[v].is_replicated()) all_replicated = false;
     }
     ShardContext ctx(g, n, mesh, ins);
+    // A partial sum read by several consumers is reduced once, where it forks, instead of each
+    // consumer carrying it on and reducing its own derived value.
+    for (size_t i = 0; i < n.inputs.size(); ++i) {
+      ValueId v = n.inputs[i];
+      if (v == kNoId || !res.specs[v].any_partial()) continue;
+      if (g.uses(v).size() > 1 || g.is_output(v)) ctx.require(static_cast<int>(i), res.specs[v].without_partial());
+    }
     const OpSchema* s = reg.find(n.domain, n.op_type);
     if (s && s->shard) {
       OASES_RETURN_IF_ERROR(s->shard(ctx));

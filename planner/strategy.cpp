@@ -23,6 +23,7 @@ ShardingSpec linear_spec(const Graph& g, const LinearInfo& l, bool column, int t
 Expected<Strategy> megatron_strategy(const Graph& g, const StrategyOptions& opt) {
   Strategy st;
   st.mesh = Mesh::data_tensor(opt.dp, opt.tp);
+  st.dp_bucket_bytes = opt.dp_bucket_bytes;
   if (opt.tp < 1 || opt.dp < 1) return error("tp ({}) and dp ({}) must be at least 1", opt.tp, opt.dp);
   int tp = st.mesh.axis("tp");
   ModelStructure ms = find_transformer_structure(g);
@@ -134,6 +135,8 @@ Expected<PartitionedGraph> partition_training(const Graph& train, const std::vec
   }
   OASES_ASSIGN_OR_RETURN(ShardingResult sr, propagate_sharding(train, s.mesh, s.specs, outs));
   OASES_ASSIGN_OR_RETURN(PartitionedGraph pg, partition_graph(train, sr));
+  int dp = s.mesh.axis("dp");
+  if (dp >= 0 && s.mesh.axis_size(dp) > 1 && s.dp_bucket_bytes > 0) bucket_gradient_all_reduces(pg, dp, s.dp_bucket_bytes);
   if (sharding) *sharding = std::move(sr);
   return pg;
 }

@@ -19,6 +19,7 @@ struct StrategyOptions {
   int64_t tp = 1, dp = 1;
   bool vocab_parallel = true;       // split the token embedding and LM head over the vocabulary
   bool sequence_parallel = false;   // norms and residuals split over the sequence (reduce-scatter + all-gather)
+  int64_t dp_bucket_bytes = int64_t{25} << 20;  // data-parallel gradient all-reduce buckets
 };
 
 // What the strategy decided for one linear layer or embedding, for plans and reports.
@@ -30,6 +31,7 @@ struct LayerSplit {
 
 struct Strategy {
   Mesh mesh;
+  int64_t dp_bucket_bytes = int64_t{25} << 20;
   std::map<ValueId, ShardingSpec> specs;  // parameters and inputs
   std::vector<LayerSplit> layers;
   std::vector<ValueId> sequence_parallel_values;  // values pinned to a sequence split

@@ -44,8 +44,27 @@ ReduceOp reduce_op(const KernelContext& c) {
 
 void register_cpu_collectives(CpuKernelRegistry& r) {
   r.add("oases", "AllReduce", [](KernelContext& c) {
-    if (c.out[0].data != c.in[0].data) std::memcpy(c.out[0].data, c.in[0].data, c.in[0].nbytes());
-    c.group(c.attrs().get_int("mesh_axis", 0)).all_reduce(c.out[0].data, c.out[0].numel(), c.out[0].dtype, reduce_op(c));
+    CommGroup& g = c.group(c.attrs().get_int("mesh_axis", 0));
+    if (c.in.size() == 1) {
+      if (c.out[0].data != c.in[0].data) std::memcpy(c.out[0].data, c.in[0].data, c.in[0].nbytes());
+      g.all_reduce(c.out[0].data, c.out[0].numel(), c.out[0].dtype, reduce_op(c));
+      return;
+    }
+    // a bucket: one contiguous buffer, one collective
+    size_t total = 0;
+    for (const auto& v : c.in) total += v.nbytes();
+    std::vector<char> buf(total);
+    size_t off = 0;
+    for (const auto& v : c.in) {
+      std::memcpy(buf.data() + off, v.data, v.nbytes());
+      off += v.nbytes();
+    }
+    g.all_reduce(buf.data(), static_cast<int64_t>(total / dtype_size(c.in[0].dtype)), c.in[0].dtype, reduce_op(c));
+    off = 0;
+    for (auto& v : c.out) {
+      std::memcpy(v.data, buf.data() + off, v.nbytes());
+      off += v.nbytes();
+    }
   });
   r.add("oases", "ParallelIdentity", [](KernelContext& c) {
     if (c.out[0].data != c.in[0].data) std::memcpy(c.out[0].data, c.in[0].data, c.in[0].nbytes());

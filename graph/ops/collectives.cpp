@@ -66,16 +66,30 @@ double ring_bytes(const Graph& g, const Node& n, double factor_of_full) {
 
 void register_collective_ops(OpRegistry& r) {
   {
+    // variadic: a bucket of tensors reduced in one call (data-parallel gradients), output i = input i
     OpSchema s = collective("AllReduce");
+    s.max_inputs = INT_MAX;
+    s.max_outputs = INT_MAX;
     s.infer = [](InferContext& c) {
-      c.set_output(0, c.dtype(0), c.shape(0));
+      if (c.num_outputs() != c.num_inputs()) return c.fail("{} inputs but {} outputs", c.num_inputs(), c.num_outputs());
+      for (int i = 0; i < c.num_inputs(); ++i) {
+        if (c.dtype(i) != c.dtype(0)) return c.fail("a bucket holds one dtype; input {} is {}", i, dtype_name(c.dtype(i)));
+        c.set_output(i, c.dtype(i), c.shape(i));
+      }
       return Status::ok();
     };
     s.grad = [](GradContext& c) {
-      c.add_grad(0, c.op("Identity", {c.grad_out(0)}));
+      for (int i = 0; i < c.node().num_inputs(); ++i) {
+        if (c.grad_out(i) != kNoId) c.add_grad(i, c.op("Identity", {c.grad_out(i)}));
+      }
       return Status::ok();
     };
-    s.cost = [](const Graph& g, const Node& n) { return OpCost{0, ring_bytes(g, n, 2.0)}; };
+    s.cost = [](const Graph& g, const Node& n) {
+      double full = 0;
+      for (ValueId v : n.inputs) full += static_cast<double>(g.value(v).nbytes());
+      double p = static_cast<double>(std::max<int64_t>(1, n.attrs.get_int("group_size", 1)));
+      return OpCost{0, 2.0 * full * (p - 1) / p};
+    };
     r.add(std::move(s));
   }
   {

@@ -183,11 +183,8 @@ void register_grad_ops(OpRegistry& r) {
     ShardingSpec x = c.in(1).without_partial();
     for (int64_t d = axis; d < rank; ++d) x.dims[d] = DimSpec{};
     c.require(1, x);
+    // dy whole: reducing it once here is cheaper than reducing dx, dscale and dbias after
     ShardingSpec dy = x;
-    dy.partial = c.in(0).partial;
-    for (int a = 0; a < c.mesh().num_axes(); ++a) {
-      if (dy.is_partial(a) && x.uses_axis(a)) dy = dy.with_partial(a, false);
-    }
     c.require(0, dy);
     c.require(2, ShardingSpec::replicated(c.in(2).rank()));
     for (int i = 3; i < c.num_inputs(); ++i) c.require(i, x);  // saved statistics

@@ -557,6 +557,18 @@ void register_shape_ops(OpRegistry& r) {
   r.find_mutable("", "Expand")->shard = [](ShardContext& c) { return shard_elementwise(c, PartialPolicy::kAdditive); };
   r.find_mutable("", "Concat")->shard = [](ShardContext& c) {
     int64_t axis = c.node().attrs.get_int("axis", 0);
+    size_t ax = static_cast<size_t>(axis);
+    // equal parts each split alike along the axis make one segmented split (the inverse of Split's
+    // rule: the gradient of a fused QKV's q, k and v)
+    const DimSpec& d0 = c.in(0).dims[ax];
+    bool segmented = d0.axis >= 0 && d0.segments == 1 && c.num_inputs() > 1;
+    for (int i = 0; i < c.num_inputs() && segmented; ++i) {
+      segmented = c.in(i) == c.in(0) && c.in_shape(i)[ax] == c.in_shape(0)[ax];
+    }
+    if (segmented) {
+      c.set_out(0, c.in(0).with_dim(ax, d0.axis, c.num_inputs()));
+      return Status::ok();
+    }
     ShardingSpec ref = c.in(0).with_dim(static_cast<size_t>(axis), -1);
     uint32_t all_partial = ~0u;
     for (int i = 0; i < c.num_inputs(); ++i) all_partial &= c.in(i).partial;
