@@ -155,6 +155,18 @@ class Partitioner {
     Graph& g = pg_.local;
     for (const Conversion& c : sr_.conversions) {
       NodeId like = c.consumer != kNoId ? c.consumer : g.value(c.value).producer;
+      if (c.slot == -1) {
+        // a pinned value: every reader gets the converted one (the spec recorded for the value is
+        // already the pinned one, so convert from what the producer gives)
+        std::vector<Use> readers = g.uses(c.value);
+        bool was_output = g.is_output(c.value);
+        spec(c.value) = c.from;
+        OASES_ASSIGN_OR_RETURN(ValueId nv, convert(c.value, c.to, like));
+        g.value(c.value).shape = c.from.local_shape(global_.value(c.value).shape, pg_.mesh);
+        for (const Use& u : readers) g.set_input(u.node, u.slot, nv);
+        if (was_output) g.replace_all_uses(c.value, nv);
+        continue;
+      }
       OASES_ASSIGN_OR_RETURN(ValueId nv, convert(c.value, c.to, like));
       if (c.consumer == kNoId) {
         std::vector<ValueId> outs = g.outputs();

@@ -5,7 +5,8 @@
 namespace oases {
 
 Expected<ShardingResult> propagate_sharding(const Graph& g, const Mesh& mesh, const std::map<ValueId, ShardingSpec>& seeds,
-                                            const std::map<size_t, ShardingSpec>& outputs) {
+                                            const std::map<size_t, ShardingSpec>& outputs,
+                                            const std::map<ValueId, ShardingSpec>& pins) {
   ShardingResult res;
   res.mesh = mesh;
   res.specs.resize(g.num_values());
@@ -59,6 +60,13 @@ Expected<ShardingResult> propagate_sharding(const Graph& g, const Mesh& mesh, co
       Status st = sp.validate(g.value(o).shape, mesh);
       if (!st.is_ok()) return error("{}: output '{}' would be {}: {}", n.describe(), g.value(o).name, sp.to_string(&mesh), st.message());
       res.specs[o] = sp;
+      auto pin = pins.find(o);
+      if (pin != pins.end() && pin->second != sp) {
+        Status ps = pin->second.validate(g.value(o).shape, mesh);
+        if (!ps.is_ok()) return error("value '{}' pinned to {}: {}", g.value(o).name, pin->second.to_string(&mesh), ps.message());
+        res.conversions.push_back(Conversion{kNoId, -1, o, sp, pin->second});
+        res.specs[o] = pin->second;
+      }
     }
   }
   for (size_t k = 0; k < g.outputs().size(); ++k) {

@@ -13,8 +13,8 @@
 namespace oases {
 
 struct Conversion {
-  NodeId consumer = kNoId;  // kNoId: a graph output
-  int slot = 0;             // input slot, or index in the graph outputs
+  NodeId consumer = kNoId;  // kNoId: a graph output, or (slot -1) every reader of a pinned value
+  int slot = 0;             // input slot, index in the graph outputs, or -1
   ValueId value = kNoId;
   ShardingSpec from, to;
 };
@@ -26,7 +26,10 @@ struct ShardingResult {
 };
 
 // `outputs`: required specs of graph outputs (by output index); missing ones default to replicated.
+// `pins`: values every reader must see in the given spec (sequence parallelism pins the residual
+// stream to a split of the sequence); the conversion happens once, where the value is made.
 Expected<ShardingResult> propagate_sharding(const Graph& g, const Mesh& mesh, const std::map<ValueId, ShardingSpec>& seeds,
-                                            const std::map<size_t, ShardingSpec>& outputs);
+                                            const std::map<size_t, ShardingSpec>& outputs,
+                                            const std::map<ValueId, ShardingSpec>& pins = {});
 
 }  // namespace oases

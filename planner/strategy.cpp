@@ -75,6 +75,38 @@ Expected<Strategy> megatron_strategy(const Graph& g, const StrategyOptions& opt)
       OASES_RETURN_IF_ERROR(linear(b.mlp.down, false, 1, base + " mlp down"));
     }
   }
+  if (opt.sequence_parallel) {
+    // the residual stream and the norms on it split over the sequence: all-reduces become a
+    // reduce-scatter (into the residual) and an all-gather (into the column-parallel projections)
+    auto pin = [&](ValueId v, const std::string& what) -> Status {
+      const Shape& s = g.value(v).shape;
+      if (s.size() != 3) return Status::ok();
+      if (s[1] % opt.tp != 0) return error("{}: tp {} does not divide the sequence length {} (sequence parallelism)", what, opt.tp, s[1]);
+      st.pins[v] = ShardingSpec::replicated(3).with_dim(1, tp);
+      return Status::ok();
+    };
+    std::vector<const NormInfo*> norms;
+    for (const BlockInfo& b : ms.blocks) {
+      for (const NormInfo& nrm : b.norms) norms.push_back(&nrm);
+    }
+    for (const NormInfo& nrm : ms.final_norms) norms.push_back(&nrm);
+    for (const NormInfo* nrm : norms) {
+      const Node& n = g.node(nrm->node);
+      OASES_RETURN_IF_ERROR(pin(n.inputs[0], n.describe()));
+      OASES_RETURN_IF_ERROR(pin(n.outputs[0], n.describe()));
+    }
+    // the partial sums entering the residual stream (row-parallel projections, before their bias,
+    // and a vocabulary-parallel embedding) reduce-scatter straight into it
+    for (const BlockInfo& b : ms.blocks) {
+      for (const LinearInfo* l : {&b.attn.out, &b.mlp.down}) {
+        if (l->matmul != kNoId) OASES_RETURN_IF_ERROR(pin(g.node(l->matmul).outputs[0], g.node(l->matmul).describe()));
+      }
+    }
+    for (const EmbeddingInfo& e : ms.embeddings) {
+      if (e.role == "token") OASES_RETURN_IF_ERROR(pin(g.node(e.gather).outputs[0], g.node(e.gather).describe()));
+    }
+    st.layers.push_back(LayerSplit{"norms and residual stream", "sequence", {}});
+  }
   if (opt.vocab_parallel) {
     for (const EmbeddingInfo& e : ms.embeddings) {
       if (e.role != "token") continue;
@@ -133,7 +165,7 @@ Expected<PartitionedGraph> partition_training(const Graph& train, const std::vec
       if (it != s.specs.end()) outs[k] = it->second;
     }
   }
-  OASES_ASSIGN_OR_RETURN(ShardingResult sr, propagate_sharding(train, s.mesh, s.specs, outs));
+  OASES_ASSIGN_OR_RETURN(ShardingResult sr, propagate_sharding(train, s.mesh, s.specs, outs, s.pins));
   OASES_ASSIGN_OR_RETURN(PartitionedGraph pg, partition_graph(train, sr));
   int dp = s.mesh.axis("dp");
   if (dp >= 0 && s.mesh.axis_size(dp) > 1 && s.dp_bucket_bytes > 0) bucket_gradient_all_reduces(pg, dp, s.dp_bucket_bytes);

@@ -34,7 +34,7 @@ struct Strategy {
   int64_t dp_bucket_bytes = int64_t{25} << 20;
   std::map<ValueId, ShardingSpec> specs;  // parameters and inputs
   std::vector<LayerSplit> layers;
-  std::vector<ValueId> sequence_parallel_values;  // values pinned to a sequence split
+  std::map<ValueId, ShardingSpec> pins;  // values every reader sees in this spec (sequence parallelism)
 };
 
 // Megatron's strategy for the model's parameters (ValueIds of `g`). Errors name the block and the

@@ -147,6 +147,20 @@ OpCost matmul_cost(const Graph& g, const Node& n) {
 }  // namespace
 
 
+namespace {
+
+// A parameter, or a parameter seen through a Transpose (the weights of linear layers).
+bool is_weight_like(const ShardContext& c, int i) {
+  ValueId v = c.node().inputs[static_cast<size_t>(i)];
+  const Value& val = c.graph().value(v);
+  if (val.is_initializer) return true;
+  if (val.producer == kNoId) return false;
+  const Node& p = c.graph().node(val.producer);
+  return p.op_type == "Transpose" && p.has_input(0) && c.graph().value(p.inputs[0]).is_initializer;
+}
+
+}  // namespace
+
 Status shard_matmul(ShardContext& c, bool ta, bool tb) {
   Shape sa = c.in_shape(0), sb = c.in_shape(1);
   if (sa.size() < 2 || sb.size() < 2) {
@@ -174,8 +188,13 @@ Status shard_matmul(ShardContext& c, bool ta, bool tb) {
   if (c.in(0).dims[ak] != k) c.require(0, c.in(0).with_dim(ak, k.axis, k.segments));
   if (c.in(1).dims[bk] != k) c.require(1, c.in(1).with_dim(bk, k.axis, k.segments));
   take(k.axis);
-  // M and N
+  // M and N: when both are split over one axis, a weight keeps its split (the activation is
+  // gathered: sequence parallelism feeding a column-parallel projection)
   DimSpec m = c.in(0).dims[am], n = c.in(1).dims[bn];
+  if (m.axis >= 0 && m.axis == n.axis && is_weight_like(c, 1) && !is_weight_like(c, 0)) {
+    c.require(0, c.in(0).with_dim(am, -1));
+    m = DimSpec{};
+  }
   if (!take(m.axis)) {
     c.require(0, c.in(0).with_dim(am, -1));
     m = DimSpec{};

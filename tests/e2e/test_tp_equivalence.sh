@@ -69,4 +69,21 @@ for model in gpt2_tiny llama_gqa bert_mask; do
     done
   done
 done
+# sequence parallelism: reduce-scatter + all-gather instead of all-reduce, same numbers
+for model in gpt2_tiny llama_gqa; do
+  M=$OASES_SOURCE_DIR/models/small/$model
+  common=(--inputs "$M/test_data_set_0" --steps 20 --lr 1e-3 --optimizer adamw -q)
+  for mode in local mpi; do
+    if [[ $mode == local ]]; then
+      run=("$T" "$M/model.onnx" --local-ranks 4)
+    else
+      run=("${MPIRUN[@]}" -np 4 "$T" "$M/model.onnx")
+    fi
+    "${run[@]}" "${common[@]}" --tp 2 --dp 2 --sequence-parallel --log-json "$WORK/sp.$mode.$model.jsonl" || fail "$model sp $mode"
+    "${run[@]}" --inputs "$M/test_data_set_0" --steps 0 --tp 2 --dp 2 --sequence-parallel -q --dump-grads "$WORK/sp.$mode.$model.grads" \
+      || fail "$model sp $mode grads"
+    compare "$WORK/$model.ref.jsonl" "$WORK/sp.$mode.$model.jsonl" "$WORK/$model.ref.grads" "$WORK/sp.$mode.$model.grads" \
+      "$model tp2 dp2 sequence-parallel $mode" || fail "$model sequence parallel $mode differs"
+  done
+done
 finish
