@@ -1,5 +1,6 @@
 #include "executor/distributed.h"
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 
@@ -21,7 +22,7 @@ std::string binary_identity() {
 #endif
 }
 
-Expected<std::unique_ptr<RankRuntime>> RankRuntime::create(Communicator* comm, const Mesh& mesh) {
+Expected<std::unique_ptr<RankRuntime>> RankRuntime::create(Communicator* comm, const Mesh& mesh, const LinkModel& link) {
   auto rt = std::unique_ptr<RankRuntime>(new RankRuntime());
   rt->mesh_ = mesh;
   if (!comm) {
@@ -37,7 +38,7 @@ Expected<std::unique_ptr<RankRuntime>> RankRuntime::create(Communicator* comm, c
   try {
     for (int a = 0; a < mesh.num_axes(); ++a) {
       std::vector<int64_t> g = mesh.group(rt->rank_, a);
-      rt->axis_groups_.push_back(comm->make_group(std::vector<int>(g.begin(), g.end())));
+      rt->axis_groups_.push_back(emulate_link(comm->make_group(std::vector<int>(g.begin(), g.end())), link));
       rt->axis_raw_.push_back(rt->axis_groups_.back().get());
     }
     std::vector<int> all(static_cast<size_t>(mesh.size()));
@@ -105,6 +106,21 @@ double RankRuntime::global_sum_squares(const std::vector<double>& ss, const std:
     total += x;
   }
   return total;
+}
+
+std::vector<std::string> RankRuntime::gather_strings(const std::string& mine) {
+  if (!distributed()) return {mine};
+  int64_t len = static_cast<int64_t>(mine.size());
+  std::vector<int64_t> lens(static_cast<size_t>(size()));
+  world_->all_gather(&len, lens.data(), sizeof(int64_t));
+  int64_t mx = *std::max_element(lens.begin(), lens.end());
+  std::string padded = mine;
+  padded.resize(static_cast<size_t>(mx));
+  std::vector<char> all(static_cast<size_t>(mx) * static_cast<size_t>(size()));
+  if (mx > 0) world_->all_gather(padded.data(), all.data(), mx);
+  std::vector<std::string> out;
+  for (int r = 0; r < size(); ++r) out.emplace_back(all.data() + static_cast<size_t>(r) * static_cast<size_t>(mx), static_cast<size_t>(lens[static_cast<size_t>(r)]));
+  return out;
 }
 
 void RankRuntime::abort(const std::string& why) {

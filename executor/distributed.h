@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "executor/communicator.h"
+#include "executor/emulated_link.h"
 #include "graph/sharding.h"
 #include "graph/tensor.h"
 
@@ -18,7 +19,7 @@ class RankRuntime {
  public:
   // Creates the groups (the same order on every rank: mesh axes, then the world). A single-rank
   // run passes comm = nullptr.
-  static Expected<std::unique_ptr<RankRuntime>> create(Communicator* comm, const Mesh& mesh);
+  static Expected<std::unique_ptr<RankRuntime>> create(Communicator* comm, const Mesh& mesh, const LinkModel& link = {});
 
   int rank() const { return rank_; }
   int size() const { return static_cast<int>(mesh_.size()); }
@@ -34,6 +35,8 @@ class RankRuntime {
   // Global gradient norm² from per-parameter local Σ g²: sums shards over the axes that split them.
   double global_sum_squares(const std::vector<double>& ss, const std::vector<ShardingSpec>& specs);
   void abort(const std::string& why);
+  // Every rank's string, on every rank (collective).
+  std::vector<std::string> gather_strings(const std::string& mine);
 
  private:
   Communicator* comm_ = nullptr;

@@ -1,9 +1,16 @@
 #include "executor/executor.h"
 
+#include <algorithm>
 #include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <thread>
 #include <cstdlib>
 #include <cstring>
 
+#include "graph/op_registry.h"
 #include "kernels/cpu/gemm.h"
 
 namespace oases {
@@ -38,26 +45,113 @@ std::vector<std::string> CpuKernelRegistry::ops() const {
 
 Expected<Program> compile_program(Graph g, const ExecOptions& opts) {
   Program p;
-  OASES_ASSIGN_OR_RETURN(std::vector<NodeId> order, g.topo_order());
   const CpuKernelRegistry& kr = CpuKernelRegistry::global();
-  for (NodeId id : order) {
+  std::vector<PlanStep> steps;
+  auto add = [&](Instr::Kind kind, NodeId id) -> Status {
     const Node& n = g.node(id);
     const CpuKernelFn* fn = kr.find(n.domain, n.op_type);
     if (!fn) return error("{}: no CPU kernel for this op", n.describe());
     for (ValueId o : n.outputs) {
       if (o != kNoId && !g.value(o).has_shape) return error("{}: output '{}' has no shape", n.describe(), g.value(o).name);
     }
-    p.instrs.push_back(Instr{Instr::Kind::kCompute, id});
+    p.instrs.push_back(Instr{kind, id});
     p.kernels.push_back(fn);
+    steps.push_back(PlanStep{id, kind != Instr::Kind::kCommWait, kind != Instr::Kind::kCommStart});
+    return Status::ok();
+  };
+  if (opts.order.empty()) {
+    OASES_ASSIGN_OR_RETURN(std::vector<NodeId> order, g.topo_order());
+    for (NodeId id : order) OASES_RETURN_IF_ERROR(add(Instr::Kind::kCompute, id));
+  } else {
+    // the scheduler's order: every live node once (collectives as a start and a wait)
+    std::vector<int> seen(static_cast<size_t>(g.max_node_id()), 0);
+    for (const ScheduledOp& op : opts.order) {
+      if (!g.alive(op.node)) return error("the schedule names node {}, which the graph does not have", op.node);
+      Instr::Kind k = op.kind == ScheduledOp::Kind::kCompute ? Instr::Kind::kCompute
+                      : op.kind == ScheduledOp::Kind::kCommStart ? Instr::Kind::kCommStart
+                                                                 : Instr::Kind::kCommWait;
+      OASES_RETURN_IF_ERROR(add(k, op.node));
+      if (k != Instr::Kind::kCommWait) seen[static_cast<size_t>(op.node)]++;
+    }
+    for (NodeId id : g.nodes()) {
+      if (seen[static_cast<size_t>(id)] != 1) return error("the schedule runs {} {} times", g.node(id).describe(), seen[static_cast<size_t>(id)]);
+    }
   }
-  p.memory = MemoryPlan::build(g, order, opts.keep);
+  p.memory = MemoryPlan::build(g, steps, opts.keep);
   p.graph = std::move(g);
   return p;
 }
 
+// The communication thread: runs collectives in the order they were started.
+struct Executor::CommThread {
+  std::thread worker;
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<std::pair<size_t, std::function<void()>>> queue;
+  std::vector<char> done;           // by instruction index of the start
+  std::vector<std::string> errors;  // by instruction index
+  bool stop = false;
+
+  explicit CommThread(size_t n) : done(n, 1), errors(n) {
+    worker = std::thread([this] { loop(); });
+  }
+  ~CommThread() {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      stop = true;
+    }
+    cv.notify_all();
+    worker.join();
+  }
+  void loop() {
+    for (;;) {
+      std::pair<size_t, std::function<void()>> task;
+      {
+        std::unique_lock<std::mutex> lock(mu);
+        cv.wait(lock, [&] { return stop || !queue.empty(); });
+        if (queue.empty()) return;
+        task = std::move(queue.front());
+        queue.pop_front();
+      }
+      std::string err;
+      try {
+        task.second();
+      } catch (const std::exception& e) {
+        err = e.what();
+      }
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        errors[task.first] = err;
+        done[task.first] = 1;
+      }
+      cv.notify_all();
+    }
+  }
+  void submit(size_t i, std::function<void()> fn) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      done[i] = 0;
+      errors[i].clear();
+      queue.emplace_back(i, std::move(fn));
+    }
+    cv.notify_all();
+  }
+  // Waits for task i; rethrows its error.
+  void wait(size_t i) {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return done[i] != 0; });
+    if (!errors[i].empty()) throw OasesError(errors[i]);
+  }
+  void wait_all() {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return queue.empty() && std::all_of(done.begin(), done.end(), [](char d) { return d != 0; }); });
+  }
+};
+
 Expected<std::unique_ptr<Executor>> Executor::create(Graph g, const ExecOptions& opts) {
   OASES_ASSIGN_OR_RETURN(Program p, compile_program(std::move(g), opts));
   auto ex = std::unique_ptr<Executor>(new Executor());
+  ex->t0_ = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now().time_since_epoch()).count();
   ex->prog_ = std::move(p);
   ex->arena_size_ = std::max<size_t>(64, ex->prog_.memory.arena_bytes);
   ex->arena_ = std::aligned_alloc(64, (ex->arena_size_ + 63) / 64 * 64);
@@ -67,7 +161,9 @@ Expected<std::unique_ptr<Executor>> Executor::create(Graph g, const ExecOptions&
   const Graph& gr = ex->prog_.graph;
   ex->groups_ = opts.groups;
   ex->contexts_.resize(ex->prog_.instrs.size());
+  bool async = false;
   for (size_t i = 0; i < ex->prog_.instrs.size(); ++i) {
+    async |= ex->prog_.instrs[i].kind == Instr::Kind::kCommStart;
     const Node& n = gr.node(ex->prog_.instrs[i].node);
     KernelContext& c = ex->contexts_[i];
     c.graph = &gr;
@@ -91,10 +187,24 @@ Expected<std::unique_ptr<Executor>> Executor::create(Graph g, const ExecOptions&
       c.out.push_back(tv);
     }
   }
+  if (async) ex->comm_ = std::make_unique<CommThread>(ex->prog_.instrs.size());
   return ex;
 }
 
-Executor::~Executor() { std::free(arena_); }
+Executor::~Executor() {
+  comm_.reset();
+  std::free(arena_);
+}
+
+double Executor::now_us() const {
+  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now().time_since_epoch()).count() - t0_;
+}
+
+std::vector<TraceEvent> Executor::take_events() {
+  std::vector<TraceEvent> out;
+  out.swap(events_);
+  return out;
+}
 
 void* Executor::ptr_of(ValueId v) const {
   const ValueSlot& s = prog_.memory.slots[v];
@@ -104,6 +214,26 @@ void* Executor::ptr_of(ValueId v) const {
     case ValueSlot::Kind::kInput: return const_cast<void*>(input_ptrs_[v]);
     case ValueSlot::Kind::kView: return ptr_of(s.root);
     default: return nullptr;
+  }
+}
+
+void Executor::bind(size_t i) {
+  KernelContext& c = contexts_[i];
+  const Node& n = *c.node;
+  for (size_t s = 0; s < n.inputs.size(); ++s) c.in[s].data = n.inputs[s] == kNoId ? nullptr : ptr_of(n.inputs[s]);
+  for (size_t s = 0; s < n.outputs.size(); ++s) c.out[s].data = n.outputs[s] == kNoId ? nullptr : ptr_of(n.outputs[s]);
+}
+
+void Executor::run_compute(size_t i) {
+  bind(i);
+  if (profiling_ || tracing_) {
+    double t0 = now_us();
+    (*prog_.kernels[i])(contexts_[i]);
+    double t1 = now_us();
+    if (profiling_) node_ms_[i] = (t1 - t0) / 1000.0;
+    if (tracing_) events_.push_back(TraceEvent{prog_.instrs[i].node, 0, is_collective(*contexts_[i].node) ? "comm" : "compute", t0, t1 - t0});
+  } else {
+    (*prog_.kernels[i])(contexts_[i]);
   }
 }
 
@@ -133,22 +263,51 @@ Status Executor::execute(const std::map<std::string, Tensor>& inputs) {
     input_ptrs_[v] = t.raw();
   }
   if (profiling_) node_ms_.assign(prog_.instrs.size(), 0.0);
+  std::vector<size_t> start_of(static_cast<size_t>(g.max_node_id()), 0);
   try {
     for (size_t i = 0; i < prog_.instrs.size(); ++i) {
-      KernelContext& c = contexts_[i];
-      const Node& n = *c.node;
-      for (size_t s = 0; s < n.inputs.size(); ++s) c.in[s].data = n.inputs[s] == kNoId ? nullptr : ptr_of(n.inputs[s]);
-      for (size_t s = 0; s < n.outputs.size(); ++s) c.out[s].data = n.outputs[s] == kNoId ? nullptr : ptr_of(n.outputs[s]);
-      if (profiling_) {
-        auto t0 = std::chrono::steady_clock::now();
-        (*prog_.kernels[i])(c);
-        node_ms_[i] = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-      } else {
-        (*prog_.kernels[i])(c);
+      const Instr& ins = prog_.instrs[i];
+      switch (ins.kind) {
+        case Instr::Kind::kCompute: run_compute(i); break;
+        case Instr::Kind::kCommStart: {
+          bind(i);
+          start_of[static_cast<size_t>(ins.node)] = i;
+          KernelContext* c = &contexts_[i];
+          const CpuKernelFn* fn = prog_.kernels[i];
+          bool trace = tracing_;
+          comm_->submit(i, [this, c, fn, trace, i] {
+            double t0 = trace ? now_us() : 0;
+            (*fn)(*c);
+            if (trace) {
+              double t1 = now_us();
+              std::lock_guard<std::mutex> lock(comm_->mu);
+              comm_events_.push_back(TraceEvent{prog_.instrs[i].node, 1, "comm", t0, t1 - t0});
+            }
+          });
+          break;
+        }
+        case Instr::Kind::kCommWait: {
+          double t0 = tracing_ ? now_us() : 0;
+          comm_->wait(start_of[static_cast<size_t>(ins.node)]);
+          if (tracing_) events_.push_back(TraceEvent{ins.node, 0, "wait", t0, now_us() - t0});
+          break;
+        }
       }
     }
+    if (comm_) comm_->wait_all();
   } catch (const OasesError& e) {
+    if (comm_) {
+      try {
+        comm_->wait_all();
+      } catch (...) {
+      }
+    }
     return Status::error(e.what());
+  }
+  if (tracing_ && comm_) {
+    std::lock_guard<std::mutex> lock(comm_->mu);
+    events_.insert(events_.end(), comm_events_.begin(), comm_events_.end());
+    comm_events_.clear();
   }
   return Status::ok();
 }

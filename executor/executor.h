@@ -1,5 +1,7 @@
-// The forward executor: a canonical graph compiled into a Program (nodes in a fixed order, each
-// with its CPU kernel resolved and its operands placed by the memory plan), run on one arena.
+// The executor: a graph compiled into a Program, an instruction stream (compute, collective
+// start, collective wait) with each node's CPU kernel resolved and its operands placed by the
+// memory plan in one arena. Collectives of a scheduled program run on a communication thread in
+// the order they were started; the compute thread only waits where it reads their results.
 #pragma once
 
 #include <map>
@@ -11,13 +13,22 @@
 #include "executor/memory_plan.h"
 #include "graph/evaluator.h"
 #include "graph/graph.h"
+#include "graph/program_order.h"
 
 namespace oases {
 
 struct Instr {
-  enum class Kind { kCompute };
+  enum class Kind { kCompute, kCommStart, kCommWait };
   Kind kind = Kind::kCompute;
   NodeId node = kNoId;
+};
+
+// One timed interval of a run, for traces and the overlap report.
+struct TraceEvent {
+  NodeId node = kNoId;
+  int thread = 0;          // 0 compute, 1 communication
+  std::string category;    // "compute" | "comm" | "wait"
+  double start_us = 0, dur_us = 0;
 };
 
 struct Program {
@@ -31,6 +42,9 @@ struct ExecOptions {
   std::set<ValueId> keep;  // values to keep readable after run() (besides the graph outputs)
   int threads = 0;         // 0: leave OpenMP/OpenBLAS defaults
   std::vector<CommGroup*> groups;  // this rank's group per mesh axis (distributed programs)
+  // Instruction order from the scheduler (planner/schedule.h); empty: topological order with
+  // collectives run in line by the compute thread.
+  std::vector<ScheduledOp> order;
 };
 
 // Compiles `g` (canonical, fully shaped) into a program; the error names the first node without a
@@ -59,6 +73,11 @@ class Executor {
   // Per-node wall time of the last run, when profiling is on.
   void set_profiling(bool on) { profiling_ = on; }
   const std::vector<double>& node_ms() const { return node_ms_; }
+  // Timed events of every run since the last clear (compute, collectives, waits), when tracing.
+  void set_tracing(bool on) { tracing_ = on; }
+  std::vector<TraceEvent> take_events();
+  // Microseconds since this executor was made (the time base of trace events).
+  double now_us() const;
 
  private:
   Program prog_;
@@ -71,8 +90,16 @@ class Executor {
   std::vector<double> node_ms_;
   std::vector<KernelContext> contexts_;
   std::vector<CommGroup*> groups_;
+  bool tracing_ = false;
+  std::vector<TraceEvent> events_;
+  std::vector<TraceEvent> comm_events_;  // recorded by the communication thread
+  struct CommThread;
+  std::unique_ptr<CommThread> comm_;
+  double t0_ = 0;
 
   void* ptr_of(ValueId v) const;
+  void bind(size_t i);
+  void run_compute(size_t i);
 
  public:
   ~Executor();

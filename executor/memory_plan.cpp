@@ -73,6 +73,12 @@ class OffsetAllocator {
 }  // namespace
 
 MemoryPlan MemoryPlan::build(const Graph& g, const std::vector<NodeId>& order, const std::set<ValueId>& keep) {
+  std::vector<PlanStep> steps;
+  for (NodeId n : order) steps.push_back(PlanStep{n, true, true});
+  return build(g, steps, keep);
+}
+
+MemoryPlan MemoryPlan::build(const Graph& g, const std::vector<PlanStep>& steps, const std::set<ValueId>& keep) {
   const OpRegistry& reg = OpRegistry::global();
   MemoryPlan p;
   p.slots.resize(g.num_values());
@@ -84,22 +90,26 @@ MemoryPlan MemoryPlan::build(const Graph& g, const std::vector<NodeId>& order, c
       p.slots[v].kind = ValueSlot::Kind::kInput;
     }
   }
-  // roots of views, and last use (position in order) of every root
+  // roots of views, and last use (step index) of every root
   std::vector<int> last_use(g.num_values(), -1);
   std::vector<ValueId> root(g.num_values());
   for (size_t v = 0; v < root.size(); ++v) root[v] = static_cast<ValueId>(v);
-  for (size_t pos = 0; pos < order.size(); ++pos) {
-    const Node& n = g.node(order[pos]);
-    const OpSchema* s = reg.find(n.domain, n.op_type);
-    if (s && s->view_of_input >= 0 && n.has_input(s->view_of_input) && n.output(0) != kNoId) {
-      ValueId src = n.inputs[s->view_of_input];
-      if (g.value(src).dtype == g.value(n.outputs[0]).dtype) root[n.outputs[0]] = root[src];
+  for (size_t pos = 0; pos < steps.size(); ++pos) {
+    const Node& n = g.node(steps[pos].node);
+    if (steps[pos].defines) {
+      const OpSchema* s = reg.find(n.domain, n.op_type);
+      if (s && s->view_of_input >= 0 && n.has_input(s->view_of_input) && n.output(0) != kNoId) {
+        ValueId src = n.inputs[s->view_of_input];
+        if (g.value(src).dtype == g.value(n.outputs[0]).dtype) root[n.outputs[0]] = root[src];
+      }
+      for (ValueId out : n.outputs) {
+        if (out != kNoId && last_use[root[out]] < static_cast<int>(pos)) last_use[root[out]] = static_cast<int>(pos);
+      }
     }
-    for (ValueId in : n.inputs) {
-      if (in != kNoId) last_use[root[in]] = static_cast<int>(pos);
-    }
-    for (ValueId out : n.outputs) {
-      if (out != kNoId && last_use[root[out]] < static_cast<int>(pos)) last_use[root[out]] = static_cast<int>(pos);
+    if (steps[pos].uses) {
+      for (ValueId in : n.inputs) {
+        if (in != kNoId) last_use[root[in]] = std::max(last_use[root[in]], static_cast<int>(pos));
+      }
     }
   }
   std::vector<char> pinned(g.num_values(), 0);
@@ -109,26 +119,28 @@ MemoryPlan MemoryPlan::build(const Graph& g, const std::vector<NodeId>& order, c
   OffsetAllocator alloc;
   // OASES_NO_MEMORY_REUSE=1 gives every value its own space (for debugging the plan)
   const bool reuse = std::getenv("OASES_NO_MEMORY_REUSE") == nullptr;
-  std::vector<std::vector<ValueId>> frees(order.size());
-  for (size_t pos = 0; pos < order.size(); ++pos) {
-    const Node& n = g.node(order[pos]);
-    for (ValueId out : n.outputs) {
-      if (out == kNoId) continue;
-      ValueSlot& s = p.slots[out];
-      if (s.kind == ValueSlot::Kind::kConstant || s.kind == ValueSlot::Kind::kInput) continue;
-      const Value& val = g.value(out);
-      s.bytes = val.nbytes();
-      if (root[out] != out) {
-        s.kind = ValueSlot::Kind::kView;
-        s.root = root[out];
-        continue;
-      }
-      s.kind = ValueSlot::Kind::kArena;
-      s.offset = alloc.allocate(s.bytes);
-      p.total_bytes += (s.bytes + kAlign - 1) / kAlign * kAlign;
-      if (!pinned[out] && reuse) {
-        int lu = last_use[out] < 0 ? static_cast<int>(pos) : last_use[out];
-        frees[static_cast<size_t>(lu)].push_back(out);
+  std::vector<std::vector<ValueId>> frees(steps.size());
+  for (size_t pos = 0; pos < steps.size(); ++pos) {
+    const Node& n = g.node(steps[pos].node);
+    if (steps[pos].defines) {
+      for (ValueId out : n.outputs) {
+        if (out == kNoId) continue;
+        ValueSlot& s = p.slots[out];
+        if (s.kind == ValueSlot::Kind::kConstant || s.kind == ValueSlot::Kind::kInput) continue;
+        const Value& val = g.value(out);
+        s.bytes = val.nbytes();
+        if (root[out] != out) {
+          s.kind = ValueSlot::Kind::kView;
+          s.root = root[out];
+          continue;
+        }
+        s.kind = ValueSlot::Kind::kArena;
+        s.offset = alloc.allocate(s.bytes);
+        p.total_bytes += (s.bytes + kAlign - 1) / kAlign * kAlign;
+        if (!pinned[out] && reuse) {
+          int lu = last_use[out] < 0 ? static_cast<int>(pos) : last_use[out];
+          frees[static_cast<size_t>(lu)].push_back(out);
+        }
       }
     }
     for (ValueId v : frees[pos]) alloc.release(p.slots[v].offset);

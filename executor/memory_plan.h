@@ -19,12 +19,22 @@ struct ValueSlot {
   ValueId root = kNoId;  // kView: the value whose storage it shares (never itself a view)
 };
 
+// One step of a program for the planner: a compute node defines its outputs and reads its inputs
+// at the same step; a collective defines its outputs where it starts and reads its inputs until
+// the step where it is awaited.
+struct PlanStep {
+  NodeId node = kNoId;
+  bool defines = true;
+  bool uses = true;
+};
+
 struct MemoryPlan {
   std::vector<ValueSlot> slots;  // indexed by ValueId
   size_t arena_bytes = 0;        // peak
   size_t total_bytes = 0;        // what a plan without reuse would need
   // Builds the plan for nodes run in `order`; values in `keep` stay allocated to the end.
   static MemoryPlan build(const Graph& g, const std::vector<NodeId>& order, const std::set<ValueId>& keep);
+  static MemoryPlan build(const Graph& g, const std::vector<PlanStep>& steps, const std::set<ValueId>& keep);
 };
 
 }  // namespace oases

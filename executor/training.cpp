@@ -72,6 +72,11 @@ Expected<TrainingGraph> build_training_graph(Graph g, const TrainingSpec& spec) 
     auto rw = make_loss_sum_over_count_pass()->run(g);
     if (!rw) return rw.status();
   }
+  if (spec.before_autodiff) {
+    g.set_outputs({loss});
+    OASES_ASSIGN_OR_RETURN(g, spec.before_autodiff(std::move(g)));
+    loss = g.outputs().at(0);
+  }
 
   std::optional<std::regex> freeze;
   if (!spec.freeze.empty()) {
@@ -197,7 +202,9 @@ Expected<std::unique_ptr<Trainer>> Trainer::create(TrainingGraph tg, OptimizerCo
   DeadCodePass dce;
   auto d = dce.run(eval);
   if (!d) return d.status();
-  OASES_ASSIGN_OR_RETURN(tr->eval_, Executor::create(std::move(eval), eo));
+  ExecOptions eval_opts = eo;
+  eval_opts.order.clear();  // the schedule is the training program's; evaluation runs in line
+  OASES_ASSIGN_OR_RETURN(tr->eval_, Executor::create(std::move(eval), eval_opts));
   for (ValueId p : tg.params) tr->opt_.add(tg.graph.value(p).name, tr->train_->constant_storage(p));
   tr->tg_ = std::move(tg);
   return tr;

@@ -20,6 +20,10 @@ struct TrainingSpec {
   std::string loss = "auto";     // auto: the model's scalar output if it has one, else cross_entropy
   int64_t ignore_index = -100;   // for the appended cross-entropy
   std::string freeze;            // ECMAScript regex of initializer names to hold fixed
+  // Runs on the forward + loss graph (outputs: [loss]) before the backward pass is made; the
+  // tools use it to split the batch into micro-batch chunks (planner/chunking.h). Must keep the
+  // ValueIds of initializers and inputs, and leave the loss as output 0.
+  std::function<Expected<Graph>(Graph)> before_autodiff;
 };
 
 struct TrainingGraph {

@@ -32,6 +32,7 @@ std::vector<ValueId> GradContext::op_n(const std::string& type, const std::vecto
   nn.phase = Node::Phase::kBackward;
   nn.origin = f.id;
   nn.scope = f.scope;
+  nn.chunk = f.chunk;
   nn.opset = f.opset;
   ++emitted_;
   Status s = infer_node(g_, id);
@@ -143,6 +144,7 @@ Expected<BackwardResult> build_backward(Graph& g, ValueId loss, const std::vecto
       if (p != kNoId) {
         g.node(add).origin = p;
         g.node(add).scope = g.node(p).scope;
+        g.node(add).chunk = g.node(p).chunk;
       }
       acc = out;
     }

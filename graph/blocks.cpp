@@ -257,14 +257,15 @@ ModelStructure find_transformer_structure(const Graph& g) {
   }
 
   // norms: to the block owning the first projection after them (the norm's reader), else final
-  std::vector<std::pair<size_t, int>> inputs_of_blocks;  // (position of a q/k/v or up projection, block)
+  // (position of a q/k/v or up projection, block * 2 + sub-layer)
+  std::vector<std::pair<size_t, int>> inputs_of_blocks;
   for (size_t b = 0; b < ms.blocks.size(); ++b) {
     const BlockInfo& bl = ms.blocks[b];
     if (bl.has_attn) {
-      for (const auto& l : bl.attn.qkv) inputs_of_blocks.push_back({pos[l.matmul], static_cast<int>(b)});
+      for (const auto& l : bl.attn.qkv) inputs_of_blocks.push_back({pos[l.matmul], static_cast<int>(2 * b)});
     }
     if (bl.has_mlp) {
-      for (const auto& l : bl.mlp.up) inputs_of_blocks.push_back({pos[l.matmul], static_cast<int>(b)});
+      for (const auto& l : bl.mlp.up) inputs_of_blocks.push_back({pos[l.matmul], static_cast<int>(2 * b + 1)});
     }
   }
   std::sort(inputs_of_blocks.begin(), inputs_of_blocks.end());
@@ -278,7 +279,8 @@ ModelStructure find_transformer_structure(const Graph& g) {
     ni.bias = n.has_input(2) ? n.inputs[2] : kNoId;
     auto it = std::upper_bound(inputs_of_blocks.begin(), inputs_of_blocks.end(), std::make_pair(pos[id], INT_MAX));
     if (it != inputs_of_blocks.end()) {
-      ms.blocks[it->second].norms.push_back(ni);
+      ni.feeds = it->second % 2 == 0 ? "attn" : "mlp";
+      ms.blocks[static_cast<size_t>(it->second / 2)].norms.push_back(ni);
     } else {
       ms.final_norms.push_back(ni);
     }
@@ -334,9 +336,10 @@ class FindBlocksPass : public Pass {
         for (const auto& l : b.mlp.up) tag_linear(l, base + ".mlp");
         tag_linear(b.mlp.down, base + ".mlp");
       }
-      for (size_t i = 0; i < b.norms.size(); ++i) tag(b.norms[i].node, fmt::format("{}.norm{}", base, i + 1));
+      for (size_t i = 0; i < b.norms.size(); ++i) tag(b.norms[i].node, fmt::format("{}.{}.norm{}", base, b.norms[i].feeds, i + 1));
     }
     for (const auto& e : ms.embeddings) tag(e.gather, "embedding");
+    for (const auto& nrm : ms.final_norms) tag(nrm.node, "final_norm");
     if (ms.has_head) tag_linear(ms.head, "head");
     rep.count = static_cast<int>(ms.blocks.size());
     rep.found = fmt::format("{} transformer blocks ({} attention, {} MLP), {} embeddings, {}", ms.blocks.size(), attn, mlp,

@@ -40,6 +40,7 @@ struct NormInfo {
   NodeId node = kNoId;
   std::string kind;  // "layernorm" | "rmsnorm"
   ValueId scale = kNoId, bias = kNoId;
+  std::string feeds;  // "attn" or "mlp": the sub-layer whose projection reads it ("" after the blocks)
 };
 
 struct BlockInfo {

@@ -57,9 +57,10 @@ struct Node {
   std::vector<ValueId> outputs;  // kNoId marks an omitted optional output
   int opset = 0;                 // version of `domain` the model imported
   std::string scope;             // block the node belongs to, e.g. "layer.3.attn" (set by passes)
-  enum class Phase : uint8_t { kForward, kBackward, kLoss };
-  Phase phase = Phase::kForward;  // backward nodes are made by autodiff
-  NodeId origin = kNoId;          // backward nodes: the forward node whose gradient they compute
+  enum class Phase : uint8_t { kForward, kBackward, kLoss, kRecompute };
+  Phase phase = Phase::kForward;  // backward nodes are made by autodiff, recompute ones by checkpointing
+  NodeId origin = kNoId;          // backward/recompute nodes: the forward node they derive from
+  int chunk = -1;                 // micro-batch chunk the node works on (-1: all, or not chunked)
 
   int num_inputs() const { return static_cast<int>(inputs.size()); }
   bool has_input(int i) const { return i < num_inputs() && inputs[i] != kNoId; }

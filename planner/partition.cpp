@@ -56,6 +56,7 @@ class Partitioner {
       Node& nn = g.node(n);
       nn.scope = l.scope;
       nn.phase = l.phase;
+      nn.chunk = l.chunk;
       nn.origin = l.origin != kNoId ? l.origin : like;
     }
     spec(out) = out_spec;
@@ -512,6 +513,7 @@ int bucket_gradient_all_reduces(PartitionedGraph& pg, int mesh_axis, int64_t buc
       NodeId nb = g.add_node("AllReduce", ins, outs, attrs, g.unique_name("grad_bucket"), kOasesDomain);
       g.node(nb).scope = scope;
       g.node(nb).phase = phase;
+      g.node(nb).chunk = -1;
       pg.collectives -= static_cast<int>(bucket.size()) - 1;
     }
     ++buckets;

@@ -17,6 +17,7 @@ const char* phase_name(Node::Phase p) {
     case Node::Phase::kForward: return "forward";
     case Node::Phase::kBackward: return "backward";
     case Node::Phase::kLoss: return "loss";
+    case Node::Phase::kRecompute: return "recompute";
   }
   return "?";
 }

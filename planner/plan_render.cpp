@@ -50,7 +50,8 @@ std::string coll_summary(const nlohmann::json& block, const std::string& part, c
   *count = 0;
   for (const auto& c : block["collectives"]) {
     std::string scope = jstr(c, "scope");
-    if (scope.find("." + part) == std::string::npos || jstr(c, "phase") != phase) continue;
+    bool is_norm = scope.find(".norm") != std::string::npos;
+    if (scope.find("." + part) == std::string::npos || (part != "norm" && is_norm) || jstr(c, "phase") != phase) continue;
     auto& e = by_op[jstr(c, "op")];
     e.first++;
     e.second += c.value("payload_bytes", 0.0);

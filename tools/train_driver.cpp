@@ -18,7 +18,9 @@
 #include "executor/training.h"
 #include "importer/onnx_export.h"
 #include "kernels/cpu/gemm.h"
+#include "planner/chunking.h"
 #include "planner/plan.h"
+#include "planner/schedule.h"
 #include "planner/strategy.h"
 
 namespace fs = std::filesystem;
@@ -72,6 +74,14 @@ void add_train_options(CLI::App& app, TrainArgs& a) {
   app.add_option("--export-plan", a.export_plan, "Write the partitioned plan as JSON");
   app.add_option("--plan", a.plan, "Run this plan (oases-plan output, or specs per initializer)");
   app.add_option("--comm-timeout", a.comm_timeout, "Seconds a collective waits for its peers before the run stops");
+  app.add_option("--chunks", a.chunks, "Micro-batch chunks per batch (default 2 with --schedule, else 1)");
+  app.add_option("--schedule", a.schedule, "plain | default_checkpoint | optim_comm_checkpoint | overlap_checkpoint | oases")
+      ->check(CLI::IsMember({"plain", "default_checkpoint", "optim_comm_checkpoint", "overlap_checkpoint", "oases"}));
+  app.add_option("--emulate-link", a.emulate_link, "Delay collectives as a link of bw=GBPS,latency=US would (ring algorithm)");
+  app.add_option("--trace", a.trace, "Write a Chrome trace (Perfetto) of the first --trace-steps steps after the first");
+  app.add_option("--trace-steps", a.trace_steps, "Steps in the trace");
+  app.add_flag("--overlap-report", a.overlap_report, "Print total, hidden and exposed communication time per step and per block");
+  app.add_flag("--memory-report", a.memory_report, "Print the bytes of activations each block keeps for the backward pass");
   a.bind.add_to(app);
 }
 
@@ -218,6 +228,11 @@ Expected<Setup> prepare(const TrainArgs& args, int64_t world) {
   spec.loss = a.loss;
   spec.ignore_index = a.ignore_index;
   spec.freeze = a.freeze;
+  if (a.chunks <= 0) a.chunks = a.schedule.empty() ? 1 : 2;
+  if (a.chunks > 1) {
+    int k = static_cast<int>(a.chunks);
+    spec.before_autodiff = [k](Graph g) { return chunk_batch(g, k); };
+  }
   auto tg = build_training_graph(loaded.graph, spec);
   if (!tg) return tg.status().with_context(a.model);
   s.global = std::move(*tg);
@@ -302,6 +317,83 @@ Expected<Setup> prepare(const TrainArgs& args, int64_t world) {
   return s;
 }
 
+// Per-step communication accounting from a run's events: total time of the collectives, the
+// part the compute thread waited for (exposed), the rest hidden behind computation.
+struct OverlapStats {
+  struct Acc {
+    double comm = 0, exposed = 0;
+  };
+  int steps = 0;
+  double step_ms = 0;
+  Acc total;
+  std::map<int, Acc> per_layer;
+  std::map<int, Acc> per_layer_bwd;
+
+  static int layer_of(const Node& n) {
+    if (n.scope.rfind("layer.", 0) != 0) return -1;
+    return std::atoi(n.scope.c_str() + 6);
+  }
+  void add(const Graph& g, const std::vector<TraceEvent>& ev, double ms, bool count) {
+    if (!count) return;
+    ++steps;
+    step_ms += ms;
+    for (const TraceEvent& e : ev) {
+      if (e.node == kNoId || !g.alive(e.node)) continue;
+      const Node& n = g.node(e.node);
+      if (e.category == "comm") {
+        total.comm += e.dur_us;
+        per_layer[layer_of(n)].comm += e.dur_us;
+        if (e.thread == 0) {  // run in line: all of it exposed
+          total.exposed += e.dur_us;
+          per_layer[layer_of(n)].exposed += e.dur_us;
+        }
+      } else if (e.category == "wait") {
+        total.exposed += e.dur_us;
+        per_layer[layer_of(n)].exposed += e.dur_us;
+      }
+    }
+  }
+  void print(bool overlap_asked, const std::string& schedule) const {
+    if (steps == 0) {
+      std::fprintf(stderr, "overlap report: no step after the first to measure\n");
+      return;
+    }
+    double n = steps;
+    double comm = total.comm / 1000.0 / n, exposed = std::min(comm, total.exposed / 1000.0 / n), hidden = comm - exposed;
+    std::fprintf(stderr, "overlap report (rank 0, mean of %d steps): step %.1f ms; communication %.1f ms: hidden %.1f ms (%.0f%%), exposed %.1f ms\n",
+                 steps, step_ms / n, comm, hidden, comm > 0 ? 100.0 * hidden / comm : 0.0, exposed);
+    for (const auto& [layer, acc] : per_layer) {
+      double c = acc.comm / 1000.0 / n, x = std::min(c, acc.exposed / 1000.0 / n);
+      std::fprintf(stderr, "  %-10s comm %8.2f ms  hidden %8.2f ms  exposed %8.2f ms\n",
+                   layer < 0 ? "other" : fmt::format("layer {}", layer).c_str(), c, c - x, x);
+    }
+    if (comm > 0 && hidden < 0.05 * comm) {
+      std::fprintf(stderr, "WARNING: %s\n",
+                   overlap_asked ? fmt::format("overlap was asked for (--schedule {}) but almost no communication was hidden ({:.0f}%)", schedule,
+                                               100.0 * hidden / comm).c_str()
+                                 : "no communication was hidden behind computation (use --schedule oases or overlap_checkpoint)");
+    }
+  }
+};
+
+// Chrome trace events ("X" complete events, one pid per rank, tid 0 compute and 1 communication).
+void append_trace(const Graph& g, const std::vector<TraceEvent>& ev, int rank, nlohmann::json* out) {
+  if (out->empty()) {
+    out->push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", rank}, {"args", {{"name", fmt::format("rank {}", rank)}}}});
+    out->push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", rank}, {"tid", 0}, {"args", {{"name", "compute"}}}});
+    out->push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", rank}, {"tid", 1}, {"args", {{"name", "communication"}}}});
+  }
+  for (const TraceEvent& e : ev) {
+    if (e.node == kNoId || !g.alive(e.node)) continue;
+    const Node& n = g.node(e.node);
+    std::string name = e.category == "wait" ? "wait " + n.op_type : n.op_type;
+    if (n.chunk >= 0) name += fmt::format(" (chunk {})", n.chunk);
+    out->push_back({{"name", name}, {"cat", e.category == "wait" ? "comm" : e.category}, {"ph", "X"}, {"ts", e.start_us},
+                    {"dur", std::max(e.dur_us, 0.01)}, {"pid", rank}, {"tid", e.thread},
+                    {"args", {{"node", n.name}, {"scope", n.scope}, {"chunk", n.chunk}, {"kind", e.category}}}});
+  }
+}
+
 // One rank's training loop. `log` is true on rank 0.
 Status run_rank(const Setup& s, RankRuntime& rt) {
   const TrainArgs& a = s.a;
@@ -322,9 +414,38 @@ Status run_rank(const Setup& s, RankRuntime& rt) {
   ExecOptions eo;
   eo.threads = a.threads;
   eo.groups = rt.axis_groups();
+  // the schedule: recomputation, then the instruction order (the same on every rank)
+  std::optional<ScheduleOptions> sched;
+  RecomputeReport recompute;
+  std::map<int, int64_t> saved_bytes;
+  std::map<int, int> saved_count;
+  if (!a.schedule.empty()) {
+    OASES_ASSIGN_OR_RETURN(sched, schedule_by_name(a.schedule));
+    OASES_ASSIGN_OR_RETURN(recompute, apply_recompute(tg.graph, sched->checkpoint));
+    OASES_ASSIGN_OR_RETURN(eo.order, schedule_program(tg.graph, *sched));
+    if (lead && std::getenv("OASES_DUMP_SCHEDULE")) {
+      for (const ScheduledOp& op : eo.order) {
+        const Node& n = tg.graph.node(op.node);
+        const char* k = op.kind == ScheduledOp::Kind::kCompute ? "    " : op.kind == ScheduledOp::Kind::kCommStart ? "START" : "WAIT ";
+        std::fprintf(stderr, "%s c%-2d %-9s %-22s %s\n", k, n.chunk, n.phase == Node::Phase::kForward ? "fwd" : n.phase == Node::Phase::kLoss ? "loss" : n.phase == Node::Phase::kBackward ? "bwd" : "recompute",
+                     n.op_type.c_str(), n.scope.c_str());
+      }
+    }
+    saved_bytes = saved_activation_bytes(tg.graph, eo.order);
+    saved_count = saved_activation_count(tg.graph, eo.order);
+  }
   OASES_ASSIGN_OR_RETURN(auto trainer, Trainer::create(std::move(tg), s.oc, eo));
   Trainer& tr = *trainer;
   tr.executor().state().seed = a.seed;
+  bool tracing = !a.trace.empty() || a.overlap_report;
+  tr.executor().set_tracing(tracing);
+  if (lead && (a.memory_report || a.overlap_report) && sched) {
+    std::fprintf(stderr, "schedule %s, %lld chunks: %d recomputed nodes (%d collectives); activations kept for backward per block:\n",
+                 sched->name.c_str(), static_cast<long long>(a.chunks), recompute.nodes, recompute.collectives);
+    for (const auto& [layer, bytes] : saved_bytes) {
+      std::fprintf(stderr, "  layer %d: %d tensors, %.1f KiB\n", layer, saved_count[layer], static_cast<double>(bytes) / 1024.0);
+    }
+  }
   const std::vector<ShardingSpec>& pspecs = s.param_specs;
   if (rt.distributed()) {
     tr.global_norm = [&rt, &pspecs](const std::vector<double>& ss) { return std::sqrt(rt.global_sum_squares(ss, pspecs)); };
@@ -468,6 +589,8 @@ Status run_rank(const Setup& s, RankRuntime& rt) {
     if (lead) std::fprintf(stderr, "step %lld  val loss %.4f\n", static_cast<long long>(start), v);
   }
   int64_t end = a.stop_after > 0 ? std::min(a.steps, start + a.stop_after) : a.steps;
+  OverlapStats overlap;
+  nlohmann::json trace_json = nlohmann::json::array();
   // Fault injection for the tests of peer failures: OASES_TEST_FAULT=RANK:STEP:error|exit|hang
   int fault_rank = -1, fault_mode = 0;
   int64_t fault_step = -1;
@@ -486,6 +609,12 @@ Status run_rank(const Setup& s, RankRuntime& rt) {
     OASES_ASSIGN_OR_RETURN(auto micro, next_feeds());
     bool dump_now = !a.dump_grads.empty() && step == start;
     OASES_ASSIGN_OR_RETURN(StepStats st, tr.step(micro, dump_now ? std::function<Status()>(dump) : std::function<Status()>()));
+    if (tracing) {
+      std::vector<TraceEvent> ev = tr.executor().take_events();
+      int64_t done_steps = step - start;
+      overlap.add(tr.training_graph().graph, ev, st.ms, done_steps >= 1);
+      if (!a.trace.empty() && done_steps >= 1 && done_steps <= a.trace_steps) append_trace(tr.training_graph().graph, ev, rt.rank(), &trace_json);
+    }
     if (!std::isfinite(st.loss)) return error("step {}: the loss is {} (lower --lr?)", step + 1, st.loss);
     double tps = static_cast<double>(tokens_per_step) / (st.ms / 1000.0);
     int64_t done = step + 1;
@@ -510,6 +639,29 @@ Status run_rank(const Setup& s, RankRuntime& rt) {
     }
     if (!a.save.empty() && a.save_every > 0 && done % a.save_every == 0 && done != end) OASES_RETURN_IF_ERROR(save(done));
   }
+  if (!a.trace.empty()) {
+    std::vector<std::string> all = rt.gather_strings(trace_json.dump());
+    if (lead) {
+      nlohmann::json merged = nlohmann::json::array();
+      for (const std::string& part : all) {
+        for (auto& e : nlohmann::json::parse(part)) merged.push_back(std::move(e));
+      }
+      nlohmann::json doc{{"traceEvents", merged}, {"displayTimeUnit", "ms"},
+                         {"otherData", {{"model", a.model}, {"schedule", a.schedule.empty() ? "plain (in line)" : a.schedule},
+                                        {"chunks", a.chunks}, {"tp", a.tp}, {"dp", a.dp}, {"emulated_link", a.emulate_link}}}};
+      std::string tmp = a.trace + ".tmp";
+      {
+        std::ofstream f(tmp);
+        if (!f) return error("{}: cannot open for writing", a.trace);
+        f << doc.dump() << "\n";
+      }
+      std::error_code ec;
+      fs::rename(tmp, a.trace, ec);
+      if (ec) return error("{}: cannot rename: {}", a.trace, ec.message());
+      if (!a.quiet) std::fprintf(stderr, "wrote trace %s (%zu events; open in https://ui.perfetto.dev)\n", a.trace.c_str(), merged.size());
+    }
+  }
+  if (a.overlap_report && lead) overlap.print(sched.has_value() && sched->interleave, a.schedule);
   if (!a.save.empty() && a.steps > 0) {
     OASES_RETURN_IF_ERROR(save(std::max(end, start)));
     if (lead && !a.quiet) std::fprintf(stderr, "saved checkpoint %s\n", a.save.c_str());
@@ -548,6 +700,12 @@ int run_training(TrainArgs& a, int argc, char** argv) {
     return 2;
   }
   Mesh mesh = setup->strategy.mesh;
+  LinkModel link;
+  if (!a.emulate_link.empty()) {
+    auto lm = parse_link_model(a.emulate_link);
+    if (!lm) return fail_with(lm.status());
+    link = *lm;
+  }
   if (mpi) {
     // the cores of a node are shared by the ranks on it
     const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
@@ -557,7 +715,7 @@ int run_training(TrainArgs& a, int argc, char** argv) {
     int threads = a.threads > 0 ? a.threads : std::max(1, hw / per_node);
     omp_set_num_threads(threads);
     kernels::set_blas_threads(threads);
-    auto rt = RankRuntime::create(mpi.get(), mesh);
+    auto rt = RankRuntime::create(mpi.get(), mesh, link);
     if (!rt) return fail_with(rt.status());
     Status st = run_rank(*setup, **rt);
     if (!st.is_ok()) {
@@ -586,7 +744,7 @@ int run_training(TrainArgs& a, int argc, char** argv) {
       auto comm = local_communicator(lw, static_cast<int>(r));
       Status st;
       try {
-        auto rt = RankRuntime::create(comm.get(), mesh);
+        auto rt = RankRuntime::create(comm.get(), mesh, link);
         st = rt ? run_rank(*setup, **rt) : rt.status();
       } catch (const std::exception& e) {
         st = Status::error(e.what());

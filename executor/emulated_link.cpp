@@ -1,0 +1,116 @@
+#include "executor/emulated_link.h"
+
+#include <chrono>
+#include <sstream>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "graph/status.h"
+
+namespace oases {
+
+double LinkModel::all_reduce_s(double bytes, int p) const {
+  if (p <= 1) return 0;
+  return 2.0 * (p - 1) / p * bytes / (bandwidth_gbps * 1e9) + 2.0 * (p - 1) * latency_us * 1e-6;
+}
+
+double LinkModel::gather_like_s(double bytes, int p) const {
+  if (p <= 1) return 0;
+  return static_cast<double>(p - 1) / p * bytes / (bandwidth_gbps * 1e9) + (p - 1) * latency_us * 1e-6;
+}
+
+double LinkModel::broadcast_s(double bytes, int p) const {
+  if (p <= 1) return 0;
+  return bytes / (bandwidth_gbps * 1e9) + (p - 1) * latency_us * 1e-6;
+}
+
+Expected<LinkModel> parse_link_model(const std::string& text) {
+  LinkModel m;
+  std::stringstream ss(text);
+  std::string item;
+  bool have_bw = false;
+  while (std::getline(ss, item, ',')) {
+    auto eq = item.find('=');
+    if (eq == std::string::npos) return error("--emulate-link '{}': '{}' is not key=value (bw=GBPS,latency=US)", text, item);
+    std::string k = item.substr(0, eq), v = item.substr(eq + 1);
+    double x;
+    try {
+      size_t used = 0;
+      x = std::stod(v, &used);
+      if (used != v.size()) throw std::invalid_argument("trailing");
+    } catch (const std::exception&) {
+      return error("--emulate-link '{}': '{}' is not a number", text, v);
+    }
+    if (k == "bw") {
+      if (!(x > 0)) return error("--emulate-link '{}': the bandwidth must be positive", text);
+      m.bandwidth_gbps = x;
+      have_bw = true;
+    } else if (k == "latency") {
+      if (x < 0) return error("--emulate-link '{}': the latency cannot be negative", text);
+      m.latency_us = x;
+    } else {
+      return error("--emulate-link '{}': unknown key '{}' (bw, latency)", text, k);
+    }
+  }
+  if (!have_bw) return error("--emulate-link '{}' needs bw=GBPS", text);
+  return m;
+}
+
+namespace {
+
+class EmulatedGroup : public CommGroup {
+ public:
+  EmulatedGroup(std::unique_ptr<CommGroup> inner, LinkModel link) : inner_(std::move(inner)), link_(link) {}
+  int rank() const override { return inner_->rank(); }
+  int size() const override { return inner_->size(); }
+  const std::vector<int>& members() const override { return inner_->members(); }
+  void all_reduce(void* data, int64_t count, DType dt, ReduceOp op) override {
+    auto t0 = std::chrono::steady_clock::now();
+    inner_->all_reduce(data, count, dt, op);
+    settle(t0, link_.all_reduce_s(static_cast<double>(count) * static_cast<double>(dtype_size(dt)), size()));
+  }
+  void all_gather(const void* in, void* out, int64_t bytes) override {
+    auto t0 = std::chrono::steady_clock::now();
+    inner_->all_gather(in, out, bytes);
+    settle(t0, link_.gather_like_s(static_cast<double>(bytes) * size(), size()));
+  }
+  void reduce_scatter(const void* in, void* out, int64_t count, DType dt, ReduceOp op) override {
+    auto t0 = std::chrono::steady_clock::now();
+    inner_->reduce_scatter(in, out, count, dt, op);
+    settle(t0, link_.gather_like_s(static_cast<double>(count) * static_cast<double>(dtype_size(dt)) * size(), size()));
+  }
+  void all_to_all(const void* in, void* out, int64_t bytes) override {
+    auto t0 = std::chrono::steady_clock::now();
+    inner_->all_to_all(in, out, bytes);
+    settle(t0, link_.gather_like_s(static_cast<double>(bytes) * size(), size()));
+  }
+  void broadcast(void* data, int64_t bytes, int root) override {
+    auto t0 = std::chrono::steady_clock::now();
+    inner_->broadcast(data, bytes, root);
+    settle(t0, link_.broadcast_s(static_cast<double>(bytes), size()));
+  }
+  void barrier() override {
+    auto t0 = std::chrono::steady_clock::now();
+    inner_->barrier();
+    settle(t0, link_.latency_us * 1e-6);
+  }
+
+ private:
+  // completes no earlier than t0 + seconds (sleeping, not spinning)
+  static void settle(std::chrono::steady_clock::time_point t0, double seconds) {
+    auto until = t0 + std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(seconds));
+    std::this_thread::sleep_until(until);
+  }
+  std::unique_ptr<CommGroup> inner_;
+  LinkModel link_;
+};
+
+}  // namespace
+
+std::unique_ptr<CommGroup> emulate_link(std::unique_ptr<CommGroup> inner, const LinkModel& link) {
+  if (!link.enabled()) return inner;
+  return std::make_unique<EmulatedGroup>(std::move(inner), link);
+}
+
+}  // namespace oases
