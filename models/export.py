@@ -110,7 +110,7 @@ def kwargs_supported(fn, kw):
     return {k: v for k, v in kw.items() if k in params}
 
 
-def export_torchscript(wrap, inputs, names, out_name, path, opset, dynamic):
+def export_torchscript(wrap, inputs, names, out_name, path, opset, dynamic, training=False):
     dyn = None
     if dynamic:
         dyn = {n: {0: "batch", 1: "sequence"} for n in names}
@@ -118,6 +118,8 @@ def export_torchscript(wrap, inputs, names, out_name, path, opset, dynamic):
             dyn[out_name] = {0: "batch", 1: "sequence"}
     kw = dict(input_names=names, output_names=[out_name], opset_version=opset, do_constant_folding=False,
               dynamic_axes=dyn)
+    if training:  # keep Dropout nodes (training_mode = true) in the graph
+        kw["training"] = torch.onnx.TrainingMode.TRAINING
     if "dynamo" in inspect.signature(torch.onnx.export).parameters:
         kw["dynamo"] = False  # current torch defaults to the dynamo exporter
     with warnings.catch_warnings():
@@ -287,6 +289,8 @@ def main():
     ap.add_argument("--dynamic", action="store_true",
                     help="symbolic batch and sequence dimensions; also writes test_data_set_1 at other sizes")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--dropout", type=float, default=0.0,
+                    help="export in training mode with Dropout(p) nodes (TorchScript exporter; implies --no-data)")
     ap.add_argument("--no-data", action="store_true", help="write the model only")
     ap.add_argument("--out", required=True, help="output folder")
     a = ap.parse_args()
@@ -295,7 +299,11 @@ def main():
     torch.manual_seed(a.seed)
     cfg = Config(family=a.family, vocab=a.vocab, hidden=a.hidden, layers=a.layers, heads=a.heads, kv_heads=a.kv_heads,
                  ffn=a.ffn, max_pos=a.max_pos, positions=a.positions, norm=a.norm, act=a.act,
-                 tied=None if a.tied == "" else a.tied == "yes", loss_inside=a.loss_inside)
+                 tied=None if a.tied == "" else a.tied == "yes", loss_inside=a.loss_inside, dropout=a.dropout)
+    if a.dropout:
+        if a.exporter != "torchscript":
+            sys.exit("export.py: --dropout needs the TorchScript exporter")
+        a.no_data = True  # outputs are random: no reference data
     model = TransformerLM(cfg).eval()
     names = ["input_ids"] + (["attention_mask"] if a.attention_mask else []) + (["labels"] if a.loss_inside else [])
     wrap = WRAPPERS[tuple(names)](model).eval()
@@ -306,7 +314,7 @@ def main():
     path = os.path.join(a.out, "model.onnx")
     prog = None
     if a.exporter == "torchscript":
-        export_torchscript(wrap, inputs, names, out_name, path, opset, a.dynamic)
+        export_torchscript(wrap, inputs, names, out_name, path, opset, a.dynamic, training=a.dropout > 0)
     else:
         prog = export_dynamo(wrap, inputs, names, out_name, path, opset, a.dynamic, cfg.max_pos)
     m = onnx.load(path)

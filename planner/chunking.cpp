@@ -64,8 +64,25 @@ class Unroller {
   }
 
   // A node reading chunk-dependent values: chunk 0 keeps the node, chunks 1.. get copies.
+  // A dropout copy replays the unchunked node's mask: same key, offsets of its rows.
+  static void dropout_chunk_attrs(AttrMap& a, const std::string& key, int k, const Shape& local) {
+    if (!a.has("mask_shape")) return;
+    a.set_string("key_node", a.get_string("key_node", key));
+    std::vector<int64_t> axes = a.get_ints("shard_axes"), off = a.get_ints("mask_offsets", std::vector<int64_t>(axes.size(), 0));
+    for (size_t d = 0; d < axes.size() && d < local.size(); ++d) {
+      if (axes[d] == 0) {  // the chunk axis: a static offset
+        off[d] += k * local[d];
+        axes[d] = -1;
+      }
+    }
+    a.set_ints("shard_axes", axes);
+    a.set_ints("mask_offsets", off);
+  }
+
   void repeat(NodeId id) {
     Node proto = g_.node(id);
+    bool dropout = proto.op_type == "Dropout" || proto.op_type == "DropoutGrad";
+    Shape local = proto.inputs.empty() || proto.inputs[0] == kNoId ? Shape{} : g_.value(proto.inputs[0]).shape;
     std::vector<std::vector<ValueId>> outs(proto.outputs.size());
     for (int k = 0; k < K_; ++k) {
       std::vector<ValueId> ins;
@@ -76,6 +93,7 @@ class Unroller {
         }
         Node& n = g_.node(id);
         n.chunk = 0;
+        if (dropout) dropout_chunk_attrs(n.attrs, proto.name, 0, local);
         n.name = "c0/" + n.name;
         for (size_t o = 0; o < proto.outputs.size(); ++o) outs[o].push_back(proto.outputs[o]);
         continue;
@@ -90,7 +108,9 @@ class Unroller {
         ValueId nv = g_.add_value(g_.unique_name(fmt::format("c{}/{}", k, ov.name)), ov.dtype, ov.shape, true);
         new_outs.push_back(nv);
       }
-      NodeId c = g_.add_node(proto.op_type, ins, new_outs, proto.attrs, g_.unique_name(fmt::format("c{}/{}", k, proto.name)), proto.domain);
+      AttrMap attrs = proto.attrs;
+      if (dropout) dropout_chunk_attrs(attrs, proto.name, k, local);
+      NodeId c = g_.add_node(proto.op_type, ins, new_outs, attrs, g_.unique_name(fmt::format("c{}/{}", k, proto.name)), proto.domain);
       Node& cn = g_.node(c);
       cn.scope = proto.scope;
       cn.phase = proto.phase;

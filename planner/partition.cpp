@@ -407,21 +407,16 @@ class Partitioner {
       } else if (n.domain == kOasesDomain && (op == "SoftmaxCrossEntropyGrad" || op == "NLLLossGrad")) {
         const DimSpec& d = spec(n.inputs[1]).dims[1];
         if (d.axis >= 0) OASES_RETURN_IF_ERROR(lower_cross_entropy_grad(id, d.axis, op == "NLLLossGrad"));
-      } else if (dflt && op == "Dropout") {
-        // the mask is drawn from global element indices, so every layout replays the same mask
+      } else if ((dflt && op == "Dropout") || (n.domain == kOasesDomain && op == "DropoutGrad")) {
+        // the mask is drawn from each element's index in the whole tensor, so every layout replays
+        // the same mask: record the whole shape (once) and the axis splitting each dim
         const ShardingSpec& s = spec(n.inputs[0]);
         if (!s.is_replicated()) {
-          n.attrs.set_ints("global_shape", global_shape_of(n.inputs[0]));
-          std::vector<int64_t> axes;
-          for (const auto& dd : s.dims) axes.push_back(dd.axis);
-          n.attrs.set_ints("shard_axes", axes);
-        }
-      } else if (n.domain == kOasesDomain && op == "DropoutGrad") {
-        const ShardingSpec& s = spec(n.inputs[0]);
-        if (!s.is_replicated()) {
-          n.attrs.set_ints("global_shape", global_shape_of(n.inputs[0]));
-          std::vector<int64_t> axes;
-          for (const auto& dd : s.dims) axes.push_back(dd.axis);
+          if (!n.attrs.has("mask_shape")) n.attrs.set_ints("mask_shape", global_shape_of(n.inputs[0]));
+          std::vector<int64_t> axes = n.attrs.get_ints("shard_axes", std::vector<int64_t>(s.rank(), -1));
+          for (size_t d = 0; d < s.rank(); ++d) {
+            if (s.dims[d].axis >= 0) axes[d] = s.dims[d].axis;
+          }
           n.attrs.set_ints("shard_axes", axes);
         }
       }

@@ -1,5 +1,7 @@
 #include "executor/cpu/common.h"
 
+#include "executor/communicator.h"
+
 namespace oases::cpu {
 
 bool is_half(DType t) { return t == DType::kF16 || t == DType::kBF16; }
@@ -34,6 +36,57 @@ void with_half_as_float(KernelContext& c, const std::function<void(KernelContext
   for (size_t i = 0; i < c.out.size(); ++i) {
     if (out_buf[i] == SIZE_MAX) continue;
     for (int64_t j = 0; j < c.out[i].numel(); ++j) store_from_double(c.out[i].data, c.out[i].dtype, j, bufs[out_buf[i]][j]);
+  }
+}
+
+namespace {
+inline uint64_t mix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+}  // namespace
+
+void apply_dropout(const KernelContext& c, const float* x, float* y, uint8_t* mask, float ratio) {
+  const Shape& local = c.in[0].shape;
+  size_t r = local.size();
+  std::string name = c.attrs().get_string("key_node", c.node->name);
+  uint64_t key = c.state ? dropout_key(*c.state, name) : 0;
+  std::vector<int64_t> mshape = c.attrs().get_ints("mask_shape", local);
+  std::vector<int64_t> off = c.attrs().get_ints("mask_offsets", std::vector<int64_t>(r, 0));
+  std::vector<int64_t> axes = c.attrs().get_ints("shard_axes", std::vector<int64_t>(r, -1));
+  if (mshape.size() != r || off.size() != r || axes.size() != r) c.fail("inconsistent dropout mask attributes");
+  if (!(ratio >= 0.f && ratio < 1.f)) c.fail("dropout ratio {} is outside [0, 1)", ratio);
+  for (size_t d = 0; d < r; ++d) {
+    if (axes[d] >= 0) off[d] += c.group(axes[d]).rank() * local[d];
+  }
+  std::vector<int64_t> mstride = contiguous_strides(mshape);
+  bool identity = true;
+  for (size_t d = 0; d < r; ++d) identity &= off[d] == 0 && mshape[d] == local[d];
+  int64_t n = shape_numel(local);
+  float scale = 1.f / (1.f - ratio);
+  uint64_t threshold = static_cast<uint64_t>(static_cast<double>(ratio) * 18446744073709551616.0);
+  int64_t inner = r ? local[r - 1] : 1;
+#pragma omp parallel for schedule(static) if (n > (1 << 16))
+  for (int64_t row = 0; row < n / std::max<int64_t>(1, inner); ++row) {
+    int64_t base = 0;
+    if (identity) {
+      base = row * inner;
+    } else {
+      int64_t rem = row;
+      for (int64_t d = static_cast<int64_t>(r) - 2; d >= 0; --d) {
+        base += (rem % local[static_cast<size_t>(d)] + off[static_cast<size_t>(d)]) * mstride[static_cast<size_t>(d)];
+        rem /= local[static_cast<size_t>(d)];
+      }
+      if (r) base += off[r - 1];
+    }
+    for (int64_t j = 0; j < inner; ++j) {
+      int64_t i = row * inner + j;
+      bool keep = mix64(key + static_cast<uint64_t>(base + j)) >= threshold;
+      y[i] = keep ? x[i] * scale : 0.f;
+      if (mask) mask[i] = keep;
+    }
   }
 }
 

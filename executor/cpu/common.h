@@ -62,4 +62,11 @@ struct AttentionArgs {
 };
 AttentionArgs attention_args(const KernelContext& c, int q_slot);
 
+// Training-mode dropout on a float32 tensor: y = x · keep / (1 - ratio), keep drawn from a counter-
+// based generator keyed by (seed, step, key node) and the element's index in the whole, unsplit
+// tensor (attrs mask_shape, mask_offsets: static offsets of micro-batch chunks, shard_axes: the mesh
+// axis splitting each dim, whose offset comes from this rank's place in the group). The same
+// element gets the same mask under any chunking, sharding or recomputation.
+void apply_dropout(const KernelContext& c, const float* x, float* y, uint8_t* mask, float ratio);
+
 }  // namespace oases::cpu

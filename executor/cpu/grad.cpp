@@ -216,13 +216,7 @@ void register_cpu_grad(CpuKernelRegistry& r) {
       return;
     }
     if (c.in[0].dtype != DType::kF32) c.fail("training-mode dropout supports float32 only");
-    uint64_t key = c.state ? dropout_key(*c.state, c.attrs().get_string("key_node", "")) : 0;
-    const float* dy = c.in[0].as<float>();
-    float* dx = c.out[0].as<float>();
-    float scale = 1.f / (1.f - ratio);
-    uint64_t threshold = static_cast<uint64_t>(static_cast<double>(ratio) * 18446744073709551616.0);
-#pragma omp parallel for schedule(static) if (n > (1 << 16))
-    for (int64_t i = 0; i < n; ++i) dx[i] = mix64(key + static_cast<uint64_t>(i)) >= threshold ? dy[i] * scale : 0.f;
+    apply_dropout(c, c.in[0].as<float>(), c.out[0].as<float>(), nullptr, ratio);
   });
 }
 

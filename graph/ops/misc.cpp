@@ -147,7 +147,10 @@ void register_misc_ops(OpRegistry& r) {
   r.find_mutable("", "Dropout")->grad = [](GradContext& c) {
     AttrMap a{{"ratio", Attribute::of_float(c.attrs().get_float("ratio", 0.5f))},
               {"training_mode", Attribute::of_int(c.attrs().get_int("training_mode", 0))},
-              {"key_node", Attribute::of_string(c.node().name)}};
+              {"key_node", Attribute::of_string(c.attrs().get_string("key_node", c.node().name))}};
+    for (const char* k : {"mask_shape", "mask_offsets", "shard_axes"}) {
+      if (const Attribute* v = c.attrs().find(k)) a.set(k, *v);
+    }
     c.add_grad(0, c.op("DropoutGrad", {c.grad_out(0)}, a, kOasesDomain));
     return Status::ok();
   };
