@@ -446,7 +446,8 @@ Status run_rank(const Setup& s, RankRuntime& rt) {
     std::fprintf(stderr, "schedule %s, %lld chunks: %d recomputed nodes (%d collectives); activations kept for backward per block:\n",
                  sched->name.c_str(), static_cast<long long>(a.chunks), recompute.nodes, recompute.collectives);
     for (const auto& [layer, bytes] : saved_bytes) {
-      std::fprintf(stderr, "  layer %d: %d tensors, %.1f KiB\n", layer, saved_count[layer], static_cast<double>(bytes) / 1024.0);
+      std::string where = layer < 0 ? std::string("outside blocks") : fmt::format("layer {}", layer);
+      std::fprintf(stderr, "  %s: %d tensors, %.1f KiB\n", where.c_str(), saved_count[layer], static_cast<double>(bytes) / 1024.0);
     }
   }
   const std::vector<ShardingSpec>& pspecs = s.param_specs;
