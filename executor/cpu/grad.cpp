@@ -3,7 +3,9 @@
 #include <limits>
 
 #include "executor/cpu/common.h"
+#include "kernels/cpu/activation.h"
 #include "kernels/cpu/elementwise.h"
+#include "kernels/cpu/parallel.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/grad.h"
 #include "kernels/cpu/layout.h"
@@ -13,6 +15,7 @@ namespace oases {
 
 using namespace oases::cpu;
 namespace k = oases::kernels;
+using k::parallel_range;
 
 namespace {
 
@@ -79,8 +82,10 @@ void register_cpu_grad(CpuKernelRegistry& r) {
     });
   });
   r.add("oases", "GeluGrad", [](KernelContext& c) {
-    bool t = c.attrs().get_string("approximate", "none") == "tanh";
-    dispatch_float(c, c.in[0].dtype, [&]<class T>() { k::gelu_grad<T>(t, c.in[0].as<T>(), c.in[1].as<T>(), c.out[0].as<T>(), c.out[0].numel()); });
+    k::Activation act = c.attrs().get_string("approximate", "none") == "tanh" ? k::Activation::kGeluTanh : k::Activation::kGeluErf;
+    dispatch_float(c, c.in[0].dtype, [&]<class T>() {
+      k::activation_grad<T>(act, c.in[0].as<T>(), c.in[1].as<T>(), c.out[0].as<T>(), c.out[0].numel());
+    });
   });
   r.add("oases", "SwiGLUGrad", [](KernelContext& c) {
     dispatch_float(c, c.in[0].dtype, [&]<class T>() {
@@ -211,8 +216,9 @@ void register_cpu_grad(CpuKernelRegistry& r) {
     float* dx = c.out[0].as<float>();
     float scale = 1.f / (1.f - ratio);
     uint64_t threshold = static_cast<uint64_t>(static_cast<double>(ratio) * 18446744073709551616.0);
-#pragma omp parallel for schedule(static) if (n > (1 << 16))
-    for (int64_t i = 0; i < n; ++i) dx[i] = mix64(key + static_cast<uint64_t>(i)) >= threshold ? dy[i] * scale : 0.f;
+    parallel_range(n, 1 << 16, [&](int64_t i_begin, int64_t i_end) {
+    for (int64_t i = i_begin; i < i_end; ++i) dx[i] = mix64(key + static_cast<uint64_t>(i)) >= threshold ? dy[i] * scale : 0.f;
+    });
   });
 }
 

@@ -5,6 +5,7 @@
 
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/layout.h"
+#include "kernels/cpu/parallel.h"
 
 namespace oases::kernels {
 
@@ -140,8 +141,8 @@ void einsum(const std::vector<const T*>& ins, const std::vector<std::vector<int6
   int64_t nout = 1, nsum = 1;
   for (size_t i = 0; i < no; ++i) nout *= osize[i] = size[static_cast<unsigned char>(out_labels[i])];
   for (size_t i = 0; i < ns; ++i) nsum *= ssize[i] = size[static_cast<unsigned char>(summed[i])];
-#pragma omp parallel for schedule(static) if (nout * nsum > (1 << 16) && nout > 1)
-  for (int64_t o = 0; o < nout; ++o) {
+  parallel_range(nout, std::max<int64_t>(1, (1 << 16) / std::max<int64_t>(1, nsum)), [&](int64_t o_begin, int64_t o_end) {
+  for (int64_t o = o_begin; o < o_end; ++o) {
     std::vector<int64_t> off(nin, 0), idx(ns, 0);
     int64_t rem = o;
     for (int64_t d = static_cast<int64_t>(no) - 1; d >= 0; --d) {
@@ -164,6 +165,7 @@ void einsum(const std::vector<const T*>& ins, const std::vector<std::vector<int6
     }
     out[o] = static_cast<T>(acc);
   }
+  });
 }
 
 template void einsum<float>(const std::vector<const float*>&, const std::vector<std::vector<int64_t>>&,
