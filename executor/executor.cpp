@@ -4,7 +4,8 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "kernels/cpu/gemm.h"
+#include "executor/fusion.h"
+#include "kernels/cpu/parallel.h"
 
 namespace oases {
 
@@ -15,6 +16,7 @@ const CpuKernelRegistry& CpuKernelRegistry::global() {
     register_cpu_layout(r);
     register_cpu_nn(r);
     register_cpu_grad(r);
+    register_cpu_fused(r);
     return r;
   }();
   return reg;
@@ -38,6 +40,7 @@ std::vector<std::string> CpuKernelRegistry::ops() const {
 Expected<Program> compile_program(Graph g, const ExecOptions& opts) {
   Program p;
   OASES_ASSIGN_OR_RETURN(std::vector<NodeId> order, g.topo_order());
+  if (opts.fuse && std::getenv("OASES_NO_FUSION") == nullptr) p.fusion = fuse_for_cpu(g, order, opts.keep);
   const CpuKernelRegistry& kr = CpuKernelRegistry::global();
   for (NodeId id : order) {
     const Node& n = g.node(id);
@@ -62,7 +65,7 @@ Expected<std::unique_ptr<Executor>> Executor::create(Graph g, const ExecOptions&
   ex->arena_ = std::aligned_alloc(64, (ex->arena_size_ + 63) / 64 * 64);
   if (!ex->arena_) return error("cannot allocate the activation arena of {} bytes", ex->arena_size_);
   std::memset(ex->arena_, 0, ex->arena_size_);
-  if (opts.threads > 0) kernels::set_blas_threads(opts.threads);
+  if (opts.threads > 0) kernels::set_num_threads(opts.threads);
   const Graph& gr = ex->prog_.graph;
   ex->contexts_.resize(ex->prog_.instrs.size());
   for (size_t i = 0; i < ex->prog_.instrs.size(); ++i) {

@@ -1,0 +1,178 @@
+#include "executor/fusion.h"
+
+#include <algorithm>
+#include <map>
+
+namespace oases {
+
+namespace {
+
+constexpr const char* kFusedDomain = "oases.cpu";
+
+bool is_op(const Node& n, const char* domain, const char* op) { return n.domain == domain && n.op_type == op; }
+bool is_matmul(const Node& n) { return is_op(n, "", "MatMul") || is_op(n, "oases", "MatMulT") || is_op(n, kFusedDomain, "FusedMatMul"); }
+
+class Fuser {
+ public:
+  Fuser(Graph& g, std::vector<NodeId>& order, const std::set<ValueId>& keep) : g_(g), order_(order), keep_(keep) {
+    for (size_t i = 0; i < order_.size(); ++i) pos_[order_[i]] = i;
+  }
+
+  FusionStats run() {
+    std::vector<NodeId> snapshot = order_;
+    for (NodeId id : snapshot) {
+      if (!g_.alive(id) || !is_matmul(g_.node(id))) continue;
+      NodeId m = fold_transposes(id);
+      fuse_epilogue(m);
+    }
+    order_.erase(std::remove_if(order_.begin(), order_.end(), [&](NodeId n) { return !g_.alive(n); }), order_.end());
+    return stats_;
+  }
+
+ private:
+  Graph& g_;
+  std::vector<NodeId>& order_;
+  const std::set<ValueId>& keep_;
+  std::map<NodeId, size_t> pos_;
+  FusionStats stats_;
+
+  // A value only the executor reads: safe to stop materialising.
+  bool internal(ValueId v) const {
+    const Value& val = g_.value(v);
+    return !val.is_input && !val.is_constant() && !g_.is_output(v) && !keep_.count(v);
+  }
+  bool single_use(ValueId v) const { return g_.value(v).uses.size() == 1 && internal(v); }
+
+  // Transpose node swapping exactly the last two axes of a rank >= 2 value, or kNoId.
+  NodeId swap_transpose(ValueId v) const {
+    NodeId p = g_.producer(v);
+    if (p == kNoId || !is_op(g_.node(p), "", "Transpose")) return kNoId;
+    const Node& t = g_.node(p);
+    const Shape& s = g_.value(t.inputs[0]).shape;
+    int64_t r = static_cast<int64_t>(s.size());
+    std::vector<int64_t> perm = t.attrs.get_ints("perm");
+    if (r < 2 || static_cast<int64_t>(perm.size()) != r) return kNoId;
+    for (int64_t i = 0; i < r - 2; ++i) {
+      if (perm[i] != i) return kNoId;
+    }
+    return perm[r - 2] == r - 1 && perm[r - 1] == r - 2 ? p : kNoId;
+  }
+
+  // Rebuilds matmul node `id` as oases.cpu.FusedMatMul (if it is not one yet) with the given
+  // operands, flags and output, at position `at` of the order; returns the new node.
+  NodeId rebuild(NodeId id, std::vector<ValueId> ins, int64_t ta, int64_t tb, const std::string& act, ValueId out, NodeId at,
+                 const std::string& name_suffix) {
+    Node old = g_.node(id);
+    AttrMap a;
+    a.set("trans_a", Attribute::of_int(ta));
+    a.set("trans_b", Attribute::of_int(tb));
+    a.set("activation", Attribute::of_string(act));
+    g_.remove_node(id);
+    NodeId n = g_.add_node("FusedMatMul", ins, {out}, std::move(a), old.name + name_suffix, kFusedDomain);
+    Node& nn = g_.node(n);
+    nn.scope = old.scope;
+    nn.phase = old.phase;
+    nn.origin = old.origin;
+    size_t p = pos_.at(at);
+    order_[p] = n;
+    pos_[n] = p;
+    return n;
+  }
+
+  static void flags_of(const Node& n, int64_t* ta, int64_t* tb, std::string* act) {
+    *ta = n.attrs.get_int("trans_a", 0);
+    *tb = n.attrs.get_int("trans_b", 0);
+    *act = n.attrs.get_string("activation", "");
+  }
+
+  // Operands produced by a last-two-axes Transpose are read untransposed with the flag toggled.
+  NodeId fold_transposes(NodeId id) {
+    const Node& n = g_.node(id);
+    if (n.num_inputs() < 2 || n.inputs[0] == kNoId || n.inputs[1] == kNoId) return id;
+    if (g_.value(n.inputs[0]).shape.size() < 2 || g_.value(n.inputs[1]).shape.size() < 2) return id;
+    if (is_op(n, "", "MatMul") && n.num_inputs() != 2) return id;
+    int64_t flag[2];
+    std::string act;
+    flags_of(n, &flag[0], &flag[1], &act);
+    std::vector<ValueId> ins = n.inputs;
+    std::vector<NodeId> folded;  // the Transpose nodes read through
+    for (int s = 0; s < 2; ++s) {
+      NodeId t = swap_transpose(ins[s]);
+      if (t == kNoId) continue;
+      folded.push_back(t);
+      ins[s] = g_.node(t).inputs[0];
+      flag[s] = 1 - flag[s];
+    }
+    if (folded.empty()) return id;
+    ValueId out = n.outputs[0];
+    NodeId m = rebuild(id, ins, flag[0], flag[1], act, out, id, "");
+    for (NodeId t : folded) {
+      if (!g_.alive(t)) continue;  // both operands read the same transpose
+      ValueId tv = g_.node(t).outputs[0];
+      if (g_.value(tv).uses.empty() && internal(tv)) {
+        g_.remove_node(t);
+        stats_.transposes_folded++;
+      }
+    }
+    return m;
+  }
+
+  // MatMul → Add(bias) → activation, as far as the chain goes.
+  void fuse_epilogue(NodeId id) {
+    const Node& n = g_.node(id);
+    if (is_op(n, "oases", "MatMulT") || n.num_inputs() > 2) return;  // backward products, or already has a bias
+    ValueId y = n.outputs[0];
+    DType dt = g_.value(y).dtype;
+    if ((dt != DType::kF32 && dt != DType::kF64) || g_.value(y).shape.size() < 2) return;
+    if (g_.value(n.inputs[0]).shape.size() < 2 || g_.value(n.inputs[1]).shape.size() < 2) return;
+    int64_t ta, tb;
+    std::string act;
+    flags_of(n, &ta, &tb, &act);
+    std::vector<ValueId> ins = n.inputs;
+    NodeId last = id;
+    ValueId out = y;
+    // bias
+    if (single_use(out)) {
+      const Node& add = g_.node(g_.value(out).uses[0].node);
+      if (is_op(add, "", "Add") && add.num_inputs() == 2 && g_.value(add.outputs[0]).shape == g_.value(out).shape) {
+        ValueId bias = add.inputs[add.inputs[0] == out ? 1 : 0];
+        const Value& bv = g_.value(bias);
+        int64_t cols = g_.value(out).shape.back();
+        bool last_axis = bv.dtype == dt && !bv.shape.empty() && bv.shape.back() == cols && bv.numel() == cols &&
+                         bv.shape.size() <= g_.value(out).shape.size();
+        if (last_axis && add.inputs[0] != add.inputs[1]) {
+          ins.push_back(bias);
+          last = add.id;
+          out = add.outputs[0];
+          g_.remove_node(add.id);
+          stats_.bias++;
+        }
+      }
+    }
+    // activation
+    if (act.empty() && single_use(out)) {
+      const Node& a = g_.node(g_.value(out).uses[0].node);
+      bool gelu = is_op(a, "", "Gelu"), relu = is_op(a, "", "Relu");
+      if ((gelu || relu) && g_.value(a.outputs[0]).dtype == dt) {
+        act = relu ? "relu" : (a.attrs.get_string("approximate", "none") == "tanh" ? "gelu_tanh" : "gelu");
+        last = a.id;
+        out = a.outputs[0];
+        g_.remove_node(a.id);
+        stats_.activation++;
+      }
+    }
+    if (out == y) return;
+    // at the place of the chain's last node: every operand exists there and every reader follows
+    std::string suffix = (ins.size() > 2 ? "+bias" : "") + (act.empty() ? std::string() : "+" + act);
+    rebuild(id, ins, ta, tb, act, out, last, suffix);
+  }
+};
+
+}  // namespace
+
+FusionStats fuse_for_cpu(Graph& g, std::vector<NodeId>& order, const std::set<ValueId>& keep) {
+  Fuser f(g, order, keep);
+  return f.run();
+}
+
+}  // namespace oases

@@ -1,0 +1,31 @@
+// Executor-level fusion: rewrites a program's own copy of the canonical graph so that short chains
+// of nodes run as one CPU kernel of the "oases.cpu" domain, an op that only the executor knows (the
+// canonical graph, its MatMul → Add bias patterns and every ValueId a caller holds stay as they
+// are; the passes, the planner and autodiff never see these ops).
+//
+//   MatMul / MatMulT reading Transpose(W) (last two axes swapped)  → reads W with the operand's
+//       transpose flag toggled (no copy of W: e.g. GPT-2's tied LM head, wteᵀ, 154 MB a run)
+//   MatMul → Add(bias over the last axis) [→ Gelu | Relu]          → oases.cpu.FusedMatMul: one GEMM
+//       whose blocks get bias and activation while still in cache
+//
+// A chain is fused only where its inner values have no other reader and are neither graph
+// outputs nor in `keep`. The fused node writes the chain's last value and takes the place of the
+// chain's last node in `order`; removed nodes leave `order`.
+#pragma once
+
+#include <set>
+#include <vector>
+
+#include "graph/graph.h"
+
+namespace oases {
+
+struct FusionStats {
+  int transposes_folded = 0;  // Transpose nodes no longer run
+  int bias = 0;               // MatMul + Add fused
+  int activation = 0;         // ... + Gelu/Relu fused
+};
+
+FusionStats fuse_for_cpu(Graph& g, std::vector<NodeId>& order, const std::set<ValueId>& keep);
+
+}  // namespace oases
