@@ -1,12 +1,14 @@
 // oases-train MODEL [--data F | --inputs DIR | --synthetic] [--steps N] [--batch B --seq T]
 //   [--optimizer sgd|adamw --lr ...] [--save CKPT] [--resume CKPT] [--export-onnx OUT.onnx]
-//   [--dump-grads DIR] [--log-json FILE]
+//   [--dump-grads DIR] [--log-json FILE] [--threads T] [--profile]
 // Trains an imported model on one rank.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <regex>
 
 #include <unistd.h>
@@ -24,7 +26,7 @@ namespace {
 
 struct Args {
   std::string model, data, inputs_dir, save, resume, export_onnx, dump_grads, log_json;
-  bool synthetic = false, quiet = false;
+  bool synthetic = false, quiet = false, profile = false;
   int64_t steps = 100, batch = 0, seq = 0, grad_accum = 1;
   std::string optimizer = "adamw", loss = "auto", freeze;
   double lr = 1e-3, min_lr = -1, weight_decay = 0.0, momentum = 0.9, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, clip = 1.0;
@@ -125,6 +127,7 @@ int main(int argc, char** argv) {
     app.add_option("--log-every", a.log_every, "Progress line every N steps (default: about 20 lines a run)");
     app.add_option("--threads", a.threads, "Threads for BLAS and kernels (0: all cores)");
     app.add_flag("-q,--quiet", a.quiet, "No progress lines");
+    app.add_flag("--profile", a.profile, "Print the time per op type (and the optimizer's) per step, averaged over the steps after the first");
     a.bind.add_to(app);
     if (int rc = parse_cli(app, argc, argv); rc >= 0) return rc;
 
@@ -362,6 +365,10 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "step %lld  val loss %.4f\n", static_cast<long long>(start), *v);
     }
     int64_t end = a.stop_after > 0 ? std::min(a.steps, start + a.stop_after) : a.steps;
+    std::map<std::string, std::pair<double, int>> by_op;  // --profile: op type -> (ms, nodes)
+    double profiled_ms = 0;
+    int profiled_steps = 0;
+    tr.executor().set_profiling(a.profile);
     for (int64_t step = start; step < end; ++step) {
       auto micro = next_feeds();
       if (!micro) return fail_with(micro.status());
@@ -369,6 +376,17 @@ int main(int argc, char** argv) {
       auto st = tr.step(*micro, dump_now ? std::function<Status()>(dump) : std::function<Status()>());
       if (!st) return fail_with(st.status());
       if (!std::isfinite(st->loss)) return fail_with(error("step {}: the loss is {} (lower --lr?)", step + 1, st->loss));
+      if (a.profile && step > start) {
+        const Program& p = tr.executor().program();
+        for (size_t i = 0; i < p.instrs.size(); ++i) {
+          const Node& n = p.graph.node(p.instrs[i].node);
+          auto& e = by_op[n.domain.empty() ? n.op_type : n.domain + "." + n.op_type];
+          e.first += tr.executor().node_ms()[i];
+          if (profiled_steps == 0) e.second++;
+        }
+        profiled_ms += st->ms;
+        profiled_steps++;
+      }
       double tps = static_cast<double>(tokens_per_step) / (st->ms / 1000.0);
       int64_t done = step + 1;
       std::optional<double> val;
@@ -393,6 +411,22 @@ int main(int argc, char** argv) {
       }
       if (!a.save.empty() && a.save_every > 0 && done % a.save_every == 0 && done != end) {
         if (Status s = save(done); !s.is_ok()) return fail_with(s);
+      }
+    }
+    if (a.profile && profiled_steps > 0) {
+      std::vector<std::pair<double, std::string>> rows;
+      double nodes_ms = 0;
+      for (auto& [op, e] : by_op) {
+        rows.push_back({e.first / profiled_steps, op});
+        nodes_ms += e.first / profiled_steps;
+      }
+      rows.push_back({profiled_ms / profiled_steps - nodes_ms, "(optimizer and the rest of the step)"});
+      std::sort(rows.rbegin(), rows.rend());
+      double total = profiled_ms / profiled_steps;
+      std::printf("profile (ms per step, by op type, over %d steps):\n", profiled_steps);
+      for (auto& [t, op] : rows) {
+        int nodes = by_op.count(op) ? by_op[op].second : 0;
+        std::printf("  %-36s %4d nodes %9.2f ms %5.1f%%\n", op.c_str(), nodes, t, 100.0 * t / total);
       }
     }
     if (!a.save.empty() && a.steps > 0) {
