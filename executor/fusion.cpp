@@ -25,6 +25,9 @@ class Fuser {
       NodeId m = fold_transposes(id);
       fuse_epilogue(m);
     }
+    for (NodeId id : snapshot) {
+      if (g_.alive(id) && swap_transpose_node(id)) transpose_product(id);
+    }
     order_.erase(std::remove_if(order_.begin(), order_.end(), [&](NodeId n) { return !g_.alive(n); }), order_.end());
     return stats_;
   }
@@ -46,16 +49,39 @@ class Fuser {
   // Transpose node swapping exactly the last two axes of a rank >= 2 value, or kNoId.
   NodeId swap_transpose(ValueId v) const {
     NodeId p = g_.producer(v);
-    if (p == kNoId || !is_op(g_.node(p), "", "Transpose")) return kNoId;
+    return p != kNoId && swap_transpose_node(p) ? p : kNoId;
+  }
+  bool swap_transpose_node(NodeId p) const {
+    if (!is_op(g_.node(p), "", "Transpose")) return false;
     const Node& t = g_.node(p);
     const Shape& s = g_.value(t.inputs[0]).shape;
     int64_t r = static_cast<int64_t>(s.size());
     std::vector<int64_t> perm = t.attrs.get_ints("perm");
-    if (r < 2 || static_cast<int64_t>(perm.size()) != r) return kNoId;
+    if (r < 2 || static_cast<int64_t>(perm.size()) != r) return false;
     for (int64_t i = 0; i < r - 2; ++i) {
-      if (perm[i] != i) return kNoId;
+      if (perm[i] != i) return false;
     }
-    return perm[r - 2] == r - 1 && perm[r - 1] == r - 2 ? p : kNoId;
+    return perm[r - 2] == r - 1 && perm[r - 1] == r - 2;
+  }
+
+  // Transpose(op(A)·op(B)) = op(B)ᵀ·op(A)ᵀ: the product writes the transposed result directly
+  // (e.g. the gradient of GPT-2's tied LM head, d(wteᵀ) → d(wte)).
+  void transpose_product(NodeId t) {
+    const Node& tn = g_.node(t);
+    ValueId y = tn.inputs[0];
+    NodeId mm = g_.producer(y);
+    if (mm == kNoId || !single_use(y)) return;
+    const Node& m = g_.node(mm);
+    if (!is_matmul(m) || m.num_inputs() != 2 || !m.attrs.get_string("activation", "").empty()) return;
+    if (g_.value(m.inputs[0]).shape.size() < 2 || g_.value(m.inputs[1]).shape.size() < 2) return;
+    int64_t ta, tb;
+    std::string act;
+    flags_of(m, &ta, &tb, &act);
+    ValueId out = tn.outputs[0];
+    std::vector<ValueId> ins{m.inputs[1], m.inputs[0]};
+    g_.remove_node(t);
+    rebuild(mm, ins, 1 - tb, 1 - ta, "", out, t, "+transposed");
+    stats_.transposes_folded++;
   }
 
   // Rebuilds matmul node `id` as oases.cpu.FusedMatMul (if it is not one yet) with the given

@@ -7,6 +7,8 @@
 //       transpose flag toggled (no copy of W: e.g. GPT-2's tied LM head, wteᵀ, 154 MB a run)
 //   MatMul → Add(bias over the last axis) [→ Gelu | Relu]          → oases.cpu.FusedMatMul: one GEMM
 //       whose blocks get bias and activation while still in cache
+//   Transpose(op(A)·op(B)) (last two axes)                        → op(B)ᵀ·op(A)ᵀ written directly
+//       (e.g. the tied LM head's weight gradient)
 //
 // A chain is fused only where its inner values have no other reader and are neither graph
 // outputs nor in `keep`. The fused node writes the chain's last value and takes the place of the

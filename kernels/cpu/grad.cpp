@@ -4,11 +4,13 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <type_traits>
 #include <vector>
 
 
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/parallel.h"
+#include "kernels/cpu/vec_math.h"
 
 namespace oases::kernels {
 
@@ -198,27 +200,37 @@ void rmsnorm_grad(const T* dy, const T* x, const T* scale, const float* rstd, T*
 template <class T>
 void softmax_cross_entropy_grad(const T* dloss, bool per_sample, const T* scores, const int64_t* labels, const T* weights,
                                 int64_t n, int64_t c, int64_t d, int64_t ignore_index, double denom, T* dscores) {
-  parallel_range(n * d, std::max<int64_t>(1, (1 << 15) / std::max<int64_t>(1, c)), [&](int64_t s_begin, int64_t s_end) {
-  for (int64_t s = s_begin; s < s_end; ++s) {
-    int64_t i = s / d, j = s % d;
-    const T* x = scores + i * c * d + j;
-    T* dx = dscores + i * c * d + j;
-    int64_t l = labels[s];
-    if (l == ignore_index) {
-      for (int64_t a = 0; a < c; ++a) dx[a * d] = T(0);
-      continue;
+  parallel_range(n * d, std::max<int64_t>(1, (1 << 14) / std::max<int64_t>(1, c)), [&](int64_t s_begin, int64_t s_end) {
+    for (int64_t s = s_begin; s < s_end; ++s) {
+      int64_t i = s / d, j = s % d;
+      const T* x = scores + i * c * d + j;
+      T* dx = dscores + i * c * d + j;
+      int64_t l = labels[s];
+      if (l == ignore_index) {
+        for (int64_t a = 0; a < c; ++a) dx[a * d] = T(0);
+        continue;
+      }
+      T w = weights ? weights[l] : T(1);
+      T coef = (per_sample ? dloss[s] : dloss[0] / static_cast<T>(denom)) * w;
+      if constexpr (std::is_same_v<T, float>) {
+        if (d == 1) {  // dx = coef · (e / Σe − onehot), e = exp(x − max) written once
+          float m = vec::row_max(x, c);
+          double sum = vec::row_exp_sum(x, c, m, dx);
+          float scale = static_cast<float>(static_cast<double>(coef) / sum);
+          for (int64_t a = 0; a < c; ++a) dx[a] *= scale;
+          dx[l] -= coef;
+          continue;
+        }
+      }
+      T m = -std::numeric_limits<T>::infinity();
+      for (int64_t a = 0; a < c; ++a) m = std::max(m, x[a * d]);
+      double sum = 0;
+      for (int64_t a = 0; a < c; ++a) sum += std::exp(static_cast<double>(x[a * d] - m));
+      for (int64_t a = 0; a < c; ++a) {
+        T p = static_cast<T>(std::exp(static_cast<double>(x[a * d] - m)) / sum);
+        dx[a * d] = coef * (p - (a == l ? T(1) : T(0)));
+      }
     }
-    T m = -std::numeric_limits<T>::infinity();
-    for (int64_t a = 0; a < c; ++a) m = std::max(m, x[a * d]);
-    double sum = 0;
-    for (int64_t a = 0; a < c; ++a) sum += std::exp(static_cast<double>(x[a * d] - m));
-    T w = weights ? weights[l] : T(1);
-    T coef = (per_sample ? dloss[s] : dloss[0] / static_cast<T>(denom)) * w;
-    for (int64_t a = 0; a < c; ++a) {
-      T p = static_cast<T>(std::exp(static_cast<double>(x[a * d] - m)) / sum);
-      dx[a * d] = coef * (p - (a == l ? T(1) : T(0)));
-    }
-  }
   });
 }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/cpu/gemm.h"
@@ -314,30 +315,39 @@ int64_t softmax_cross_entropy(const T* scores, const int64_t* labels, const T* w
     int64_t l = labels[i];
     if (l != ignore_index && (l < 0 || l >= c)) return -(1 + i);
   }
-  int64_t counted = 0;
-  double wsum = 0;
-  std::vector<T> row(static_cast<size_t>(c));
-  for (int64_t i = 0; i < n; ++i) {
-    for (int64_t j = 0; j < d; ++j) {
+  // rows in parallel (each writes only its own loss and log-probabilities), counts after
+  parallel_range(n * d, std::max<int64_t>(1, (1 << 14) / std::max<int64_t>(1, c)), [&](int64_t s0, int64_t s1) {
+    for (int64_t s = s0; s < s1; ++s) {
+      int64_t i = s / d, j = s % d;
       const T* x = scores + i * c * d + j;
-      T m = -std::numeric_limits<T>::infinity();
-      for (int64_t a = 0; a < c; ++a) m = std::max(m, x[a * d]);
-      double sum = 0;
-      for (int64_t a = 0; a < c; ++a) sum += std::exp(static_cast<double>(x[a * d] - m));
-      T lse = m + static_cast<T>(std::log(sum));
+      T lse;
+      if constexpr (std::is_same_v<T, float>) {
+        if (d == 1) {
+          float m = vec::row_max(x, c);
+          lse = m + static_cast<float>(std::log(vec::row_exp_sum(x, c, m, nullptr)));
+        }
+      }
+      if (!std::is_same_v<T, float> || d != 1) {
+        T m = -std::numeric_limits<T>::infinity();
+        for (int64_t a = 0; a < c; ++a) m = std::max(m, x[a * d]);
+        double sum = 0;
+        for (int64_t a = 0; a < c; ++a) sum += std::exp(static_cast<double>(x[a * d] - m));
+        lse = m + static_cast<T>(std::log(sum));
+      }
       if (logp) {
         for (int64_t a = 0; a < c; ++a) logp[i * c * d + a * d + j] = x[a * d] - lse;
       }
-      int64_t l = labels[i * d + j];
-      if (l == ignore_index) {
-        losses[i * d + j] = T(0);
-        continue;
-      }
-      T w = weights ? weights[l] : T(1);
-      losses[i * d + j] = -(x[l * d] - lse) * w;
-      wsum += static_cast<double>(w);
-      ++counted;
+      int64_t l = labels[s];
+      losses[s] = l == ignore_index ? T(0) : -(x[l * d] - lse) * (weights ? weights[l] : T(1));
     }
+  });
+  int64_t counted = 0;
+  double wsum = 0;
+  for (int64_t s = 0; s < n * d; ++s) {
+    int64_t l = labels[s];
+    if (l == ignore_index) continue;
+    wsum += weights ? static_cast<double>(weights[l]) : 1.0;
+    ++counted;
   }
   if (weight_sum) *weight_sum = wsum;
   return counted;

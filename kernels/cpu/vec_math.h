@@ -21,6 +21,8 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
+#include <algorithm>
 
 #if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
@@ -201,6 +203,47 @@ inline __m256 gelu_erf_grad8(__m256 x) {
 #endif
 
 // --- array helpers ---------------------------------------------------------------------------
+
+// m = max of a row of n floats.
+inline float row_max(const float* x, int64_t n) {
+  float m = -std::numeric_limits<float>::infinity();
+  int64_t j = 0;
+#ifdef OASES_VEC_AVX2
+  __m256 mv = _mm256_set1_ps(m);
+  for (; j + 8 <= n; j += 8) mv = _mm256_max_ps(mv, _mm256_loadu_ps(x + j));
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, mv);
+  for (float l : lanes) m = std::max(m, l);
+#endif
+  for (; j < n; ++j) m = std::max(m, x[j]);
+  return m;
+}
+
+// Σ exp(x_j − m) in double; writes the exponentials to e when it is not null.
+inline double row_exp_sum(const float* x, int64_t n, float m, float* e) {
+  int64_t j = 0;
+  double sum = 0;
+#ifdef OASES_VEC_AVX2
+  __m256d a0 = _mm256_setzero_pd(), a1 = _mm256_setzero_pd();
+  __m256 mv = _mm256_set1_ps(m);
+  for (; j + 8 <= n; j += 8) {
+    __m256 v = vec::exp8(_mm256_sub_ps(_mm256_loadu_ps(x + j), mv));
+    if (e) _mm256_storeu_ps(e + j, v);
+    a0 = _mm256_add_pd(a0, _mm256_cvtps_pd(_mm256_castps256_ps128(v)));
+    a1 = _mm256_add_pd(a1, _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)));
+  }
+  alignas(32) double lanes[4];
+  _mm256_store_pd(lanes, _mm256_add_pd(a0, a1));
+  sum = (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
+#endif
+  for (; j < n; ++j) {
+    float v = vec::exp1(x[j] - m);
+    if (e) e[j] = v;
+    sum += static_cast<double>(v);
+  }
+  return sum;
+}
+
 
 // y[i] = f(x[i]); f8 and f1 must be twins. x and y may alias.
 template <class F8, class F1>
