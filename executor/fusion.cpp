@@ -187,9 +187,26 @@ class Fuser {
         stats_.activation++;
       }
     }
+    // residual: (A·B + bias) + R with R shaped as the product
+    if (act.empty() && single_use(out)) {
+      const Node& add = g_.node(g_.value(out).uses[0].node);
+      if (is_op(add, "", "Add") && add.num_inputs() == 2 && add.inputs[0] != add.inputs[1]) {
+        ValueId r = add.inputs[add.inputs[0] == out ? 1 : 0];
+        const Value& rv = g_.value(r);
+        if (rv.dtype == dt && rv.shape == g_.value(out).shape && g_.value(add.outputs[0]).shape == rv.shape) {
+          if (ins.size() == 2) ins.push_back(kNoId);  // no bias
+          ins.push_back(r);
+          last = add.id;
+          out = add.outputs[0];
+          g_.remove_node(add.id);
+          stats_.residual++;
+        }
+      }
+    }
     if (out == y) return;
     // at the place of the chain's last node: every operand exists there and every reader follows
-    std::string suffix = (ins.size() > 2 ? "+bias" : "") + (act.empty() ? std::string() : "+" + act);
+    std::string suffix = std::string(ins.size() > 2 && ins[2] != kNoId ? "+bias" : "") + (act.empty() ? "" : "+" + act) +
+                         (ins.size() > 3 ? "+residual" : "");
     rebuild(id, ins, ta, tb, act, out, last, suffix);
   }
 };

@@ -5,8 +5,9 @@
 //
 //   MatMul / MatMulT reading Transpose(W) (last two axes swapped)  → reads W with the operand's
 //       transpose flag toggled (no copy of W: e.g. GPT-2's tied LM head, wteᵀ, 154 MB a run)
-//   MatMul → Add(bias over the last axis) [→ Gelu | Relu]          → oases.cpu.FusedMatMul: one GEMM
-//       whose blocks get bias and activation while still in cache
+//   MatMul → Add(bias over the last axis) [→ Gelu | Relu | → Add(residual)]
+//                                                                  → oases.cpu.FusedMatMul: one GEMM
+//       whose blocks get bias, activation or residual while still in cache
 //   Transpose(op(A)·op(B)) (last two axes)                        → op(B)ᵀ·op(A)ᵀ written directly
 //       (e.g. the tied LM head's weight gradient)
 //
@@ -26,6 +27,7 @@ struct FusionStats {
   int transposes_folded = 0;  // Transpose nodes no longer run
   int bias = 0;               // MatMul + Add fused
   int activation = 0;         // ... + Gelu/Relu fused
+  int residual = 0;           // ... + Add of a same-shaped value fused
 };
 
 FusionStats fuse_for_cpu(Graph& g, std::vector<NodeId>& order, const std::set<ValueId>& keep);

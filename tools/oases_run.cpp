@@ -58,6 +58,7 @@ int main(int argc, char** argv) {
     (*ex)->set_profiling(profile);
     std::vector<double> times;
     std::map<std::string, std::pair<double, int>> by_op;  // op type -> (ms, nodes)
+    std::vector<double> by_node;                            // instruction -> ms
     for (int r = 0; r < std::max(0, warmup); ++r) {
       if (Status s = (*ex)->execute(*feeds); !s.is_ok()) return fail_with(s.with_context(model));
     }
@@ -73,6 +74,8 @@ int main(int argc, char** argv) {
           auto& e = by_op[n.domain.empty() ? n.op_type : n.domain + "." + n.op_type];
           e.first += (*ex)->node_ms()[i];
           if (r == 0) e.second++;
+          by_node.resize(p.instrs.size());
+          by_node[i] += (*ex)->node_ms()[i];
         }
       }
     }
@@ -103,6 +106,15 @@ int main(int argc, char** argv) {
       std::sort(rows.rbegin(), rows.rend());
       std::printf("profile (ms per run, by op type):\n");
       for (auto& [t, op] : rows) std::printf("  %-28s %4d nodes %9.2f ms %5.1f%%\n", op.c_str(), by_op[op].second, t, 100.0 * t / total);
+      std::vector<std::pair<double, size_t>> nodes;
+      for (size_t i = 0; i < by_node.size(); ++i) nodes.push_back({by_node[i] / static_cast<double>(nt), i});
+      std::sort(nodes.rbegin(), nodes.rend());
+      std::printf("slowest nodes (ms per run):\n");
+      const Program& p = (*ex)->program();
+      for (size_t j = 0; j < std::min<size_t>(10, nodes.size()); ++j) {
+        const Node& n = p.graph.node(p.instrs[nodes[j].second].node);
+        std::printf("  %9.2f ms  %s\n", nodes[j].first, n.describe().c_str());
+      }
     }
 
     if (!write_dir.empty()) {

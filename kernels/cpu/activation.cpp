@@ -120,11 +120,15 @@ void activation(Activation a, const T* x, T* y, int64_t n) {
 }
 
 template <class T>
-void bias_activation(T* c, int64_t rows, int64_t cols, int64_t ldc, const T* bias, Activation a) {
+void bias_activation(T* c, int64_t rows, int64_t cols, int64_t ldc, const T* bias, Activation a, const T* residual, int64_t ldr) {
   for (int64_t r = 0; r < rows; ++r) {
     T* row = c + r * ldc;
     if (bias) {
       for (int64_t j = 0; j < cols; ++j) row[j] += bias[j];
+    }
+    if (residual) {
+      const T* res = residual + r * ldr;
+      for (int64_t j = 0; j < cols; ++j) row[j] += res[j];
     }
     if (a != Activation::kNone) act_run(a, row, row, cols);
   }
@@ -144,8 +148,8 @@ void activation_grad(Activation a, const T* dy, const T* x, T* dx, int64_t n) {
 
 template void activation<float>(Activation, const float*, float*, int64_t);
 template void activation<double>(Activation, const double*, double*, int64_t);
-template void bias_activation<float>(float*, int64_t, int64_t, int64_t, const float*, Activation);
-template void bias_activation<double>(double*, int64_t, int64_t, int64_t, const double*, Activation);
+template void bias_activation<float>(float*, int64_t, int64_t, int64_t, const float*, Activation, const float*, int64_t);
+template void bias_activation<double>(double*, int64_t, int64_t, int64_t, const double*, Activation, const double*, int64_t);
 template void activation_grad<float>(Activation, const float*, const float*, float*, int64_t);
 template void activation_grad<double>(Activation, const double*, const double*, double*, int64_t);
 

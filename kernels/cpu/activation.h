@@ -20,9 +20,11 @@ template <class T>
 void activation(Activation a, const T* x, T* y, int64_t n);
 
 // Runs on the calling thread (it is the per-block epilogue of gemm); `bias` points at column 0
-// of the block.
+// of the block. With a residual (row stride ldr, same block): C = (C + bias) + residual, no
+// activation.
 template <class T>
-void bias_activation(T* c, int64_t rows, int64_t cols, int64_t ldc, const T* bias, Activation a);
+void bias_activation(T* c, int64_t rows, int64_t cols, int64_t ldc, const T* bias, Activation a, const T* residual = nullptr,
+                     int64_t ldr = 0);
 
 template <class T>
 void activation_grad(Activation a, const T* dy, const T* x, T* dx, int64_t n);

@@ -59,7 +59,7 @@ void tiled(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_
     const T* bt = tb ? b + t.n0 * ldb : b + t.n0;
     T* ct = c + t.m0 * ldc + t.n0;
     call(t.m1 - t.m0, t.n1 - t.n0, at, bt, ct);
-    if (epilogue && *epilogue) (*epilogue)(ct, t.m1 - t.m0, t.n1 - t.n0, ldc, t.n0);
+    if (epilogue && *epilogue) (*epilogue)(ct, t.m1 - t.m0, t.n1 - t.n0, ldc, t.m0, t.n0);
   };
   if (tiles.size() == 1) {
     run(tiles[0]);
@@ -143,16 +143,21 @@ void matmul(const T* a, const std::vector<int64_t>& sa, const T* b, const std::v
   for (int64_t i = 0; i < rb - 2; ++i) b_batch *= sb[i];
   int64_t a_batch = 1;
   for (int64_t i = 0; i < ra - 2; ++i) a_batch *= sa[i];
-  auto one = [&](bool ta_, int64_t mm, const T* ap, const T* bp, T* cp) {
+  // one product of mm rows whose first row is row `first` of the output viewed as [batch·M, N]
+  auto one = [&](bool ta_, int64_t mm, const T* ap, const T* bp, T* cp, int64_t first) {
+    GemmEpilogue<T> ep;
+    if (epilogue) {
+      ep = [&](T* c, int64_t rows, int64_t cols, int64_t ldc, int64_t r0, int64_t c0) { epilogue(c, rows, cols, ldc, first + r0, c0); };
+    }
     if constexpr (std::is_floating_point_v<T>) {
-      gemm<T>(ta_, tb, mm, n, k, T(1), ap, lda, bp, ldb, T(0), cp, n, epilogue);
+      gemm<T>(ta_, tb, mm, n, k, T(1), ap, lda, bp, ldb, T(0), cp, n, ep);
     } else {
       gemm<T>(ta_, tb, mm, n, k, T(1), ap, lda, bp, ldb, T(0), cp, n);
-      if (epilogue) epilogue(cp, mm, n, n, 0);
+      if (ep) ep(cp, mm, n, n, 0, 0);
     }
   };
   if (b_batch == 1 && !ta && a_batch == batch) {
-    one(false, batch * m, a, b, out);
+    one(false, batch * m, a, b, out, 0);
     return;
   }
   // general batch broadcasting: per output batch index, find a's and b's batch offsets
@@ -178,7 +183,7 @@ void matmul(const T* a, const std::vector<int64_t>& sa, const T* b, const std::v
       oa += idx * sta[d];
       ob += idx * stb[d];
     }
-    one(ta, m, a + oa, b + ob, out + bi * m * n);
+    one(ta, m, a + oa, b + ob, out + bi * m * n, bi * m);
   };
   // many small products (attention scores of an unfused graph): one thread per product
   if (batch >= num_threads() && !in_parallel() && 2.0 * static_cast<double>(m * n * k) < 1e8) {

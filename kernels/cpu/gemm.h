@@ -18,10 +18,11 @@ template <class T>
 void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda, const T* b,
           int64_t ldb, T beta, T* c, int64_t ldc);
 
-// Called on each finished block of C (rows x cols at c, row stride ldc, first column col0) by the
-// thread that computed it, while the block is still in cache: bias, activation, ...
+// Called on each finished block of C (rows x cols at c, row stride ldc; row0, col0 its place in the
+// whole output) by the thread that computed it, while the block is still in cache: bias,
+// activation, residual, ...
 template <class T>
-using GemmEpilogue = std::function<void(T* c, int64_t rows, int64_t cols, int64_t ldc, int64_t col0)>;
+using GemmEpilogue = std::function<void(T* c, int64_t rows, int64_t cols, int64_t ldc, int64_t row0, int64_t col0)>;
 template <class T>
 void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda, const T* b,
           int64_t ldb, T beta, T* c, int64_t ldc, const GemmEpilogue<T>& epilogue);  // float and double

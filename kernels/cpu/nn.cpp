@@ -67,13 +67,18 @@ void layernorm(const T* x, const T* scale, const T* bias, T* y, float* mean, flo
   for (int64_t r = r0; r < r1; ++r) {
     const T* xr = x + r * n;
     T* yr = y + r * n;
-    double s = 0;
-    for (int64_t i = 0; i < n; ++i) s += static_cast<double>(xr[i]);
-    double mu = s / static_cast<double>(n);
-    double v = 0;
-    for (int64_t i = 0; i < n; ++i) {
-      double d = static_cast<double>(xr[i]) - mu;
-      v += d * d;
+    double mu, v = 0;
+    if constexpr (std::is_same_v<T, float>) {
+      mu = vec::sum_d(xr, n) / static_cast<double>(n);
+      v = vec::sum_sq_dev_d(xr, n, mu);
+    } else {
+      double s = 0;
+      for (int64_t i = 0; i < n; ++i) s += static_cast<double>(xr[i]);
+      mu = s / static_cast<double>(n);
+      for (int64_t i = 0; i < n; ++i) {
+        double d = static_cast<double>(xr[i]) - mu;
+        v += d * d;
+      }
     }
     double rs = 1.0 / std::sqrt(v / static_cast<double>(n) + static_cast<double>(eps));
     T m = static_cast<T>(mu), rr = static_cast<T>(rs);

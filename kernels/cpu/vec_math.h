@@ -245,6 +245,54 @@ inline double row_exp_sum(const float* x, int64_t n, float m, float* e) {
 }
 
 
+#ifdef OASES_VEC_AVX2
+inline double hsum(__m256d a) {
+  alignas(32) double l[4];
+  _mm256_store_pd(l, a);
+  return (l[0] + l[1]) + (l[2] + l[3]);
+}
+inline __m256d lo_pd(__m256 v) { return _mm256_cvtps_pd(_mm256_castps256_ps128(v)); }
+inline __m256d hi_pd(__m256 v) { return _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)); }
+#endif
+
+// Σ x in double.
+inline double sum_d(const float* x, int64_t n) {
+  int64_t i = 0;
+  double s = 0;
+#ifdef OASES_VEC_AVX2
+  __m256d a0 = _mm256_setzero_pd(), a1 = _mm256_setzero_pd();
+  for (; i + 8 <= n; i += 8) {
+    __m256 v = _mm256_loadu_ps(x + i);
+    a0 = _mm256_add_pd(a0, lo_pd(v));
+    a1 = _mm256_add_pd(a1, hi_pd(v));
+  }
+  s = hsum(_mm256_add_pd(a0, a1));
+#endif
+  for (; i < n; ++i) s += static_cast<double>(x[i]);
+  return s;
+}
+
+// Σ (x − mu)² in double.
+inline double sum_sq_dev_d(const float* x, int64_t n, double mu) {
+  int64_t i = 0;
+  double s = 0;
+#ifdef OASES_VEC_AVX2
+  __m256d a0 = _mm256_setzero_pd(), a1 = _mm256_setzero_pd(), m = _mm256_set1_pd(mu);
+  for (; i + 8 <= n; i += 8) {
+    __m256 v = _mm256_loadu_ps(x + i);
+    __m256d d0 = _mm256_sub_pd(lo_pd(v), m), d1 = _mm256_sub_pd(hi_pd(v), m);
+    a0 = _mm256_add_pd(a0, _mm256_mul_pd(d0, d0));
+    a1 = _mm256_add_pd(a1, _mm256_mul_pd(d1, d1));
+  }
+  s = hsum(_mm256_add_pd(a0, a1));
+#endif
+  for (; i < n; ++i) {
+    double d = static_cast<double>(x[i]) - mu;
+    s += d * d;
+  }
+  return s;
+}
+
 // y[i] = f(x[i]); f8 and f1 must be twins. x and y may alias.
 template <class F8, class F1>
 inline void map(const float* x, float* y, int64_t n, F8 f8, F1 f1) {
