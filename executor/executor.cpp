@@ -52,7 +52,7 @@ Expected<Program> compile_program(Graph g, const ExecOptions& opts) {
     p.instrs.push_back(Instr{Instr::Kind::kCompute, id});
     p.kernels.push_back(fn);
   }
-  p.memory = MemoryPlan::build(g, order, opts.keep);
+  p.memory = MemoryPlan::build(g, order, opts.keep, opts.fuse ? MemoryPlan::InplaceFn(inplace_input) : MemoryPlan::InplaceFn());
   p.graph = std::move(g);
   return p;
 }

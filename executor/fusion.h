@@ -10,6 +10,11 @@
 //       whose blocks get bias, activation or residual while still in cache
 //   Transpose(op(A)·op(B)) (last two axes)                        → op(B)ᵀ·op(A)ᵀ written directly
 //       (e.g. the tied LM head's weight gradient)
+//   Add(X, GatherGrad(dy, idx))                                     → oases.cpu.AddGatherGrad: dy's
+//       rows added into X (the tied embedding's two gradient halves), in place when X dies
+//
+// The executor also names, for the memory plan, the input whose buffer an elementwise kernel may
+// overwrite (inplace_input below).
 //
 // A chain is fused only where its inner values have no other reader and are neither graph
 // outputs nor in `keep`. The fused node writes the chain's last value and takes the place of the
@@ -28,8 +33,13 @@ struct FusionStats {
   int bias = 0;               // MatMul + Add fused
   int activation = 0;         // ... + Gelu/Relu fused
   int residual = 0;           // ... + Add of a same-shaped value fused
+  int gather_grad = 0;        // Add(X, GatherGrad) fused
 };
 
 FusionStats fuse_for_cpu(Graph& g, std::vector<NodeId>& order, const std::set<ValueId>& keep);
+
+// The input slot whose buffer the CPU kernel of `n` may overwrite with output 0 (elementwise
+// kernels that read element i before writing it, the operand shaped as the output), or -1.
+int inplace_input(const Graph& g, const Node& n);
 
 }  // namespace oases

@@ -366,6 +366,7 @@ int main(int argc, char** argv) {
     }
     int64_t end = a.stop_after > 0 ? std::min(a.steps, start + a.stop_after) : a.steps;
     std::map<std::string, std::pair<double, int>> by_op;  // --profile: op type -> (ms, nodes)
+    std::vector<double> by_node;                            // --profile: instruction -> ms
     double profiled_ms = 0;
     int profiled_steps = 0;
     tr.executor().set_profiling(a.profile);
@@ -383,6 +384,8 @@ int main(int argc, char** argv) {
           auto& e = by_op[n.domain.empty() ? n.op_type : n.domain + "." + n.op_type];
           e.first += tr.executor().node_ms()[i];
           if (profiled_steps == 0) e.second++;
+          by_node.resize(p.instrs.size());
+          by_node[i] += tr.executor().node_ms()[i];
         }
         profiled_ms += st->ms;
         profiled_steps++;
@@ -428,6 +431,18 @@ int main(int argc, char** argv) {
         int nodes = by_op.count(op) ? by_op[op].second : 0;
         std::printf("  %-36s %4d nodes %9.2f ms %5.1f%%\n", op.c_str(), nodes, t, 100.0 * t / total);
       }
+      std::vector<std::pair<double, size_t>> nodes;
+      for (size_t i = 0; i < by_node.size(); ++i) nodes.push_back({by_node[i] / profiled_steps, i});
+      std::sort(nodes.rbegin(), nodes.rend());
+      const Program& p = tr.executor().program();
+      std::printf("slowest nodes (ms per step):\n");
+      for (size_t j = 0; j < std::min<size_t>(15, nodes.size()); ++j) {
+        const Node& n = p.graph.node(p.instrs[nodes[j].second].node);
+        std::printf("  %9.2f ms  %s -> %s\n", nodes[j].first, n.describe().c_str(),
+                    n.outputs.empty() || n.outputs[0] == kNoId ? "" : describe_value(p.graph, n.outputs[0]).c_str());
+      }
+      std::printf("activation arena %.1f MiB (%.1f MiB without reuse)\n", static_cast<double>(p.memory.arena_bytes) / (1 << 20),
+                  static_cast<double>(p.memory.total_bytes) / (1 << 20));
     }
     if (!a.save.empty() && a.steps > 0) {
       if (Status s = save(std::max(end, start)); !s.is_ok()) return fail_with(s);

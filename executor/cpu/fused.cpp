@@ -3,9 +3,15 @@
 //     Y = act(op(A) · op(B) + bias) or (op(A) · op(B) + bias) + residual, A [..., M, K] (or [..., K, M]
 //     with trans_a), B [..., K, N] (or [..., N, K] with trans_b), bias [N], residual shaped as Y;
 //     batch dims broadcast as in MatMul.
+//   AddGatherGrad(X, dy, indices) axis: Y = X + GatherGrad(dy, indices), the scattered rows summed
+//     per index in index order first (the same bits as the two nodes it replaces); Y may be X.
+#include <algorithm>
+#include <cstring>
+
 #include "executor/cpu/common.h"
 #include "kernels/cpu/activation.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/parallel.h"
 
 namespace oases {
 
@@ -54,6 +60,56 @@ void register_cpu_fused(CpuKernelRegistry& r) {
         case DType::kU32: run.template operator()<uint32_t>(); break;
         case DType::kU64: run.template operator()<uint64_t>(); break;
         default: f.fail("FusedMatMul of {} is not supported", dtype_name(f.in[0].dtype));
+      }
+    });
+  });
+  r.add("oases.cpu", "AddGatherGrad", [](KernelContext& c) {
+    int64_t axis = c.attrs().get_int("axis", 0);
+    const Shape& ds = c.out[0].shape;
+    int64_t outer = 1, dim = ds[axis];
+    for (int64_t d = 0; d < axis; ++d) outer *= ds[d];
+    int64_t inner = shape_numel(ds) / std::max<int64_t>(1, outer * dim);
+    int64_t nidx = c.in[2].numel();
+    std::vector<int64_t> idx(static_cast<size_t>(nidx));
+    for (int64_t i = 0; i < nidx; ++i) {
+      int64_t v = static_cast<int64_t>(load_as_double(c.in[2].data, c.in[2].dtype, i));
+      if (v < 0) v += dim;
+      if (v < 0 || v >= dim) c.fail("index {} outside [0, {})", v, dim);
+      idx[static_cast<size_t>(i)] = v;
+    }
+    // positions grouped by index, in index order within a group
+    std::vector<int64_t> by_row(static_cast<size_t>(nidx));
+    for (int64_t i = 0; i < nidx; ++i) by_row[static_cast<size_t>(i)] = i;
+    std::stable_sort(by_row.begin(), by_row.end(), [&](int64_t a, int64_t b) { return idx[a] < idx[b]; });
+    std::vector<int64_t> starts;
+    for (int64_t j = 0; j < nidx; ++j) {
+      if (j == 0 || idx[by_row[j]] != idx[by_row[j - 1]]) starts.push_back(j);
+    }
+    starts.push_back(nidx);
+    dispatch_float(c, c.out[0].dtype, [&]<class T>() {
+      T* y = c.out[0].as<T>();
+      const T* x = c.in[0].as<T>();
+      const T* dy = c.in[1].as<T>();
+      if (y != x) {
+        k::parallel_range(c.out[0].numel(), 1 << 16, [&](int64_t b, int64_t e) { std::memcpy(y + b, x + b, static_cast<size_t>(e - b) * sizeof(T)); });
+      }
+      int64_t groups = static_cast<int64_t>(starts.size()) - 1;
+      for (int64_t o = 0; o < outer; ++o) {
+        // distinct rows per group: groups run in parallel
+        k::parallel_range(groups, 8, [&](int64_t g0, int64_t g1) {
+          std::vector<T> acc(static_cast<size_t>(inner));
+          for (int64_t gi = g0; gi < g1; ++gi) {
+            int64_t first = by_row[starts[gi]];
+            const T* src = dy + (o * nidx + first) * inner;
+            std::copy(src, src + inner, acc.begin());
+            for (int64_t j = starts[gi] + 1; j < starts[gi + 1]; ++j) {
+              src = dy + (o * nidx + by_row[j]) * inner;
+              for (int64_t e = 0; e < inner; ++e) acc[e] += src[e];
+            }
+            T* dst = y + (o * dim + idx[first]) * inner;
+            for (int64_t e = 0; e < inner; ++e) dst[e] += acc[e];
+          }
+        });
       }
     });
   });
