@@ -36,8 +36,10 @@ struct Tile {
 std::vector<Tile> tiles_for(int64_t m, int64_t n, int64_t k, int threads) {
   double flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
   if (threads <= 1 || flops < 4e6 || in_parallel()) return {{0, m, 0, n}};
+  // one block per thread; huge products get two per thread (evens out a thread that is
+  // descheduled on a busy machine) when the blocks stay wide enough to amortise packing A again
   int64_t parts = threads;
-  if (flops > 2e9) parts = 2 * threads;  // evens out threads that get descheduled on a busy machine
+  if (flops > 2e9 && n / (2 * threads) >= 2048) parts = 2 * threads;
   std::vector<Tile> t;
   if (n >= 64 * threads) {
     int64_t step = std::max<int64_t>(16, (n / parts + 15) / 16 * 16);
