@@ -32,6 +32,10 @@ class Fuser {
     for (NodeId id : snapshot) {
       if (g_.alive(id) && is_op(g_.node(id), "", "Add")) add_gather_grad(id);
     }
+    for (NodeId id : snapshot) {
+      if (g_.alive(id) && is_op(g_.node(id), "oases", "Attention")) attention_in_place(id);
+    }
+    remove_dead();
     order_.erase(std::remove_if(order_.begin(), order_.end(), [&](NodeId n) { return !g_.alive(n); }), order_.end());
     return stats_;
   }
@@ -66,6 +70,102 @@ class Fuser {
       if (perm[i] != i) return false;
     }
     return perm[r - 2] == r - 1 && perm[r - 1] == r - 2;
+  }
+
+  // Where operand `v` ([B, H, T, D]) lies in memory: a Transpose(0, 2, 1, 3) of a [B, T, H, D]
+  // view of a [B, T, H·D] value, possibly a Split part of a fused [B, T, W] projection. Returns
+  // the source value and [offset, batch, head, time strides]; `through` collects the nodes read
+  // through. Without a match: v itself, contiguous.
+  ValueId trace_operand(ValueId v, std::vector<int64_t>* layout, std::vector<NodeId>* through) {
+    const Shape& s = g_.value(v).shape;
+    *layout = {0, s[1] * s[2] * s[3], s[2] * s[3], s[3]};
+    NodeId t = g_.producer(v);
+    if (t == kNoId || !is_op(g_.node(t), "", "Transpose") || !single_use(v)) return v;
+    if (g_.node(t).attrs.get_ints("perm") != std::vector<int64_t>{0, 2, 1, 3}) return v;
+    ValueId x = g_.node(t).inputs[0];  // [B, T, H, D]
+    int64_t B = s[0], H = s[1], T = s[2], D = s[3];
+    *layout = {0, T * H * D, D, H * D};
+    through->push_back(t);
+    ValueId src = x;
+    NodeId r = g_.producer(x);
+    if (r == kNoId || !is_op(g_.node(r), "", "Reshape") || !single_use(x)) return src;
+    ValueId y = g_.node(r).inputs[0];
+    const Shape& ys = g_.value(y).shape;
+    if (ys != Shape{B, T, H * D} || g_.value(y).dtype != g_.value(x).dtype) return src;
+    through->push_back(r);
+    src = y;
+    NodeId sp = g_.producer(y);
+    if (sp == kNoId || !is_op(g_.node(sp), "", "Split") || !single_use(y)) return src;
+    const Node& split = g_.node(sp);
+    const Shape& zs = g_.value(split.inputs[0]).shape;
+    int64_t axis = split.attrs.get_int("axis", 0);
+    if (axis < 0) axis += static_cast<int64_t>(zs.size());
+    std::vector<int64_t> sizes = split.attrs.get_ints("split");
+    if (zs.size() != 3 || axis != 2 || zs[0] != B || zs[1] != T || sizes.size() != split.outputs.size()) return src;
+    int64_t offset = 0;
+    for (size_t o = 0; o < split.outputs.size() && split.outputs[o] != y; ++o) offset += sizes[o];
+    *layout = {offset, T * zs[2], D, zs[2]};
+    return split.inputs[0];
+  }
+
+  // oases.Attention reading q, k, v where the projections left them and writing [B, T, H, Dv]
+  // for the Transpose that follows: the head transposes and the Split of a fused qkv are not run.
+  void attention_in_place(NodeId id) {
+    const Node& a = g_.node(id);
+    if (a.num_inputs() < 3 || a.outputs.empty()) return;
+    for (int s = 0; s < 3; ++s) {
+      if (g_.value(a.inputs[s]).shape.size() != 4) return;
+    }
+    const Shape &q = g_.value(a.inputs[0]).shape, &k = g_.value(a.inputs[1]).shape, &v = g_.value(a.inputs[2]).shape;
+    std::vector<ValueId> ins = a.inputs;
+    std::vector<std::vector<int64_t>> layouts(3);
+    std::vector<NodeId> through;
+    for (int s = 0; s < 3; ++s) ins[s] = trace_operand(a.inputs[s], &layouts[s], &through);
+    ValueId out = a.outputs[0];
+    std::vector<int64_t> o_layout{q[1] * q[2] * v[3], q[2] * v[3], v[3]};
+    NodeId ot = kNoId;
+    if (single_use(out)) {
+      NodeId t = g_.value(out).uses[0].node;
+      if (is_op(g_.node(t), "", "Transpose") && g_.node(t).attrs.get_ints("perm") == std::vector<int64_t>{0, 2, 1, 3}) {
+        ot = t;
+        o_layout = {q[2] * q[1] * v[3], v[3], q[1] * v[3]};
+      }
+    }
+    if (through.empty() && ot == kNoId) return;
+    AttrMap at = a.attrs;
+    at.set("dims", Attribute::of_ints({q[0], q[1], k[1], q[2], k[2], q[3], v[3]}));
+    at.set("q_layout", Attribute::of_ints(layouts[0]));
+    at.set("k_layout", Attribute::of_ints(layouts[1]));
+    at.set("v_layout", Attribute::of_ints(layouts[2]));
+    at.set("o_layout", Attribute::of_ints(o_layout));
+    std::vector<ValueId> outs = a.outputs;
+    if (ot != kNoId) {
+      outs[0] = g_.node(ot).outputs[0];
+      g_.remove_node(ot);
+    }
+    Node old = a;
+    g_.remove_node(id);
+    NodeId n = g_.add_node("Attention", ins, outs, std::move(at), old.name, kFusedDomain);
+    g_.node(n).scope = old.scope;
+    g_.node(n).phase = old.phase;
+    size_t p = pos_.at(id);
+    order_[p] = n;
+    pos_[n] = p;
+    stats_.attention++;
+  }
+
+  // Nodes none of whose outputs is read any more (what the rewrites above left behind).
+  void remove_dead() {
+    for (auto it = order_.rbegin(); it != order_.rend(); ++it) {
+      if (!g_.alive(*it)) continue;
+      const Node& n = g_.node(*it);
+      bool dead = !n.outputs.empty();
+      for (ValueId o : n.outputs) dead &= o == kNoId || (g_.value(o).uses.empty() && internal(o));
+      if (dead) {
+        g_.remove_node(*it);
+        stats_.dead++;
+      }
+    }
   }
 
   // Add(X, GatherGrad(dy, idx)) → AddGatherGrad(X, dy, idx): the rows of dy are added into X's

@@ -12,6 +12,10 @@
 //       (e.g. the tied LM head's weight gradient)
 //   Add(X, GatherGrad(dy, idx))                                     → oases.cpu.AddGatherGrad: dy's
 //       rows added into X (the tied embedding's two gradient halves), in place when X dies
+//   oases.Attention whose q/k/v are Transpose(0,2,1,3)(Reshape(Split part of a [B, T, W] value))
+//   and whose output goes through Transpose(0,2,1,3)                → oases.cpu.Attention reading
+//       and writing with strides (inference graphs; in training the transposed values have
+//       other readers and stay)
 //
 // The executor also names, for the memory plan, the input whose buffer an elementwise kernel may
 // overwrite (inplace_input below).
@@ -34,6 +38,8 @@ struct FusionStats {
   int activation = 0;         // ... + Gelu/Relu fused
   int residual = 0;           // ... + Add of a same-shaped value fused
   int gather_grad = 0;        // Add(X, GatherGrad) fused
+  int attention = 0;          // attention reading/writing through head transposes
+  int dead = 0;               // nodes left without readers, removed
 };
 
 FusionStats fuse_for_cpu(Graph& g, std::vector<NodeId>& order, const std::set<ValueId>& keep);

@@ -3,6 +3,9 @@
 //     Y = act(op(A) · op(B) + bias) or (op(A) · op(B) + bias) + residual, A [..., M, K] (or [..., K, M]
 //     with trans_a), B [..., K, N] (or [..., N, K] with trans_b), bias [N], residual shaped as Y;
 //     batch dims broadcast as in MatMul.
+//   Attention(q_src, k_src, v_src[, mask]) dims [B, H, Hkv, Tq, Tk, D, Dv], q_layout/k_layout/v_layout
+//     [offset, batch, head, time strides] into their sources, o_layout [batch, head, time strides]
+//     of the output; causal, scale: oases.Attention reading its operands where they lie.
 //   AddGatherGrad(X, dy, indices) axis: Y = X + GatherGrad(dy, indices), the scattered rows summed
 //     per index in index order first (the same bits as the two nodes it replaces); Y may be X.
 #include <algorithm>
@@ -11,6 +14,7 @@
 #include "executor/cpu/common.h"
 #include "kernels/cpu/activation.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/nn.h"
 #include "kernels/cpu/parallel.h"
 
 namespace oases {
@@ -61,6 +65,27 @@ void register_cpu_fused(CpuKernelRegistry& r) {
         case DType::kU64: run.template operator()<uint64_t>(); break;
         default: f.fail("FusedMatMul of {} is not supported", dtype_name(f.in[0].dtype));
       }
+    });
+  });
+  r.add("oases.cpu", "Attention", [](KernelContext& c) {
+    AttentionArgs a = attention_args(c, 0);
+    k::AttentionLayout L;
+    int64_t off[3];
+    const char* names[3] = {"q_layout", "k_layout", "v_layout"};
+    int64_t* dst[3] = {L.q, L.k, L.v};
+    for (int i = 0; i < 3; ++i) {
+      std::vector<int64_t> l = c.attrs().get_ints(names[i]);
+      if (l.size() != 4) c.fail("{} must be [offset, batch, head, time strides]", names[i]);
+      off[i] = l[0];
+      std::copy(l.begin() + 1, l.end(), dst[i]);
+    }
+    std::vector<int64_t> o = c.attrs().get_ints("o_layout");
+    if (o.size() != 3) c.fail("o_layout must be [batch, head, time strides]");
+    std::copy(o.begin(), o.end(), L.o);
+    float* lse = c.out.size() > 1 && c.out[1].data ? c.out[1].as<float>() : nullptr;
+    dispatch_float(c, c.in[0].dtype, [&]<class T>() {
+      k::attention<T>(a.shape, c.in[0].as<T>() + off[0], c.in[1].as<T>() + off[1], c.in[2].as<T>() + off[2], a.mask, a.mask_bool,
+                      a.ms, c.out[0].as<T>(), lse, &L);
     });
   });
   r.add("oases.cpu", "AddGatherGrad", [](KernelContext& c) {

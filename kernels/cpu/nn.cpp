@@ -170,10 +170,11 @@ inline void exp_shift(double* row, int64_t n, double m) {
 }
 
 // S[i - i0, j] for rows [i0, i1) and keys [0, kend): scale·q kᵀ, mask, causal limit (−inf).
+// q points at row 0 of the head (row stride ldq), k at key 0 (row stride ldk).
 template <class T>
-void scores_block(const AttentionShape& s, int64_t b, int64_t h, const T* qp, const T* kp, const void* mask, bool mask_is_bool,
-                  const int64_t* ms, int64_t i0, int64_t i1, int64_t kend, T* S) {
-  gemm<T>(false, true, i1 - i0, kend, s.d, static_cast<T>(s.scale), qp + i0 * s.d, s.d, kp, s.d, T(0), S, kend);
+void scores_block(const AttentionShape& s, int64_t b, int64_t h, const T* qp, int64_t ldq, const T* kp, int64_t ldk,
+                  const void* mask, bool mask_is_bool, const int64_t* ms, int64_t i0, int64_t i1, int64_t kend, T* S) {
+  gemm<T>(false, true, i1 - i0, kend, s.d, static_cast<T>(s.scale), qp + i0 * ldq, ldq, kp, ldk, T(0), S, kend);
   const T neg_inf = -std::numeric_limits<T>::infinity();
   const int64_t shift = s.tk - s.tq;
   for (int64_t i = i0; i < i1; ++i) {
@@ -199,9 +200,17 @@ void scores_block(const AttentionShape& s, int64_t b, int64_t h, const T* qp, co
 
 }  // namespace
 
+AttentionLayout AttentionLayout::contiguous(const AttentionShape& s) {
+  return AttentionLayout{{s.heads * s.tq * s.d, s.tq * s.d, s.d},
+                         {s.kv_heads * s.tk * s.d, s.tk * s.d, s.d},
+                         {s.kv_heads * s.tk * s.dv, s.tk * s.dv, s.dv},
+                         {s.heads * s.tq * s.dv, s.tq * s.dv, s.dv}};
+}
+
 template <class T>
 void attention(const AttentionShape& s, const T* q, const T* k, const T* v, const void* mask, bool mask_is_bool,
-               const int64_t* ms, T* out, float* lse) {
+               const int64_t* ms, T* out, float* lse, const AttentionLayout* layout) {
+  const AttentionLayout L = layout ? *layout : AttentionLayout::contiguous(s);
   const int64_t group = s.heads / s.kv_heads;
   const int64_t blocks = (s.tq + kQueryBlock - 1) / kQueryBlock;
   const T neg_inf = -std::numeric_limits<T>::infinity();
@@ -212,17 +221,17 @@ void attention(const AttentionShape& s, const T* q, const T* k, const T* v, cons
     int64_t b = t / s.heads, h = t % s.heads, hk = h / group;
     int64_t i0 = blk * kQueryBlock, i1 = std::min(s.tq, i0 + kQueryBlock);
     int64_t kend = key_end(s, i1);
-    T* o = out + (t * s.tq + i0) * s.dv;
+    T* o = out + b * L.o[0] + h * L.o[1] + i0 * L.o[2];
     if (kend == 0) {  // no key visible to any row
-      std::fill(o, o + (i1 - i0) * s.dv, T(0));
+      for (int64_t i = i0; i < i1; ++i) std::fill(o + (i - i0) * L.o[2], o + (i - i0) * L.o[2] + s.dv, T(0));
       if (lse) std::fill(lse + t * s.tq + i0, lse + t * s.tq + i1, std::numeric_limits<float>::infinity());
       return;
     }
-    const T* qp = q + t * s.tq * s.d;
-    const T* kp = k + (b * s.kv_heads + hk) * s.tk * s.d;
-    const T* vp = v + (b * s.kv_heads + hk) * s.tk * s.dv;
+    const T* qp = q + b * L.q[0] + h * L.q[1];
+    const T* kp = k + b * L.k[0] + hk * L.k[1];
+    const T* vp = v + b * L.v[0] + hk * L.v[1];
     T* P = scratch(buf, static_cast<size_t>((i1 - i0) * kend));
-    scores_block(s, b, h, qp, kp, mask, mask_is_bool, ms, i0, i1, kend, P);
+    scores_block(s, b, h, qp, L.q[2], kp, L.k[2], mask, mask_is_bool, ms, i0, i1, kend, P);
     for (int64_t i = i0; i < i1; ++i) {
       T* row = P + (i - i0) * kend;
       T m = neg_inf;
@@ -237,7 +246,7 @@ void attention(const AttentionShape& s, const T* q, const T* k, const T* v, cons
       for (int64_t j = 0; j < kend; ++j) row[j] *= inv;
       if (lse) lse[t * s.tq + i] = static_cast<float>(m + std::log(sum));
     }
-    gemm<T>(false, false, i1 - i0, s.dv, kend, T(1), P, kend, vp, s.dv, T(0), o, s.dv);
+    gemm<T>(false, false, i1 - i0, s.dv, kend, T(1), P, kend, vp, L.v[2], T(0), o, L.o[2]);
   });
 }
 
@@ -273,7 +282,7 @@ void attention_backward(const AttentionShape& s, const T* dout, const T* q, cons
           std::fill(dqp + i0 * s.d, dqp + i1 * s.d, T(0));
           continue;
         }
-        scores_block(s, b, h, qp, kp, mask, mask_is_bool, ms, i0, i1, kend, P);
+        scores_block(s, b, h, qp, s.d, kp, s.d, mask, mask_is_bool, ms, i0, i1, kend, P);
         for (int64_t i = i0; i < i1; ++i) {
           float l = lse[t * s.tq + i];
           T* row = P + (i - i0) * kend;
@@ -304,9 +313,9 @@ void attention_backward(const AttentionShape& s, const T* dout, const T* q, cons
 }
 
 template void attention<float>(const AttentionShape&, const float*, const float*, const float*, const void*, bool,
-                               const int64_t*, float*, float*);
+                               const int64_t*, float*, float*, const AttentionLayout*);
 template void attention<double>(const AttentionShape&, const double*, const double*, const double*, const void*, bool,
-                                const int64_t*, double*, float*);
+                                const int64_t*, double*, float*, const AttentionLayout*);
 template void attention_backward<float>(const AttentionShape&, const float*, const float*, const float*, const float*,
                                         const float*, const float*, const void*, bool, const int64_t*, float*, float*, float*);
 template void attention_backward<double>(const AttentionShape&, const double*, const double*, const double*, const double*,
