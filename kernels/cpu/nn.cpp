@@ -113,8 +113,10 @@ void rmsnorm(const T* x, const T* scale, T* y, float* rstd, int64_t rows, int64_
 namespace {
 
 // Query rows per work item of the attention kernels: causal items compute scores only up to the
-// last key their rows may see, so about half of S is never formed.
-constexpr int64_t kQueryBlock = 32;
+// last key their rows may see, so about half of S is never formed. Small blocks also keep the
+// products within OpenBLAS's small-matrix path (no packing): with GPT-2's 128 x 64 heads, 16 rows
+// ran attention ~10% faster than 32 and 2-4x faster than 64-128.
+constexpr int64_t kQueryBlock = 16;
 
 // Per-thread scratch that keeps its memory between calls.
 template <class T>
