@@ -97,3 +97,8 @@ def print_table(header, rows):
 
 def stamp():
     return time.strftime("%Y-%m-%d %H:%M:%S")
+
+
+def load():
+    """1-minute load average: other processes on the machine share the cores the peers run on."""
+    return f"{os.getloadavg()[0]:.1f}"

@@ -40,7 +40,8 @@ std::vector<std::string> CpuKernelRegistry::ops() const {
 Expected<Program> compile_program(Graph g, const ExecOptions& opts) {
   Program p;
   OASES_ASSIGN_OR_RETURN(std::vector<NodeId> order, g.topo_order());
-  if (opts.fuse && std::getenv("OASES_NO_FUSION") == nullptr) p.fusion = fuse_for_cpu(g, order, opts.keep);
+  const bool fuse = opts.fuse && std::getenv("OASES_NO_FUSION") == nullptr;
+  if (fuse) p.fusion = fuse_for_cpu(g, order, opts.keep);
   const CpuKernelRegistry& kr = CpuKernelRegistry::global();
   for (NodeId id : order) {
     const Node& n = g.node(id);
@@ -52,7 +53,7 @@ Expected<Program> compile_program(Graph g, const ExecOptions& opts) {
     p.instrs.push_back(Instr{Instr::Kind::kCompute, id});
     p.kernels.push_back(fn);
   }
-  p.memory = MemoryPlan::build(g, order, opts.keep, opts.fuse ? MemoryPlan::InplaceFn(inplace_input) : MemoryPlan::InplaceFn());
+  p.memory = MemoryPlan::build(g, order, opts.keep, fuse ? MemoryPlan::InplaceFn(inplace_input) : MemoryPlan::InplaceFn());
   p.graph = std::move(g);
   return p;
 }

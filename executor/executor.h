@@ -32,7 +32,7 @@ struct Program {
 struct ExecOptions {
   std::set<ValueId> keep;  // values to keep readable after run() (besides the graph outputs)
   int threads = 0;         // kernel threads (kernels/cpu/parallel.h); 0: the default
-  bool fuse = true;        // executor-level fusion (executor/fusion.h); OASES_NO_FUSION=1 turns it off
+  bool fuse = true;        // executor-level fusion and in-place outputs (executor/fusion.h); OASES_NO_FUSION=1 turns both off
 };
 
 // Compiles `g` (canonical, fully shaped) into a program; the error names the first node without a

@@ -34,6 +34,7 @@ def main():
     env = common.peer_env(a.threads, a.keep_blas_env)
     results = []
     blas = "?"
+    load_start = common.load()
     for name in a.shapes.split(","):
         model = common.export(name, a.batch, a.seq, cache)
         work = os.path.join(os.path.dirname(model), "forward")
@@ -86,7 +87,7 @@ def main():
                             oases_rss_mib=rss["oases"], ort_rss_mib=rss["ort"], max_abs_diff=max_diff,
                             max_abs_logit=scale, ort_version=ort_version))
     print(f"\nforward, {a.threads} threads, median of {a.rounds}x{a.repeat} runs per peer ({common.stamp()}); "
-          f"onnxruntime {results[0]['ort_version']}; OpenBLAS core: {blas}")
+          f"onnxruntime {results[0]['ort_version']}; OpenBLAS core: {blas}; load average {load_start} -> {common.load()}")
     rows = []
     for r in results:
         rows.append([r["model"], f"{r['batch']}x{r['seq']}", f"{r['oases_ms']:.1f}", f"{r['ort_ms']:.1f}", f"{r['ratio']:.2f}",

@@ -21,6 +21,9 @@ def main():
     ap.add_argument("--cache", default="", help="folder for exported models (default build/bench-models)")
     ap.add_argument("--bin", default=os.path.join(common.REPO, "build", "bin"))
     ap.add_argument("--keep-blas-env", action="store_true", help="keep OPENBLAS_CORETYPE from the environment")
+    ap.add_argument("--torch-blas-threads", type=int, default=0,
+                    help="OPENBLAS_NUM_THREADS of the PyTorch peer (default: --threads); 1 avoids OpenBLAS's threads "
+                         "competing with PyTorch's OpenMP threads")
     ap.add_argument("--profile", action="store_true", help="also print Oases' time per op type")
     ap.add_argument("--json", default="", help="write the results here")
     a = ap.parse_args()
@@ -28,6 +31,7 @@ def main():
     cache = common.cache_dir(a.cache)
     env = common.peer_env(a.threads, a.keep_blas_env)
     results = []
+    load_start = common.load()
     for name in a.shapes.split(","):
         steps = a.steps or (4 if name == "gpt2-small" else 10)
         model = common.export(name, a.batch, a.seq, cache)
@@ -55,7 +59,10 @@ def main():
             cfg = dict(common.SHAPES[name])
             cmd = [common.EXPORT_PY, os.path.join(os.path.dirname(os.path.abspath(__file__)), "torch_train.py"),
                    json.dumps(cfg), str(a.batch), str(a.seq), str(a.threads), str(a.warmup), str(steps)]
-            text, peak = common.run_rss(cmd, env, os.path.join(work, "torch.log"))
+            tenv = dict(env)
+            if a.torch_blas_threads:
+                tenv["OPENBLAS_NUM_THREADS"] = str(a.torch_blas_threads)
+            text, peak = common.run_rss(cmd, tenv, os.path.join(work, "torch.log"))
             rss["torch"] = max(rss["torch"], peak)
             j = json.loads(text.strip().splitlines()[-1])
             torch_t += j["times_ms"]
@@ -64,8 +71,9 @@ def main():
         results.append(dict(model=name, config=common.SHAPES[name], batch=a.batch, seq=a.seq, threads=a.threads,
                             oases_ms=mo, torch_ms=mt, ratio=mo / mt, oases_steps=oases_t, torch_steps=torch_t,
                             oases_rss_mib=rss["oases"], torch_rss_mib=rss["torch"], torch_version=torch_version))
-    print(f"\ntraining step (forward + backward + AdamW), {a.threads} threads, median of {a.rounds} rounds per peer "
-          f"({common.stamp()}); PyTorch {results[0]['torch_version']}")
+    blas_note = f", PyTorch's OpenBLAS {a.torch_blas_threads} thread(s)" if a.torch_blas_threads else ""
+    print(f"\ntraining step (forward + backward + AdamW), {a.threads} threads{blas_note}, median over {a.rounds} rounds "
+          f"per peer ({common.stamp()}); PyTorch {results[0]['torch_version']}; load average {load_start} -> {common.load()}")
     rows = []
     for r in results:
         rows.append([r["model"], f"{r['batch']}x{r['seq']}", f"{r['oases_ms']:.1f}", f"{r['torch_ms']:.1f}", f"{r['ratio']:.2f}",
