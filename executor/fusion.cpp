@@ -11,7 +11,9 @@ namespace {
 constexpr const char* kFusedDomain = "oases.cpu";
 
 bool is_op(const Node& n, const char* domain, const char* op) { return n.domain == domain && n.op_type == op; }
-bool is_matmul(const Node& n) { return is_op(n, "", "MatMul") || is_op(n, "oases", "MatMulT") || is_op(n, kFusedDomain, "FusedMatMul"); }
+bool is_matmul(const Node& n) {
+  return is_op(n, "", "MatMul") || is_op(n, "oases", "MatMulT") || is_op(n, kFusedDomain, "FusedMatMul");
+}
 
 class Fuser {
  public:

@@ -378,11 +378,11 @@ void register_cpu_elementwise(CpuKernelRegistry& r) {
     float scale = 1.f / (1.f - ratio);
     uint64_t threshold = static_cast<uint64_t>(static_cast<double>(ratio) * 18446744073709551616.0);
     parallel_range(n, 1 << 16, [&](int64_t i_begin, int64_t i_end) {
-    for (int64_t i = i_begin; i < i_end; ++i) {
-      bool keep = mix64(key + static_cast<uint64_t>(i)) >= threshold;
-      y[i] = keep ? x[i] * scale : 0.f;
-      if (mask) mask[i] = keep;
-    }
+      for (int64_t i = i_begin; i < i_end; ++i) {
+        bool keep = mix64(key + static_cast<uint64_t>(i)) >= threshold;
+        y[i] = keep ? x[i] * scale : 0.f;
+        if (mask) mask[i] = keep;
+      }
     });
   });
 }

@@ -116,7 +116,9 @@ void register_cpu_fused(CpuKernelRegistry& r) {
       const T* x = c.in[0].as<T>();
       const T* dy = c.in[1].as<T>();
       if (y != x) {
-        k::parallel_range(c.out[0].numel(), 1 << 16, [&](int64_t b, int64_t e) { std::memcpy(y + b, x + b, static_cast<size_t>(e - b) * sizeof(T)); });
+        k::parallel_range(c.out[0].numel(), 1 << 16, [&](int64_t b, int64_t e) {
+          std::memcpy(y + b, x + b, static_cast<size_t>(e - b) * sizeof(T));
+        });
       }
       int64_t groups = static_cast<int64_t>(starts.size()) - 1;
       for (int64_t o = 0; o < outer; ++o) {

@@ -217,7 +217,7 @@ void register_cpu_grad(CpuKernelRegistry& r) {
     float scale = 1.f / (1.f - ratio);
     uint64_t threshold = static_cast<uint64_t>(static_cast<double>(ratio) * 18446744073709551616.0);
     parallel_range(n, 1 << 16, [&](int64_t i_begin, int64_t i_end) {
-    for (int64_t i = i_begin; i < i_end; ++i) dx[i] = mix64(key + static_cast<uint64_t>(i)) >= threshold ? dy[i] * scale : 0.f;
+      for (int64_t i = i_begin; i < i_end; ++i) dx[i] = mix64(key + static_cast<uint64_t>(i)) >= threshold ? dy[i] * scale : 0.f;
     });
   });
 }

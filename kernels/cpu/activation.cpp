@@ -112,10 +112,10 @@ void activation(Activation a, const T* x, T* y, int64_t n) {
   constexpr int64_t kBlock = 4096;  // multiple of 8: block boundaries do not change results
   int64_t blocks = (n + kBlock - 1) / kBlock;
   parallel_range(blocks, std::max<int64_t>(1, kParallelMin / kBlock), [&](int64_t b_begin, int64_t b_end) {
-  for (int64_t b = b_begin; b < b_end; ++b) {
-    int64_t s = b * kBlock;
-    act_run(a, x + s, y + s, std::min(kBlock, n - s));
-  }
+    for (int64_t b = b_begin; b < b_end; ++b) {
+      int64_t s = b * kBlock;
+      act_run(a, x + s, y + s, std::min(kBlock, n - s));
+    }
   });
 }
 
@@ -139,10 +139,10 @@ void activation_grad(Activation a, const T* dy, const T* x, T* dx, int64_t n) {
   constexpr int64_t kBlock = 4096;
   int64_t blocks = (n + kBlock - 1) / kBlock;
   parallel_range(blocks, std::max<int64_t>(1, kParallelMin / kBlock), [&](int64_t b_begin, int64_t b_end) {
-  for (int64_t b = b_begin; b < b_end; ++b) {
-    int64_t s = b * kBlock;
-    act_grad_run(a, dy + s, x + s, dx + s, std::min(kBlock, n - s));
-  }
+    for (int64_t b = b_begin; b < b_end; ++b) {
+      int64_t s = b * kBlock;
+      act_grad_run(a, dy + s, x + s, dx + s, std::min(kBlock, n - s));
+    }
   });
 }
 

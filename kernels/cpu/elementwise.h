@@ -73,7 +73,7 @@ void broadcast_to(const T* in, const std::vector<int64_t>& si, T* out, const std
 template <class T, class R, class Op>
 void unary(const T* x, R* y, int64_t n, Op op) {
   parallel_range(n, 1 << 15, [&](int64_t i_begin, int64_t i_end) {
-  for (int64_t i = i_begin; i < i_end; ++i) y[i] = op(x[i]);
+    for (int64_t i = i_begin; i < i_end; ++i) y[i] = op(x[i]);
   });
 }
 

@@ -34,84 +34,84 @@ template <class T>
 void unary_grad(UnaryOp op, const UnaryParams& p, const T* dy, const T* x, const T* y, T* dx, int64_t n) {
   const T a = static_cast<T>(p.alpha), b = static_cast<T>(p.beta), g = static_cast<T>(p.gamma);
   parallel_range(n, 1 << 15, [&](int64_t i_begin, int64_t i_end) {
-  for (int64_t i = i_begin; i < i_end; ++i) {
-    T xi = x[i], d = dy[i], r;
-    switch (op) {
-      case UnaryOp::kExp: r = d * y[i]; break;
-      case UnaryOp::kLog: r = d / xi; break;
-      case UnaryOp::kSqrt: r = d * T(0.5) / y[i]; break;
-      case UnaryOp::kReciprocal: r = -d * y[i] * y[i]; break;
-      case UnaryOp::kTanh: r = d * (T(1) - y[i] * y[i]); break;
-      case UnaryOp::kSigmoid: r = d * y[i] * (T(1) - y[i]); break;
-      case UnaryOp::kRelu: r = xi > T(0) ? d : T(0); break;
-      case UnaryOp::kErf: r = d * T(1.1283791670955126) * std::exp(-xi * xi); break;
-      case UnaryOp::kSin: r = d * std::cos(xi); break;
-      case UnaryOp::kCos: r = -d * std::sin(xi); break;
-      case UnaryOp::kAbs: r = xi > T(0) ? d : (xi < T(0) ? -d : T(0)); break;
-      case UnaryOp::kSoftplus: r = d * sigmoid(xi); break;
-      case UnaryOp::kSoftsign: {
-        T den = T(1) + std::abs(xi);
-        r = d / (den * den);
-        break;
+    for (int64_t i = i_begin; i < i_end; ++i) {
+      T xi = x[i], d = dy[i], r;
+      switch (op) {
+        case UnaryOp::kExp: r = d * y[i]; break;
+        case UnaryOp::kLog: r = d / xi; break;
+        case UnaryOp::kSqrt: r = d * T(0.5) / y[i]; break;
+        case UnaryOp::kReciprocal: r = -d * y[i] * y[i]; break;
+        case UnaryOp::kTanh: r = d * (T(1) - y[i] * y[i]); break;
+        case UnaryOp::kSigmoid: r = d * y[i] * (T(1) - y[i]); break;
+        case UnaryOp::kRelu: r = xi > T(0) ? d : T(0); break;
+        case UnaryOp::kErf: r = d * T(1.1283791670955126) * std::exp(-xi * xi); break;
+        case UnaryOp::kSin: r = d * std::cos(xi); break;
+        case UnaryOp::kCos: r = -d * std::sin(xi); break;
+        case UnaryOp::kAbs: r = xi > T(0) ? d : (xi < T(0) ? -d : T(0)); break;
+        case UnaryOp::kSoftplus: r = d * sigmoid(xi); break;
+        case UnaryOp::kSoftsign: {
+          T den = T(1) + std::abs(xi);
+          r = d / (den * den);
+          break;
+        }
+        case UnaryOp::kSilu: {
+          T s = sigmoid(xi);
+          r = d * s * (T(1) + xi * (T(1) - s));
+          break;
+        }
+        case UnaryOp::kClip: r = (xi >= static_cast<T>(p.lo) && xi <= static_cast<T>(p.hi)) ? d : T(0); break;
+        case UnaryOp::kLeakyRelu: r = xi >= T(0) ? d : a * d; break;
+        case UnaryOp::kElu: r = xi >= T(0) ? d : d * a * std::exp(xi); break;
+        case UnaryOp::kSelu: r = xi > T(0) ? d * g : d * g * a * std::exp(xi); break;
+        case UnaryOp::kCelu: r = xi > T(0) ? d : d * std::exp(xi / a); break;
+        case UnaryOp::kHardSigmoid: {
+          T v = a * xi + b;
+          r = (v > T(0) && v < T(1)) ? d * a : T(0);
+          break;
+        }
+        case UnaryOp::kHardSwish: r = xi < T(-3) ? T(0) : (xi > T(3) ? d : d * (xi / T(3) + T(0.5))); break;
+        case UnaryOp::kMish: {
+          T sp = xi > T(20) ? xi : std::log1p(std::exp(xi));
+          T t = std::tanh(sp);
+          r = d * (t + xi * (T(1) - t * t) * sigmoid(xi));
+          break;
+        }
+        case UnaryOp::kThresholdedRelu: r = xi > a ? d : T(0); break;
+        default: r = T(0);
       }
-      case UnaryOp::kSilu: {
-        T s = sigmoid(xi);
-        r = d * s * (T(1) + xi * (T(1) - s));
-        break;
-      }
-      case UnaryOp::kClip: r = (xi >= static_cast<T>(p.lo) && xi <= static_cast<T>(p.hi)) ? d : T(0); break;
-      case UnaryOp::kLeakyRelu: r = xi >= T(0) ? d : a * d; break;
-      case UnaryOp::kElu: r = xi >= T(0) ? d : d * a * std::exp(xi); break;
-      case UnaryOp::kSelu: r = xi > T(0) ? d * g : d * g * a * std::exp(xi); break;
-      case UnaryOp::kCelu: r = xi > T(0) ? d : d * std::exp(xi / a); break;
-      case UnaryOp::kHardSigmoid: {
-        T v = a * xi + b;
-        r = (v > T(0) && v < T(1)) ? d * a : T(0);
-        break;
-      }
-      case UnaryOp::kHardSwish: r = xi < T(-3) ? T(0) : (xi > T(3) ? d : d * (xi / T(3) + T(0.5))); break;
-      case UnaryOp::kMish: {
-        T sp = xi > T(20) ? xi : std::log1p(std::exp(xi));
-        T t = std::tanh(sp);
-        r = d * (t + xi * (T(1) - t * t) * sigmoid(xi));
-        break;
-      }
-      case UnaryOp::kThresholdedRelu: r = xi > a ? d : T(0); break;
-      default: r = T(0);
+      dx[i] = r;
     }
-    dx[i] = r;
-  }
   });
 }
 
 template <class T>
 void swiglu_grad(const T* dy, const T* gate, const T* up, T* dgate, T* dup, int64_t n) {
   parallel_range(n, 1 << 15, [&](int64_t i_begin, int64_t i_end) {
-  for (int64_t i = i_begin; i < i_end; ++i) {
-    T g = gate[i], s = sigmoid(g), silu = g * s;
-    if (dgate) dgate[i] = dy[i] * up[i] * s * (T(1) + g * (T(1) - s));
-    if (dup) dup[i] = dy[i] * silu;
-  }
+    for (int64_t i = i_begin; i < i_end; ++i) {
+      T g = gate[i], s = sigmoid(g), silu = g * s;
+      if (dgate) dgate[i] = dy[i] * up[i] * s * (T(1) + g * (T(1) - s));
+      if (dup) dup[i] = dy[i] * silu;
+    }
   });
 }
 
 template <class T>
 void softmax_grad(const T* dy, const T* y, T* dx, int64_t outer, int64_t n, int64_t inner, bool log) {
   parallel_range(outer * inner, std::max<int64_t>(1, (1 << 14) / std::max<int64_t>(1, n)), [&](int64_t t_begin, int64_t t_end) {
-  for (int64_t t = t_begin; t < t_end; ++t) {
-    int64_t o = t / inner, j = t % inner;
-    const T* dyr = dy + o * n * inner + j;
-    const T* yr = y + o * n * inner + j;
-    T* dxr = dx + o * n * inner + j;
-    T s = 0;
-    if (log) {
-      for (int64_t i = 0; i < n; ++i) s += dyr[i * inner];
-      for (int64_t i = 0; i < n; ++i) dxr[i * inner] = dyr[i * inner] - std::exp(yr[i * inner]) * s;
-    } else {
-      for (int64_t i = 0; i < n; ++i) s += dyr[i * inner] * yr[i * inner];
-      for (int64_t i = 0; i < n; ++i) dxr[i * inner] = yr[i * inner] * (dyr[i * inner] - s);
+    for (int64_t t = t_begin; t < t_end; ++t) {
+      int64_t o = t / inner, j = t % inner;
+      const T* dyr = dy + o * n * inner + j;
+      const T* yr = y + o * n * inner + j;
+      T* dxr = dx + o * n * inner + j;
+      T s = 0;
+      if (log) {
+        for (int64_t i = 0; i < n; ++i) s += dyr[i * inner];
+        for (int64_t i = 0; i < n; ++i) dxr[i * inner] = dyr[i * inner] - std::exp(yr[i * inner]) * s;
+      } else {
+        for (int64_t i = 0; i < n; ++i) s += dyr[i * inner] * yr[i * inner];
+        for (int64_t i = 0; i < n; ++i) dxr[i * inner] = yr[i * inner] * (dyr[i * inner] - s);
+      }
     }
-  }
   });
 }
 

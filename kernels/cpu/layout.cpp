@@ -71,14 +71,14 @@ void transpose(const void* in, const std::vector<int64_t>& shape, const std::vec
   const char* src = static_cast<const char*>(in);
   char* dst = static_cast<char*>(out);
   parallel_range(rows, std::max<int64_t>(1, (1 << 15) / inner), [&](int64_t row_begin, int64_t row_end) {
-  for (int64_t row = row_begin; row < row_end; ++row) {
-    int64_t rem = row, off = 0;
-    for (int64_t d = nd - 2; d >= 0; --d) {
-      off += (rem % oshape[d]) * ostr[d];
-      rem /= oshape[d];
+    for (int64_t row = row_begin; row < row_end; ++row) {
+      int64_t rem = row, off = 0;
+      for (int64_t d = nd - 2; d >= 0; --d) {
+        off += (rem % oshape[d]) * ostr[d];
+        rem /= oshape[d];
+      }
+      copy_elems(dst + row * inner * static_cast<int64_t>(es), src + off * static_cast<int64_t>(es), inner, inner_st, es);
     }
-    copy_elems(dst + row * inner * static_cast<int64_t>(es), src + off * static_cast<int64_t>(es), inner, inner_st, es);
-  }
   });
 }
 
@@ -99,14 +99,14 @@ void strided_slice(const void* in, const std::vector<int64_t>& in_shape, const s
   int64_t base = 0;
   for (int64_t d = 0; d < r; ++d) base += starts[d] * ist[d];
   parallel_range(rows, std::max<int64_t>(1, (1 << 15) / inner), [&](int64_t row_begin, int64_t row_end) {
-  for (int64_t row = row_begin; row < row_end; ++row) {
-    int64_t rem = row, off = base;
-    for (int64_t d = r - 2; d >= 0; --d) {
-      off += (rem % out_shape[d]) * steps[d] * ist[d];
-      rem /= out_shape[d];
+    for (int64_t row = row_begin; row < row_end; ++row) {
+      int64_t rem = row, off = base;
+      for (int64_t d = r - 2; d >= 0; --d) {
+        off += (rem % out_shape[d]) * steps[d] * ist[d];
+        rem /= out_shape[d];
+      }
+      copy_elems(dst + row * inner * static_cast<int64_t>(es), src + off * static_cast<int64_t>(es), inner, steps[r - 1], es);
     }
-    copy_elems(dst + row * inner * static_cast<int64_t>(es), src + off * static_cast<int64_t>(es), inner, steps[r - 1], es);
-  }
   });
 }
 
@@ -157,13 +157,13 @@ void concat(const std::vector<const void*>& ins, const std::vector<std::vector<i
   }
   char* dst = static_cast<char*>(out);
   parallel_range(outer, std::max<int64_t>(1, (1 << 17) / std::max<int64_t>(1, out_row)), [&](int64_t o_begin, int64_t o_end) {
-  for (int64_t o = o_begin; o < o_end; ++o) {
-    int64_t pos = o * out_row;
-    for (size_t i = 0; i < ins.size(); ++i) {
-      if (chunk[i]) std::memcpy(dst + pos, static_cast<const char*>(ins[i]) + o * chunk[i], static_cast<size_t>(chunk[i]));
-      pos += chunk[i];
+    for (int64_t o = o_begin; o < o_end; ++o) {
+      int64_t pos = o * out_row;
+      for (size_t i = 0; i < ins.size(); ++i) {
+        if (chunk[i]) std::memcpy(dst + pos, static_cast<const char*>(ins[i]) + o * chunk[i], static_cast<size_t>(chunk[i]));
+        pos += chunk[i];
+      }
     }
-  }
   });
 }
 
@@ -182,12 +182,12 @@ static int64_t gather_impl(const void* data, const std::vector<int64_t>& dshape,
   const char* src = static_cast<const char*>(data);
   char* dst = static_cast<char*>(out);
   parallel_range(outer * nidx, std::max<int64_t>(1, (1 << 16) / std::max<int64_t>(1, inner)), [&](int64_t t_begin, int64_t t_end) {
-  for (int64_t t = t_begin; t < t_end; ++t) {
-    int64_t o = t / nidx, i = t % nidx;
-    int64_t v = static_cast<int64_t>(idx[i]);
-    if (v < 0) v += dim;
-    std::memcpy(dst + static_cast<size_t>(t) * row, src + static_cast<size_t>(o * dim + v) * row, row);
-  }
+    for (int64_t t = t_begin; t < t_end; ++t) {
+      int64_t o = t / nidx, i = t % nidx;
+      int64_t v = static_cast<int64_t>(idx[i]);
+      if (v < 0) v += dim;
+      std::memcpy(dst + static_cast<size_t>(t) * row, src + static_cast<size_t>(o * dim + v) * row, row);
+    }
   });
   return -1;
 }
@@ -251,14 +251,14 @@ void tile(const void* in, const std::vector<int64_t>& in_shape, void* out, const
   const char* src = static_cast<const char*>(in);
   char* dst = static_cast<char*>(out);
   parallel_range(n, 1 << 16, [&](int64_t i_begin, int64_t i_end) {
-  for (int64_t i = i_begin; i < i_end; ++i) {
-    int64_t rem = i, off = 0;
-    for (int64_t d = r - 1; d >= 0; --d) {
-      off += ((rem % out_shape[d]) % in_shape[d]) * ist[d];
-      rem /= out_shape[d];
+    for (int64_t i = i_begin; i < i_end; ++i) {
+      int64_t rem = i, off = 0;
+      for (int64_t d = r - 1; d >= 0; --d) {
+        off += ((rem % out_shape[d]) % in_shape[d]) * ist[d];
+        rem /= out_shape[d];
+      }
+      std::memcpy(dst + i * static_cast<int64_t>(es), src + off * static_cast<int64_t>(es), es);
     }
-    std::memcpy(dst + i * static_cast<int64_t>(es), src + off * static_cast<int64_t>(es), es);
-  }
   });
 }
 

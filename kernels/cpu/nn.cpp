@@ -16,47 +16,47 @@ template <class T>
 void softmax(const T* x, T* y, int64_t outer, int64_t n, int64_t inner, bool log) {
   if (inner == 1) {
     parallel_range(outer, std::max<int64_t>(1, (1 << 14) / std::max<int64_t>(1, n)), [&](int64_t o0, int64_t o1) {
-    for (int64_t o = o0; o < o1; ++o) {
-      const T* xr = x + o * n;
-      T* yr = y + o * n;
-      T m = -std::numeric_limits<T>::infinity();
-      for (int64_t i = 0; i < n; ++i) m = std::max(m, xr[i]);
-      if (m == -std::numeric_limits<T>::infinity()) m = 0;  // all masked: keep finite
-      T sum = 0;
-      if (log) {
-        for (int64_t i = 0; i < n; ++i) sum += std::exp(xr[i] - m);
-        T lse = m + std::log(sum);
-        for (int64_t i = 0; i < n; ++i) yr[i] = xr[i] - lse;
-      } else {
-        for (int64_t i = 0; i < n; ++i) {
-          T e = std::exp(xr[i] - m);
-          yr[i] = e;
-          sum += e;
+      for (int64_t o = o0; o < o1; ++o) {
+        const T* xr = x + o * n;
+        T* yr = y + o * n;
+        T m = -std::numeric_limits<T>::infinity();
+        for (int64_t i = 0; i < n; ++i) m = std::max(m, xr[i]);
+        if (m == -std::numeric_limits<T>::infinity()) m = 0;  // all masked: keep finite
+        T sum = 0;
+        if (log) {
+          for (int64_t i = 0; i < n; ++i) sum += std::exp(xr[i] - m);
+          T lse = m + std::log(sum);
+          for (int64_t i = 0; i < n; ++i) yr[i] = xr[i] - lse;
+        } else {
+          for (int64_t i = 0; i < n; ++i) {
+            T e = std::exp(xr[i] - m);
+            yr[i] = e;
+            sum += e;
+          }
+          T inv = T(1) / sum;
+          for (int64_t i = 0; i < n; ++i) yr[i] *= inv;
         }
-        T inv = T(1) / sum;
-        for (int64_t i = 0; i < n; ++i) yr[i] *= inv;
       }
-    }
     });
     return;
   }
   parallel_range(outer * inner, std::max<int64_t>(1, (1 << 14) / std::max<int64_t>(1, n)), [&](int64_t t0, int64_t t1) {
-  for (int64_t t = t0; t < t1; ++t) {
-    int64_t o = t / inner, j = t % inner;
-    const T* xr = x + o * n * inner + j;
-    T* yr = y + o * n * inner + j;
-    T m = -std::numeric_limits<T>::infinity();
-    for (int64_t i = 0; i < n; ++i) m = std::max(m, xr[i * inner]);
-    if (m == -std::numeric_limits<T>::infinity()) m = 0;
-    T sum = 0;
-    for (int64_t i = 0; i < n; ++i) sum += std::exp(xr[i * inner] - m);
-    if (log) {
-      T lse = m + std::log(sum);
-      for (int64_t i = 0; i < n; ++i) yr[i * inner] = xr[i * inner] - lse;
-    } else {
-      for (int64_t i = 0; i < n; ++i) yr[i * inner] = std::exp(xr[i * inner] - m) / sum;
+    for (int64_t t = t0; t < t1; ++t) {
+      int64_t o = t / inner, j = t % inner;
+      const T* xr = x + o * n * inner + j;
+      T* yr = y + o * n * inner + j;
+      T m = -std::numeric_limits<T>::infinity();
+      for (int64_t i = 0; i < n; ++i) m = std::max(m, xr[i * inner]);
+      if (m == -std::numeric_limits<T>::infinity()) m = 0;
+      T sum = 0;
+      for (int64_t i = 0; i < n; ++i) sum += std::exp(xr[i * inner] - m);
+      if (log) {
+        T lse = m + std::log(sum);
+        for (int64_t i = 0; i < n; ++i) yr[i * inner] = xr[i * inner] - lse;
+      } else {
+        for (int64_t i = 0; i < n; ++i) yr[i * inner] = std::exp(xr[i * inner] - m) / sum;
+      }
     }
-  }
   });
 }
 
@@ -64,48 +64,48 @@ template <class T>
 void layernorm(const T* x, const T* scale, const T* bias, T* y, float* mean, float* rstd, int64_t rows, int64_t n,
                float eps) {
   parallel_range(rows, std::max<int64_t>(1, (1 << 14) / std::max<int64_t>(1, n)), [&](int64_t r0, int64_t r1) {
-  for (int64_t r = r0; r < r1; ++r) {
-    const T* xr = x + r * n;
-    T* yr = y + r * n;
-    double mu, v = 0;
-    if constexpr (std::is_same_v<T, float>) {
-      mu = vec::sum_d(xr, n) / static_cast<double>(n);
-      v = vec::sum_sq_dev_d(xr, n, mu);
-    } else {
-      double s = 0;
-      for (int64_t i = 0; i < n; ++i) s += static_cast<double>(xr[i]);
-      mu = s / static_cast<double>(n);
-      for (int64_t i = 0; i < n; ++i) {
-        double d = static_cast<double>(xr[i]) - mu;
-        v += d * d;
+    for (int64_t r = r0; r < r1; ++r) {
+      const T* xr = x + r * n;
+      T* yr = y + r * n;
+      double mu, v = 0;
+      if constexpr (std::is_same_v<T, float>) {
+        mu = vec::sum_d(xr, n) / static_cast<double>(n);
+        v = vec::sum_sq_dev_d(xr, n, mu);
+      } else {
+        double s = 0;
+        for (int64_t i = 0; i < n; ++i) s += static_cast<double>(xr[i]);
+        mu = s / static_cast<double>(n);
+        for (int64_t i = 0; i < n; ++i) {
+          double d = static_cast<double>(xr[i]) - mu;
+          v += d * d;
+        }
       }
+      double rs = 1.0 / std::sqrt(v / static_cast<double>(n) + static_cast<double>(eps));
+      T m = static_cast<T>(mu), rr = static_cast<T>(rs);
+      if (bias) {
+        for (int64_t i = 0; i < n; ++i) yr[i] = (xr[i] - m) * rr * scale[i] + bias[i];
+      } else {
+        for (int64_t i = 0; i < n; ++i) yr[i] = (xr[i] - m) * rr * scale[i];
+      }
+      if (mean) mean[r] = static_cast<float>(mu);
+      if (rstd) rstd[r] = static_cast<float>(rs);
     }
-    double rs = 1.0 / std::sqrt(v / static_cast<double>(n) + static_cast<double>(eps));
-    T m = static_cast<T>(mu), rr = static_cast<T>(rs);
-    if (bias) {
-      for (int64_t i = 0; i < n; ++i) yr[i] = (xr[i] - m) * rr * scale[i] + bias[i];
-    } else {
-      for (int64_t i = 0; i < n; ++i) yr[i] = (xr[i] - m) * rr * scale[i];
-    }
-    if (mean) mean[r] = static_cast<float>(mu);
-    if (rstd) rstd[r] = static_cast<float>(rs);
-  }
   });
 }
 
 template <class T>
 void rmsnorm(const T* x, const T* scale, T* y, float* rstd, int64_t rows, int64_t n, float eps) {
   parallel_range(rows, std::max<int64_t>(1, (1 << 14) / std::max<int64_t>(1, n)), [&](int64_t r0, int64_t r1) {
-  for (int64_t r = r0; r < r1; ++r) {
-    const T* xr = x + r * n;
-    T* yr = y + r * n;
-    double ss = 0;
-    for (int64_t i = 0; i < n; ++i) ss += static_cast<double>(xr[i]) * static_cast<double>(xr[i]);
-    double rs = 1.0 / std::sqrt(ss / static_cast<double>(n) + static_cast<double>(eps));
-    T rr = static_cast<T>(rs);
-    for (int64_t i = 0; i < n; ++i) yr[i] = xr[i] * rr * scale[i];
-    if (rstd) rstd[r] = static_cast<float>(rs);
-  }
+    for (int64_t r = r0; r < r1; ++r) {
+      const T* xr = x + r * n;
+      T* yr = y + r * n;
+      double ss = 0;
+      for (int64_t i = 0; i < n; ++i) ss += static_cast<double>(xr[i]) * static_cast<double>(xr[i]);
+      double rs = 1.0 / std::sqrt(ss / static_cast<double>(n) + static_cast<double>(eps));
+      T rr = static_cast<T>(rs);
+      for (int64_t i = 0; i < n; ++i) yr[i] = xr[i] * rr * scale[i];
+      if (rstd) rstd[r] = static_cast<float>(rs);
+    }
   });
 }
 

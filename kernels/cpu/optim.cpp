@@ -50,15 +50,15 @@ void adamw_update(float* p, const float* g, float* m, float* v, int64_t n, float
 void sgd_update(float* p, const float* g, float* buf, int64_t n, float lr, float momentum, float weight_decay, bool nesterov,
                 bool first, float grad_scale) {
   parallel_range(n, 1 << 15, [&](int64_t i_begin, int64_t i_end) {
-  for (int64_t i = i_begin; i < i_end; ++i) {
-    float gi = g[i] * grad_scale + weight_decay * p[i];
-    float step = gi;
-    if (momentum != 0.f) {
-      buf[i] = first ? gi : momentum * buf[i] + gi;
-      step = nesterov ? gi + momentum * buf[i] : buf[i];
+    for (int64_t i = i_begin; i < i_end; ++i) {
+      float gi = g[i] * grad_scale + weight_decay * p[i];
+      float step = gi;
+      if (momentum != 0.f) {
+        buf[i] = first ? gi : momentum * buf[i] + gi;
+        step = nesterov ? gi + momentum * buf[i] : buf[i];
+      }
+      p[i] -= lr * step;
     }
-    p[i] -= lr * step;
-  }
   });
 }
 

@@ -94,7 +94,7 @@ void reduce(ReduceKind k, const T* in, const std::vector<int64_t>& shape, const 
   }
   if (trailing) {
     parallel_range(nout, std::max<int64_t>(1, (1 << 15) / std::max<int64_t>(1, nred)), [&](int64_t o_begin, int64_t o_end) {
-    for (int64_t o = o_begin; o < o_end; ++o) reduce_run<T>(k, in + o * nred, nred, 1, out + o);
+      for (int64_t o = o_begin; o < o_end; ++o) reduce_run<T>(k, in + o * nred, nred, 1, out + o);
     });
     return;
   }
