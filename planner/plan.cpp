@@ -33,6 +33,11 @@ nlohmann::json plan_to_json(const Graph& global, const PartitionedGraph& pg, con
   j["version"] = kPlanVersion;
   j["model"] = model_path;
   j["mesh"] = {{"axes", m.axes}, {"sizes", m.sizes}, {"ranks", m.size()}};
+  if (m.has_compound_axes()) {
+    nlohmann::json parts = nlohmann::json::array();
+    for (int a = 0; a < m.num_axes(); ++a) parts.push_back(m.is_base(a) ? std::vector<int>{} : m.parts[static_cast<size_t>(a)]);
+    j["mesh"]["parts"] = parts;
+  }
   j["strategy"] = "megatron";
   int64_t param_bytes_rank = 0, param_bytes_total = 0;
   j["parameters"] = nlohmann::json::array();
