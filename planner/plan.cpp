@@ -350,6 +350,7 @@ Expected<Strategy> strategy_from_plan_file(const std::string& path, Graph& g, co
   }
   Strategy st;
   st.mesh = Mesh::data_tensor(opt.dp, opt.tp);
+  st.dp_bucket_bytes = opt.dp_bucket_bytes;
   if (j.contains("mesh")) {
     try {
       Mesh pm{j["mesh"].at("axes").get<std::vector<std::string>>(), j["mesh"].at("sizes").get<std::vector<int64_t>>()};
