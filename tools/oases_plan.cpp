@@ -265,9 +265,10 @@ int plan_main(const std::string& model, int64_t gpus, const std::string& cluster
   double search_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_search).count();
   if (!best.found) {
     if (best.least_memory > limit) {
-      return fail_with(error("no plan fits {:.3g} GiB per GPU: the least memory any plan of {} on {} GPUs needs is {:.3g} GiB (give --memory {:.3g})",
-                             limit / (1024.0 * 1024 * 1024), model, gpus, best.least_memory / (1024.0 * 1024 * 1024),
-                             std::ceil(best.least_memory / (1024.0 * 1024 * 1024) * 100) / 100));
+      double gib = best.least_memory / (1024.0 * 1024 * 1024);
+      double step = gib < 0.01 ? 1e-4 : 1e-2;  // round up to a --memory that fits
+      return fail_with(error("no plan fits {:.4g} GiB per GPU: the least memory any plan of {} on {} GPUs needs is {} (give --memory {:.4g} or more)",
+                             limit / (1024.0 * 1024 * 1024), model, gpus, describe_bytes(best.least_memory), std::ceil(gib / step) * step));
     }
     return fail_with(error("no plan for {} on {} GPUs: no tp degree, chunk count and schedule divide the model (batch {}, degrees {})", model,
                            gpus, a.batch, fmt::join(a.tp_candidates, ",")));
@@ -290,7 +291,12 @@ int plan_main(const std::string& model, int64_t gpus, const std::string& cluster
               describe_bytes(limit).c_str());
   auto line = [&](const char* label, const SearchResult& r) {
     if (!r.found) {
-      std::printf("  %-15s no plan fits (it needs at least %s)\n", label, describe_bytes(r.least_memory).c_str());
+      if (r.least_memory > 0) {
+        std::printf("  %-15s no plan fits (it needs at least %s)\n", label, describe_bytes(r.least_memory).c_str());
+      } else {
+        std::printf("  %-15s impossible here (its data-parallel degree does not divide the batch of %lld)\n", label,
+                    static_cast<long long>(a.batch));
+      }
       return;
     }
     PlanEstimate e = cm.estimate(r.best);
@@ -375,7 +381,7 @@ int main(int argc, char** argv) {
     bool no_vocab = false, seq_par = false, simulate = false, uniform = false, no_sp = false;
     BindingFlags bind;
     app.add_option("model", model, "ONNX model file");
-    app.add_option("--gpus", gpus, "Plan for this many GPUs (ranks): per-part tp x dp, schedule and chunks");
+    CLI::Option* gpus_opt = app.add_option("--gpus", gpus, "Plan for this many GPUs (ranks): per-part tp x dp, schedule and chunks");
     app.add_option("--cluster", cluster, "Cluster file (JSON: device, nodes, links); default: the machine at hand");
     app.add_option("--profile", profile, "Op and collective times measured by oases-profile (default: roofline from the device table)");
     app.add_option("--memory", memory, "Memory per GPU in GiB (default: the device's)");
@@ -416,7 +422,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (model.empty()) return fail_with(Status::error("give a MODEL to plan (or --render PLAN.json)"));
-    if (gpus > 0) {
+    if (gpus_opt->count() > 0) {
       if (tp > 0 || dp > 0 || !strategy.empty()) return fail_with(Status::error("--gpus searches the split; leave out --tp, --dp and --strategy"));
       return plan_main(model, gpus, cluster, profile, memory, batch, seq, out, html, dot, simulate, trace, schedules, chunks, uniform, no_sp,
                        emulate, bind);

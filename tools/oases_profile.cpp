@@ -390,6 +390,17 @@ int main(int argc, char** argv) {
           done.push_back({{"tp", t}, {"chunks", k}});
         }
       }
+      // Under tp > 1 the loss is lowered to vocabulary-parallel pieces; when no plan above kept it
+      // whole (dp over every rank does not divide the batch), time it on one rank.
+      bool whole_loss = std::any_of(done.begin(), done.end(), [](const nlohmann::json& d) { return d["tp"].get<int64_t>() == 1; });
+      if (!whole_loss) {
+        auto t0 = Clock::now();
+        auto a1 = analyze_model(pm->forward, pm->train.graph, pm->train.params, 1);
+        if (!a1) return fail_with(a1.status().with_context(model));
+        if (Status s = measure_model_ops(*pm, *a1, 1, 1, 1, threads, reps, &acc); !s.is_ok()) return fail_with(s.with_context(model));
+        std::printf("ops: one rank, 1 chunk: %.1f s\n", seconds_since(t0));
+        done.push_back({{"tp", 1}, {"chunks", 1}, {"ranks", 1}});
+      }
       for (auto& [k, s] : acc) p.ops.push_back(s);
       p.model = {{"path", model}, {"batch", pm->batch}, {"seq", pm->seq}, {"ranks", ranks}, {"profiled", done}};
       std::printf("ops: %zu distinct op shapes of %s\n", p.ops.size(), model.c_str());
