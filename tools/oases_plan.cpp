@@ -193,7 +193,7 @@ Expected<nlohmann::json> plan_file(const PlanningModel& m, const ModelAnalysis& 
 int plan_main(const std::string& model, int64_t gpus, const std::string& cluster_file, const std::string& profile_file, double memory_gib,
               int64_t batch, int64_t seq, const std::string& out, const std::string& html, const std::string& dot, bool simulate,
               const std::string& trace, const std::string& schedules, const std::string& chunks, bool uniform, bool no_sp,
-              const std::string& emulate_link, const BindingFlags& bind) {
+              const std::string& emulate_link, const std::string& degrees, const BindingFlags& bind) {
   auto t_start = std::chrono::steady_clock::now();
   ImportOptions opts;
   if (Status s = bind.apply(&opts); !s.is_ok()) return fail_with(s);
@@ -255,6 +255,13 @@ int plan_main(const std::string& model, int64_t gpus, const std::string& cluster
         return fail_with(error("--chunks '{}': '{}' is not a number", chunks, c));
       }
       if (so.chunks.back() < 1) return fail_with(error("--chunks '{}': counts must be at least 1", chunks));
+    }
+  }
+  for (const std::string& d : split_list(degrees)) {
+    try {
+      so.degrees.push_back(std::stoll(d));
+    } catch (const std::exception&) {
+      return fail_with(error("--degrees '{}': '{}' is not a number", degrees, d));
     }
   }
   so.allow_mixed = !uniform;
@@ -375,7 +382,7 @@ int plan_main(const std::string& model, int64_t gpus, const std::string& cluster
 int main(int argc, char** argv) {
   return run_tool([&] {
     CLI::App app{"oases-plan: choose how to split a model's training over a cluster, or describe a given split"};
-    std::string model, out, html, dot, strategy, render, cluster, profile, trace, schedules, chunks, emulate;
+    std::string model, out, html, dot, strategy, render, cluster, profile, trace, schedules, chunks, emulate, degrees;
     int64_t tp = 0, dp = 0, batch = 0, seq = 0, gpus = 0;
     double memory = 0;
     bool no_vocab = false, seq_par = false, simulate = false, uniform = false, no_sp = false;
@@ -390,6 +397,7 @@ int main(int argc, char** argv) {
     app.add_option("--schedules", schedules, "Schedules to consider (comma list; default all five)");
     app.add_option("--chunks", chunks, "Micro-batch chunk counts to consider (comma list; default 1,2,4,8)");
     app.add_flag("--uniform", uniform, "One layout for every part");
+    app.add_option("--degrees", degrees, "tp degrees to consider (comma list; default every one dividing the model)");
     app.add_flag("--no-sequence-parallel", no_sp, "Never split norms and residuals over the sequence");
     app.add_option("--emulate-link", emulate, "The machine at hand behind an emulated link bw=GBPS,latency=US (as oases-train)");
     app.add_option("--tp", tp, "Tensor-parallel degree (a given Megatron split instead of a search)");
@@ -425,7 +433,7 @@ int main(int argc, char** argv) {
     if (gpus_opt->count() > 0) {
       if (tp > 0 || dp > 0 || !strategy.empty()) return fail_with(Status::error("--gpus searches the split; leave out --tp, --dp and --strategy"));
       return plan_main(model, gpus, cluster, profile, memory, batch, seq, out, html, dot, simulate, trace, schedules, chunks, uniform, no_sp,
-                       emulate, bind);
+                       emulate, degrees, bind);
     }
     if (tp <= 0 && dp <= 0) return fail_with(Status::error("give --gpus N to search a plan, or --tp T [--dp D] for a given Megatron split"));
     return legacy(model, out, html, dot, std::max<int64_t>(tp, 1), std::max<int64_t>(dp, 1), batch, seq, no_vocab, seq_par, bind);
