@@ -30,7 +30,9 @@ nlohmann::json plan_to_json(const Graph& global, const PartitionedGraph& pg, con
   const Mesh& m = pg.mesh;
   nlohmann::json j;
   j["format"] = "oases-plan";
-  j["version"] = kPlanVersion;
+  // version 1 unless the plan needs what version 2 added (compound mesh axes; the planner's
+  // 'parts', whose writer sets 2): a given Megatron split stays readable by version-1 readers
+  j["version"] = m.has_compound_axes() ? kPlanVersion : 1;
   j["model"] = model_path;
   j["mesh"] = {{"axes", m.axes}, {"sizes", m.sizes}, {"ranks", m.size()}};
   if (m.has_compound_axes()) {

@@ -171,6 +171,7 @@ Expected<nlohmann::json> plan_file(const PlanningModel& m, const ModelAnalysis& 
   if (!pg) return pg.status().with_context(m.path);
   nlohmann::json j = plan_to_json(tg->graph, *pg, sr, *st, m.path);
   j["strategy"] = "oases-planner";
+  j["version"] = kPlanVersion;  // the per-part layouts are version 2
   j["batch"] = m.batch;
   j["seq"] = m.seq;
   j["vocab_parallel"] = true;
