@@ -28,6 +28,20 @@ def describe(name, batch, seq):
             f"batch {batch} x seq {seq}")
 
 
+def add_common_args(ap, peer, rounds):
+    """The options both side-by-side benchmarks take."""
+    ap.add_argument("--shapes", default="gpt-mini,gpt2-small", help=f"comma-separated, of {list(SHAPES)}")
+    ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--seq", type=int, default=128)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=rounds, help=f"alternating rounds of Oases and {peer}")
+    ap.add_argument("--cache", default="", help="folder for exported models (default build/bench-models)")
+    ap.add_argument("--bin", default=os.path.join(REPO, "build", "bin"))
+    ap.add_argument("--keep-blas-env", action="store_true", help="keep OPENBLAS_CORETYPE from the environment")
+    ap.add_argument("--profile", action="store_true", help="also print Oases' time per op type")
+    ap.add_argument("--json", default="", help="write the results here")
+
+
 def cache_dir(args_cache):
     d = args_cache or os.environ.get("OASES_BENCH_CACHE") or os.path.join(REPO, "build", "bench-models")
     os.makedirs(d, exist_ok=True)

@@ -16,18 +16,9 @@ import common  # noqa: E402
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--shapes", default="gpt-mini,gpt2-small", help=f"comma-separated, of {list(common.SHAPES)}")
-    ap.add_argument("--batch", type=int, default=4)
-    ap.add_argument("--seq", type=int, default=128)
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--rounds", type=int, default=3, help="alternating rounds of Oases and ONNX Runtime")
+    common.add_common_args(ap, "ONNX Runtime", rounds=3)
     ap.add_argument("--repeat", type=int, default=5, help="timed runs per round and peer")
     ap.add_argument("--warmup", type=int, default=1, help="untimed runs per round and peer")
-    ap.add_argument("--cache", default="", help="folder for exported models (default build/bench-models)")
-    ap.add_argument("--bin", default=os.path.join(common.REPO, "build", "bin"))
-    ap.add_argument("--keep-blas-env", action="store_true", help="keep OPENBLAS_CORETYPE from the environment")
-    ap.add_argument("--profile", action="store_true", help="also print Oases' time per op type")
-    ap.add_argument("--json", default="", help="write the results here")
     a = ap.parse_args()
 
     cache = common.cache_dir(a.cache)

@@ -11,21 +11,12 @@ import common  # noqa: E402
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--shapes", default="gpt-mini,gpt2-small", help=f"comma-separated, of {list(common.SHAPES)}")
-    ap.add_argument("--batch", type=int, default=4)
-    ap.add_argument("--seq", type=int, default=128)
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--rounds", type=int, default=2, help="alternating rounds of Oases and PyTorch")
+    common.add_common_args(ap, "PyTorch", rounds=2)
     ap.add_argument("--steps", type=int, default=0, help="timed steps per round and peer (default: 10, 4 for gpt2-small)")
     ap.add_argument("--warmup", type=int, default=2, help="untimed steps per round and peer")
-    ap.add_argument("--cache", default="", help="folder for exported models (default build/bench-models)")
-    ap.add_argument("--bin", default=os.path.join(common.REPO, "build", "bin"))
-    ap.add_argument("--keep-blas-env", action="store_true", help="keep OPENBLAS_CORETYPE from the environment")
     ap.add_argument("--torch-blas-threads", type=int, default=0,
                     help="OPENBLAS_NUM_THREADS of the PyTorch peer (default: --threads); 1 avoids OpenBLAS's threads "
                          "competing with PyTorch's OpenMP threads")
-    ap.add_argument("--profile", action="store_true", help="also print Oases' time per op type")
-    ap.add_argument("--json", default="", help="write the results here")
     a = ap.parse_args()
 
     cache = common.cache_dir(a.cache)

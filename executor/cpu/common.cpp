@@ -94,4 +94,10 @@ void apply_dropout(const KernelContext& c, const float* x, float* y, uint8_t* ma
   });
 }
 
+TableRows table_rows(const KernelContext& c, int64_t dim) {
+  if (!c.attrs().has("row_mesh_axis")) return {0, dim};
+  CommGroup& g = c.group(c.attrs().get_int("row_mesh_axis", 0));
+  return {g.rank() * dim, dim * g.size()};
+}
+
 }  // namespace oases::cpu

@@ -69,4 +69,11 @@ AttentionArgs attention_args(const KernelContext& c, int q_slot);
 // element gets the same mask under any chunking, sharding or recomputation.
 void apply_dropout(const KernelContext& c, const float* x, float* y, uint8_t* mask, float ratio);
 
+// The rows [start, start + dim) of a table of `total` rows that this rank holds: the whole table,
+// or its share of a vocabulary-split one (attribute row_mesh_axis: split over that mesh axis).
+struct TableRows {
+  int64_t start = 0, total = 0;
+};
+TableRows table_rows(const KernelContext& c, int64_t dim);
+
 }  // namespace oases::cpu

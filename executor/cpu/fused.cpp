@@ -96,13 +96,7 @@ void register_cpu_fused(CpuKernelRegistry& r) {
     for (int64_t d = 0; d < axis; ++d) outer *= ds[d];
     int64_t inner = shape_numel(ds) / std::max<int64_t>(1, outer * dim);
     int64_t nidx = c.in[2].numel();
-    // a vocabulary-split table: this rank holds rows [start, start + dim) of dim * group rows
-    int64_t start = 0, total = dim;
-    if (c.attrs().has("row_mesh_axis")) {
-      CommGroup& g = c.group(c.attrs().get_int("row_mesh_axis", 0));
-      start = g.rank() * dim;
-      total = dim * g.size();
-    }
+    const auto [start, total] = table_rows(c, dim);  // a vocabulary-split table: this rank's rows
     std::vector<int64_t> idx(static_cast<size_t>(nidx));
     std::vector<int64_t> by_row;  // positions whose row this rank holds
     for (int64_t i = 0; i < nidx; ++i) {

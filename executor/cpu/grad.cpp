@@ -175,13 +175,7 @@ void register_cpu_grad(CpuKernelRegistry& r) {
     int64_t outer = rows_before(ds, axis), dim = ds[axis];
     int64_t inner = shape_numel(ds) / std::max<int64_t>(1, outer * dim);
     int64_t nidx = c.in[1].numel();
-    // a vocabulary-split table: this rank holds rows [start, start + dim) of dim * group rows
-    int64_t start = 0, total = dim;
-    if (c.attrs().has("row_mesh_axis")) {
-      CommGroup& g = c.group(c.attrs().get_int("row_mesh_axis", 0));
-      start = g.rank() * dim;
-      total = dim * g.size();
-    }
+    const auto [start, total] = table_rows(c, dim);  // a vocabulary-split table: this rank's rows
     dispatch_float(c, c.out[0].dtype, [&]<class T>() {
       T* out = c.out[0].as<T>();
       const T* dy = c.in[0].as<T>();

@@ -11,29 +11,8 @@ MPIRUN=(mpirun --allow-run-as-root --oversubscribe --bind-to none)
 export OMPI_MCA_btl_vader_single_copy_mechanism=none
 command -v mpirun >/dev/null || { echo "mpirun missing: install openmpi-bin (scripts/setup.sh)"; exit 1; }
 
-same_grads() {  # same_grads REF_DIR DIR LABEL
-  /usr/bin/python3 - "$@" <<'PY'
-import glob, os, sys
-import numpy as np, onnx
-from onnx import numpy_helper
-ra, rb, label = sys.argv[1:4]
-def load(d):
-    out = {}
-    for f in glob.glob(os.path.join(d, "*.pb")):
-        t = onnx.load_tensor(f)
-        out[t.name] = numpy_helper.to_array(t)
-    return out
-A, B = load(ra), load(rb)
-assert A.keys() == B.keys() and A, (label, sorted(set(A) ^ set(B)))
-# relative to each gradient's scale, floored at 1e-3 of the largest (see test_tp_equivalence.sh)
-G = max(float(np.abs(v).max()) for v in A.values())
-worst = 0.0
-for k in A:
-    assert A[k].shape == B[k].shape, (label, k, A[k].shape, B[k].shape)
-    worst = max(worst, float(np.abs(A[k] - B[k]).max()) / max(float(np.abs(A[k]).max()), 1e-3 * G))
-assert worst <= 1e-5, f"{label}: gradients differ by {worst:.2e} relative"
-print(f"ok {label}: {len(A)} gradients (worst {worst:.1e} relative)")
-PY
+same_grads() {  # same_grads REF_DIR DIR LABEL: gradients within 1e-5 relative
+  /usr/bin/python3 "$OASES_SOURCE_DIR/tests/e2e/compare_grads.py" "$1" "$2" "$3"
 }
 
 # run_plan LABEL MODEL REF_DIR DATA_ARGS PLAN_ARGS...: plan for 4 GPUs, then train under threads and MPI

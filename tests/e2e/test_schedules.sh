@@ -9,26 +9,8 @@ T=$OASES_BIN/oases-train
 M=$OASES_SOURCE_DIR/models/train/gpt2_bytes/model.onnx
 DATA=(--data "$OASES_SOURCE_DIR/data/kjv_genesis.txt" --batch 8 --seq 32 --seed 3)
 
-compare() {  # REF DIR LABEL EXACT
-  /usr/bin/python3 - "$@" <<'PY'
-import glob, os, sys
-import numpy as np, onnx
-from onnx import numpy_helper
-ref, got, label, exact = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4] == "1"
-def load(d):
-    return {onnx.load_tensor(f).name: numpy_helper.to_array(onnx.load_tensor(f)) for f in glob.glob(os.path.join(d, "*.pb"))}
-A, B = load(ref), load(got)
-assert A.keys() == B.keys() and A, (label, sorted(set(A) ^ set(B)))
-G = max(float(np.abs(v).max()) for v in A.values())
-worst = 0.0
-for k in A:
-    if exact:
-        assert np.array_equal(A[k], B[k]), f"{label}: {k} is not bit-identical (max diff {np.abs(A[k]-B[k]).max():.3e})"
-    scale = max(float(np.abs(A[k]).max()), 1e-3 * G)
-    worst = max(worst, float(np.abs(A[k] - B[k]).max()) / scale)
-assert worst <= 1e-6, f"{label}: gradients differ by {worst:.2e} relative"
-print(f"ok {label}: {len(A)} gradients, {'bit-identical' if exact else f'worst {worst:.1e} relative'}")
-PY
+compare() {  # REF DIR LABEL EXACT(1|0): gradients within 1e-6 relative, or bit-identical
+  /usr/bin/python3 "$OASES_SOURCE_DIR/tests/e2e/compare_grads.py" "$1" "$2" "$3" --rtol 1e-6 $([[ $4 == 1 ]] && echo --exact)
 }
 
 for tp in 2 4; do
