@@ -44,6 +44,8 @@ Status cuda_usable();
 // Library versions as JSON text: {"built": bool, "libraries": [{library, read, version, compiled,
 // note}], "devices": {count, error, names}}. Reads what can be read without a GPU.
 std::string cuda_report_json();
+// Makes this thread use device local_rank % (number of devices); errors when there is none.
+Status cuda_select_device(int local_rank);
 // Ops with a CUDA kernel (empty without CUDA).
 std::vector<std::string> cuda_kernel_ops();
 // Ops with a CPU kernel but no CUDA kernel, each with the reason (executor/cuda_coverage.cpp).

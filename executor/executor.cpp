@@ -10,6 +10,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "executor/device.h"
+#include "executor/half_adapter.h"
 #include "graph/op_registry.h"
 #include "kernels/cpu/gemm.h"
 
@@ -51,6 +53,7 @@ Expected<Program> compile_program(Graph g, const ExecOptions& opts) {
     const Node& n = g.node(id);
     const CpuKernelFn* fn = kr.find(n.domain, n.op_type);
     if (!fn) return error("{}: no CPU kernel for this op", n.describe());
+    if (has_half_operand(g, n)) fn = half_adapted_kernel(n.domain, n.op_type, fn);  // mixed precision
     for (ValueId o : n.outputs) {
       if (o != kNoId && !g.value(o).has_shape) return error("{}: output '{}' has no shape", n.describe(), g.value(o).name);
     }
@@ -187,11 +190,13 @@ Expected<std::unique_ptr<Executor>> Executor::create(Graph g, const ExecOptions&
       c.out.push_back(tv);
     }
   }
-  if (async) ex->comm_ = std::make_unique<CommThread>(ex->prog_.instrs.size());
+  OASES_ASSIGN_OR_RETURN(ex->device_, make_device_runner(opts.device, ex->prog_, opts, &ex->state_));
+  if (async && !ex->device_) ex->comm_ = std::make_unique<CommThread>(ex->prog_.instrs.size());
   return ex;
 }
 
 Executor::~Executor() {
+  device_.reset();
   comm_.reset();
   std::free(arena_);
 }
@@ -261,6 +266,14 @@ Status Executor::execute(const std::map<std::string, Tensor>& inputs) {
     }
     held_inputs_.push_back(t);
     input_ptrs_[v] = t.raw();
+  }
+  if (device_) {
+    try {
+      device_->run(input_ptrs_, arena_);
+    } catch (const std::exception& e) {
+      return Status::error(e.what());
+    }
+    return Status::ok();
   }
   if (profiling_) node_ms_.assign(prog_.instrs.size(), 0.0);
   std::vector<size_t> start_of(static_cast<size_t>(g.max_node_id()), 0);

@@ -164,7 +164,7 @@ __global__ void attn_bwd_dkv_kernel(Params p, const T* dout, const T* q, const T
 #pragma unroll
   for (int r = 0; r < kMaxPerLane; ++r) dka[r] = dva[r] = 0.f;
   // causal: query i sees key j when j <= i + shift, i.e. i >= j - shift
-  int64_t i0 = a.causal ? max<int64_t>(0, j - (a.tk - a.tq)) : 0;
+  int64_t i0 = a.causal && j - (a.tk - a.tq) > 0 ? j - (a.tk - a.tq) : 0;
   for (int64_t hh = 0; hh < p.group; ++hh) {
     int64_t h = hk * p.group + hh;
     int64_t rbase = (b * a.heads + h) * a.tq;

@@ -147,7 +147,12 @@ __device__ C binary_math(BinaryOp op, C a, C b) {
         return r;
       }
     }
-    case BinaryOp::kPRelu: return a < C(0) ? static_cast<C>(b * a) : a;
+    case BinaryOp::kPRelu:
+      if constexpr (std::is_unsigned_v<C>) {
+        return a;
+      } else {
+        return a < C(0) ? static_cast<C>(b * a) : a;
+      }
     case BinaryOp::kSwiGLU:
       if constexpr (!std::is_integral_v<C>) {
         return a * sigmoid_of(a) * b;
