@@ -1,6 +1,7 @@
 #include "executor/training.h"
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <optional>
@@ -253,25 +254,38 @@ Expected<StepStats> Trainer::step(const std::vector<std::map<std::string, Tensor
   for (size_t i = 0; i < tg_.grads.size(); ++i) {
     grads.push_back(accumulate ? accum_[i].data<float>() : train_->view(tg_.grads[i]).as<float>());
   }
-  float scale = 1.f / static_cast<float>(micro.size());
+  float scale = static_cast<float>(1.0 / (static_cast<double>(micro.size()) * loss_scale_));
   if (before_update) OASES_RETURN_IF_ERROR(before_update());
+  double norm = 0;
   if (global_norm) {
     std::vector<double> ss = opt_.sum_squares(grads);
-    double norm = 0;
     try {
       norm = global_norm(ss) * static_cast<double>(scale);
     } catch (const OasesError& e) {
       return Status::error(e.what());
     }
-    st.grad_norm = opt_.step_with_norm(grads, scale, norm);
   } else {
-    st.grad_norm = opt_.step(grads, scale);
+    norm = opt_.grad_norm(grads, scale);
+  }
+  if (skip_nonfinite && !std::isfinite(norm)) {
+    st.skipped = true;
+    st.grad_norm = norm;
+  } else {
+    st.grad_norm = opt_.step_with_norm(grads, scale, norm);
   }
   st.lr = opt_.last_lr();
   st.loss = total / static_cast<double>(micro.size());
   train_->state().step++;
   st.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   return st;
+}
+
+void Trainer::set_loss_scale(double s) {
+  loss_scale_ = s;
+  ValueId seed = train_->graph().find_value("loss_grad_seed");
+  if (seed == kNoId || !train_->graph().value(seed).is_constant()) return;
+  Tensor& t = train_->constant_storage(seed);
+  for (int64_t i = 0; i < t.numel(); ++i) store_from_double(t.raw_mutable(), t.dtype(), i, s);
 }
 
 Expected<double> Trainer::compute_gradients(const std::map<std::string, Tensor>& feeds) {
@@ -290,13 +304,19 @@ Expected<double> Trainer::eval_loss(const std::map<std::string, Tensor>& feeds) 
 }
 
 Tensor Trainer::gradient(size_t i) const {
+  Tensor t;
+  float div = static_cast<float>(loss_scale_);
   if (!accum_.empty() && micro_in_accum_ > 1) {
-    Tensor t = accum_[i].clone();
-    float* p = t.mutable_data<float>();
-    for (int64_t j = 0; j < t.numel(); ++j) p[j] /= static_cast<float>(micro_in_accum_);
-    return t;
+    t = accum_[i].clone();
+    div *= static_cast<float>(micro_in_accum_);
+  } else {
+    t = train_->read(tg_.grads[i]);
   }
-  return train_->read(tg_.grads[i]);
+  if (div != 1.f) {
+    float* p = t.mutable_data<float>();
+    for (int64_t j = 0; j < t.numel(); ++j) p[j] /= div;
+  }
+  return t;
 }
 
 std::map<std::string, Tensor> Trainer::parameters() const {

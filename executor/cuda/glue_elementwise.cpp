@@ -6,6 +6,7 @@
 
 #include "executor/communicator.h"
 #include "executor/cuda/cuda_context.h"
+#include "executor/device_args.h"
 #include "kernels/cuda/activations.h"
 #include "kernels/cuda/elementwise.h"
 
@@ -52,33 +53,7 @@ void add_variadic(CudaKernelRegistry& r, const std::string& name, BinaryOp op, b
   });
 }
 
-DropoutArgs dropout_args(CudaContext& c, float ratio) {
-  const KernelContext& k = c.k;
-  const Shape& local = k.in[0].shape;
-  size_t r = local.size();
-  std::string name = k.attrs().get_string("key_node", k.node->name);
-  std::vector<int64_t> mshape = k.attrs().get_ints("mask_shape", local);
-  std::vector<int64_t> off = k.attrs().get_ints("mask_offsets", std::vector<int64_t>(r, 0));
-  std::vector<int64_t> axes = k.attrs().get_ints("shard_axes", std::vector<int64_t>(r, -1));
-  if (mshape.size() != r || off.size() != r || axes.size() != r) k.fail("inconsistent dropout mask attributes");
-  for (size_t d = 0; d < r; ++d) {
-    if (axes[d] >= 0) off[d] += k.group(axes[d]).rank() * local[d];
-  }
-  std::vector<int64_t> ms = row_major_strides(mshape);
-  if (r > static_cast<size_t>(kMaxDims)) k.fail("dropout on more than {} dims", kMaxDims);
-  DropoutArgs a;
-  a.key = k.state ? dropout_key(*k.state, name) : 0;
-  a.threshold = static_cast<uint64_t>(static_cast<double>(ratio) * 18446744073709551616.0);
-  a.scale = 1.f / (1.f - ratio);
-  a.local.rank = static_cast<int>(r);
-  a.local.numel = shape_numel(local);
-  for (size_t d = 0; d < r; ++d) {
-    a.local.shape[d] = local[d];
-    a.global.stride[d] = ms[d];
-    a.global.base += off[d] * ms[d];
-  }
-  return a;
-}
+DropoutArgs dropout_args(CudaContext& c, float ratio) { return make_dropout_args(c.k, ratio); }
 
 }  // namespace
 
