@@ -131,6 +131,7 @@ Expected<std::vector<InputRole>> input_roles(const Graph& g, ValueId appended_ta
     r.value = v;
     r.name = val.name;
     std::string n = lower(val.name);
+    if (val.name == "oases_loss_scale") continue;  // fed by the Trainer (mixed precision)
     if (!is_integer(val.dtype)) {
       return error("input '{}' is {}: token batches can only feed integer inputs (use --inputs DIR to feed it)", val.name,
                    dtype_name(val.dtype));
@@ -211,11 +212,25 @@ Expected<std::unique_ptr<Trainer>> Trainer::create(TrainingGraph tg, OptimizerCo
   return tr;
 }
 
+namespace {
+// Feeds plus the loss-scale input when the graph has one (graph/passes/mixed_precision.h).
+const std::map<std::string, Tensor>& with_loss_scale(const Graph& g, const std::map<std::string, Tensor>& feeds, double s,
+                                                     std::map<std::string, Tensor>* buf) {
+  if (g.find_value("oases_loss_scale") == kNoId || !g.value(g.find_value("oases_loss_scale")).is_input) return feeds;
+  *buf = feeds;
+  Tensor t(DType::kF32, {});
+  t.mutable_data<float>()[0] = static_cast<float>(s);
+  (*buf)["oases_loss_scale"] = t;
+  return *buf;
+}
+}  // namespace
+
 Status Trainer::run_micro(const std::map<std::string, Tensor>& feeds, bool accumulate, double* loss) {
   train_->state().training = true;
-  OASES_RETURN_IF_ERROR(train_->execute(feeds));
+  std::map<std::string, Tensor> buf;
+  OASES_RETURN_IF_ERROR(train_->execute(with_loss_scale(train_->graph(), feeds, loss_scale_, &buf)));
   TensorView lv = train_->view(tg_.loss);
-  *loss = load_as_double(lv.data, lv.dtype, 0);
+  *loss = load_as_double(lv.data, lv.dtype, 0) / (buf.empty() ? 1.0 : loss_scale_);
   if (accumulate) {
     if (accum_.empty()) {
       for (ValueId gv : tg_.grads) accum_.emplace_back(DType::kF32, tg_.graph.value(gv).shape);
@@ -254,7 +269,8 @@ Expected<StepStats> Trainer::step(const std::vector<std::map<std::string, Tensor
   for (size_t i = 0; i < tg_.grads.size(); ++i) {
     grads.push_back(accumulate ? accum_[i].data<float>() : train_->view(tg_.grads[i]).as<float>());
   }
-  float scale = static_cast<float>(1.0 / (static_cast<double>(micro.size()) * loss_scale_));
+  bool scaled = train_->graph().find_value("oases_loss_scale") != kNoId;
+  float scale = static_cast<float>(1.0 / (static_cast<double>(micro.size()) * (scaled ? loss_scale_ : 1.0)));
   if (before_update) OASES_RETURN_IF_ERROR(before_update());
   double norm = 0;
   if (global_norm) {
@@ -280,13 +296,8 @@ Expected<StepStats> Trainer::step(const std::vector<std::map<std::string, Tensor
   return st;
 }
 
-void Trainer::set_loss_scale(double s) {
-  loss_scale_ = s;
-  ValueId seed = train_->graph().find_value("loss_grad_seed");
-  if (seed == kNoId || !train_->graph().value(seed).is_constant()) return;
-  Tensor& t = train_->constant_storage(seed);
-  for (int64_t i = 0; i < t.numel(); ++i) store_from_double(t.raw_mutable(), t.dtype(), i, s);
-}
+void Trainer::set_loss_scale(double s) { loss_scale_ = s; }
+
 
 Expected<double> Trainer::compute_gradients(const std::map<std::string, Tensor>& feeds) {
   double l;
@@ -298,14 +309,16 @@ Expected<double> Trainer::compute_gradients(const std::map<std::string, Tensor>&
 
 Expected<double> Trainer::eval_loss(const std::map<std::string, Tensor>& feeds) {
   eval_->state().training = false;
-  OASES_RETURN_IF_ERROR(eval_->execute(feeds));
+  std::map<std::string, Tensor> buf;
+  OASES_RETURN_IF_ERROR(eval_->execute(with_loss_scale(eval_->graph(), feeds, 1.0, &buf)));
   TensorView lv = eval_->view(eval_->graph().outputs()[0]);
   return load_as_double(lv.data, lv.dtype, 0);
 }
 
 Tensor Trainer::gradient(size_t i) const {
   Tensor t;
-  float div = static_cast<float>(loss_scale_);
+  bool scaled = train_->graph().find_value("oases_loss_scale") != kNoId;
+  float div = scaled ? static_cast<float>(loss_scale_) : 1.f;
   if (!accum_.empty() && micro_in_accum_ > 1) {
     t = accum_[i].clone();
     div *= static_cast<float>(micro_in_accum_);

@@ -70,8 +70,9 @@ class Trainer {
   // Global gradient norm from each parameter's local Σ g² (a distributed run sums shards over
   // their groups); unset: the plain norm over this rank's gradients.
   std::function<double(const std::vector<double>&)> global_norm;
-  // Loss scaling (mixed precision, executor/loss_scaler.h): the backward pass starts from this
-  // value instead of 1 (the loss-gradient seed), and the update divides it out again.
+  // Loss scaling (mixed precision, executor/loss_scaler.h). For a graph with the loss-scale input
+  // (graph/passes/mixed_precision.h insert_loss_scale_input) the backward pass starts from this
+  // value instead of 1; reported losses, gradient() and the update divide it out again.
   void set_loss_scale(double s);
   double loss_scale() const { return loss_scale_; }
   // Skip the update (parameters and optimizer state untouched) when the gradient norm is not finite.

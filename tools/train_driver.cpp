@@ -238,10 +238,14 @@ Expected<Setup> prepare(const TrainArgs& args, int64_t world) {
   OASES_ASSIGN_OR_RETURN(DType compute, compute_dtype_from_name(a.dtype));
   if (a.chunks > 1 || compute != DType::kF32) {
     int k = static_cast<int>(a.chunks);
-    // mixed precision first (the chunked copies inherit its casts), then the micro-batch chunks
+    // mixed precision first (the chunked copies inherit its casts), then the micro-batch chunks,
+    // then (fp16) the loss-scale input the backward pass starts from
     spec.before_autodiff = [k, compute](Graph g) -> Expected<Graph> {
       if (compute != DType::kF32) OASES_RETURN_IF_ERROR(apply_mixed_precision(g, compute).status());
-      if (k > 1) return chunk_batch(g, k);
+      if (k > 1) {
+        OASES_ASSIGN_OR_RETURN(g, chunk_batch(std::move(g), k));
+      }
+      if (compute == DType::kF16) OASES_RETURN_IF_ERROR(insert_loss_scale_input(g));
       return g;
     };
   }

@@ -115,4 +115,18 @@ Expected<int> apply_mixed_precision(Graph& g, DType compute) {
   return inserted;
 }
 
+Status insert_loss_scale_input(Graph& g) {
+  if (g.outputs().empty()) return Status::error("loss scaling needs the loss as output 0");
+  ValueId loss = g.outputs()[0];
+  const Value& lv = g.value(loss);
+  if (lv.dtype != DType::kF32) return error("loss scaling needs a float32 loss, '{}' is {}", lv.name, dtype_name(lv.dtype));
+  ValueId s = g.add_input(kLossScaleInput, DType::kF32, {});
+  ValueId scaled = g.add_value(g.unique_name(lv.name + "_scaled"), DType::kF32, lv.shape, true);
+  g.add_node("Mul", {loss, s}, {scaled}, {}, g.unique_name("loss_scale"));
+  std::vector<ValueId> outs = g.outputs();
+  outs[0] = scaled;
+  g.set_outputs(outs);
+  return Status::ok();
+}
+
 }  // namespace oases

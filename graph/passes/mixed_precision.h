@@ -19,6 +19,12 @@ namespace oases {
 
 Expected<int> apply_mixed_precision(Graph& g, DType compute);
 
+// Loss scaling hook (fp16): output 0 becomes loss · S with S the float32 scalar graph input
+// kLossScaleInput, so the backward pass starts from S; the Trainer feeds S (executor/training.h).
+// An input, not a constant: autodiff folds constant arithmetic, an input it cannot.
+inline constexpr const char* kLossScaleInput = "oases_loss_scale";
+Status insert_loss_scale_input(Graph& g);
+
 // "fp32" | "bf16" | "fp16" -> the compute dtype; an error names the accepted spellings.
 Expected<DType> compute_dtype_from_name(const std::string& name);
 

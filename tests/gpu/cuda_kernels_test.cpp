@@ -57,7 +57,9 @@ Loaded load(const std::string& name, DType compute) {
   EXPECT_TRUE(tg) << tg.status().message();
   out.tg = std::move(*tg);
   if (out.tg.appended_loss) {
-    for (const InputRole& r : *input_roles(out.tg.graph, out.tg.targets)) {
+    auto roles = input_roles(out.tg.graph, out.tg.targets);
+    EXPECT_TRUE(roles) << roles.status().message();
+    for (const InputRole& r : *roles) {
       if (r.kind == InputRole::kTokens) out.feeds["oases_targets"] = shifted_targets(out.feeds.at(r.name), -100);
     }
   }

@@ -148,7 +148,9 @@ TEST(CudaDropout, MasksMatchCpuKernelUnderChunkOffsets) {
   for (int64_t i = 0; i < 48; ++i) {
     bool keep = cuda::dropout_keep(a, i);
     EXPECT_EQ(keep, mask[static_cast<size_t>(i)] != 0) << "element " << i;
-    if (keep) EXPECT_FLOAT_EQ(out[static_cast<size_t>(i)], data[static_cast<size_t>(i)] * a.scale);
+    if (keep) {
+      EXPECT_FLOAT_EQ(out[static_cast<size_t>(i)], data[static_cast<size_t>(i)] * a.scale);
+    }
     kept += keep;
   }
   EXPECT_GT(kept, 20);
@@ -249,7 +251,7 @@ struct SmallModel {
   std::map<std::string, Tensor> feeds;
 };
 
-SmallModel load_small(const std::string& name, const std::string& dtype) {
+SmallModel load_small(const std::string& name, const std::string& dtype, bool loss_scale_input = false) {
   fs::path dir = fs::path(OASES_SOURCE_DIR) / "models" / "small" / name;
   fs::path data = dir / "test_data_set_0";
   SmallModel out;
@@ -265,10 +267,11 @@ SmallModel load_small(const std::string& name, const std::string& dtype) {
   TrainingSpec spec;
   auto compute = compute_dtype_from_name(dtype);
   EXPECT_TRUE(compute);
-  if (*compute != DType::kF32) {
+  if (*compute != DType::kF32 || loss_scale_input) {
     DType c = *compute;
-    spec.before_autodiff = [c](Graph g) -> Expected<Graph> {
+    spec.before_autodiff = [c, loss_scale_input](Graph g) -> Expected<Graph> {
       OASES_RETURN_IF_ERROR(apply_mixed_precision(g, c).status());
+      if (loss_scale_input) OASES_RETURN_IF_ERROR(insert_loss_scale_input(g));
       return g;
     };
   }
@@ -346,14 +349,19 @@ INSTANTIATE_TEST_SUITE_P(Dtypes, MixedPrecisionModels, ::testing::Values("bf16",
 // The loss-gradient seed carries the loss scale; gradients are unscaled on the way out and a
 // step with non-finite gradients leaves every parameter untouched.
 TEST(LossScaling, ScaledGradientsMatchAndOverflowSkipsTheStep) {
-  SmallModel m = load_small("gpt2_tiny", "fp32");
+  SmallModel m = load_small("gpt2_tiny", "fp32"), ms = load_small("gpt2_tiny", "fp32", true);
   auto a = Trainer::create(m.tg, OptimizerConfig{});
-  auto b = Trainer::create(m.tg, OptimizerConfig{});
+  auto b = Trainer::create(ms.tg, OptimizerConfig{});
+  auto la = (*a)->compute_gradients(m.feeds);
   ASSERT_TRUE(a && b);
   (*b)->set_loss_scale(1024.0);
-  ASSERT_TRUE((*a)->compute_gradients(m.feeds));
   auto lb = (*b)->compute_gradients(m.feeds);
-  ASSERT_TRUE(lb);
+  ASSERT_TRUE(la && lb);
+  EXPECT_NEAR(*lb, *la, 1e-5 * std::abs(*la)) << "the reported loss is unscaled";
+  // eval feeds no scale: the loss-scale input is fed 1
+  auto ea = (*a)->eval_loss(m.feeds), eb = (*b)->eval_loss(m.feeds);
+  ASSERT_TRUE(ea && eb);
+  EXPECT_NEAR(*eb, *ea, 1e-6 * std::abs(*ea));
   for (size_t i = 0; i < m.tg.params.size(); ++i) {
     Tensor ga = (*a)->gradient(i), gb = (*b)->gradient(i);
     for (int64_t j = 0; j < ga.numel(); ++j) {
