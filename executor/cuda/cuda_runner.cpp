@@ -11,6 +11,7 @@
 // end, with the NCCL watchdog. Nothing inside the step waits on the host.
 #include <cudnn.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstring>
 #include <memory>
@@ -306,7 +307,11 @@ void CudaRunner::run(const std::vector<const void*>& inputs, void* host_arena) {
   }
   OASES_CUDA_CHECK(cudaMemcpyAsync(fault_host_, fault_, sizeof(unsigned long long), cudaMemcpyDeviceToHost, cs));
   OASES_CUDA_CHECK(cudaEventRecord(done_, cs));
-  double timeout = 600;
+  double timeout = 600;  // no NCCL group: the watchdog has nothing to abort and never fires
+  if (!nccl_.empty()) {
+    timeout = 0;
+    for (NcclGroup* ng : nccl_) timeout = std::max(timeout, ng->timeout());
+  }
   wait_with_watchdog(done_, nccl_, timeout, "CUDA step");
   unsigned long long f = *fault_host_;
   if (f != kNoFault) {

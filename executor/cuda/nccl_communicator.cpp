@@ -153,12 +153,13 @@ Expected<std::vector<std::unique_ptr<CommGroup>>> make_nccl_groups(Communicator*
       hg->broadcast(&id, static_cast<int64_t>(sizeof(id)), 0);  // over MPI or local threads, with their timeout
       ncclComm_t comm = nullptr;
       OASES_NCCL_CHECK(ncclCommInitRank(&comm, hg->size(), id, hg->rank()));
-      out.push_back(std::make_unique<cuda::NcclGroup>(comm, members, hg->rank()));
+      auto ng = std::make_unique<cuda::NcclGroup>(comm, members, hg->rank());
+      ng->set_timeout(timeout_s);
+      out.push_back(std::move(ng));
     }
   } catch (const std::exception& e) {
     return Status::error(fmt::format("NCCL set-up: {}", e.what()));
   }
-  (void)timeout_s;
   return out;
 }
 

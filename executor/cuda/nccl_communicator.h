@@ -42,6 +42,9 @@ class NcclGroup : public CommGroup {
   void check_async();
   void abort(const std::string& why);
   bool aborted() const { return aborted_; }
+  // Seconds the host waits for a step with this group's collectives before aborting (--comm-timeout).
+  void set_timeout(double s) { timeout_s_ = s; }
+  double timeout() const { return timeout_s_; }
 
  private:
   ncclComm_t comm_ = nullptr;
@@ -50,6 +53,7 @@ class NcclGroup : public CommGroup {
   cudaStream_t stream_ = nullptr;
   bool aborted_ = false;
   int batch_depth_ = 0;
+  double timeout_s_ = 600;
 };
 
 ncclDataType_t nccl_type(DType t);

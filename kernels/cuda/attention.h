@@ -1,6 +1,7 @@
 // Scaled-dot-product attention: the project's own fused kernels (any float type, masks, grouped
-// query heads, causal) and cuDNN's fused flash attention where it applies (fp16/bf16, no explicit
-// mask, head dim a multiple of 8 up to 128). Math in attention.cu.
+// query heads, causal), math in attention.cu. A hook for cuDNN's fused flash attention sits beside
+// them (attention_cudnn.cpp) but is not implemented yet: it never applies, so the own kernels are
+// the path every run takes (docs/GPU.md).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -32,8 +33,10 @@ size_t attention_scratch_floats(const AttentionDesc& a);
 void attention_backward(const AttentionDesc& a, Elem t, const void* dout, const void* q, const void* k, const void* v,
                         const void* out, const float* lse, void* dq, void* dk, void* dv, float* scratch, cudaStream_t s);
 
-// cuDNN fused attention (attention_cudnn.cpp). `applies` says whether the shape and type are ones
-// cuDNN's flash-attention engine takes; the calls return false (and leave the outputs untouched)
+// cuDNN fused attention (attention_cudnn.cpp), NOT IMPLEMENTED: `applies` returns false for every
+// shape. The contract an implementation must keep: `applies` says whether the shape and type are
+// ones cuDNN's flash-attention engine takes (fp16/bf16, no explicit mask, head dim a multiple of 8
+// up to 128); the calls return false (and leave the outputs untouched)
 // when cuDNN refuses the graph at run time, so the caller falls back to the own kernels. The lse
 // cuDNN writes ("stats") is the same log-sum-exp the own kernels use, so either backward pass can
 // follow either forward pass. `handle` is a cudnnHandle_t bound to the stream.

@@ -1,4 +1,7 @@
-// cuDNN fused attention: placeholder until the backend-graph version lands (see docs/GPU.md).
+// cuDNN fused attention: NOT IMPLEMENTED. A stub that never applies, so the glue always takes the
+// project's own kernels (attention.cu). Building the SDPA graph through cuDNN's backend API needs
+// a GPU to finalise and check an execution plan, which this project's machines do not have; an
+// unchecked one would be worse than none. docs/GPU.md says so.
 #include "kernels/cuda/attention.h"
 
 namespace oases::cuda {
