@@ -231,6 +231,7 @@ Expected<Strategy> strategy_from_plan_file(const std::string& path, const Graph&
   if (j.is_discarded()) return error("{}: not valid JSON", path);
   Strategy st;
   st.mesh = Mesh::data_tensor(opt.dp, opt.tp);
+  st.dp_bucket_bytes = opt.dp_bucket_bytes;
   if (j.contains("mesh")) {
     try {
       Mesh pm{j["mesh"].at("axes").get<std::vector<std::string>>(), j["mesh"].at("sizes").get<std::vector<int64_t>>()};

@@ -74,6 +74,8 @@ void add_train_options(CLI::App& app, TrainArgs& a) {
   app.add_option("--local-ranks", a.local_ranks, "Run N ranks as threads of this process");
   app.add_flag("--no-vocab-parallel", a.no_vocab_parallel, "Replicate the embedding and LM head instead of splitting the vocabulary");
   app.add_flag("--sequence-parallel", a.sequence_parallel, "Split norms and residuals over the sequence (reduce-scatter + all-gather)");
+  app.add_option("--dp-bucket-mb", a.dp_bucket_mb, "MiB of gradients per data-parallel all-reduce (0: one all-reduce per gradient)")
+      ->check(CLI::Range(0.0, 1e6));
   app.add_option("--export-plan", a.export_plan, "Write the partitioned plan as JSON");
   app.add_option("--plan", a.plan, "Run this plan (oases-plan output, or specs per initializer)");
   app.add_option("--comm-timeout", a.comm_timeout, "Seconds a collective waits for its peers before the run stops");
@@ -223,6 +225,7 @@ Expected<Setup> prepare(const TrainArgs& args, int64_t world) {
   so.dp = a.dp;
   so.vocab_parallel = !a.no_vocab_parallel;
   so.sequence_parallel = a.sequence_parallel;
+  so.dp_bucket_bytes = static_cast<int64_t>(a.dp_bucket_mb * (1 << 20));
   if (!a.plan.empty()) {
     OASES_ASSIGN_OR_RETURN(s.strategy, strategy_from_plan_file(a.plan, loaded.graph, so));
   } else {
@@ -478,7 +481,8 @@ Status run_rank(const Setup& s, RankRuntime& rt) {
     std::fprintf(stderr, "schedule %s, %lld chunks: %d recomputed nodes (%d collectives); activations kept for backward per block:\n",
                  sched->name.c_str(), static_cast<long long>(a.chunks), recompute.nodes, recompute.collectives);
     for (const auto& [layer, bytes] : saved_bytes) {
-      std::fprintf(stderr, "  layer %d: %d tensors, %.1f KiB\n", layer, saved_count[layer], static_cast<double>(bytes) / 1024.0);
+      std::string where = layer < 0 ? std::string("outside blocks") : fmt::format("layer {}", layer);
+      std::fprintf(stderr, "  %s: %d tensors, %.1f KiB\n", where.c_str(), saved_count[layer], static_cast<double>(bytes) / 1024.0);
     }
   }
   const std::vector<ShardingSpec>& pspecs = s.param_specs;

@@ -28,6 +28,7 @@ struct TrainArgs {
   // parallelism
   int64_t tp = 0, dp = 0, local_ranks = 0;
   bool no_vocab_parallel = false, sequence_parallel = false;
+  double dp_bucket_mb = 25;      // data-parallel gradient all-reduce buckets (0: one per gradient)
   double comm_timeout = 600;
   // overlapped schedules
   int64_t chunks = 0;            // 0: 2 with --schedule, else 1

@@ -66,6 +66,17 @@ assert all(p[l][1] > 4 * block for l in (0, 1)), p
 print("ok activations per block: plain", p, "default", d, "optim_comm", o)
 PY
 
+# with sequence parallelism and with data parallelism beside tp
+while read -r label args; do
+  "$T" "$M" "${DATA[@]}" --steps 0 -q $args --dump-grads "$WORK/x.$label" || { fail "$label did not run"; continue; }
+  compare "$WORK/ref2" "$WORK/x.$label" "$label" 0 || fail "$label differs"
+done <<'CASES'
+sp_tp2_oases_K2 --local-ranks 2 --tp 2 --sequence-parallel --schedule oases --chunks 2
+sp_tp4_default_K2 --local-ranks 4 --tp 4 --sequence-parallel --schedule default_checkpoint --chunks 2
+sp_dp2_tp2_overlap_K4 --local-ranks 4 --tp 2 --dp 2 --sequence-parallel --schedule overlap_checkpoint --chunks 4
+dp2_tp2_oases_K2 --local-ranks 4 --tp 2 --dp 2 --schedule oases --chunks 2
+CASES
+
 # dropout (training-mode export): masks come from global element indices, so tp, dp, chunks and
 # recomputation all draw the masks of the single-rank run
 MD=$OASES_SOURCE_DIR/models/train/gpt2_dropout/model.onnx

@@ -86,4 +86,14 @@ for model in gpt2_tiny llama_gqa; do
       "$model tp2 dp2 sequence-parallel $mode" || fail "$model sequence parallel $mode differs"
   done
 done
+# data-parallel gradient buckets: one all-reduce per gradient (0) or tiny buckets, same numbers
+M=$OASES_SOURCE_DIR/models/small/gpt2_tiny
+for mb in 0 0.01; do
+  "$T" "$M/model.onnx" --inputs "$M/test_data_set_0" --steps 20 --lr 1e-3 --optimizer adamw -q --local-ranks 2 --dp 2 \
+    --dp-bucket-mb $mb --log-json "$WORK/bucket.$mb.jsonl" --export-plan "$WORK/bucket.$mb.plan.json" || fail "dp buckets $mb"
+  "$T" "$M/model.onnx" --inputs "$M/test_data_set_0" --steps 0 --local-ranks 2 --dp 2 --dp-bucket-mb $mb -q \
+    --dump-grads "$WORK/bucket.$mb.grads" || fail "dp buckets $mb grads"
+  compare "$WORK/gpt2_tiny.ref.jsonl" "$WORK/bucket.$mb.jsonl" "$WORK/gpt2_tiny.ref.grads" "$WORK/bucket.$mb.grads" \
+    "gpt2_tiny dp2 buckets of $mb MiB" || fail "dp buckets $mb differ"
+done
 finish

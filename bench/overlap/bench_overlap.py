@@ -1,0 +1,147 @@
+#!/usr/bin/env python3
+"""Step time of the five schedules on scaled-down versions of the Oases paper's seven GPT stacks,
+tp = 2 and 4, with collectives slowed by an emulated link calibrated to a PCIe RTX 3090 server.
+
+Run through bench/overlap/run.sh (which builds and sets up first). For each stack and tp degree:
+
+1. calibrate: train a few steps with the `plain` schedule and no link emulation; that step time
+   Tc is this CPU's compute time for the scaled stack;
+2. the emulated link dilates time by s = Tc / T3, where T3 is what as many full-size layers take
+   for a training step (3 x forward FLOPs per rank) on an RTX 3090 at the paper's measured rate; each
+   collective then takes s times what the full-size message takes on the 3090 server's link:
+       bw_emulated = bw_3090 * (bytes_scaled / bytes_full) / s,   latency_emulated = s * latency_3090
+   so the scaled stack on this CPU sees the full stack's ratio of communication to computation;
+3. run every schedule with that link and read the step time and the overlap report.
+
+RTX 3090 server figures (state them, they decide the result):
+  F3 = 22.5 TFLOP/s  fp32 effective: the paper's profiled point (hidden 3072, micro-batch 4, tp 4)
+                     runs attention + MLP forward, 244.8 GFLOP, in 5.6 + 5.3 ms;
+  bw3 = 6.2 GB/s     ring link bandwidth: the same point's all-reduce of [1024, 4, 3072] fp32
+                     (48 MiB) over 4 GPUs takes 12.2 ms, i.e. 2 (p-1)/p x 50.3 MB / 12.2 ms;
+                     PCIe 4.0 x16 without NVLink through the host, well below its 32 GB/s peak;
+  a3 = 10 us         per ring step (NCCL over PCIe; small all-reduces take tens of microseconds).
+Full-size shapes: micro-batch 4, sequence 1024 (the paper's profiled micro-batch and sequence).
+"""
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+
+STACKS = [(1024, 24), (2048, 24), (3072, 24), (4096, 16), (6144, 16), (8192, 8), (12288, 4)]
+SCHEDULES = ["plain", "default_checkpoint", "optim_comm_checkpoint", "overlap_checkpoint", "oases"]
+F3, BW3, A3 = 22.5e12, 6.2e9, 10e-6
+FULL_B, FULL_T = 4, 1024
+
+
+def stack_fwd_flops(h, layers, b, t):
+    """Forward FLOPs of a GPT layer stack: 24 b t h^2 per layer in the projections and MLP,
+    4 b t^2 h in attention scores and weighted sum."""
+    return layers * (24 * b * t * h * h + 4 * b * t * t * h)
+
+
+def run(cmd, env):
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if p.returncode != 0:
+        sys.exit(f"bench_overlap: {' '.join(cmd)} failed ({p.returncode}):\n{p.stderr[-2000:]}")
+    return p
+
+
+def train(a, model, tp, schedule, chunks, link, steps, workdir, env):
+    log = os.path.join(workdir, "log.jsonl")
+    if os.path.exists(log):
+        os.remove(log)
+    cmd = [os.path.join(a.bin, "oases-train"), model, "--synthetic", "--batch", str(a.batch), "--seq", str(a.seq),
+           "--steps", str(steps), "--local-ranks", str(tp), "--tp", str(tp), "--schedule", schedule,
+           "--chunks", str(chunks), "-q", "--log-json", log]
+    if link:
+        cmd += ["--emulate-link", link, "--overlap-report"]
+    p = run(cmd, env)
+    ms = [json.loads(l)["ms"] for l in open(log)][a.warmup:]
+    out = {"ms": statistics.median(ms), "ms_all": ms}
+    m = re.search(r"communication ([\d.]+) ms: hidden ([\d.]+) ms", p.stderr)
+    if m:
+        out["comm_ms"], out["hidden_ms"] = float(m.group(1)), float(m.group(2))
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--bin", required=True)
+    ap.add_argument("--work", required=True)
+    ap.add_argument("--scale", type=int, default=16, help="hidden divided by this (default 16)")
+    ap.add_argument("--layer-scale", type=int, default=4, help="layers divided by this (default 4)")
+    ap.add_argument("--head-dim", type=int, default=16)
+    ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--seq", type=int, default=128)
+    ap.add_argument("--chunks", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=6)
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--tp", type=int, action="append", default=[])
+    ap.add_argument("--only", type=int, action="append", default=[], metavar="HIDDEN", help="full-size hidden of a stack")
+    ap.add_argument("--json", help="write the results here")
+    a = ap.parse_args()
+    tps = a.tp or [2, 4]
+    env = dict(os.environ)
+    stacks = [s for s in STACKS if not a.only or s[0] in a.only]
+    results = []
+    print(f"emulated RTX 3090 PCIe server: {F3 / 1e12:.1f} TFLOP/s, link {BW3 / 1e9:.1f} GB/s, {A3 * 1e6:.0f} us per ring step; "
+          f"full stacks at micro-batch {FULL_B} x {FULL_T}; scaled: hidden / {a.scale}, layers / {a.layer_scale}, "
+          f"head dim {a.head_dim}, batch {a.batch} x {a.seq}, K = {a.chunks}, median of {a.steps - a.warmup} steps, {os.cpu_count()} cores",
+          flush=True)
+    hdr = (f"{'stack (full)':>14} {'scaled':>10} {'tp':>3} {'link GB/s':>10} {'lat ms':>7} "
+           + " ".join(f"{s[:12]:>12}" for s in SCHEDULES) + f" {'comm %':>7} {'oases/dflt':>10} {'oases/plain':>11} {'hidden':>7}")
+    print(hdr)
+    for h, layers in stacks:
+        hs, ls = h // a.scale, max(1, layers // a.layer_scale)
+        heads = hs // a.head_dim
+        name = f"gpt_h{hs}_l{ls}"
+        mdir = os.path.join(a.work, name)
+        model = os.path.join(mdir, "model.onnx")
+        if not os.path.exists(model):
+            run(["/usr/bin/python3", "models/export.py", "--family", "gpt2", "--dynamic", "--hidden", str(hs), "--layers", str(ls),
+                 "--heads", str(heads), "--vocab", "256", "--max-pos", str(a.seq), "--no-data", "--out", mdir], env)
+        for tp in tps:
+            base = train(a, model, tp, "plain", 1, None, a.steps, mdir, env)
+            tc = base["ms"] / 1e3
+            # the full-size layers, as many as the scaled stack has: per-layer proportions are what count
+            t3 = 3 * stack_fwd_flops(h, ls, FULL_B, FULL_T) / tp / F3
+            s = tc / t3
+            bytes_ratio = (a.batch * a.seq * hs) / (FULL_B * FULL_T * h)
+            bw = BW3 * bytes_ratio / s
+            lat = A3 * s
+            link = f"bw={bw / 1e9:.6g},latency={lat * 1e6:.6g}"
+            row = {"stack": f"h{h}_l{layers}", "scaled": name, "tp": tp, "compute_ms": base["ms"], "dilation": s,
+                   "link_gbps": bw / 1e9, "latency_us": lat * 1e6, "schedules": {}}
+            for sched in SCHEDULES:
+                k = 1 if sched in ("plain", "default_checkpoint", "optim_comm_checkpoint") else a.chunks
+                row["schedules"][sched] = train(a, model, tp, sched, k, link, a.steps, mdir, env)
+            S = row["schedules"]
+            plain_comm = S["plain"].get("comm_ms", 0.0)
+            row["comm_share_plain"] = plain_comm / S["plain"]["ms"] if S["plain"]["ms"] else 0.0
+            row["speedup_vs_default"] = S["default_checkpoint"]["ms"] / S["oases"]["ms"]
+            row["speedup_vs_plain"] = S["plain"]["ms"] / S["oases"]["ms"]
+            oc = S["oases"].get("comm_ms", 0.0)
+            row["oases_hidden"] = S["oases"].get("hidden_ms", 0.0) / oc if oc else 0.0
+            results.append(row)
+            print(f"{row['stack']:>14} {name:>10} {tp:>3} {bw / 1e9:>10.4f} {lat * 1e3:>7.2f} "
+                  + " ".join(f"{S[s]['ms']:>12.1f}" for s in SCHEDULES)
+                  + f" {100 * row['comm_share_plain']:>6.0f}% {row['speedup_vs_default']:>10.2f} {row['speedup_vs_plain']:>11.2f}"
+                  f" {100 * row['oases_hidden']:>6.0f}%", flush=True)
+    print("columns: ms/step (median) per schedule; comm % = communication share of the plain step; "
+          "oases/dflt and oases/plain = speed-up of oases; hidden = share of oases' communication hidden behind compute")
+    g = [r for r in results if r["comm_share_plain"] >= 0.3]
+    if g:
+        print(f"where comm >= 30% of the plain step ({len(g)} of {len(results)}): oases over default_checkpoint "
+              f"{min(r['speedup_vs_default'] for r in g):.2f}-{max(r['speedup_vs_default'] for r in g):.2f}x "
+              f"(geomean {statistics.geometric_mean([r['speedup_vs_default'] for r in g]):.2f}x), hidden "
+              f"{100 * min(r['oases_hidden'] for r in g):.0f}-{100 * max(r['oases_hidden'] for r in g):.0f}%")
+    if a.json:
+        json.dump({"figures": {"tflops_3090": F3 / 1e12, "link_gbps_3090": BW3 / 1e9, "latency_us_3090": A3 * 1e6},
+                   "results": results}, open(a.json, "w"), indent=2)
+
+
+if __name__ == "__main__":
+    main()
