@@ -11,9 +11,10 @@
 #include <cstring>
 
 #include "executor/device.h"
+#include "executor/fusion.h"
 #include "executor/half_adapter.h"
 #include "graph/op_registry.h"
-#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/parallel.h"
 
 namespace oases {
 
@@ -25,6 +26,7 @@ const CpuKernelRegistry& CpuKernelRegistry::global() {
     register_cpu_nn(r);
     register_cpu_grad(r);
     register_cpu_collectives(r);
+    register_cpu_fused(r);
     return r;
   }();
   return reg;
@@ -45,8 +47,71 @@ std::vector<std::string> CpuKernelRegistry::ops() const {
   return out;
 }
 
+namespace {
+
+// Fusion under a scheduler's order: the compute nodes and collective starts go through the fuser
+// as one order (a fused node takes the place of its chain's last node); each collective wait goes
+// back before the first surviving step that followed it, or before a fused node standing in for
+// steps that followed it, so no wait moves after a reader of its result.
+Expected<std::vector<ScheduledOp>> fuse_scheduled(Graph& g, const std::vector<ScheduledOp>& schedule, const std::set<ValueId>& keep,
+                                                  FusionStats* stats) {
+  std::vector<NodeId> order;
+  std::map<NodeId, size_t> index;                    // node -> its position in `order` before fusion
+  std::vector<std::pair<size_t, NodeId>> waits;      // (position of the step it preceded, node)
+  std::map<NodeId, ScheduledOp::Kind> kind;
+  for (const ScheduledOp& op : schedule) {
+    if (op.kind == ScheduledOp::Kind::kCommWait) {
+      waits.push_back({order.size(), op.node});
+      continue;
+    }
+    index[op.node] = order.size();
+    kind[op.node] = op.kind;
+    order.push_back(op.node);
+  }
+  *stats = fuse_for_cpu(g, order, keep);
+  // position of every step after fusion, in the old numbering (new nodes: just before the next old one)
+  std::vector<double> pos(order.size());
+  double next_old = static_cast<double>(index.size());
+  for (size_t i = order.size(); i-- > 0;) {
+    auto it = index.find(order[i]);
+    if (it != index.end() && g.alive(order[i])) {
+      pos[i] = static_cast<double>(it->second);
+      next_old = pos[i];
+    } else {
+      pos[i] = next_old - 0.5;
+    }
+  }
+  std::vector<ScheduledOp> out;
+  size_t w = 0;
+  for (size_t i = 0; i < order.size(); ++i) {
+    while (w < waits.size() && static_cast<double>(waits[w].first) <= pos[i] + 0.25) out.push_back({ScheduledOp::Kind::kCommWait, waits[w++].second});
+    auto k = kind.find(order[i]);
+    out.push_back({k == kind.end() ? ScheduledOp::Kind::kCompute : k->second, order[i]});
+  }
+  while (w < waits.size()) out.push_back({ScheduledOp::Kind::kCommWait, waits[w++].second});
+  for (const ScheduledOp& op : out) {
+    if (!g.alive(op.node)) return error("fusion removed node {}, which the schedule still runs", op.node);
+  }
+  return out;
+}
+
+}  // namespace
+
 Expected<Program> compile_program(Graph g, const ExecOptions& opts) {
   Program p;
+  // executor fusion makes CPU-only ops (the oases.cpu domain) and in-place outputs planned for the
+  // CPU kernels; a device program runs the canonical graph as it is
+  const bool fuse = opts.fuse && opts.device == "cpu" && std::getenv("OASES_NO_FUSION") == nullptr;
+  std::vector<ScheduledOp> schedule = opts.order;
+  if (fuse) {
+    if (schedule.empty()) {
+      OASES_ASSIGN_OR_RETURN(std::vector<NodeId> order, g.topo_order());
+      p.fusion = fuse_for_cpu(g, order, opts.keep);
+      for (NodeId id : order) schedule.push_back(ScheduledOp{ScheduledOp::Kind::kCompute, id});
+    } else {
+      OASES_ASSIGN_OR_RETURN(schedule, fuse_scheduled(g, schedule, opts.keep, &p.fusion));
+    }
+  }
   const CpuKernelRegistry& kr = CpuKernelRegistry::global();
   std::vector<PlanStep> steps;
   auto add = [&](Instr::Kind kind, NodeId id) -> Status {
@@ -62,13 +127,13 @@ Expected<Program> compile_program(Graph g, const ExecOptions& opts) {
     steps.push_back(PlanStep{id, kind != Instr::Kind::kCommWait, kind != Instr::Kind::kCommStart});
     return Status::ok();
   };
-  if (opts.order.empty()) {
+  if (schedule.empty()) {
     OASES_ASSIGN_OR_RETURN(std::vector<NodeId> order, g.topo_order());
     for (NodeId id : order) OASES_RETURN_IF_ERROR(add(Instr::Kind::kCompute, id));
   } else {
     // the scheduler's order: every live node once (collectives as a start and a wait)
     std::vector<int> seen(static_cast<size_t>(g.max_node_id()), 0);
-    for (const ScheduledOp& op : opts.order) {
+    for (const ScheduledOp& op : schedule) {
       if (!g.alive(op.node)) return error("the schedule names node {}, which the graph does not have", op.node);
       Instr::Kind k = op.kind == ScheduledOp::Kind::kCompute ? Instr::Kind::kCompute
                       : op.kind == ScheduledOp::Kind::kCommStart ? Instr::Kind::kCommStart
@@ -80,7 +145,7 @@ Expected<Program> compile_program(Graph g, const ExecOptions& opts) {
       if (seen[static_cast<size_t>(id)] != 1) return error("the schedule runs {} {} times", g.node(id).describe(), seen[static_cast<size_t>(id)]);
     }
   }
-  p.memory = MemoryPlan::build(g, steps, opts.keep);
+  p.memory = MemoryPlan::build(g, steps, opts.keep, fuse ? MemoryPlan::InplaceFn(inplace_input) : MemoryPlan::InplaceFn());
   p.graph = std::move(g);
   return p;
 }
@@ -160,7 +225,7 @@ Expected<std::unique_ptr<Executor>> Executor::create(Graph g, const ExecOptions&
   ex->arena_ = std::aligned_alloc(64, (ex->arena_size_ + 63) / 64 * 64);
   if (!ex->arena_) return error("cannot allocate the activation arena of {} bytes", ex->arena_size_);
   std::memset(ex->arena_, 0, ex->arena_size_);
-  if (opts.threads > 0) kernels::set_blas_threads(opts.threads);
+  if (opts.threads > 0) kernels::set_num_threads(opts.threads);
   const Graph& gr = ex->prog_.graph;
   ex->groups_ = opts.groups;
   ex->contexts_.resize(ex->prog_.instrs.size());

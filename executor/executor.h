@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "executor/fusion.h"
 #include "executor/kernel_context.h"
 #include "executor/memory_plan.h"
 #include "graph/evaluator.h"
@@ -34,15 +35,17 @@ struct TraceEvent {
 };
 
 struct Program {
-  Graph graph;
+  Graph graph;  // the canonical graph as compiled: with the executor's fused ops (executor/fusion.h)
   std::vector<Instr> instrs;
   MemoryPlan memory;
   std::vector<const CpuKernelFn*> kernels;  // per instruction
+  FusionStats fusion;
 };
 
 struct ExecOptions {
   std::set<ValueId> keep;  // values to keep readable after run() (besides the graph outputs)
-  int threads = 0;         // 0: leave OpenMP/OpenBLAS defaults
+  int threads = 0;         // kernel threads (kernels/cpu/parallel.h); 0: the default
+  bool fuse = true;        // executor-level fusion and in-place outputs (executor/fusion.h); OASES_NO_FUSION=1 turns both off
   std::vector<CommGroup*> groups;  // this rank's group per mesh axis (distributed programs)
   // Instruction order from the scheduler (planner/schedule.h); empty: topological order with
   // collectives run in line by the compute thread.

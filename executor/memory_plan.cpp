@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <limits>
 #include <map>
 
 #include "graph/op_registry.h"
@@ -72,13 +73,15 @@ class OffsetAllocator {
 
 }  // namespace
 
-MemoryPlan MemoryPlan::build(const Graph& g, const std::vector<NodeId>& order, const std::set<ValueId>& keep) {
+MemoryPlan MemoryPlan::build(const Graph& g, const std::vector<NodeId>& order, const std::set<ValueId>& keep,
+                             const InplaceFn& inplace_input) {
   std::vector<PlanStep> steps;
   for (NodeId n : order) steps.push_back(PlanStep{n, true, true});
-  return build(g, steps, keep);
+  return build(g, steps, keep, inplace_input);
 }
 
-MemoryPlan MemoryPlan::build(const Graph& g, const std::vector<PlanStep>& steps, const std::set<ValueId>& keep) {
+MemoryPlan MemoryPlan::build(const Graph& g, const std::vector<PlanStep>& steps, const std::set<ValueId>& keep,
+                             const InplaceFn& inplace_input) {
   const OpRegistry& reg = OpRegistry::global();
   MemoryPlan p;
   p.slots.resize(g.num_values());
@@ -90,26 +93,55 @@ MemoryPlan MemoryPlan::build(const Graph& g, const std::vector<PlanStep>& steps,
       p.slots[v].kind = ValueSlot::Kind::kInput;
     }
   }
-  // roots of views, and last use (step index) of every root
+  // last step each value is read at (kept values and graph outputs: never released)
+  constexpr int kForever = std::numeric_limits<int>::max();
+  std::vector<int> last_read(g.num_values(), -1);
+  for (size_t pos = 0; pos < steps.size(); ++pos) {
+    if (!steps[pos].uses) continue;
+    for (ValueId in : g.node(steps[pos].node).inputs) {
+      if (in != kNoId) last_read[in] = std::max(last_read[in], static_cast<int>(pos));
+    }
+  }
+  for (ValueId v : keep) last_read[v] = kForever;
+  for (ValueId v : g.outputs()) last_read[v] = kForever;
+  // roots of views and in-place outputs, and last use (step index) of every root
   std::vector<int> last_use(g.num_values(), -1);
+  std::vector<int> root_read = last_read;  // per root: the last read of any value sharing it
   std::vector<ValueId> root(g.num_values());
   for (size_t v = 0; v < root.size(); ++v) root[v] = static_cast<ValueId>(v);
+  const bool reuse = std::getenv("OASES_NO_MEMORY_REUSE") == nullptr;
   for (size_t pos = 0; pos < steps.size(); ++pos) {
     const Node& n = g.node(steps[pos].node);
-    if (steps[pos].defines) {
-      const OpSchema* s = reg.find(n.domain, n.op_type);
-      if (s && s->view_of_input >= 0 && n.has_input(s->view_of_input) && n.output(0) != kNoId) {
-        ValueId src = n.inputs[s->view_of_input];
-        if (g.value(src).dtype == g.value(n.outputs[0]).dtype) root[n.outputs[0]] = root[src];
-      }
-      for (ValueId out : n.outputs) {
-        if (out != kNoId && last_use[root[out]] < static_cast<int>(pos)) last_use[root[out]] = static_cast<int>(pos);
-      }
-    }
+    const int here = static_cast<int>(pos);
     if (steps[pos].uses) {
       for (ValueId in : n.inputs) {
-        if (in != kNoId) last_use[root[in]] = std::max(last_use[root[in]], static_cast<int>(pos));
+        if (in != kNoId) last_use[root[in]] = std::max(last_use[root[in]], here);
       }
+    }
+    if (!steps[pos].defines) continue;
+    const OpSchema* s = reg.find(n.domain, n.op_type);
+    ValueId out0 = n.output(0);
+    if (s && s->view_of_input >= 0 && n.has_input(s->view_of_input) && out0 != kNoId) {
+      ValueId src = n.inputs[s->view_of_input];
+      if (g.value(src).dtype == g.value(out0).dtype) {
+        root[out0] = root[src];
+        root_read[root[src]] = std::max(root_read[root[src]], last_read[out0]);
+      }
+    } else if (inplace_input && reuse && steps[pos].uses && out0 != kNoId && p.slots[out0].kind == ValueSlot::Kind::kNone) {
+      int slot = inplace_input(g, n);
+      if (slot >= 0 && n.has_input(slot)) {
+        ValueId r = root[n.inputs[slot]];
+        // the input's storage is arena storage that nobody reads after this node
+        if (p.slots[r].kind == ValueSlot::Kind::kNone && root_read[r] == here && g.value(r).nbytes() == g.value(out0).nbytes() &&
+            g.value(n.inputs[slot]).dtype == g.value(out0).dtype) {
+          root[out0] = r;
+          root_read[r] = std::max(root_read[r], last_read[out0]);
+          p.inplace++;
+        }
+      }
+    }
+    for (ValueId out : n.outputs) {
+      if (out != kNoId) last_use[root[out]] = std::max(last_use[root[out]], here);
     }
   }
   std::vector<char> pinned(g.num_values(), 0);
@@ -118,7 +150,6 @@ MemoryPlan MemoryPlan::build(const Graph& g, const std::vector<PlanStep>& steps,
 
   OffsetAllocator alloc;
   // OASES_NO_MEMORY_REUSE=1 gives every value its own space (for debugging the plan)
-  const bool reuse = std::getenv("OASES_NO_MEMORY_REUSE") == nullptr;
   std::vector<std::vector<ValueId>> frees(steps.size());
   for (size_t pos = 0; pos < steps.size(); ++pos) {
     const Node& n = g.node(steps[pos].node);

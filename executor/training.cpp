@@ -199,14 +199,10 @@ Expected<std::unique_ptr<Trainer>> Trainer::create(TrainingGraph tg, OptimizerCo
 Expected<std::unique_ptr<Trainer>> Trainer::create(TrainingGraph tg, OptimizerConfig opt, const ExecOptions& eo) {
   auto tr = std::unique_ptr<Trainer>(new Trainer(std::move(opt)));
   OASES_ASSIGN_OR_RETURN(tr->train_, Executor::create(tg.graph, eo));
-  Graph eval = tg.graph;
-  eval.set_outputs({tg.loss});
-  DeadCodePass dce;
-  auto d = dce.run(eval);
-  if (!d) return d.status();
-  ExecOptions eval_opts = eo;
-  eval_opts.order.clear();  // the schedule is the training program's; evaluation runs in line
-  OASES_ASSIGN_OR_RETURN(tr->eval_, Executor::create(std::move(eval), eval_opts));
+  // the evaluation executor is made on first use (its arena is not needed otherwise); the
+  // schedule is the training program's, evaluation runs in line
+  tr->exec_opts_ = eo;
+  tr->exec_opts_.order.clear();
   for (ValueId p : tg.params) tr->opt_.add(tg.graph.value(p).name, tr->train_->constant_storage(p));
   tr->tg_ = std::move(tg);
   return tr;
@@ -308,6 +304,15 @@ Expected<double> Trainer::compute_gradients(const std::map<std::string, Tensor>&
 }
 
 Expected<double> Trainer::eval_loss(const std::map<std::string, Tensor>& feeds) {
+  if (!eval_) {
+    // the training graph cut down to the loss; its parameters share storage with the trainer's
+    Graph eval = tg_.graph;
+    eval.set_outputs({tg_.loss});
+    DeadCodePass dce;
+    auto d = dce.run(eval);
+    if (!d) return d.status();
+    OASES_ASSIGN_OR_RETURN(eval_, Executor::create(std::move(eval), exec_opts_));
+  }
   eval_->state().training = false;
   std::map<std::string, Tensor> buf;
   OASES_RETURN_IF_ERROR(eval_->execute(with_loss_scale(eval_->graph(), feeds, 1.0, &buf)));

@@ -103,7 +103,8 @@ class Trainer {
   Status run_micro(const std::map<std::string, Tensor>& feeds, bool accumulate, double* loss);
 
   TrainingGraph tg_;
-  std::unique_ptr<Executor> train_, eval_;
+  std::unique_ptr<Executor> train_, eval_;  // eval_: made by the first eval_loss
+  ExecOptions exec_opts_;
   Optimizer opt_;
   std::vector<Tensor> accum_;  // gradient accumulators (multi-micro-batch steps)
   int micro_in_accum_ = 0;

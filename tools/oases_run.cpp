@@ -1,14 +1,21 @@
 // oases-run MODEL --data-set DIR [--rtol R] [--atol A] [--write-outputs DIR]
+//           [--repeat N] [--warmup W] [--threads T] [--profile]
 // Runs the forward pass on inputs in the ONNX test-data layout and compares with the expected
-// outputs. Exit 0 within tolerance, 1 on a mismatch, 2 on an error.
+// outputs. Exit 0 within tolerance, 1 on a mismatch, 2 on an error. With --repeat it times N runs
+// (after W untimed ones) and prints their median; --profile adds the time per op type.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 
 #include <fmt/ranges.h>
 
 #include "executor/executor.h"
+#include "executor/profile_report.h"
+#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/parallel.h"
 #include "tools/data_set.h"
 
 using namespace oases;
@@ -19,15 +26,18 @@ int main(int argc, char** argv) {
     CLI::App app{"oases-run: run a model's forward pass on ONNX test data and compare"};
     std::string model, data_set, write_dir;
     double rtol = 1e-4, atol = 1e-5;
-    int repeat = 1;
-    bool verbose = false;
+    int repeat = 1, warmup = 0, threads = 0;
+    bool verbose = false, profile = false;
     BindingFlags bind;
     app.add_option("model", model, "ONNX model file")->required();
     app.add_option("--data-set", data_set, "Folder with input_N.pb (and output_N.pb to compare with)")->required();
     app.add_option("--rtol", rtol, "Relative tolerance (default 1e-4)");
     app.add_option("--atol", atol, "Absolute tolerance (default 1e-5)");
     app.add_option("--write-outputs", write_dir, "Write the outputs as output_N.pb into DIR");
-    app.add_option("--repeat", repeat, "Run the forward pass N times and report the mean time");
+    app.add_option("--repeat", repeat, "Run the forward pass N times and report the median time");
+    app.add_option("--warmup", warmup, "Untimed runs before the timed ones");
+    app.add_option("--threads", threads, "Threads for BLAS and kernels (0: OpenMP/OpenBLAS defaults)");
+    app.add_flag("--profile", profile, "Print the time per op type (summed over the timed runs)");
     app.add_flag("-v,--verbose", verbose, "Say more");
     bind.add_to(app);
     if (int rc = parse_cli(app, argc, argv); rc >= 0) return rc;
@@ -45,22 +55,41 @@ int main(int argc, char** argv) {
     if (!fed) return fail_with(fed.status());
     if (fed->specialised && verbose) std::printf("note: specialised the model to the values of its small integer inputs\n");
     LoadedModel* m = &fed->model;
-    auto ex = Executor::create(m->graph);
+    ExecOptions eo;
+    eo.threads = threads;
+    auto ex = Executor::create(m->graph, eo);
     if (!ex) return fail_with((*&ex).status().with_context(model));
-    double ms = 0;
-    std::vector<Tensor> outs;
+    (*ex)->set_profiling(profile);
+    std::vector<double> times;
+    ProfileReport prof;
+    for (int r = 0; r < std::max(0, warmup); ++r) {
+      if (Status s = (*ex)->execute(*feeds); !s.is_ok()) return fail_with(s.with_context(model));
+    }
     for (int r = 0; r < std::max(1, repeat); ++r) {
       auto t0 = std::chrono::steady_clock::now();
-      auto o = (*ex)->run(*feeds);
-      ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-      if (!o) return fail_with(o.status().with_context(model));
-      outs = *o;
+      Status s = (*ex)->execute(*feeds);
+      times.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+      if (!s.is_ok()) return fail_with(s.with_context(model));
+      if (profile) prof.add(**ex);
     }
-    ms /= std::max(1, repeat);
+    std::vector<Tensor> outs;
+    for (ValueId v : (*ex)->graph().outputs()) outs.push_back((*ex)->read(v));
+    std::vector<double> sorted = times;
+    std::sort(sorted.begin(), sorted.end());
+    size_t nt = sorted.size();
+    double ms = nt % 2 ? sorted[nt / 2] : 0.5 * (sorted[nt / 2 - 1] + sorted[nt / 2]);
     const Graph& g = (*ex)->graph();
     std::printf("ran %s: %zu nodes in %.2f ms (arena %.1f MiB, %.1f MiB without reuse)\n", model.c_str(), g.num_nodes(), ms,
                 static_cast<double>((*ex)->program().memory.arena_bytes) / (1 << 20),
                 static_cast<double>((*ex)->program().memory.total_bytes) / (1 << 20));
+    if (verbose) std::printf("blas: %s; %d kernel threads\n", kernels::blas_info().c_str(), kernels::num_threads());
+    if (repeat > 1) {
+      std::string all;
+      for (double t : times) all += fmt::format(" {:.2f}", t);
+      std::printf("timing: median %.3f ms, min %.3f ms, max %.3f ms over %zu runs (after %d warm-up); runs:%s\n", ms, sorted.front(),
+                  sorted.back(), nt, std::max(0, warmup), all.c_str());
+    }
+    if (profile) prof.print(**ex, "run", 10);
 
     if (!write_dir.empty()) {
       std::error_code ec;

@@ -11,16 +11,17 @@
 #include <thread>
 
 #include <nlohmann/json.hpp>
-#include <omp.h>
 
 #include "executor/device.h"
 #include "executor/distributed.h"
 #include "executor/loss_scaler.h"
 #include "executor/mpi_communicator.h"
+#include "executor/profile_report.h"
 #include "executor/training.h"
 #include "graph/passes/mixed_precision.h"
 #include "importer/onnx_export.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/parallel.h"
 #include "planner/chunking.h"
 #include "planner/plan.h"
 #include "planner/schedule.h"
@@ -69,6 +70,7 @@ void add_train_options(CLI::App& app, TrainArgs& a) {
   app.add_option("--log-every", a.log_every, "Progress line every N steps (default: about 20 lines a run)");
   app.add_option("--threads", a.threads, "Threads for BLAS and kernels per rank (0: the cores shared among ranks)");
   app.add_flag("-q,--quiet", a.quiet, "No progress lines");
+  app.add_flag("--profile", a.profile, "Print the time per op type and the slowest nodes per step (rank 0, steps after the first)");
   app.add_option("--tp", a.tp, "Tensor-parallel degree");
   app.add_option("--dp", a.dp, "Data-parallel degree");
   app.add_option("--local-ranks", a.local_ranks, "Run N ranks as threads of this process");
@@ -639,6 +641,8 @@ Status run_rank(const Setup& s, RankRuntime& rt) {
       fault_mode = std::string(mode) == "exit" ? 2 : std::string(mode) == "hang" ? 3 : 1;
     }
   }
+  ProfileReport prof;
+  tr.executor().set_profiling(a.profile);
   for (int64_t step = start; step < end; ++step) {
     if (rt.rank() == fault_rank && step == fault_step) {
       if (fault_mode == 2) std::_Exit(9);
@@ -660,10 +664,12 @@ Status run_rank(const Setup& s, RankRuntime& rt) {
     if (tracing) {
       std::vector<TraceEvent> ev = tr.executor().take_events();
       int64_t done_steps = step - start;
-      overlap.add(tr.training_graph().graph, ev, st.ms, done_steps >= 1);
-      if (!a.trace.empty() && done_steps >= 1 && done_steps <= a.trace_steps) append_trace(tr.training_graph().graph, ev, rt.rank(), &trace_json);
+      const Graph& run_graph = tr.executor().graph();  // the program's graph (with the executor's fused nodes)
+      overlap.add(run_graph, ev, st.ms, done_steps >= 1);
+      if (!a.trace.empty() && done_steps >= 1 && done_steps <= a.trace_steps) append_trace(run_graph, ev, rt.rank(), &trace_json);
     }
     if (!std::isfinite(st.loss)) return error("step {}: the loss is {} (lower --lr?)", step + 1, st.loss);
+    if (a.profile && step > start) prof.add(tr.executor(), st.ms);
     double tps = static_cast<double>(tokens_per_step) / (st.ms / 1000.0);
     int64_t done = step + 1;
     std::optional<double> val;
@@ -713,6 +719,7 @@ Status run_rank(const Setup& s, RankRuntime& rt) {
       if (!a.quiet) std::fprintf(stderr, "wrote trace %s (%zu events; open in https://ui.perfetto.dev)\n", a.trace.c_str(), merged.size());
     }
   }
+  if (a.profile && lead) prof.print(tr.executor(), "step");
   if (a.overlap_report && lead) overlap.print(sched.has_value() && sched->interleave, a.schedule);
   if (!a.save.empty() && a.steps > 0) {
     OASES_RETURN_IF_ERROR(save(std::max(end, start)));
@@ -771,8 +778,7 @@ int run_training(TrainArgs& a, int argc, char** argv) {
     int per_node = local ? std::max(1, std::atoi(local)) : 1;
     int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     int threads = a.threads > 0 ? a.threads : std::max(1, hw / per_node);
-    omp_set_num_threads(threads);
-    kernels::set_blas_threads(threads);
+    kernels::set_num_threads(threads);
     auto rt = RankRuntime::create(mpi.get(), mesh, link);
     if (!rt) return fail_with(rt.status());
     Status st = run_rank(*setup, **rt);
@@ -791,14 +797,13 @@ int run_training(TrainArgs& a, int argc, char** argv) {
   }
   // N ranks as threads: BLAS single-threaded per rank, the cores shared out
   auto lw = make_local_world(static_cast<int>(world), a.comm_timeout);
-  kernels::set_blas_threads(1);
   int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   int per_rank = a.threads > 0 ? a.threads : std::max(1, hw / static_cast<int>(world));
   std::vector<Status> results(static_cast<size_t>(world));
   std::vector<std::thread> threads;
   for (int64_t r = 0; r < world; ++r) {
     threads.emplace_back([&, r] {
-      omp_set_num_threads(per_rank);
+      kernels::set_num_threads(per_rank);
       auto comm = local_communicator(lw, static_cast<int>(r));
       Status st;
       try {

@@ -1,5 +1,7 @@
 #include "executor/cpu/common.h"
 
+#include "kernels/cpu/parallel.h"
+
 #include "executor/communicator.h"
 
 namespace oases::cpu {
@@ -68,8 +70,9 @@ void apply_dropout(const KernelContext& c, const float* x, float* y, uint8_t* ma
   float scale = 1.f / (1.f - ratio);
   uint64_t threshold = static_cast<uint64_t>(static_cast<double>(ratio) * 18446744073709551616.0);
   int64_t inner = r ? local[r - 1] : 1;
-#pragma omp parallel for schedule(static) if (n > (1 << 16))
-  for (int64_t row = 0; row < n / std::max<int64_t>(1, inner); ++row) {
+  const int64_t rows = n / std::max<int64_t>(1, inner);
+  kernels::parallel_range(rows, std::max<int64_t>(1, (1 << 16) / std::max<int64_t>(1, inner)), [&](int64_t r0, int64_t r1) {
+  for (int64_t row = r0; row < r1; ++row) {
     int64_t base = 0;
     if (identity) {
       base = row * inner;
@@ -88,6 +91,7 @@ void apply_dropout(const KernelContext& c, const float* x, float* y, uint8_t* ma
       if (mask) mask[i] = keep;
     }
   }
+  });
 }
 
 }  // namespace oases::cpu

@@ -5,12 +5,15 @@
 #include <random>
 
 #include "executor/cpu/common.h"
+#include "kernels/cpu/activation.h"
 #include "kernels/cpu/elementwise.h"
+#include "kernels/cpu/parallel.h"
 
 namespace oases {
 
 using namespace oases::cpu;
 namespace k = oases::kernels;
+using k::parallel_range;
 
 namespace {
 
@@ -174,19 +177,9 @@ void register_cpu_elementwise(CpuKernelRegistry& r) {
 
   // activations with attributes
   r.add("", "Gelu", [](KernelContext& c) {
-    bool tanh_form = c.attrs().get_string("approximate", "none") == "tanh";
+    k::Activation act = c.attrs().get_string("approximate", "none") == "tanh" ? k::Activation::kGeluTanh : k::Activation::kGeluErf;
     with_half_as_float(c, [&](KernelContext& f) {
-      dispatch_float(f, f.in[0].dtype, [&]<class T>() {
-        if (tanh_form) {
-          k::unary(f.in[0].as<T>(), f.out[0].as<T>(), f.in[0].numel(), [](T x) {
-            const T cst = T(0.7978845608028654);
-            return T(0.5) * x * (T(1) + std::tanh(cst * (x + T(0.044715) * x * x * x)));
-          });
-        } else {
-          k::unary(f.in[0].as<T>(), f.out[0].as<T>(), f.in[0].numel(),
-                   [](T x) { return T(0.5) * x * (T(1) + std::erf(x * T(0.7071067811865476))); });
-        }
-      });
+      dispatch_float(f, f.in[0].dtype, [&]<class T>() { k::activation<T>(act, f.in[0].as<T>(), f.out[0].as<T>(), f.in[0].numel()); });
     });
   });
   auto param_act = [&r](const std::string& name, float da, float db, auto fn) {

@@ -4,7 +4,9 @@
 
 #include "executor/communicator.h"
 #include "executor/cpu/common.h"
+#include "kernels/cpu/activation.h"
 #include "kernels/cpu/elementwise.h"
+#include "kernels/cpu/parallel.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/grad.h"
 #include "kernels/cpu/layout.h"
@@ -14,6 +16,7 @@ namespace oases {
 
 using namespace oases::cpu;
 namespace k = oases::kernels;
+using k::parallel_range;
 
 namespace {
 
@@ -80,8 +83,10 @@ void register_cpu_grad(CpuKernelRegistry& r) {
     });
   });
   r.add("oases", "GeluGrad", [](KernelContext& c) {
-    bool t = c.attrs().get_string("approximate", "none") == "tanh";
-    dispatch_float(c, c.in[0].dtype, [&]<class T>() { k::gelu_grad<T>(t, c.in[0].as<T>(), c.in[1].as<T>(), c.out[0].as<T>(), c.out[0].numel()); });
+    k::Activation act = c.attrs().get_string("approximate", "none") == "tanh" ? k::Activation::kGeluTanh : k::Activation::kGeluErf;
+    dispatch_float(c, c.in[0].dtype, [&]<class T>() {
+      k::activation_grad<T>(act, c.in[0].as<T>(), c.in[1].as<T>(), c.out[0].as<T>(), c.out[0].numel());
+    });
   });
   r.add("oases", "SwiGLUGrad", [](KernelContext& c) {
     dispatch_float(c, c.in[0].dtype, [&]<class T>() {
@@ -210,7 +215,6 @@ void register_cpu_grad(CpuKernelRegistry& r) {
   r.add("oases", "DropoutGrad", [](KernelContext& c) {
     float ratio = c.attrs().get_float("ratio", 0.5f);
     bool train = c.attrs().get_int("training_mode", 0) != 0 && (!c.state || c.state->training);
-    int64_t n = c.in[0].numel();
     if (!train || ratio == 0.f) {
       if (c.out[0].data != c.in[0].data) std::memcpy(c.out[0].data, c.in[0].data, c.in[0].nbytes());
       return;

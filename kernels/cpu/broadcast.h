@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/cpu/parallel.h"
+
 namespace oases::kernels {
 
 constexpr int kMaxOperands = 3;
@@ -76,20 +78,21 @@ void for_each_row(const Broadcast& b, F&& f) {
   int64_t pieces = (inner + piece - 1) / piece;
   std::array<int64_t, kMaxOperands> inner_st{};
   for (int k = 0; k < b.nin; ++k) inner_st[k] = b.strides[k][nd - 1];
-#pragma omp parallel for schedule(static) if (b.numel > (1 << 15) && rows * pieces > 1)
-  for (int64_t task = 0; task < rows * pieces; ++task) {
-    int64_t row = task / pieces, p = task % pieces;
-    std::array<int64_t, kMaxOperands> off{};
-    int64_t rem = row;
-    for (int d = nd - 2; d >= 0; --d) {
-      int64_t idx = rem % b.shape[d];
-      rem /= b.shape[d];
-      for (int k = 0; k < b.nin; ++k) off[k] += idx * b.strides[k][d];
+  parallel_range(rows * pieces, std::max<int64_t>(1, (1 << 15) / std::max<int64_t>(1, piece)), [&](int64_t task_begin, int64_t task_end) {
+    for (int64_t task = task_begin; task < task_end; ++task) {
+      int64_t row = task / pieces, p = task % pieces;
+      std::array<int64_t, kMaxOperands> off{};
+      int64_t rem = row;
+      for (int d = nd - 2; d >= 0; --d) {
+        int64_t idx = rem % b.shape[d];
+        rem /= b.shape[d];
+        for (int k = 0; k < b.nin; ++k) off[k] += idx * b.strides[k][d];
+      }
+      int64_t start = p * piece;
+      for (int k = 0; k < b.nin; ++k) off[k] += start * inner_st[k];
+      f(row * inner + start, off, std::min(piece, inner - start), inner_st);
     }
-    int64_t start = p * piece;
-    for (int k = 0; k < b.nin; ++k) off[k] += start * inner_st[k];
-    f(row * inner + start, off, std::min(piece, inner - start), inner_st);
-  }
+  });
 }
 
 }  // namespace oases::kernels

@@ -5,6 +5,7 @@
 
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/layout.h"
+#include "kernels/cpu/parallel.h"
 
 namespace oases::kernels {
 
@@ -140,30 +141,31 @@ void einsum(const std::vector<const T*>& ins, const std::vector<std::vector<int6
   int64_t nout = 1, nsum = 1;
   for (size_t i = 0; i < no; ++i) nout *= osize[i] = size[static_cast<unsigned char>(out_labels[i])];
   for (size_t i = 0; i < ns; ++i) nsum *= ssize[i] = size[static_cast<unsigned char>(summed[i])];
-#pragma omp parallel for schedule(static) if (nout * nsum > (1 << 16) && nout > 1)
-  for (int64_t o = 0; o < nout; ++o) {
-    std::vector<int64_t> off(nin, 0), idx(ns, 0);
-    int64_t rem = o;
-    for (int64_t d = static_cast<int64_t>(no) - 1; d >= 0; --d) {
-      int64_t i = rem % osize[d];
-      rem /= osize[d];
-      for (size_t k = 0; k < nin; ++k) off[k] += i * out_st[k][d];
-    }
-    Acc<T> acc = 0;
-    for (int64_t s = 0; s < nsum; ++s) {
-      Acc<T> p = 1;
-      for (size_t k = 0; k < nin; ++k) p *= static_cast<Acc<T>>(ins[k][off[k]]);
-      acc += p;
-      // odometer over the summed labels, last fastest
-      for (int64_t d = static_cast<int64_t>(ns) - 1; d >= 0; --d) {
-        for (size_t k = 0; k < nin; ++k) off[k] += sum_st[k][d];
-        if (++idx[d] < ssize[d]) break;
-        for (size_t k = 0; k < nin; ++k) off[k] -= ssize[d] * sum_st[k][d];
-        idx[d] = 0;
+  parallel_range(nout, std::max<int64_t>(1, (1 << 16) / std::max<int64_t>(1, nsum)), [&](int64_t o_begin, int64_t o_end) {
+    for (int64_t o = o_begin; o < o_end; ++o) {
+      std::vector<int64_t> off(nin, 0), idx(ns, 0);
+      int64_t rem = o;
+      for (int64_t d = static_cast<int64_t>(no) - 1; d >= 0; --d) {
+        int64_t i = rem % osize[d];
+        rem /= osize[d];
+        for (size_t k = 0; k < nin; ++k) off[k] += i * out_st[k][d];
       }
+      Acc<T> acc = 0;
+      for (int64_t s = 0; s < nsum; ++s) {
+        Acc<T> p = 1;
+        for (size_t k = 0; k < nin; ++k) p *= static_cast<Acc<T>>(ins[k][off[k]]);
+        acc += p;
+        // odometer over the summed labels, last fastest
+        for (int64_t d = static_cast<int64_t>(ns) - 1; d >= 0; --d) {
+          for (size_t k = 0; k < nin; ++k) off[k] += sum_st[k][d];
+          if (++idx[d] < ssize[d]) break;
+          for (size_t k = 0; k < nin; ++k) off[k] -= ssize[d] * sum_st[k][d];
+          idx[d] = 0;
+        }
+      }
+      out[o] = static_cast<T>(acc);
     }
-    out[o] = static_cast<T>(acc);
-  }
+  });
 }
 
 template void einsum<float>(const std::vector<const float*>&, const std::vector<std::vector<int64_t>>&,

@@ -8,6 +8,7 @@
 #include <type_traits>
 
 #include "kernels/cpu/broadcast.h"
+#include "kernels/cpu/parallel.h"
 
 namespace oases::kernels {
 
@@ -71,8 +72,9 @@ void broadcast_to(const T* in, const std::vector<int64_t>& si, T* out, const std
 
 template <class T, class R, class Op>
 void unary(const T* x, R* y, int64_t n, Op op) {
-#pragma omp parallel for schedule(static) if (n > (1 << 15))
-  for (int64_t i = 0; i < n; ++i) y[i] = op(x[i]);
+  parallel_range(n, 1 << 15, [&](int64_t i_begin, int64_t i_end) {
+    for (int64_t i = i_begin; i < i_end; ++i) y[i] = op(x[i]);
+  });
 }
 
 // --- per-element math ----------------------------------------------------------------------

@@ -1,7 +1,7 @@
 // Backward kernels. Activation gradients are written (=), never accumulated; the caller sums
 // fan-out contributions in the graph.
 //   unary_grad:     dx = dy · f'(x) for the named op, from x and/or y = f(x)
-//   gelu_grad:      erf form  d/dx x·Φ(x) = Φ(x) + x·φ(x); tanh form by the chain rule
+//   (GELU's gradient is activation_grad in kernels/cpu/activation.h)
 //   swiglu_grad:    y = silu(g)·u → dg = dy·u·silu'(g), du = dy·silu(g)
 //   softmax_grad:   dx = y ∘ (dy − Σ dy∘y)   ; log form: dx = dy − exp(y) Σ dy
 //   layernorm_grad: x̂ = (x−μ)·r, g = dy∘γ: dx = r·(g − mean(g) − x̂·mean(g∘x̂)), dγ = Σ dy∘x̂, dβ = Σ dy
@@ -25,8 +25,6 @@ struct UnaryParams {
 
 template <class T>
 void unary_grad(UnaryOp op, const UnaryParams& p, const T* dy, const T* x, const T* y, T* dx, int64_t n);
-template <class T>
-void gelu_grad(bool tanh_form, const T* dy, const T* x, T* dx, int64_t n);
 template <class T>
 void swiglu_grad(const T* dy, const T* gate, const T* up, T* dgate, T* dup, int64_t n);
 template <class T>

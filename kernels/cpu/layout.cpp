@@ -2,6 +2,8 @@
 
 #include <cstring>
 
+#include "kernels/cpu/parallel.h"
+
 namespace oases::kernels {
 
 namespace {
@@ -68,15 +70,16 @@ void transpose(const void* in, const std::vector<int64_t>& shape, const std::vec
   int64_t rows = n / inner;
   const char* src = static_cast<const char*>(in);
   char* dst = static_cast<char*>(out);
-#pragma omp parallel for schedule(static) if (n > (1 << 15))
-  for (int64_t row = 0; row < rows; ++row) {
-    int64_t rem = row, off = 0;
-    for (int64_t d = nd - 2; d >= 0; --d) {
-      off += (rem % oshape[d]) * ostr[d];
-      rem /= oshape[d];
+  parallel_range(rows, std::max<int64_t>(1, (1 << 15) / inner), [&](int64_t row_begin, int64_t row_end) {
+    for (int64_t row = row_begin; row < row_end; ++row) {
+      int64_t rem = row, off = 0;
+      for (int64_t d = nd - 2; d >= 0; --d) {
+        off += (rem % oshape[d]) * ostr[d];
+        rem /= oshape[d];
+      }
+      copy_elems(dst + row * inner * static_cast<int64_t>(es), src + off * static_cast<int64_t>(es), inner, inner_st, es);
     }
-    copy_elems(dst + row * inner * static_cast<int64_t>(es), src + off * static_cast<int64_t>(es), inner, inner_st, es);
-  }
+  });
 }
 
 void strided_slice(const void* in, const std::vector<int64_t>& in_shape, const std::vector<int64_t>& starts,
@@ -95,15 +98,16 @@ void strided_slice(const void* in, const std::vector<int64_t>& in_shape, const s
   char* dst = static_cast<char*>(out);
   int64_t base = 0;
   for (int64_t d = 0; d < r; ++d) base += starts[d] * ist[d];
-#pragma omp parallel for schedule(static) if (n > (1 << 15))
-  for (int64_t row = 0; row < rows; ++row) {
-    int64_t rem = row, off = base;
-    for (int64_t d = r - 2; d >= 0; --d) {
-      off += (rem % out_shape[d]) * steps[d] * ist[d];
-      rem /= out_shape[d];
+  parallel_range(rows, std::max<int64_t>(1, (1 << 15) / inner), [&](int64_t row_begin, int64_t row_end) {
+    for (int64_t row = row_begin; row < row_end; ++row) {
+      int64_t rem = row, off = base;
+      for (int64_t d = r - 2; d >= 0; --d) {
+        off += (rem % out_shape[d]) * steps[d] * ist[d];
+        rem /= out_shape[d];
+      }
+      copy_elems(dst + row * inner * static_cast<int64_t>(es), src + off * static_cast<int64_t>(es), inner, steps[r - 1], es);
     }
-    copy_elems(dst + row * inner * static_cast<int64_t>(es), src + off * static_cast<int64_t>(es), inner, steps[r - 1], es);
-  }
+  });
 }
 
 void strided_scatter(const void* src_v, const std::vector<int64_t>& src_shape, const std::vector<int64_t>& starts,
@@ -152,14 +156,15 @@ void concat(const std::vector<const void*>& ins, const std::vector<std::vector<i
     out_row += chunk[i];
   }
   char* dst = static_cast<char*>(out);
-#pragma omp parallel for schedule(static) if (outer * out_row > (1 << 17))
-  for (int64_t o = 0; o < outer; ++o) {
-    int64_t pos = o * out_row;
-    for (size_t i = 0; i < ins.size(); ++i) {
-      if (chunk[i]) std::memcpy(dst + pos, static_cast<const char*>(ins[i]) + o * chunk[i], static_cast<size_t>(chunk[i]));
-      pos += chunk[i];
+  parallel_range(outer, std::max<int64_t>(1, (1 << 17) / std::max<int64_t>(1, out_row)), [&](int64_t o_begin, int64_t o_end) {
+    for (int64_t o = o_begin; o < o_end; ++o) {
+      int64_t pos = o * out_row;
+      for (size_t i = 0; i < ins.size(); ++i) {
+        if (chunk[i]) std::memcpy(dst + pos, static_cast<const char*>(ins[i]) + o * chunk[i], static_cast<size_t>(chunk[i]));
+        pos += chunk[i];
+      }
     }
-  }
+  });
 }
 
 template <class I>
@@ -176,13 +181,14 @@ static int64_t gather_impl(const void* data, const std::vector<int64_t>& dshape,
   size_t row = static_cast<size_t>(inner) * es;
   const char* src = static_cast<const char*>(data);
   char* dst = static_cast<char*>(out);
-#pragma omp parallel for schedule(static) if (outer * nidx * inner > (1 << 16))
-  for (int64_t t = 0; t < outer * nidx; ++t) {
-    int64_t o = t / nidx, i = t % nidx;
-    int64_t v = static_cast<int64_t>(idx[i]);
-    if (v < 0) v += dim;
-    std::memcpy(dst + static_cast<size_t>(t) * row, src + static_cast<size_t>(o * dim + v) * row, row);
-  }
+  parallel_range(outer * nidx, std::max<int64_t>(1, (1 << 16) / std::max<int64_t>(1, inner)), [&](int64_t t_begin, int64_t t_end) {
+    for (int64_t t = t_begin; t < t_end; ++t) {
+      int64_t o = t / nidx, i = t % nidx;
+      int64_t v = static_cast<int64_t>(idx[i]);
+      if (v < 0) v += dim;
+      std::memcpy(dst + static_cast<size_t>(t) * row, src + static_cast<size_t>(o * dim + v) * row, row);
+    }
+  });
   return -1;
 }
 
@@ -244,15 +250,16 @@ void tile(const void* in, const std::vector<int64_t>& in_shape, void* out, const
   std::vector<int64_t> ist = strides_of(in_shape);
   const char* src = static_cast<const char*>(in);
   char* dst = static_cast<char*>(out);
-#pragma omp parallel for schedule(static) if (n > (1 << 16))
-  for (int64_t i = 0; i < n; ++i) {
-    int64_t rem = i, off = 0;
-    for (int64_t d = r - 1; d >= 0; --d) {
-      off += ((rem % out_shape[d]) % in_shape[d]) * ist[d];
-      rem /= out_shape[d];
+  parallel_range(n, 1 << 16, [&](int64_t i_begin, int64_t i_end) {
+    for (int64_t i = i_begin; i < i_end; ++i) {
+      int64_t rem = i, off = 0;
+      for (int64_t d = r - 1; d >= 0; --d) {
+        off += ((rem % out_shape[d]) % in_shape[d]) * ist[d];
+        rem /= out_shape[d];
+      }
+      std::memcpy(dst + i * static_cast<int64_t>(es), src + off * static_cast<int64_t>(es), es);
     }
-    std::memcpy(dst + i * static_cast<int64_t>(es), src + off * static_cast<int64_t>(es), es);
-  }
+  });
 }
 
 void to_rank_major(const void* in, void* out, int64_t outer, int64_t segs, int64_t n, size_t block_bytes) {

@@ -31,10 +31,17 @@ struct AttentionShape {
   bool causal;
   float scale;
 };
+// Element strides (batch, head, time) of q, k, v and out, the last dim contiguous; null layout:
+// all four contiguous [B, H, T, D]. Lets the kernel read heads straight out of a fused
+// [B, T, 3·H·D] projection and write [B, T, H, Dv] (executor/fusion.h).
+struct AttentionLayout {
+  int64_t q[3], k[3], v[3], o[3];
+  static AttentionLayout contiguous(const AttentionShape& s);
+};
 // lse (may be null) receives log(sum(exp(S_i))) per query row [B, H, Tq] for the backward pass.
 template <class T>
 void attention(const AttentionShape& s, const T* q, const T* k, const T* v, const void* mask, bool mask_is_bool,
-               const int64_t* mask_strides, T* out, float* lse);
+               const int64_t* mask_strides, T* out, float* lse, const AttentionLayout* layout = nullptr);
 
 // Backward of attention, recomputing P = exp(S - lse) per head:
 //   dV = Pᵀ dO ; dP = dO Vᵀ ; dS = P ∘ (dP - rowsum(dO ∘ O)) ; dQ = scale · dS K ; dK = scale · dSᵀ Q

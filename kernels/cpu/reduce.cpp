@@ -1,5 +1,7 @@
 #include "kernels/cpu/reduce.h"
 
+#include "kernels/cpu/parallel.h"
+
 #include <algorithm>
 #include <cstring>
 #include <type_traits>
@@ -91,8 +93,9 @@ void reduce(ReduceKind k, const T* in, const std::vector<int64_t>& shape, const 
     if (red[i] && i < r - static_cast<int64_t>(rshape.size())) trailing = false;
   }
   if (trailing) {
-#pragma omp parallel for schedule(static) if (nout * nred > (1 << 15) && nout > 1)
-    for (int64_t o = 0; o < nout; ++o) reduce_run<T>(k, in + o * nred, nred, 1, out + o);
+    parallel_range(nout, std::max<int64_t>(1, (1 << 15) / std::max<int64_t>(1, nred)), [&](int64_t o_begin, int64_t o_end) {
+      for (int64_t o = o_begin; o < o_end; ++o) reduce_run<T>(k, in + o * nred, nred, 1, out + o);
+    });
     return;
   }
   // leading reduced axes with a plain sum/mean: accumulate rows (bias gradients)
@@ -101,20 +104,21 @@ void reduce(ReduceKind k, const T* in, const std::vector<int64_t>& shape, const 
     if (!red[i]) leading = false;
   }
   if (leading && (k == ReduceKind::kSum || k == ReduceKind::kMean) && std::is_floating_point_v<T>) {
-    std::vector<Acc<T>> acc(static_cast<size_t>(nout), Acc<T>(0));
-    for (int64_t j = 0; j < nred; ++j) {
-      const T* row = in + j * nout;
-      for (int64_t o = 0; o < nout; ++o) acc[o] += static_cast<Acc<T>>(row[o]);
-    }
-    for (int64_t o = 0; o < nout; ++o) out[o] = finish<T>(k, acc[o], nred, T(0));
+    // column blocks in parallel; each column still sums its rows in order
+    parallel_range(nout, std::max<int64_t>(64, (1 << 15) / std::max<int64_t>(1, nred)), [&](int64_t o0, int64_t o1) {
+      std::vector<Acc<T>> acc(static_cast<size_t>(o1 - o0), Acc<T>(0));
+      for (int64_t j = 0; j < nred; ++j) {
+        const T* row = in + j * nout;
+        for (int64_t o = o0; o < o1; ++o) acc[o - o0] += static_cast<Acc<T>>(row[o]);
+      }
+      for (int64_t o = o0; o < o1; ++o) out[o] = finish<T>(k, acc[o - o0], nred, T(0));
+    });
     return;
   }
   // general: gather each output's reduced elements into a scratch run
-#pragma omp parallel if (nout * nred > (1 << 15) && nout > 1)
-  {
+  parallel_range(nout, std::max<int64_t>(1, (1 << 15) / std::max<int64_t>(1, nred)), [&](int64_t o_begin, int64_t o_end) {
     std::vector<T> scratch(static_cast<size_t>(nred));
-#pragma omp for schedule(static)
-    for (int64_t o = 0; o < nout; ++o) {
+    for (int64_t o = o_begin; o < o_end; ++o) {
       int64_t rem = o, base = 0;
       for (int64_t d = static_cast<int64_t>(kshape.size()) - 1; d >= 0; --d) {
         base += (rem % kshape[d]) * kst[d];
@@ -130,7 +134,7 @@ void reduce(ReduceKind k, const T* in, const std::vector<int64_t>& shape, const 
       }
       reduce_run<T>(k, scratch.data(), nred, 1, out + o);
     }
-  }
+  });
 }
 
 template void reduce<float>(ReduceKind, const float*, const std::vector<int64_t>&, const std::vector<int64_t>&, float*);

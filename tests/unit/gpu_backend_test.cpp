@@ -175,6 +175,7 @@ Program overlapped_program() {
   NodeId add = g.add_node("Add", {r, h2}, {o}, {}, "add");
   g.set_outputs({o});
   ExecOptions eo;
+  eo.device = "cuda";  // a stream plan is for device programs (no CPU fusion); compiling needs no GPU
   eo.order = {{ScheduledOp::Kind::kCompute, mm1}, {ScheduledOp::Kind::kCommStart, ar}, {ScheduledOp::Kind::kCompute, mm2},
               {ScheduledOp::Kind::kCommWait, ar}, {ScheduledOp::Kind::kCompute, add}};
   auto p = compile_program(std::move(g), eo);
@@ -413,6 +414,28 @@ TEST(CudaCoverage, CommittedModelsTrainWithCudaKernelsOnly) {
     ++models;
   }
   EXPECT_GT(models, 3);
+}
+
+// The CPU executor's fusion (oases.cpu ops, in-place outputs) is for the CPU kernels only: a
+// program compiled for the GPU keeps the canonical graph and a plan without in-place outputs.
+TEST(CudaCoverage, DeviceProgramsAreNotFusedForTheCpu) {
+  SmallModel m = load_small("gpt2_tiny", "fp32");
+  auto count_cpu_ops = [](const Program& p) {
+    int n = 0;
+    for (NodeId id : p.graph.nodes()) n += p.graph.node(id).domain == "oases.cpu";
+    return n;
+  };
+  ExecOptions cpu_opts;
+  auto cpu = compile_program(m.tg.graph, cpu_opts);
+  ASSERT_TRUE(cpu) << cpu.status().message();
+  EXPECT_GT(count_cpu_ops(*cpu), 0) << "the CPU program should fuse something (else this test checks nothing)";
+  ExecOptions cuda_opts;
+  cuda_opts.device = "cuda";
+  auto dev = compile_program(m.tg.graph, cuda_opts);
+  ASSERT_TRUE(dev) << dev.status().message();
+  EXPECT_EQ(count_cpu_ops(*dev), 0);
+  EXPECT_EQ(dev->memory.inplace, 0);
+  EXPECT_EQ(dev->graph.num_nodes(), m.tg.graph.num_nodes());
 }
 
 TEST(CudaDevice, UnusableDeviceIsAnError) {

@@ -1,0 +1,102 @@
+"""Forward time of oases-run's executor against ONNX Runtime on GPT-2-family models, side by side.
+See bench/README.md. Run through bench/forward/run.sh."""
+import argparse
+import json
+import os
+import re
+import shutil
+import sys
+
+import numpy as np
+from onnx import TensorProto, numpy_helper
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import common  # noqa: E402
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--shapes", default="gpt-mini,gpt2-small", help=f"comma-separated, of {list(common.SHAPES)}")
+    ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--seq", type=int, default=128)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=3, help="alternating rounds of Oases and ONNX Runtime")
+    ap.add_argument("--repeat", type=int, default=5, help="timed runs per round and peer")
+    ap.add_argument("--warmup", type=int, default=1, help="untimed runs per round and peer")
+    ap.add_argument("--cache", default="", help="folder for exported models (default build/bench-models)")
+    ap.add_argument("--bin", default=os.path.join(common.REPO, "build", "bin"))
+    ap.add_argument("--keep-blas-env", action="store_true", help="keep OPENBLAS_CORETYPE from the environment")
+    ap.add_argument("--profile", action="store_true", help="also print Oases' time per op type")
+    ap.add_argument("--json", default="", help="write the results here")
+    a = ap.parse_args()
+
+    cache = common.cache_dir(a.cache)
+    env = common.peer_env(a.threads, a.keep_blas_env)
+    results = []
+    blas = "?"
+    load_start = common.load()
+    for name in a.shapes.split(","):
+        model = common.export(name, a.batch, a.seq, cache)
+        work = os.path.join(os.path.dirname(model), "forward")
+        os.makedirs(work, exist_ok=True)
+        ids = np.random.RandomState(0).randint(0, common.SHAPES[name]["vocab"], size=(a.batch, a.seq)).astype(np.int64)
+        with open(os.path.join(work, "input_0.pb"), "wb") as f:
+            f.write(numpy_helper.from_array(ids, "input_ids").SerializeToString())
+        oases_t, ort_t, rss = [], [], {"oases": 0.0, "ort": 0.0}
+        max_diff, ort_version = None, "?"
+        print(f"{common.describe(name, a.batch, a.seq)}: {a.rounds} rounds x {a.repeat} runs each ...", file=sys.stderr,
+              flush=True)
+        for r in range(a.rounds):
+            first = r == 0
+            cmd = [os.path.join(a.bin, "oases-run"), model, "--data-set", work, "--threads", str(a.threads), "--warmup",
+                   str(a.warmup), "--repeat", str(a.repeat), "-v"]
+            if first:
+                cmd += ["--write-outputs", os.path.join(work, "oases_out")]
+            if a.profile and r == a.rounds - 1:
+                cmd += ["--profile"]
+            text, peak = common.run_rss(cmd, env, os.path.join(work, "oases.log"))
+            rss["oases"] = max(rss["oases"], peak)
+            m = re.search(r"runs:([ 0-9.]+)", text)
+            oases_t += [float(x) for x in m.group(1).split()]
+            m = re.search(r"^blas: (.*)$", text, re.M)
+            if m:
+                blas = m.group(1)
+            if a.profile and r == a.rounds - 1:
+                print(text[text.index("profile"):], file=sys.stderr)
+            cmd = [common.VENV_PY, os.path.join(os.path.dirname(os.path.abspath(__file__)), "ort_forward.py"), model, work,
+                   str(a.threads), str(a.warmup), str(a.repeat)]
+            if first:
+                cmd += [os.path.join(work, "ort_out.npy")]
+            text, peak = common.run_rss(cmd, env, os.path.join(work, "ort.log"))
+            rss["ort"] = max(rss["ort"], peak)
+            j = json.loads(text.strip().splitlines()[-1])
+            ort_t += j["times_ms"]
+            ort_version = j["version"]
+            if first:
+                tp = TensorProto()
+                tp.ParseFromString(open(os.path.join(work, "oases_out", "output_0.pb"), "rb").read())
+                mine = numpy_helper.to_array(tp)
+                ref = np.load(os.path.join(work, "ort_out.npy"))
+                max_diff = float(np.abs(mine - ref).max())
+                scale = float(np.abs(ref).max())
+                os.remove(os.path.join(work, "ort_out.npy"))
+                shutil.rmtree(os.path.join(work, "oases_out"), ignore_errors=True)
+        mo, mr = common.median(oases_t), common.median(ort_t)
+        results.append(dict(model=name, config=common.SHAPES[name], batch=a.batch, seq=a.seq, threads=a.threads,
+                            oases_ms=mo, ort_ms=mr, ratio=mo / mr, oases_runs=oases_t, ort_runs=ort_t,
+                            oases_rss_mib=rss["oases"], ort_rss_mib=rss["ort"], max_abs_diff=max_diff,
+                            max_abs_logit=scale, ort_version=ort_version))
+    print(f"\nforward, {a.threads} threads, median of {a.rounds}x{a.repeat} runs per peer ({common.stamp()}); "
+          f"onnxruntime {results[0]['ort_version']}; OpenBLAS core: {blas}; load average {load_start} -> {common.load()}")
+    rows = []
+    for r in results:
+        rows.append([r["model"], f"{r['batch']}x{r['seq']}", f"{r['oases_ms']:.1f}", f"{r['ort_ms']:.1f}", f"{r['ratio']:.2f}",
+                     f"{r['oases_rss_mib']:.0f} / {r['ort_rss_mib']:.0f}", f"{r['max_abs_diff']:.1e}"])
+    common.print_table(["model", "batch x seq", "Oases ms", "ORT ms", "ratio Oases/ORT", "peak RSS MiB Oases / ORT",
+                        "max |logit diff|"], rows)
+    if a.json:
+        json.dump(dict(blas=blas, results=results), open(a.json, "w"), indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,154 @@
+// CPU glue for the executor's fused ops (executor/fusion.h), domain "oases.cpu":
+//   FusedMatMul(A, B[, bias[, residual]]) trans_a, trans_b, activation:
+//     Y = act(op(A) · op(B) + bias) or (op(A) · op(B) + bias) + residual, A [..., M, K] (or [..., K, M]
+//     with trans_a), B [..., K, N] (or [..., N, K] with trans_b), bias [N], residual shaped as Y;
+//     batch dims broadcast as in MatMul.
+//   Attention(q_src, k_src, v_src[, mask]) dims [B, H, Hkv, Tq, Tk, D, Dv], q_layout/k_layout/v_layout
+//     [offset, batch, head, time strides] into their sources, o_layout [batch, head, time strides]
+//     of the output; causal, scale: oases.Attention reading its operands where they lie.
+//   AddGatherGrad(X, dy, indices) axis: Y = X + GatherGrad(dy, indices), the scattered rows summed
+//     per index in index order first (the same bits as the two nodes it replaces); Y may be X.
+#include <algorithm>
+#include <cstring>
+
+#include "executor/communicator.h"
+#include "executor/cpu/common.h"
+#include "kernels/cpu/activation.h"
+#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/nn.h"
+#include "kernels/cpu/parallel.h"
+
+namespace oases {
+
+using namespace oases::cpu;
+namespace k = oases::kernels;
+
+namespace {
+
+k::Activation activation_of(const KernelContext& c) {
+  std::string a = c.attrs().get_string("activation", "");
+  if (a.empty() || a == "none") return k::Activation::kNone;
+  if (a == "gelu_tanh") return k::Activation::kGeluTanh;
+  if (a == "gelu") return k::Activation::kGeluErf;
+  if (a == "relu") return k::Activation::kRelu;
+  c.fail("unknown activation '{}'", a);
+}
+
+}  // namespace
+
+void register_cpu_fused(CpuKernelRegistry& r) {
+  r.add("oases.cpu", "FusedMatMul", [](KernelContext& c) {
+    bool ta = c.attrs().get_int("trans_a", 0) != 0, tb = c.attrs().get_int("trans_b", 0) != 0;
+    k::Activation act = activation_of(c);
+    with_half_as_float(c, [&](KernelContext& f) {
+      auto run = [&]<class T>() {
+        const T* bias = f.has_input(2) ? f.in[2].as<T>() : nullptr;
+        const T* res = f.has_input(3) ? f.in[3].as<T>() : nullptr;
+        const int64_t n = f.out[0].shape.back();
+        k::GemmEpilogue<T> ep;
+        if constexpr (std::is_floating_point_v<T>) {
+          if (bias || res || act != k::Activation::kNone) {
+            ep = [&](T* y, int64_t rows, int64_t cols, int64_t ldy, int64_t row0, int64_t col0) {
+              k::bias_activation<T>(y, rows, cols, ldy, bias ? bias + col0 : nullptr, act, res ? res + row0 * n + col0 : nullptr, n);
+            };
+          }
+        } else if (bias || res || act != k::Activation::kNone) {
+          f.fail("bias, residual and activation need a floating-point type");
+        }
+        k::matmul<T>(f.in[0].as<T>(), f.in[0].shape, f.in[1].as<T>(), f.in[1].shape, f.out[0].as<T>(), f.out[0].shape, ta, tb, ep);
+      };
+      switch (f.in[0].dtype) {
+        case DType::kF32: run.template operator()<float>(); break;
+        case DType::kF64: run.template operator()<double>(); break;
+        case DType::kI64: run.template operator()<int64_t>(); break;
+        case DType::kI32: run.template operator()<int32_t>(); break;
+        case DType::kU32: run.template operator()<uint32_t>(); break;
+        case DType::kU64: run.template operator()<uint64_t>(); break;
+        default: f.fail("FusedMatMul of {} is not supported", dtype_name(f.in[0].dtype));
+      }
+    });
+  });
+  r.add("oases.cpu", "Attention", [](KernelContext& c) {
+    AttentionArgs a = attention_args(c, 0);
+    k::AttentionLayout L;
+    int64_t off[3];
+    const char* names[3] = {"q_layout", "k_layout", "v_layout"};
+    int64_t* dst[3] = {L.q, L.k, L.v};
+    for (int i = 0; i < 3; ++i) {
+      std::vector<int64_t> l = c.attrs().get_ints(names[i]);
+      if (l.size() != 4) c.fail("{} must be [offset, batch, head, time strides]", names[i]);
+      off[i] = l[0];
+      std::copy(l.begin() + 1, l.end(), dst[i]);
+    }
+    std::vector<int64_t> o = c.attrs().get_ints("o_layout");
+    if (o.size() != 3) c.fail("o_layout must be [batch, head, time strides]");
+    std::copy(o.begin(), o.end(), L.o);
+    float* lse = c.out.size() > 1 && c.out[1].data ? c.out[1].as<float>() : nullptr;
+    dispatch_float(c, c.in[0].dtype, [&]<class T>() {
+      k::attention<T>(a.shape, c.in[0].as<T>() + off[0], c.in[1].as<T>() + off[1], c.in[2].as<T>() + off[2], a.mask, a.mask_bool,
+                      a.ms, c.out[0].as<T>(), lse, &L);
+    });
+  });
+  r.add("oases.cpu", "AddGatherGrad", [](KernelContext& c) {
+    int64_t axis = c.attrs().get_int("axis", 0);
+    const Shape& ds = c.out[0].shape;
+    int64_t outer = 1, dim = ds[axis];
+    for (int64_t d = 0; d < axis; ++d) outer *= ds[d];
+    int64_t inner = shape_numel(ds) / std::max<int64_t>(1, outer * dim);
+    int64_t nidx = c.in[2].numel();
+    // a vocabulary-split table: this rank holds rows [start, start + dim) of dim * group rows
+    int64_t start = 0, total = dim;
+    if (c.attrs().has("row_mesh_axis")) {
+      CommGroup& g = c.group(c.attrs().get_int("row_mesh_axis", 0));
+      start = g.rank() * dim;
+      total = dim * g.size();
+    }
+    std::vector<int64_t> idx(static_cast<size_t>(nidx));
+    std::vector<int64_t> by_row;  // positions whose row this rank holds
+    for (int64_t i = 0; i < nidx; ++i) {
+      int64_t v = static_cast<int64_t>(load_as_double(c.in[2].data, c.in[2].dtype, i));
+      if (v < 0) v += total;
+      if (v < 0 || v >= total) c.fail("index {} outside [0, {})", v, total);
+      idx[static_cast<size_t>(i)] = v - start;
+      if (v >= start && v < start + dim) by_row.push_back(i);
+    }
+    // positions grouped by index, in index order within a group
+    const int64_t held = static_cast<int64_t>(by_row.size());
+    std::stable_sort(by_row.begin(), by_row.end(), [&](int64_t a, int64_t b) { return idx[a] < idx[b]; });
+    std::vector<int64_t> starts;
+    for (int64_t j = 0; j < held; ++j) {
+      if (j == 0 || idx[by_row[j]] != idx[by_row[j - 1]]) starts.push_back(j);
+    }
+    starts.push_back(held);
+    dispatch_float(c, c.out[0].dtype, [&]<class T>() {
+      T* y = c.out[0].as<T>();
+      const T* x = c.in[0].as<T>();
+      const T* dy = c.in[1].as<T>();
+      if (y != x) {
+        k::parallel_range(c.out[0].numel(), 1 << 16, [&](int64_t b, int64_t e) {
+          std::memcpy(y + b, x + b, static_cast<size_t>(e - b) * sizeof(T));
+        });
+      }
+      int64_t groups = static_cast<int64_t>(starts.size()) - 1;
+      for (int64_t o = 0; o < outer; ++o) {
+        // distinct rows per group: groups run in parallel
+        k::parallel_range(groups, 8, [&](int64_t g0, int64_t g1) {
+          std::vector<T> acc(static_cast<size_t>(inner));
+          for (int64_t gi = g0; gi < g1; ++gi) {
+            int64_t first = by_row[starts[gi]];
+            const T* src = dy + (o * nidx + first) * inner;
+            std::copy(src, src + inner, acc.begin());
+            for (int64_t j = starts[gi] + 1; j < starts[gi + 1]; ++j) {
+              src = dy + (o * nidx + by_row[j]) * inner;
+              for (int64_t e = 0; e < inner; ++e) acc[e] += src[e];
+            }
+            T* dst = y + (o * dim + idx[first]) * inner;
+            for (int64_t e = 0; e < inner; ++e) dst[e] += acc[e];
+          }
+        });
+      }
+    });
+  });
+}
+
+}  // namespace oases

@@ -1,0 +1,379 @@
+#include "executor/fusion.h"
+
+#include <algorithm>
+#include <map>
+#include <string>
+
+namespace oases {
+
+namespace {
+
+constexpr const char* kFusedDomain = "oases.cpu";
+
+bool is_op(const Node& n, const char* domain, const char* op) { return n.domain == domain && n.op_type == op; }
+bool is_matmul(const Node& n) {
+  return is_op(n, "", "MatMul") || is_op(n, "oases", "MatMulT") || is_op(n, kFusedDomain, "FusedMatMul");
+}
+
+class Fuser {
+ public:
+  Fuser(Graph& g, std::vector<NodeId>& order, const std::set<ValueId>& keep) : g_(g), order_(order), keep_(keep) {
+    for (size_t i = 0; i < order_.size(); ++i) pos_[order_[i]] = i;
+  }
+
+  FusionStats run() {
+    std::vector<NodeId> snapshot = order_;
+    for (NodeId id : snapshot) {
+      if (!g_.alive(id) || !is_matmul(g_.node(id))) continue;
+      NodeId m = fold_transposes(id);
+      fuse_epilogue(m);
+    }
+    for (NodeId id : snapshot) {
+      if (g_.alive(id) && swap_transpose_node(id)) transpose_product(id);
+    }
+    for (NodeId id : snapshot) {
+      if (g_.alive(id) && is_op(g_.node(id), "", "Add")) add_gather_grad(id);
+    }
+    for (NodeId id : snapshot) {
+      if (g_.alive(id) && is_op(g_.node(id), "oases", "Attention")) attention_in_place(id);
+    }
+    remove_dead();
+    order_.erase(std::remove_if(order_.begin(), order_.end(), [&](NodeId n) { return !g_.alive(n); }), order_.end());
+    return stats_;
+  }
+
+ private:
+  Graph& g_;
+  std::vector<NodeId>& order_;
+  const std::set<ValueId>& keep_;
+  std::map<NodeId, size_t> pos_;
+  FusionStats stats_;
+
+  // A value only the executor reads: safe to stop materialising.
+  bool internal(ValueId v) const {
+    const Value& val = g_.value(v);
+    return !val.is_input && !val.is_constant() && !g_.is_output(v) && !keep_.count(v);
+  }
+  bool single_use(ValueId v) const { return g_.value(v).uses.size() == 1 && internal(v); }
+
+  // Transpose node swapping exactly the last two axes of a rank >= 2 value, or kNoId.
+  NodeId swap_transpose(ValueId v) const {
+    NodeId p = g_.producer(v);
+    return p != kNoId && swap_transpose_node(p) ? p : kNoId;
+  }
+  bool swap_transpose_node(NodeId p) const {
+    if (!is_op(g_.node(p), "", "Transpose")) return false;
+    const Node& t = g_.node(p);
+    const Shape& s = g_.value(t.inputs[0]).shape;
+    int64_t r = static_cast<int64_t>(s.size());
+    std::vector<int64_t> perm = t.attrs.get_ints("perm");
+    if (r < 2 || static_cast<int64_t>(perm.size()) != r) return false;
+    for (int64_t i = 0; i < r - 2; ++i) {
+      if (perm[i] != i) return false;
+    }
+    return perm[r - 2] == r - 1 && perm[r - 1] == r - 2;
+  }
+
+  // Where operand `v` ([B, H, T, D]) lies in memory: a Transpose(0, 2, 1, 3) of a [B, T, H, D]
+  // view of a [B, T, H·D] value, possibly a Split part of a fused [B, T, W] projection. Returns
+  // the source value and [offset, batch, head, time strides]; `through` collects the nodes read
+  // through. Without a match: v itself, contiguous.
+  ValueId trace_operand(ValueId v, std::vector<int64_t>* layout, std::vector<NodeId>* through) {
+    const Shape& s = g_.value(v).shape;
+    *layout = {0, s[1] * s[2] * s[3], s[2] * s[3], s[3]};
+    NodeId t = g_.producer(v);
+    if (t == kNoId || !is_op(g_.node(t), "", "Transpose") || !single_use(v)) return v;
+    if (g_.node(t).attrs.get_ints("perm") != std::vector<int64_t>{0, 2, 1, 3}) return v;
+    ValueId x = g_.node(t).inputs[0];  // [B, T, H, D]
+    int64_t B = s[0], H = s[1], T = s[2], D = s[3];
+    *layout = {0, T * H * D, D, H * D};
+    through->push_back(t);
+    ValueId src = x;
+    NodeId r = g_.producer(x);
+    if (r == kNoId || !is_op(g_.node(r), "", "Reshape") || !single_use(x)) return src;
+    ValueId y = g_.node(r).inputs[0];
+    const Shape& ys = g_.value(y).shape;
+    if (ys != Shape{B, T, H * D} || g_.value(y).dtype != g_.value(x).dtype) return src;
+    through->push_back(r);
+    src = y;
+    NodeId sp = g_.producer(y);
+    if (sp == kNoId || !is_op(g_.node(sp), "", "Split") || !single_use(y)) return src;
+    const Node& split = g_.node(sp);
+    const Shape& zs = g_.value(split.inputs[0]).shape;
+    int64_t axis = split.attrs.get_int("axis", 0);
+    if (axis < 0) axis += static_cast<int64_t>(zs.size());
+    std::vector<int64_t> sizes = split.attrs.get_ints("split");
+    if (zs.size() != 3 || axis != 2 || zs[0] != B || zs[1] != T || sizes.size() != split.outputs.size()) return src;
+    int64_t offset = 0;
+    for (size_t o = 0; o < split.outputs.size() && split.outputs[o] != y; ++o) offset += sizes[o];
+    *layout = {offset, T * zs[2], D, zs[2]};
+    return split.inputs[0];
+  }
+
+  // oases.Attention reading q, k, v where the projections left them and writing [B, T, H, Dv]
+  // for the Transpose that follows: the head transposes and the Split of a fused qkv are not run.
+  void attention_in_place(NodeId id) {
+    const Node& a = g_.node(id);
+    if (a.num_inputs() < 3 || a.outputs.empty()) return;
+    for (int s = 0; s < 3; ++s) {
+      if (g_.value(a.inputs[s]).shape.size() != 4) return;
+    }
+    const Shape &q = g_.value(a.inputs[0]).shape, &k = g_.value(a.inputs[1]).shape, &v = g_.value(a.inputs[2]).shape;
+    std::vector<ValueId> ins = a.inputs;
+    std::vector<std::vector<int64_t>> layouts(3);
+    std::vector<NodeId> through;
+    for (int s = 0; s < 3; ++s) ins[s] = trace_operand(a.inputs[s], &layouts[s], &through);
+    ValueId out = a.outputs[0];
+    std::vector<int64_t> o_layout{q[1] * q[2] * v[3], q[2] * v[3], v[3]};
+    NodeId ot = kNoId;
+    if (single_use(out)) {
+      NodeId t = g_.value(out).uses[0].node;
+      if (is_op(g_.node(t), "", "Transpose") && g_.node(t).attrs.get_ints("perm") == std::vector<int64_t>{0, 2, 1, 3}) {
+        ot = t;
+        o_layout = {q[2] * q[1] * v[3], v[3], q[1] * v[3]};
+      }
+    }
+    if (through.empty() && ot == kNoId) return;
+    AttrMap at = a.attrs;
+    at.set("dims", Attribute::of_ints({q[0], q[1], k[1], q[2], k[2], q[3], v[3]}));
+    at.set("q_layout", Attribute::of_ints(layouts[0]));
+    at.set("k_layout", Attribute::of_ints(layouts[1]));
+    at.set("v_layout", Attribute::of_ints(layouts[2]));
+    at.set("o_layout", Attribute::of_ints(o_layout));
+    std::vector<ValueId> outs = a.outputs;
+    if (ot != kNoId) {
+      outs[0] = g_.node(ot).outputs[0];
+      g_.remove_node(ot);
+    }
+    Node old = a;
+    g_.remove_node(id);
+    NodeId n = g_.add_node("Attention", ins, outs, std::move(at), old.name, kFusedDomain);
+    g_.node(n).scope = old.scope;
+    g_.node(n).phase = old.phase;
+    g_.node(n).origin = old.origin;
+    g_.node(n).chunk = old.chunk;
+    size_t p = pos_.at(id);
+    order_[p] = n;
+    pos_[n] = p;
+    stats_.attention++;
+  }
+
+  // Nodes none of whose outputs is read any more (what the rewrites above left behind).
+  void remove_dead() {
+    for (auto it = order_.rbegin(); it != order_.rend(); ++it) {
+      if (!g_.alive(*it)) continue;
+      const Node& n = g_.node(*it);
+      bool dead = !n.outputs.empty();
+      for (ValueId o : n.outputs) dead &= o == kNoId || (g_.value(o).uses.empty() && internal(o));
+      if (dead) {
+        g_.remove_node(*it);
+        stats_.dead++;
+      }
+    }
+  }
+
+  // Add(X, GatherGrad(dy, idx)) → AddGatherGrad(X, dy, idx): the rows of dy are added into X's
+  // copy (or into X itself, when the memory plan lets the output overwrite it) instead of
+  // scattering into a zero-filled table first (a tied embedding's gradient: 154 MB for GPT-2).
+  void add_gather_grad(NodeId id) {
+    const Node& add = g_.node(id);
+    if (add.num_inputs() != 2 || add.inputs[0] == add.inputs[1]) return;
+    for (int s = 0; s < 2; ++s) {
+      ValueId gv = add.inputs[s], x = add.inputs[1 - s];
+      NodeId gg = g_.producer(gv);
+      if (gg == kNoId || !is_op(g_.node(gg), "oases", "GatherGrad") || !single_use(gv)) continue;
+      const Value &xv = g_.value(x), &ov = g_.value(add.outputs[0]);
+      if (xv.shape != ov.shape || g_.value(gv).shape != ov.shape || xv.dtype != ov.dtype) continue;
+      const Node& gn = g_.node(gg);
+      std::vector<ValueId> ins{x, gn.inputs[0], gn.inputs[1]};
+      AttrMap a = gn.attrs;  // axis, and row_mesh_axis for a vocabulary-split table
+      ValueId out = add.outputs[0];
+      std::string name = add.name + "+" + gn.name;
+      Node::Phase phase = add.phase;
+      std::string scope = add.scope;
+      int chunk = add.chunk;
+      g_.remove_node(gg);
+      g_.remove_node(id);
+      NodeId n = g_.add_node("AddGatherGrad", ins, {out}, std::move(a), name, kFusedDomain);
+      g_.node(n).phase = phase;
+      g_.node(n).scope = scope;
+      g_.node(n).chunk = chunk;
+      size_t p = pos_.at(id);
+      order_[p] = n;
+      pos_[n] = p;
+      stats_.gather_grad++;
+      return;
+    }
+  }
+
+  // Transpose(op(A)·op(B)) = op(B)ᵀ·op(A)ᵀ: the product writes the transposed result directly
+  // (e.g. the gradient of GPT-2's tied LM head, d(wteᵀ) → d(wte)).
+  void transpose_product(NodeId t) {
+    const Node& tn = g_.node(t);
+    ValueId y = tn.inputs[0];
+    NodeId mm = g_.producer(y);
+    if (mm == kNoId || !single_use(y)) return;
+    const Node& m = g_.node(mm);
+    if (!is_matmul(m) || m.num_inputs() != 2 || !m.attrs.get_string("activation", "").empty()) return;
+    if (g_.value(m.inputs[0]).shape.size() < 2 || g_.value(m.inputs[1]).shape.size() < 2) return;
+    int64_t ta, tb;
+    std::string act;
+    flags_of(m, &ta, &tb, &act);
+    ValueId out = tn.outputs[0];
+    std::vector<ValueId> ins{m.inputs[1], m.inputs[0]};
+    g_.remove_node(t);
+    rebuild(mm, ins, 1 - tb, 1 - ta, "", out, t, "+transposed");
+    stats_.transposes_folded++;
+  }
+
+  // Rebuilds matmul node `id` as oases.cpu.FusedMatMul (if it is not one yet) with the given
+  // operands, flags and output, at position `at` of the order; returns the new node.
+  NodeId rebuild(NodeId id, std::vector<ValueId> ins, int64_t ta, int64_t tb, const std::string& act, ValueId out, NodeId at,
+                 const std::string& name_suffix) {
+    Node old = g_.node(id);
+    AttrMap a;
+    a.set("trans_a", Attribute::of_int(ta));
+    a.set("trans_b", Attribute::of_int(tb));
+    a.set("activation", Attribute::of_string(act));
+    g_.remove_node(id);
+    NodeId n = g_.add_node("FusedMatMul", ins, {out}, std::move(a), old.name + name_suffix, kFusedDomain);
+    Node& nn = g_.node(n);
+    nn.scope = old.scope;
+    nn.phase = old.phase;
+    nn.origin = old.origin;
+    nn.chunk = old.chunk;
+    size_t p = pos_.at(at);
+    order_[p] = n;
+    pos_[n] = p;
+    return n;
+  }
+
+  static void flags_of(const Node& n, int64_t* ta, int64_t* tb, std::string* act) {
+    *ta = n.attrs.get_int("trans_a", 0);
+    *tb = n.attrs.get_int("trans_b", 0);
+    *act = n.attrs.get_string("activation", "");
+  }
+
+  // Operands produced by a last-two-axes Transpose are read untransposed with the flag toggled.
+  NodeId fold_transposes(NodeId id) {
+    const Node& n = g_.node(id);
+    if (n.num_inputs() < 2 || n.inputs[0] == kNoId || n.inputs[1] == kNoId) return id;
+    if (g_.value(n.inputs[0]).shape.size() < 2 || g_.value(n.inputs[1]).shape.size() < 2) return id;
+    if (is_op(n, "", "MatMul") && n.num_inputs() != 2) return id;
+    int64_t flag[2];
+    std::string act;
+    flags_of(n, &flag[0], &flag[1], &act);
+    std::vector<ValueId> ins = n.inputs;
+    std::vector<NodeId> folded;  // the Transpose nodes read through
+    for (int s = 0; s < 2; ++s) {
+      NodeId t = swap_transpose(ins[s]);
+      if (t == kNoId) continue;
+      folded.push_back(t);
+      ins[s] = g_.node(t).inputs[0];
+      flag[s] = 1 - flag[s];
+    }
+    if (folded.empty()) return id;
+    ValueId out = n.outputs[0];
+    NodeId m = rebuild(id, ins, flag[0], flag[1], act, out, id, "");
+    for (NodeId t : folded) {
+      if (!g_.alive(t)) continue;  // both operands read the same transpose
+      ValueId tv = g_.node(t).outputs[0];
+      if (g_.value(tv).uses.empty() && internal(tv)) {
+        g_.remove_node(t);
+        stats_.transposes_folded++;
+      }
+    }
+    return m;
+  }
+
+  // MatMul → Add(bias) → activation, as far as the chain goes.
+  void fuse_epilogue(NodeId id) {
+    const Node& n = g_.node(id);
+    if (is_op(n, "oases", "MatMulT") || n.num_inputs() > 2) return;  // backward products, or already has a bias
+    ValueId y = n.outputs[0];
+    DType dt = g_.value(y).dtype;
+    if ((dt != DType::kF32 && dt != DType::kF64) || g_.value(y).shape.size() < 2) return;
+    if (g_.value(n.inputs[0]).shape.size() < 2 || g_.value(n.inputs[1]).shape.size() < 2) return;
+    int64_t ta, tb;
+    std::string act;
+    flags_of(n, &ta, &tb, &act);
+    std::vector<ValueId> ins = n.inputs;
+    NodeId last = id;
+    ValueId out = y;
+    // bias
+    if (single_use(out)) {
+      const Node& add = g_.node(g_.value(out).uses[0].node);
+      if (is_op(add, "", "Add") && add.num_inputs() == 2 && g_.value(add.outputs[0]).shape == g_.value(out).shape) {
+        ValueId bias = add.inputs[add.inputs[0] == out ? 1 : 0];
+        const Value& bv = g_.value(bias);
+        int64_t cols = g_.value(out).shape.back();
+        bool last_axis = bv.dtype == dt && !bv.shape.empty() && bv.shape.back() == cols && bv.numel() == cols &&
+                         bv.shape.size() <= g_.value(out).shape.size();
+        if (last_axis && add.inputs[0] != add.inputs[1]) {
+          ins.push_back(bias);
+          last = add.id;
+          out = add.outputs[0];
+          g_.remove_node(add.id);
+          stats_.bias++;
+        }
+      }
+    }
+    // activation
+    if (act.empty() && single_use(out)) {
+      const Node& a = g_.node(g_.value(out).uses[0].node);
+      bool gelu = is_op(a, "", "Gelu"), relu = is_op(a, "", "Relu");
+      if ((gelu || relu) && g_.value(a.outputs[0]).dtype == dt) {
+        act = relu ? "relu" : (a.attrs.get_string("approximate", "none") == "tanh" ? "gelu_tanh" : "gelu");
+        last = a.id;
+        out = a.outputs[0];
+        g_.remove_node(a.id);
+        stats_.activation++;
+      }
+    }
+    // residual: (A·B + bias) + R with R shaped as the product
+    if (act.empty() && single_use(out)) {
+      const Node& add = g_.node(g_.value(out).uses[0].node);
+      if (is_op(add, "", "Add") && add.num_inputs() == 2 && add.inputs[0] != add.inputs[1]) {
+        ValueId r = add.inputs[add.inputs[0] == out ? 1 : 0];
+        const Value& rv = g_.value(r);
+        if (rv.dtype == dt && rv.shape == g_.value(out).shape && g_.value(add.outputs[0]).shape == rv.shape) {
+          if (ins.size() == 2) ins.push_back(kNoId);  // no bias
+          ins.push_back(r);
+          last = add.id;
+          out = add.outputs[0];
+          g_.remove_node(add.id);
+          stats_.residual++;
+        }
+      }
+    }
+    if (out == y) return;
+    // at the place of the chain's last node: every operand exists there and every reader follows
+    std::string suffix = std::string(ins.size() > 2 && ins[2] != kNoId ? "+bias" : "") + (act.empty() ? "" : "+" + act) +
+                         (ins.size() > 3 ? "+residual" : "");
+    rebuild(id, ins, ta, tb, act, out, last, suffix);
+  }
+};
+
+}  // namespace
+
+int inplace_input(const Graph& g, const Node& n) {
+  static const std::set<std::string> unary = {"Relu", "Gelu", "Tanh", "Sigmoid", "Exp", "Log", "Neg", "Abs", "Sqrt", "Reciprocal",
+                                              "Erf", "Identity", "Dropout", "Softmax", "LogSoftmax", "LeakyRelu", "Elu"};
+  static const std::set<std::string> binary = {"Add", "Sub", "Mul", "Div"};
+  static const std::set<std::string> grads = {"GeluGrad", "UnaryGrad", "DropoutGrad", "SoftmaxGrad"};
+  if (n.outputs.empty() || n.outputs[0] == kNoId) return -1;
+  const Shape& out = g.value(n.outputs[0]).shape;
+  auto same = [&](int s) { return n.has_input(s) && g.value(n.inputs[s]).shape == out; };
+  if (n.domain.empty() && unary.count(n.op_type)) return same(0) ? 0 : -1;
+  if (n.domain.empty() && binary.count(n.op_type)) return same(0) ? 0 : (same(1) ? 1 : -1);
+  if (n.domain == "oases" && grads.count(n.op_type)) return same(0) ? 0 : -1;
+  if (n.domain == kFusedDomain && n.op_type == "AddGatherGrad") return 0;
+  return -1;
+}
+
+FusionStats fuse_for_cpu(Graph& g, std::vector<NodeId>& order, const std::set<ValueId>& keep) {
+  Fuser f(g, order, keep);
+  return f.run();
+}
+
+}  // namespace oases

@@ -1,0 +1,51 @@
+// Executor-level fusion: rewrites a program's own copy of the canonical graph so that short chains
+// of nodes run as one CPU kernel of the "oases.cpu" domain, an op that only the executor knows (the
+// canonical graph, its MatMul → Add bias patterns and every ValueId a caller holds stay as they
+// are; the passes, the planner and autodiff never see these ops).
+//
+//   MatMul / MatMulT reading Transpose(W) (last two axes swapped)  → reads W with the operand's
+//       transpose flag toggled (no copy of W: e.g. GPT-2's tied LM head, wteᵀ, 154 MB a run)
+//   MatMul → Add(bias over the last axis) [→ Gelu | Relu | → Add(residual)]
+//                                                                  → oases.cpu.FusedMatMul: one GEMM
+//       whose blocks get bias, activation or residual while still in cache
+//   Transpose(op(A)·op(B)) (last two axes)                        → op(B)ᵀ·op(A)ᵀ written directly
+//       (e.g. the tied LM head's weight gradient)
+//   Add(X, GatherGrad(dy, idx))                                     → oases.cpu.AddGatherGrad: dy's
+//       rows added into X (the tied embedding's two gradient halves), in place when X dies
+//   oases.Attention whose q/k/v are Transpose(0,2,1,3)(Reshape(Split part of a [B, T, W] value))
+//   and whose output goes through Transpose(0,2,1,3)                → oases.cpu.Attention reading
+//       and writing with strides (inference graphs; in training the transposed values have
+//       other readers and stay)
+//
+// The executor also names, for the memory plan, the input whose buffer an elementwise kernel may
+// overwrite (inplace_input below).
+//
+// A chain is fused only where its inner values have no other reader and are neither graph
+// outputs nor in `keep`. The fused node writes the chain's last value and takes the place of the
+// chain's last node in `order`; removed nodes leave `order`.
+#pragma once
+
+#include <set>
+#include <vector>
+
+#include "graph/graph.h"
+
+namespace oases {
+
+struct FusionStats {
+  int transposes_folded = 0;  // Transpose nodes no longer run
+  int bias = 0;               // MatMul + Add fused
+  int activation = 0;         // ... + Gelu/Relu fused
+  int residual = 0;           // ... + Add of a same-shaped value fused
+  int gather_grad = 0;        // Add(X, GatherGrad) fused
+  int attention = 0;          // attention reading/writing through head transposes
+  int dead = 0;               // nodes left without readers, removed
+};
+
+FusionStats fuse_for_cpu(Graph& g, std::vector<NodeId>& order, const std::set<ValueId>& keep);
+
+// The input slot whose buffer the CPU kernel of `n` may overwrite with output 0 (elementwise
+// kernels that read element i before writing it, the operand shaped as the output), or -1.
+int inplace_input(const Graph& g, const Node& n);
+
+}  // namespace oases
