@@ -9,8 +9,66 @@ namespace oases {
 
 int64_t Mesh::size() const {
   int64_t n = 1;
-  for (int64_t s : sizes) n *= s;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    if (is_base(static_cast<int>(i))) n *= sizes[i];
+  }
   return n;
+}
+
+bool Mesh::has_compound_axes() const {
+  for (const auto& p : parts) {
+    if (!p.empty()) return true;
+  }
+  return false;
+}
+
+uint32_t Mesh::base_mask(int a) const {
+  if (a < 0) return 0;
+  if (is_base(a)) return 1u << a;
+  uint32_t m = 0;
+  for (int b : parts[static_cast<size_t>(a)]) m |= 1u << b;
+  return m;
+}
+
+int Mesh::add_compound(const std::string& name, const std::vector<int>& base_axes) {
+  parts.resize(axes.size());
+  int64_t n = 1;
+  for (int b : base_axes) n *= sizes.at(static_cast<size_t>(b));
+  axes.push_back(name);
+  sizes.push_back(n);
+  parts.push_back(base_axes);
+  return static_cast<int>(axes.size()) - 1;
+}
+
+Status Mesh::validate() const {
+  if (sizes.size() != axes.size() || parts.size() > axes.size()) return error("mesh {}: axes, sizes and parts disagree in length", to_string());
+  if (axes.size() > 32) return error("mesh {}: more than 32 axes", to_string());
+  for (size_t i = 0; i < axes.size(); ++i) {
+    if (sizes[i] < 1) return error("mesh {}: axis '{}' has size {}", to_string(), axes[i], sizes[i]);
+    for (size_t j = 0; j < i; ++j) {
+      if (axes[j] == axes[i]) return error("mesh {}: axis '{}' named twice", to_string(), axes[i]);
+    }
+    if (is_base(static_cast<int>(i))) continue;
+    int64_t n = 1;
+    uint32_t seen = 0;
+    for (int b : parts[i]) {
+      if (b < 0 || static_cast<size_t>(b) >= axes.size() || !is_base(b)) return error("mesh {}: axis '{}' spans {}, not a base axis", to_string(), axes[i], b);
+      if ((seen >> b) & 1u) return error("mesh {}: axis '{}' spans base axis '{}' twice", to_string(), axes[i], axes[static_cast<size_t>(b)]);
+      seen |= 1u << b;
+      n *= sizes[static_cast<size_t>(b)];
+    }
+    if (n != sizes[i]) return error("mesh {}: axis '{}' has size {}, its parts {}", to_string(), axes[i], sizes[i], n);
+  }
+  return Status::ok();
+}
+
+bool Mesh::operator==(const Mesh& o) const {
+  if (axes != o.axes || sizes != o.sizes) return false;
+  for (int a = 0; a < num_axes(); ++a) {
+    if (is_base(a) != o.is_base(a)) return false;
+    if (!is_base(a) && parts[static_cast<size_t>(a)] != o.parts[static_cast<size_t>(a)]) return false;
+  }
+  return true;
 }
 
 int Mesh::axis(const std::string& name) const {
@@ -23,31 +81,57 @@ int Mesh::axis(const std::string& name) const {
 std::vector<int64_t> Mesh::coords(int64_t rank) const {
   std::vector<int64_t> c(sizes.size());
   for (int64_t i = static_cast<int64_t>(sizes.size()) - 1; i >= 0; --i) {
+    if (!is_base(static_cast<int>(i))) continue;
     c[i] = rank % sizes[i];
     rank /= sizes[i];
+  }
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    if (is_base(static_cast<int>(i))) continue;
+    int64_t x = 0;
+    for (int b : parts[i]) x = x * sizes[static_cast<size_t>(b)] + c[static_cast<size_t>(b)];
+    c[i] = x;
   }
   return c;
 }
 
 int64_t Mesh::rank_of(const std::vector<int64_t>& c) const {
   int64_t r = 0;
-  for (size_t i = 0; i < sizes.size(); ++i) r = r * sizes[i] + c[i];
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    if (is_base(static_cast<int>(i))) r = r * sizes[i] + c[i];
+  }
   return r;
 }
 
 std::vector<int64_t> Mesh::group(int64_t rank, int a) const {
   std::vector<int64_t> c = coords(rank), out;
   for (int64_t i = 0; i < sizes.at(static_cast<size_t>(a)); ++i) {
-    c[a] = i;
+    if (is_base(a)) {
+      c[a] = i;
+    } else {
+      int64_t x = i;
+      const auto& p = parts[static_cast<size_t>(a)];
+      for (auto it = p.rbegin(); it != p.rend(); ++it) {
+        c[static_cast<size_t>(*it)] = x % sizes[static_cast<size_t>(*it)];
+        x /= sizes[static_cast<size_t>(*it)];
+      }
+    }
     out.push_back(rank_of(c));
   }
   return out;
 }
 
 std::string Mesh::to_string() const {
-  std::vector<std::string> parts;
-  for (size_t i = 0; i < axes.size(); ++i) parts.push_back(fmt::format("{}={}", axes[i], sizes[i]));
-  return fmt::format("{}", fmt::join(parts, " x "));
+  std::vector<std::string> parts_text;
+  for (size_t i = 0; i < axes.size(); ++i) {
+    if (is_base(static_cast<int>(i))) {
+      parts_text.push_back(fmt::format("{}={}", axes[i], sizes[i]));
+    } else {
+      std::vector<std::string> names;
+      for (int b : parts[i]) names.push_back(b >= 0 && static_cast<size_t>(b) < axes.size() ? axes[static_cast<size_t>(b)] : "?");
+      parts_text.push_back(fmt::format("{}=({})", axes[i], fmt::join(names, " ")));
+    }
+  }
+  return fmt::format("{}", fmt::join(parts_text, " x "));
 }
 
 bool ShardingSpec::is_replicated() const {
@@ -119,15 +203,21 @@ Status ShardingSpec::validate(const Shape& global, const Mesh& mesh) const {
     const DimSpec& d = dims[i];
     if (d.axis < 0) continue;
     if (d.axis >= mesh.num_axes()) return error("spec {} names mesh axis {} of a {}-axis mesh", to_string(&mesh), d.axis, mesh.num_axes());
-    if ((used >> d.axis) & 1u) return error("spec {} shards two dimensions over '{}'", to_string(&mesh), mesh.axes[d.axis]);
-    used |= 1u << d.axis;
+    if (used & mesh.base_mask(d.axis)) return error("spec {} shards two dimensions over '{}'", to_string(&mesh), mesh.axes[d.axis]);
+    used |= mesh.base_mask(d.axis);
     int64_t parts = mesh.sizes[d.axis] * d.segments;
     if (global[i] % parts != 0) {
       return error("dimension {} of {} ({}) does not divide into {} {}{}", i, shape_str(global), global[i], mesh.sizes[d.axis],
                    mesh.axes[d.axis], d.segments > 1 ? fmt::format(" x {} segments", d.segments) : "");
     }
   }
-  if (partial & used) return error("spec {} is both sharded and partial over one axis", to_string(&mesh));
+  uint32_t partial_bases = 0;
+  for (int a = 0; a < mesh.num_axes(); ++a) {
+    if (!is_partial(a)) continue;
+    if (partial_bases & mesh.base_mask(a)) return error("spec {} is partial twice over one base axis", to_string(&mesh));
+    partial_bases |= mesh.base_mask(a);
+  }
+  if (partial_bases & used) return error("spec {} is both sharded and partial over one axis", to_string(&mesh));
   return Status::ok();
 }
 
@@ -386,6 +476,27 @@ Tensor slice_for_rank(const Tensor& global, const ShardingSpec& spec, const Mesh
 }
 
 Tensor assemble_from_ranks(const std::vector<Tensor>& parts, const ShardingSpec& spec, const Mesh& mesh, const Shape& global) {
+  if (mesh.has_compound_axes()) {
+    // Each rank's part holds the elements slice_for_rank picks: slice a tensor of global element
+    // indices the same way and scatter.
+    int64_t n = shape_numel(global);
+    Tensor index(DType::kI64, global);
+    for (int64_t i = 0; i < n; ++i) static_cast<int64_t*>(index.raw_mutable())[i] = i;
+    Tensor out(parts.at(0).dtype(), global);
+    size_t es = dtype_size(out.dtype());
+    for (int64_t r = 0; r < static_cast<int64_t>(parts.size()); ++r) {
+      Tensor where = slice_for_rank(index, spec, mesh, r);
+      if (where.shape() != parts[static_cast<size_t>(r)].shape()) {
+        throw OasesError(fmt::format("assembling shards: rank {} holds {}, its slice is {}", r, shape_str(parts[static_cast<size_t>(r)].shape()),
+                                     shape_str(where.shape())));
+      }
+      const int64_t* w = static_cast<const int64_t*>(where.raw());
+      const char* src = static_cast<const char*>(parts[static_cast<size_t>(r)].raw());
+      char* dst = static_cast<char*>(out.raw_mutable());
+      for (int64_t i = 0; i < where.numel(); ++i) std::memcpy(dst + w[i] * static_cast<int64_t>(es), src + i * static_cast<int64_t>(es), es);
+    }
+    return out;
+  }
   // Ranks count with the last mesh axis fastest: fold that axis first (consecutive runs of its
   // size differ only in its coordinate), then the next, down to one tensor.
   std::vector<Tensor> cur = parts;

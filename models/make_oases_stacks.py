@@ -162,12 +162,12 @@ def build_stack(hidden, layers, data_file, vocab=VOCAB, seq=SEQ, eps=1e-5):
     return model, b.offset, b.params
 
 
-def write_stack(out, hidden, layers):
-    name = f"gpt_h{hidden}_l{layers}"
+def write_stack(out, hidden, layers, vocab=VOCAB):
+    name = f"gpt_h{hidden}_l{layers}" + ("" if vocab == VOCAB else f"_v{vocab}")
     d = os.path.join(out, name)
     os.makedirs(d, exist_ok=True)
     data_file = "weights.bin"
-    model, nbytes, params = build_stack(hidden, layers, data_file)
+    model, nbytes, params = build_stack(hidden, layers, data_file, vocab=vocab)
     path = os.path.join(d, "model.onnx")
     with open(path, "wb") as f:
         f.write(model.SerializeToString())
@@ -177,7 +177,7 @@ def write_stack(out, hidden, layers):
     onnx.checker.check_model(path)  # by path: checks that the external data file is there; reads no weights
     heads = hidden // HEAD_DIM
     info = {"name": name, "family": "gpt2", "hidden": hidden, "layers": layers, "heads": heads, "head_dim": HEAD_DIM,
-            "ffn": 4 * hidden, "sequence": SEQ, "vocab": VOCAB, "tied_head": True, "opset": OPSET, "ir_version": model.ir_version,
+            "ffn": 4 * hidden, "sequence": SEQ, "vocab": vocab, "tied_head": True, "opset": OPSET, "ir_version": model.ir_version,
             "parameters": params, "weights_bytes": nbytes, "weights_file": data_file,
             "weights": "zero-filled sparse external data: shapes for planning, not values to run",
             "inputs": {"input_ids": ["batch", "sequence"]}, "import": f"oases-import {name}/model.onnx --dim batch=B --dim sequence={SEQ}"}
@@ -193,7 +193,22 @@ def main():
     ap.add_argument("--out", required=True, help="output folder; each stack goes to OUT/gpt_h<hidden>_l<layers>/")
     ap.add_argument("--only", type=int, action="append", default=[], metavar="HIDDEN",
                     help="only the stack(s) with this hidden size (repeatable)")
+    ap.add_argument("--stack", action="append", default=[], metavar="HIDDENxLAYERS",
+                    help="write this stack instead of the paper's (e.g. 12288x96; repeatable)")
+    ap.add_argument("--vocab", type=int, default=VOCAB,
+                    help=f"vocabulary (default {VOCAB}, GPT-2's; Megatron pads it to 50304, a multiple of 128, so that "
+                         "the vocabulary-parallel embedding and head divide over the tensor-parallel ranks)")
     a = ap.parse_args()
+    if a.stack:
+        for s in a.stack:
+            try:
+                hidden, layers = (int(x) for x in s.lower().split("x"))
+            except ValueError:
+                sys.exit(f"make_oases_stacks: --stack {s}: expected HIDDENxLAYERS")
+            if hidden % HEAD_DIM:
+                sys.exit(f"make_oases_stacks: --stack {s}: hidden must be a multiple of {HEAD_DIM}")
+            write_stack(a.out, hidden, layers, a.vocab)
+        return
     known = {h for h, _ in STACKS}
     for h in a.only:
         if h not in known:
@@ -201,7 +216,7 @@ def main():
     for hidden, layers in STACKS:
         if a.only and hidden not in a.only:
             continue
-        write_stack(a.out, hidden, layers)
+        write_stack(a.out, hidden, layers, a.vocab)
 
 
 if __name__ == "__main__":

@@ -70,6 +70,20 @@ class Partitioner {
     return global_.value(v).shape;
   }
 
+  // The axis C with outer = (inner, C) major first (inner's base axes a major prefix of outer's),
+  // or -1: an outer split is an inner split of which each rank keeps a C-th.
+  int minor_axis(int outer, int inner) const {
+    const Mesh& m = pg_.mesh;
+    auto bases = [&](int a) { return m.is_base(a) ? std::vector<int>{a} : m.parts[static_cast<size_t>(a)]; };
+    std::vector<int> o = bases(outer), i = bases(inner);
+    if (i.size() >= o.size() || !std::equal(i.begin(), i.end(), o.begin())) return -1;
+    std::vector<int> rest(o.begin() + static_cast<long>(i.size()), o.end());
+    for (int a = 0; a < m.num_axes(); ++a) {
+      if (bases(a) == rest) return a;
+    }
+    return -1;
+  }
+
   AttrMap coll_attrs(int a) {
     AttrMap m;
     m.set_int("mesh_axis", a);
@@ -89,6 +103,25 @@ class Partitioner {
     std::string base = pg_.local.value(v).name;
     NodeId producer = pg_.local.value(v).producer;
     NodeId anchor = producer != kNoId ? producer : like;
+    // 0. a dimension moving between nested axes (compound meshes: dp over (m0 m1) -> dp over m0):
+    //    gather over, or slice along, the minor axes only
+    for (size_t d = 0; d < cur.dims.size(); ++d) {
+      int A = cur.dims[d].axis, B = to.dims[d].axis;
+      if (A < 0 || B < 0 || A == B || cur.dims[d].segments != 1 || to.dims[d].segments != 1) continue;
+      int C = minor_axis(A, B);
+      bool gather = C >= 0;
+      if (!gather) C = minor_axis(B, A);
+      if (C < 0) continue;
+      AttrMap at = coll_attrs(C);
+      at.set_int("dim", static_cast<int64_t>(d));
+      at.set_int("segments", 1);
+      ShardingSpec next = cur.with_dim(d, B);
+      if (next.validate(gs, m).is_ok() == false) continue;
+      val = emit(gather ? "AllGather" : "ShardSlice", {val}, at, dt, gs, next, base + (gather ? "/all_gather" : "/shard_slice"), anchor,
+                 kOasesDomain);
+      cur = next;
+      if (gather) ++pg_.collectives;
+    }
     // 1. pending sums
     for (int a = 0; a < m.num_axes(); ++a) {
       if (!cur.is_partial(a) || to.is_partial(a)) continue;
@@ -333,6 +366,16 @@ class Partitioner {
   Status lower_nodes() {
     Graph& g = pg_.local;
     const Mesh& m = pg_.mesh;
+    // layout markers for this mesh did their work (the conversions before them): drop them (on
+    // another mesh, the chunk axis of micro-batching, they stay for the real partition)
+    for (NodeId id : g.nodes()) {
+      if (!g.alive(id)) continue;
+      const Node& n = g.node(id);
+      if (n.domain != kOasesDomain || n.op_type != "Layout" || n.attrs.get_string("mesh", "") != m.to_string()) continue;
+      ValueId in = n.inputs[0], out = n.outputs[0];
+      g.remove_node(id);
+      g.replace_all_uses(out, in);
+    }
     for (NodeId id : g.nodes()) {
       if (!g.alive(id)) continue;
       Node& n = g.node(id);

@@ -7,6 +7,7 @@
 
 #include "graph/blocks.h"
 #include "graph/op_registry.h"
+#include "planner/hybrid.h"
 
 namespace oases {
 
@@ -29,9 +30,16 @@ nlohmann::json plan_to_json(const Graph& global, const PartitionedGraph& pg, con
   const Mesh& m = pg.mesh;
   nlohmann::json j;
   j["format"] = "oases-plan";
-  j["version"] = kPlanVersion;
+  // version 1 unless the plan needs what version 2 added (compound mesh axes; the planner's
+  // 'parts', whose writer sets 2): a given Megatron split stays readable by version-1 readers
+  j["version"] = m.has_compound_axes() ? kPlanVersion : 1;
   j["model"] = model_path;
   j["mesh"] = {{"axes", m.axes}, {"sizes", m.sizes}, {"ranks", m.size()}};
+  if (m.has_compound_axes()) {
+    nlohmann::json parts = nlohmann::json::array();
+    for (int a = 0; a < m.num_axes(); ++a) parts.push_back(m.is_base(a) ? std::vector<int>{} : m.parts[static_cast<size_t>(a)]);
+    j["mesh"]["parts"] = parts;
+  }
   j["strategy"] = "megatron";
   int64_t param_bytes_rank = 0, param_bytes_total = 0;
   j["parameters"] = nlohmann::json::array();
@@ -224,11 +232,124 @@ Expected<ShardingSpec> parse_spec(const std::string& text, const Mesh& mesh) {
   return s;
 }
 
-Expected<Strategy> strategy_from_plan_file(const std::string& path, const Graph& g, const StrategyOptions& opt) {
+namespace {
+
+Expected<nlohmann::json> read_json_file(const std::string& path) {
   std::ifstream f(path);
   if (!f) return error("{}: no such plan file", path);
   nlohmann::json j = nlohmann::json::parse(f, nullptr, false);
   if (j.is_discarded()) return error("{}: not valid JSON", path);
+  return j;
+}
+
+}  // namespace
+
+Expected<PlanSettings> read_plan_settings(const std::string& path) {
+  OASES_ASSIGN_OR_RETURN(nlohmann::json j, read_json_file(path));
+  PlanSettings p;
+  try {
+    if (!j.is_object()) return error("{}: a plan is a JSON object", path);
+    p.version = j.value("version", 1);
+    if (p.version < 1 || p.version > kPlanVersion) return error("{}: plan version {} (this build reads 1 to {})", path, p.version, kPlanVersion);
+    if (j.contains("mesh")) {
+      const auto& m = j["mesh"];
+      std::vector<std::string> axes = m.value("axes", std::vector<std::string>{});
+      std::vector<int64_t> sizes = m.value("sizes", std::vector<int64_t>{});
+      int64_t n = 1;
+      for (size_t i = 0; i < sizes.size(); ++i) {
+        bool compound = m.contains("parts") && i < m["parts"].size() && !m["parts"][i].empty();
+        if (!compound) n *= sizes[i];
+      }
+      p.ranks = m.value("ranks", n);
+      if (axes == std::vector<std::string>{"dp", "tp"} && sizes.size() == 2) {
+        p.dp = sizes[0];
+        p.tp = sizes[1];
+      }
+    }
+    p.batch = j.value("batch", int64_t{0});
+    p.seq = j.value("seq", int64_t{0});
+    p.vocab_parallel = j.value("vocab_parallel", true);
+    if (j.contains("schedule") && j["schedule"].is_object()) {
+      p.schedule = j["schedule"].value("name", "");
+      p.chunks = j["schedule"].value("chunks", int64_t{0});
+    }
+    if (j.contains("parts")) {
+      for (const auto& x : j["parts"]) {
+        PartLayout l;
+        l.part = x.at("part").get<std::string>();
+        l.tp = x.at("tp").get<int64_t>();
+        l.sequence_parallel = x.value("sequence_parallel", false);
+        if (l.tp < 1) return error("{}: part '{}' has tp {}", path, l.part, l.tp);
+        p.parts.push_back(l);
+      }
+      if (!p.parts.empty() && p.ranks <= 0) return error("{}: a plan with \"parts\" needs \"mesh\": {{\"ranks\": N}}", path);
+      if (layouts_are_mixed(p.parts)) {
+        p.tp = p.dp = 0;
+      } else if (!p.parts.empty()) {
+        p.tp = p.parts[0].tp;
+        p.dp = p.ranks / p.tp;
+      }
+    }
+  } catch (const nlohmann::json::exception& e) {
+    return error("{}: {}", path, e.what());
+  }
+  return p;
+}
+
+Status adopt_plan_settings(const PlanSettings& p, const std::string& path, int64_t world, int64_t* tp, int64_t* dp, int64_t* batch,
+                           int64_t* seq, std::string* schedule, int64_t* chunks) {
+  if (p.ranks > 0 && p.ranks != world) {
+    return error("{}: the plan is for {} ranks, this run has {} (run it with --local-ranks {} or mpirun -np {})", path, p.ranks, world, p.ranks,
+                 p.ranks);
+  }
+  auto adopt = [&](int64_t* mine, int64_t plan, const char* flag) -> Status {
+    if (plan <= 0) return Status::ok();
+    if (*mine > 0 && *mine != plan) return error("{}: the plan has {} {}, the command line {} (leave {} out)", path, flag, plan, *mine, flag);
+    *mine = plan;
+    return Status::ok();
+  };
+  if (p.tp > 0) {
+    OASES_RETURN_IF_ERROR(adopt(tp, p.tp, "--tp"));
+    OASES_RETURN_IF_ERROR(adopt(dp, p.dp, "--dp"));
+  } else if (!p.parts.empty()) {
+    if (*tp > 0 || *dp > 0) return error("{}: the plan's parts use different tp degrees; leave --tp and --dp out", path);
+    // one rank grid for every part: the run's tp x dp are a placeholder the mesh replaces
+    *tp = 1;
+    *dp = world;
+  }
+  OASES_RETURN_IF_ERROR(adopt(batch, p.batch, "--batch"));
+  OASES_RETURN_IF_ERROR(adopt(seq, p.seq, "--seq"));
+  if (!p.schedule.empty()) {
+    if (!schedule->empty() && *schedule != p.schedule) {
+      return error("{}: the plan has --schedule {}, the command line {} (leave --schedule out)", path, p.schedule, *schedule);
+    }
+    *schedule = p.schedule;
+    OASES_RETURN_IF_ERROR(adopt(chunks, p.chunks, "--chunks"));
+  }
+  return Status::ok();
+}
+
+Expected<Strategy> strategy_from_plan_file(const std::string& path, Graph& g, const StrategyOptions& opt) {
+  OASES_ASSIGN_OR_RETURN(nlohmann::json j, read_json_file(path));
+  if (j.is_object() && j.value("version", 1) >= 2 && j.contains("parts")) {
+    OASES_ASSIGN_OR_RETURN(PlanSettings ps, read_plan_settings(path));
+    StrategyOptions so = opt;
+    so.vocab_parallel = ps.vocab_parallel;
+    auto st = apply_part_layouts(g, ps.parts, ps.ranks, so);
+    if (!st) return st.status().with_context(path);
+    // the plan's own list of specs must be what the layouts give on this model
+    if (j.contains("parameters") && j["parameters"].is_array()) {
+      for (const auto& p : j["parameters"]) {
+        std::string name = p.value("name", ""), text = p.value("spec", "");
+        ValueId v = g.find_value(name);
+        if (v == kNoId || !g.value(v).is_initializer) return error("{}: the model has no initializer '{}'", path, name);
+        auto it = st->specs.find(v);
+        std::string mine = it != st->specs.end() ? it->second.to_string(&st->mesh) : ShardingSpec::replicated(g.value(v).shape.size()).to_string(&st->mesh);
+        if (mine != text) return error("{}: parameter '{}' is {} in the plan but its part's layout gives {}", path, name, text, mine);
+      }
+    }
+    return st;
+  }
   Strategy st;
   st.mesh = Mesh::data_tensor(opt.dp, opt.tp);
   st.dp_bucket_bytes = opt.dp_bucket_bytes;

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "graph/op_registry.h"
+#include "planner/hybrid.h"
 #include "planner/propagation.h"
 
 namespace oases {
@@ -138,6 +139,7 @@ Expected<Strategy> megatron_strategy(const Graph& g, const StrategyOptions& opt)
 }
 
 Status split_batch_inputs(const Graph& g, Strategy* s) {
+  if (!s->part_layouts.empty()) return split_batch_inputs_by_part(g, s->part_layouts, s);
   int dp = s->mesh.axis("dp");
   if (dp < 0 || s->mesh.axis_size(dp) == 1) return Status::ok();
   int64_t n = s->mesh.axis_size(dp);
@@ -169,6 +171,12 @@ Expected<PartitionedGraph> partition_training(const Graph& train, const std::vec
   OASES_ASSIGN_OR_RETURN(PartitionedGraph pg, partition_graph(train, sr));
   int dp = s.mesh.axis("dp");
   if (dp >= 0 && s.mesh.axis_size(dp) > 1 && s.dp_bucket_bytes > 0) bucket_gradient_all_reduces(pg, dp, s.dp_bucket_bytes);
+  if (!s.part_layouts.empty() && s.dp_bucket_bytes > 0) {
+    // parts with their own dp axes: the gradients of each axis bucketed apart
+    for (int a = 0; a < pg.mesh.num_axes(); ++a) {
+      if (a != dp && pg.mesh.axis_size(a) > 1) bucket_gradient_all_reduces(pg, a, s.dp_bucket_bytes);
+    }
+  }
   if (sharding) *sharding = std::move(sr);
   return pg;
 }

@@ -29,12 +29,25 @@ struct LayerSplit {
   std::vector<ValueId> weights;
 };
 
+// One recognised part of a transformer (the token embedding, a block's attention or MLP, the head
+// with its loss) split Megatron's way over its own tp degree, the other ranks data-parallel
+// (planner/hybrid.h).
+struct PartLayout {
+  std::string part;  // "embedding", "layer.3.attn", "layer.3.mlp", "head"
+  int64_t tp = 1;
+  bool sequence_parallel = false;
+  bool operator==(const PartLayout& o) const { return part == o.part && tp == o.tp && sequence_parallel == o.sequence_parallel; }
+};
+
 struct Strategy {
   Mesh mesh;
   int64_t dp_bucket_bytes = int64_t{25} << 20;
   std::map<ValueId, ShardingSpec> specs;  // parameters and inputs
   std::vector<LayerSplit> layers;
   std::map<ValueId, ShardingSpec> pins;  // values every reader sees in this spec (sequence parallelism)
+  // Per-part layouts when the parts differ (empty: one tp x dp split for all); the batch inputs and
+  // the data-parallel gradient all-reduces then follow each part's dp axis.
+  std::vector<PartLayout> part_layouts;
 };
 
 // Megatron's strategy for the model's parameters (ValueIds of `g`). Errors name the block and the

@@ -1,15 +1,29 @@
-// oases-plan MODEL --tp T [--dp D] --strategy megatron --out plan.json [--html plan.html] [--dot plan.dot]
-// Splits a model's training graph over a tp x dp mesh and writes the plan: every value's spec and
-// local shape, every op's layout, every collective with its bytes per step, per-rank memory.
+// oases-plan MODEL --gpus N [--cluster FILE] [--profile FILE] [--memory GiB] --out plan.json [--html plan.html]
+//   Searches, per part of the model (embedding, each attention and MLP, head), the tp degree (the
+//   other ranks data-parallel) and sequence parallelism, with the schedule and the number of
+//   micro-batch chunks, for the least predicted step time under a per-GPU memory limit; prints it
+//   beside the Megatron strategy and pure data parallelism on the same cluster; --simulate replays
+//   each rank's program on the cluster (step time, hidden and exposed communication, memory,
+//   --trace writes the predicted timeline). Without --cluster the plan is for the machine at hand.
+// oases-plan MODEL --tp T [--dp D] --strategy megatron --out plan.json    one given tp x dp split
+// oases-plan --render plan.json --html plan.html                          draw an existing plan
 // Planning reads shapes only: weights kept as external data are never loaded.
+#include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <sstream>
+#include <thread>
 
+#include <fmt/format.h>
+
+#include "executor/emulated_link.h"
 #include "executor/training.h"
 #include "planner/plan.h"
 #include "planner/plan_render.h"
+#include "planner/search.h"
 #include "planner/strategy.h"
-#include "tools/model_loader.h"
+#include "tools/plan_driver.h"
 
 using namespace oases;
 
@@ -24,82 +38,405 @@ Status write_file(const std::string& path, const std::string& text) {
   return Status::ok();
 }
 
+std::vector<std::string> split_list(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    if (!item.empty()) out.push_back(item);
+  }
+  return out;
+}
+
+// "embedding tp4 | layers 0-11 attn tp4 mlp tp2+sp | head tp4"
+std::string describe_layouts(const ModelAnalysis& a, const std::vector<Layout>& ls) {
+  std::vector<std::string> groups;
+  size_t i = 0;
+  auto block_of = [&](size_t k) { return a.parts[k].rfind("layer.", 0) == 0 ? std::atoi(a.parts[k].c_str() + 6) : -1; };
+  while (i < ls.size()) {
+    int b = block_of(i);
+    if (b < 0) {
+      groups.push_back(fmt::format("{} {}", a.parts[i], ls[i].to_string()));
+      ++i;
+      continue;
+    }
+    // a run of blocks laid out alike
+    auto block_text = [&](size_t k, size_t* next) {
+      std::string t;
+      int bb = block_of(k);
+      while (k < ls.size() && block_of(k) == bb) {
+        std::string sub = a.parts[k].substr(a.parts[k].rfind('.') + 1);
+        t += fmt::format("{}{} {}", t.empty() ? "" : " ", sub, ls[k].to_string());
+        ++k;
+      }
+      *next = k;
+      return t;
+    };
+    size_t next = 0;
+    std::string t = block_text(i, &next);
+    int first = b, last = b;
+    size_t j = next;
+    while (j < ls.size() && block_of(j) >= 0) {
+      size_t n2 = 0;
+      if (block_text(j, &n2) != t) break;
+      last = block_of(j);
+      j = n2;
+    }
+    groups.push_back(first == last ? fmt::format("layer {}: {}", first, t) : fmt::format("layers {}-{}: {}", first, last, t));
+    i = j;
+  }
+  return fmt::format("{}", fmt::join(groups, " | "));
+}
+
+nlohmann::json estimate_json(const PlanEstimate& e) {
+  return {{"step_ms", e.step_s * 1e3},         {"compute_ms", e.compute_s * 1e3}, {"comm_ms", e.comm_s * 1e3},
+          {"hidden_ms", e.hidden_s() * 1e3},   {"exposed_ms", e.exposed_s * 1e3}, {"optimizer_ms", e.optimizer_s * 1e3},
+          {"memory_bytes", e.memory_bytes},    {"static_bytes", e.static_bytes},  {"saved_activation_bytes", e.saved_bytes},
+          {"transient_bytes", e.transient_bytes}};
+}
+
+nlohmann::json sim_json(const Simulated& s) {
+  return {{"step_ms", s.sim.step_s * 1e3},        {"compute_ms", s.sim.compute_s * 1e3}, {"comm_ms", s.sim.comm_s * 1e3},
+          {"hidden_ms", s.sim.hidden_s() * 1e3},  {"exposed_ms", s.sim.exposed_s * 1e3}, {"optimizer_ms", s.sim.optimizer_s * 1e3},
+          {"memory_bytes", s.memory_bytes},       {"collectives", s.sim.collectives}};
+}
+
+nlohmann::json choice_json(const ModelAnalysis& a, const PlanChoice& p, int64_t ranks) {
+  nlohmann::json parts = nlohmann::json::array();
+  for (size_t i = 0; i < p.layouts.size(); ++i) {
+    parts.push_back({{"part", a.parts[i]}, {"tp", p.layouts[i].tp}, {"dp", ranks / p.layouts[i].tp}, {"sequence_parallel", p.layouts[i].sp}});
+  }
+  return {{"parts", parts}, {"schedule", {{"name", p.schedule}, {"chunks", p.chunks}}}};
+}
+
+int legacy(const std::string& model, const std::string& out, const std::string& html, const std::string& dot, int64_t tp, int64_t dp,
+           int64_t batch, int64_t seq, bool no_vocab, bool seq_par, const BindingFlags& bind) {
+  ImportOptions opts;
+  if (Status s = bind.apply(&opts); !s.is_ok()) return fail_with(s);
+  ImportOptions probe_opts = opts;
+  probe_opts.require_bound_dims = false;
+  auto probe = import_onnx_file(model, probe_opts);
+  if (!probe) return fail_with(probe.status());
+  for (ValueId v : probe->inputs()) {
+    const Value& val = probe->value(v);
+    if (!is_integer(val.dtype) || val.shape.size() != 2 || opts.input_shapes.count(val.name)) continue;
+    Shape s = val.shape;
+    if (s[0] < 0) s[0] = batch > 0 ? batch : std::max<int64_t>(8, dp);
+    if (s[1] < 0) s[1] = seq > 0 ? seq : 64;
+    opts.input_shapes[val.name] = s;
+  }
+  auto loaded = load_model(model, opts);
+  if (!loaded) return fail_with(loaded.status());
+  StrategyOptions so;
+  so.tp = tp;
+  so.dp = dp;
+  so.vocab_parallel = !no_vocab;
+  so.sequence_parallel = seq_par;
+  auto st = megatron_strategy(loaded->graph, so);
+  if (!st) return fail_with(st.status().with_context(model));
+  auto tg = build_training_graph(loaded->graph, TrainingSpec{});
+  if (!tg) return fail_with(tg.status().with_context(model));
+  if (Status s = split_batch_inputs(tg->graph, &*st); !s.is_ok()) return fail_with(s.with_context(model));
+  ShardingResult sr;
+  auto pg = partition_training(tg->graph, tg->params, *st, &sr);
+  if (!pg) return fail_with(pg.status().with_context(model));
+  nlohmann::json plan = plan_to_json(tg->graph, *pg, sr, *st, model);
+  std::printf("%s: mesh %s, %lld collectives per step, %.3g MiB sent per rank per step, %.3g MiB of parameters per rank\n", model.c_str(),
+              st->mesh.to_string().c_str(), static_cast<long long>(plan["summary"]["collectives_per_step"].get<int64_t>()),
+              plan["summary"]["ring_bytes_per_rank_per_step"].get<double>() / (1 << 20),
+              plan["memory"]["parameter_bytes_per_rank"].get<double>() / (1 << 20));
+  if (!out.empty()) {
+    if (Status s = write_file(out, plan.dump(2) + "\n"); !s.is_ok()) return fail_with(s);
+  }
+  if (!html.empty()) {
+    if (Status s = write_file(html, plan_to_html(plan)); !s.is_ok()) return fail_with(s);
+  }
+  if (!dot.empty()) {
+    if (Status s = write_file(dot, plan_to_dot(plan)); !s.is_ok()) return fail_with(s);
+  }
+  return 0;
+}
+
+// The plan file of a choice: the partitioned training graph (one chunk) in the version 1 layout,
+// plus the parts, the schedule, the shapes and the predictions.
+Expected<nlohmann::json> plan_file(const PlanningModel& m, const ModelAnalysis& a, const PlanChoice& p, int64_t ranks) {
+  Graph fwd = m.forward;
+  auto st = apply_part_layouts(fwd, part_layouts_of(a, p.layouts), ranks, StrategyOptions{});
+  if (!st) return st.status().with_context(m.path);
+  auto tg = build_training_graph(std::move(fwd), TrainingSpec{});
+  if (!tg) return tg.status().with_context(m.path);
+  OASES_RETURN_IF_ERROR(split_batch_inputs(tg->graph, &*st).with_context(m.path));
+  ShardingResult sr;
+  auto pg = partition_training(tg->graph, tg->params, *st, &sr);
+  if (!pg) return pg.status().with_context(m.path);
+  nlohmann::json j = plan_to_json(tg->graph, *pg, sr, *st, m.path);
+  j["strategy"] = "oases-planner";
+  j["version"] = kPlanVersion;  // the per-part layouts are version 2
+  j["batch"] = m.batch;
+  j["seq"] = m.seq;
+  j["vocab_parallel"] = true;
+  nlohmann::json c = choice_json(a, p, ranks);
+  j["parts"] = c["parts"];
+  j["schedule"] = c["schedule"];
+  for (auto& part : j["parts"]) {
+    std::map<int64_t, PartAxes> axes;
+    std::set<int64_t> degrees;
+    for (const Layout& l : p.layouts) degrees.insert(l.tp);
+    if (auto mesh = mesh_for_degrees(ranks, degrees, &axes); mesh) {
+      const PartAxes& ax = axes[part["tp"].get<int64_t>()];
+      part["tp_axis"] = ax.tp >= 0 ? mesh->axes[static_cast<size_t>(ax.tp)] : "";
+      part["dp_axis"] = ax.dp >= 0 ? mesh->axes[static_cast<size_t>(ax.dp)] : "";
+    }
+  }
+  return j;
+}
+
+int plan_main(const std::string& model, int64_t gpus, const std::string& cluster_file, const std::string& profile_file, double memory_gib,
+              int64_t batch, int64_t seq, const std::string& out, const std::string& html, const std::string& dot, bool simulate,
+              const std::string& trace, const std::string& schedules, const std::string& chunks, bool uniform, bool no_sp,
+              const std::string& emulate_link, const std::string& degrees, const BindingFlags& bind) {
+  auto t_start = std::chrono::steady_clock::now();
+  ImportOptions opts;
+  if (Status s = bind.apply(&opts); !s.is_ok()) return fail_with(s);
+  if (gpus < 1) return fail_with(error("--gpus must be at least 1, not {}", gpus));
+  std::optional<Profile> profile;
+  if (!profile_file.empty()) {
+    auto p = load_profile(profile_file);
+    if (!p) return fail_with(p.status());
+    profile = std::move(*p);
+  }
+  ClusterSpec cluster;
+  bool at_hand = cluster_file.empty();
+  int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  int threads = std::max(1, cores / static_cast<int>(gpus));
+  if (!at_hand) {
+    auto c = load_cluster_file(cluster_file);
+    if (!c) return fail_with(c.status());
+    cluster = *c;
+    if (gpus > cluster.ranks()) return fail_with(error("{}: --gpus {} but the cluster has {} GPUs", cluster_file, gpus, cluster.ranks()));
+    if (gpus > cluster.gpus_per_node && gpus % cluster.gpus_per_node != 0) {
+      return fail_with(error("{}: --gpus {} is not whole nodes of {} GPUs", cluster_file, gpus, cluster.gpus_per_node));
+    }
+    cluster.nodes = std::max<int64_t>(1, gpus / cluster.gpus_per_node);
+    if (gpus < cluster.gpus_per_node) cluster.gpus_per_node = gpus;
+    if (!emulate_link.empty()) return fail_with(Status::error("--emulate-link describes the machine at hand; it cannot go with --cluster"));
+  } else {
+    if (!emulate_link.empty()) {
+      if (auto lm = parse_link_model(emulate_link); !lm) return fail_with(lm.status());
+    }
+    cluster = this_machine(gpus, profile ? &*profile : nullptr, emulate_link, threads);
+  }
+  OpTimeModel ops = op_time_model(cluster, profile ? &*profile : nullptr, gpus, at_hand ? threads : 1);
+  auto pm = load_planning_model(model, opts, batch, seq);
+  if (!pm) return fail_with(pm.status());
+  auto an = analyze_model(pm->forward, pm->train.graph, pm->train.params, gpus);
+  if (!an) return fail_with(an.status().with_context(model));
+  const ModelAnalysis& a = *an;
+  if (profile) {
+    std::vector<std::string> missing = uncovered_ops(a, ops);
+    if (!missing.empty()) {
+      return fail_with(error("{}: the profile does not cover {} of the model's ops: {} (measure them: oases-profile --model {})", profile_file,
+                             missing.size(), fmt::join(missing, ", "), model));
+    }
+  }
+  double limit = memory_gib > 0 ? memory_gib * 1024.0 * 1024 * 1024 : cluster.device.memory_gib * 1024.0 * 1024 * 1024;
+  if (memory_gib < 0) return fail_with(error("--memory must be positive, not {}", memory_gib));
+  CostModel cm(a, cluster, ops);
+  SearchOptions so;
+  if (!schedules.empty()) so.schedules = split_list(schedules);
+  for (const std::string& s : so.schedules) {
+    if (!schedule_by_name(s)) return fail_with(schedule_by_name(s).status());
+  }
+  if (!chunks.empty()) {
+    so.chunks.clear();
+    for (const std::string& c : split_list(chunks)) {
+      try {
+        so.chunks.push_back(std::stoll(c));
+      } catch (const std::exception&) {
+        return fail_with(error("--chunks '{}': '{}' is not a number", chunks, c));
+      }
+      if (so.chunks.back() < 1) return fail_with(error("--chunks '{}': counts must be at least 1", chunks));
+    }
+  }
+  for (const std::string& d : split_list(degrees)) {
+    try {
+      so.degrees.push_back(std::stoll(d));
+    } catch (const std::exception&) {
+      return fail_with(error("--degrees '{}': '{}' is not a number", degrees, d));
+    }
+  }
+  so.allow_mixed = !uniform;
+  so.allow_sequence_parallel = !no_sp;
+  so.memory_limit = limit;
+  auto t_search = std::chrono::steady_clock::now();
+  SearchResult best = search_plan(cm, so);
+  double search_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_search).count();
+  if (!best.found) {
+    if (best.least_memory > limit) {
+      double gib = best.least_memory / (1024.0 * 1024 * 1024);
+      double step = gib < 0.01 ? 1e-4 : 1e-2;  // round up to a --memory that fits
+      return fail_with(error("no plan fits {:.4g} GiB per GPU: the least memory any plan of {} on {} GPUs needs is {} (give --memory {:.4g} or more)",
+                             limit / (1024.0 * 1024 * 1024), model, gpus, describe_bytes(best.least_memory), std::ceil(gib / step) * step));
+    }
+    return fail_with(error("no plan for {} on {} GPUs: no tp degree, chunk count and schedule divide the model (batch {}, degrees {})", model,
+                           gpus, a.batch, fmt::join(a.tp_candidates, ",")));
+  }
+  // the baselines on the same cluster, under the same limit
+  SearchOptions mo = so;
+  mo.allow_mixed = false;
+  mo.allow_sequence_parallel = false;
+  mo.schedules = {"plain", "default_checkpoint"};
+  mo.chunks = {1};
+  SearchResult megatron = search_plan(cm, mo);
+  SearchOptions dpo = mo;
+  dpo.degrees = {1};
+  SearchResult dp = search_plan(cm, dpo);
+  std::printf("%s: %zu parts (%s), batch %lld x %lld tokens, %lld GPUs: %s\n", model.c_str(), a.parts.size(),
+              a.mixed_ok ? "layouts may differ per part" : ("one layout for all: " + a.mixed_why).c_str(),
+              static_cast<long long>(a.batch), static_cast<long long>(a.seq), static_cast<long long>(gpus), cluster.name.c_str());
+  std::printf("  op times: %s; memory limit %s per GPU\n",
+              profile ? fmt::format("profile {}", profile_file).c_str() : fmt::format("roofline of {}", cluster.device.name).c_str(),
+              describe_bytes(limit).c_str());
+  auto line = [&](const char* label, const SearchResult& r) {
+    if (!r.found) {
+      if (r.least_memory > 0) {
+        std::printf("  %-15s no plan fits (it needs at least %s)\n", label, describe_bytes(r.least_memory).c_str());
+      } else {
+        std::printf("  %-15s impossible here (its data-parallel degree does not divide the batch of %lld)\n", label,
+                    static_cast<long long>(a.batch));
+      }
+      return;
+    }
+    PlanEstimate e = cm.estimate(r.best);
+    std::printf("  %-15s step %9.3f ms  (compute %.3f, comm %.3f: hidden %.3f, exposed %.3f; optimizer %.3f)  memory %s  %s K=%lld\n", label,
+                e.step_s * 1e3, e.compute_s * 1e3, e.comm_s * 1e3, e.hidden_s() * 1e3, e.exposed_s * 1e3, e.optimizer_s * 1e3,
+                describe_bytes(e.memory_bytes).c_str(), r.best.schedule.c_str(), static_cast<long long>(r.best.chunks));
+    std::printf("  %-15s %s\n", "", describe_layouts(a, r.best.layouts).c_str());
+  };
+  line("plan", best);
+  line("Megatron", megatron);
+  line("data parallel", dp);
+  if (megatron.found) std::printf("  predicted speed-up over Megatron: %.2fx\n", cm.estimate(megatron.best).step_s / cm.estimate(best.best).step_s);
+  std::printf("  search: %lld transitions priced in %.1f ms%s\n", static_cast<long long>(best.transitions), search_ms,
+              best.restriction.empty() ? "" : ("; " + best.restriction).c_str());
+  nlohmann::json sims = nlohmann::json::object();
+  if (simulate || !trace.empty()) {
+    std::printf("simulated (each rank's program replayed on %s):\n", cluster.name.c_str());
+    const Profile* floor = at_hand && profile ? &*profile : nullptr;
+    for (auto [label, r] : {std::pair<const char*, const SearchResult*>{"plan", &best}, {"Megatron", &megatron}, {"data parallel", &dp}}) {
+      if (!r->found) continue;
+      bool want_trace = !trace.empty() && std::string(label) == "plan";
+      auto s = simulate_plan(*pm, a, r->best, cluster, ops, floor, want_trace);
+      if (!s) return fail_with(s.status());
+      std::printf("  %-15s step %9.3f ms  (compute %.3f, comm %.3f: hidden %.3f (%.0f%%), exposed %.3f; optimizer %.3f)  memory %s\n", label,
+                  s->sim.step_s * 1e3, s->sim.compute_s * 1e3, s->sim.comm_s * 1e3, s->sim.hidden_s() * 1e3,
+                  s->sim.comm_s > 0 ? 100.0 * s->sim.hidden_s() / s->sim.comm_s : 0.0, s->sim.exposed_s * 1e3, s->sim.optimizer_s * 1e3,
+                  describe_bytes(s->memory_bytes).c_str());
+      sims[label] = sim_json(*s);
+      if (want_trace) {
+        nlohmann::json events = nlohmann::json::array();
+        events.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", 0}, {"args", {{"name", "rank 0 (predicted; every rank alike)"}}}});
+        events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", 0}, {"tid", 0}, {"args", {{"name", "compute"}}}});
+        events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", 0}, {"tid", 1}, {"args", {{"name", "communication"}}}});
+        for (auto& e : s->sim.trace) events.push_back(std::move(e));
+        nlohmann::json doc{{"traceEvents", events}, {"displayTimeUnit", "ms"},
+                           {"otherData", {{"model", model}, {"cluster", cluster.name}, {"schedule", r->best.schedule}, {"chunks", r->best.chunks}}}};
+        if (Status st = write_file(trace, doc.dump() + "\n"); !st.is_ok()) return fail_with(st);
+        std::printf("  wrote predicted trace %s\n", trace.c_str());
+      }
+    }
+  }
+  if (!out.empty() || !html.empty() || !dot.empty()) {
+    auto j = plan_file(*pm, a, best.best, gpus);
+    if (!j) return fail_with(j.status());
+    nlohmann::json preds{{"plan", estimate_json(cm.estimate(best.best))}};
+    if (megatron.found) {
+      preds["megatron"] = estimate_json(cm.estimate(megatron.best));
+      preds["megatron"]["choice"] = choice_json(a, megatron.best, gpus);
+    }
+    if (dp.found) {
+      preds["data_parallel"] = estimate_json(cm.estimate(dp.best));
+      preds["data_parallel"]["choice"] = choice_json(a, dp.best, gpus);
+    }
+    (*j)["prediction"] = preds;
+    if (!sims.empty()) (*j)["simulation"] = sims;
+    (*j)["cluster"] = cluster.to_json();
+    (*j)["search"] = {{"transitions", best.transitions}, {"ms", search_ms}, {"memory_limit_bytes", limit},
+                      {"op_times", profile ? "profile " + profile_file : "roofline"}, {"restriction", best.restriction}};
+    if (!out.empty()) {
+      if (Status s = write_file(out, j->dump(2) + "\n"); !s.is_ok()) return fail_with(s);
+    }
+    if (!html.empty()) {
+      if (Status s = write_file(html, plan_to_html(*j)); !s.is_ok()) return fail_with(s);
+    }
+    if (!dot.empty()) {
+      if (Status s = write_file(dot, plan_to_dot(*j)); !s.is_ok()) return fail_with(s);
+    }
+  }
+  double total_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_start).count();
+  std::printf("  oases-plan took %.0f ms in all\n", total_ms);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   return run_tool([&] {
-    CLI::App app{"oases-plan: split a model's training over a mesh of ranks and describe the plan"};
-    std::string model, out, html, dot, strategy = "megatron", render;
-    int64_t tp = 1, dp = 1, batch = 0, seq = 0;
-    bool no_vocab = false, seq_par = false;
+    CLI::App app{"oases-plan: choose how to split a model's training over a cluster, or describe a given split"};
+    std::string model, out, html, dot, strategy, render, cluster, profile, trace, schedules, chunks, emulate, degrees;
+    int64_t tp = 0, dp = 0, batch = 0, seq = 0, gpus = 0;
+    double memory = 0;
+    bool no_vocab = false, seq_par = false, simulate = false, uniform = false, no_sp = false;
     BindingFlags bind;
     app.add_option("model", model, "ONNX model file");
-    app.add_option("--tp", tp, "Tensor-parallel degree");
-    app.add_option("--dp", dp, "Data-parallel degree");
-    app.add_option("--strategy", strategy, "megatron")->check(CLI::IsMember({"megatron"}));
+    CLI::Option* gpus_opt = app.add_option("--gpus", gpus, "Plan for this many GPUs (ranks): per-part tp x dp, schedule and chunks");
+    app.add_option("--cluster", cluster, "Cluster file (JSON: device, nodes, links); default: the machine at hand");
+    app.add_option("--profile", profile, "Op and collective times measured by oases-profile (default: roofline from the device table)");
+    app.add_option("--memory", memory, "Memory per GPU in GiB (default: the device's)");
+    app.add_flag("--simulate", simulate, "Replay each rank's program: step time, hidden and exposed communication, memory");
+    app.add_option("--trace", trace, "Write the chosen plan's predicted timeline as a Chrome trace (implies --simulate)");
+    app.add_option("--schedules", schedules, "Schedules to consider (comma list; default all five)");
+    app.add_option("--chunks", chunks, "Micro-batch chunk counts to consider (comma list; default 1,2,4,8)");
+    app.add_flag("--uniform", uniform, "One layout for every part");
+    app.add_option("--degrees", degrees, "tp degrees to consider (comma list; default every one dividing the model)");
+    app.add_flag("--no-sequence-parallel", no_sp, "Never split norms and residuals over the sequence");
+    app.add_option("--emulate-link", emulate, "The machine at hand behind an emulated link bw=GBPS,latency=US (as oases-train)");
+    app.add_option("--tp", tp, "Tensor-parallel degree (a given Megatron split instead of a search)");
+    app.add_option("--dp", dp, "Data-parallel degree (with --tp)");
+    app.add_option("--strategy", strategy, "megatron (with --tp/--dp)")->check(CLI::IsMember({"megatron"}));
     app.add_option("--out", out, "Write the plan as JSON");
     app.add_option("--html", html, "Write a self-contained HTML page of the plan");
     app.add_option("--dot", dot, "Write a Graphviz DOT of the plan");
     app.add_option("--render", render, "Render an existing plan JSON (with --html/--dot) instead of planning");
     app.add_option("--batch", batch, "Global batch (sequences) the plan is made for");
     app.add_option("--seq", seq, "Sequence length the plan is made for");
-    app.add_flag("--no-vocab-parallel", no_vocab, "Replicate the embedding and LM head");
-    app.add_flag("--sequence-parallel", seq_par, "Split norms and residuals over the sequence");
+    app.add_flag("--no-vocab-parallel", no_vocab, "Replicate the embedding and LM head (with --tp)");
+    app.add_flag("--sequence-parallel", seq_par, "Split norms and residuals over the sequence (with --tp)");
     bind.add_to(app);
     if (int rc = parse_cli(app, argc, argv); rc >= 0) return rc;
-    nlohmann::json plan;
     if (!render.empty()) {
       std::ifstream f(render);
       if (!f) return fail_with(error("{}: no such plan file", render));
-      plan = nlohmann::json::parse(f, nullptr, false);
+      nlohmann::json plan = nlohmann::json::parse(f, nullptr, false);
       if (plan.is_discarded() || plan.value("format", "") != "oases-plan") return fail_with(error("{}: not an Oases plan", render));
-    } else {
-      if (model.empty()) return fail_with(Status::error("give a MODEL to plan (or --render PLAN.json)"));
-      ImportOptions opts;
-      if (Status s = bind.apply(&opts); !s.is_ok()) return fail_with(s);
-      // token inputs: bind their symbolic dims to [batch, seq]
-      ImportOptions probe_opts = opts;
-      probe_opts.require_bound_dims = false;
-      auto probe = import_onnx_file(model, probe_opts);
-      if (!probe) return fail_with(probe.status());
-      for (ValueId v : probe->inputs()) {
-        const Value& val = probe->value(v);
-        if (!is_integer(val.dtype) || val.shape.size() != 2 || opts.input_shapes.count(val.name)) continue;
-        Shape s = val.shape;
-        if (s[0] < 0) s[0] = batch > 0 ? batch : std::max<int64_t>(8, dp);
-        if (s[1] < 0) s[1] = seq > 0 ? seq : 64;
-        opts.input_shapes[val.name] = s;
+      if (!out.empty()) {
+        if (Status s = write_file(out, plan.dump(2) + "\n"); !s.is_ok()) return fail_with(s);
       }
-      auto loaded = load_model(model, opts);
-      if (!loaded) return fail_with(loaded.status());
-      StrategyOptions so;
-      so.tp = tp;
-      so.dp = dp;
-      so.vocab_parallel = !no_vocab;
-      so.sequence_parallel = seq_par;
-      auto st = megatron_strategy(loaded->graph, so);
-      if (!st) return fail_with(st.status().with_context(model));
-      auto tg = build_training_graph(loaded->graph, TrainingSpec{});
-      if (!tg) return fail_with(tg.status().with_context(model));
-      if (Status s = split_batch_inputs(tg->graph, &*st); !s.is_ok()) return fail_with(s.with_context(model));
-      ShardingResult sr;
-      auto pg = partition_training(tg->graph, tg->params, *st, &sr);
-      if (!pg) return fail_with(pg.status().with_context(model));
-      plan = plan_to_json(tg->graph, *pg, sr, *st, model);
-      std::printf("%s: mesh %s, %lld collectives per step, %.3g MiB sent per rank per step, %.3g MiB of parameters per rank\n",
-                  model.c_str(), st->mesh.to_string().c_str(), static_cast<long long>(plan["summary"]["collectives_per_step"].get<int64_t>()),
-                  plan["summary"]["ring_bytes_per_rank_per_step"].get<double>() / (1 << 20),
-                  plan["memory"]["parameter_bytes_per_rank"].get<double>() / (1 << 20));
+      if (!html.empty()) {
+        if (Status s = write_file(html, plan_to_html(plan)); !s.is_ok()) return fail_with(s);
+      }
+      if (!dot.empty()) {
+        if (Status s = write_file(dot, plan_to_dot(plan)); !s.is_ok()) return fail_with(s);
+      }
+      return 0;
     }
-    if (!out.empty()) {
-      if (Status s = write_file(out, plan.dump(2) + "\n"); !s.is_ok()) return fail_with(s);
+    if (model.empty()) return fail_with(Status::error("give a MODEL to plan (or --render PLAN.json)"));
+    if (gpus_opt->count() > 0) {
+      if (tp > 0 || dp > 0 || !strategy.empty()) return fail_with(Status::error("--gpus searches the split; leave out --tp, --dp and --strategy"));
+      return plan_main(model, gpus, cluster, profile, memory, batch, seq, out, html, dot, simulate, trace, schedules, chunks, uniform, no_sp,
+                       emulate, degrees, bind);
     }
-    if (!html.empty()) {
-      if (Status s = write_file(html, plan_to_html(plan)); !s.is_ok()) return fail_with(s);
-    }
-    if (!dot.empty()) {
-      if (Status s = write_file(dot, plan_to_dot(plan)); !s.is_ok()) return fail_with(s);
-    }
-    return 0;
+    if (tp <= 0 && dp <= 0) return fail_with(Status::error("give --gpus N to search a plan, or --tp T [--dp D] for a given Megatron split"));
+    return legacy(model, out, html, dot, std::max<int64_t>(tp, 1), std::max<int64_t>(dp, 1), batch, seq, no_vocab, seq_par, bind);
   });
 }

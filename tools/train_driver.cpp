@@ -169,6 +169,11 @@ Expected<Setup> prepare(const TrainArgs& args, int64_t world) {
   if (a.steps == 0 && a.dump_grads.empty() && a.export_onnx.empty() && a.export_plan.empty()) {
     return Status::error("--steps 0 does nothing without --dump-grads, --export-onnx or --export-plan");
   }
+  // a plan fixes the layout, the shapes and the schedule where the command line does not
+  if (!a.plan.empty()) {
+    OASES_ASSIGN_OR_RETURN(PlanSettings ps, read_plan_settings(a.plan));
+    OASES_RETURN_IF_ERROR(adopt_plan_settings(ps, a.plan, world, &a.tp, &a.dp, &a.batch, &a.seq, &a.schedule, &a.chunks));
+  }
   // the parallel layout
   if (a.tp <= 0 && a.dp <= 0) {
     a.tp = 1;

@@ -20,8 +20,16 @@
 //                                                else 0, for each row (vocabulary-parallel loss)
 //   ShardedOneHotSub(p, labels; mesh_axis, ignore_index)  p minus the one-hot of the labels on this
 //                                                rank's classes; ignored rows become 0
+//
+// Layout(x; mesh, dims, grad_dims) is the identity that fixes a layout: on the mesh it names (its
+// to_string), x is converted to the spec whose dimension d is split over mesh axis dims[d] (-1:
+// whole); its gradient is a Layout to grad_dims (the layout x had). Planners put it where a value
+// passes between ops split over different groups of ranks (tp 4 x dp 2 -> tp 2 x dp 4); on any other
+// mesh (the chunk axis of micro-batching) it passes its input's spec through. The partitioner
+// removes it once the conversions are in place, so no kernel ever sees it.
 #include "graph/autodiff.h"
 #include "graph/ops/op_utils.h"
+#include "graph/sharding.h"
 
 namespace oases {
 
@@ -63,6 +71,8 @@ double ring_bytes(const Graph& g, const Node& n, double factor_of_full) {
 }
 
 }  // namespace
+
+void register_layout_op(OpRegistry& r);
 
 void register_collective_ops(OpRegistry& r) {
   {
@@ -231,6 +241,45 @@ void register_collective_ops(OpRegistry& r) {
     };
     r.add(std::move(s));
   }
+  register_layout_op(r);
+}
+
+void register_layout_op(OpRegistry& r) {
+  OpSchema s;
+  s.domain = kOasesDomain;
+  s.op_type = "Layout";
+  s.min_inputs = s.max_inputs = 1;
+  s.foldable = false;
+  s.view_of_input = 0;
+  s.doc = "identity fixing the layout of a value on a mesh (removed by the partitioner)";
+  s.infer = [](InferContext& c) {
+    c.set_output(0, c.dtype(0), c.shape(0));
+    return Status::ok();
+  };
+  s.grad = [](GradContext& c) {
+    AttrMap a;
+    a.set_string("mesh", c.attrs().get_string("mesh", ""));
+    a.set_ints("dims", c.attrs().get_ints("grad_dims"));
+    a.set_ints("grad_dims", c.attrs().get_ints("dims"));
+    c.add_grad(0, c.op("Layout", {c.grad_out(0)}, a, kOasesDomain));
+    return Status::ok();
+  };
+  s.shard = [](ShardContext& c) {
+    const AttrMap& a = c.node().attrs;
+    if (a.get_string("mesh", "") != c.mesh().to_string()) return shard_same_as_input(c, PartialPolicy::kAdditive);
+    std::vector<int64_t> dims = a.get_ints("dims");
+    if (dims.size() != c.in(0).rank()) return c.fail("layout of rank {} for a value of rank {}", dims.size(), c.in(0).rank());
+    ShardingSpec want = ShardingSpec::replicated(dims.size());
+    for (size_t d = 0; d < dims.size(); ++d) {
+      if (dims[d] >= c.mesh().num_axes()) return c.fail("mesh axis {} of a {}-axis mesh", dims[d], c.mesh().num_axes());
+      want.dims[d] = DimSpec{static_cast<int>(dims[d]), 1};
+    }
+    c.require(0, want);
+    c.set_out(0, want);
+    return Status::ok();
+  };
+  s.cost = [](const Graph&, const Node&) { return OpCost{}; };
+  r.add(std::move(s));
 }
 
 bool is_collective(const Node& n) {

@@ -1,0 +1,420 @@
+#include "planner/analysis.h"
+
+#include <algorithm>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "graph/op_registry.h"
+#include "planner/hybrid.h"
+#include "planner/propagation.h"
+
+namespace oases {
+
+double TensorRecord::local_elements(int64_t t, int64_t dpk) const {
+  double n = 1;
+  for (size_t d = 0; d < shape.size(); ++d) {
+    double x = static_cast<double>(shape[d]);
+    if (mark[d] == 'b') x /= static_cast<double>(dpk);
+    if (mark[d] == 't') x /= static_cast<double>(t);
+    n *= x;
+  }
+  return n;
+}
+
+Shape TensorRecord::local_shape(int64_t t, int64_t dpk) const {
+  Shape s = shape;
+  for (size_t d = 0; d < s.size(); ++d) {
+    if (mark[d] == 'b') s[d] /= dpk;
+    if (mark[d] == 't') s[d] /= t;
+  }
+  return s;
+}
+
+namespace {
+
+std::string part_of_scope(const std::string& scope) {
+  if (scope == "embedding") return "embedding";
+  if (scope == "head" || scope == "final_norm" || scope == "loss") return "head";
+  if (scope.rfind("layer.", 0) != 0) return "";
+  size_t dot = scope.find('.', 6);
+  if (dot == std::string::npos) return "";
+  std::string rest = scope.substr(dot + 1);
+  if (rest.rfind("attn", 0) == 0) return scope.substr(0, dot) + ".attn";
+  if (rest.rfind("mlp", 0) == 0) return scope.substr(0, dot) + ".mlp";
+  return "";
+}
+
+TensorRecord record_of(const Graph& g, ValueId v, const ShardingSpec& s, int dp, int tp) {
+  TensorRecord r;
+  const Value& val = g.value(v);
+  r.dtype = val.dtype;
+  r.shape = val.shape;
+  r.mark.assign(val.shape.size(), '-');
+  for (size_t d = 0; d < s.dims.size() && d < r.mark.size(); ++d) {
+    if (s.dims[d].axis == dp && dp >= 0) r.mark[d] = 'b';
+    if (s.dims[d].axis == tp && tp >= 0) r.mark[d] = 't';
+  }
+  return r;
+}
+
+bool has_mark(const TensorRecord& r, char m) { return std::find(r.mark.begin(), r.mark.end(), m) != r.mark.end(); }
+
+std::string record_text(const TensorRecord& r) {
+  std::string s = dtype_name(r.dtype);
+  s += "[";
+  for (size_t d = 0; d < r.shape.size(); ++d) s += fmt::format("{}{}{}", d ? "," : "", r.shape[d], r.mark[d]);
+  return s + "]";
+}
+
+struct Reference {
+  ShardingResult sr;
+  Mesh mesh;
+  int dp = 0, tp = 1;
+};
+
+Expected<Reference> reference_split(const Graph& forward, const Graph& train, const std::vector<ValueId>& params, int64_t tp, bool seqpar) {
+  StrategyOptions so;
+  so.tp = tp;
+  so.dp = 1;
+  so.sequence_parallel = seqpar;
+  OASES_ASSIGN_OR_RETURN(Strategy st, megatron_strategy(forward, so));
+  Reference r;
+  r.mesh = st.mesh;
+  r.dp = st.mesh.axis("dp");
+  r.tp = st.mesh.axis("tp");
+  std::map<ValueId, ShardingSpec> seeds = st.specs;
+  for (ValueId v : train.inputs()) {
+    const Value& val = train.value(v);
+    if (val.shape.empty()) continue;
+    seeds[v] = ShardingSpec::replicated(val.shape.size()).with_dim(0, r.dp);
+  }
+  std::map<size_t, ShardingSpec> outs;
+  const auto& o = train.outputs();
+  for (size_t k = 0; k < o.size(); ++k) {
+    outs[k] = ShardingSpec::replicated(train.value(o[k]).shape.size());
+    if (k >= 1 && k - 1 < params.size()) {
+      auto it = st.specs.find(params[k - 1]);
+      if (it != st.specs.end()) outs[k] = it->second;
+    }
+  }
+  OASES_ASSIGN_OR_RETURN(r.sr, propagate_sharding(train, st.mesh, seeds, outs, st.pins));
+  return r;
+}
+
+// Part index of every node of the training graph (-1: none).
+std::vector<int> assign_parts(const Graph& train, const std::vector<NodeId>& order, const std::map<std::string, int>& index) {
+  std::vector<int> part(static_cast<size_t>(train.max_node_id()), -1);
+  auto fwd = [](const Node& n) { return n.phase == Node::Phase::kForward || n.phase == Node::Phase::kLoss; };
+  for (NodeId id : order) {
+    const Node& n = train.node(id);
+    std::string p = part_of_scope(n.scope);
+    int pi = -1;
+    auto it = index.find(p);
+    if (it != index.end()) pi = it->second;
+    if (pi < 0 && !fwd(n) && n.origin != kNoId && train.alive(n.origin)) pi = part[static_cast<size_t>(n.origin)];
+    if (pi < 0) {
+      for (ValueId v : n.inputs) {
+        if (v == kNoId) continue;
+        NodeId pr = train.value(v).producer;
+        if (pr != kNoId && (fwd(train.node(pr)) == fwd(n))) pi = std::max(pi, part[static_cast<size_t>(pr)]);
+      }
+    }
+    part[static_cast<size_t>(id)] = pi;
+  }
+  // what reads only weights and constants (a transposed weight): its first reader's part
+  for (auto it = order.rbegin(); it != order.rend(); ++it) {
+    if (part[static_cast<size_t>(*it)] >= 0) continue;
+    const Node& n = train.node(*it);
+    int best = -1;
+    for (ValueId o : n.outputs) {
+      if (o == kNoId) continue;
+      for (const Use& u : train.uses(o)) {
+        int q = part[static_cast<size_t>(u.node)];
+        if (q >= 0 && (best < 0 || q < best)) best = q;
+      }
+    }
+    part[static_cast<size_t>(*it)] = best;
+  }
+  return part;
+}
+
+bool is_norm_node(const Node& n) {
+  return (n.op_type == "LayerNormalization" && is_default_domain(n.domain)) || (n.op_type == "RMSNormalization" && n.domain == kOasesDomain);
+}
+
+Expected<std::vector<PartRecords>> records_under(const Graph& forward, const Graph& train, const std::vector<ValueId>& params,
+                                                 const ModelStructure& ms, const std::vector<std::string>& parts,
+                                                 const std::map<std::string, int>& index, const Reference& ref) {
+  const OpRegistry& reg = OpRegistry::global();
+  OASES_ASSIGN_OR_RETURN(std::vector<NodeId> order, train.topo_order());
+  std::vector<int> part = assign_parts(train, order, index);
+  std::vector<PartRecords> out(parts.size());
+  const auto& specs = ref.sr.specs;
+  auto spec_of = [&](ValueId v) -> const ShardingSpec& { return specs[static_cast<size_t>(v)]; };
+  auto fwd = [](const Node& n) { return n.phase == Node::Phase::kForward || n.phase == Node::Phase::kLoss; };
+  // activations: values that depend on a graph input
+  std::vector<char> act(train.num_values(), 0);
+  for (ValueId v : train.inputs()) act[static_cast<size_t>(v)] = 1;
+  for (NodeId id : order) {
+    const Node& n = train.node(id);
+    bool a = false;
+    for (ValueId v : n.inputs) a |= v != kNoId && act[static_cast<size_t>(v)];
+    for (ValueId o : n.outputs) {
+      if (o != kNoId) act[static_cast<size_t>(o)] = a;
+    }
+  }
+  for (NodeId id : order) {
+    const Node& n = train.node(id);
+    int p = part[static_cast<size_t>(id)];
+    if (p < 0) continue;
+    const OpSchema* s = reg.find(n.domain, n.op_type);
+    OpCost c = s && s->cost ? s->cost(train, n) : OpCost{};
+    if (is_free_op(n, c)) continue;
+    NodeRecord r;
+    r.op = node_op_name(n);
+    // products differ by which operand is transposed (the profile key says it)
+    if (n.attrs.has("transA") || n.attrs.has("transB") || n.attrs.has("trans_a") || n.attrs.has("trans_b")) {
+      r.op += fmt::format("|t{}{}", n.attrs.get_int("transA", n.attrs.get_int("trans_a", 0)), n.attrs.get_int("transB", n.attrs.get_int("trans_b", 0)));
+    }
+    for (ValueId v : n.inputs) {
+      if (v == kNoId) continue;
+      r.inputs.push_back(record_of(train, v, spec_of(v), ref.dp, ref.tp));
+    }
+    for (ValueId v : n.outputs) {
+      if (v == kNoId) continue;
+      r.outputs.push_back(record_of(train, v, spec_of(v), ref.dp, ref.tp));
+      if (spec_of(v).is_partial(ref.tp)) r.uses_tp = true;
+      if (spec_of(v).is_partial(ref.dp)) r.batch = true;
+    }
+    for (const auto* side : {&r.inputs, &r.outputs}) {
+      for (const TensorRecord& t : *side) {
+        r.batch |= has_mark(t, 'b');
+        r.uses_tp |= has_mark(t, 't');
+      }
+    }
+    r.flops = c.flops;
+    r.bytes = c.bytes;
+    r.phase = fwd(n) ? NodeRecord::Phase::kForward : NodeRecord::Phase::kBackward;
+    out[static_cast<size_t>(p)].nodes.push_back(std::move(r));
+  }
+  // collectives: the conversions, as the partitioner makes them
+  for (const Conversion& cv : ref.sr.conversions) {
+    NodeId at = cv.consumer != kNoId ? cv.consumer : train.value(cv.value).producer;
+    int p = at != kNoId ? part[static_cast<size_t>(at)] : -1;
+    if (p < 0) continue;
+    NodeRecord::Phase ph = (at != kNoId && fwd(train.node(at))) ? NodeRecord::Phase::kForward : NodeRecord::Phase::kBackward;
+    if (cv.consumer == kNoId && cv.slot >= 0) ph = NodeRecord::Phase::kBackward;  // gradients leaving as outputs
+    ShardingSpec cur = cv.from;
+    for (int a : {ref.dp, ref.tp}) {
+      if (a < 0 || !cur.is_partial(a) || cv.to.is_partial(a)) continue;
+      int e = cv.to.dim_of_axis(a);
+      CommRecord cr;
+      cr.over_dp = a == ref.dp;
+      cr.phase = ph;
+      cr.kind = (e >= 0 && cur.dims[static_cast<size_t>(e)].axis < 0) ? CollectiveKind::kReduceScatter : CollectiveKind::kAllReduce;
+      cr.tensor = record_of(train, cv.value, cur.without_partial(), ref.dp, ref.tp);
+      cr.batch = has_mark(cr.tensor, 'b');
+      out[static_cast<size_t>(p)].comms.push_back(cr);
+      cur = cur.with_partial(a, false);
+      if (cr.kind == CollectiveKind::kReduceScatter) cur = cur.with_dim(static_cast<size_t>(e), a);
+    }
+    for (int a : {ref.dp, ref.tp}) {
+      if (a < 0) continue;
+      int d = cur.dim_of_axis(a), e = cv.to.dim_of_axis(a);
+      if (d < 0 || e == d) continue;
+      CommRecord cr;
+      cr.over_dp = a == ref.dp;
+      cr.phase = ph;
+      cr.kind = e >= 0 ? CollectiveKind::kAllToAll : CollectiveKind::kAllGather;
+      cr.tensor = record_of(train, cv.value, cur.with_dim(static_cast<size_t>(d), -1), ref.dp, ref.tp);
+      cr.batch = has_mark(cr.tensor, 'b');
+      out[static_cast<size_t>(p)].comms.push_back(cr);
+      cur = cur.with_dim(static_cast<size_t>(d), -1);
+    }
+  }
+  // the vocabulary-parallel loss reduces its row statistics over tp: max, sum, target (forward),
+  // max and sum again (backward)
+  for (NodeId id : order) {
+    const Node& n = train.node(id);
+    int p = part[static_cast<size_t>(id)];
+    if (p < 0) continue;
+    bool loss = is_default_domain(n.domain) && (n.op_type == "SoftmaxCrossEntropyLoss" || n.op_type == "NegativeLogLikelihoodLoss");
+    bool grad = n.domain == kOasesDomain && (n.op_type == "SoftmaxCrossEntropyGrad" || n.op_type == "NLLLossGrad");
+    if (!loss && !grad) continue;
+    ValueId scores = n.inputs[loss ? 0 : 1], labels = n.inputs[loss ? 1 : 2];
+    if (spec_of(scores).dims.size() < 2 || spec_of(scores).dims[1].axis != ref.tp || ref.tp < 0) continue;
+    bool nll = n.op_type == "NegativeLogLikelihoodLoss" || n.op_type == "NLLLossGrad";
+    int count = loss ? (nll ? 1 : 3) : (nll ? 0 : 2);
+    for (int i = 0; i < count; ++i) {
+      CommRecord cr;
+      cr.phase = loss ? NodeRecord::Phase::kForward : NodeRecord::Phase::kBackward;
+      cr.tensor = record_of(train, labels, spec_of(labels), ref.dp, ref.tp);
+      cr.tensor.dtype = train.value(scores).dtype;
+      cr.batch = has_mark(cr.tensor, 'b');
+      out[static_cast<size_t>(p)].comms.push_back(cr);
+    }
+  }
+  // weights, saved activations, entries
+  for (ValueId w : params) {
+    int p = -1;
+    for (const Use& u : train.uses(w)) {
+      int q = part[static_cast<size_t>(u.node)];
+      if (q >= 0 && fwd(train.node(u.node)) && (p < 0 || q < p)) p = q;
+    }
+    if (p < 0) continue;
+    double n = static_cast<double>(train.value(w).numel());
+    out[static_cast<size_t>(p)].param_elements += n;
+    if (!spec_of(w).is_replicated()) out[static_cast<size_t>(p)].split_param_elements += n;
+  }
+  for (NodeId id : order) {
+    const Node& n = train.node(id);
+    int p = part[static_cast<size_t>(id)];
+    if (p < 0 || !fwd(n)) continue;
+    for (ValueId o : n.outputs) {
+      if (o == kNoId || !act[static_cast<size_t>(o)]) continue;
+      bool read_back = false;
+      for (const Use& u : train.uses(o)) read_back |= !fwd(train.node(u.node));
+      if (read_back) out[static_cast<size_t>(p)].saved.push_back(record_of(train, o, spec_of(o), ref.dp, ref.tp));
+    }
+    if (is_norm_node(n) && act[static_cast<size_t>(n.inputs[0])]) {
+      out[static_cast<size_t>(p)].kept_comm_opt.push_back(record_of(train, n.inputs[0], spec_of(n.inputs[0]), ref.dp, ref.tp));
+    }
+  }
+  for (const Conversion& cv : ref.sr.conversions) {
+    NodeId at = cv.consumer != kNoId ? cv.consumer : train.value(cv.value).producer;
+    if (at == kNoId || !fwd(train.node(at)) || !act[static_cast<size_t>(cv.value)]) continue;
+    int p = part[static_cast<size_t>(at)];
+    if (p >= 0 && cv.from.is_partial(ref.tp)) out[static_cast<size_t>(p)].kept_comm_opt.push_back(record_of(train, cv.value, cv.to, ref.dp, ref.tp));
+  }
+  // the value entering each part
+  for (size_t i = 0; i < parts.size(); ++i) {
+    ValueId e = kNoId;
+    const std::string& pn = parts[i];
+    if (pn == "embedding") {
+      for (const EmbeddingInfo& em : ms.embeddings) {
+        if (em.role == "token") e = forward.node(em.gather).outputs[0];
+      }
+    } else if (pn == "head") {
+      e = !ms.final_norms.empty() ? forward.node(ms.final_norms[0].node).inputs[0] : forward.node(ms.head.matmul).inputs[0];
+    } else {
+      size_t d1 = pn.find('.', 6);
+      int b = std::atoi(pn.substr(6, d1 - 6).c_str());
+      std::string sub = pn.substr(d1 + 1);
+      for (const BlockInfo& bi : ms.blocks) {
+        if (bi.index != b) continue;
+        for (const NormInfo& nrm : bi.norms) {
+          if (nrm.feeds == sub) e = forward.node(nrm.node).inputs[0];
+        }
+        if (e == kNoId) {
+          const LinearInfo& l = sub == "attn" ? bi.attn.qkv.at(0) : bi.mlp.up.at(0);
+          e = forward.node(l.matmul).inputs[0];
+        }
+      }
+    }
+    if (e != kNoId && static_cast<size_t>(e) < train.num_values()) out[i].entry = record_of(train, e, spec_of(e), ref.dp, ref.tp);
+  }
+  for (PartRecords& pr : out) {
+    std::string sig;
+    for (const NodeRecord& r : pr.nodes) {
+      sig += r.op + (r.phase == NodeRecord::Phase::kForward ? "f" : "b");
+      for (const TensorRecord& t : r.inputs) sig += record_text(t);
+      sig += ">";
+      for (const TensorRecord& t : r.outputs) sig += record_text(t);
+      sig += ";";
+    }
+    for (const CommRecord& c : pr.comms) sig += fmt::format("{}{}{}{};", collective_name(c.kind), c.over_dp, static_cast<int>(c.phase), record_text(c.tensor));
+    sig += fmt::format("p{}/{};e{}", pr.param_elements, pr.split_param_elements, record_text(pr.entry));
+    for (const TensorRecord& t : pr.saved) sig += record_text(t);
+    for (const TensorRecord& t : pr.kept_comm_opt) sig += record_text(t);
+    pr.signature = fmt::format("{:016x}", std::hash<std::string>{}(sig));
+  }
+  return out;
+}
+
+}  // namespace
+
+Expected<ModelAnalysis> analyze_model(const Graph& forward, const Graph& train, const std::vector<ValueId>& params, int64_t ranks) {
+  ModelAnalysis a;
+  ModelStructure ms = find_transformer_structure(forward);
+  a.parts = model_parts(ms);
+  if (a.parts.empty()) return Status::error("no transformer parts recognised: nothing for the planner to split");
+  for (size_t i = 0; i < a.parts.size(); ++i) a.part_index[a.parts[i]] = static_cast<int>(i);
+  a.hidden = ms.hidden;
+  a.vocab = ms.vocab;
+  a.tied_head = ms.tied_head;
+  for (ValueId v : train.inputs()) {
+    const Value& val = train.value(v);
+    if (is_integer(val.dtype) && val.shape.size() == 2 && a.batch == 0) {
+      a.batch = val.shape[0];
+      a.seq = val.shape[1];
+    }
+  }
+  for (int64_t t = 1; t <= ranks; ++t) {
+    if (ranks % t != 0) continue;
+    if (t == 1) {
+      a.tp_candidates.push_back(1);
+      continue;
+    }
+    StrategyOptions so;
+    so.tp = t;
+    so.dp = 1;
+    if (megatron_strategy(forward, so)) a.tp_candidates.push_back(t);
+  }
+  bool pow2 = (ranks & (ranks - 1)) == 0;
+  if (!pow2 || ranks > 128) {
+    a.mixed_ok = false;
+    a.mixed_why = pow2 ? "more than 128 ranks" : fmt::format("{} ranks is not a power of two", ranks);
+  } else if (a.parts.front() != "embedding" || a.parts.back() != "head") {
+    a.mixed_ok = false;
+    a.mixed_why = "no recognised token embedding and LM head";
+  } else if (Status st = hybrid_inputs_supported(forward); !st.is_ok()) {
+    a.mixed_ok = false;
+    a.mixed_why = st.message();
+  } else {
+    for (const BlockInfo& b : ms.blocks) {
+      for (const char* sub : {"attn", "mlp"}) {
+        bool has = std::string(sub) == "attn" ? b.has_attn : b.has_mlp;
+        bool norm = false;
+        for (const NormInfo& nrm : b.norms) norm |= nrm.feeds == sub;
+        if (has && !norm) {
+          a.mixed_ok = false;
+          a.mixed_why = fmt::format("block {} has no norm before its {}", b.index, sub);
+        }
+      }
+    }
+  }
+  int64_t ref = 1;
+  for (int64_t t : a.tp_candidates) {
+    if (t > 1) {
+      ref = t;
+      break;
+    }
+  }
+  a.reference_tp = ref > 1 ? ref : 0;
+  OASES_ASSIGN_OR_RETURN(Reference plain, reference_split(forward, train, params, ref, false));
+  OASES_ASSIGN_OR_RETURN(a.plain, records_under(forward, train, params, ms, a.parts, a.part_index, plain));
+  if (ref > 1) {
+    auto sp = reference_split(forward, train, params, ref, true);
+    if (sp) {
+      auto recs = records_under(forward, train, params, ms, a.parts, a.part_index, *sp);
+      if (recs) a.seqpar = std::move(*recs);
+    }
+  }
+  std::set<std::string> ops;
+  for (const PartRecords& p : a.plain) {
+    for (const NodeRecord& r : p.nodes) ops.insert(r.op.substr(0, r.op.find('|')));
+  }
+  a.ops.assign(ops.begin(), ops.end());
+  return a;
+}
+
+std::vector<std::string> uncovered_ops(const ModelAnalysis& a, const OpTimeModel& m) {
+  std::vector<std::string> out;
+  for (const std::string& op : a.ops) {
+    if (!m.covers(op)) out.push_back(op);
+  }
+  return out;
+}
+
+}  // namespace oases

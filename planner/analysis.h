@@ -1,0 +1,85 @@
+// What the cost model knows about a model: its training graph read once, node by node, under
+// Megatron's split at a reference tp degree (sharding propagation over a {dp: 1, tp: R} mesh), so
+// that for any layout of a part (tp degree t, dp = N/t, K micro-batch chunks, with or without
+// sequence parallelism) every node's local shapes, work and profile key follow by division: dims
+// split over dp are batch dims (divided by dp·K), dims split over tp are divided by t. The
+// collectives Megatron's split inserts come from the same propagation (its conversions), the
+// vocabulary-parallel loss adds its own small all-reduces.
+//
+// Parts are the chain the search walks: embedding, layer.i.attn, layer.i.mlp, ..., head.
+// Nodes without a scope belong to the part of their producers (forward) or of their origin
+// (backward); weight-only nodes to their first reader's part.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "graph/blocks.h"
+#include "graph/graph.h"
+#include "planner/device.h"
+#include "planner/profile.h"
+#include "planner/strategy.h"
+
+namespace oases {
+
+// A tensor of a node, with the role of each dim under the reference split.
+struct TensorRecord {
+  DType dtype = DType::kF32;
+  Shape shape;                  // global
+  std::vector<char> mark;       // per dim: 'b' batch (over dp), 't' tp, '-' whole
+  double local_elements(int64_t t, int64_t dpk) const;
+  Shape local_shape(int64_t t, int64_t dpk) const;
+};
+
+struct NodeRecord {
+  std::string op;
+  std::vector<TensorRecord> inputs, outputs;
+  double flops = 0, bytes = 0;  // global, one execution over the whole batch
+  bool batch = false;           // works on batch rows: runs once per chunk on B/(dp·K) rows
+  bool uses_tp = false;         // its work is split over tp
+  enum class Phase { kForward, kBackward } phase = Phase::kForward;
+};
+
+struct CommRecord {
+  CollectiveKind kind = CollectiveKind::kAllReduce;
+  TensorRecord tensor;         // the whole tensor the collective moves (global shape)
+  bool over_dp = false;        // a data-parallel reduction (gradients), else over tp
+  bool batch = false;          // per chunk
+  NodeRecord::Phase phase = NodeRecord::Phase::kForward;
+};
+
+// One part's records under one reference split (with or without sequence parallelism).
+struct PartRecords {
+  std::vector<NodeRecord> nodes;
+  std::vector<CommRecord> comms;
+  double param_elements = 0;        // global elements of the part's trainable weights
+  double split_param_elements = 0;  // of which split over tp
+  // bytes per batch row (global, /dp·K for a chunk on a rank): forward values backward reads; the
+  // part's entry; collective outputs and norm inputs (what comm-optimised checkpointing keeps)
+  TensorRecord entry;               // the [B, T, C] value entering the part
+  std::vector<TensorRecord> saved, kept_comm_opt;
+  std::string signature;            // equal for parts of identical shape and split
+};
+
+struct ModelAnalysis {
+  std::vector<std::string> parts;       // chain order
+  std::vector<PartRecords> plain, seqpar;  // per part; seqpar empty when sequence parallelism is impossible
+  int64_t batch = 0, seq = 0, hidden = 0, vocab = 0;
+  int64_t reference_tp = 0;             // 0: no tp degree > 1 divides the model
+  bool tied_head = false;
+  bool mixed_ok = true;                 // parts may take different layouts (else one for all)
+  std::string mixed_why;                // why not
+  std::vector<int64_t> tp_candidates;   // degrees dividing heads, kv heads, MLP width and vocabulary
+  std::map<std::string, int> part_index;
+  std::vector<std::string> ops;         // op types with work (what a profile must cover)
+};
+
+// `train`: the training graph (loss + backward, K = 1) made from `forward`; `ranks` bounds the
+// degrees. Reads shapes only.
+Expected<ModelAnalysis> analyze_model(const Graph& forward, const Graph& train, const std::vector<ValueId>& params, int64_t ranks);
+
+// Which op types of the model the profile has no samples of (empty: covered).
+std::vector<std::string> uncovered_ops(const ModelAnalysis& a, const OpTimeModel& m);
+
+}  // namespace oases

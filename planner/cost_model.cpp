@@ -1,0 +1,221 @@
+#include "planner/cost_model.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include <fmt/format.h>
+
+namespace oases {
+
+std::string Layout::to_string() const { return fmt::format("tp{}{}", tp, sp ? "+sp" : ""); }
+
+std::string describe_bytes(double b) {
+  if (b >= 1024.0 * 1024 * 1024) return fmt::format("{:.2f} GiB", b / (1024.0 * 1024 * 1024));
+  if (b >= 1024.0 * 1024) return fmt::format("{:.1f} MiB", b / (1024.0 * 1024));
+  return fmt::format("{:.1f} KiB", b / 1024.0);
+}
+
+CostModel::CostModel(const ModelAnalysis& a, const ClusterSpec& cluster, const OpTimeModel& ops) : a_(a), cluster_(cluster), ops_(ops) {}
+
+const PartRecords* CostModel::records(int i, bool sp) const {
+  if (sp) return a_.seqpar.empty() ? nullptr : &a_.seqpar[static_cast<size_t>(i)];
+  return &a_.plain[static_cast<size_t>(i)];
+}
+
+std::vector<Layout> CostModel::layouts(int part, int64_t chunks) const {
+  std::vector<Layout> out;
+  int64_t n = ranks();
+  for (int64_t t : a_.tp_candidates) {
+    int64_t d = n / t;
+    if (a_.batch % (d * chunks) != 0) continue;
+    out.push_back(Layout{t, false});
+    if (t > 1 && !a_.seqpar.empty() && a_.seq % t == 0) out.push_back(Layout{t, true});
+  }
+  (void)part;
+  return out;
+}
+
+double CostModel::collective(CollectiveKind k, double bytes, int64_t n, int64_t stride) const {
+  if (n <= 1) return 0;
+  std::vector<int64_t> members;
+  for (int64_t i = 0; i < n; ++i) members.push_back(i * stride);
+  return cluster_.collective_seconds(k, bytes, members);
+}
+
+const PartCost& CostModel::part(int i, const Layout& l, int64_t chunks) {
+  const PartRecords* recs = records(i, l.sp);
+  auto key = std::make_tuple(recs ? recs->signature : "none:" + std::to_string(i), l.tp, l.sp, chunks);
+  auto it = cache_.find(key);
+  if (it != cache_.end()) return it->second;
+  PartCost pc;
+  const std::string& name = a_.parts[static_cast<size_t>(i)];
+  pc.block = name.rfind("layer.", 0) == 0;
+  pc.block_start = pc.block && name.size() > 5 && name.compare(name.size() - 5, 5, ".attn") == 0;
+  if (!recs) {
+    pc.feasible = false;
+    pc.why = "sequence parallelism is not possible for this model";
+    return cache_.emplace(key, pc).first->second;
+  }
+  int64_t t = l.tp, d = ranks() / l.tp, dpk = d * chunks;
+  auto divides = [&](const TensorRecord& r, int64_t b) {
+    for (size_t k = 0; k < r.shape.size(); ++k) {
+      if (r.mark[k] == 'b' && r.shape[k] % b != 0) return false;
+      if (r.mark[k] == 't' && r.shape[k] % t != 0) return false;
+    }
+    return true;
+  };
+  for (const NodeRecord& r : recs->nodes) {
+    int64_t b = r.batch ? dpk : 1;
+    bool ok = true;
+    std::vector<std::pair<DType, Shape>> in, out;
+    for (const TensorRecord& x : r.inputs) {
+      ok &= divides(x, b);
+      in.push_back({x.dtype, x.local_shape(t, b)});
+    }
+    for (const TensorRecord& x : r.outputs) {
+      ok &= divides(x, b);
+      out.push_back({x.dtype, x.local_shape(t, b)});
+    }
+    if (!ok) {
+      pc.feasible = false;
+      pc.why = fmt::format("{} does not divide into tp {} x dp {} x {} chunks", r.op, t, d, chunks);
+      break;
+    }
+    size_t bar = r.op.find('|');
+    std::string op = r.op.substr(0, bar);
+    std::string k = op_key(op, in, out);
+    if (bar != std::string::npos) k += " " + r.op.substr(bar + 1);
+    double f = static_cast<double>(b) * (r.uses_tp ? static_cast<double>(t) : 1.0);
+    double s = ops_.seconds(op, k, r.flops / f, r.bytes / f);
+    bool fwd = r.phase == NodeRecord::Phase::kForward;
+    if (r.batch) {
+      (fwd ? pc.fwd_chunk : pc.bwd_chunk) += s;
+    } else {
+      (fwd ? pc.fwd_once : pc.bwd_once) += s;
+    }
+  }
+  for (const CommRecord& c : recs->comms) {
+    int64_t n = c.over_dp ? d : t, stride = c.over_dp ? t : 1;
+    if (n <= 1) continue;
+    double bytes = c.tensor.local_elements(t, c.batch ? dpk : 1) * static_cast<double>(dtype_size(c.tensor.dtype));
+    double s = collective(c.kind, bytes, n, stride);
+    if (c.batch) {
+      if (c.phase == NodeRecord::Phase::kForward) {
+        pc.comm_fwd_chunk += s;
+        ++pc.collectives_fwd;
+      } else {
+        pc.comm_bwd_chunk += s;
+        ++pc.collectives_bwd;
+      }
+    } else {
+      pc.comm_dp += s;
+    }
+  }
+  pc.param_bytes = 4.0 * (recs->split_param_elements / static_cast<double>(t) + (recs->param_elements - recs->split_param_elements));
+  auto bytes_of = [&](const TensorRecord& r) { return r.local_elements(t, dpk) * static_cast<double>(dtype_size(r.dtype)); };
+  for (const TensorRecord& r : recs->saved) pc.saved_plain_chunk += bytes_of(r);
+  if (!recs->entry.shape.empty()) pc.saved_entry_chunk = bytes_of(recs->entry);
+  for (const TensorRecord& r : recs->kept_comm_opt) pc.saved_commopt_chunk += bytes_of(r);
+  if (pc.block_start) pc.saved_commopt_chunk = std::max(pc.saved_commopt_chunk, pc.saved_entry_chunk);
+  return cache_.emplace(key, pc).first->second;
+}
+
+double CostModel::reshard_seconds(int i, const Layout& from, const Layout& to, int64_t chunks) {
+  if (from == to) return 0;
+  const TensorRecord& e = a_.plain[static_cast<size_t>(i)].entry;
+  if (e.shape.empty()) return 0;
+  int64_t n = ranks();
+  int64_t da = n / from.tp, db = n / to.tp;
+  double es = static_cast<double>(dtype_size(e.dtype));
+  double whole_row = 1;  // elements of one batch row
+  for (size_t k = 0; k < e.shape.size(); ++k) {
+    if (e.mark[k] != 'b') whole_row *= static_cast<double>(e.shape[k]);
+  }
+  double rows = static_cast<double>(e.shape.empty() ? 1 : e.shape[0]) / static_cast<double>(chunks);
+  double s = 0;
+  // the sequence gathered out of a sequence-parallel layout (forward), or into one (backward)
+  if (from.sp) s += collective(CollectiveKind::kAllGather, rows / static_cast<double>(da) * whole_row * es, from.tp, 1);
+  if (to.sp) s += collective(CollectiveKind::kAllGather, rows / static_cast<double>(db) * whole_row * es, to.tp, 1);
+  // the batch: gathered over the minor dp axes where the next part has fewer dp ranks (forward), or
+  // where the previous one has (backward); a slice costs nothing
+  if (da > db) s += collective(CollectiveKind::kAllGather, rows / static_cast<double>(db) * whole_row * es, da / db, from.tp);
+  if (db > da) s += collective(CollectiveKind::kAllGather, rows / static_cast<double>(da) * whole_row * es, db / da, to.tp);
+  return s;
+}
+
+PartTime CostModel::part_time(int i, const Layout& prev, const Layout& cur, const ScheduleOptions& s, int64_t chunks) {
+  const PartCost& pc = part(i, cur, chunks);
+  PartTime pt;
+  if (!pc.feasible) {
+    pt.compute = 1e30;
+    return pt;
+  }
+  double K = static_cast<double>(chunks);
+  double r = i > 0 ? reshard_seconds(i, prev, cur, chunks) : 0;
+  double rf = r / 2, rb = r / 2;
+  bool recompute = s.checkpoint != CheckpointMode::kNone && pc.block;
+  double rc = recompute ? pc.fwd_chunk : 0;
+  double rcomm = recompute && s.checkpoint == CheckpointMode::kBlock ? pc.comm_fwd_chunk : 0;
+  pt.compute = K * (pc.fwd_chunk + rc + pc.bwd_chunk) + pc.fwd_once + pc.bwd_once;
+  double cf = K * (pc.comm_fwd_chunk + rf), cb = K * (pc.comm_bwd_chunk + rcomm + rb);
+  pt.comm = cf + cb + pc.comm_dp;
+  if (s.interleave && chunks > 1) {
+    // one chunk's collective under the next chunk's compute, across parts without draining
+    pt.exposed = std::max(0.0, cf - K * pc.fwd_chunk) + std::max(0.0, cb + pc.comm_dp - K * (pc.bwd_chunk + rc));
+  } else {
+    // the result is read right away; the gradient reduction hides behind the next part's backward
+    pt.exposed = cf + cb + std::max(0.0, pc.comm_dp - K * pc.bwd_chunk);
+  }
+  return pt;
+}
+
+double CostModel::part_memory(int i, const Layout& l, const ScheduleOptions& s, int64_t chunks) {
+  const PartCost& pc = part(i, l, chunks);
+  double K = static_cast<double>(chunks);
+  double saved = K * pc.saved_plain_chunk;
+  if (pc.block && s.checkpoint == CheckpointMode::kBlock) saved = pc.block_start ? K * pc.saved_entry_chunk : 0;
+  if (pc.block && s.checkpoint == CheckpointMode::kCommOptimized) saved = K * pc.saved_commopt_chunk;
+  // weights, gradients and AdamW's two moments
+  return 4.0 * pc.param_bytes + saved;
+}
+
+double CostModel::part_transient(int i, const Layout& l, const ScheduleOptions& s, int64_t chunks) {
+  const PartCost& pc = part(i, l, chunks);
+  if (!pc.block || s.checkpoint == CheckpointMode::kNone) return 0;
+  double active = s.interleave ? static_cast<double>(std::min<int64_t>(chunks, 2)) : 1.0;
+  return active * pc.saved_plain_chunk;
+}
+
+double CostModel::part_objective(int i, const Layout& prev, const Layout& cur, const ScheduleOptions& s, int64_t chunks) {
+  PartTime pt = part_time(i, prev, cur, s, chunks);
+  return pt.total() + ops_.optimizer_seconds(part(i, cur, chunks).param_bytes);
+}
+
+double CostModel::optimizer_seconds(const PlanChoice& p) {
+  double bytes = 0;
+  for (int i = 0; i < num_parts(); ++i) bytes += part(i, p.layouts[static_cast<size_t>(i)], p.chunks).param_bytes;
+  return ops_.optimizer_seconds(bytes);
+}
+
+PlanEstimate CostModel::estimate(const PlanChoice& p) {
+  PlanEstimate e;
+  auto so = schedule_by_name(p.schedule);
+  ScheduleOptions s = so ? *so : ScheduleOptions{};
+  for (int i = 0; i < num_parts(); ++i) {
+    const Layout& cur = p.layouts[static_cast<size_t>(i)];
+    const Layout& prev = i > 0 ? p.layouts[static_cast<size_t>(i - 1)] : cur;
+    PartTime pt = part_time(i, prev, cur, s, p.chunks);
+    e.compute_s += pt.compute;
+    e.comm_s += pt.comm;
+    e.exposed_s += pt.exposed;
+    e.static_bytes += 4.0 * part(i, cur, p.chunks).param_bytes;
+    e.saved_bytes += part_memory(i, cur, s, p.chunks) - 4.0 * part(i, cur, p.chunks).param_bytes;
+    e.transient_bytes = std::max(e.transient_bytes, part_transient(i, cur, s, p.chunks));
+  }
+  e.optimizer_s = optimizer_seconds(p);
+  e.step_s = e.compute_s + e.exposed_s + e.optimizer_s;
+  e.memory_bytes = e.static_bytes + e.saved_bytes + e.transient_bytes;
+  return e;
+}
+
+}  // namespace oases

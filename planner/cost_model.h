@@ -1,0 +1,115 @@
+// The planner's cost model: per part of the chain (embedding, each attention, each MLP, head) and
+// per layout (tp degree t, the other N/t ranks data-parallel, sequence parallelism on or off), with
+// K micro-batch chunks, the time and memory one rank spends, under each of the five schedules.
+//
+// Compute: every node of the part at its local shapes, timed by the op-time model (profile or
+// roofline). Communication: ring collectives by group size and link class (cluster file): the
+// tp collectives per chunk, the data-parallel gradient reduction once per step, and the batch
+// moving between parts of different layouts (an all-gather over the minor dp axes forward, its
+// reverse backward). Overlap, per part:
+//   plain, default_checkpoint, optim_comm_checkpoint (chunks one after another): a collective's
+//     result is read at once, so tp communication adds to compute;
+//   overlap_checkpoint, oases (chunks interleaved, across layers without draining): one chunk's
+//     collective flies while the next computes, so a part costs max(compute, communication) per
+//     pass;
+// recomputation: the checkpointed schedules redo each block's forward in backward, and
+// default/overlap_checkpoint also its forward collectives; a part's gradient all-reduce hides
+// behind the next part's backward, what it does not hide is exposed.
+// Memory per rank: weights, gradients and AdamW's two moments (16 bytes per local parameter),
+// the activations each schedule keeps for backward (plain: everything backward reads; default:
+// the block input; comm-optimised: block input, collective outputs and norm inputs), and the
+// largest working set of one part's recomputed backward.
+#pragma once
+
+#include <map>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "planner/analysis.h"
+#include "planner/device.h"
+#include "planner/profile.h"
+#include "planner/schedule.h"
+
+namespace oases {
+
+struct Layout {
+  int64_t tp = 1;
+  bool sp = false;
+  bool operator==(const Layout& o) const { return tp == o.tp && sp == o.sp; }
+  bool operator<(const Layout& o) const { return std::tie(tp, sp) < std::tie(o.tp, o.sp); }
+  std::string to_string() const;
+};
+
+// One part under one layout with K chunks, on one rank (seconds, bytes).
+struct PartCost {
+  bool feasible = true;
+  std::string why;
+  double fwd_chunk = 0, bwd_chunk = 0;        // compute per chunk
+  double fwd_once = 0, bwd_once = 0;          // compute done once per step (weights)
+  double comm_fwd_chunk = 0, comm_bwd_chunk = 0;  // tp collectives per chunk
+  double comm_dp = 0;                         // data-parallel gradient reduction per step
+  int collectives_fwd = 0, collectives_bwd = 0;  // per chunk
+  double param_bytes = 0;                     // local
+  double saved_plain_chunk = 0, saved_entry_chunk = 0, saved_commopt_chunk = 0;  // bytes per chunk
+  bool block = false;                         // a block part (attention or MLP), checkpointed by the schedules
+  bool block_start = false;                   // the attention part: owns the block input
+};
+
+struct PartTime {
+  double compute = 0, comm = 0, exposed = 0;  // exposed: communication the compute did not hide
+  double total() const { return compute + exposed; }
+};
+
+struct PlanChoice {
+  std::vector<Layout> layouts;  // per part, chain order
+  std::string schedule = "plain";
+  int64_t chunks = 1;
+};
+
+struct PlanEstimate {
+  double step_s = 0, compute_s = 0, comm_s = 0, exposed_s = 0, optimizer_s = 0;
+  double memory_bytes = 0;  // peak per rank
+  double static_bytes = 0, saved_bytes = 0, transient_bytes = 0;
+  double hidden_s() const { return comm_s - exposed_s; }
+};
+
+class CostModel {
+ public:
+  CostModel(const ModelAnalysis& a, const ClusterSpec& cluster, const OpTimeModel& ops);
+
+  const ModelAnalysis& analysis() const { return a_; }
+  const ClusterSpec& cluster() const { return cluster_; }
+  int64_t ranks() const { return cluster_.ranks(); }
+  int num_parts() const { return static_cast<int>(a_.parts.size()); }
+  // Layouts a part may take with K chunks (degree divides the model and the ranks, the batch
+  // divides into dp x K, sequence parallelism where the sequence divides).
+  std::vector<Layout> layouts(int part, int64_t chunks) const;
+  const PartCost& part(int i, const Layout& l, int64_t chunks);
+  // Moving the batch from one part's layout to the next: forward and backward, per chunk.
+  double reshard_seconds(int i, const Layout& from, const Layout& to, int64_t chunks);
+  // The chain cost of part i after a part laid out `prev` (the search minimises their sum).
+  PartTime part_time(int i, const Layout& prev, const Layout& cur, const ScheduleOptions& s, int64_t chunks);
+  // What the search adds up: the part's time and its share of the optimizer step.
+  double part_objective(int i, const Layout& prev, const Layout& cur, const ScheduleOptions& s, int64_t chunks);
+  double part_memory(int i, const Layout& l, const ScheduleOptions& s, int64_t chunks);      // kept to the end
+  double part_transient(int i, const Layout& l, const ScheduleOptions& s, int64_t chunks);   // while its backward runs
+  double optimizer_seconds(const PlanChoice& p);
+  PlanEstimate estimate(const PlanChoice& p);
+
+  // Seconds of a collective of `bytes` over the group of ranks {0, stride, 2 stride, ...} (size n).
+  double collective(CollectiveKind k, double bytes, int64_t n, int64_t stride) const;
+
+ private:
+  const ModelAnalysis& a_;
+  ClusterSpec cluster_;
+  const OpTimeModel& ops_;
+  std::map<std::tuple<std::string, int64_t, bool, int64_t>, PartCost> cache_;
+  std::map<std::tuple<std::string, int64_t, bool, int64_t>, double> node_cache_;
+  const PartRecords* records(int i, bool sp) const;
+};
+
+// "1.5 GiB", "320 MiB", "12 KiB"
+std::string describe_bytes(double bytes);
+
+}  // namespace oases

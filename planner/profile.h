@@ -1,0 +1,104 @@
+// Profiles: what oases-profile measured on a machine, and the op-time model the cost model and the
+// simulator read (profile lookups at the exact shapes, interpolation, or a roofline from a device).
+//
+// Profile file (JSON; times in microseconds, sizes in bytes, rates in GB/s and TFLOP/s):
+//   {"format": "oases-profile", "version": 1, "backend": "cpu",
+//    "units": {"time": "us", "size": "bytes", "bandwidth": "GB/s", "compute": "TFLOP/s"},
+//    "machine": {"host": ..., "cpu": ..., "cores": 2, "ranks": 4, "threads_per_rank": 1, ...},
+//    "device": {a device-table entry measured here: matrix-product and streaming rates},
+//    "ops": [{"op": "MatMul", "key": "MatMul f32[64x128] f32[128x256] -> f32[64x256]",
+//             "flops": ..., "bytes": ..., "us": 12.5, "samples": 5}],
+//    "collectives": [{"kind": "all_reduce", "group": 2, "bytes": 65536, "us": 40.1,
+//                     "link": "shared-memory" | "emulated bw=1,latency=50"}],
+//    "optimizer": {"kind": "adamw", "us_per_mib": ...},
+//    "model": {"path": ..., "batch": 8, "seq": 64, "ranks": 4, "degrees": [1, 2, 4], "chunks": [1, 2]}}
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "graph/graph.h"
+#include "graph/op_registry.h"
+#include "planner/device.h"
+
+namespace oases {
+
+struct OpSample {
+  std::string op;   // "MatMul", "oases.AttentionGrad", ...
+  std::string key;  // op and input/output shapes: an exact match for a node
+  double flops = 0, bytes = 0;
+  double us = 0;
+  int samples = 1;
+};
+
+struct CollectiveSample {
+  CollectiveKind kind = CollectiveKind::kAllReduce;
+  int64_t group = 2;
+  double bytes = 0;
+  double us = 0;
+  std::string link;  // "shared-memory" or "emulated ..."
+};
+
+struct Profile {
+  std::string backend = "cpu";
+  nlohmann::json machine = nlohmann::json::object();
+  DeviceSpec device;  // measured rates (roofline for ops the samples do not cover)
+  bool has_device = false;
+  std::vector<OpSample> ops;
+  std::vector<CollectiveSample> collectives;
+  double optimizer_us_per_mib = 0;  // AdamW update per MiB of parameters
+  int64_t ranks = 1;                // ranks that shared the cores while ops were timed
+  int threads_per_rank = 1;
+  nlohmann::json model;             // what --model profiled, if anything
+
+  nlohmann::json to_json() const;
+};
+
+Expected<Profile> load_profile(const std::string& path);
+Expected<Profile> profile_from_json(const nlohmann::json& j, const std::string& where);
+
+// "MatMul f32[64x128] f32[128x256] -> f32[64x256]": the op with its inputs' and outputs' dtypes and
+// shapes (the key of a profiled node).
+std::string op_key(const std::string& op, const std::vector<std::pair<DType, Shape>>& inputs,
+                   const std::vector<std::pair<DType, Shape>>& outputs);
+std::string node_op_name(const Node& n);  // "MatMul", "oases.Attention"
+std::string node_key(const Graph& g, const Node& n);
+
+// Ops that move no data and compute nothing (views, shape bookkeeping): never timed.
+bool is_free_op(const Node& n, const OpCost& c);
+
+// Time of one op execution: the profile's sample at the exact key; else interpolated over the
+// profile's samples of the same op by work (FLOPs for products and attention, bytes otherwise); else
+// a roofline on the device (the profile's measured one, or the cluster's). `scale` multiplies
+// what comes from a profile (ranks sharing cores differently than when it was measured).
+class OpTimeModel {
+ public:
+  OpTimeModel() = default;
+  OpTimeModel(const Profile* profile, const DeviceSpec& device, double scale = 1.0);
+  double seconds(const std::string& op, const std::string& key, double flops, double bytes) const;
+  double node_seconds(const Graph& g, const Node& n) const;
+  // Which op types the profile has samples of.
+  bool covers(const std::string& op) const { return by_op_.count(op) > 0; }
+  bool has_profile() const { return profile_ != nullptr; }
+  double optimizer_seconds(double param_bytes) const;
+
+ private:
+  const Profile* profile_ = nullptr;
+  DeviceSpec device_;
+  double scale_ = 1.0;
+  std::map<std::string, double> exact_;                          // key -> us
+  std::map<std::string, std::vector<std::pair<double, double>>> by_op_;  // op -> (work, us) sorted
+  double roofline(const std::string& op, double flops, double bytes) const;
+};
+
+// Ops whose time follows their FLOPs (the rest follow the bytes they move).
+bool is_compute_bound_op(const std::string& op);
+
+// Collective time from the profile's samples (interpolated over bytes for the group size and link,
+// nearest group size otherwise); -1 when it has none for that kind and link.
+double profiled_collective_seconds(const Profile& p, CollectiveKind k, double bytes, int64_t group, const std::string& link);
+
+}  // namespace oases

@@ -1,0 +1,381 @@
+#include "planner/search.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <set>
+
+#include <fmt/format.h>
+
+namespace oases {
+
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+bool interleaved(const std::string& s) { return s == "overlap_checkpoint" || s == "oases"; }
+
+// The layouts each part may take for one (schedule, K): feasible, allowed by the options, and for a
+// tied head the embedding's degree.
+std::vector<std::vector<Layout>> part_layouts(CostModel& m, const SearchOptions& o, int64_t K, int64_t tied_tp) {
+  std::vector<std::vector<Layout>> out(static_cast<size_t>(m.num_parts()));
+  for (int i = 0; i < m.num_parts(); ++i) {
+    for (const Layout& l : m.layouts(i, K)) {
+      if (l.sp && !o.allow_sequence_parallel) continue;
+      if (!o.degrees.empty() && std::find(o.degrees.begin(), o.degrees.end(), l.tp) == o.degrees.end()) continue;
+      if (tied_tp > 0 && (i == 0 || i == m.num_parts() - 1) && l.tp != tied_tp) continue;
+      if (!m.part(i, l, K).feasible) continue;
+      out[static_cast<size_t>(i)].push_back(l);
+    }
+  }
+  return out;
+}
+
+struct Label {
+  double obj = 0, mem = 0;
+  int prev_state = -1, prev_label = -1;
+};
+
+// Costs of one (schedule, K) tabulated per part over its layouts, shared by every part of the same
+// shape (a 96-layer model has a handful of distinct parts): obj[a * |L_i| + b] is part i laid out
+// L_i[b] after part i-1 laid out L_{i-1}[a] (part 0: obj[b]); mem and tr per layout.
+struct PartTable {
+  std::vector<double> obj, mem, tr;
+};
+
+struct Tables {
+  std::vector<std::vector<Layout>> L;      // per part: every layout the options allow
+  std::vector<const PartTable*> part;      // per part
+  std::map<std::string, PartTable> store;
+};
+
+std::string layouts_text(const std::vector<Layout>& ls) {
+  std::string t;
+  for (const Layout& l : ls) t += l.to_string() + ",";
+  return t;
+}
+
+void tabulate(CostModel& m, const ScheduleOptions& s, int64_t K, Tables* t) {
+  int P = m.num_parts();
+  const ModelAnalysis& a = m.analysis();
+  t->part.assign(static_cast<size_t>(P), nullptr);
+  for (int i = 0; i < P; ++i) {
+    const auto& Li = t->L[static_cast<size_t>(i)];
+    const auto* Lp = i > 0 ? &t->L[static_cast<size_t>(i - 1)] : nullptr;
+    // what part_objective, part_memory and part_transient read: the part's records (its
+    // signatures), whether it is the first, and the layouts on both sides
+    std::string key = fmt::format("{}|{}|{}|{}|{}", a.plain[static_cast<size_t>(i)].signature,
+                                  a.seqpar.empty() ? "" : a.seqpar[static_cast<size_t>(i)].signature, i == 0, layouts_text(Li),
+                                  Lp ? layouts_text(*Lp) : "");
+    auto it = t->store.find(key);
+    if (it == t->store.end()) {
+      PartTable pt;
+      for (const Layout& l : Li) {
+        pt.mem.push_back(m.part_memory(i, l, s, K));
+        pt.tr.push_back(m.part_transient(i, l, s, K));
+      }
+      if (i == 0) {
+        for (const Layout& l : Li) pt.obj.push_back(m.part_objective(0, l, l, s, K));
+      } else {
+        for (const Layout& p : *Lp) {
+          for (const Layout& l : Li) pt.obj.push_back(m.part_objective(i, p, l, s, K));
+        }
+      }
+      it = t->store.emplace(key, std::move(pt)).first;
+    }
+    t->part[static_cast<size_t>(i)] = &it->second;
+  }
+}
+
+// Exact chain program for one (schedule, K, tied degree, cap on the working set) over the allowed
+// layouts. Unconstrained (budget < 0): one label per state; constrained: Pareto fronts of
+// (objective, memory).
+struct ChainResult {
+  bool found = false;
+  double obj = kInf, mem = 0;
+  std::vector<Layout> layouts;
+};
+
+ChainResult chain(const Tables& t, const std::vector<std::vector<char>>& allowed, double budget, double cap, double incumbent,
+                  int64_t* transitions) {
+  int P = static_cast<int>(t.L.size());
+  std::vector<std::vector<std::vector<Label>>> fronts(static_cast<size_t>(P));
+  bool constrained = budget >= 0;
+  auto usable = [&](int i, size_t b) { return allowed[static_cast<size_t>(i)][b] && (!constrained || t.part[static_cast<size_t>(i)]->tr[b] <= cap); };
+  // Under a limit, bounds on what the rest of the chain adds after part i laid out b (a backward
+  // program without the limit): the least objective and the least memory. A label whose objective
+  // plus the first reaches the incumbent, or whose memory plus the second passes the budget, can
+  // never complete into a better plan that fits, so dropping it keeps the search exact.
+  std::vector<std::vector<double>> rest_obj(static_cast<size_t>(P)), rest_mem(static_cast<size_t>(P));
+  if (constrained) {
+    rest_obj[static_cast<size_t>(P - 1)].assign(t.L[static_cast<size_t>(P - 1)].size(), 0.0);
+    rest_mem[static_cast<size_t>(P - 1)].assign(t.L[static_cast<size_t>(P - 1)].size(), 0.0);
+    for (int i = P - 2; i >= 0; --i) {
+      size_t na = t.L[static_cast<size_t>(i)].size(), nb = t.L[static_cast<size_t>(i + 1)].size();
+      const PartTable& T = *t.part[static_cast<size_t>(i + 1)];
+      rest_obj[static_cast<size_t>(i)].assign(na, kInf);
+      double least_mem = kInf;
+      for (size_t b = 0; b < nb; ++b) {
+        if (usable(i + 1, b)) least_mem = std::min(least_mem, T.mem[b] + rest_mem[static_cast<size_t>(i + 1)][b]);
+      }
+      rest_mem[static_cast<size_t>(i)].assign(na, least_mem);
+      for (size_t a = 0; a < na; ++a) {
+        double best = kInf;
+        for (size_t b = 0; b < nb; ++b) {
+          if (usable(i + 1, b)) best = std::min(best, T.obj[a * nb + b] + rest_obj[static_cast<size_t>(i + 1)][b]);
+        }
+        rest_obj[static_cast<size_t>(i)][a] = best;
+      }
+    }
+  }
+  std::vector<Label> cand;
+  for (int i = 0; i < P; ++i) {
+    const auto& Li = t.L[static_cast<size_t>(i)];
+    const PartTable& T = *t.part[static_cast<size_t>(i)];
+    size_t nb = Li.size();
+    fronts[static_cast<size_t>(i)].assign(nb, {});
+    for (size_t b = 0; b < nb; ++b) {
+      if (!usable(i, b)) continue;
+      double mem_b = T.mem[b];
+      cand.clear();
+      if (i == 0) {
+        ++*transitions;
+        cand.push_back(Label{T.obj[b], mem_b, -1, -1});
+      } else {
+        const auto& fp = fronts[static_cast<size_t>(i - 1)];
+        for (size_t a = 0; a < fp.size(); ++a) {
+          const auto& fa = fp[a];
+          if (fa.empty()) continue;
+          ++*transitions;
+          double o = T.obj[a * nb + b];
+          for (size_t k = 0; k < fa.size(); ++k) cand.push_back(Label{fa[k].obj + o, fa[k].mem + mem_b, static_cast<int>(a), static_cast<int>(k)});
+        }
+      }
+      std::vector<Label>& f = fronts[static_cast<size_t>(i)][b];
+      if (!constrained) {
+        for (const Label& c : cand) {
+          if (f.empty() || c.obj < f[0].obj) f.assign(1, c);
+        }
+        continue;
+      }
+      double ro = rest_obj[static_cast<size_t>(i)][b], rm = rest_mem[static_cast<size_t>(i)][b];
+      std::sort(cand.begin(), cand.end(), [](const Label& x, const Label& y) { return x.mem != y.mem ? x.mem < y.mem : x.obj < y.obj; });
+      double best = kInf;
+      for (const Label& c : cand) {
+        if (c.mem + rm > budget || c.obj >= best || c.obj + ro >= incumbent) continue;
+        f.push_back(c);
+        best = c.obj;
+      }
+    }
+  }
+  ChainResult r;
+  int bs = -1, bl = -1;
+  const auto& last = fronts[static_cast<size_t>(P - 1)];
+  for (size_t b = 0; b < last.size(); ++b) {
+    for (size_t k = 0; k < last[b].size(); ++k) {
+      if (last[b][k].obj < r.obj) {
+        r.obj = last[b][k].obj;
+        r.mem = last[b][k].mem;
+        bs = static_cast<int>(b);
+        bl = static_cast<int>(k);
+      }
+    }
+  }
+  if (bs < 0) return r;
+  r.found = true;
+  r.layouts.assign(static_cast<size_t>(P), Layout{});
+  for (int i = P - 1; i >= 0; --i) {
+    r.layouts[static_cast<size_t>(i)] = t.L[static_cast<size_t>(i)][static_cast<size_t>(bs)];
+    const Label& lab = fronts[static_cast<size_t>(i)][static_cast<size_t>(bs)][static_cast<size_t>(bl)];
+    bs = lab.prev_state;
+    bl = lab.prev_label;
+  }
+  return r;
+}
+
+std::vector<int64_t> tied_degrees(CostModel& m, const SearchOptions& o) {
+  if (!m.analysis().tied_head) return {0};
+  std::vector<int64_t> out;
+  for (int64_t t : m.analysis().tp_candidates) {
+    if (o.degrees.empty() || std::find(o.degrees.begin(), o.degrees.end(), t) != o.degrees.end()) out.push_back(t);
+  }
+  return out;
+}
+
+bool mixed(CostModel& m, const SearchOptions& o) { return o.allow_mixed && m.analysis().mixed_ok; }
+
+}  // namespace
+
+double plan_objective(CostModel& m, const PlanChoice& p) {
+  auto s = schedule_by_name(p.schedule);
+  double total = 0;
+  for (int i = 0; i < m.num_parts(); ++i) {
+    const Layout& cur = p.layouts[static_cast<size_t>(i)];
+    total += m.part_objective(i, i > 0 ? p.layouts[static_cast<size_t>(i - 1)] : cur, cur, *s, p.chunks);
+  }
+  return total;
+}
+
+double plan_memory(CostModel& m, const PlanChoice& p) {
+  auto s = schedule_by_name(p.schedule);
+  double mem = 0, tr = 0;
+  for (int i = 0; i < m.num_parts(); ++i) {
+    mem += m.part_memory(i, p.layouts[static_cast<size_t>(i)], *s, p.chunks);
+    tr = std::max(tr, m.part_transient(i, p.layouts[static_cast<size_t>(i)], *s, p.chunks));
+  }
+  return mem + tr;
+}
+
+SearchResult search_plan(CostModel& m, const SearchOptions& o) {
+  SearchResult res;
+  res.least_memory = kInf;
+  res.objective = kInf;
+  bool mix = mixed(m, o);
+  if (!mix) res.restriction = o.allow_mixed ? "every part one layout: " + m.analysis().mixed_why : "every part one layout (asked)";
+  for (const std::string& sn : o.schedules) {
+    auto so = schedule_by_name(sn);
+    if (!so) continue;
+    for (int64_t K : o.chunks) {
+      if (interleaved(sn) && K < 2) continue;
+      Tables tables;
+      for (int64_t tied : tied_degrees(m, o)) {
+        auto L = part_layouts(m, o, K, tied);
+        bool empty = false;
+        for (const auto& li : L) empty |= li.empty();
+        if (empty) continue;
+        if (!mix) {
+          // one layout for every part
+          std::set<Layout> common(L[0].begin(), L[0].end());
+          for (const auto& li : L) {
+            std::set<Layout> next;
+            for (const Layout& l : li) {
+              if (common.count(l)) next.insert(l);
+            }
+            common = next;
+          }
+          for (const Layout& l : common) {
+            PlanChoice p{std::vector<Layout>(static_cast<size_t>(m.num_parts()), l), sn, K};
+            res.transitions += m.num_parts();
+            double mem = plan_memory(m, p);
+            res.least_memory = std::min(res.least_memory, mem);
+            if (o.memory_limit > 0 && mem > o.memory_limit) continue;
+            double obj = plan_objective(m, p);
+            if (obj < res.objective) {
+              res.found = true;
+              res.objective = obj;
+              res.memory = mem;
+              res.best = p;
+            }
+          }
+          continue;
+        }
+        // the tables of this (schedule, K), shared by the tied degrees
+        if (tables.L.empty()) {
+          tables.L = part_layouts(m, o, K, 0);
+          tabulate(m, *so, K, &tables);
+        }
+        std::vector<std::vector<char>> allowed(L.size());
+        for (size_t i = 0; i < L.size(); ++i) {
+          for (const Layout& l : tables.L[i]) allowed[i].push_back(std::find(L[i].begin(), L[i].end(), l) != L[i].end());
+        }
+        // the least memory of this space: per cap on the working set, each part its smallest
+        std::set<double> caps;
+        for (size_t i = 0; i < L.size(); ++i) {
+          for (size_t b = 0; b < allowed[i].size(); ++b) {
+            if (allowed[i][b]) caps.insert(tables.part[i]->tr[b]);
+          }
+        }
+        for (double cap : caps) {
+          double sum = cap;
+          bool ok = true;
+          for (size_t i = 0; i < L.size() && ok; ++i) {
+            double best = kInf;
+            const PartTable& T = *tables.part[i];
+            for (size_t b = 0; b < allowed[i].size(); ++b) {
+              if (allowed[i][b] && T.tr[b] <= cap) best = std::min(best, T.mem[b]);
+            }
+            ok = std::isfinite(best);
+            sum += best;
+          }
+          if (ok) res.least_memory = std::min(res.least_memory, sum);
+        }
+        ChainResult free_run = chain(tables, allowed, -1, kInf, kInf, &res.transitions);
+        if (!free_run.found || free_run.obj >= res.objective) continue;  // the bound: no better plan here
+        PlanChoice p{free_run.layouts, sn, K};
+        double mem = plan_memory(m, p);
+        if (o.memory_limit <= 0 || mem <= o.memory_limit) {
+          res.found = true;
+          res.objective = free_run.obj;
+          res.memory = mem;
+          res.best = p;
+          continue;
+        }
+        for (double cap : caps) {
+          if (cap > o.memory_limit) break;
+          ChainResult c = chain(tables, allowed, o.memory_limit - cap, cap, res.objective, &res.transitions);
+          if (!c.found || c.obj >= res.objective) continue;
+          PlanChoice q{c.layouts, sn, K};
+          res.found = true;
+          res.objective = c.obj;
+          res.memory = plan_memory(m, q);
+          res.best = q;
+        }
+      }
+    }
+  }
+  if (!std::isfinite(res.least_memory)) res.least_memory = 0;
+  return res;
+}
+
+SearchResult brute_force(CostModel& m, const SearchOptions& o) {
+  SearchResult res;
+  res.objective = kInf;
+  res.least_memory = kInf;
+  bool mix = mixed(m, o);
+  for (const std::string& sn : o.schedules) {
+    auto so = schedule_by_name(sn);
+    if (!so) continue;
+    for (int64_t K : o.chunks) {
+      if (interleaved(sn) && K < 2) continue;
+      for (int64_t tied : tied_degrees(m, o)) {
+        auto L = part_layouts(m, o, K, tied);
+        bool empty = false;
+        for (const auto& li : L) empty |= li.empty();
+        if (empty) continue;
+        std::vector<size_t> idx(L.size(), 0);
+        while (true) {
+          PlanChoice p;
+          p.schedule = sn;
+          p.chunks = K;
+          bool same = true;
+          for (size_t i = 0; i < L.size(); ++i) {
+            p.layouts.push_back(L[i][idx[i]]);
+            same &= p.layouts[i] == p.layouts[0];
+          }
+          if (mix || same) {
+            ++res.transitions;
+            double mem = plan_memory(m, p);
+            res.least_memory = std::min(res.least_memory, mem);
+            if (o.memory_limit <= 0 || mem <= o.memory_limit) {
+              double obj = plan_objective(m, p);
+              if (obj < res.objective) {
+                res.found = true;
+                res.objective = obj;
+                res.memory = mem;
+                res.best = p;
+              }
+            }
+          }
+          size_t k = 0;
+          while (k < idx.size() && ++idx[k] == L[k].size()) idx[k++] = 0;
+          if (k == idx.size()) break;
+        }
+      }
+    }
+  }
+  if (!std::isfinite(res.least_memory)) res.least_memory = 0;
+  return res;
+}
+
+}  // namespace oases

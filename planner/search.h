@@ -1,0 +1,44 @@
+// The search: for every schedule and chunk count K, an exact dynamic program over the chain of
+// parts (embedding, attention, MLP, ..., head) whose state is the layout of the part before, so the
+// cost of moving the batch between layouts is counted where it happens. The objective is the sum
+// of CostModel::part_objective (time with its exposed communication and the part's optimizer
+// step). Memory per rank is the sum of every part's kept bytes plus the largest working set of one
+// part's backward; under a limit the program keeps, per state, the Pareto front of (time, memory)
+// for each cap on that working set, which is still exact. A tied embedding and head share one tp
+// degree. brute_force enumerates every assignment (tests).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "planner/cost_model.h"
+
+namespace oases {
+
+struct SearchOptions {
+  std::vector<std::string> schedules{"plain", "default_checkpoint", "optim_comm_checkpoint", "overlap_checkpoint", "oases"};
+  std::vector<int64_t> chunks{1, 2, 4, 8};
+  double memory_limit = 0;       // bytes per rank, 0: none
+  bool allow_mixed = true;       // parts may take different layouts (when the model allows)
+  bool allow_sequence_parallel = true;
+  std::vector<int64_t> degrees;  // tp degrees allowed (empty: every candidate)
+};
+
+struct SearchResult {
+  bool found = false;
+  PlanChoice best;
+  double objective = 0;          // seconds (the chain cost plus the optimizer step)
+  double memory = 0;             // bytes per rank
+  double least_memory = 0;       // the least any plan of the space needs (when none fits the limit)
+  int64_t transitions = 0;       // (part, previous layout, layout) pairs priced
+  std::string restriction;       // how the space was narrowed, for people
+};
+
+SearchResult search_plan(CostModel& m, const SearchOptions& o);
+SearchResult brute_force(CostModel& m, const SearchOptions& o);
+
+// Chain cost and memory of one plan under the search's objective.
+double plan_objective(CostModel& m, const PlanChoice& p);
+double plan_memory(CostModel& m, const PlanChoice& p);
+
+}  // namespace oases

@@ -1,0 +1,128 @@
+#include "planner/simulator.h"
+
+#include <algorithm>
+#include <cstdlib>
+
+#include <fmt/format.h>
+
+#include "graph/op_registry.h"
+
+namespace oases {
+
+namespace {
+
+int layer_of(const Node& n) {
+  if (n.scope.rfind("layer.", 0) != 0) return -1;
+  return std::atoi(n.scope.c_str() + 6);
+}
+
+}  // namespace
+
+double collective_node_seconds(const Graph& g, const Node& n, const Mesh& mesh, const SimOptions& o) {
+  if (n.op_type == "ParallelIdentity") return 0;
+  CollectiveKind k = CollectiveKind::kAllReduce;
+  double bytes = 0;
+  if (n.op_type == "AllReduce") {
+    for (ValueId v : n.inputs) bytes += static_cast<double>(g.value(v).nbytes());
+  } else if (n.op_type == "AllGather") {
+    k = CollectiveKind::kAllGather;
+    bytes = static_cast<double>(g.value(n.outputs[0]).nbytes());
+  } else if (n.op_type == "ReduceScatter") {
+    k = CollectiveKind::kReduceScatter;
+    bytes = static_cast<double>(g.value(n.inputs[0]).nbytes());
+  } else if (n.op_type == "AllToAll") {
+    k = CollectiveKind::kAllToAll;
+    bytes = static_cast<double>(g.value(n.inputs[0]).nbytes());
+  } else if (n.op_type == "Broadcast") {
+    k = CollectiveKind::kBroadcast;
+    bytes = static_cast<double>(g.value(n.inputs[0]).nbytes());
+  } else {
+    return 0;
+  }
+  int axis = static_cast<int>(n.attrs.get_int("mesh_axis", 0));
+  if (axis < 0 || axis >= mesh.num_axes()) return 0;
+  std::vector<int64_t> members = mesh.group(o.rank, axis);
+  if (members.size() <= 1) return 0;
+  double s = o.cluster->collective_seconds(k, bytes, members);
+  if (o.local_floor) {
+    double floor = profiled_collective_seconds(*o.local_floor, k, bytes, static_cast<int64_t>(members.size()), "shared-memory");
+    s = std::max(s, floor);
+  }
+  return s;
+}
+
+Expected<SimResult> simulate_rank(const Graph& g, const std::vector<ScheduledOp>& order_in, const Mesh& mesh, const SimOptions& o) {
+  if (!o.cluster || !o.ops) return Status::error("simulate_rank needs a cluster and an op-time model");
+  std::vector<ScheduledOp> order = order_in;
+  bool inline_comm = order.empty();
+  if (inline_comm) {
+    OASES_ASSIGN_OR_RETURN(std::vector<NodeId> topo, g.topo_order());
+    for (NodeId id : topo) order.push_back(ScheduledOp{ScheduledOp::Kind::kCompute, id});
+  }
+  SimResult r;
+  double now = 0;        // compute thread
+  double comm_free = 0;  // communication thread
+  std::map<NodeId, std::pair<double, double>> comm_span;  // collective -> (start, end)
+  auto event = [&](const Node& n, const char* cat, int tid, double start, double dur) {
+    if (!o.trace || dur <= 0) return;
+    std::string name = n.op_type;
+    if (n.chunk >= 0) name += fmt::format(" (chunk {})", n.chunk);
+    r.trace.push_back({{"name", std::string(cat) == "wait" ? "wait " + name : name},
+                       {"cat", std::string(cat) == "wait" ? "comm" : cat},
+                       {"ph", "X"},
+                       {"ts", start * 1e6},
+                       {"dur", std::max(dur * 1e6, 0.01)},
+                       {"pid", 0},
+                       {"tid", tid},
+                       {"args", {{"node", n.name}, {"scope", n.scope}, {"chunk", n.chunk}, {"predicted", true}}}});
+  };
+  for (const ScheduledOp& op : order) {
+    const Node& n = g.node(op.node);
+    bool coll = is_collective(n);
+    if (op.kind == ScheduledOp::Kind::kCompute && !(coll && inline_comm)) {
+      double d = coll ? 0 : o.ops->node_seconds(g, n);
+      event(n, "compute", 0, now, d);
+      now += d;
+      r.compute_s += d;
+      continue;
+    }
+    if (op.kind == ScheduledOp::Kind::kCompute) {  // a collective run in line
+      double d = collective_node_seconds(g, n, mesh, o);
+      event(n, "comm", 0, now, d);
+      now += d;
+      r.comm_s += d;
+      r.exposed_s += d;
+      if (d > 0) ++r.collectives;
+      auto& pl = r.per_layer[layer_of(n)];
+      pl.first += d;
+      pl.second += d;
+      continue;
+    }
+    if (op.kind == ScheduledOp::Kind::kCommStart) {
+      double d = collective_node_seconds(g, n, mesh, o);
+      double start = std::max(now, comm_free);
+      comm_free = start + d;
+      comm_span[op.node] = {start, comm_free};
+      event(n, "comm", 1, start, d);
+      r.comm_s += d;
+      if (d > 0) ++r.collectives;
+      r.per_layer[layer_of(n)].first += d;
+      continue;
+    }
+    // wait
+    auto it = comm_span.find(op.node);
+    if (it == comm_span.end()) return error("simulation: {} awaited before it started", n.describe());
+    double wait = std::max(0.0, it->second.second - now);
+    event(n, "wait", 0, now, wait);
+    now += wait;
+    r.exposed_s += wait;
+    r.per_layer[layer_of(n)].second += wait;
+  }
+  now = std::max(now, comm_free);
+  r.optimizer_s = o.ops->optimizer_seconds(o.param_bytes);
+  r.step_s = now + r.optimizer_s;
+  r.exposed_s = std::min(r.exposed_s, r.comm_s);
+  return r;
+}
+
+}  // namespace oases

@@ -1,0 +1,51 @@
+// The simulator: one rank's program (the partitioned, recomputed and scheduled training graph
+// oases-train would run for a plan) replayed as the executor runs it, with every compute node
+// timed by the op-time model and every collective by the cluster's ring model:
+//   the compute thread runs its instructions in order; a collective's start hands it to the
+//   communication thread, which runs collectives one at a time in the order they were started; a
+//   wait blocks the compute thread until that collective is done; collectives without a schedule
+//   run in line. After the program the optimizer updates the rank's parameters.
+// All ranks run the same template on the same shapes, and the groups of one mesh axis are alike,
+// so one rank's timeline stands for every rank's (the trace names it rank 0).
+// On the machine at hand a collective takes what the emulated link would, but no less than the
+// profile measured for the local communicator (the emulation only ever delays).
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "graph/graph.h"
+#include "graph/program_order.h"
+#include "graph/sharding.h"
+#include "planner/device.h"
+#include "planner/profile.h"
+
+namespace oases {
+
+struct SimOptions {
+  const ClusterSpec* cluster = nullptr;
+  const OpTimeModel* ops = nullptr;
+  const Profile* local_floor = nullptr;  // profile whose shared-memory collectives bound times from below
+  int64_t rank = 0;
+  bool trace = false;
+  double param_bytes = 0;                // this rank's parameters (the optimizer step)
+};
+
+struct SimResult {
+  double step_s = 0, compute_s = 0, comm_s = 0, exposed_s = 0, optimizer_s = 0;
+  double hidden_s() const { return comm_s - exposed_s; }
+  int collectives = 0;
+  std::map<int, std::pair<double, double>> per_layer;  // layer (-1 other) -> (comm, exposed)
+  nlohmann::json trace = nlohmann::json::array();      // Chrome trace events ("X", pid 0)
+};
+
+// `order` empty: topological order with collectives in line (oases-train without --schedule).
+Expected<SimResult> simulate_rank(const Graph& local, const std::vector<ScheduledOp>& order, const Mesh& mesh, const SimOptions& o);
+
+// Duration of one collective node of a partitioned graph.
+double collective_node_seconds(const Graph& g, const Node& n, const Mesh& mesh, const SimOptions& o);
+
+}  // namespace oases

@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# oases-plan --gpus N chooses a plan that oases-train runs exactly: `oases-plan MODEL --gpus 4 --out
+# p.json`, then `oases-train MODEL --plan p.json` under --local-ranks 4 and under mpirun -np 4 gives
+# the single-rank gradients (--steps 0 --dump-grads), for the chosen plan and for plans forced onto
+# each overlapped schedule with chunks; oases-profile writes a profile the planner accepts; bad
+# cluster files, memory limits no plan fits and profiles not covering the model exit 2.
+source "$(dirname "$0")/lib.sh"
+P=$OASES_BIN/oases-plan
+T=$OASES_BIN/oases-train
+MPIRUN=(mpirun --allow-run-as-root --oversubscribe --bind-to none)
+export OMPI_MCA_btl_vader_single_copy_mechanism=none
+command -v mpirun >/dev/null || { echo "mpirun missing: install openmpi-bin (scripts/setup.sh)"; exit 1; }
+
+same_grads() {  # same_grads REF_DIR DIR LABEL
+  /usr/bin/python3 - "$@" <<'PY'
+import glob, os, sys
+import numpy as np, onnx
+from onnx import numpy_helper
+ra, rb, label = sys.argv[1:4]
+def load(d):
+    out = {}
+    for f in glob.glob(os.path.join(d, "*.pb")):
+        t = onnx.load_tensor(f)
+        out[t.name] = numpy_helper.to_array(t)
+    return out
+A, B = load(ra), load(rb)
+assert A.keys() == B.keys() and A, (label, sorted(set(A) ^ set(B)))
+# relative to each gradient's scale, floored at 1e-3 of the largest (see test_tp_equivalence.sh)
+G = max(float(np.abs(v).max()) for v in A.values())
+worst = 0.0
+for k in A:
+    assert A[k].shape == B[k].shape, (label, k, A[k].shape, B[k].shape)
+    worst = max(worst, float(np.abs(A[k] - B[k]).max()) / max(float(np.abs(A[k]).max()), 1e-3 * G))
+assert worst <= 1e-5, f"{label}: gradients differ by {worst:.2e} relative"
+print(f"ok {label}: {len(A)} gradients (worst {worst:.1e} relative)")
+PY
+}
+
+# run_plan LABEL MODEL REF_DIR DATA_ARGS PLAN_ARGS...: plan for 4 GPUs, then train under threads and MPI
+run_plan() {
+  local label=$1 model=$2 ref=$3 data=$4
+  shift 4
+  local plan=$WORK/$label.json
+  "$P" "$model" --gpus 4 "$@" --out "$plan" >"$WORK/$label.txt" || { fail "$label: oases-plan"; return; }
+  grep -q "Megatron" "$WORK/$label.txt" && grep -q "data parallel" "$WORK/$label.txt" || fail "$label: no baselines printed"
+  /usr/bin/python3 -c "import json,sys; p=json.load(open(sys.argv[1])); assert p['parts'] and 'plan' in p['prediction'], p.keys(); \
+print('  ', sys.argv[2], p['schedule'], [(q['part'], q['tp'], q['dp'], q['sequence_parallel']) for q in p['parts']])" "$plan" "$label" \
+    || fail "$label: plan file lacks parts or prediction"
+  # shellcheck disable=SC2086
+  "$T" "$model" $data --steps 0 --plan "$plan" --local-ranks 4 --dump-grads "$WORK/$label.local" -q >/dev/null \
+    && same_grads "$ref" "$WORK/$label.local" "$label --local-ranks 4" || fail "$label local"
+  # shellcheck disable=SC2086
+  "${MPIRUN[@]}" -np 4 "$T" "$model" $data --steps 0 --plan "$plan" --dump-grads "$WORK/$label.mpi" -q >/dev/null \
+    && same_grads "$ref" "$WORK/$label.mpi" "$label mpirun -np 4" || fail "$label mpi"
+}
+
+# GPT-2 bytes model at the planner's default shapes (8 x 64 tokens; the plan carries them)
+M=$OASES_SOURCE_DIR/models/train/gpt2_bytes/model.onnx
+"$T" "$M" --synthetic --batch 8 --seq 64 --steps 0 --dump-grads "$WORK/bytes.ref" -q >/dev/null || fail "gpt2_bytes single rank"
+run_plan bytes "$M" "$WORK/bytes.ref" "--synthetic"
+for s in default_checkpoint optim_comm_checkpoint overlap_checkpoint oases; do
+  run_plan "bytes_$s" "$M" "$WORK/bytes.ref" "--synthetic" --schedules "$s" --chunks 2
+done
+# mixed degrees: a cluster whose nodes hold 2 GPUs over a slow network
+cat >"$WORK/pairs.json" <<'JSON'
+{"format": "oases-cluster", "version": 1, "name": "2 x 2 GPUs", "device": "RTX3090", "nodes": 2, "gpus_per_node": 2,
+ "links": {"intra_node": {"kind": "pcie", "bandwidth_gbps": 6.2, "latency_us": 10},
+           "inter_node": {"kind": "ethernet", "bandwidth_gbps": 1.25, "latency_us": 30}}}
+JSON
+run_plan bytes_cluster "$M" "$WORK/bytes.ref" "--synthetic" --cluster "$WORK/pairs.json"
+
+# small exported models with their committed inputs
+for model in gpt2_tiny llama_gqa bert_mask; do
+  D=$OASES_SOURCE_DIR/models/small/$model
+  "$T" "$D/model.onnx" --inputs "$D/test_data_set_0" --steps 0 --dump-grads "$WORK/$model.ref" -q >/dev/null || fail "$model single rank"
+  shape=$(/usr/bin/python3 -c "import onnx,sys; t=onnx.load_tensor(sys.argv[1]); print(*t.dims)" "$D/test_data_set_0/input_0.pb")
+  read -r b t <<<"$shape"
+  run_plan "$model" "$D/model.onnx" "$WORK/$model.ref" "--inputs $D/test_data_set_0" --batch "$b" --seq "$t"
+done
+
+# a measured profile: the planner takes it, and --simulate prints the predicted step
+D=$OASES_SOURCE_DIR/models/small/gpt2_tiny
+"$OASES_BIN/oases-profile" --backend cpu --model "$D/model.onnx" --ranks 4 --batch 2 --seq 16 --reps 1 --sizes 4096,65536 \
+  --out "$WORK/prof.json" >/dev/null || fail "oases-profile --model"
+"$P" "$D/model.onnx" --gpus 4 --batch 2 --seq 16 --profile "$WORK/prof.json" --simulate --trace "$WORK/trace.json" \
+  --html "$WORK/p.html" --out "$WORK/prof_plan.json" >"$WORK/sim.txt" || fail "oases-plan --profile --simulate"
+grep -q "^simulated" "$WORK/sim.txt" && grep -q "hidden" "$WORK/sim.txt" || fail "--simulate printed no simulation"
+/usr/bin/python3 -c "import json,sys; assert json.load(open(sys.argv[1]))['traceEvents']" "$WORK/trace.json" || fail "--trace"
+"$T" "$D/model.onnx" --inputs "$D/test_data_set_0" --steps 0 --plan "$WORK/prof_plan.json" --local-ranks 4 --dump-grads "$WORK/prof.grads" -q \
+  >/dev/null && same_grads "$WORK/gpt2_tiny.ref" "$WORK/prof.grads" "profiled plan" || fail "profiled plan"
+expect_error "profile --backend cuda" "CUDA" "$OASES_BIN/oases-profile" --backend cuda --out "$WORK/cuda.json"
+
+# bad input
+cluster() { printf '%s\n' "$1" >"$WORK/c.json"; }
+LINKS='"links": {"intra_node": {"kind": "pcie", "bandwidth_gbps": 6.2, "latency_us": 10}, "inter_node": {"kind": "infiniband", "bandwidth_gbps": 12.5, "latency_us": 5}}'
+cluster '{"format": "oases-cluster", "version": 1, "name": "x", "device": "RTX3090", "nodes": 2, '"$LINKS"'}'
+expect_error "cluster without gpus_per_node" 'c.json.*missing field "gpus_per_node"' "$P" "$M" --gpus 4 --cluster "$WORK/c.json" --out "$WORK/x.json"
+cluster '{"format": "oases-cluster", "version": 1, "name": "x", "device": "RTX3090", "nodes": 2, "gpus_per_node": 4}'
+expect_error "cluster without links" 'missing field "links"' "$P" "$M" --gpus 4 --cluster "$WORK/c.json" --out "$WORK/x.json"
+cluster '{"format": "oases-cluster", "version": 1, "name": "x", "device": "RTX3090", "nodes": 2, "gpus_per_node": 4, "links": {"intra_node": {"kind": "pcie", "bandwidth_gbps": -6, "latency_us": 10}, "inter_node": {"kind": "ib", "bandwidth_gbps": 12, "latency_us": 5}}}'
+expect_error "negative bandwidth" 'intra_node.*bandwidth_gbps must be positive' "$P" "$M" --gpus 4 --cluster "$WORK/c.json" --out "$WORK/x.json"
+cluster '{"format": "oases-cluster", "version": 1, "name": "x", "device": "RTX3090", "nodes": 0, "gpus_per_node": 4, '"$LINKS"'}'
+expect_error "zero nodes" '"nodes" must be at least 1' "$P" "$M" --gpus 4 --cluster "$WORK/c.json" --out "$WORK/x.json"
+cluster '{"format": "oases-cluster", "version": 1, "name": "x", "device": "TPU9", "nodes": 1, "gpus_per_node": 4, '"$LINKS"'}'
+expect_error "unknown device" "unknown device 'TPU9'" "$P" "$M" --gpus 4 --cluster "$WORK/c.json" --out "$WORK/x.json"
+cluster '{"format": "oases-cluster", "version": 1, "name": "x", "device": {"name": "g", "fp32_tflops": 10, "memory_gbps": 0, "memory_gib": 8}, "nodes": 1, "gpus_per_node": 4, '"$LINKS"'}'
+expect_error "device without bandwidth" "memory_gbps must be positive" "$P" "$M" --gpus 4 --cluster "$WORK/c.json" --out "$WORK/x.json"
+cluster '{"format": "oases-cluster", "version": 1, "name": "x", "device": "RTX3090", "nodes": 1, "gpus_per_node": 2, '"$LINKS"'}'
+expect_error "more GPUs than the cluster" "--gpus 4 but the cluster has 2 GPUs" "$P" "$M" --gpus 4 --cluster "$WORK/c.json" --out "$WORK/x.json"
+expect_error "missing cluster file" "no such cluster file" "$P" "$M" --gpus 4 --cluster "$WORK/none.json" --out "$WORK/x.json"
+expect_error "memory no plan fits" "no plan fits 0.0001 GiB per GPU: the least memory .* needs is [0-9.]+ [KM]iB \(give --memory [0-9.]+" \
+  "$P" "$M" --gpus 4 --memory 0.0001 --out "$WORK/x.json"
+# the least memory named is enough
+least=$("$P" "$M" --gpus 4 --memory 0.0001 --out "$WORK/x.json" 2>&1 | sed -E 's/.*give --memory ([0-9.]+).*/\1/')
+"$P" "$M" --gpus 4 --memory "$least" --out "$WORK/x.json" >/dev/null || fail "--memory $least (the least named) does not fit"
+"$OASES_BIN/oases-profile" --backend cpu --out "$WORK/bare.json" --reps 1 --sizes 4096 >/dev/null || fail "oases-profile without a model"
+expect_error "profile not covering the ops" "bare.json: the profile does not cover [0-9]+ of the model's ops: .*MatMul" \
+  "$P" "$M" --gpus 4 --profile "$WORK/bare.json" --out "$WORK/x.json"
+printf '{"format": "oases-profile"' >"$WORK/broken.json"
+expect_error "profile not JSON" "broken.json: not valid JSON" "$P" "$M" --gpus 4 --profile "$WORK/broken.json" --out "$WORK/x.json"
+expect_error "gpus zero" "--gpus must be at least 1" "$P" "$M" --gpus 0 --out "$WORK/x.json"
+finish

@@ -1,0 +1,116 @@
+// The planner's exact search (dynamic program over the chain of parts, Pareto fronts under a
+// memory limit) finds the same optimum as enumerating every assignment, on small instances: the
+// committed small models at 2 and 4 ranks, on the machine at hand and on a two-node cluster, with
+// and without memory limits that cut through the space.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "planner/search.h"
+#include "tools/plan_driver.h"
+
+namespace oases {
+namespace {
+
+struct Instance {
+  const char* model;
+  int64_t ranks;
+  bool cluster;  // a 2-node RTX 3090 cluster file, else the machine at hand
+};
+
+ClusterSpec two_nodes(int64_t ranks) {
+  nlohmann::json j = {{"format", "oases-cluster"}, {"version", 1}, {"name", "test"}, {"device", "RTX3090"},
+                      {"nodes", 2},                {"gpus_per_node", ranks / 2},
+                      {"links",
+                       {{"intra_node", {{"kind", "pcie"}, {"bandwidth_gbps", 6.2}, {"latency_us", 10}}},
+                        {"inter_node", {{"kind", "ethernet"}, {"bandwidth_gbps", 1.25}, {"latency_us", 30}}}}}};
+  auto c = cluster_from_json(j, "test cluster");
+  EXPECT_TRUE(c) << c.status().message();
+  return *c;
+}
+
+class SearchEqualsBruteForce : public ::testing::TestWithParam<Instance> {};
+
+TEST_P(SearchEqualsBruteForce, SameOptimumUnderEveryLimit) {
+  const Instance& in = GetParam();
+  std::string path = std::string(OASES_SOURCE_DIR) + "/models/" + in.model + "/model.onnx";
+  // the train model has dynamic axes (8 x 16 tokens here); the small ones fix theirs
+  bool dynamic = std::string(in.model).rfind("train/", 0) == 0;
+  auto pm = load_planning_model(path, ImportOptions{}, dynamic ? 8 : 0, dynamic ? 16 : 0);
+  ASSERT_TRUE(pm) << pm.status().message();
+  auto a = analyze_model(pm->forward, pm->train.graph, pm->train.params, in.ranks);
+  ASSERT_TRUE(a) << a.status().message();
+  ClusterSpec cluster = in.cluster ? two_nodes(in.ranks) : this_machine(in.ranks, nullptr, "", 1);
+  OpTimeModel ops = op_time_model(cluster, nullptr, in.ranks, 1);
+  CostModel cm(*a, cluster, ops);
+
+  SearchOptions o;
+  o.chunks = {1, 2};  // keeps the enumeration small; every schedule
+  SearchResult free_dp = search_plan(cm, o);
+  SearchResult free_bf = brute_force(cm, o);
+  ASSERT_TRUE(free_dp.found && free_bf.found);
+  EXPECT_NEAR(free_dp.objective, free_bf.objective, 1e-12 * free_bf.objective);
+  EXPECT_NEAR(plan_objective(cm, free_dp.best), free_dp.objective, 1e-12 * free_dp.objective);
+  EXPECT_NEAR(free_dp.least_memory, free_bf.least_memory, 1e-9 * free_bf.least_memory);
+
+  // limits from just under the least any plan needs up to just over the free optimum's memory
+  double lo = free_bf.least_memory, hi = plan_memory(cm, free_bf.best);
+  int constrained = 0;
+  for (double f : {0.999, 1.0, 1.0001, 0.25, 0.5, 0.75, 0.9, 0.99}) {
+    SearchOptions lim = o;
+    lim.memory_limit = f >= 0.999 && f <= 1.0001 && f != 0.25 ? lo * f : lo + (hi - lo) * f;
+    SearchResult d = search_plan(cm, lim), b = brute_force(cm, lim);
+    ASSERT_EQ(d.found, b.found) << "limit " << lim.memory_limit;
+    if (!b.found) {
+      EXPECT_GT(b.least_memory, lim.memory_limit);
+      EXPECT_NEAR(d.least_memory, b.least_memory, 1e-9 * b.least_memory);
+      continue;
+    }
+    EXPECT_NEAR(d.objective, b.objective, 1e-12 * b.objective) << "limit " << lim.memory_limit;
+    EXPECT_LE(plan_memory(cm, d.best), lim.memory_limit * (1 + 1e-12));
+    EXPECT_NEAR(plan_objective(cm, d.best), d.objective, 1e-12 * d.objective);
+    constrained += b.objective > free_bf.objective * (1 + 1e-9);
+  }
+  // uniform layouts only (Megatron-like): the same
+  SearchOptions u = o;
+  u.allow_mixed = false;
+  SearchResult ud = search_plan(cm, u), ub = brute_force(cm, u);
+  ASSERT_TRUE(ud.found && ub.found);
+  EXPECT_NEAR(ud.objective, ub.objective, 1e-12 * ub.objective);
+  EXPECT_GE(ud.objective, free_dp.objective * (1 - 1e-12));
+  // the limits cut through the space: some of them force a slower plan than the free optimum
+  if (hi > lo * 1.01) {
+    EXPECT_GT(constrained, 0) << "memory " << lo << " .. " << hi;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(SmallModels, SearchEqualsBruteForce,
+                         ::testing::Values(Instance{"small/gpt2_tiny", 2, false}, Instance{"small/gpt2_tiny", 4, false},
+                                           Instance{"small/gpt2_tiny", 4, true}, Instance{"small/llama_gqa", 4, true},
+                                           Instance{"small/bert_mask", 4, false}, Instance{"train/gpt2_bytes", 4, false},
+                                           Instance{"train/gpt2_bytes", 4, true}, Instance{"train/gpt2_bytes", 2, true}),
+                         [](const auto& info) {
+                           std::string m = info.param.model;
+                           return m.substr(m.find('/') + 1) + "_" + std::to_string(info.param.ranks) + (info.param.cluster ? "_cluster" : "_local");
+                         });
+
+TEST(PlannerSearch, NoPlanFitsNamesTheLeastMemory) {
+  std::string path = std::string(OASES_SOURCE_DIR) + "/models/small/gpt2_tiny/model.onnx";
+  auto pm = load_planning_model(path, ImportOptions{}, 0, 0);
+  ASSERT_TRUE(pm) << pm.status().message();
+  auto a = analyze_model(pm->forward, pm->train.graph, pm->train.params, 2);
+  ASSERT_TRUE(a);
+  ClusterSpec cluster = this_machine(2, nullptr, "", 1);
+  OpTimeModel ops = op_time_model(cluster, nullptr, 2, 1);
+  CostModel cm(*a, cluster, ops);
+  SearchOptions o;
+  o.memory_limit = 1024;  // 1 KiB
+  SearchResult r = search_plan(cm, o);
+  EXPECT_FALSE(r.found);
+  EXPECT_GT(r.least_memory, 1024);
+  o.memory_limit = r.least_memory;
+  EXPECT_TRUE(search_plan(cm, o).found);
+}
+
+}  // namespace
+}  // namespace oases

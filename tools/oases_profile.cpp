@@ -1,0 +1,414 @@
+// oases-profile --backend cpu|cuda --out profile.json [--model MODEL --ranks N [--batch B --seq T]]
+//   Measures, on the machine at hand, what the planner's cost model needs (planner/profile.h):
+//   the device's matrix-product and streaming rates; collective times over message sizes and
+//   group sizes on the local communicator (and behind --emulate-link); the optimizer's update
+//   rate; and with --model, every op of the training program at the shapes its plans produce (each
+//   tp degree dividing the model on N ranks, each chunk count): the ranks run as threads sharing the
+//   cores as oases-train --local-ranks N does, and rank 0's kernels are timed one by one.
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "executor/distributed.h"
+#include "executor/emulated_link.h"
+#include "executor/executor.h"
+#include "executor/optimizer.h"
+#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/parallel.h"
+#include "planner/chunking.h"
+#include "planner/profile.h"
+#include "planner/schedule.h"
+#include "tools/plan_driver.h"
+
+using namespace oases;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+std::vector<int64_t> parse_ints(const std::string& s, const char* flag) {
+  std::vector<int64_t> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    if (item.empty()) continue;
+    try {
+      out.push_back(std::stoll(item));
+    } catch (const std::exception&) {
+      throw OasesError(fmt::format("{} '{}': '{}' is not a number", flag, s, item));
+    }
+  }
+  return out;
+}
+
+nlohmann::json machine_description(int64_t ranks, int threads) {
+  char host[256] = {0};
+  gethostname(host, sizeof(host) - 1);
+  std::string cpu = "unknown";
+  double mem_gib = 0;
+  std::ifstream ci("/proc/cpuinfo");
+  for (std::string line; std::getline(ci, line);) {
+    if (line.rfind("model name", 0) == 0) {
+      cpu = line.substr(line.find(':') + 2);
+      break;
+    }
+  }
+  std::ifstream mi("/proc/meminfo");
+  for (std::string line; std::getline(mi, line);) {
+    if (line.rfind("MemTotal:", 0) == 0) mem_gib = std::stod(line.substr(9)) / (1024.0 * 1024.0);
+  }
+  std::time_t now = std::time(nullptr);
+  char date[64];
+  std::strftime(date, sizeof(date), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+  return {{"host", host}, {"cpu", cpu}, {"cores", static_cast<int>(std::max(1u, std::thread::hardware_concurrency()))},
+          {"memory_gib", mem_gib}, {"ranks", ranks}, {"threads_per_rank", threads}, {"compiler", __VERSION__}, {"date", date},
+          {"blas", "OpenBLAS"}};
+}
+
+// Matrix-product rate (one rank's threads) and streaming bandwidth of this machine.
+DeviceSpec measure_device(int threads, double mem_gib, int64_t ranks) {
+  DeviceSpec d;
+  d.name = "CPU (measured by oases-profile)";
+  kernels::set_num_threads(threads);
+  int64_t n = 512;
+  std::vector<float> a(static_cast<size_t>(n * n), 1.0f), b(a), c(a);
+  kernels::gemm<float>(false, false, n, n, n, 1.f, a.data(), n, b.data(), n, 0.f, c.data(), n);
+  std::vector<double> ts;
+  for (int i = 0; i < 5; ++i) {
+    auto t0 = Clock::now();
+    kernels::gemm<float>(false, false, n, n, n, 1.f, a.data(), n, b.data(), n, 0.f, c.data(), n);
+    ts.push_back(seconds_since(t0));
+  }
+  d.fp32_tflops = 2.0 * static_cast<double>(n * n * n) / median(ts) / 1e12;
+  std::vector<float> x(size_t{1} << 24, 1.0f), y(x.size());
+  ts.clear();
+  for (int i = 0; i < 5; ++i) {
+    auto t0 = Clock::now();
+    std::memcpy(y.data(), x.data(), x.size() * sizeof(float));
+    ts.push_back(seconds_since(t0));
+  }
+  d.memory_gbps = 2.0 * static_cast<double>(x.size() * sizeof(float)) / median(ts) / 1e9;
+  d.memory_gib = mem_gib / static_cast<double>(std::max<int64_t>(1, ranks));
+  d.matmul_efficiency = 1.0;
+  d.memory_efficiency = 1.0;
+  d.launch_us = 1;
+  d.source = fmt::format("measured: {}x{}x{} sgemm and a {} MiB copy, {} thread(s)", n, n, n, x.size() * 4 >> 20, threads);
+  return d;
+}
+
+// Collective times on the local communicator (threads), optionally behind an emulated link.
+std::vector<CollectiveSample> measure_collectives(int64_t group, const std::vector<int64_t>& sizes, const LinkModel* link, int reps) {
+  std::vector<CollectiveSample> out;
+  auto world = make_local_world(static_cast<int>(group), 120);
+  std::vector<std::vector<double>> times(sizes.size() * 3);
+  std::vector<std::thread> th;
+  std::vector<std::string> errors(static_cast<size_t>(group));
+  for (int r = 0; r < group; ++r) {
+    th.emplace_back([&, r] {
+      try {
+        auto comm = local_communicator(world, r);
+        std::vector<int> all(static_cast<size_t>(group));
+        for (int i = 0; i < group; ++i) all[static_cast<size_t>(i)] = i;
+        std::unique_ptr<CommGroup> g = comm->make_group(all);
+        if (link) g = emulate_link(std::move(g), *link);
+        for (size_t si = 0; si < sizes.size(); ++si) {
+          int64_t bytes = sizes[si];
+          int64_t count = std::max<int64_t>(group, bytes / 4 / group * group);
+          std::vector<float> buf(static_cast<size_t>(count), 1.0f), out_buf(static_cast<size_t>(count));
+          for (int kind = 0; kind < 3; ++kind) {
+            for (int rep = 0; rep <= reps; ++rep) {
+              g->barrier();
+              auto t0 = Clock::now();
+              if (kind == 0) g->all_reduce(buf.data(), count, DType::kF32, ReduceOp::kSum);
+              if (kind == 1) g->all_gather(buf.data(), out_buf.data(), count / group * 4);
+              if (kind == 2) g->reduce_scatter(buf.data(), out_buf.data(), count / group, DType::kF32, ReduceOp::kSum);
+              double s = seconds_since(t0);
+              if (r == 0 && rep > 0) times[si * 3 + static_cast<size_t>(kind)].push_back(s);
+            }
+          }
+        }
+      } catch (const std::exception& e) {
+        errors[static_cast<size_t>(r)] = e.what();
+      }
+    });
+  }
+  for (auto& t : th) t.join();
+  for (const std::string& e : errors) {
+    if (!e.empty()) throw OasesError("collective timing: " + e);
+  }
+  for (size_t si = 0; si < sizes.size(); ++si) {
+    int64_t count = std::max<int64_t>(group, sizes[si] / 4 / group * group);
+    for (int kind = 0; kind < 3; ++kind) {
+      CollectiveSample s;
+      s.kind = kind == 0 ? CollectiveKind::kAllReduce : kind == 1 ? CollectiveKind::kAllGather : CollectiveKind::kReduceScatter;
+      s.group = group;
+      s.bytes = static_cast<double>(count * 4);  // the whole tensor (all-gather: its result)
+      s.us = median(times[si * 3 + static_cast<size_t>(kind)]) * 1e6;
+      s.link = link ? fmt::format("emulated bw={},latency={}", link->bandwidth_gbps, link->latency_us) : "shared-memory";
+      out.push_back(s);
+    }
+  }
+  return out;
+}
+
+double measure_optimizer(int threads) {
+  kernels::set_num_threads(threads);
+  OptimizerConfig oc;
+  oc.kind = "adamw";
+  oc.lr = 1e-3;
+  Optimizer opt(oc);
+  int64_t n = int64_t{4} << 20;  // 16 MiB of parameters in 4 tensors
+  std::vector<Tensor> grads;
+  std::vector<const float*> gp;
+  for (int i = 0; i < 4; ++i) {
+    Tensor p(DType::kF32, {n / 4});
+    Tensor g(DType::kF32, {n / 4});
+    for (int64_t k = 0; k < n / 4; ++k) {
+      p.mutable_data<float>()[k] = 0.01f;
+      g.mutable_data<float>()[k] = 0.001f;
+    }
+    opt.add(fmt::format("p{}", i), p);
+    grads.push_back(g);
+    gp.push_back(grads.back().data<float>());
+  }
+  opt.step(gp, 1.f);
+  std::vector<double> ts;
+  for (int i = 0; i < 3; ++i) {
+    auto t0 = Clock::now();
+    opt.step(gp, 1.f);
+    ts.push_back(seconds_since(t0));
+  }
+  return median(ts) * 1e6 / 16.0;
+}
+
+// Times every compute node of rank 0's program for a uniform tp x dp split, K chunks, on
+// `ranks` local ranks (plain schedule; the ops are those of every schedule).
+Status measure_model_ops(const PlanningModel& m, const ModelAnalysis& a, int64_t ranks, int64_t tp, int64_t chunks, int threads, int reps,
+                         std::map<std::string, OpSample>* acc) {
+  PlanChoice plan;
+  plan.layouts.assign(a.parts.size(), Layout{tp, false});
+  plan.schedule = "plain";
+  plan.chunks = chunks;
+  Graph fwd = m.forward;
+  auto st = apply_part_layouts(fwd, part_layouts_of(a, plan.layouts), ranks, StrategyOptions{});
+  if (!st) return st.status();
+  TrainingSpec spec;
+  if (chunks > 1) {
+    int k = static_cast<int>(chunks);
+    spec.before_autodiff = [k](Graph g) { return chunk_batch(g, k); };
+  }
+  OASES_ASSIGN_OR_RETURN(TrainingGraph tg, build_training_graph(std::move(fwd), spec));
+  OASES_RETURN_IF_ERROR(split_batch_inputs(tg.graph, &*st));
+  std::optional<PartitionedGraph> pg;
+  if (ranks > 1) {
+    OASES_ASSIGN_OR_RETURN(pg, partition_training(tg.graph, tg.params, *st));
+  }
+  // one global batch of random tokens, each rank fed its slice
+  std::mt19937_64 rng(7);
+  std::map<std::string, Tensor> global;
+  for (ValueId v : tg.graph.inputs()) {
+    const Value& val = tg.graph.value(v);
+    Tensor t(DType::kI64, val.shape);
+    int64_t vocab = std::max<int64_t>(2, a.vocab);
+    for (int64_t i = 0; i < t.numel(); ++i) t.mutable_data<int64_t>()[i] = static_cast<int64_t>(rng() % static_cast<uint64_t>(vocab));
+    if (val.dtype != DType::kI64) {
+      Tensor c(val.dtype, val.shape);
+      for (int64_t i = 0; i < t.numel(); ++i) store_from_double(c.raw_mutable(), val.dtype, i, static_cast<double>(t.data<int64_t>()[i]));
+      t = c;
+    }
+    global[val.name] = t;
+  }
+  auto world = make_local_world(static_cast<int>(ranks), 600);
+  std::vector<std::string> errors(static_cast<size_t>(ranks));
+  std::vector<std::thread> th;
+  for (int64_t r = 0; r < ranks; ++r) {
+    th.emplace_back([&, r] {
+      std::unique_ptr<Communicator> comm = local_communicator(world, static_cast<int>(r));
+      try {
+        kernels::set_num_threads(threads);
+        Graph g = pg ? local_graph_for_rank(*pg, r) : tg.graph;
+        auto rt = RankRuntime::create(ranks > 1 ? comm.get() : nullptr, st->mesh);
+        if (!rt) throw OasesError(rt.status().message());
+        ExecOptions eo;
+        eo.groups = (*rt)->axis_groups();
+        auto so = schedule_by_name("plain");
+        auto order = schedule_program(g, *so);
+        if (!order) throw OasesError(order.status().message());
+        eo.order = *order;
+        auto ex = Executor::create(g, eo);
+        if (!ex) throw OasesError(ex.status().message());
+        (*ex)->state().training = true;
+        std::map<std::string, Tensor> feeds;
+        for (const auto& [name, t] : global) {
+          ValueId v = g.find_value(name);
+          if (v == kNoId) continue;
+          feeds[name] = pg ? slice_for_rank(t, pg->specs[static_cast<size_t>(v)], st->mesh, r) : t;
+        }
+        (*ex)->set_profiling(r == 0);
+        for (int rep = 0; rep <= reps; ++rep) {
+          Status s = (*ex)->execute(feeds);
+          if (!s.is_ok()) throw OasesError(s.message());
+          if (r != 0 || rep == 0) continue;
+          const Program& p = (*ex)->program();
+          const auto& ms = (*ex)->node_ms();
+          const OpRegistry& reg = OpRegistry::global();
+          for (size_t i = 0; i < p.instrs.size() && i < ms.size(); ++i) {
+            if (p.instrs[i].kind != Instr::Kind::kCompute) continue;
+            const Node& n = p.graph.node(p.instrs[i].node);
+            if (is_collective(n)) continue;
+            const OpSchema* sc = reg.find(n.domain, n.op_type);
+            OpCost c = sc && sc->cost ? sc->cost(p.graph, n) : OpCost{};
+            if (is_free_op(n, c)) continue;
+            std::string key = node_key(p.graph, n);
+            OpSample& o = (*acc)[key];
+            if (o.samples == 0 || o.key.empty()) {
+              o.op = node_op_name(n);
+              o.key = key;
+              o.flops = c.flops;
+              o.bytes = c.bytes;
+              o.samples = 0;
+              o.us = 0;
+            }
+            // a running mean over every execution of this key
+            o.us = (o.us * o.samples + ms[i] * 1000.0) / (o.samples + 1);
+            ++o.samples;
+          }
+        }
+      } catch (const std::exception& e) {
+        errors[static_cast<size_t>(r)] = e.what();
+        comm->abort(fmt::format("rank {} failed: {}", r, e.what()));
+      }
+    });
+  }
+  for (auto& t : th) t.join();
+  for (const std::string& e : errors) {
+    if (!e.empty()) return error("tp {} x dp {}, {} chunk(s): {}", tp, ranks / tp, chunks, e);
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return run_tool([&] {
+    CLI::App app{"oases-profile: measure op and collective times on this machine for the planner"};
+    std::string backend = "cpu", out, model, degrees_s, chunks_s = "1,2,4", emulate, sizes_s;
+    int64_t ranks = 2, batch = 0, seq = 0;
+    int reps = 3, threads = 0;
+    BindingFlags bind;
+    app.add_option("--backend", backend, "cpu | cuda")->check(CLI::IsMember({"cpu", "cuda"}));
+    app.add_option("--out", out, "Write the profile (JSON)")->required();
+    app.add_option("--model", model, "Also time every op of this model's training at the shapes its plans produce");
+    app.add_option("--ranks", ranks, "Ranks (threads) sharing this machine, as oases-train --local-ranks N");
+    app.add_option("--batch", batch, "Global batch the plans are made for");
+    app.add_option("--seq", seq, "Sequence length the plans are made for");
+    app.add_option("--degrees", degrees_s, "tp degrees to profile (comma list; default every one dividing the model and the ranks)");
+    app.add_option("--chunks", chunks_s, "Micro-batch chunk counts to profile (comma list)");
+    app.add_option("--emulate-link", emulate, "Also time collectives behind an emulated link bw=GBPS,latency=US");
+    app.add_option("--sizes", sizes_s, "Collective message sizes in bytes (comma list; default 4 KiB to 16 MiB)");
+    app.add_option("--reps", reps, "Timed repetitions (the median is kept)");
+    app.add_option("--threads", threads, "Threads per rank (default: the cores shared among the ranks)");
+    bind.add_to(app);
+    if (int rc = parse_cli(app, argc, argv); rc >= 0) return rc;
+    if (backend == "cuda") {
+      return fail_with(Status::error(
+          "--backend cuda: this oases-profile was built without the CUDA backend; build with it (-DOASES_CUDA=ON where the CUDA "
+          "toolkit and a GPU are present) or profile with --backend cpu"));
+    }
+    if (ranks < 1) return fail_with(error("--ranks must be at least 1, not {}", ranks));
+    if (reps < 1) return fail_with(error("--reps must be at least 1, not {}", reps));
+    int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    if (threads <= 0) threads = std::max(1, cores / static_cast<int>(ranks));
+    std::optional<LinkModel> link;
+    if (!emulate.empty()) {
+      auto lm = parse_link_model(emulate);
+      if (!lm) return fail_with(lm.status());
+      link = *lm;
+    }
+    std::vector<int64_t> sizes = sizes_s.empty() ? std::vector<int64_t>{4096, 16384, 65536, 262144, 1 << 20, 4 << 20, 16 << 20}
+                                                 : parse_ints(sizes_s, "--sizes");
+    std::vector<int64_t> chunks = parse_ints(chunks_s, "--chunks");
+    auto t_start = Clock::now();
+    Profile p;
+    p.backend = backend;
+    p.machine = machine_description(ranks, threads);
+    p.ranks = ranks;
+    p.threads_per_rank = threads;
+    p.device = measure_device(threads, p.machine["memory_gib"].get<double>(), ranks);
+    p.has_device = true;
+    std::printf("device: %.1f GFLOP/s sgemm, %.1f GB/s copy (%d thread(s) per rank)\n", p.device.fp32_tflops * 1e3, p.device.memory_gbps, threads);
+    for (int64_t g = 2; g <= std::max<int64_t>(ranks, 2); g *= 2) {
+      for (const CollectiveSample& s : measure_collectives(g, sizes, nullptr, reps)) p.collectives.push_back(s);
+      if (link) {
+        for (const CollectiveSample& s : measure_collectives(g, sizes, &*link, reps)) p.collectives.push_back(s);
+      }
+    }
+    std::printf("collectives: %zu samples (group sizes 2..%lld, %zu sizes%s)\n", p.collectives.size(),
+                static_cast<long long>(std::max<int64_t>(ranks, 2)), sizes.size(), link ? ", also behind the emulated link" : "");
+    p.optimizer_us_per_mib = measure_optimizer(threads);
+    std::printf("optimizer: AdamW %.1f us per MiB of parameters\n", p.optimizer_us_per_mib);
+    if (!model.empty()) {
+      ImportOptions opts;
+      if (Status s = bind.apply(&opts); !s.is_ok()) return fail_with(s);
+      auto pm = load_planning_model(model, opts, batch, seq);
+      if (!pm) return fail_with(pm.status());
+      auto a = analyze_model(pm->forward, pm->train.graph, pm->train.params, ranks);
+      if (!a) return fail_with(a.status().with_context(model));
+      std::vector<int64_t> degrees = degrees_s.empty() ? a->tp_candidates : parse_ints(degrees_s, "--degrees");
+      std::map<std::string, OpSample> acc;
+      nlohmann::json done = nlohmann::json::array();
+      for (int64_t t : degrees) {
+        if (std::find(a->tp_candidates.begin(), a->tp_candidates.end(), t) == a->tp_candidates.end()) {
+          return fail_with(error("--degrees: tp {} does not divide {} on {} ranks (candidates {})", t, model, ranks, fmt::join(a->tp_candidates, ",")));
+        }
+        for (int64_t k : chunks) {
+          if (k < 1 || pm->batch % (ranks / t * k) != 0) continue;
+          auto t0 = Clock::now();
+          if (Status s = measure_model_ops(*pm, *a, ranks, t, k, threads, reps, &acc); !s.is_ok()) return fail_with(s.with_context(model));
+          std::printf("ops: tp %lld x dp %lld, %lld chunk(s): %.1f s\n", static_cast<long long>(t), static_cast<long long>(ranks / t),
+                      static_cast<long long>(k), seconds_since(t0));
+          done.push_back({{"tp", t}, {"chunks", k}});
+        }
+      }
+      // Under tp > 1 the loss is lowered to vocabulary-parallel pieces; when no plan above kept it
+      // whole (dp over every rank does not divide the batch), time it on one rank.
+      bool whole_loss = std::any_of(done.begin(), done.end(), [](const nlohmann::json& d) { return d["tp"].get<int64_t>() == 1; });
+      if (!whole_loss) {
+        auto t0 = Clock::now();
+        auto a1 = analyze_model(pm->forward, pm->train.graph, pm->train.params, 1);
+        if (!a1) return fail_with(a1.status().with_context(model));
+        if (Status s = measure_model_ops(*pm, *a1, 1, 1, 1, threads, reps, &acc); !s.is_ok()) return fail_with(s.with_context(model));
+        std::printf("ops: one rank, 1 chunk: %.1f s\n", seconds_since(t0));
+        done.push_back({{"tp", 1}, {"chunks", 1}, {"ranks", 1}});
+      }
+      for (auto& [k, s] : acc) p.ops.push_back(s);
+      p.model = {{"path", model}, {"batch", pm->batch}, {"seq", pm->seq}, {"ranks", ranks}, {"profiled", done}};
+      std::printf("ops: %zu distinct op shapes of %s\n", p.ops.size(), model.c_str());
+    }
+    std::ofstream f(out);
+    if (!f) return fail_with(error("{}: cannot open for writing", out));
+    f << p.to_json().dump(1) << "\n";
+    f.close();
+    if (!f) return fail_with(error("{}: write failed", out));
+    std::printf("wrote %s in %.1f s\n", out.c_str(), seconds_since(t_start));
+    return 0;
+  });
+}
