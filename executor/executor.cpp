@@ -10,7 +10,9 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "executor/device.h"
 #include "executor/fusion.h"
+#include "executor/half_adapter.h"
 #include "graph/op_registry.h"
 #include "kernels/cpu/parallel.h"
 
@@ -97,7 +99,9 @@ Expected<std::vector<ScheduledOp>> fuse_scheduled(Graph& g, const std::vector<Sc
 
 Expected<Program> compile_program(Graph g, const ExecOptions& opts) {
   Program p;
-  const bool fuse = opts.fuse && std::getenv("OASES_NO_FUSION") == nullptr;
+  // executor fusion makes CPU-only ops (the oases.cpu domain) and in-place outputs planned for the
+  // CPU kernels; a device program runs the canonical graph as it is
+  const bool fuse = opts.fuse && opts.device == "cpu" && std::getenv("OASES_NO_FUSION") == nullptr;
   std::vector<ScheduledOp> schedule = opts.order;
   if (fuse) {
     if (schedule.empty()) {
@@ -114,6 +118,7 @@ Expected<Program> compile_program(Graph g, const ExecOptions& opts) {
     const Node& n = g.node(id);
     const CpuKernelFn* fn = kr.find(n.domain, n.op_type);
     if (!fn) return error("{}: no CPU kernel for this op", n.describe());
+    if (has_half_operand(g, n)) fn = half_adapted_kernel(n.domain, n.op_type, fn);  // mixed precision
     for (ValueId o : n.outputs) {
       if (o != kNoId && !g.value(o).has_shape) return error("{}: output '{}' has no shape", n.describe(), g.value(o).name);
     }
@@ -250,11 +255,13 @@ Expected<std::unique_ptr<Executor>> Executor::create(Graph g, const ExecOptions&
       c.out.push_back(tv);
     }
   }
-  if (async) ex->comm_ = std::make_unique<CommThread>(ex->prog_.instrs.size());
+  OASES_ASSIGN_OR_RETURN(ex->device_, make_device_runner(opts.device, ex->prog_, opts, &ex->state_));
+  if (async && !ex->device_) ex->comm_ = std::make_unique<CommThread>(ex->prog_.instrs.size());
   return ex;
 }
 
 Executor::~Executor() {
+  device_.reset();
   comm_.reset();
   std::free(arena_);
 }
@@ -324,6 +331,14 @@ Status Executor::execute(const std::map<std::string, Tensor>& inputs) {
     }
     held_inputs_.push_back(t);
     input_ptrs_[v] = t.raw();
+  }
+  if (device_) {
+    try {
+      device_->run(input_ptrs_, arena_);
+    } catch (const std::exception& e) {
+      return Status::error(e.what());
+    }
+    return Status::ok();
   }
   if (profiling_) node_ms_.assign(prog_.instrs.size(), 0.0);
   std::vector<size_t> start_of(static_cast<size_t>(g.max_node_id()), 0);

@@ -18,6 +18,8 @@
 
 namespace oases {
 
+class DeviceRunner;  // executor/device.h
+
 struct Instr {
   enum class Kind { kCompute, kCommStart, kCommWait };
   Kind kind = Kind::kCompute;
@@ -48,6 +50,8 @@ struct ExecOptions {
   // Instruction order from the scheduler (planner/schedule.h); empty: topological order with
   // collectives run in line by the compute thread.
   std::vector<ScheduledOp> order;
+  // "cpu", or "cuda": the program runs on the GPU (executor/device.h); the host API is unchanged.
+  std::string device = "cpu";
 };
 
 // Compiles `g` (canonical, fully shaped) into a program; the error names the first node without a
@@ -99,6 +103,7 @@ class Executor {
   struct CommThread;
   std::unique_ptr<CommThread> comm_;
   double t0_ = 0;
+  std::unique_ptr<DeviceRunner> device_;  // set when the program runs on a device
 
   void* ptr_of(ValueId v) const;
   void bind(size_t i);

@@ -1,6 +1,7 @@
 #include "executor/training.h"
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <optional>
@@ -130,6 +131,7 @@ Expected<std::vector<InputRole>> input_roles(const Graph& g, ValueId appended_ta
     r.value = v;
     r.name = val.name;
     std::string n = lower(val.name);
+    if (val.name == "oases_loss_scale") continue;  // fed by the Trainer (mixed precision)
     if (!is_integer(val.dtype)) {
       return error("input '{}' is {}: token batches can only feed integer inputs (use --inputs DIR to feed it)", val.name,
                    dtype_name(val.dtype));
@@ -206,11 +208,25 @@ Expected<std::unique_ptr<Trainer>> Trainer::create(TrainingGraph tg, OptimizerCo
   return tr;
 }
 
+namespace {
+// Feeds plus the loss-scale input when the graph has one (graph/passes/mixed_precision.h).
+const std::map<std::string, Tensor>& with_loss_scale(const Graph& g, const std::map<std::string, Tensor>& feeds, double s,
+                                                     std::map<std::string, Tensor>* buf) {
+  if (g.find_value("oases_loss_scale") == kNoId || !g.value(g.find_value("oases_loss_scale")).is_input) return feeds;
+  *buf = feeds;
+  Tensor t(DType::kF32, {});
+  t.mutable_data<float>()[0] = static_cast<float>(s);
+  (*buf)["oases_loss_scale"] = t;
+  return *buf;
+}
+}  // namespace
+
 Status Trainer::run_micro(const std::map<std::string, Tensor>& feeds, bool accumulate, double* loss) {
   train_->state().training = true;
-  OASES_RETURN_IF_ERROR(train_->execute(feeds));
+  std::map<std::string, Tensor> buf;
+  OASES_RETURN_IF_ERROR(train_->execute(with_loss_scale(train_->graph(), feeds, loss_scale_, &buf)));
   TensorView lv = train_->view(tg_.loss);
-  *loss = load_as_double(lv.data, lv.dtype, 0);
+  *loss = load_as_double(lv.data, lv.dtype, 0) / (buf.empty() ? 1.0 : loss_scale_);
   if (accumulate) {
     if (accum_.empty()) {
       for (ValueId gv : tg_.grads) accum_.emplace_back(DType::kF32, tg_.graph.value(gv).shape);
@@ -249,19 +265,25 @@ Expected<StepStats> Trainer::step(const std::vector<std::map<std::string, Tensor
   for (size_t i = 0; i < tg_.grads.size(); ++i) {
     grads.push_back(accumulate ? accum_[i].data<float>() : train_->view(tg_.grads[i]).as<float>());
   }
-  float scale = 1.f / static_cast<float>(micro.size());
+  bool scaled = train_->graph().find_value("oases_loss_scale") != kNoId;
+  float scale = static_cast<float>(1.0 / (static_cast<double>(micro.size()) * (scaled ? loss_scale_ : 1.0)));
   if (before_update) OASES_RETURN_IF_ERROR(before_update());
+  double norm = 0;
   if (global_norm) {
     std::vector<double> ss = opt_.sum_squares(grads);
-    double norm = 0;
     try {
       norm = global_norm(ss) * static_cast<double>(scale);
     } catch (const OasesError& e) {
       return Status::error(e.what());
     }
-    st.grad_norm = opt_.step_with_norm(grads, scale, norm);
   } else {
-    st.grad_norm = opt_.step(grads, scale);
+    norm = opt_.grad_norm(grads, scale);
+  }
+  if (skip_nonfinite && !std::isfinite(norm)) {
+    st.skipped = true;
+    st.grad_norm = norm;
+  } else {
+    st.grad_norm = opt_.step_with_norm(grads, scale, norm);
   }
   st.lr = opt_.last_lr();
   st.loss = total / static_cast<double>(micro.size());
@@ -269,6 +291,9 @@ Expected<StepStats> Trainer::step(const std::vector<std::map<std::string, Tensor
   st.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   return st;
 }
+
+void Trainer::set_loss_scale(double s) { loss_scale_ = s; }
+
 
 Expected<double> Trainer::compute_gradients(const std::map<std::string, Tensor>& feeds) {
   double l;
@@ -289,19 +314,27 @@ Expected<double> Trainer::eval_loss(const std::map<std::string, Tensor>& feeds) 
     OASES_ASSIGN_OR_RETURN(eval_, Executor::create(std::move(eval), exec_opts_));
   }
   eval_->state().training = false;
-  OASES_RETURN_IF_ERROR(eval_->execute(feeds));
+  std::map<std::string, Tensor> buf;
+  OASES_RETURN_IF_ERROR(eval_->execute(with_loss_scale(eval_->graph(), feeds, 1.0, &buf)));
   TensorView lv = eval_->view(eval_->graph().outputs()[0]);
   return load_as_double(lv.data, lv.dtype, 0);
 }
 
 Tensor Trainer::gradient(size_t i) const {
+  Tensor t;
+  bool scaled = train_->graph().find_value("oases_loss_scale") != kNoId;
+  float div = scaled ? static_cast<float>(loss_scale_) : 1.f;
   if (!accum_.empty() && micro_in_accum_ > 1) {
-    Tensor t = accum_[i].clone();
-    float* p = t.mutable_data<float>();
-    for (int64_t j = 0; j < t.numel(); ++j) p[j] /= static_cast<float>(micro_in_accum_);
-    return t;
+    t = accum_[i].clone();
+    div *= static_cast<float>(micro_in_accum_);
+  } else {
+    t = train_->read(tg_.grads[i]);
   }
-  return train_->read(tg_.grads[i]);
+  if (div != 1.f) {
+    float* p = t.mutable_data<float>();
+    for (int64_t j = 0; j < t.numel(); ++j) p[j] /= div;
+  }
+  return t;
 }
 
 std::map<std::string, Tensor> Trainer::parameters() const {

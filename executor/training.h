@@ -59,6 +59,7 @@ struct StepStats {
   double grad_norm = 0;
   double lr = 0;
   double ms = 0;
+  bool skipped = false;  // non-finite gradients with skip_nonfinite: nothing was updated
 };
 
 class Trainer {
@@ -69,6 +70,13 @@ class Trainer {
   // Global gradient norm from each parameter's local Σ g² (a distributed run sums shards over
   // their groups); unset: the plain norm over this rank's gradients.
   std::function<double(const std::vector<double>&)> global_norm;
+  // Loss scaling (mixed precision, executor/loss_scaler.h). For a graph with the loss-scale input
+  // (graph/passes/mixed_precision.h insert_loss_scale_input) the backward pass starts from this
+  // value instead of 1; reported losses, gradient() and the update divide it out again.
+  void set_loss_scale(double s);
+  double loss_scale() const { return loss_scale_; }
+  // Skip the update (parameters and optimizer state untouched) when the gradient norm is not finite.
+  bool skip_nonfinite = false;
 
   // One optimizer step over the given micro-batches (gradients averaged). `before_update` runs
   // after the gradients are complete and before the parameters change (e.g. to dump them).
@@ -100,6 +108,7 @@ class Trainer {
   Optimizer opt_;
   std::vector<Tensor> accum_;  // gradient accumulators (multi-micro-batch steps)
   int micro_in_accum_ = 0;
+  double loss_scale_ = 1.0;
 };
 
 // --- checkpoints ---------------------------------------------------------------------------

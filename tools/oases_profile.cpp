@@ -19,6 +19,7 @@
 
 #include <fmt/format.h>
 
+#include "executor/device.h"
 #include "executor/distributed.h"
 #include "executor/emulated_link.h"
 #include "executor/executor.h"
@@ -328,6 +329,11 @@ int main(int argc, char** argv) {
     app.add_option("--threads", threads, "Threads per rank (default: the cores shared among the ranks)");
     bind.add_to(app);
     if (int rc = parse_cli(app, argc, argv); rc >= 0) return rc;
+    if (backend == "cuda" && cuda_built()) {
+      return fail_with(Status::error(
+          "--backend cuda: profiling on the GPU is not implemented yet (this build has the CUDA backend for oases-train "
+          "--device cuda, see docs/GPU.md); profile with --backend cpu, or plan for a GPU from a device table (--cluster)"));
+    }
     if (backend == "cuda") {
       return fail_with(Status::error(
           "--backend cuda: this oases-profile was built without the CUDA backend; build with it (-DOASES_CUDA=ON where the CUDA "

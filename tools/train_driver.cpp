@@ -12,10 +12,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include "executor/device.h"
 #include "executor/distributed.h"
+#include "executor/loss_scaler.h"
 #include "executor/mpi_communicator.h"
 #include "executor/profile_report.h"
 #include "executor/training.h"
+#include "graph/passes/mixed_precision.h"
 #include "importer/onnx_export.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/parallel.h"
@@ -86,6 +89,9 @@ void add_train_options(CLI::App& app, TrainArgs& a) {
   app.add_option("--trace-steps", a.trace_steps, "Steps in the trace");
   app.add_flag("--overlap-report", a.overlap_report, "Print total, hidden and exposed communication time per step and per block");
   app.add_flag("--memory-report", a.memory_report, "Print the bytes of activations each block keeps for the backward pass");
+  app.add_option("--device", a.device, "cpu | cuda (the GPU backend: docs/GPU.md)")->check(CLI::IsMember({"cpu", "cuda"}));
+  app.add_option("--dtype", a.dtype, "fp32 | bf16 | fp16: compute type; parameters and optimizer state stay fp32, fp16 adds dynamic loss scaling")
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
   a.bind.add_to(app);
 }
 
@@ -239,9 +245,19 @@ Expected<Setup> prepare(const TrainArgs& args, int64_t world) {
   spec.ignore_index = a.ignore_index;
   spec.freeze = a.freeze;
   if (a.chunks <= 0) a.chunks = a.schedule.empty() ? 1 : 2;
-  if (a.chunks > 1) {
+  OASES_ASSIGN_OR_RETURN(DType compute, compute_dtype_from_name(a.dtype));
+  if (a.chunks > 1 || compute != DType::kF32) {
     int k = static_cast<int>(a.chunks);
-    spec.before_autodiff = [k](Graph g) { return chunk_batch(g, k); };
+    // mixed precision first (the chunked copies inherit its casts), then the micro-batch chunks,
+    // then (fp16) the loss-scale input the backward pass starts from
+    spec.before_autodiff = [k, compute](Graph g) -> Expected<Graph> {
+      if (compute != DType::kF32) OASES_RETURN_IF_ERROR(apply_mixed_precision(g, compute).status());
+      if (k > 1) {
+        OASES_ASSIGN_OR_RETURN(g, chunk_batch(std::move(g), k));
+      }
+      if (compute == DType::kF16) OASES_RETURN_IF_ERROR(insert_loss_scale_input(g));
+      return g;
+    };
   }
   auto tg = build_training_graph(loaded.graph, spec);
   if (!tg) return tg.status().with_context(a.model);
@@ -424,6 +440,20 @@ Status run_rank(const Setup& s, RankRuntime& rt) {
   ExecOptions eo;
   eo.threads = a.threads;
   eo.groups = rt.axis_groups();
+  eo.device = a.device;
+  std::vector<std::unique_ptr<CommGroup>> nccl_groups;
+  if (a.device == "cuda") {
+    // one GPU per rank (the node-local rank picks it); collectives over NCCL, bootstrapped over
+    // this run's communicator
+    const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+    if (!local) local = std::getenv("SLURM_LOCALID");
+    OASES_RETURN_IF_ERROR(cuda_select_device(local ? std::atoi(local) : rt.rank()));
+    if (rt.distributed()) {
+      OASES_ASSIGN_OR_RETURN(nccl_groups, make_nccl_groups(rt.communicator(), rt.mesh(), rt.rank(), a.comm_timeout));
+      eo.groups.clear();
+      for (auto& g : nccl_groups) eo.groups.push_back(g.get());
+    }
+  }
   // the schedule: recomputation, then the instruction order (the same on every rank)
   std::optional<ScheduleOptions> sched;
   RecomputeReport recompute;
@@ -447,6 +477,11 @@ Status run_rank(const Setup& s, RankRuntime& rt) {
   OASES_ASSIGN_OR_RETURN(auto trainer, Trainer::create(std::move(tg), s.oc, eo));
   Trainer& tr = *trainer;
   tr.executor().state().seed = a.seed;
+  // fp16: dynamic loss scaling (a step with non-finite gradients is skipped and the scale halves)
+  LossScalerConfig lsc;
+  lsc.dynamic = a.dtype == "fp16";
+  LossScaler scaler(lsc);
+  tr.skip_nonfinite = lsc.dynamic;
   bool tracing = !a.trace.empty() || a.overlap_report;
   tr.executor().set_tracing(tracing);
   if (lead && (a.memory_report || a.overlap_report) && sched) {
@@ -621,7 +656,16 @@ Status run_rank(const Setup& s, RankRuntime& rt) {
     }
     OASES_ASSIGN_OR_RETURN(auto micro, next_feeds());
     bool dump_now = !a.dump_grads.empty() && step == start;
+    if (lsc.dynamic) tr.set_loss_scale(scaler.scale());
     OASES_ASSIGN_OR_RETURN(StepStats st, tr.step(micro, dump_now ? std::function<Status()>(dump) : std::function<Status()>()));
+    if (lsc.dynamic) {
+      double used = scaler.scale();
+      scaler.update(!st.skipped);
+      if (st.skipped && lead && !a.quiet) {
+        std::fprintf(stderr, "step %lld: non-finite gradients at loss scale %g; update skipped, scale now %g\n",
+                     static_cast<long long>(step + 1), used, scaler.scale());
+      }
+    }
     if (tracing) {
       std::vector<TraceEvent> ev = tr.executor().take_events();
       int64_t done_steps = step - start;
@@ -642,6 +686,10 @@ Status run_rank(const Setup& s, RankRuntime& rt) {
     if (log) {
       nlohmann::json j{{"step", done}, {"loss", st.loss}, {"lr", st.lr}, {"grad_norm", st.grad_norm}, {"tokens_per_s", tps}, {"ms", st.ms}};
       if (val) j["val_loss"] = *val;
+      if (lsc.dynamic) {
+        j["loss_scale"] = scaler.scale();
+        j["skipped"] = st.skipped;
+      }
       *log << j.dump() << "\n";
       log->flush();
     }
@@ -698,6 +746,12 @@ Status run_rank(const Setup& s, RankRuntime& rt) {
 }  // namespace
 
 int run_training(TrainArgs& a, int argc, char** argv) {
+  if (a.device == "cuda") {
+    if (Status st = cuda_usable(); !st.is_ok()) return fail_with(st);
+    if (!a.trace.empty() || a.overlap_report) {
+      return fail_with(Status::error("--trace and --overlap-report time the CPU executor's threads; with --device cuda use Nsight Systems"));
+    }
+  }
   // one rank, N threads, or MPI processes
   std::unique_ptr<Communicator> mpi;
   int64_t world = 1;

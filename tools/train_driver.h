@@ -37,6 +37,9 @@ struct TrainArgs {
   std::string trace;             // Chrome trace JSON
   int64_t trace_steps = 3;
   bool overlap_report = false, memory_report = false;
+  // GPU backend and mixed precision (docs/GPU.md)
+  std::string device = "cpu";    // cpu | cuda
+  std::string dtype = "fp32";    // fp32 | bf16 | fp16
   BindingFlags bind;
 };
 

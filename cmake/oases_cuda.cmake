@@ -1,0 +1,61 @@
+# The CUDA backend's toolchain: included from the top-level CMakeLists.txt when OASES_CUDA is ON,
+# or AUTO and nvcc is found. Sets OASES_WITH_CUDA and the imported targets the backend links:
+# CUDA::cudart, CUDA::cublas, CUDA::cublasLt, oases::cudnn, oases::nccl.
+#
+# CMake 3.25 cannot hand nvcc C++20, so device code is C++17 (host code stays C++20); CUDA 13 needs
+# sm_75 or newer and "native" fails without a GPU, so the architectures default to 80 and 90.
+
+set(OASES_WITH_CUDA OFF)
+if(OASES_CUDA STREQUAL "OFF")
+  return()
+endif()
+if(NOT OASES_CUDA MATCHES "^(AUTO|ON)$")
+  message(FATAL_ERROR "OASES_CUDA must be AUTO, ON or OFF (got '${OASES_CUDA}')")
+endif()
+
+# nvcc is often installed off PATH
+if(NOT CMAKE_CUDA_COMPILER AND NOT DEFINED ENV{CUDACXX} AND EXISTS /usr/local/cuda/bin/nvcc)
+  set(ENV{CUDACXX} /usr/local/cuda/bin/nvcc)
+endif()
+include(CheckLanguage)
+check_language(CUDA)
+if(NOT CMAKE_CUDA_COMPILER)
+  if(OASES_CUDA STREQUAL "ON")
+    message(FATAL_ERROR "OASES_CUDA=ON but no CUDA compiler (nvcc) was found; set CUDACXX or use -DOASES_CUDA=AUTO|OFF")
+  endif()
+  message(STATUS "CUDA backend: off (no nvcc found)")
+  return()
+endif()
+
+if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES OR CMAKE_CUDA_ARCHITECTURES STREQUAL "")
+  set(CMAKE_CUDA_ARCHITECTURES 80 90)
+endif()
+set(CMAKE_CUDA_STANDARD 17)
+set(CMAKE_CUDA_STANDARD_REQUIRED ON)
+set(CMAKE_CUDA_EXTENSIONS OFF)
+enable_language(CUDA)
+find_package(CUDAToolkit REQUIRED)
+
+# cuDNN and NCCL sit next to the toolkit (or in the system paths)
+find_library(OASES_CUDNN_LIBRARY NAMES cudnn HINTS ${CUDAToolkit_LIBRARY_DIR} PATH_SUFFIXES lib64 lib)
+find_path(OASES_CUDNN_INCLUDE_DIR NAMES cudnn.h HINTS ${CUDAToolkit_INCLUDE_DIRS})
+find_library(OASES_NCCL_LIBRARY NAMES nccl HINTS ${CUDAToolkit_LIBRARY_DIR} PATH_SUFFIXES lib64 lib)
+find_path(OASES_NCCL_INCLUDE_DIR NAMES nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS})
+foreach(v OASES_CUDNN_LIBRARY OASES_CUDNN_INCLUDE_DIR OASES_NCCL_LIBRARY OASES_NCCL_INCLUDE_DIR)
+  if(NOT ${v})
+    if(OASES_CUDA STREQUAL "ON")
+      message(FATAL_ERROR "OASES_CUDA=ON: ${v} not found (the GPU backend needs cuDNN 9 and NCCL 2)")
+    endif()
+    message(STATUS "CUDA backend: off (${v} not found)")
+    return()
+  endif()
+endforeach()
+add_library(oases::cudnn UNKNOWN IMPORTED)
+set_target_properties(oases::cudnn PROPERTIES IMPORTED_LOCATION ${OASES_CUDNN_LIBRARY}
+                      INTERFACE_INCLUDE_DIRECTORIES ${OASES_CUDNN_INCLUDE_DIR})
+add_library(oases::nccl UNKNOWN IMPORTED)
+set_target_properties(oases::nccl PROPERTIES IMPORTED_LOCATION ${OASES_NCCL_LIBRARY}
+                      INTERFACE_INCLUDE_DIRECTORIES ${OASES_NCCL_INCLUDE_DIR})
+set(OASES_WITH_CUDA ON)
+message(STATUS "CUDA backend: on (nvcc ${CMAKE_CUDA_COMPILER_VERSION}, architectures ${CMAKE_CUDA_ARCHITECTURES}, "
+               "cuDNN ${OASES_CUDNN_LIBRARY}, NCCL ${OASES_NCCL_LIBRARY})")

@@ -1,0 +1,364 @@
+// The CUDA executor backend: runs a Program's instruction stream on a compute stream and a
+// communication stream following its StreamPlan (executor/stream_plan.h).
+//
+// Memory: the activation arena is one device allocation of the memory plan's peak, so every value
+// has a fixed device address and every kernel's operands are bound once, when the runner is made;
+// constants and graph inputs have their own allocations; kernel scratch (norm and loss partial
+// sums, collective staging) comes from the stream-ordered pool (cudaMallocAsync) and is released
+// in stream order after the launch. A run uploads constants (the host optimizer may have changed
+// parameters) and inputs, enqueues every launch, event record and event wait of the plan, then the
+// copies of graph outputs and kept values into the (page-locked) host arena, and waits once at the
+// end, with the NCCL watchdog. Nothing inside the step waits on the host.
+#include <cudnn.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstring>
+#include <memory>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "executor/cuda/cuda_context.h"
+#include "executor/cuda/nccl_communicator.h"
+#include "executor/device.h"
+#include "executor/executor.h"
+#include "executor/stream_plan.h"
+#include "kernels/cuda/check.h"
+#include "kernels/cuda/version.h"
+
+namespace oases {
+
+namespace cuda {
+
+Elem elem(DType t) {
+  switch (t) {
+    case DType::kF32: return Elem::kF32;
+    case DType::kF64: return Elem::kF64;
+    case DType::kF16: return Elem::kF16;
+    case DType::kBF16: return Elem::kBF16;
+    case DType::kI64: return Elem::kI64;
+    case DType::kI32: return Elem::kI32;
+    case DType::kI16: return Elem::kI16;
+    case DType::kI8: return Elem::kI8;
+    case DType::kU8: return Elem::kU8;
+    case DType::kU16: return Elem::kU16;
+    case DType::kU32: return Elem::kU32;
+    case DType::kU64: return Elem::kU64;
+    case DType::kBool: return Elem::kBool;
+    default: throw OasesError(fmt::format("[cuda] type {} has no kernels", dtype_name(t)));
+  }
+}
+
+void* CudaContext::scratch(size_t bytes) {
+  void* p = nullptr;
+  OASES_CUDA_CHECK(cudaMallocAsync(&p, std::max<size_t>(bytes, 16), stream));
+  scratch_.push_back(p);
+  return p;
+}
+
+void CudaContext::release() {
+  for (void* p : scratch_) cudaFreeAsync(p, stream);
+  scratch_.clear();
+}
+
+const CudaKernelRegistry& CudaKernelRegistry::global() {
+  static const CudaKernelRegistry reg = [] {
+    CudaKernelRegistry r;
+    register_cuda_elementwise(r);
+    register_cuda_layout(r);
+    register_cuda_nn(r);
+    register_cuda_collectives(r);
+    return r;
+  }();
+  return reg;
+}
+
+void CudaKernelRegistry::add(const std::string& domain, const std::string& op, CudaKernelFn fn) { fns_[{domain, op}] = std::move(fn); }
+
+const CudaKernelFn* CudaKernelRegistry::find(const std::string& domain, const std::string& op) const {
+  auto it = fns_.find({domain == "ai.onnx" ? std::string() : domain, op});
+  return it == fns_.end() ? nullptr : &it->second;
+}
+
+std::vector<std::string> CudaKernelRegistry::ops() const {
+  std::vector<std::string> out;
+  for (const auto& [k, v] : fns_) out.push_back(k.first.empty() ? k.second : k.first + "." + k.second);
+  return out;
+}
+
+namespace {
+
+#define OASES_CUDNN_CHECK(call)                                                                                  \
+  do {                                                                                                          \
+    cudnnStatus_t oases_s_ = (call);                                                                            \
+    if (oases_s_ != CUDNN_STATUS_SUCCESS)                                                                       \
+      ::oases::cuda::throw_error("cuDNN", #call, static_cast<long>(oases_s_), cudnnGetErrorString(oases_s_), __FILE__, \
+                                 __LINE__);                                                                     \
+  } while (0)
+
+constexpr unsigned long long kNoFault = ULLONG_MAX;
+constexpr int kFaultShift = 40;
+
+class CudaRunner : public DeviceRunner {
+ public:
+  CudaRunner(const Program& p, const ExecOptions& o, RunState* st) : prog_(p), opts_(o), state_(st) {}
+  ~CudaRunner() override;
+  Status init();
+  void run(const std::vector<const void*>& inputs, void* host_arena) override;
+
+ private:
+  const Program& prog_;
+  ExecOptions opts_;
+  RunState* state_;
+  int device_ = 0;
+  cudaStream_t streams_[2] = {nullptr, nullptr};
+  std::vector<cudaEvent_t> events_;
+  cudaEvent_t comm_end_ = nullptr, done_ = nullptr;
+  StreamPlan plan_;
+  void* arena_ = nullptr;
+  void* consts_ = nullptr;
+  void* inputs_ = nullptr;
+  std::vector<int64_t> const_off_, input_off_;  // by ValueId, -1 when not one
+  unsigned long long* fault_ = nullptr;
+  unsigned long long* fault_host_ = nullptr;
+  std::unique_ptr<BlasHandles> blas_;
+  cudnnHandle_t cudnn_ = nullptr;
+  std::vector<KernelContext> ctx_;
+  std::vector<const CudaKernelFn*> fns_;
+  std::vector<NcclGroup*> nccl_;
+  std::vector<ValueId> copy_back_;
+  void* registered_host_ = nullptr;
+
+  void* device_ptr(ValueId v) const;
+};
+
+CudaRunner::~CudaRunner() {
+  if (streams_[0]) cudaStreamSynchronize(streams_[0]);
+  if (streams_[1]) cudaStreamSynchronize(streams_[1]);
+  if (registered_host_) cudaHostUnregister(registered_host_);
+  blas_.reset();
+  if (cudnn_) cudnnDestroy(cudnn_);
+  for (cudaEvent_t e : events_) cudaEventDestroy(e);
+  if (comm_end_) cudaEventDestroy(comm_end_);
+  if (done_) cudaEventDestroy(done_);
+  if (arena_) cudaFree(arena_);
+  if (consts_) cudaFree(consts_);
+  if (inputs_) cudaFree(inputs_);
+  if (fault_) cudaFree(fault_);
+  if (fault_host_) cudaFreeHost(fault_host_);
+  for (cudaStream_t s : streams_) {
+    if (s) cudaStreamDestroy(s);
+  }
+}
+
+void* CudaRunner::device_ptr(ValueId v) const {
+  const ValueSlot& s = prog_.memory.slots[static_cast<size_t>(v)];
+  switch (s.kind) {
+    case ValueSlot::Kind::kArena: return static_cast<char*>(arena_) + s.offset;
+    case ValueSlot::Kind::kConstant:
+      return const_off_[static_cast<size_t>(v)] >= 0 ? static_cast<char*>(consts_) + const_off_[static_cast<size_t>(v)] : nullptr;
+    case ValueSlot::Kind::kInput:
+      return input_off_[static_cast<size_t>(v)] >= 0 ? static_cast<char*>(inputs_) + input_off_[static_cast<size_t>(v)] : nullptr;
+    case ValueSlot::Kind::kView: return device_ptr(s.root);
+    default: return nullptr;
+  }
+}
+
+Status CudaRunner::init() {
+  const Graph& g = prog_.graph;
+  const CudaKernelRegistry& reg = CudaKernelRegistry::global();
+  // every instruction's CUDA kernel, before anything is allocated
+  for (const Instr& in : prog_.instrs) {
+    const Node& n = g.node(in.node);
+    const CudaKernelFn* fn = reg.find(n.domain, n.op_type);
+    if (!fn) {
+      std::string key = n.domain.empty() || n.domain == "ai.onnx" ? n.op_type : n.domain + "." + n.op_type;
+      auto it = cuda_exempt_ops().find(key);
+      return error("{}: no CUDA kernel for this op{}", n.describe(), it != cuda_exempt_ops().end() ? " (" + it->second + ")" : "");
+    }
+    fns_.push_back(fn);
+  }
+  try {
+    OASES_CUDA_CHECK(cudaGetDevice(&device_));
+    for (cudaStream_t& s : streams_) OASES_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    plan_ = build_stream_plan(prog_.instrs);
+    events_.resize(static_cast<size_t>(plan_.num_events));
+    for (cudaEvent_t& e : events_) OASES_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    OASES_CUDA_CHECK(cudaEventCreateWithFlags(&comm_end_, cudaEventDisableTiming));
+    OASES_CUDA_CHECK(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
+    // keep freed scratch in the pool between steps instead of returning it to the driver
+    cudaMemPool_t pool;
+    OASES_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, device_));
+    uint64_t threshold = UINT64_MAX;
+    OASES_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold));
+    OASES_CUDA_CHECK(cudaMalloc(&arena_, std::max<size_t>(256, prog_.memory.arena_bytes)));
+    auto place = [&](std::vector<int64_t>& off, bool constants) {
+      off.assign(g.num_values(), -1);
+      size_t total = 0;
+      for (size_t v = 0; v < prog_.memory.slots.size(); ++v) {
+        ValueSlot::Kind k = prog_.memory.slots[v].kind;
+        if (k != (constants ? ValueSlot::Kind::kConstant : ValueSlot::Kind::kInput)) continue;
+        const Value& val = g.value(static_cast<ValueId>(v));
+        size_t bytes = static_cast<size_t>(shape_numel(val.shape)) * dtype_size(val.dtype);
+        off[v] = static_cast<int64_t>(total);
+        total += (bytes + 255) / 256 * 256;
+      }
+      return std::max<size_t>(total, 256);
+    };
+    OASES_CUDA_CHECK(cudaMalloc(&consts_, place(const_off_, true)));
+    OASES_CUDA_CHECK(cudaMalloc(&inputs_, place(input_off_, false)));
+    OASES_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&fault_), sizeof(unsigned long long)));
+    OASES_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&fault_host_), sizeof(unsigned long long)));
+    blas_ = std::make_unique<BlasHandles>(streams_[0], size_t(32) << 20, std::getenv("OASES_CUDA_TF32") != nullptr);
+    OASES_CUDNN_CHECK(cudnnCreate(&cudnn_));
+    OASES_CUDNN_CHECK(cudnnSetStream(cudnn_, streams_[0]));
+  } catch (const std::exception& e) {
+    return Status::error(e.what());
+  }
+  // operands bound once: device addresses never move
+  ctx_.resize(prog_.instrs.size());
+  for (size_t i = 0; i < prog_.instrs.size(); ++i) {
+    const Node& n = g.node(prog_.instrs[i].node);
+    KernelContext& c = ctx_[i];
+    c.graph = &g;
+    c.node = &n;
+    c.state = state_;
+    c.groups = &opts_.groups;
+    for (ValueId v : n.inputs) {
+      TensorView tv;
+      if (v != kNoId) tv = TensorView{g.value(v).dtype, g.value(v).shape, device_ptr(v)};
+      c.in.push_back(tv);
+    }
+    for (ValueId v : n.outputs) {
+      TensorView tv;
+      if (v != kNoId) tv = TensorView{g.value(v).dtype, g.value(v).shape, device_ptr(v)};
+      c.out.push_back(tv);
+    }
+  }
+  for (CommGroup* grp : opts_.groups) {
+    if (auto* ng = dynamic_cast<NcclGroup*>(grp)) nccl_.push_back(ng);
+  }
+  std::set<ValueId> back(opts_.keep.begin(), opts_.keep.end());
+  for (ValueId v : g.outputs()) back.insert(v);
+  for (ValueId v : back) {
+    const ValueSlot& s = prog_.memory.slots[static_cast<size_t>(v)];
+    const ValueSlot& root = s.kind == ValueSlot::Kind::kView ? prog_.memory.slots[static_cast<size_t>(s.root)] : s;
+    if (root.kind == ValueSlot::Kind::kArena && root.bytes) copy_back_.push_back(s.kind == ValueSlot::Kind::kView ? s.root : v);
+  }
+  return Status::ok();
+}
+
+void CudaRunner::run(const std::vector<const void*>& inputs, void* host_arena) {
+  const Graph& g = prog_.graph;
+  OASES_CUDA_CHECK(cudaSetDevice(device_));
+  cudaStream_t cs = streams_[0];
+  if (!registered_host_ && host_arena && prog_.memory.arena_bytes) {
+    // page-locked, so the copies back are asynchronous and the only wait is the watched one below
+    if (cudaHostRegister(host_arena, prog_.memory.arena_bytes, cudaHostRegisterDefault) == cudaSuccess) {
+      registered_host_ = host_arena;
+    } else {
+      cudaGetLastError();
+    }
+  }
+  // constants (parameters may have changed on the host) and inputs
+  for (size_t v = 0; v < const_off_.size(); ++v) {
+    if (const_off_[v] < 0) continue;
+    const Tensor& t = g.value(static_cast<ValueId>(v)).constant;
+    if (t.nbytes()) OASES_CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(consts_) + const_off_[v], t.raw(), t.nbytes(), cudaMemcpyHostToDevice, cs));
+  }
+  for (size_t v = 0; v < input_off_.size(); ++v) {
+    if (input_off_[v] < 0 || v >= inputs.size() || !inputs[v]) continue;
+    const Value& val = g.value(static_cast<ValueId>(v));
+    size_t bytes = static_cast<size_t>(shape_numel(val.shape)) * dtype_size(val.dtype);
+    if (bytes) OASES_CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(inputs_) + input_off_[v], inputs[v], bytes, cudaMemcpyHostToDevice, cs));
+  }
+  OASES_CUDA_CHECK(cudaMemsetAsync(fault_, 0xff, sizeof(unsigned long long), cs));
+  for (const StreamOp& op : plan_.ops) {
+    cudaStream_t s = streams_[op.stream];
+    if (op.kind == StreamOp::Kind::kRecord) {
+      OASES_CUDA_CHECK(cudaEventRecord(events_[static_cast<size_t>(op.event)], s));
+      continue;
+    }
+    if (op.kind == StreamOp::Kind::kWait) {
+      OASES_CUDA_CHECK(cudaStreamWaitEvent(s, events_[static_cast<size_t>(op.event)], 0));
+      continue;
+    }
+    CudaContext c{ctx_[op.instr], s, op.stream == 0 ? blas_.get() : nullptr, op.stream == 0 ? cudnn_ : nullptr,
+                  Fault{fault_, static_cast<unsigned long long>(op.instr) << kFaultShift}, {}};
+    try {
+      (*fns_[op.instr])(c);
+    } catch (const OasesError&) {
+      c.release();
+      throw;
+    } catch (const std::exception& e) {
+      c.release();
+      throw OasesError(fmt::format("{}: {}", c.k.node->describe(), e.what()));
+    }
+    c.release();
+  }
+  // the compute stream also waits for anything the communication stream still has queued
+  OASES_CUDA_CHECK(cudaEventRecord(comm_end_, streams_[1]));
+  OASES_CUDA_CHECK(cudaStreamWaitEvent(cs, comm_end_, 0));
+  for (ValueId v : copy_back_) {
+    const ValueSlot& s = prog_.memory.slots[static_cast<size_t>(v)];
+    OASES_CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(host_arena) + s.offset, static_cast<char*>(arena_) + s.offset, s.bytes,
+                                     cudaMemcpyDeviceToHost, cs));
+  }
+  OASES_CUDA_CHECK(cudaMemcpyAsync(fault_host_, fault_, sizeof(unsigned long long), cudaMemcpyDeviceToHost, cs));
+  OASES_CUDA_CHECK(cudaEventRecord(done_, cs));
+  double timeout = 600;  // no NCCL group: the watchdog has nothing to abort and never fires
+  if (!nccl_.empty()) {
+    timeout = 0;
+    for (NcclGroup* ng : nccl_) timeout = std::max(timeout, ng->timeout());
+  }
+  wait_with_watchdog(done_, nccl_, timeout, "CUDA step");
+  unsigned long long f = *fault_host_;
+  if (f != kNoFault) {
+    size_t instr = static_cast<size_t>(f >> kFaultShift);
+    unsigned long long pos = f & ((1ull << kFaultShift) - 1);
+    std::string who = instr < prog_.instrs.size() ? g.node(prog_.instrs[instr].node).describe() : "a kernel";
+    throw OasesError(fmt::format("{}: index or label at position {} is outside its range (found on the GPU)", who, pos));
+  }
+}
+
+}  // namespace
+}  // namespace cuda
+
+Expected<std::unique_ptr<DeviceRunner>> make_cuda_runner(const Program& prog, const ExecOptions& opts, RunState* state) {
+  auto r = std::make_unique<cuda::CudaRunner>(prog, opts, state);
+  OASES_RETURN_IF_ERROR(r->init());
+  return std::unique_ptr<DeviceRunner>(std::move(r));
+}
+
+bool cuda_built() { return true; }
+
+Status cuda_usable() {
+  cuda::DeviceInfo d = cuda::device_info();
+  if (d.count > 0) return Status::ok();
+  return error("no CUDA device found{}", d.error.empty() ? "" : " (" + d.error + ")");
+}
+
+Status cuda_select_device(int local_rank) {
+  cuda::DeviceInfo d = cuda::device_info();
+  if (d.count <= 0) return error("no CUDA device found{}", d.error.empty() ? "" : " (" + d.error + ")");
+  cudaError_t e = cudaSetDevice(local_rank % d.count);
+  if (e != cudaSuccess) return error("cudaSetDevice({}) failed: {}", local_rank % d.count, cudaGetErrorString(e));
+  return Status::ok();
+}
+
+std::string cuda_report_json() {
+  nlohmann::json j;
+  j["built"] = true;
+  j["libraries"] = nlohmann::json::array();
+  for (const cuda::LibraryVersion& l : cuda::library_versions()) {
+    j["libraries"].push_back({{"library", l.library}, {"read", l.read}, {"version", l.version}, {"compiled", l.compiled}, {"note", l.note}});
+  }
+  cuda::DeviceInfo d = cuda::device_info();
+  j["devices"] = {{"count", d.count}, {"error", d.error}, {"names", d.names}, {"sm", d.sm}, {"memory_gib", d.memory_gib}};
+  return j.dump(2);
+}
+
+std::vector<std::string> cuda_kernel_ops() { return cuda::CudaKernelRegistry::global().ops(); }
+
+}  // namespace oases

@@ -1,0 +1,301 @@
+// CUDA glue for matrix products, reductions, softmax, normalisations, attention and losses, with
+// their backward ops (the CPU glue is executor/cpu/nn.cpp and executor/cpu/grad.cpp).
+#include <cmath>
+#include <limits>
+
+#include "executor/cpu/common.h"
+#include "executor/cuda/cuda_context.h"
+#include "kernels/cuda/attention.h"
+#include "kernels/cuda/elementwise.h"
+#include "kernels/cuda/gemm.h"
+#include "kernels/cuda/loss.h"
+#include "kernels/cuda/nn.h"
+#include "kernels/cuda/reduce.h"
+
+namespace oases::cuda {
+
+namespace {
+
+int64_t numel_of(const std::vector<int64_t>& s, size_t from, size_t to) {
+  int64_t n = 1;
+  for (size_t i = from; i < to; ++i) n *= s[i];
+  return n;
+}
+
+// Row-major batched product with numpy batch broadcasting; a, b stored as sa, sb (already
+// transposed per ta/tb), out [..., M, N].
+void matmul(CudaContext& c, Elem t, const void* a, std::vector<int64_t> sa, const void* b, std::vector<int64_t> sb, void* out,
+            std::vector<int64_t> so, bool ta, bool tb) {
+  if (!c.blas) c.k.fail("matrix products run on the compute stream only");
+  size_t ra = sa.size(), rb = sb.size(), ro = so.size();
+  int64_t M = ta ? sa[ra - 1] : sa[ra - 2], K = ta ? sa[ra - 2] : sa[ra - 1], N = tb ? sb[rb - 2] : sb[rb - 1];
+  int64_t ba = numel_of(sa, 0, ra - 2), bb = numel_of(sb, 0, rb - 2), bo = numel_of(so, 0, ro - 2);
+  GemmDesc d;
+  d.trans_a = ta;
+  d.trans_b = tb;
+  d.n = N;
+  d.k = K;
+  d.lda = ta ? M : K;
+  d.ldb = tb ? K : N;
+  d.ldc = N;
+  size_t es = elem_size(t);
+  if (bb == 1 && !ta) {  // a weight: fold the batch of a into rows
+    d.m = ba * M;
+    gemm(*c.blas, t, d, a, b, out);
+    return;
+  }
+  d.m = M;
+  if ((ba == bo || ba == 1) && (bb == bo || bb == 1)) {
+    d.batch = bo;
+    d.stride_a = ba == 1 ? 0 : M * K;
+    d.stride_b = bb == 1 ? 0 : K * N;
+    d.stride_c = M * N;
+    gemm(*c.blas, t, d, a, b, out);
+    return;
+  }
+  // general broadcasting: one product per output batch
+  std::vector<int64_t> obatch(so.begin(), so.end() - 2);
+  std::vector<int64_t> sta = broadcast_strides(std::vector<int64_t>(sa.begin(), sa.end() - 2), obatch);
+  std::vector<int64_t> stb = broadcast_strides(std::vector<int64_t>(sb.begin(), sb.end() - 2), obatch);
+  for (int64_t i = 0; i < bo; ++i) {
+    int64_t rem = i, oa = 0, ob = 0;
+    for (int64_t dd = static_cast<int64_t>(obatch.size()) - 1; dd >= 0; --dd) {
+      int64_t coord = rem % obatch[static_cast<size_t>(dd)];
+      rem /= obatch[static_cast<size_t>(dd)];
+      oa += coord * sta[static_cast<size_t>(dd)];
+      ob += coord * stb[static_cast<size_t>(dd)];
+    }
+    gemm(*c.blas, t, d, static_cast<const char*>(a) + oa * M * K * static_cast<int64_t>(es),
+         static_cast<const char*>(b) + ob * K * N * static_cast<int64_t>(es), static_cast<char*>(out) + i * M * N * static_cast<int64_t>(es));
+  }
+}
+
+ReduceKind reduce_kind(const std::string& op) {
+  if (op == "ReduceSum") return ReduceKind::kSum;
+  if (op == "ReduceMean") return ReduceKind::kMean;
+  if (op == "ReduceMax") return ReduceKind::kMax;
+  if (op == "ReduceMin") return ReduceKind::kMin;
+  if (op == "ReduceProd") return ReduceKind::kProd;
+  if (op == "ReduceL1") return ReduceKind::kL1;
+  if (op == "ReduceL2") return ReduceKind::kL2;
+  if (op == "ReduceSumSquare") return ReduceKind::kSumSquare;
+  if (op == "ReduceLogSum") return ReduceKind::kLogSum;
+  return ReduceKind::kLogSumExp;
+}
+
+void outer_inner(const Shape& s, int64_t axis, int64_t* outer, int64_t* inner) {
+  *outer = 1;
+  *inner = 1;
+  for (int64_t d = 0; d < axis; ++d) *outer *= s[static_cast<size_t>(d)];
+  for (size_t d = static_cast<size_t>(axis) + 1; d < s.size(); ++d) *inner *= s[d];
+}
+
+// scale (and bias) broadcast to the normalised shape [n]: the tensor itself when it has n elements.
+const void* normalised_param(CudaContext& c, int slot, const Shape& x, int64_t axis, int64_t n) {
+  const TensorView& p = c.in(slot);
+  if (p.numel() == n) return p.data;
+  std::vector<int64_t> ns(x.begin() + axis, x.end());
+  void* buf = c.scratch(static_cast<size_t>(n) * dtype_size(p.dtype));
+  copy(p.data, buf, dtype_size(p.dtype), broadcast_plan(ns, {dims(p.shape)}), c.stream);
+  return buf;
+}
+
+AttentionDesc attention_desc(CudaContext& c, int q_slot) {
+  cpu::AttentionArgs a = cpu::attention_args(c.k, q_slot);
+  AttentionDesc d;
+  d.batch = a.shape.batch;
+  d.heads = a.shape.heads;
+  d.kv_heads = a.shape.kv_heads;
+  d.tq = a.shape.tq;
+  d.tk = a.shape.tk;
+  d.d = a.shape.d;
+  d.dv = a.shape.dv;
+  d.causal = a.shape.causal;
+  d.scale = a.shape.scale;
+  d.mask = a.mask;
+  d.mask_is_bool = a.mask_bool;
+  for (int i = 0; i < 4; ++i) d.mask_strides[i] = a.ms[i];
+  return d;
+}
+
+LossDesc loss_desc(CudaContext& c, int scores_slot) {
+  const Shape& s = c.in(scores_slot).shape;
+  LossDesc l;
+  l.n = s[0];
+  l.c = s[1];
+  l.d = 1;
+  for (size_t i = 2; i < s.size(); ++i) l.d *= s[i];
+  if (c.attrs().has("ignore_index")) l.ignore_index = c.attrs().get_int("ignore_index", 0);
+  std::string red = c.attrs().get_string("reduction", "mean");
+  l.reduction = red == "none" ? 0 : red == "sum" ? 2 : 1;
+  l.idx64 = c.in(scores_slot + 1).dtype == DType::kI64;
+  if (!l.idx64 && c.in(scores_slot + 1).dtype != DType::kI32) c.k.fail("labels must be int64 or int32 on CUDA");
+  return l;
+}
+
+}  // namespace
+
+void register_cuda_nn(CudaKernelRegistry& r) {
+  r.add("", "MatMul", [](CudaContext& c) {
+    auto sa = cpu::promote_matrix(c.in(0).shape, true), sb = cpu::promote_matrix(c.in(1).shape, false);
+    std::vector<int64_t> so = c.out(0).shape;
+    if (c.in(0).shape.size() == 1) so.insert(so.end() - (c.in(1).shape.size() == 1 ? 0 : 1), 1);
+    if (c.in(1).shape.size() == 1) so.push_back(1);
+    // numpy: the shorter operand's batch dims are padded on the left
+    while (sa.size() < so.size()) sa.insert(sa.begin(), 1);
+    while (sb.size() < so.size()) sb.insert(sb.begin(), 1);
+    matmul(c, elem(c.in(0).dtype), c.in(0).data, sa, c.in(1).data, sb, c.out(0).data, so, false, false);
+  });
+  r.add("oases", "MatMulT", [](CudaContext& c) {
+    bool ta = c.attrs().get_int("trans_a", 0) != 0, tb = c.attrs().get_int("trans_b", 0) != 0;
+    std::vector<int64_t> sa = dims(c.in(0).shape), sb = dims(c.in(1).shape), so = dims(c.out(0).shape);
+    while (sa.size() < so.size()) sa.insert(sa.begin(), 1);
+    while (sb.size() < so.size()) sb.insert(sb.begin(), 1);
+    matmul(c, elem(c.in(0).dtype), c.in(0).data, sa, c.in(1).data, sb, c.out(0).data, so, ta, tb);
+  });
+  r.add("", "Gemm", [](CudaContext& c) {
+    bool ta = c.attrs().get_int("transA", 0) != 0, tb = c.attrs().get_int("transB", 0) != 0;
+    float alpha = c.attrs().get_float("alpha", 1.f), beta = c.attrs().get_float("beta", 1.f);
+    Elem t = elem(c.in(0).dtype);
+    GemmDesc d;
+    d.trans_a = ta;
+    d.trans_b = tb;
+    d.m = c.out(0).shape[0];
+    d.n = c.out(0).shape[1];
+    d.k = ta ? c.in(0).shape[0] : c.in(0).shape[1];
+    d.lda = c.in(0).shape[1];
+    d.ldb = c.in(1).shape[1];
+    d.ldc = d.n;
+    d.alpha = alpha;
+    d.beta = 0.f;
+    if (c.has_input(2) && beta != 0.f) {
+      copy(c.in(2).data, c.out(0).data, dtype_size(c.out(0).dtype), broadcast_plan(dims(c.out(0).shape), {dims(c.in(2).shape)}), c.stream);
+      d.beta = beta;
+    }
+    if (!c.blas) c.k.fail("matrix products run on the compute stream only");
+    gemm(*c.blas, t, d, c.in(0).data, c.in(1).data, c.out(0).data);
+  });
+  for (const char* op : {"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2", "ReduceSumSquare",
+                         "ReduceLogSum", "ReduceLogSumExp"}) {
+    ReduceKind kind = reduce_kind(op);
+    r.add("", op, [kind](CudaContext& c) {
+      std::vector<int64_t> axes = c.attrs().get_ints("axes");
+      if (c.in(0).shape == c.out(0).shape && axes.empty()) {  // noop_with_empty_axes
+        copy_bytes(c.in(0).data, c.out(0).data, c.in(0).nbytes(), c.stream);
+        return;
+      }
+      if (axes.empty()) {
+        for (size_t d = 0; d < c.in(0).shape.size(); ++d) axes.push_back(static_cast<int64_t>(d));
+      }
+      reduce(kind, elem(c.in(0).dtype), c.in(0).data, dims(c.in(0).shape), axes, c.out(0).data, c.stream);
+    });
+  }
+  for (const char* op : {"Softmax", "LogSoftmax"}) {
+    bool log = std::string(op) == "LogSoftmax";
+    r.add("", op, [log](CudaContext& c) {
+      const Shape& s = c.in(0).shape;
+      int64_t axis = normalize_axis(c.attrs().get_int("axis", -1), static_cast<int64_t>(s.size())), outer, inner;
+      outer_inner(s, axis, &outer, &inner);
+      softmax_forward(log, elem(c.in(0).dtype), c.in(0).data, c.out(0).data, outer, s[static_cast<size_t>(axis)], inner, c.stream);
+    });
+  }
+  r.add("oases", "SoftmaxGrad", [](CudaContext& c) {
+    const Shape& s = c.in(0).shape;
+    int64_t axis = normalize_axis(c.attrs().get_int("axis", -1), static_cast<int64_t>(s.size())), outer, inner;
+    outer_inner(s, axis, &outer, &inner);
+    softmax_backward(c.attrs().get_int("log", 0) != 0, elem(c.in(0).dtype), c.in(0).data, c.in(1).data, c.out(0).data, outer,
+                     s[static_cast<size_t>(axis)], inner, c.stream);
+  });
+  auto norm = [](CudaContext& c, bool rms) {
+    const Shape& s = c.in(0).shape;
+    int64_t axis = normalize_axis(c.attrs().get_int("axis", -1), static_cast<int64_t>(s.size()));
+    float eps = c.attrs().get_float("epsilon", rms ? 1e-6f : 1e-5f);
+    int64_t rows = 1, n = 1;
+    for (int64_t d = 0; d < axis; ++d) rows *= s[static_cast<size_t>(d)];
+    for (size_t d = static_cast<size_t>(axis); d < s.size(); ++d) n *= s[d];
+    const void* scale = normalised_param(c, 1, s, axis, n);
+    Elem t = elem(c.in(0).dtype);
+    if (rms) {
+      float* rstd = c.has_output(1) ? c.out(1).as<float>() : nullptr;
+      rmsnorm_forward(t, c.in(0).data, scale, c.out(0).data, rstd, rows, n, eps, c.stream);
+    } else {
+      const void* bias = c.has_input(2) ? normalised_param(c, 2, s, axis, n) : nullptr;
+      float* mean = c.has_output(1) ? c.out(1).as<float>() : nullptr;
+      float* rstd = c.has_output(2) ? c.out(2).as<float>() : nullptr;
+      layernorm_forward(t, c.in(0).data, scale, bias, c.out(0).data, mean, rstd, rows, n, eps, c.stream);
+    }
+  };
+  r.add("", "LayerNormalization", [norm](CudaContext& c) { norm(c, false); });
+  r.add("oases", "RMSNormalization", [norm](CudaContext& c) { norm(c, true); });
+  auto norm_grad = [](CudaContext& c, bool rms) {
+    const Shape& s = c.in(1).shape;
+    int64_t axis = normalize_axis(c.attrs().get_int("axis", -1), static_cast<int64_t>(s.size()));
+    int64_t rows = 1;
+    for (int64_t d = 0; d < axis; ++d) rows *= s[static_cast<size_t>(d)];
+    int64_t n = shape_numel(s) / std::max<int64_t>(1, rows);
+    const void* scale = normalised_param(c, 2, s, axis, n);
+    Elem t = elem(c.in(1).dtype);
+    // parameter gradients of a broadcast scale/bias would need a reduction back to its shape
+    void* ds = c.has_output(1) ? c.out(1).data : nullptr;
+    if (ds && c.out(1).numel() != n) c.k.fail("a scale broadcast inside the normalised shape is not supported on CUDA");
+    float* scratch = c.scratch_floats(norm_backward_scratch_floats(rows, n));
+    if (rms) {
+      rmsnorm_backward(t, c.in(0).data, c.in(1).data, scale, c.in(3).as<float>(), c.out(0).data, ds, rows, n, scratch, c.stream);
+    } else {
+      void* db = c.has_output(2) ? c.out(2).data : nullptr;
+      if (db && c.out(2).numel() != n) c.k.fail("a bias broadcast inside the normalised shape is not supported on CUDA");
+      layernorm_backward(t, c.in(0).data, c.in(1).data, scale, c.in(3).as<float>(), c.in(4).as<float>(), c.out(0).data, ds, db, rows,
+                         n, scratch, c.stream);
+    }
+  };
+  r.add("oases", "LayerNormGrad", [norm_grad](CudaContext& c) { norm_grad(c, false); });
+  r.add("oases", "RMSNormGrad", [norm_grad](CudaContext& c) { norm_grad(c, true); });
+  r.add("oases", "Attention", [](CudaContext& c) {
+    AttentionDesc d = attention_desc(c, 0);
+    Elem t = elem(c.in(0).dtype);
+    float* lse = c.has_output(1) ? c.out(1).as<float>() : nullptr;
+    if (c.cudnn && lse && cudnn_attention_applies(d, t) &&
+        cudnn_attention_forward(c.cudnn, d, t, c.in(0).data, c.in(1).data, c.in(2).data, c.out(0).data, lse, c.stream)) {
+      return;
+    }
+    attention_forward(d, t, c.in(0).data, c.in(1).data, c.in(2).data, c.out(0).data, lse, c.stream);
+  });
+  r.add("oases", "AttentionGrad", [](CudaContext& c) {
+    AttentionDesc d = attention_desc(c, 1);
+    Elem t = elem(c.in(1).dtype);
+    if (c.cudnn && cudnn_attention_applies(d, t) &&
+        cudnn_attention_backward(c.cudnn, d, t, c.in(0).data, c.in(1).data, c.in(2).data, c.in(3).data, c.in(4).data, c.in(5).as<float>(),
+                                 c.out(0).data, c.out(1).data, c.out(2).data, c.stream)) {
+      return;
+    }
+    attention_backward(d, t, c.in(0).data, c.in(1).data, c.in(2).data, c.in(3).data, c.in(4).data, c.in(5).as<float>(), c.out(0).data,
+                       c.out(1).data, c.out(2).data, c.scratch_floats(attention_scratch_floats(d)), c.stream);
+  });
+  r.add("", "SoftmaxCrossEntropyLoss", [](CudaContext& c) {
+    LossDesc l = loss_desc(c, 0);
+    void* logp = c.has_output(1) ? c.out(1).data : nullptr;
+    const void* w = c.has_input(2) ? c.in(2).data : nullptr;
+    softmax_cross_entropy_forward(l, elem(c.in(0).dtype), c.in(0).data, c.in(1).data, w, c.out(0).data, logp,
+                                  c.scratch_floats(loss_scratch_floats(l)), c.fault, c.stream);
+  });
+  r.add("", "NegativeLogLikelihoodLoss", [](CudaContext& c) {
+    LossDesc l = loss_desc(c, 0);
+    const void* w = c.has_input(2) ? c.in(2).data : nullptr;
+    nll_forward(l, elem(c.in(0).dtype), c.in(0).data, c.in(1).data, w, c.out(0).data, c.scratch_floats(loss_scratch_floats(l)), c.fault,
+                c.stream);
+  });
+  r.add("oases", "SoftmaxCrossEntropyGrad", [](CudaContext& c) {
+    LossDesc l = loss_desc(c, 1);
+    const void* w = c.has_input(3) ? c.in(3).data : nullptr;
+    softmax_cross_entropy_backward(l, elem(c.in(1).dtype), c.in(0).data, c.in(1).data, c.in(2).data, w, c.out(0).data,
+                                   c.scratch_floats(loss_scratch_floats(l)), c.fault, c.stream);
+  });
+  r.add("oases", "NLLLossGrad", [](CudaContext& c) {
+    LossDesc l = loss_desc(c, 1);
+    const void* w = c.has_input(3) ? c.in(3).data : nullptr;
+    nll_backward(l, elem(c.in(1).dtype), c.in(0).data, c.in(2).data, w, c.out(0).data, c.scratch_floats(loss_scratch_floats(l)), c.fault,
+                 c.stream);
+  });
+}
+
+}  // namespace oases::cuda

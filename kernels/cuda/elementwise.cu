@@ -1,0 +1,338 @@
+// Elementwise kernels. The math per element is the CPU glue's (executor/cpu/elementwise.cpp):
+//   unary      y = f(x), computed in fp32 for fp32/fp16/bf16 storage, in double for fp64, exactly for
+//              integers (Neg, Abs, Sign, Relu, Clip)
+//   binary     out = a ∘ b with numpy broadcasting; integer Div truncates, Mod follows the divisor's
+//              sign (fmod=1: the dividend's), Max/Min propagate NaN
+//   where      out = cond ? a : b, moving bits
+//   cast       between every pair of the supported types, float -> int truncating, NaN -> 0
+// Backward passes of these ops are graph ops of their own (UnaryGrad, GeluGrad, ...: activations.cu).
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/elementwise.h"
+
+namespace oases::cuda {
+
+namespace {
+
+template <class C>
+__device__ __forceinline__ C sigmoid_of(C x) {
+  return x >= C(0) ? C(1) / (C(1) + exp(-x)) : exp(x) / (C(1) + exp(x));
+}
+
+// C: compute type (float or double)
+template <class C>
+__device__ C unary_math(UnaryOp op, const UnaryArgs& a, C x) {
+  switch (op) {
+    case UnaryOp::kNeg: return -x;
+    case UnaryOp::kAbs: return x < C(0) ? -x : x;
+    case UnaryOp::kSign: return static_cast<C>((C(0) < x) - (x < C(0)));
+    case UnaryOp::kRelu: return x > C(0) ? x : C(0);
+    case UnaryOp::kFloor: return floor(x);
+    case UnaryOp::kCeil: return ceil(x);
+    case UnaryOp::kRound: return nearbyint(x);
+    case UnaryOp::kReciprocal: return C(1) / x;
+    case UnaryOp::kSqrt: return sqrt(x);
+    case UnaryOp::kExp: return exp(x);
+    case UnaryOp::kLog: return log(x);
+    case UnaryOp::kErf: return erf(x);
+    case UnaryOp::kTanh: return tanh(x);
+    case UnaryOp::kSigmoid: return sigmoid_of(x);
+    case UnaryOp::kSin: return sin(x);
+    case UnaryOp::kCos: return cos(x);
+    case UnaryOp::kTan: return tan(x);
+    case UnaryOp::kAsin: return asin(x);
+    case UnaryOp::kAcos: return acos(x);
+    case UnaryOp::kAtan: return atan(x);
+    case UnaryOp::kSinh: return sinh(x);
+    case UnaryOp::kCosh: return cosh(x);
+    case UnaryOp::kAsinh: return asinh(x);
+    case UnaryOp::kAcosh: return acosh(x);
+    case UnaryOp::kAtanh: return atanh(x);
+    case UnaryOp::kSoftplus: return x > C(20) ? x : log1p(exp(x));
+    case UnaryOp::kSoftsign: return x / (C(1) + (x < C(0) ? -x : x));
+    case UnaryOp::kSilu: return x * sigmoid_of(x);
+    case UnaryOp::kMish: return x * tanh(x > C(20) ? x : log1p(exp(x)));
+    case UnaryOp::kHardSwish: return x * fmax(C(0), fmin(C(1), x / C(6) + C(0.5)));
+    case UnaryOp::kGeluErf: return C(0.5) * x * (C(1) + erf(x * C(0.7071067811865476)));
+    case UnaryOp::kGeluTanh: return C(0.5) * x * (C(1) + tanh(C(0.7978845608028654) * (x + C(0.044715) * x * x * x)));
+    case UnaryOp::kLeakyRelu: return x >= C(0) ? x : C(a.alpha) * x;
+    case UnaryOp::kElu: return x >= C(0) ? x : C(a.alpha) * (exp(x) - C(1));
+    case UnaryOp::kSelu: return x > C(0) ? C(a.gamma) * x : C(a.gamma) * (C(a.alpha) * exp(x) - C(a.alpha));
+    case UnaryOp::kCelu: return fmax(C(0), x) + fmin(C(0), C(a.alpha) * (exp(x / C(a.alpha)) - C(1)));
+    case UnaryOp::kHardSigmoid: return fmax(C(0), fmin(C(1), C(a.alpha) * x + C(a.beta)));
+    case UnaryOp::kThresholdedRelu: return x > C(a.alpha) ? x : C(0);
+    case UnaryOp::kClip: return x < C(a.lo) ? C(a.lo) : (x > C(a.hi) ? C(a.hi) : x);
+    case UnaryOp::kScale: return C(a.alpha) * x;
+  }
+  return x;
+}
+
+template <class I>
+__device__ I unary_int(UnaryOp op, const UnaryArgs& a, I x) {
+  switch (op) {
+    case UnaryOp::kNeg: return static_cast<I>(-x);
+    case UnaryOp::kAbs:
+      if constexpr (std::is_signed_v<I>) return x < I(0) ? static_cast<I>(-x) : x;
+      return x;
+    case UnaryOp::kSign:
+      if constexpr (std::is_signed_v<I>) return static_cast<I>((I(0) < x) - (x < I(0)));
+      return static_cast<I>(x != I(0));
+    case UnaryOp::kRelu: return x > I(0) ? x : I(0);
+    case UnaryOp::kClip: {
+      double v = static_cast<double>(x);
+      return v < a.lo ? static_cast<I>(a.lo) : (v > a.hi ? static_cast<I>(a.hi) : x);
+    }
+    default: return x;
+  }
+}
+
+template <class T>
+__global__ void unary_kernel(UnaryOp op, UnaryArgs a, const T* x, T* y, int64_t n) {
+  OASES_GRID_STRIDE(i, n) {
+    if constexpr (std::is_integral_v<T>) {
+      y[i] = unary_int<T>(op, a, x[i]);
+    } else {
+      using C = typename Acc<T>::type;
+      store(y, i, unary_math<C>(op, a, static_cast<C>(load(x, i))));
+    }
+  }
+}
+
+template <class T>
+__global__ void predicate_kernel(PredicateOp op, bool pos, bool neg, const T* x, uint8_t* y, int64_t n) {
+  OASES_GRID_STRIDE(i, n) {
+    if (op == PredicateOp::kNot) {
+      y[i] = !static_cast<bool>(x[i]);
+    } else {
+      double v = static_cast<double>(load(x, i));
+      y[i] = op == PredicateOp::kIsNaN ? isnan(v) : (isinf(v) && ((v > 0 && pos) || (v < 0 && neg)));
+    }
+  }
+}
+
+template <class C>
+__device__ C binary_math(BinaryOp op, C a, C b) {
+  switch (op) {
+    case BinaryOp::kAdd: return a + b;
+    case BinaryOp::kSub: return a - b;
+    case BinaryOp::kMul: return a * b;
+    case BinaryOp::kDiv:
+      if constexpr (std::is_integral_v<C>) {
+        return b == C(0) ? C(0) : static_cast<C>(a / b);
+      } else {
+        return a / b;
+      }
+    case BinaryOp::kMax:
+      if constexpr (!std::is_integral_v<C>) {
+        if (isnan(a) || isnan(b)) return a + b;
+      }
+      return a > b ? a : b;
+    case BinaryOp::kMin:
+      if constexpr (!std::is_integral_v<C>) {
+        if (isnan(a) || isnan(b)) return a + b;
+      }
+      return a < b ? a : b;
+    case BinaryOp::kMod:
+    case BinaryOp::kFmod: {
+      bool f = op == BinaryOp::kFmod;
+      if constexpr (std::is_integral_v<C>) {
+        if (b == C(0)) return C(0);
+        C r = static_cast<C>(a % b);
+        if constexpr (std::is_signed_v<C>) {
+          if (!f && r != 0 && ((r < 0) != (b < 0))) r = static_cast<C>(r + b);
+        }
+        return r;
+      } else {
+        C r = fmod(a, b);
+        if (!f && r != 0 && ((r < 0) != (b < 0))) r += b;
+        return r;
+      }
+    }
+    case BinaryOp::kPRelu:
+      if constexpr (std::is_unsigned_v<C>) {
+        return a;
+      } else {
+        return a < C(0) ? static_cast<C>(b * a) : a;
+      }
+    case BinaryOp::kSwiGLU:
+      if constexpr (!std::is_integral_v<C>) {
+        return a * sigmoid_of(a) * b;
+      } else {
+        return a;
+      }
+    default: return a;
+  }
+}
+
+template <class C>
+__device__ uint8_t compare(BinaryOp op, C a, C b) {
+  switch (op) {
+    case BinaryOp::kEqual: return a == b;
+    case BinaryOp::kLess: return a < b;
+    case BinaryOp::kGreater: return a > b;
+    case BinaryOp::kLessEq: return a <= b;
+    case BinaryOp::kGreaterEq: return a >= b;
+    case BinaryOp::kAnd: return a != C(0) && b != C(0);
+    case BinaryOp::kOr: return a != C(0) || b != C(0);
+    case BinaryOp::kXor: return (a != C(0)) != (b != C(0));
+    default: return 0;
+  }
+}
+
+template <class T>
+__global__ void binary_kernel(BinaryOp op, const T* a, const T* b, void* out, Iter it, Affine mo, Affine ma, Affine mb) {
+  using C = typename Acc<T>::type;
+  OASES_GRID_STRIDE(i, it.numel) {
+    C x = static_cast<C>(load(a, affine_offset(it, ma, i))), y = static_cast<C>(load(b, affine_offset(it, mb, i)));
+    int64_t o = affine_offset(it, mo, i);
+    if (op >= BinaryOp::kEqual) {
+      static_cast<uint8_t*>(out)[o] = compare<C>(op, x, y);
+    } else {
+      store(static_cast<T*>(out), o, binary_math<C>(op, x, y));
+    }
+  }
+}
+
+// Pow with any exponent type: computed in double, with x*x for the common exponent 2.
+template <class T, class U>
+__global__ void pow_kernel(const T* a, const U* b, T* out, Iter it, Affine mo, Affine ma, Affine mb) {
+  OASES_GRID_STRIDE(i, it.numel) {
+    double x = static_cast<double>(load(a, affine_offset(it, ma, i)));
+    double e = static_cast<double>(load(b, affine_offset(it, mb, i)));
+    double r = e == 2.0 ? x * x : pow(x, e);
+    store(out, affine_offset(it, mo, i), static_cast<typename Acc<T>::type>(r));
+  }
+}
+
+template <class B>
+__global__ void where_kernel(const uint8_t* c, const B* a, const B* b, B* out, Iter it, Affine mo, Affine mc, Affine ma, Affine mb) {
+  OASES_GRID_STRIDE(i, it.numel) {
+    out[affine_offset(it, mo, i)] = c[affine_offset(it, mc, i)] ? a[affine_offset(it, ma, i)] : b[affine_offset(it, mb, i)];
+  }
+}
+
+template <class B>
+__global__ void copy_kernel(const B* src, B* dst, Iter it, Affine md, Affine ms) {
+  OASES_GRID_STRIDE(i, it.numel) { dst[affine_offset(it, md, i)] = src[affine_offset(it, ms, i)]; }
+}
+
+template <class B>
+__global__ void fill_kernel(B* dst, int64_t n, B v) {
+  OASES_GRID_STRIDE(i, n) { dst[i] = v; }
+}
+
+template <class F, class T>
+__global__ void cast_kernel(const F* x, T* y, int64_t n) {
+  OASES_GRID_STRIDE(i, n) {
+    if constexpr (std::is_integral_v<T> && !std::is_integral_v<F>) {
+      double v = static_cast<double>(load(x, i));
+      if (isnan(v)) v = 0;
+      y[i] = std::is_same_v<T, uint8_t> ? static_cast<T>(v != 0.0) : static_cast<T>(trunc(v));
+    } else if constexpr (std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16>) {
+      y[i] = from_float<T>(static_cast<float>(load(x, i)));
+    } else {
+      y[i] = static_cast<T>(load(x, i));
+    }
+  }
+}
+
+}  // namespace
+
+void unary(UnaryOp op, const UnaryArgs& a, Elem t, const void* x, void* y, int64_t n, cudaStream_t s) {
+  if (n <= 0) return;
+  auto run = [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    unary_kernel<T><<<grid_for(n, kThreads), kThreads, 0, s>>>(op, a, static_cast<const T*>(x), static_cast<T*>(y), n);
+  };
+  dispatch_numeric("unary", t, run);
+  OASES_CUDA_CHECK_LAUNCH("unary_kernel");
+}
+
+void predicate(PredicateOp op, bool pos, bool neg, Elem t, const void* x, uint8_t* y, int64_t n, cudaStream_t s) {
+  if (n <= 0) return;
+  dispatch_numeric("predicate", t, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    predicate_kernel<T><<<grid_for(n, kThreads), kThreads, 0, s>>>(op, pos, neg, static_cast<const T*>(x), y, n);
+  });
+  OASES_CUDA_CHECK_LAUNCH("predicate_kernel");
+}
+
+void binary(BinaryOp op, Elem t, Elem tb, const void* a, const void* b, void* out, const NdPlan& p, cudaStream_t s) {
+  if (p.it.numel <= 0) return;
+  unsigned grid = grid_for(p.it.numel, kThreads);
+  if (op == BinaryOp::kPow) {
+    dispatch_numeric("Pow", t, [&](auto ta) {
+      using T = typename decltype(ta)::type;
+      dispatch_numeric("Pow exponent", tb, [&](auto tu) {
+        using U = typename decltype(tu)::type;
+        pow_kernel<T, U><<<grid, kThreads, 0, s>>>(static_cast<const T*>(a), static_cast<const U*>(b), static_cast<T*>(out), p.it,
+                                                   p.maps[0], p.maps[1], p.maps[2]);
+      });
+    });
+  } else {
+    dispatch_numeric("binary", t, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      binary_kernel<T><<<grid, kThreads, 0, s>>>(op, static_cast<const T*>(a), static_cast<const T*>(b), out, p.it, p.maps[0],
+                                                 p.maps[1], p.maps[2]);
+    });
+  }
+  OASES_CUDA_CHECK_LAUNCH("binary_kernel");
+}
+
+void where(const uint8_t* cond, const void* a, const void* b, void* out, size_t es, const NdPlan& p, cudaStream_t s) {
+  if (p.it.numel <= 0) return;
+  dispatch_bits(es, [&](auto tag) {
+    using B = typename decltype(tag)::type;
+    where_kernel<B><<<grid_for(p.it.numel, kThreads), kThreads, 0, s>>>(cond, static_cast<const B*>(a), static_cast<const B*>(b),
+                                                                         static_cast<B*>(out), p.it, p.maps[0], p.maps[1],
+                                                                         p.maps[2], p.maps[3]);
+  });
+  OASES_CUDA_CHECK_LAUNCH("where_kernel");
+}
+
+void cast(Elem from, Elem to, const void* x, void* y, int64_t n, cudaStream_t s) {
+  if (n <= 0) return;
+  if (from == to) {
+    copy_bytes(x, y, static_cast<size_t>(n) * elem_size(from), s);
+    return;
+  }
+  dispatch_numeric("Cast from", from, [&](auto tf) {
+    using F = typename decltype(tf)::type;
+    dispatch_numeric("Cast to", to, [&](auto tt) {
+      using T = typename decltype(tt)::type;
+      cast_kernel<F, T><<<grid_for(n, kThreads), kThreads, 0, s>>>(static_cast<const F*>(x), static_cast<T*>(y), n);
+    });
+  });
+  OASES_CUDA_CHECK_LAUNCH("cast_kernel");
+}
+
+void copy(const void* src, void* dst, size_t es, const NdPlan& p, cudaStream_t s) {
+  if (p.it.numel <= 0) return;
+  dispatch_bits(es, [&](auto tag) {
+    using B = typename decltype(tag)::type;
+    copy_kernel<B><<<grid_for(p.it.numel, kThreads), kThreads, 0, s>>>(static_cast<const B*>(src), static_cast<B*>(dst), p.it,
+                                                                        p.maps[0], p.maps[1]);
+  });
+  OASES_CUDA_CHECK_LAUNCH("copy_kernel");
+}
+
+void fill(void* dst, int64_t n, size_t es, uint64_t bits, cudaStream_t s) {
+  if (n <= 0) return;
+  if (bits == 0) {
+    OASES_CUDA_CHECK(cudaMemsetAsync(dst, 0, static_cast<size_t>(n) * es, s));
+    return;
+  }
+  dispatch_bits(es, [&](auto tag) {
+    using B = typename decltype(tag)::type;
+    B v;
+    memcpy(&v, &bits, sizeof(B));
+    fill_kernel<B><<<grid_for(n, kThreads), kThreads, 0, s>>>(static_cast<B*>(dst), n, v);
+  });
+  OASES_CUDA_CHECK_LAUNCH("fill_kernel");
+}
+
+void copy_bytes(const void* src, void* dst, size_t bytes, cudaStream_t s) {
+  if (bytes == 0 || src == dst) return;
+  OASES_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, s));
+}
+
+}  // namespace oases::cuda

@@ -1,0 +1,131 @@
+#include "kernels/cuda/gemm.h"
+
+#include <cublasLt.h>
+#include <cublas_v2.h>
+
+#include <stdexcept>
+#include <string>
+
+#define OASES_CUBLAS_CHECK(call)                                                                                 \
+  do {                                                                                                          \
+    cublasStatus_t oases_s_ = (call);                                                                           \
+    if (oases_s_ != CUBLAS_STATUS_SUCCESS)                                                                      \
+      ::oases::cuda::throw_error("cuBLAS", #call, static_cast<long>(oases_s_), cublasGetStatusString(oases_s_), \
+                                 __FILE__, __LINE__);                                                           \
+  } while (0)
+
+namespace oases::cuda {
+
+namespace {
+
+cudaDataType_t data_type(Elem t) {
+  switch (t) {
+    case Elem::kF32: return CUDA_R_32F;
+    case Elem::kF16: return CUDA_R_16F;
+    case Elem::kBF16: return CUDA_R_16BF;
+    case Elem::kF64: return CUDA_R_64F;
+    default: throw std::runtime_error(std::string("[cuda MatMul] type ") + elem_name(t) + " is not supported (float types are)");
+  }
+}
+
+cublasComputeType_t compute_type(Elem t, bool tf32) {
+  if (t == Elem::kF64) return CUBLAS_COMPUTE_64F;
+  if (t == Elem::kF32 && tf32) return CUBLAS_COMPUTE_32F_FAST_TF32;
+  return CUBLAS_COMPUTE_32F;
+}
+
+// cuBLASLt, one matrix: true when the heuristic found an algorithm and the call ran.
+bool lt_matmul(BlasHandles& h, Elem t, const GemmDesc& d, const void* a, const void* b, void* c) {
+  cudaDataType_t dt = data_type(t);
+  cublasComputeType_t ct = compute_type(t, h.allow_tf32());
+  cudaDataType_t scale_t = t == Elem::kF64 ? CUDA_R_64F : CUDA_R_32F;
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr;
+  cublasLtMatmulPreference_t pref = nullptr;
+  bool ok = false;
+  struct Cleanup {
+    cublasLtMatmulDesc_t& op;
+    cublasLtMatrixLayout_t &la, &lb, &lc;
+    cublasLtMatmulPreference_t& pref;
+    ~Cleanup() {
+      if (pref) cublasLtMatmulPreferenceDestroy(pref);
+      if (lc) cublasLtMatrixLayoutDestroy(lc);
+      if (lb) cublasLtMatrixLayoutDestroy(lb);
+      if (la) cublasLtMatrixLayoutDestroy(la);
+      if (op) cublasLtMatmulDescDestroy(op);
+    }
+  } cleanup{op, la, lb, lc, pref};
+  // column-major: Cᵀ (n x m) = op(B)ᵀ (n x k) · op(A)ᵀ (k x m)
+  cublasOperation_t opb = d.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, opa = d.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  OASES_CUBLAS_CHECK(cublasLtMatmulDescCreate(&op, ct, scale_t));
+  OASES_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &opb, sizeof(opb)));
+  OASES_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &opa, sizeof(opa)));
+  // stored (column-major) shapes: B is n x k (or k x n when transposed), A is k x m (or m x k)
+  OASES_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb, dt, d.trans_b ? d.k : d.n, d.trans_b ? d.n : d.k, d.ldb));
+  OASES_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&la, dt, d.trans_a ? d.m : d.k, d.trans_a ? d.k : d.m, d.lda));
+  OASES_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lc, dt, d.n, d.m, d.ldc));
+  OASES_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+  size_t ws = h.workspace_bytes();
+  OASES_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+  cublasLtMatmulHeuristicResult_t res{};
+  int found = 0;
+  cublasLtHandle_t lt = static_cast<cublasLtHandle_t>(h.lt());
+  if (cublasLtMatmulAlgoGetHeuristic(lt, op, lb, la, lc, lc, pref, 1, &res, &found) != CUBLAS_STATUS_SUCCESS || found == 0) {
+    return false;
+  }
+  double alpha64 = d.alpha, beta64 = d.beta;
+  float alpha32 = d.alpha, beta32 = d.beta;
+  const void* alpha = t == Elem::kF64 ? static_cast<const void*>(&alpha64) : &alpha32;
+  const void* beta = t == Elem::kF64 ? static_cast<const void*>(&beta64) : &beta32;
+  OASES_CUBLAS_CHECK(cublasLtMatmul(lt, op, alpha, b, lb, a, la, beta, c, lc, c, lc, &res.algo, h.workspace(), ws, h.stream()));
+  ok = true;
+  return ok;
+}
+
+}  // namespace
+
+BlasHandles::BlasHandles(cudaStream_t s, size_t workspace_bytes, bool allow_tf32)
+    : stream_(s), workspace_bytes_(workspace_bytes), allow_tf32_(allow_tf32) {
+  cublasHandle_t b = nullptr;
+  OASES_CUBLAS_CHECK(cublasCreate(&b));
+  blas_ = b;
+  OASES_CUBLAS_CHECK(cublasSetStream(b, s));
+  OASES_CUBLAS_CHECK(cublasSetWorkspace(b, nullptr, 0));  // deterministic: no split-K workspace races
+  cublasLtHandle_t l = nullptr;
+  OASES_CUBLAS_CHECK(cublasLtCreate(&l));
+  lt_ = l;
+  if (workspace_bytes_) OASES_CUDA_CHECK(cudaMalloc(&workspace_, workspace_bytes_));
+}
+
+BlasHandles::~BlasHandles() {
+  if (workspace_) cudaFree(workspace_);
+  if (lt_) cublasLtDestroy(static_cast<cublasLtHandle_t>(lt_));
+  if (blas_) cublasDestroy(static_cast<cublasHandle_t>(blas_));
+}
+
+void gemm(BlasHandles& h, Elem t, const GemmDesc& d, const void* a, const void* b, void* c) {
+  if (d.m <= 0 || d.n <= 0 || d.batch <= 0) return;
+  if (d.k == 0) {  // empty sum: C = beta C
+    if (d.beta == 0.f) {
+      for (int64_t i = 0; i < d.batch; ++i) {
+        OASES_CUDA_CHECK(cudaMemset2DAsync(static_cast<char*>(c) + i * d.stride_c * elem_size(t), d.ldc * elem_size(t), 0,
+                                           d.n * elem_size(t), d.m, h.stream()));
+      }
+      return;
+    }
+    throw std::runtime_error("[cuda MatMul] k = 0 with beta != 0 is not supported");
+  }
+  if (d.batch == 1 && lt_matmul(h, t, d, a, b, c)) return;
+  cudaDataType_t dt = data_type(t);
+  double alpha64 = d.alpha, beta64 = d.beta;
+  float alpha32 = d.alpha, beta32 = d.beta;
+  const void* alpha = t == Elem::kF64 ? static_cast<const void*>(&alpha64) : &alpha32;
+  const void* beta = t == Elem::kF64 ? static_cast<const void*>(&beta64) : &beta32;
+  OASES_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
+      static_cast<cublasHandle_t>(h.blas()), d.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, d.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
+      static_cast<int>(d.n), static_cast<int>(d.m), static_cast<int>(d.k), alpha, b, dt, static_cast<int>(d.ldb), d.stride_b, a, dt,
+      static_cast<int>(d.lda), d.stride_a, beta, c, dt, static_cast<int>(d.ldc), d.stride_c, static_cast<int>(d.batch),
+      compute_type(t, h.allow_tf32()), CUBLAS_GEMM_DEFAULT));
+}
+
+}  // namespace oases::cuda

@@ -1,0 +1,50 @@
+// Matrix products through cuBLASLt (single matrices, with a workspace and the library's heuristic)
+// and cuBLAS (strided batches, stride 0 for a broadcast operand). fp32 computes in fp32 (TF32 only
+// when asked), fp16/bf16 store 16 bits and accumulate in fp32, fp64 in fp64.
+//   row-major  C[b] = alpha · op(A[b]) · op(B[b]) + beta · C[b]
+// is issued as the column-major product Cᵀ = op(B)ᵀ op(A)ᵀ, so no operand is copied.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/cuda/check.h"
+
+namespace oases::cuda {
+
+// cuBLAS and cuBLASLt handles and the Lt workspace, bound to one stream (RAII; not copyable).
+class BlasHandles {
+ public:
+  explicit BlasHandles(cudaStream_t s, size_t workspace_bytes = size_t(32) << 20, bool allow_tf32 = false);
+  ~BlasHandles();
+  BlasHandles(const BlasHandles&) = delete;
+  BlasHandles& operator=(const BlasHandles&) = delete;
+  cudaStream_t stream() const { return stream_; }
+  void* blas() const { return blas_; }
+  void* lt() const { return lt_; }
+  void* workspace() const { return workspace_; }
+  size_t workspace_bytes() const { return workspace_bytes_; }
+  bool allow_tf32() const { return allow_tf32_; }
+
+ private:
+  cudaStream_t stream_ = nullptr;
+  void* blas_ = nullptr;  // cublasHandle_t
+  void* lt_ = nullptr;    // cublasLtHandle_t
+  void* workspace_ = nullptr;
+  size_t workspace_bytes_ = 0;
+  bool allow_tf32_ = false;
+};
+
+struct GemmDesc {
+  bool trans_a = false, trans_b = false;
+  int64_t m = 0, n = 0, k = 0;
+  int64_t lda = 0, ldb = 0, ldc = 0;  // row-major leading dimensions
+  int64_t batch = 1, stride_a = 0, stride_b = 0, stride_c = 0;
+  float alpha = 1.f, beta = 0.f;
+};
+
+void gemm(BlasHandles& h, Elem t, const GemmDesc& d, const void* a, const void* b, void* c);
+
+}  // namespace oases::cuda

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# oases-train --device cuda: without a usable GPU it must refuse with one line and exit 2 (built
+# without CUDA, or no CUDA device found), and then this test reports SKIPPED (exit 77): nothing
+# ran on a GPU. With a GPU, 30 steps of the byte-level GPT on the GPU (fp32, then bf16) must
+# follow the CPU's losses.
+source "$(dirname "$0")/lib.sh"
+MODEL=$OASES_SOURCE_DIR/models/train/gpt2_bytes/model.onnx
+DATA=$OASES_SOURCE_DIR/data/kjv_genesis.txt
+count=$("$OASES_BIN/oases-gpu-info" --json | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["devices"]["count"])')
+if [[ "$count" == "0" ]]; then
+  expect_error "cuda without a device" "built without CUDA|no CUDA device found" \
+    "$OASES_BIN/oases-train" "$MODEL" --data "$DATA" --steps 2 --device cuda
+  expect_error "bad --dtype" "dtype" "$OASES_BIN/oases-train" "$MODEL" --data "$DATA" --steps 2 --dtype fp8
+  [[ $FAILURES -ne 0 ]] && finish
+  echo "SKIPPED: no CUDA device here; the GPU training test did not run"
+  exit 77
+fi
+for dtype in fp32 bf16; do
+  "$OASES_BIN/oases-train" "$MODEL" --data "$DATA" --steps 30 --batch 8 --seq 64 --lr 3e-3 --seed 1 -q --dtype $dtype \
+    --log-json "$WORK/cpu_$dtype.jsonl" || fail "cpu $dtype training failed"
+  "$OASES_BIN/oases-train" "$MODEL" --data "$DATA" --steps 30 --batch 8 --seq 64 --lr 3e-3 --seed 1 -q --dtype $dtype \
+    --device cuda --log-json "$WORK/gpu_$dtype.jsonl" || fail "gpu $dtype training failed"
+done
+/usr/bin/python3 - "$WORK" <<'PY' || fail "GPU losses do not follow the CPU's"
+import json, sys
+for dtype, tol in (("fp32", 1e-3), ("bf16", 3e-2)):
+    cpu = [json.loads(l)["loss"] for l in open(f"{sys.argv[1]}/cpu_{dtype}.jsonl")]
+    gpu = [json.loads(l)["loss"] for l in open(f"{sys.argv[1]}/gpu_{dtype}.jsonl")]
+    assert len(cpu) == len(gpu) == 30
+    worst = max(abs(a - b) / abs(a) for a, b in zip(cpu, gpu))
+    print(dtype, "worst relative loss difference", worst)
+    assert worst < tol, (dtype, worst)
+PY
+finish

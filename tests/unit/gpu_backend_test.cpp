@@ -1,0 +1,455 @@
+// The GPU backend's logic that runs on the CPU (no GPU needed): the affine index maps every CUDA
+// layout kernel walks, the dropout masks the CUDA kernels draw, the stream plan and its hazard
+// check, loss scaling, the mixed-precision rewrite (trained on the CPU), and the CUDA kernel
+// coverage of the ops the committed models train with.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <limits>
+#include <set>
+
+#include "executor/cpu/common.h"
+#include "executor/device.h"
+#include "executor/device_args.h"
+#include "executor/executor.h"
+#include "executor/loss_scaler.h"
+#include "executor/stream_plan.h"
+#include "executor/training.h"
+#include "graph/passes/mixed_precision.h"
+#include "kernels/cpu/elementwise.h"
+#include "kernels/cpu/layout.h"
+#include "kernels/cuda/nd.h"
+#include "kernels/cuda/random.h"
+#include "tools/model_loader.h"
+
+namespace fs = std::filesystem;
+
+namespace oases {
+namespace {
+
+std::vector<float> iota_data(int64_t n) {
+  std::vector<float> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i)] = static_cast<float>(i) * 0.5f - 3.f;
+  return v;
+}
+
+// --- affine maps vs the CPU layout kernels ------------------------------------------------------
+
+TEST(CudaIndexMaps, TransposeMatchesCpu) {
+  std::vector<int64_t> shape{2, 3, 4, 5};
+  for (std::vector<int64_t> perm : {std::vector<int64_t>{0, 2, 1, 3}, {3, 2, 1, 0}, {1, 0, 3, 2}, {0, 1, 3, 2}}) {
+    auto x = iota_data(120);
+    std::vector<float> want(120), got(120, -1.f);
+    kernels::transpose(x.data(), shape, perm, want.data(), sizeof(float));
+    cuda::copy_host(cuda::transpose_plan(shape, perm), x.data(), got.data(), sizeof(float));
+    EXPECT_EQ(got, want);
+  }
+}
+
+TEST(CudaIndexMaps, SliceAndScatterMatchCpu) {
+  std::vector<int64_t> in{4, 6, 5}, starts{1, 5, 0}, steps{2, -2, 3}, out{2, 3, 2};
+  auto x = iota_data(120);
+  std::vector<float> want(12), got(12, -1.f);
+  kernels::strided_slice(x.data(), in, starts, steps, want.data(), out, sizeof(float));
+  cuda::copy_host(cuda::slice_plan(in, starts, steps, out), x.data(), got.data(), sizeof(float));
+  EXPECT_EQ(got, want);
+  // the same plan with its maps swapped scatters back (SliceGrad, Pad)
+  std::vector<float> back_want(120, 0.f), back_got(120, 0.f);
+  kernels::strided_scatter(want.data(), out, starts, steps, back_want.data(), in, sizeof(float));
+  cuda::NdPlan p = cuda::slice_plan(in, starts, steps, out);
+  std::swap(p.maps[0], p.maps[1]);
+  cuda::copy_host(p, want.data(), back_got.data(), sizeof(float));
+  EXPECT_EQ(back_got, back_want);
+}
+
+TEST(CudaIndexMaps, ConcatBroadcastTileAndRankMajorMatchCpu) {
+  std::vector<int64_t> a{2, 3, 4}, b{2, 5, 4}, o{2, 8, 4};
+  auto xa = iota_data(24), xb = iota_data(40);
+  std::vector<float> want(64), got(64, -1.f);
+  kernels::concat({xa.data(), xb.data()}, {a, b}, 1, want.data(), sizeof(float));
+  cuda::copy_host(cuda::concat_part_plan(a, o, 1, 0), xa.data(), got.data(), sizeof(float));
+  cuda::copy_host(cuda::concat_part_plan(b, o, 1, 3), xb.data(), got.data(), sizeof(float));
+  EXPECT_EQ(got, want);
+
+  std::vector<int64_t> s{3, 1, 4}, t{2, 3, 5, 4};
+  auto xs = iota_data(12);
+  std::vector<float> bw(120), bg(120, -1.f);
+  kernels::broadcast_to(xs.data(), s, bw.data(), t);
+  cuda::copy_host(cuda::broadcast_plan(t, {s}), xs.data(), bg.data(), sizeof(float));  // maps: out, in
+  EXPECT_EQ(bg, bw);
+
+  std::vector<float> rm(96), rg(96, -1.f), fm(96), fg(96, -1.f);
+  auto xr = iota_data(96);
+  kernels::to_rank_major(xr.data(), rm.data(), 2, 3, 4, 4 * sizeof(float));
+  cuda::copy_host(cuda::to_rank_major_plan(2, 3, 4, 4), xr.data(), rg.data(), sizeof(float));
+  EXPECT_EQ(rg, rm);
+  kernels::from_rank_major(xr.data(), fm.data(), 2, 3, 4, 4 * sizeof(float));
+  cuda::copy_host(cuda::from_rank_major_plan(2, 3, 4, 4), xr.data(), fg.data(), sizeof(float));
+  EXPECT_EQ(fg, fm);
+
+  std::vector<int64_t> ti{2, 3}, to{4, 9};
+  auto xt = iota_data(6);
+  std::vector<float> tw(36), tg(36, -1.f);
+  kernels::tile(xt.data(), ti, tw.data(), to, sizeof(float));
+  // the CUDA Tile glue's plan: [repeat, n] pairs, the input broadcast over the repeats
+  std::vector<int64_t> shape, ost, ist, is = cuda::row_major_strides(ti), os = cuda::row_major_strides(to);
+  for (size_t d = 0; d < ti.size(); ++d) {
+    shape.insert(shape.end(), {to[d] / ti[d], ti[d]});
+    ost.insert(ost.end(), {ti[d] * os[d], os[d]});
+    ist.insert(ist.end(), {0, is[d]});
+  }
+  cuda::copy_host(cuda::make_plan(shape, {ost, ist}, {}), xt.data(), tg.data(), sizeof(float));
+  EXPECT_EQ(tg, tw);
+}
+
+TEST(CudaIndexMaps, CoalescesAndRejectsTooManyDims) {
+  cuda::NdPlan p = cuda::broadcast_plan({2, 3, 4, 5}, {{2, 3, 4, 5}});
+  EXPECT_EQ(p.it.rank, 1);  // contiguous walk: one dim
+  EXPECT_EQ(p.it.numel, 120);
+  std::vector<int64_t> many(10, 2), perm(10);
+  for (int i = 0; i < 10; ++i) perm[static_cast<size_t>(i)] = 9 - i;
+  EXPECT_THROW(cuda::transpose_plan(many, perm), std::runtime_error);
+}
+
+// --- dropout masks: the CUDA kernels' map draws the CPU kernel's mask ---------------------------
+
+TEST(CudaDropout, MasksMatchCpuKernelUnderChunkOffsets) {
+  Graph g;
+  Shape local{2, 3, 8};
+  ValueId x = g.add_input("x", DType::kF32, local);
+  ValueId y = g.add_value("y", DType::kF32, local, true), m = g.add_value("m", DType::kBool, local, true);
+  AttrMap attrs{{"ratio", Attribute::of_float(0.3f)},
+                {"training_mode", Attribute::of_int(1)},
+                {"mask_shape", Attribute::of_ints({4, 3, 8})},
+                {"mask_offsets", Attribute::of_ints({2, 0, 0})},
+                {"key_node", Attribute::of_string("layer.0/drop")}};
+  NodeId id = g.add_node("Dropout", {x}, {y, m}, attrs, "drop_chunk1");
+  RunState st;
+  st.seed = 77;
+  st.step = 5;
+  st.training = true;
+  auto data = iota_data(48);
+  std::vector<float> out(48);
+  std::vector<uint8_t> mask(48);
+  KernelContext c;
+  c.graph = &g;
+  c.node = &g.node(id);
+  c.state = &st;
+  c.in.push_back(TensorView{DType::kF32, local, data.data()});
+  c.out.push_back(TensorView{DType::kF32, local, out.data()});
+  c.out.push_back(TensorView{DType::kBool, local, mask.data()});
+  const CpuKernelFn* fn = CpuKernelRegistry::global().find("", "Dropout");
+  ASSERT_NE(fn, nullptr);
+  (*fn)(c);
+  cuda::DropoutArgs a = make_dropout_args(c, 0.3f);
+  int kept = 0;
+  for (int64_t i = 0; i < 48; ++i) {
+    bool keep = cuda::dropout_keep(a, i);
+    EXPECT_EQ(keep, mask[static_cast<size_t>(i)] != 0) << "element " << i;
+    if (keep) {
+      EXPECT_FLOAT_EQ(out[static_cast<size_t>(i)], data[static_cast<size_t>(i)] * a.scale);
+    }
+    kept += keep;
+  }
+  EXPECT_GT(kept, 20);
+  EXPECT_LT(kept, 45);
+}
+
+// --- stream plan --------------------------------------------------------------------------------
+
+// x -> MatMul(w1) -> h -> AllReduce -> r -> Add(r, h2), with h2 = MatMul(x, w2) computed while the
+// all-reduce flies: start, compute, wait.
+Program overlapped_program() {
+  Graph g;
+  ValueId x = g.add_input("x", DType::kF32, {4, 8});
+  Tensor w(DType::kF32, {8, 8});
+  for (int64_t i = 0; i < 64; ++i) w.mutable_data<float>()[i] = 0.01f * static_cast<float>(i % 7);
+  ValueId w1 = g.add_initializer("w1", w), w2 = g.add_initializer("w2", w);
+  ValueId h = g.add_value("h", DType::kF32, {4, 8}, true), r = g.add_value("r", DType::kF32, {4, 8}, true);
+  ValueId h2 = g.add_value("h2", DType::kF32, {4, 8}, true), o = g.add_value("o", DType::kF32, {4, 8}, true);
+  NodeId mm1 = g.add_node("MatMul", {x, w1}, {h}, {}, "mm1");
+  NodeId ar = g.add_node("AllReduce", {h}, {r}, AttrMap{{"mesh_axis", Attribute::of_int(0)}}, "ar", "oases");
+  NodeId mm2 = g.add_node("MatMul", {x, w2}, {h2}, {}, "mm2");
+  NodeId add = g.add_node("Add", {r, h2}, {o}, {}, "add");
+  g.set_outputs({o});
+  ExecOptions eo;
+  eo.device = "cuda";  // a stream plan is for device programs (no CPU fusion); compiling needs no GPU
+  eo.order = {{ScheduledOp::Kind::kCompute, mm1}, {ScheduledOp::Kind::kCommStart, ar}, {ScheduledOp::Kind::kCompute, mm2},
+              {ScheduledOp::Kind::kCommWait, ar}, {ScheduledOp::Kind::kCompute, add}};
+  auto p = compile_program(std::move(g), eo);
+  EXPECT_TRUE(p) << p.status().message();
+  return std::move(*p);
+}
+
+TEST(StreamPlan, OneEventPerCrossStreamDependency) {
+  Program p = overlapped_program();
+  StreamPlan sp = build_stream_plan(p.instrs);
+  EXPECT_EQ(sp.num_events, 2);  // inputs ready, collective done
+  EXPECT_EQ(sp.launches[0], 3);
+  EXPECT_EQ(sp.launches[1], 1);
+  Status st = check_stream_plan(p, sp);
+  EXPECT_TRUE(st.is_ok()) << st.message() << "\n" << describe(sp, p);
+}
+
+TEST(StreamPlan, HazardCheckFindsAMissingWait) {
+  Program p = overlapped_program();
+  StreamPlan sp = build_stream_plan(p.instrs);
+  StreamPlan broken = sp;
+  broken.ops.clear();
+  for (const StreamOp& op : sp.ops) {
+    if (!(op.kind == StreamOp::Kind::kWait && op.stream == 0)) broken.ops.push_back(op);
+  }
+  Status st = check_stream_plan(p, broken);
+  ASSERT_FALSE(st.is_ok());
+  EXPECT_NE(st.message().find("unordered access"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("'r'"), std::string::npos) << st.message();
+  // and a collective launched before its inputs are ready
+  StreamPlan early = sp;
+  early.ops.clear();
+  for (const StreamOp& op : sp.ops) {
+    if (!(op.kind == StreamOp::Kind::kWait && op.stream == 1)) early.ops.push_back(op);
+  }
+  EXPECT_FALSE(check_stream_plan(p, early).is_ok());
+}
+
+// --- loss scaling -------------------------------------------------------------------------------
+
+TEST(LossScaler, HalvesOnOverflowAndGrowsAfterAnInterval) {
+  LossScalerConfig c;
+  c.dynamic = true;
+  c.init_scale = 1024;
+  c.growth_interval = 3;
+  LossScaler s(c);
+  EXPECT_EQ(s.scale(), 1024);
+  EXPECT_FALSE(s.update(false));
+  EXPECT_EQ(s.scale(), 512);
+  EXPECT_EQ(s.skipped(), 1);
+  EXPECT_TRUE(s.update(true));
+  EXPECT_TRUE(s.update(true));
+  EXPECT_EQ(s.scale(), 512);
+  EXPECT_TRUE(s.update(true));
+  EXPECT_EQ(s.scale(), 1024);  // three good steps in a row
+  EXPECT_EQ(s.good_in_a_row(), 0);
+  for (int i = 0; i < 40; ++i) s.update(false);
+  EXPECT_EQ(s.scale(), c.min_scale);
+  LossScaler r(c);
+  ASSERT_TRUE(r.set_state(s.state()));
+  EXPECT_EQ(r.scale(), s.scale());
+  EXPECT_EQ(r.skipped(), s.skipped());
+  EXPECT_FALSE(r.set_state("garbage"));
+  LossScaler fixed(LossScalerConfig{});
+  EXPECT_EQ(fixed.scale(), 1.0);
+  EXPECT_FALSE(fixed.update(false));
+  EXPECT_EQ(fixed.scale(), 1.0);
+}
+
+// --- mixed precision on the CPU ---------------------------------------------------------------
+
+struct SmallModel {
+  TrainingGraph tg;
+  std::map<std::string, Tensor> feeds;
+};
+
+SmallModel load_small(const std::string& name, const std::string& dtype, bool loss_scale_input = false) {
+  fs::path dir = fs::path(OASES_SOURCE_DIR) / "models" / "small" / name;
+  fs::path data = dir / "test_data_set_0";
+  SmallModel out;
+  ImportOptions opts;
+  for (int i = 0; fs::exists(data / ("input_" + std::to_string(i) + ".pb")); ++i) {
+    auto t = read_tensor_file((data / ("input_" + std::to_string(i) + ".pb")).string());
+    EXPECT_TRUE(t) << t.status().message();
+    out.feeds[t->first] = t->second;
+    opts.input_shapes[t->first] = t->second.shape();
+  }
+  auto m = load_model((dir / "model.onnx").string(), opts);
+  EXPECT_TRUE(m) << m.status().message();
+  TrainingSpec spec;
+  auto compute = compute_dtype_from_name(dtype);
+  EXPECT_TRUE(compute);
+  if (*compute != DType::kF32 || loss_scale_input) {
+    DType c = *compute;
+    spec.before_autodiff = [c, loss_scale_input](Graph g) -> Expected<Graph> {
+      OASES_RETURN_IF_ERROR(apply_mixed_precision(g, c).status());
+      if (loss_scale_input) OASES_RETURN_IF_ERROR(insert_loss_scale_input(g));
+      return g;
+    };
+  }
+  auto tg = build_training_graph(m->graph, spec);
+  EXPECT_TRUE(tg) << tg.status().message();
+  out.tg = std::move(*tg);
+  if (out.tg.appended_loss) {
+    auto roles = input_roles(out.tg.graph, out.tg.targets);
+    for (const InputRole& r : *roles) {
+      if (r.kind == InputRole::kTokens) out.feeds["oases_targets"] = shifted_targets(out.feeds.at(r.name), -100);
+    }
+  }
+  return out;
+}
+
+double cosine(const Tensor& a, const Tensor& b) {
+  double ab = 0, aa = 0, bb = 0;
+  for (int64_t i = 0; i < a.numel(); ++i) {
+    double x = a.data<float>()[i], y = b.data<float>()[i];
+    ab += x * y;
+    aa += x * x;
+    bb += y * y;
+  }
+  return aa == 0 && bb == 0 ? 1.0 : ab / std::sqrt(aa * bb + 1e-30);
+}
+
+TEST(MixedPrecision, RejectsUnknownNames) {
+  EXPECT_FALSE(compute_dtype_from_name("fp8"));
+  EXPECT_EQ(*compute_dtype_from_name("bf16"), DType::kBF16);
+}
+
+class MixedPrecisionModels : public ::testing::TestWithParam<std::string> {};
+
+// The rewritten graph computes its matrix products in the 16-bit type, keeps fp32 master weights
+// and fp32 gradients, and its loss and gradients stay close to fp32's.
+TEST_P(MixedPrecisionModels, TrainsCloseToFp32OnCpu) {
+  const std::string dtype = GetParam();
+  SmallModel ref = load_small("gpt2_tiny", "fp32"), mp = load_small("gpt2_tiny", dtype);
+  DType compute = *compute_dtype_from_name(dtype);
+  ASSERT_EQ(ref.tg.params.size(), mp.tg.params.size()) << "the same parameters train";
+  int half_matmuls = 0, fp32_matmuls = 0;
+  for (NodeId id : mp.tg.graph.nodes()) {
+    const Node& n = mp.tg.graph.node(id);
+    if (n.op_type != "MatMul" && n.op_type != "MatMulT") continue;
+    (mp.tg.graph.value(n.outputs[0]).dtype == compute ? half_matmuls : fp32_matmuls)++;
+  }
+  EXPECT_GT(half_matmuls, 0);
+  EXPECT_EQ(fp32_matmuls, 0) << "every matrix product runs in " << dtype;
+  for (ValueId p : mp.tg.params) EXPECT_EQ(mp.tg.graph.value(p).dtype, DType::kF32);
+  for (ValueId gv : mp.tg.grads) EXPECT_EQ(mp.tg.graph.value(gv).dtype, DType::kF32);
+  EXPECT_EQ(mp.tg.graph.value(mp.tg.loss).dtype, DType::kF32);
+
+  auto tr_ref = Trainer::create(ref.tg, OptimizerConfig{});
+  auto tr_mp = Trainer::create(mp.tg, OptimizerConfig{});
+  ASSERT_TRUE(tr_ref) << tr_ref.status().message();
+  ASSERT_TRUE(tr_mp) << tr_mp.status().message();
+  auto l_ref = (*tr_ref)->compute_gradients(ref.feeds);
+  auto l_mp = (*tr_mp)->compute_gradients(mp.feeds);
+  ASSERT_TRUE(l_ref) << l_ref.status().message();
+  ASSERT_TRUE(l_mp) << l_mp.status().message();
+  EXPECT_NEAR(*l_mp, *l_ref, 0.02 * std::abs(*l_ref)) << dtype << " loss vs fp32";
+  double worst = 1;
+  for (size_t i = 0; i < ref.tg.params.size(); ++i) {
+    Tensor a = (*tr_ref)->gradient(i), b = (*tr_mp)->gradient(i);
+    double norm = 0;
+    for (int64_t j = 0; j < a.numel(); ++j) norm += double(a.data<float>()[j]) * a.data<float>()[j];
+    if (norm < 1e-12) continue;  // gradients that are rounding noise in exact math
+    worst = std::min(worst, cosine(a, b));
+  }
+  EXPECT_GT(worst, 0.98) << "the least aligned " << dtype << " gradient";
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, MixedPrecisionModels, ::testing::Values("bf16", "fp16"));
+
+// The loss-gradient seed carries the loss scale; gradients are unscaled on the way out and a
+// step with non-finite gradients leaves every parameter untouched.
+TEST(LossScaling, ScaledGradientsMatchAndOverflowSkipsTheStep) {
+  SmallModel m = load_small("gpt2_tiny", "fp32"), ms = load_small("gpt2_tiny", "fp32", true);
+  auto a = Trainer::create(m.tg, OptimizerConfig{});
+  auto b = Trainer::create(ms.tg, OptimizerConfig{});
+  auto la = (*a)->compute_gradients(m.feeds);
+  ASSERT_TRUE(a && b);
+  (*b)->set_loss_scale(1024.0);
+  auto lb = (*b)->compute_gradients(m.feeds);
+  ASSERT_TRUE(la && lb);
+  EXPECT_NEAR(*lb, *la, 1e-5 * std::abs(*la)) << "the reported loss is unscaled";
+  // eval feeds no scale: the loss-scale input is fed 1
+  auto ea = (*a)->eval_loss(m.feeds), eb = (*b)->eval_loss(m.feeds);
+  ASSERT_TRUE(ea && eb);
+  EXPECT_NEAR(*eb, *ea, 1e-6 * std::abs(*ea));
+  for (size_t i = 0; i < m.tg.params.size(); ++i) {
+    Tensor ga = (*a)->gradient(i), gb = (*b)->gradient(i);
+    for (int64_t j = 0; j < ga.numel(); ++j) {
+      ASSERT_NEAR(gb.data<float>()[j], ga.data<float>()[j], 1e-5 * (1 + std::abs(ga.data<float>()[j]))) << (*a)->param_name(i);
+    }
+  }
+  (*b)->skip_nonfinite = true;
+  (*b)->set_loss_scale(std::numeric_limits<double>::infinity());
+  auto before = (*b)->parameters();
+  std::map<std::string, Tensor> copy;
+  for (auto& [k, v] : before) copy[k] = v.clone();
+  auto st = (*b)->step({m.feeds});
+  ASSERT_TRUE(st) << st.status().message();
+  EXPECT_TRUE(st->skipped);
+  EXPECT_EQ((*b)->optimizer().steps_taken(), 0);
+  for (auto& [k, v] : (*b)->parameters()) {
+    ASSERT_EQ(std::memcmp(v.raw(), copy.at(k).raw(), v.nbytes()), 0) << k << " changed in a skipped step";
+  }
+}
+
+// --- CUDA kernel coverage -----------------------------------------------------------------------
+
+TEST(CudaCoverage, EveryCpuOpHasACudaKernelOrAReason) {
+  if (!cuda_built()) GTEST_SKIP() << "built without CUDA: no CUDA kernel registry to compare";
+  std::set<std::string> cuda_ops;
+  for (const std::string& op : cuda_kernel_ops()) cuda_ops.insert(op);
+  for (const std::string& op : CpuKernelRegistry::global().ops()) {
+    EXPECT_TRUE(cuda_ops.count(op) || cuda_exempt_ops().count(op)) << op << " has a CPU kernel, no CUDA kernel and no stated reason";
+    EXPECT_FALSE(cuda_ops.count(op) && cuda_exempt_ops().count(op)) << op << " has a CUDA kernel and is still listed as exempt";
+  }
+  for (const auto& [op, why] : cuda_exempt_ops()) EXPECT_FALSE(why.empty()) << op;
+}
+
+// Every op of the committed models' training graphs (fp32 and bf16) has a CUDA kernel.
+TEST(CudaCoverage, CommittedModelsTrainWithCudaKernelsOnly) {
+  fs::path root = fs::path(OASES_SOURCE_DIR) / "models" / "small";
+  int models = 0;
+  for (const auto& e : fs::directory_iterator(root)) {
+    if (!fs::exists(e.path() / "model.onnx") || !fs::exists(e.path() / "test_data_set_0")) continue;
+    for (const char* dtype : {"fp32", "bf16"}) {
+      SmallModel m = load_small(e.path().filename().string(), dtype);
+      for (NodeId id : m.tg.graph.nodes()) {
+        const Node& n = m.tg.graph.node(id);
+        std::string key = n.domain.empty() || n.domain == "ai.onnx" ? n.op_type : n.domain + "." + n.op_type;
+        EXPECT_FALSE(cuda_exempt_ops().count(key)) << e.path().filename().string() << " (" << dtype << ") trains with " << key
+                                                   << ", which has no CUDA kernel";
+      }
+    }
+    ++models;
+  }
+  EXPECT_GT(models, 3);
+}
+
+// The CPU executor's fusion (oases.cpu ops, in-place outputs) is for the CPU kernels only: a
+// program compiled for the GPU keeps the canonical graph and a plan without in-place outputs.
+TEST(CudaCoverage, DeviceProgramsAreNotFusedForTheCpu) {
+  SmallModel m = load_small("gpt2_tiny", "fp32");
+  auto count_cpu_ops = [](const Program& p) {
+    int n = 0;
+    for (NodeId id : p.graph.nodes()) n += p.graph.node(id).domain == "oases.cpu";
+    return n;
+  };
+  ExecOptions cpu_opts;
+  auto cpu = compile_program(m.tg.graph, cpu_opts);
+  ASSERT_TRUE(cpu) << cpu.status().message();
+  EXPECT_GT(count_cpu_ops(*cpu), 0) << "the CPU program should fuse something (else this test checks nothing)";
+  ExecOptions cuda_opts;
+  cuda_opts.device = "cuda";
+  auto dev = compile_program(m.tg.graph, cuda_opts);
+  ASSERT_TRUE(dev) << dev.status().message();
+  EXPECT_EQ(count_cpu_ops(*dev), 0);
+  EXPECT_EQ(dev->memory.inplace, 0);
+  EXPECT_EQ(dev->graph.num_nodes(), m.tg.graph.num_nodes());
+}
+
+TEST(CudaDevice, UnusableDeviceIsAnError) {
+  if (cuda_built() && cuda_usable().is_ok()) GTEST_SKIP() << "a CUDA device is present";
+  Status st = cuda_usable();
+  ASSERT_FALSE(st.is_ok());
+  EXPECT_TRUE(st.message().find("built without CUDA") != std::string::npos || st.message().find("no CUDA device found") != std::string::npos)
+      << st.message();
+  Program p = overlapped_program();
+  ExecOptions eo;
+  eo.device = "cuda";
+  auto ex = Executor::create(p.graph, eo);
+  EXPECT_FALSE(ex);
+}
+
+}  // namespace
+}  // namespace oases
