@@ -102,6 +102,7 @@ nlohmann::json Profile::to_json() const {
   }
   j["collectives"] = c;
   if (optimizer_us_per_mib > 0) j["optimizer"] = {{"kind", "adamw"}, {"us_per_mib", optimizer_us_per_mib}};
+  if (instr_us > 0 || comm_start_us > 0) j["executor"] = {{"instr_us", instr_us}, {"comm_start_us", comm_start_us}};
   if (!model.is_null()) j["model"] = model;
   return j;
 }
@@ -146,6 +147,13 @@ Expected<Profile> profile_from_json(const nlohmann::json& j, const std::string& 
       p.collectives.push_back(s);
     }
     if (j.contains("optimizer")) p.optimizer_us_per_mib = j["optimizer"].value("us_per_mib", 0.0);
+    if (j.contains("executor")) {
+      p.instr_us = j["executor"].value("instr_us", 0.0);
+      p.comm_start_us = j["executor"].value("comm_start_us", 0.0);
+      if (!(p.instr_us >= 0) || !(p.comm_start_us >= 0) || !std::isfinite(p.instr_us) || !std::isfinite(p.comm_start_us)) {
+        return error("{}: executor overheads must be finite and not negative", where);
+      }
+    }
     if (j.contains("model")) p.model = j["model"];
   } catch (const nlohmann::json::exception& e) {
     return error("{}: {}", where, e.what());
@@ -210,6 +218,10 @@ double OpTimeModel::optimizer_seconds(double param_bytes) const {
   double bw = device_.memory_gbps * 1e9 * device_.memory_efficiency;
   return bw > 0 ? 7.0 * param_bytes / bw : 0;
 }
+
+double OpTimeModel::instr_seconds() const { return profile_ ? profile_->instr_us * 1e-6 * scale_ : 0; }
+
+double OpTimeModel::comm_start_seconds() const { return profile_ ? profile_->comm_start_us * 1e-6 * scale_ : 0; }
 
 double profiled_collective_seconds(const Profile& p, CollectiveKind k, double bytes, int64_t group, const std::string& link) {
   std::map<int64_t, std::vector<std::pair<double, double>>> by_group;

@@ -11,6 +11,7 @@
 //    "collectives": [{"kind": "all_reduce", "group": 2, "bytes": 65536, "us": 40.1,
 //                     "link": "shared-memory" | "emulated bw=1,latency=50"}],
 //    "optimizer": {"kind": "adamw", "us_per_mib": ...},
+//    "executor": {"instr_us": ..., "comm_start_us": ...},   (rank 0's compute thread, with --model)
 //    "model": {"path": ..., "batch": 8, "seq": 64, "ranks": 4, "degrees": [1, 2, 4], "chunks": [1, 2]}}
 #pragma once
 
@@ -50,6 +51,11 @@ struct Profile {
   std::vector<OpSample> ops;
   std::vector<CollectiveSample> collectives;
   double optimizer_us_per_mib = 0;  // AdamW update per MiB of parameters
+  // The executor's own time on the compute thread, measured in the model's runs: between two
+  // instructions (dispatch), and what starting a collective costs beyond that (waking the
+  // communication thread, which takes a core from the compute threads while it runs).
+  double instr_us = 0;
+  double comm_start_us = 0;
   int64_t ranks = 1;                // ranks that shared the cores while ops were timed
   int threads_per_rank = 1;
   nlohmann::json model;             // what --model profiled, if anything
@@ -84,6 +90,9 @@ class OpTimeModel {
   bool covers(const std::string& op) const { return by_op_.count(op) > 0; }
   bool has_profile() const { return profile_ != nullptr; }
   double optimizer_seconds(double param_bytes) const;
+  // The executor's overheads on the compute thread (profile's "executor"; 0 without a profile).
+  double instr_seconds() const;
+  double comm_start_seconds() const;
 
  private:
   const Profile* profile_ = nullptr;
