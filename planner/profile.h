@@ -73,6 +73,10 @@ std::string op_key(const std::string& op, const std::vector<std::pair<DType, Sha
 std::string node_op_name(const Node& n);  // "MatMul", "oases.Attention"
 std::string node_key(const Graph& g, const Node& n);
 
+// FLOPs and bytes of a node: its op's cost rule, or for the executor's fused ops (no schema) the
+// bytes of its operands and results and a fused product's FLOPs.
+OpCost node_cost(const Graph& g, const Node& n);
+
 // Ops that move no data and compute nothing (views, shape bookkeeping): never timed.
 bool is_free_op(const Node& n, const OpCost& c);
 

@@ -319,13 +319,11 @@ Status measure_model_ops(const PlanningModel& m, const ModelAnalysis& a, int64_t
           const Program& p = (*ex)->program();
           add_overheads(p, ev, overheads);
           const auto& ms = (*ex)->node_ms();
-          const OpRegistry& reg = OpRegistry::global();
           for (size_t i = 0; i < p.instrs.size() && i < ms.size(); ++i) {
             if (p.instrs[i].kind != Instr::Kind::kCompute) continue;
             const Node& n = p.graph.node(p.instrs[i].node);
             if (is_collective(n)) continue;
-            const OpSchema* sc = reg.find(n.domain, n.op_type);
-            OpCost c = sc && sc->cost ? sc->cost(p.graph, n) : OpCost{};
+            OpCost c = node_cost(p.graph, n);
             if (is_free_op(n, c)) continue;
             std::string key = node_key(p.graph, n);
             OpSample& o = (*acc)[key];
