@@ -103,7 +103,9 @@ nlohmann::json Profile::to_json() const {
   }
   j["collectives"] = c;
   if (optimizer_us_per_mib > 0) j["optimizer"] = {{"kind", "adamw"}, {"us_per_mib", optimizer_us_per_mib}};
-  if (instr_us > 0 || comm_start_us > 0) j["executor"] = {{"instr_us", instr_us}, {"comm_start_us", comm_start_us}};
+  if (instr_us > 0 || comm_start_us > 0 || core_share != 1.0) {
+    j["executor"] = {{"instr_us", instr_us}, {"comm_start_us", comm_start_us}, {"core_share", core_share}};
+  }
   if (!model.is_null()) j["model"] = model;
   return j;
 }
@@ -151,6 +153,8 @@ Expected<Profile> profile_from_json(const nlohmann::json& j, const std::string& 
     if (j.contains("executor")) {
       p.instr_us = j["executor"].value("instr_us", 0.0);
       p.comm_start_us = j["executor"].value("comm_start_us", 0.0);
+      p.core_share = j["executor"].value("core_share", 1.0);
+      if (!(p.core_share >= 1.0) || !std::isfinite(p.core_share)) return error("{}: executor core_share must be at least 1", where);
       if (!(p.instr_us >= 0) || !(p.comm_start_us >= 0) || !std::isfinite(p.instr_us) || !std::isfinite(p.comm_start_us)) {
         return error("{}: executor overheads must be finite and not negative", where);
       }
@@ -196,11 +200,11 @@ double OpTimeModel::roofline(const std::string& op, double flops, double bytes) 
 double OpTimeModel::seconds(const std::string& op, const std::string& key, double flops, double bytes) const {
   if (profile_) {
     auto it = exact_.find(key);
-    if (it != exact_.end()) return it->second * 1e-6 * scale_;
+    if (it != exact_.end()) return it->second * 1e-6 * scale_ * profile_->core_share;
     auto bo = by_op_.find(op);
     if (bo != by_op_.end()) {
       double us = interpolate(bo->second, is_compute_bound_op(op) ? flops : bytes);
-      if (us >= 0) return us * 1e-6 * scale_;
+      if (us >= 0) return us * 1e-6 * scale_ * profile_->core_share;
     }
   }
   return roofline(op, flops, bytes);
@@ -244,9 +248,9 @@ double OpTimeModel::optimizer_seconds(double param_bytes) const {
   return bw > 0 ? 7.0 * param_bytes / bw : 0;
 }
 
-double OpTimeModel::instr_seconds() const { return profile_ ? profile_->instr_us * 1e-6 * scale_ : 0; }
+double OpTimeModel::instr_seconds() const { return profile_ ? profile_->instr_us * 1e-6 * scale_ * profile_->core_share : 0; }
 
-double OpTimeModel::comm_start_seconds() const { return profile_ ? profile_->comm_start_us * 1e-6 * scale_ : 0; }
+double OpTimeModel::comm_start_seconds() const { return profile_ ? profile_->comm_start_us * 1e-6 * scale_ * profile_->core_share : 0; }
 
 double profiled_collective_seconds(const Profile& p, CollectiveKind k, double bytes, int64_t group, const std::string& link) {
   std::map<int64_t, std::vector<std::pair<double, double>>> by_group;

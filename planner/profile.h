@@ -11,7 +11,7 @@
 //    "collectives": [{"kind": "all_reduce", "group": 2, "bytes": 65536, "us": 40.1,
 //                     "link": "shared-memory" | "emulated bw=1,latency=50"}],
 //    "optimizer": {"kind": "adamw", "us_per_mib": ...},
-//    "executor": {"instr_us": ..., "comm_start_us": ...},   (rank 0's compute thread, with --model)
+//    "executor": {"instr_us": ..., "comm_start_us": ..., "core_share": ...},   (rank 0's compute thread, with --model)
 //    "model": {"path": ..., "batch": 8, "seq": 64, "ranks": 4, "degrees": [1, 2, 4], "chunks": [1, 2]}}
 #pragma once
 
@@ -56,6 +56,9 @@ struct Profile {
   // communication thread, which takes a core from the compute threads while it runs).
   double instr_us = 0;
   double comm_start_us = 0;
+  // Ranks sharing the cores: rank 0's measured run over what its timed kernels, gaps and the
+  // link's collectives add up to (>= 1); the compute thread's times are multiplied by it.
+  double core_share = 1.0;
   int64_t ranks = 1;                // ranks that shared the cores while ops were timed
   int threads_per_rank = 1;
   nlohmann::json model;             // what --model profiled, if anything

@@ -211,6 +211,10 @@ struct ExecutorOverheads {
   int64_t instr_gaps = 0;
   double start_gap_us = 0;
   int64_t starts = 0;
+  // Ranks sharing the cores: the wall time of rank 0's runs against what its own kernels, gaps
+  // and the link's collectives add up to. Timing one rank's kernels misses the time its peers'
+  // kernels take the cores from it (it shows as waits at the next collective).
+  double wall_us = 0, accounted_us = 0;
 };
 
 void add_overheads(const Program& p, const std::vector<TraceEvent>& ev, ExecutorOverheads* o) {
@@ -241,6 +245,7 @@ void add_overheads(const Program& p, const std::vector<TraceEvent>& ev, Executor
     starts_between = 0;
     ++j;
   }
+  o->accounted_us += plain_sum + start_sum;
   o->instr_gap_us += plain_sum;
   o->instr_gaps += plain_n;
   o->start_gap_us += start_sum;
@@ -311,13 +316,31 @@ Status measure_model_ops(const PlanningModel& m, const ModelAnalysis& a, int64_t
         (*ex)->set_profiling(r == 0);
         (*ex)->set_tracing(r == 0);
         for (int rep = 0; rep <= reps; ++rep) {
+          auto t_run = Clock::now();
           Status s = (*ex)->execute(feeds);
           if (!s.is_ok()) throw OasesError(s.message());
           if (r != 0) continue;
+          double run_us = seconds_since(t_run) * 1e6;
           std::vector<TraceEvent> ev = (*ex)->take_events();
           if (rep == 0) continue;
           const Program& p = (*ex)->program();
           add_overheads(p, ev, overheads);
+          overheads->wall_us += run_us;
+          // what the emulated link alone makes the collectives take (the plain schedule waits for each)
+          for (const Instr& ins : p.instrs) {
+            if (ins.kind == Instr::Kind::kCommWait) continue;
+            const Node& n = p.graph.node(ins.node);
+            if (!is_collective(n) || !link.enabled()) continue;
+            int axis = static_cast<int>(n.attrs.get_int("mesh_axis", 0));
+            if (axis < 0 || axis >= static_cast<int>(eo.groups.size()) || !eo.groups[static_cast<size_t>(axis)]) continue;
+            int gs = eo.groups[static_cast<size_t>(axis)]->size();
+            if (gs <= 1) continue;
+            double bytes = 0;
+            for (ValueId v : n.inputs) {
+              if (v != kNoId) bytes += static_cast<double>(p.graph.value(v).nbytes());
+            }
+            overheads->accounted_us += 1e6 * (n.op_type == "AllReduce" ? link.all_reduce_s(bytes, gs) : link.gather_like_s(bytes * gs, gs));
+          }
           const auto& ms = (*ex)->node_ms();
           for (size_t i = 0; i < p.instrs.size() && i < ms.size(); ++i) {
             if (p.instrs[i].kind != Instr::Kind::kCompute) continue;
@@ -335,6 +358,7 @@ Status measure_model_ops(const PlanningModel& m, const ModelAnalysis& a, int64_t
               o.samples = 0;
               o.us = 0;
             }
+            overheads->accounted_us += ms[i] * 1000.0;
             // a running mean over every execution of this key
             o.us = (o.us * o.samples + ms[i] * 1000.0) / (o.samples + 1);
             ++o.samples;
@@ -451,6 +475,8 @@ int main(int argc, char** argv) {
       for (auto& [k, s] : acc) p.ops.push_back(s);
       if (ovh.instr_gaps > 0) p.instr_us = ovh.instr_gap_us / static_cast<double>(ovh.instr_gaps);
       if (ovh.starts > 0) p.comm_start_us = std::max(0.0, ovh.start_gap_us / static_cast<double>(ovh.starts) - p.instr_us);
+      if (ovh.accounted_us > 0) p.core_share = std::max(1.0, ovh.wall_us / ovh.accounted_us);
+      std::printf("executor: ranks sharing the cores: %.3f x what rank 0's kernels, gaps and link add up to\n", p.core_share);
       std::printf("executor: %.1f us between instructions, %.1f us more after starting a collective (%lld starts timed)\n", p.instr_us,
                   p.comm_start_us, static_cast<long long>(ovh.starts));
       p.model = {{"path", model}, {"batch", pm->batch}, {"seq", pm->seq}, {"ranks", ranks}, {"profiled", done}};
