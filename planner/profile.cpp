@@ -39,7 +39,8 @@ double interpolate(const std::vector<std::pair<double, double>>& pts, double wor
 }  // namespace
 
 bool is_compute_bound_op(const std::string& op) {
-  static const char* ops[] = {"MatMul", "Gemm", "oases.MatMulT", "oases.Attention", "oases.AttentionGrad", "Einsum", "Conv"};
+  static const char* ops[] = {"MatMul", "Gemm", "oases.MatMulT", "oases.Attention", "oases.AttentionGrad", "Einsum", "Conv",
+                              "oases.cpu.FusedMatMul", "oases.cpu.Attention"};
   for (const char* o : ops) {
     if (op == o) return true;
   }
@@ -102,6 +103,9 @@ nlohmann::json Profile::to_json() const {
   }
   j["collectives"] = c;
   if (optimizer_us_per_mib > 0) j["optimizer"] = {{"kind", "adamw"}, {"us_per_mib", optimizer_us_per_mib}};
+  if (instr_us > 0 || comm_start_us > 0 || core_share != 1.0) {
+    j["executor"] = {{"instr_us", instr_us}, {"comm_start_us", comm_start_us}, {"core_share", core_share}};
+  }
   if (!model.is_null()) j["model"] = model;
   return j;
 }
@@ -146,6 +150,15 @@ Expected<Profile> profile_from_json(const nlohmann::json& j, const std::string& 
       p.collectives.push_back(s);
     }
     if (j.contains("optimizer")) p.optimizer_us_per_mib = j["optimizer"].value("us_per_mib", 0.0);
+    if (j.contains("executor")) {
+      p.instr_us = j["executor"].value("instr_us", 0.0);
+      p.comm_start_us = j["executor"].value("comm_start_us", 0.0);
+      p.core_share = j["executor"].value("core_share", 1.0);
+      if (!(p.core_share >= 1.0) || !std::isfinite(p.core_share)) return error("{}: executor core_share must be at least 1", where);
+      if (!(p.instr_us >= 0) || !(p.comm_start_us >= 0) || !std::isfinite(p.instr_us) || !std::isfinite(p.comm_start_us)) {
+        return error("{}: executor overheads must be finite and not negative", where);
+      }
+    }
     if (j.contains("model")) p.model = j["model"];
   } catch (const nlohmann::json::exception& e) {
     return error("{}: {}", where, e.what());
@@ -187,19 +200,43 @@ double OpTimeModel::roofline(const std::string& op, double flops, double bytes) 
 double OpTimeModel::seconds(const std::string& op, const std::string& key, double flops, double bytes) const {
   if (profile_) {
     auto it = exact_.find(key);
-    if (it != exact_.end()) return it->second * 1e-6 * scale_;
+    if (it != exact_.end()) return it->second * 1e-6 * scale_ * profile_->core_share;
     auto bo = by_op_.find(op);
     if (bo != by_op_.end()) {
       double us = interpolate(bo->second, is_compute_bound_op(op) ? flops : bytes);
-      if (us >= 0) return us * 1e-6 * scale_;
+      if (us >= 0) return us * 1e-6 * scale_ * profile_->core_share;
     }
   }
   return roofline(op, flops, bytes);
 }
 
-double OpTimeModel::node_seconds(const Graph& g, const Node& n) const {
+OpCost node_cost(const Graph& g, const Node& n) {
   const OpSchema* s = OpRegistry::global().find(n.domain, n.op_type);
-  OpCost c = s && s->cost ? s->cost(g, n) : OpCost{};
+  if (s) return s->cost ? s->cost(g, n) : OpCost{};
+  // The executor's own fused ops (executor/fusion.h, domain oases.cpu) have no schema: every
+  // operand read once and the result written; a fused product also its FLOPs.
+  OpCost c;
+  for (ValueId v : n.inputs) {
+    if (v != kNoId) c.bytes += static_cast<double>(g.value(v).nbytes());
+  }
+  for (ValueId v : n.outputs) {
+    if (v != kNoId) c.bytes += static_cast<double>(g.value(v).nbytes());
+  }
+  if (n.op_type == "FusedMatMul" && n.inputs.size() >= 2 && n.inputs[0] != kNoId && n.inputs[1] != kNoId && !n.outputs.empty()) {
+    const Shape& a = g.value(n.inputs[0]).shape;
+    const Shape& out = g.value(n.outputs[0]).shape;
+    if (a.size() >= 2 && !out.empty()) {
+      double k = static_cast<double>(n.attrs.get_int("trans_a", 0) ? a[a.size() - 2] : a.back());
+      double outs = 1;
+      for (int64_t d : out) outs *= static_cast<double>(d);
+      c.flops = 2.0 * outs * k;
+    }
+  }
+  return c;
+}
+
+double OpTimeModel::node_seconds(const Graph& g, const Node& n) const {
+  OpCost c = node_cost(g, n);
   if (is_free_op(n, c)) return 0;
   return seconds(node_op_name(n), node_key(g, n), c.flops, c.bytes);
 }
@@ -210,6 +247,10 @@ double OpTimeModel::optimizer_seconds(double param_bytes) const {
   double bw = device_.memory_gbps * 1e9 * device_.memory_efficiency;
   return bw > 0 ? 7.0 * param_bytes / bw : 0;
 }
+
+double OpTimeModel::instr_seconds() const { return profile_ ? profile_->instr_us * 1e-6 * scale_ * profile_->core_share : 0; }
+
+double OpTimeModel::comm_start_seconds() const { return profile_ ? profile_->comm_start_us * 1e-6 * scale_ * profile_->core_share : 0; }
 
 double profiled_collective_seconds(const Profile& p, CollectiveKind k, double bytes, int64_t group, const std::string& link) {
   std::map<int64_t, std::vector<std::pair<double, double>>> by_group;

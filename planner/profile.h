@@ -11,6 +11,7 @@
 //    "collectives": [{"kind": "all_reduce", "group": 2, "bytes": 65536, "us": 40.1,
 //                     "link": "shared-memory" | "emulated bw=1,latency=50"}],
 //    "optimizer": {"kind": "adamw", "us_per_mib": ...},
+//    "executor": {"instr_us": ..., "comm_start_us": ..., "core_share": ...},   (rank 0's compute thread, with --model)
 //    "model": {"path": ..., "batch": 8, "seq": 64, "ranks": 4, "degrees": [1, 2, 4], "chunks": [1, 2]}}
 #pragma once
 
@@ -50,6 +51,14 @@ struct Profile {
   std::vector<OpSample> ops;
   std::vector<CollectiveSample> collectives;
   double optimizer_us_per_mib = 0;  // AdamW update per MiB of parameters
+  // The executor's own time on the compute thread, measured in the model's runs: between two
+  // instructions (dispatch), and what starting a collective costs beyond that (waking the
+  // communication thread, which takes a core from the compute threads while it runs).
+  double instr_us = 0;
+  double comm_start_us = 0;
+  // Ranks sharing the cores: rank 0's measured run over what its timed kernels, gaps and the
+  // link's collectives add up to (>= 1); the compute thread's times are multiplied by it.
+  double core_share = 1.0;
   int64_t ranks = 1;                // ranks that shared the cores while ops were timed
   int threads_per_rank = 1;
   nlohmann::json model;             // what --model profiled, if anything
@@ -66,6 +75,10 @@ std::string op_key(const std::string& op, const std::vector<std::pair<DType, Sha
                    const std::vector<std::pair<DType, Shape>>& outputs);
 std::string node_op_name(const Node& n);  // "MatMul", "oases.Attention"
 std::string node_key(const Graph& g, const Node& n);
+
+// FLOPs and bytes of a node: its op's cost rule, or for the executor's fused ops (no schema) the
+// bytes of its operands and results and a fused product's FLOPs.
+OpCost node_cost(const Graph& g, const Node& n);
 
 // Ops that move no data and compute nothing (views, shape bookkeeping): never timed.
 bool is_free_op(const Node& n, const OpCost& c);
@@ -84,6 +97,9 @@ class OpTimeModel {
   bool covers(const std::string& op) const { return by_op_.count(op) > 0; }
   bool has_profile() const { return profile_ != nullptr; }
   double optimizer_seconds(double param_bytes) const;
+  // The executor's overheads on the compute thread (profile's "executor"; 0 without a profile).
+  double instr_seconds() const;
+  double comm_start_seconds() const;
 
  private:
   const Profile* profile_ = nullptr;

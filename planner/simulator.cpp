@@ -65,10 +65,10 @@ Expected<SimResult> simulate_rank(const Graph& g, const std::vector<ScheduledOp>
   std::map<NodeId, std::pair<double, double>> comm_span;  // collective -> (start, end)
   auto event = [&](const Node& n, const char* cat, int tid, double start, double dur) {
     if (!o.trace || dur <= 0) return;
-    std::string name = n.op_type;
+    std::string name = std::string(cat) == "start" ? "start " + n.op_type : n.op_type;
     if (n.chunk >= 0) name += fmt::format(" (chunk {})", n.chunk);
     r.trace.push_back({{"name", std::string(cat) == "wait" ? "wait " + name : name},
-                       {"cat", std::string(cat) == "wait" ? "comm" : cat},
+                       {"cat", std::string(cat) == "wait" || std::string(cat) == "start" ? "comm" : cat},
                        {"ph", "X"},
                        {"ts", start * 1e6},
                        {"dur", std::max(dur * 1e6, 0.01)},
@@ -76,11 +76,16 @@ Expected<SimResult> simulate_rank(const Graph& g, const std::vector<ScheduledOp>
                        {"tid", tid},
                        {"args", {{"node", n.name}, {"scope", n.scope}, {"chunk", n.chunk}, {"predicted", true}}}});
   };
+  const double instr_s = o.ops->instr_seconds(), start_s = o.ops->comm_start_seconds();
   for (const ScheduledOp& op : order) {
     const Node& n = g.node(op.node);
     bool coll = is_collective(n);
-    if (op.kind == ScheduledOp::Kind::kCompute && !(coll && inline_comm)) {
-      double d = coll ? 0 : o.ops->node_seconds(g, n);
+    if (op.kind != ScheduledOp::Kind::kCommStart && instr_s > 0) {  // the executor's dispatch
+      now += instr_s;
+      r.overhead_s += instr_s;
+    }
+    if (op.kind == ScheduledOp::Kind::kCompute && !coll) {
+      double d = o.ops->node_seconds(g, n);
       event(n, "compute", 0, now, d);
       now += d;
       r.compute_s += d;
@@ -104,6 +109,10 @@ Expected<SimResult> simulate_rank(const Graph& g, const std::vector<ScheduledOp>
       comm_free = start + d;
       comm_span[op.node] = {start, comm_free};
       event(n, "comm", 1, start, d);
+      // handing it over costs the compute thread (the communication thread wakes on its core)
+      event(n, "start", 0, now, start_s);
+      now += start_s;
+      r.overhead_s += start_s;
       r.comm_s += d;
       if (d > 0) ++r.collectives;
       r.per_layer[layer_of(n)].first += d;

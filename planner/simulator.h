@@ -4,7 +4,9 @@
 //   the compute thread runs its instructions in order; a collective's start hands it to the
 //   communication thread, which runs collectives one at a time in the order they were started; a
 //   wait blocks the compute thread until that collective is done; collectives without a schedule
-//   run in line. After the program the optimizer updates the rank's parameters.
+//   run in line (also a collective given as a compute step). Each instruction costs the compute
+//   thread the executor's dispatch time and each start the hand-off to the communication thread,
+//   as the profile measured them (OpTimeModel::instr_seconds, comm_start_seconds). After the program the optimizer updates the rank's parameters.
 // All ranks run the same template on the same shapes, and the groups of one mesh axis are alike,
 // so one rank's timeline stands for every rank's (the trace names it rank 0).
 // On the machine at hand a collective takes what the emulated link would, but no less than the
@@ -36,6 +38,7 @@ struct SimOptions {
 
 struct SimResult {
   double step_s = 0, compute_s = 0, comm_s = 0, exposed_s = 0, optimizer_s = 0;
+  double overhead_s = 0;  // the executor's dispatch and collective hand-offs on the compute thread
   double hidden_s() const { return comm_s - exposed_s; }
   int collectives = 0;
   std::map<int, std::pair<double, double>> per_layer;  // layer (-1 other) -> (comm, exposed)

@@ -97,7 +97,7 @@ nlohmann::json estimate_json(const PlanEstimate& e) {
 
 nlohmann::json sim_json(const Simulated& s) {
   return {{"step_ms", s.sim.step_s * 1e3},        {"compute_ms", s.sim.compute_s * 1e3}, {"comm_ms", s.sim.comm_s * 1e3},
-          {"hidden_ms", s.sim.hidden_s() * 1e3},  {"exposed_ms", s.sim.exposed_s * 1e3}, {"optimizer_ms", s.sim.optimizer_s * 1e3},
+          {"hidden_ms", s.sim.hidden_s() * 1e3},  {"exposed_ms", s.sim.exposed_s * 1e3}, {"optimizer_ms", s.sim.optimizer_s * 1e3}, {"executor_ms", s.sim.overhead_s * 1e3},
           {"memory_bytes", s.memory_bytes},       {"collectives", s.sim.collectives}};
 }
 
@@ -328,9 +328,10 @@ int plan_main(const std::string& model, int64_t gpus, const std::string& cluster
       bool want_trace = !trace.empty() && std::string(label) == "plan";
       auto s = simulate_plan(*pm, a, r->best, cluster, ops, floor, want_trace);
       if (!s) return fail_with(s.status());
-      std::printf("  %-15s step %9.3f ms  (compute %.3f, comm %.3f: hidden %.3f (%.0f%%), exposed %.3f; optimizer %.3f)  memory %s\n", label,
+      std::printf("  %-15s step %9.3f ms  (compute %.3f, comm %.3f: hidden %.3f (%.0f%%), exposed %.3f; executor %.3f; optimizer %.3f)  memory %s\n", label,
                   s->sim.step_s * 1e3, s->sim.compute_s * 1e3, s->sim.comm_s * 1e3, s->sim.hidden_s() * 1e3,
-                  s->sim.comm_s > 0 ? 100.0 * s->sim.hidden_s() / s->sim.comm_s : 0.0, s->sim.exposed_s * 1e3, s->sim.optimizer_s * 1e3,
+                  s->sim.comm_s > 0 ? 100.0 * s->sim.hidden_s() / s->sim.comm_s : 0.0, s->sim.exposed_s * 1e3, s->sim.overhead_s * 1e3,
+                  s->sim.optimizer_s * 1e3,
                   describe_bytes(s->memory_bytes).c_str());
       sims[label] = sim_json(*s);
       if (want_trace) {

@@ -202,8 +202,59 @@ double measure_optimizer(int threads) {
 
 // Times every compute node of rank 0's program for a uniform tp x dp split, K chunks, on
 // `ranks` local ranks (plain schedule; the ops are those of every schedule).
+// Besides the kernels, the executor's own costs on the compute thread, from rank 0's timeline
+// (tracing on): the gap between consecutive instructions with no collective started between them
+// (dispatch, binding), and what starting a collective costs the compute thread beyond that (the
+// hand-off wakes the communication thread, which takes a core from the compute threads while it
+// runs: with ranks as threads sharing the cores this is milliseconds, not microseconds).
+struct ExecutorOverheads {
+  double instr_gap_us = 0;
+  int64_t instr_gaps = 0;
+  double start_gap_us = 0;
+  int64_t starts = 0;
+  // Ranks sharing the cores: the wall time of rank 0's runs against what its own kernels, gaps
+  // and the link's collectives add up to. Timing one rank's kernels misses the time its peers'
+  // kernels take the cores from it (it shows as waits at the next collective).
+  double wall_us = 0, accounted_us = 0;
+};
+
+void add_overheads(const Program& p, const std::vector<TraceEvent>& ev, ExecutorOverheads* o) {
+  std::vector<const TraceEvent*> compute;  // thread 0, in instruction order
+  for (const TraceEvent& e : ev) {
+    if (e.thread == 0) compute.push_back(&e);
+  }
+  size_t j = 0;
+  int starts_between = 0;
+  double plain_sum = 0, start_sum = 0;
+  int64_t plain_n = 0, start_n = 0;
+  for (const Instr& ins : p.instrs) {
+    if (ins.kind == Instr::Kind::kCommStart) {
+      ++starts_between;
+      continue;
+    }
+    if (j >= compute.size()) break;
+    if (j > 0) {
+      double gap = std::max(0.0, compute[j]->start_us - (compute[j - 1]->start_us + compute[j - 1]->dur_us));
+      if (starts_between == 0) {
+        plain_sum += gap;
+        ++plain_n;
+      } else {
+        start_sum += gap;
+        start_n += starts_between;
+      }
+    }
+    starts_between = 0;
+    ++j;
+  }
+  o->accounted_us += plain_sum + start_sum;
+  o->instr_gap_us += plain_sum;
+  o->instr_gaps += plain_n;
+  o->start_gap_us += start_sum;
+  o->starts += start_n;
+}
+
 Status measure_model_ops(const PlanningModel& m, const ModelAnalysis& a, int64_t ranks, int64_t tp, int64_t chunks, int threads, int reps,
-                         std::map<std::string, OpSample>* acc) {
+                         const LinkModel& link, std::map<std::string, OpSample>* acc, ExecutorOverheads* overheads) {
   PlanChoice plan;
   plan.layouts.assign(a.parts.size(), Layout{tp, false});
   plan.schedule = "plain";
@@ -246,7 +297,7 @@ Status measure_model_ops(const PlanningModel& m, const ModelAnalysis& a, int64_t
       try {
         kernels::set_num_threads(threads);
         Graph g = pg ? local_graph_for_rank(*pg, r) : tg.graph;
-        auto rt = RankRuntime::create(ranks > 1 ? comm.get() : nullptr, st->mesh);
+        auto rt = RankRuntime::create(ranks > 1 ? comm.get() : nullptr, st->mesh, link);
         if (!rt) throw OasesError(rt.status().message());
         ExecOptions eo;
         eo.groups = (*rt)->axis_groups();
@@ -264,19 +315,39 @@ Status measure_model_ops(const PlanningModel& m, const ModelAnalysis& a, int64_t
           feeds[name] = pg ? slice_for_rank(t, pg->specs[static_cast<size_t>(v)], st->mesh, r) : t;
         }
         (*ex)->set_profiling(r == 0);
+        (*ex)->set_tracing(r == 0);
         for (int rep = 0; rep <= reps; ++rep) {
+          auto t_run = Clock::now();
           Status s = (*ex)->execute(feeds);
           if (!s.is_ok()) throw OasesError(s.message());
-          if (r != 0 || rep == 0) continue;
+          if (r != 0) continue;
+          double run_us = seconds_since(t_run) * 1e6;
+          std::vector<TraceEvent> ev = (*ex)->take_events();
+          if (rep == 0) continue;
           const Program& p = (*ex)->program();
+          add_overheads(p, ev, overheads);
+          overheads->wall_us += run_us;
+          // what the emulated link alone makes the collectives take (the plain schedule waits for each)
+          for (const Instr& ins : p.instrs) {
+            if (ins.kind == Instr::Kind::kCommWait) continue;
+            const Node& n = p.graph.node(ins.node);
+            if (!is_collective(n) || !link.enabled()) continue;
+            int axis = static_cast<int>(n.attrs.get_int("mesh_axis", 0));
+            if (axis < 0 || axis >= static_cast<int>(eo.groups.size()) || !eo.groups[static_cast<size_t>(axis)]) continue;
+            int gs = eo.groups[static_cast<size_t>(axis)]->size();
+            if (gs <= 1) continue;
+            double bytes = 0;
+            for (ValueId v : n.inputs) {
+              if (v != kNoId) bytes += static_cast<double>(p.graph.value(v).nbytes());
+            }
+            overheads->accounted_us += 1e6 * (n.op_type == "AllReduce" ? link.all_reduce_s(bytes, gs) : link.gather_like_s(bytes * gs, gs));
+          }
           const auto& ms = (*ex)->node_ms();
-          const OpRegistry& reg = OpRegistry::global();
           for (size_t i = 0; i < p.instrs.size() && i < ms.size(); ++i) {
             if (p.instrs[i].kind != Instr::Kind::kCompute) continue;
             const Node& n = p.graph.node(p.instrs[i].node);
             if (is_collective(n)) continue;
-            const OpSchema* sc = reg.find(n.domain, n.op_type);
-            OpCost c = sc && sc->cost ? sc->cost(p.graph, n) : OpCost{};
+            OpCost c = node_cost(p.graph, n);
             if (is_free_op(n, c)) continue;
             std::string key = node_key(p.graph, n);
             OpSample& o = (*acc)[key];
@@ -288,6 +359,7 @@ Status measure_model_ops(const PlanningModel& m, const ModelAnalysis& a, int64_t
               o.samples = 0;
               o.us = 0;
             }
+            overheads->accounted_us += ms[i] * 1000.0;
             // a running mean over every execution of this key
             o.us = (o.us * o.samples + ms[i] * 1000.0) / (o.samples + 1);
             ++o.samples;
@@ -380,6 +452,7 @@ int main(int argc, char** argv) {
       if (!a) return fail_with(a.status().with_context(model));
       std::vector<int64_t> degrees = degrees_s.empty() ? a->tp_candidates : parse_ints(degrees_s, "--degrees");
       std::map<std::string, OpSample> acc;
+      ExecutorOverheads ovh, ovh_one;
       nlohmann::json done = nlohmann::json::array();
       for (int64_t t : degrees) {
         if (std::find(a->tp_candidates.begin(), a->tp_candidates.end(), t) == a->tp_candidates.end()) {
@@ -388,7 +461,7 @@ int main(int argc, char** argv) {
         for (int64_t k : chunks) {
           if (k < 1 || pm->batch % (ranks / t * k) != 0) continue;
           auto t0 = Clock::now();
-          if (Status s = measure_model_ops(*pm, *a, ranks, t, k, threads, reps, &acc); !s.is_ok()) return fail_with(s.with_context(model));
+          if (Status s = measure_model_ops(*pm, *a, ranks, t, k, threads, reps, link ? *link : LinkModel{}, &acc, &ovh); !s.is_ok()) return fail_with(s.with_context(model));
           std::printf("ops: tp %lld x dp %lld, %lld chunk(s): %.1f s\n", static_cast<long long>(t), static_cast<long long>(ranks / t),
                       static_cast<long long>(k), seconds_since(t0));
           done.push_back({{"tp", t}, {"chunks", k}});
@@ -401,11 +474,17 @@ int main(int argc, char** argv) {
         auto t0 = Clock::now();
         auto a1 = analyze_model(pm->forward, pm->train.graph, pm->train.params, 1);
         if (!a1) return fail_with(a1.status().with_context(model));
-        if (Status s = measure_model_ops(*pm, *a1, 1, 1, 1, threads, reps, &acc); !s.is_ok()) return fail_with(s.with_context(model));
+        if (Status s = measure_model_ops(*pm, *a1, 1, 1, 1, threads, reps, LinkModel{}, &acc, &ovh_one); !s.is_ok()) return fail_with(s.with_context(model));
         std::printf("ops: one rank, 1 chunk: %.1f s\n", seconds_since(t0));
         done.push_back({{"tp", 1}, {"chunks", 1}, {"ranks", 1}});
       }
       for (auto& [k, s] : acc) p.ops.push_back(s);
+      if (ovh.instr_gaps > 0) p.instr_us = ovh.instr_gap_us / static_cast<double>(ovh.instr_gaps);
+      if (ovh.starts > 0) p.comm_start_us = std::max(0.0, ovh.start_gap_us / static_cast<double>(ovh.starts) - p.instr_us);
+      if (ovh.accounted_us > 0) p.core_share = std::max(1.0, ovh.wall_us / ovh.accounted_us);
+      std::printf("executor: ranks sharing the cores: %.3f x what rank 0's kernels, gaps and link add up to\n", p.core_share);
+      std::printf("executor: %.1f us between instructions, %.1f us more after starting a collective (%lld starts timed)\n", p.instr_us,
+                  p.comm_start_us, static_cast<long long>(ovh.starts));
       p.model = {{"path", model}, {"batch", pm->batch}, {"seq", pm->seq}, {"ranks", ranks}, {"profiled", done}};
       std::printf("ops: %zu distinct op shapes of %s\n", p.ops.size(), model.c_str());
     }

@@ -90,6 +90,13 @@ Expected<RankProgram> build_rank_program(const PlanningModel& m, const ModelAnal
   eo.order = rp.order;
   OASES_ASSIGN_OR_RETURN(Program prog, compile_program(rp.graph, eo));
   rp.arena_bytes = static_cast<double>(prog.memory.arena_bytes);
+  for (const Instr& ins : prog.instrs) {
+    ScheduledOp::Kind k = ins.kind == Instr::Kind::kCompute     ? ScheduledOp::Kind::kCompute
+                          : ins.kind == Instr::Kind::kCommStart ? ScheduledOp::Kind::kCommStart
+                                                                : ScheduledOp::Kind::kCommWait;
+    rp.exec_order.push_back(ScheduledOp{k, ins.node});
+  }
+  rp.exec_graph = std::move(prog.graph);
   return rp;
 }
 
@@ -103,7 +110,7 @@ Expected<Simulated> simulate_plan(const PlanningModel& m, const ModelAnalysis& a
   o.local_floor = local_floor;
   o.trace = trace;
   o.param_bytes = s.program.param_bytes;
-  OASES_ASSIGN_OR_RETURN(s.sim, simulate_rank(s.program.graph, s.program.order, s.program.mesh, o));
+  OASES_ASSIGN_OR_RETURN(s.sim, simulate_rank(s.program.exec_graph, s.program.exec_order, s.program.mesh, o));
   // the trainer keeps parameters and AdamW's two moments; gradients and activations live in the arena
   s.memory_bytes = 3.0 * s.program.param_bytes + s.program.arena_bytes;
   return s;

@@ -36,6 +36,10 @@ std::vector<PartLayout> part_layouts_of(const ModelAnalysis& a, const std::vecto
 struct RankProgram {
   Graph graph;                        // the rank's template (local shapes; constants unsliced)
   std::vector<ScheduledOp> order;     // empty: no --schedule (in line)
+  // What the executor runs: the compiled program's graph (with its fused ops, executor/fusion.h)
+  // and its instructions in order (what the simulator replays and the profile timed).
+  Graph exec_graph;
+  std::vector<ScheduledOp> exec_order;
   Strategy strategy;
   Mesh mesh;
   double param_bytes = 0;             // this rank's parameters

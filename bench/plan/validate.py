@@ -2,8 +2,8 @@
 """Validation of the simulator on this machine: predicted against measured step times of
 `oases-train` (CPU, --local-ranks, --emulate-link), for the five schedules at tp 2 and 4.
 
-For each tp degree: `oases-profile --model M --ranks tp --emulate-link L` measures op and collective
-times first; then for each schedule `oases-plan M --gpus tp --profile P --emulate-link L --degrees tp
+For each tp degree and schedule: `oases-profile --model M --ranks tp --emulate-link L` measures op,
+collective and executor times just before (the machine's other load changes within seconds); then `oases-plan M --gpus tp --profile P --emulate-link L --degrees tp
 --uniform --schedules S --chunks K --simulate --out plan.json` predicts the step (the simulator
 replays the rank's program on the profile), and `oases-train M --synthetic --plan plan.json
 --local-ranks tp --emulate-link L --steps N` measures it (median of the steps after the first).
@@ -47,12 +47,17 @@ def main():
                         "--heads", "8", "--vocab", "256", "--max-pos", "128", "--no-data", "--out", os.path.dirname(model)],
                        check=True, stdout=subprocess.DEVNULL)
     rows = []
+    loads = []
     for tp in a.tp or [2, 4]:
-        prof = os.path.join(a.work, f"profile_tp{tp}.json")
-        run([os.path.join(a.bin, "oases-profile"), "--backend", "cpu", "--model", model, "--ranks", str(tp), "--batch", "8", "--seq", "128",
-             "--emulate-link", a.link, "--degrees", str(tp), "--chunks", f"1,{a.chunks}", "--reps", "2", "--out", prof])
         for s in SCHEDULES:
             k = 1 if s == "plain" else a.chunks
+            # The cores are shared with whatever else runs on the machine, and that changes within
+            # seconds: each prediction uses a profile taken just before its measurement.
+            prof = os.path.join(a.work, f"profile_tp{tp}_{s}.json")
+            loads.append(os.getloadavg()[0])
+            run([os.path.join(a.bin, "oases-profile"), "--backend", "cpu", "--model", model, "--ranks", str(tp), "--batch", "8", "--seq",
+                 "128", "--emulate-link", a.link, "--degrees", str(tp), "--chunks", str(k), "--reps", "2", "--sizes",
+                 "65536,262144,1048576,4194304", "--out", prof])
             plan = os.path.join(a.work, f"plan_tp{tp}_{s}.json")
             run([os.path.join(a.bin, "oases-plan"), model, "--gpus", str(tp), "--profile", prof, "--emulate-link", a.link, "--batch", "8",
                  "--seq", "128", "--degrees", str(tp), "--uniform", "--no-sequence-parallel", "--schedules", s, "--chunks", str(k),
@@ -69,7 +74,8 @@ def main():
             rows.append((tp, s, k, sim["step_ms"], measured, err, min(ms), max(ms)))
             print(f"tp {tp} {s:22s} K={k}: predicted {sim['step_ms']:8.1f} ms, measured {measured:8.1f} ms "
                   f"(steps {min(ms):.0f}..{max(ms):.0f}), error {err:+.1f}%", flush=True)
-    lines = [f"Link emulated `{a.link}`; batch 8 x 128; {a.steps} steps, median of all but the first; {os.cpu_count()} cores.", "",
+    lines = [f"Link emulated `{a.link}`; batch 8 x 128; {a.steps} steps, median of all but the first; {os.cpu_count()} cores; "
+             f"1-minute load average {min(loads):.1f}..{max(loads):.1f} during the runs.", "",
              "| tp | schedule | K | predicted ms | measured ms (range) | error |", "| --- | --- | --- | --- | --- | --- |"]
     for tp, s, k, p, m, e, lo, hi in rows:
         lines.append(f"| {tp} | {s} | {k} | {p:.1f} | {m:.1f} ({lo:.0f}..{hi:.0f}) | {e:+.1f}% |")
