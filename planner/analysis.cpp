@@ -33,18 +33,6 @@ Shape TensorRecord::local_shape(int64_t t, int64_t dpk) const {
 
 namespace {
 
-std::string part_of_scope(const std::string& scope) {
-  if (scope == "embedding") return "embedding";
-  if (scope == "head" || scope == "final_norm" || scope == "loss") return "head";
-  if (scope.rfind("layer.", 0) != 0) return "";
-  size_t dot = scope.find('.', 6);
-  if (dot == std::string::npos) return "";
-  std::string rest = scope.substr(dot + 1);
-  if (rest.rfind("attn", 0) == 0) return scope.substr(0, dot) + ".attn";
-  if (rest.rfind("mlp", 0) == 0) return scope.substr(0, dot) + ".mlp";
-  return "";
-}
-
 TensorRecord record_of(const Graph& g, ValueId v, const ShardingSpec& s, int dp, int tp) {
   TensorRecord r;
   const Value& val = g.value(v);

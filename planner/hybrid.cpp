@@ -23,19 +23,6 @@ ShardingSpec linear_spec(const Graph& g, const LinearInfo& l, bool column, int t
   return s;
 }
 
-std::string part_of_scope(const std::string& scope) {
-  if (scope == "embedding") return "embedding";
-  if (scope == "head" || scope == "final_norm" || scope == "loss") return "head";
-  if (scope.rfind("layer.", 0) != 0) return "";
-  size_t dot = scope.find('.', 6);
-  if (dot == std::string::npos) return "";
-  std::string layer = scope.substr(0, dot);
-  std::string rest = scope.substr(dot + 1);
-  if (rest.rfind("attn", 0) == 0) return layer + ".attn";
-  if (rest.rfind("mlp", 0) == 0) return layer + ".mlp";
-  return "";
-}
-
 // The parts reached first from value v through unscoped nodes (casts, reshapes, chunk slices).
 std::set<std::string> reader_parts(const Graph& g, ValueId v) {
   std::set<std::string> out;
@@ -335,6 +322,19 @@ Status split_batch_inputs_by_part(const Graph& train, const std::vector<PartLayo
     if (dp >= 0) s->specs[v] = ShardingSpec::replicated(val.shape.size()).with_dim(0, dp);
   }
   return Status::ok();
+}
+
+std::string part_of_scope(const std::string& scope) {
+  if (scope == "embedding") return "embedding";
+  if (scope == "head" || scope == "final_norm" || scope == "loss") return "head";
+  if (scope.rfind("layer.", 0) != 0) return "";
+  size_t dot = scope.find('.', 6);
+  if (dot == std::string::npos) return "";
+  std::string layer = scope.substr(0, dot);
+  std::string rest = scope.substr(dot + 1);
+  if (rest.rfind("attn", 0) == 0) return layer + ".attn";
+  if (rest.rfind("mlp", 0) == 0) return layer + ".mlp";
+  return "";
 }
 
 }  // namespace oases

@@ -54,4 +54,8 @@ Status split_batch_inputs_by_part(const Graph& train, const std::vector<PartLayo
 // True when the layouts need the hybrid machinery (degrees or sequence parallelism differ).
 bool layouts_are_mixed(const std::vector<PartLayout>& layouts);
 
+// The planner's part of a node scope: "embedding", "head" (final norm, head, loss),
+// "layer.N.attn", "layer.N.mlp", or "" for scopes outside any part.
+std::string part_of_scope(const std::string& scope);
+
 }  // namespace oases

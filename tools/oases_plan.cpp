@@ -38,6 +38,20 @@ Status write_file(const std::string& path, const std::string& text) {
   return Status::ok();
 }
 
+// Writes the plan wherever asked: JSON, HTML page, Graphviz DOT (an empty path is skipped).
+Status write_plan_files(const nlohmann::json& plan, const std::string& out, const std::string& html, const std::string& dot) {
+  if (!out.empty()) {
+    if (Status s = write_file(out, plan.dump(2) + "\n"); !s.is_ok()) return s;
+  }
+  if (!html.empty()) {
+    if (Status s = write_file(html, plan_to_html(plan)); !s.is_ok()) return s;
+  }
+  if (!dot.empty()) {
+    if (Status s = write_file(dot, plan_to_dot(plan)); !s.is_ok()) return s;
+  }
+  return Status::ok();
+}
+
 std::vector<std::string> split_list(const std::string& s) {
   std::vector<std::string> out;
   std::stringstream ss(s);
@@ -145,15 +159,7 @@ int legacy(const std::string& model, const std::string& out, const std::string& 
               st->mesh.to_string().c_str(), static_cast<long long>(plan["summary"]["collectives_per_step"].get<int64_t>()),
               plan["summary"]["ring_bytes_per_rank_per_step"].get<double>() / (1 << 20),
               plan["memory"]["parameter_bytes_per_rank"].get<double>() / (1 << 20));
-  if (!out.empty()) {
-    if (Status s = write_file(out, plan.dump(2) + "\n"); !s.is_ok()) return fail_with(s);
-  }
-  if (!html.empty()) {
-    if (Status s = write_file(html, plan_to_html(plan)); !s.is_ok()) return fail_with(s);
-  }
-  if (!dot.empty()) {
-    if (Status s = write_file(dot, plan_to_dot(plan)); !s.is_ok()) return fail_with(s);
-  }
+  if (Status s = write_plan_files(plan, out, html, dot); !s.is_ok()) return fail_with(s);
   return 0;
 }
 
@@ -364,15 +370,7 @@ int plan_main(const std::string& model, int64_t gpus, const std::string& cluster
     (*j)["cluster"] = cluster.to_json();
     (*j)["search"] = {{"transitions", best.transitions}, {"ms", search_ms}, {"memory_limit_bytes", limit},
                       {"op_times", profile ? "profile " + profile_file : "roofline"}, {"restriction", best.restriction}};
-    if (!out.empty()) {
-      if (Status s = write_file(out, j->dump(2) + "\n"); !s.is_ok()) return fail_with(s);
-    }
-    if (!html.empty()) {
-      if (Status s = write_file(html, plan_to_html(*j)); !s.is_ok()) return fail_with(s);
-    }
-    if (!dot.empty()) {
-      if (Status s = write_file(dot, plan_to_dot(*j)); !s.is_ok()) return fail_with(s);
-    }
+    if (Status s = write_plan_files(*j, out, html, dot); !s.is_ok()) return fail_with(s);
   }
   double total_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_start).count();
   std::printf("  oases-plan took %.0f ms in all\n", total_ms);
@@ -420,15 +418,7 @@ int main(int argc, char** argv) {
       if (!f) return fail_with(error("{}: no such plan file", render));
       nlohmann::json plan = nlohmann::json::parse(f, nullptr, false);
       if (plan.is_discarded() || plan.value("format", "") != "oases-plan") return fail_with(error("{}: not an Oases plan", render));
-      if (!out.empty()) {
-        if (Status s = write_file(out, plan.dump(2) + "\n"); !s.is_ok()) return fail_with(s);
-      }
-      if (!html.empty()) {
-        if (Status s = write_file(html, plan_to_html(plan)); !s.is_ok()) return fail_with(s);
-      }
-      if (!dot.empty()) {
-        if (Status s = write_file(dot, plan_to_dot(plan)); !s.is_ok()) return fail_with(s);
-      }
+      if (Status s = write_plan_files(plan, out, html, dot); !s.is_ok()) return fail_with(s);
       return 0;
     }
     if (model.empty()) return fail_with(Status::error("give a MODEL to plan (or --render PLAN.json)"));
