@@ -84,7 +84,7 @@ def main():
         rows.append([r["model"], f"{r['batch']}x{r['seq']}", f"{r['oases_ms']:.1f}", f"{r['ort_ms']:.1f}", f"{r['ratio']:.2f}",
                      f"{r['oases_rss_mib']:.0f} / {r['ort_rss_mib']:.0f}", f"{r['max_abs_diff']:.1e}"])
     common.print_table(["model", "batch x seq", "Oases ms", "ORT ms", "ratio Oases/ORT", "peak RSS MiB Oases / ORT",
-                        "max |logit diff|"], rows)
+                        "max abs logit diff"], rows)
     if a.json:
         json.dump(dict(blas=blas, results=results), open(a.json, "w"), indent=1)
 
