@@ -14,9 +14,11 @@ PKGS=(
   coinor-libcbc-dev libglpk-dev
   libbenchmark-dev graphviz
   python3-numpy
+  chromium
 )
-# Optional extras: PyTorch for references and benchmarks, a headless browser for plan screenshots.
-EXTRA=(python3-torch chromium)
+# chromium: headless, renders the plan HTML in tests/e2e/test_plan_outputs.sh (~12 s to install).
+# Optional extra: PyTorch for references and benchmarks (large; OASES_SETUP_EXTRA=1).
+EXTRA=(python3-torch)
 
 missing=()
 for p in "${PKGS[@]}"; do
