@@ -103,8 +103,9 @@ nlohmann::json Profile::to_json() const {
   }
   j["collectives"] = c;
   if (optimizer_us_per_mib > 0) j["optimizer"] = {{"kind", "adamw"}, {"us_per_mib", optimizer_us_per_mib}};
-  if (instr_us > 0 || comm_start_us > 0 || core_share != 1.0) {
-    j["executor"] = {{"instr_us", instr_us}, {"comm_start_us", comm_start_us}, {"core_share", core_share}};
+  if (instr_us > 0 || comm_start_us > 0 || core_share != 1.0 || comm_sync_us > 0 || comm_beside_compute_us > 0) {
+    j["executor"] = {{"instr_us", instr_us}, {"comm_start_us", comm_start_us}, {"core_share", core_share}, {"comm_sync_us", comm_sync_us},
+                     {"comm_beside_compute_us", comm_beside_compute_us}};
   }
   if (!model.is_null()) j["model"] = model;
   return j;
@@ -154,6 +155,11 @@ Expected<Profile> profile_from_json(const nlohmann::json& j, const std::string& 
       p.instr_us = j["executor"].value("instr_us", 0.0);
       p.comm_start_us = j["executor"].value("comm_start_us", 0.0);
       p.core_share = j["executor"].value("core_share", 1.0);
+      p.comm_sync_us = j["executor"].value("comm_sync_us", 0.0);
+      p.comm_beside_compute_us = j["executor"].value("comm_beside_compute_us", 0.0);
+      for (double t : {p.comm_sync_us, p.comm_beside_compute_us}) {
+        if (!(t >= 0) || !std::isfinite(t)) return error("{}: executor comm_sync_us and comm_beside_compute_us must be non-negative times", where);
+      }
       if (!(p.core_share >= 1.0) || !std::isfinite(p.core_share)) return error("{}: executor core_share must be at least 1", where);
       if (!(p.instr_us >= 0) || !(p.comm_start_us >= 0) || !std::isfinite(p.instr_us) || !std::isfinite(p.comm_start_us)) {
         return error("{}: executor overheads must be finite and not negative", where);
@@ -251,6 +257,8 @@ double OpTimeModel::optimizer_seconds(double param_bytes) const {
 double OpTimeModel::instr_seconds() const { return profile_ ? profile_->instr_us * 1e-6 * scale_ * profile_->core_share : 0; }
 
 double OpTimeModel::comm_start_seconds() const { return profile_ ? profile_->comm_start_us * 1e-6 * scale_ * profile_->core_share : 0; }
+double OpTimeModel::comm_sync_seconds() const { return profile_ ? profile_->comm_sync_us * 1e-6 : 0; }
+double OpTimeModel::comm_beside_compute_seconds() const { return profile_ ? profile_->comm_beside_compute_us * 1e-6 : 0; }
 
 double profiled_collective_seconds(const Profile& p, CollectiveKind k, double bytes, int64_t group, const std::string& link) {
   std::map<int64_t, std::vector<std::pair<double, double>>> by_group;

@@ -11,7 +11,8 @@
 //    "collectives": [{"kind": "all_reduce", "group": 2, "bytes": 65536, "us": 40.1,
 //                     "link": "shared-memory" | "emulated bw=1,latency=50"}],
 //    "optimizer": {"kind": "adamw", "us_per_mib": ...},
-//    "executor": {"instr_us": ..., "comm_start_us": ..., "core_share": ...},   (rank 0's compute thread, with --model)
+//    "executor": {"instr_us": ..., "comm_start_us": ..., "core_share": ...,
+//                 "comm_sync_us": ..., "comm_beside_compute_us": ...},   (rank 0's compute thread, with --model)
 //    "model": {"path": ..., "batch": 8, "seq": 64, "ranks": 4, "degrees": [1, 2, 4], "chunks": [1, 2]}}
 #pragma once
 
@@ -59,6 +60,12 @@ struct Profile {
   // Ranks sharing the cores: rank 0's measured run over what its timed kernels, gaps and the
   // link's collectives add up to (>= 1); the compute thread's times are multiplied by it.
   double core_share = 1.0;
+  // What a collective takes on the communication thread beyond the link's time, fitted to the
+  // profiled runs as comm_sync_us + comm_beside_compute_us x (share of its time the compute
+  // thread computes): peers reach it late, and beside computation the communication threads
+  // wait for a core (ranks sharing cores) or share the device. The simulator adds it to each.
+  double comm_sync_us = 0;
+  double comm_beside_compute_us = 0;
   int64_t ranks = 1;                // ranks that shared the cores while ops were timed
   int threads_per_rank = 1;
   nlohmann::json model;             // what --model profiled, if anything
@@ -100,6 +107,8 @@ class OpTimeModel {
   // The executor's overheads on the compute thread (profile's "executor"; 0 without a profile).
   double instr_seconds() const;
   double comm_start_seconds() const;
+  double comm_sync_seconds() const;
+  double comm_beside_compute_seconds() const;
 
  private:
   const Profile* profile_ = nullptr;

@@ -51,20 +51,20 @@ double collective_node_seconds(const Graph& g, const Node& n, const Mesh& mesh, 
   return s;
 }
 
-Expected<SimResult> simulate_rank(const Graph& g, const std::vector<ScheduledOp>& order_in, const Mesh& mesh, const SimOptions& o) {
-  if (!o.cluster || !o.ops) return Status::error("simulate_rank needs a cluster and an op-time model");
-  std::vector<ScheduledOp> order = order_in;
-  bool inline_comm = order.empty();
-  if (inline_comm) {
-    OASES_ASSIGN_OR_RETURN(std::vector<NodeId> topo, g.topo_order());
-    for (NodeId id : topo) order.push_back(ScheduledOp{ScheduledOp::Kind::kCompute, id});
-  }
+namespace {
+
+// One replay of the program. `busy_in`: per started collective, the share of its time the compute
+// thread was busy in the previous replay (what the interference term scales); `busy_out` receives
+// this replay's shares.
+Expected<SimResult> replay(const Graph& g, const std::vector<ScheduledOp>& order, const Mesh& mesh, const SimOptions& o,
+                           const std::map<NodeId, double>& busy_in, std::map<NodeId, double>* busy_out, bool trace) {
   SimResult r;
   double now = 0;        // compute thread
   double comm_free = 0;  // communication thread
   std::map<NodeId, std::pair<double, double>> comm_span;  // collective -> (start, end)
+  std::vector<std::pair<double, double>> busy;            // compute intervals of the compute thread, in time order
   auto event = [&](const Node& n, const char* cat, int tid, double start, double dur) {
-    if (!o.trace || dur <= 0) return;
+    if (!trace || dur <= 0) return;
     std::string name = std::string(cat) == "start" ? "start " + n.op_type : n.op_type;
     if (n.chunk >= 0) name += fmt::format(" (chunk {})", n.chunk);
     r.trace.push_back({{"name", std::string(cat) == "wait" ? "wait " + name : name},
@@ -77,22 +77,29 @@ Expected<SimResult> simulate_rank(const Graph& g, const std::vector<ScheduledOp>
                        {"args", {{"node", n.name}, {"scope", n.scope}, {"chunk", n.chunk}, {"predicted", true}}}});
   };
   const double instr_s = o.ops->instr_seconds(), start_s = o.ops->comm_start_seconds();
+  const double sync_s = o.ops->comm_sync_seconds(), beside_s = o.ops->comm_beside_compute_seconds();
+  auto computed = [&](double start, double dur) {
+    if (dur > 0) busy.emplace_back(start, start + dur);
+  };
   for (const ScheduledOp& op : order) {
     const Node& n = g.node(op.node);
     bool coll = is_collective(n);
     if (op.kind != ScheduledOp::Kind::kCommStart && instr_s > 0) {  // the executor's dispatch
+      computed(now, instr_s);
       now += instr_s;
       r.overhead_s += instr_s;
     }
     if (op.kind == ScheduledOp::Kind::kCompute && !coll) {
       double d = o.ops->node_seconds(g, n);
       event(n, "compute", 0, now, d);
+      computed(now, d);
       now += d;
       r.compute_s += d;
       continue;
     }
     if (op.kind == ScheduledOp::Kind::kCompute) {  // a collective run in line
       double d = collective_node_seconds(g, n, mesh, o);
+      if (d > 0) d += sync_s;
       event(n, "comm", 0, now, d);
       now += d;
       r.comm_s += d;
@@ -105,12 +112,17 @@ Expected<SimResult> simulate_rank(const Graph& g, const std::vector<ScheduledOp>
     }
     if (op.kind == ScheduledOp::Kind::kCommStart) {
       double d = collective_node_seconds(g, n, mesh, o);
+      if (d > 0) {
+        auto b = busy_in.find(op.node);
+        d += sync_s + (b != busy_in.end() ? b->second * beside_s : 0.0);
+      }
       double start = std::max(now, comm_free);
       comm_free = start + d;
       comm_span[op.node] = {start, comm_free};
       event(n, "comm", 1, start, d);
       // handing it over costs the compute thread (the communication thread wakes on its core)
       event(n, "start", 0, now, start_s);
+      computed(now, start_s);
       now += start_s;
       r.overhead_s += start_s;
       r.comm_s += d;
@@ -127,11 +139,46 @@ Expected<SimResult> simulate_rank(const Graph& g, const std::vector<ScheduledOp>
     r.exposed_s += wait;
     r.per_layer[layer_of(n)].second += wait;
   }
+  if (busy_out) {
+    busy_out->clear();
+    for (const auto& [id, span] : comm_span) {
+      double len = span.second - span.first;
+      if (len <= 0) continue;
+      auto first = std::lower_bound(busy.begin(), busy.end(), std::make_pair(span.first, 0.0),
+                                    [](const auto& a, const auto& b) { return a.second < b.first; });
+      double on = 0;
+      for (auto it = first; it != busy.end() && it->first < span.second; ++it) {
+        on += std::max(0.0, std::min(it->second, span.second) - std::max(it->first, span.first));
+      }
+      (*busy_out)[id] = std::min(1.0, on / len);
+    }
+  }
   now = std::max(now, comm_free);
   r.optimizer_s = o.ops->optimizer_seconds(o.param_bytes);
   r.step_s = now + r.optimizer_s;
   r.exposed_s = std::min(r.exposed_s, r.comm_s);
   return r;
+}
+
+}  // namespace
+
+Expected<SimResult> simulate_rank(const Graph& g, const std::vector<ScheduledOp>& order_in, const Mesh& mesh, const SimOptions& o) {
+  if (!o.cluster || !o.ops) return Status::error("simulate_rank needs a cluster and an op-time model");
+  std::vector<ScheduledOp> order = order_in;
+  if (order.empty()) {  // topological order, collectives in line
+    OASES_ASSIGN_OR_RETURN(std::vector<NodeId> topo, g.topo_order());
+    for (NodeId id : topo) order.push_back(ScheduledOp{ScheduledOp::Kind::kCompute, id});
+  }
+  if (o.ops->comm_beside_compute_seconds() <= 0) return replay(g, order, mesh, o, {}, nullptr, o.trace);
+  // A collective beside computation takes longer than one the compute thread waits for: replay
+  // once to learn which collectives overlap computation, then with their extra time (a few
+  // rounds: the extra time moves the spans).
+  std::map<NodeId, double> busy, next;
+  for (int round = 0; round < 3; ++round) {
+    OASES_RETURN_IF_ERROR(replay(g, order, mesh, o, busy, &next, false).status());
+    busy.swap(next);
+  }
+  return replay(g, order, mesh, o, busy, nullptr, o.trace);
 }
 
 }  // namespace oases

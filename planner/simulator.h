@@ -6,7 +6,11 @@
 //   wait blocks the compute thread until that collective is done; collectives without a schedule
 //   run in line (also a collective given as a compute step). Each instruction costs the compute
 //   thread the executor's dispatch time and each start the hand-off to the communication thread,
-//   as the profile measured them (OpTimeModel::instr_seconds, comm_start_seconds). After the program the optimizer updates the rank's parameters.
+//   as the profile measured them (OpTimeModel::instr_seconds, comm_start_seconds); each collective
+//   takes, beyond what the link makes it take, the profile's comm_sync plus comm_beside_compute
+//   scaled by the share of its time the compute thread computes (learnt by replaying the program
+//   a few times, as that share depends on the spans). After the program the optimizer updates the
+//   rank's parameters.
 // All ranks run the same template on the same shapes, and the groups of one mesh axis are alike,
 // so one rank's timeline stands for every rank's (the trace names it rank 0).
 // On the machine at hand a collective takes what the emulated link would, but no less than the

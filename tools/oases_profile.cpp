@@ -29,6 +29,7 @@
 #include "planner/chunking.h"
 #include "planner/profile.h"
 #include "planner/schedule.h"
+#include "planner/simulator.h"
 #include "tools/plan_driver.h"
 
 using namespace oases;
@@ -218,6 +219,45 @@ struct ExecutorOverheads {
   double wall_us = 0, accounted_us = 0;
 };
 
+// One profiled program of rank 0 as the simulator replays it, with what its runs measured: the
+// core share and the collectives' synchronisation cost are then fitted so that the simulator
+// reproduces these runs (calibrate_executor).
+struct CalibrationRun {
+  Graph graph;
+  std::vector<ScheduledOp> order;
+  Mesh mesh;
+  int64_t ranks = 1;
+  int reps = 0;
+  double wall_us = 0;  // mean execute() time
+  struct Collective {
+    double us = 0;     // on the communication thread, summed over the repetitions
+    double beside = 0; // share of that time the compute thread computed, summed
+    int n = 0;
+  };
+  std::map<NodeId, Collective> collectives;
+};
+
+// Adds one run's collectives (their time on the communication thread and the share of it the
+// compute thread spent computing) to `c`.
+void add_collectives(const std::vector<TraceEvent>& ev, CalibrationRun* c) {
+  std::vector<std::pair<double, double>> busy;
+  for (const TraceEvent& e : ev) {
+    if (e.thread == 0 && e.category == "compute") busy.emplace_back(e.start_us, e.start_us + e.dur_us);
+  }
+  std::sort(busy.begin(), busy.end());
+  for (const TraceEvent& e : ev) {
+    if (e.thread != 1 || e.dur_us <= 0) continue;
+    double a = e.start_us, b = e.start_us + e.dur_us, on = 0;
+    auto it = std::lower_bound(busy.begin(), busy.end(), std::make_pair(a, 0.0),
+                               [](const auto& x, const auto& y) { return x.second < y.first; });
+    for (; it != busy.end() && it->first < b; ++it) on += std::max(0.0, std::min(it->second, b) - std::max(it->first, a));
+    CalibrationRun::Collective& k = c->collectives[e.node];
+    k.us += e.dur_us;
+    k.beside += std::min(1.0, on / e.dur_us);
+    ++k.n;
+  }
+}
+
 void add_overheads(const Program& p, const std::vector<TraceEvent>& ev, ExecutorOverheads* o) {
   std::vector<const TraceEvent*> compute;  // thread 0, in instruction order
   for (const TraceEvent& e : ev) {
@@ -254,10 +294,11 @@ void add_overheads(const Program& p, const std::vector<TraceEvent>& ev, Executor
 }
 
 Status measure_model_ops(const PlanningModel& m, const ModelAnalysis& a, int64_t ranks, int64_t tp, int64_t chunks, int threads, int reps,
-                         const LinkModel& link, std::map<std::string, OpSample>* acc, ExecutorOverheads* overheads) {
+                         const LinkModel& link, std::map<std::string, OpSample>* acc, ExecutorOverheads* overheads,
+                         std::vector<CalibrationRun>* calib, const std::string& schedule = "plain") {
   PlanChoice plan;
   plan.layouts.assign(a.parts.size(), Layout{tp, false});
-  plan.schedule = "plain";
+  plan.schedule = schedule;
   plan.chunks = chunks;
   Graph fwd = m.forward;
   auto st = apply_part_layouts(fwd, part_layouts_of(a, plan.layouts), ranks, StrategyOptions{});
@@ -301,7 +342,9 @@ Status measure_model_ops(const PlanningModel& m, const ModelAnalysis& a, int64_t
         if (!rt) throw OasesError(rt.status().message());
         ExecOptions eo;
         eo.groups = (*rt)->axis_groups();
-        auto so = schedule_by_name("plain");
+        auto so = schedule_by_name(schedule);
+        if (!so) throw OasesError(so.status().message());
+        if (auto rc = apply_recompute(g, so->checkpoint); !rc) throw OasesError(rc.status().message());
         auto order = schedule_program(g, *so);
         if (!order) throw OasesError(order.status().message());
         eo.order = *order;
@@ -327,6 +370,25 @@ Status measure_model_ops(const PlanningModel& m, const ModelAnalysis& a, int64_t
           const Program& p = (*ex)->program();
           add_overheads(p, ev, overheads);
           overheads->wall_us += run_us;
+          if (calib) {
+            if (rep == 1) {
+              CalibrationRun c;
+              c.graph = p.graph;
+              for (const Instr& ins : p.instrs) {
+                c.order.push_back(ScheduledOp{ins.kind == Instr::Kind::kCompute     ? ScheduledOp::Kind::kCompute
+                                              : ins.kind == Instr::Kind::kCommStart ? ScheduledOp::Kind::kCommStart
+                                                                                    : ScheduledOp::Kind::kCommWait,
+                                              ins.node});
+              }
+              c.mesh = st->mesh;
+              c.ranks = ranks;
+              calib->push_back(std::move(c));
+            }
+            CalibrationRun& c = calib->back();
+            ++c.reps;
+            c.wall_us += (run_us - c.wall_us) / c.reps;  // the mean over the timed repetitions
+            add_collectives(ev, &c);
+          }
           // what the emulated link alone makes the collectives take (the plain schedule waits for each)
           for (const Instr& ins : p.instrs) {
             if (ins.kind == Instr::Kind::kCommWait) continue;
@@ -375,6 +437,92 @@ Status measure_model_ops(const PlanningModel& m, const ModelAnalysis& a, int64_t
   for (const std::string& e : errors) {
     if (!e.empty()) return error("tp {} x dp {}, {} chunk(s): {}", tp, ranks / tp, chunks, e);
   }
+  return Status::ok();
+}
+
+// Fits the profile's executor terms to its own runs, through the simulator that will use them:
+//  * comm_sync_us + comm_beside_compute_us x (share of the collective's time the compute thread
+//    computes): what a collective took on the communication thread beyond what the link (or the
+//    shared-memory floor) makes it take (least squares over every collective of every run, both
+//    terms at least 0). Peers reach a collective late, and beside computation the communication
+//    threads wait for a core (ranks sharing the cores): measured 1.3 ms per all-reduce beside
+//    nothing against 3-5 ms beside computation at tp 4 on 2 cores;
+//  * core_share: the factor on the compute thread's times for which the simulator replays the
+//    runs in the time they took (bisection; the step grows with it). Summing kernels, gaps and
+//    link times instead (the first estimate) counts every collective as exposed, while the replay
+//    hides those the program overlaps.
+Status calibrate_executor(const std::vector<CalibrationRun>& runs, const std::string& emulate, int threads, Profile* p) {
+  double wall = 0;
+  for (const CalibrationRun& c : runs) wall += c.wall_us * 1e-6;
+  if (runs.empty() || wall <= 0) return Status::ok();
+  // the collectives' extra time: x = share beside computation, y = measured - modelled (us)
+  double n = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
+  for (const CalibrationRun& c : runs) {
+    ClusterSpec cluster = this_machine(c.ranks, p, emulate, threads);
+    OpTimeModel ops = op_time_model(cluster, p, c.ranks, threads);
+    SimOptions o;
+    o.cluster = &cluster;
+    o.ops = &ops;
+    o.local_floor = p;
+    for (const auto& [id, k] : c.collectives) {
+      double model = collective_node_seconds(c.graph, c.graph.node(id), c.mesh, o) * 1e6;
+      if (model <= 0 || k.n == 0) continue;
+      double x = k.beside / k.n, y = k.us / k.n - model;
+      n += 1;
+      sx += x;
+      sy += y;
+      sxx += x * x;
+      sxy += x * y;
+    }
+  }
+  p->comm_sync_us = p->comm_beside_compute_us = 0;
+  if (n > 0) {
+    double var = sxx - sx * sx / n;
+    double b = var > 1e-12 ? (sxy - sx * sy / n) / var : 0.0;
+    double a = (sy - b * sx) / n;
+    if (b < 0) {
+      b = 0;
+      a = sy / n;
+    }
+    if (a < 0) {
+      a = 0;
+      b = sxx > 0 ? std::max(0.0, sxy / sxx) : 0.0;
+    }
+    p->comm_sync_us = std::max(0.0, a);
+    p->comm_beside_compute_us = b;
+  }
+  auto replay = [&](double share) -> Expected<double> {
+    p->core_share = share;
+    double total = 0;
+    for (const CalibrationRun& c : runs) {
+      ClusterSpec cluster = this_machine(c.ranks, p, emulate, threads);
+      OpTimeModel ops = op_time_model(cluster, p, c.ranks, threads);
+      SimOptions o;
+      o.cluster = &cluster;
+      o.ops = &ops;
+      o.local_floor = p;
+      OASES_ASSIGN_OR_RETURN(SimResult r, simulate_rank(c.graph, c.order, c.mesh, o));
+      total += r.step_s - r.optimizer_s;
+    }
+    return total;
+  };
+  double lo = 1.0, hi = 1.0;
+  OASES_ASSIGN_OR_RETURN(double at_lo, replay(lo));
+  if (at_lo >= wall) {
+    p->core_share = 1.0;
+    return Status::ok();
+  }
+  for (int i = 0; i < 8; ++i) {
+    hi *= 2;
+    OASES_ASSIGN_OR_RETURN(double t, replay(hi));
+    if (t >= wall) break;
+  }
+  for (int i = 0; i < 30 && hi - lo > 1e-4; ++i) {
+    double mid = 0.5 * (lo + hi);
+    OASES_ASSIGN_OR_RETURN(double t, replay(mid));
+    (t < wall ? lo : hi) = mid;
+  }
+  p->core_share = 0.5 * (lo + hi);
   return Status::ok();
 }
 
@@ -453,6 +601,7 @@ int main(int argc, char** argv) {
       std::vector<int64_t> degrees = degrees_s.empty() ? a->tp_candidates : parse_ints(degrees_s, "--degrees");
       std::map<std::string, OpSample> acc;
       ExecutorOverheads ovh, ovh_one;
+      std::vector<CalibrationRun> calib;
       nlohmann::json done = nlohmann::json::array();
       for (int64_t t : degrees) {
         if (std::find(a->tp_candidates.begin(), a->tp_candidates.end(), t) == a->tp_candidates.end()) {
@@ -461,10 +610,34 @@ int main(int argc, char** argv) {
         for (int64_t k : chunks) {
           if (k < 1 || pm->batch % (ranks / t * k) != 0) continue;
           auto t0 = Clock::now();
-          if (Status s = measure_model_ops(*pm, *a, ranks, t, k, threads, reps, link ? *link : LinkModel{}, &acc, &ovh); !s.is_ok()) return fail_with(s.with_context(model));
+          if (Status s = measure_model_ops(*pm, *a, ranks, t, k, threads, reps, link ? *link : LinkModel{}, &acc, &ovh, &calib); !s.is_ok()) return fail_with(s.with_context(model));
+          // with chunks, also the interleaved schedule, for the calibration only (collectives beside
+          // computation); the op samples and gaps stay those of the plain runs
+          if (k > 1 && t > 1) {
+            std::map<std::string, OpSample> unused_ops;
+            ExecutorOverheads unused_ovh;
+            if (Status s = measure_model_ops(*pm, *a, ranks, t, k, threads, reps, link ? *link : LinkModel{}, &unused_ops, &unused_ovh, &calib, "oases");
+                !s.is_ok()) {
+              return fail_with(s.with_context(model));
+            }
+          }
           std::printf("ops: tp %lld x dp %lld, %lld chunk(s): %.1f s\n", static_cast<long long>(t), static_cast<long long>(ranks / t),
                       static_cast<long long>(k), seconds_since(t0));
           done.push_back({{"tp", t}, {"chunks", k}});
+        }
+        // the collectives' time beside computation cannot be told from plain runs alone (few of
+        // their collectives overlap anything): without a chunked run above, one interleaved run
+        // at 2 chunks for the calibration
+        bool interleaved = std::any_of(done.begin(), done.end(), [&](const nlohmann::json& d) {
+          return d["tp"].get<int64_t>() == t && d["chunks"].get<int64_t>() > 1;
+        });
+        if (t > 1 && !interleaved && pm->batch % (ranks / t * 2) == 0) {
+          std::map<std::string, OpSample> unused_ops;
+          ExecutorOverheads unused_ovh;
+          if (Status s = measure_model_ops(*pm, *a, ranks, t, 2, threads, reps, link ? *link : LinkModel{}, &unused_ops, &unused_ovh, &calib, "oases");
+              !s.is_ok()) {
+            return fail_with(s.with_context(model));
+          }
         }
       }
       // Under tp > 1 the loss is lowered to vocabulary-parallel pieces; when no plan above kept it
@@ -474,15 +647,19 @@ int main(int argc, char** argv) {
         auto t0 = Clock::now();
         auto a1 = analyze_model(pm->forward, pm->train.graph, pm->train.params, 1);
         if (!a1) return fail_with(a1.status().with_context(model));
-        if (Status s = measure_model_ops(*pm, *a1, 1, 1, 1, threads, reps, LinkModel{}, &acc, &ovh_one); !s.is_ok()) return fail_with(s.with_context(model));
+        if (Status s = measure_model_ops(*pm, *a1, 1, 1, 1, threads, reps, LinkModel{}, &acc, &ovh_one, nullptr); !s.is_ok()) return fail_with(s.with_context(model));
         std::printf("ops: one rank, 1 chunk: %.1f s\n", seconds_since(t0));
         done.push_back({{"tp", 1}, {"chunks", 1}, {"ranks", 1}});
       }
       for (auto& [k, s] : acc) p.ops.push_back(s);
       if (ovh.instr_gaps > 0) p.instr_us = ovh.instr_gap_us / static_cast<double>(ovh.instr_gaps);
       if (ovh.starts > 0) p.comm_start_us = std::max(0.0, ovh.start_gap_us / static_cast<double>(ovh.starts) - p.instr_us);
-      if (ovh.accounted_us > 0) p.core_share = std::max(1.0, ovh.wall_us / ovh.accounted_us);
-      std::printf("executor: ranks sharing the cores: %.3f x what rank 0's kernels, gaps and link add up to\n", p.core_share);
+      double summed_share = ovh.accounted_us > 0 ? std::max(1.0, ovh.wall_us / ovh.accounted_us) : 1.0;
+      p.core_share = summed_share;
+      if (Status s = calibrate_executor(calib, emulate, threads, &p); !s.is_ok()) return fail_with(s.with_context(model));
+      std::printf("executor: ranks sharing the cores: %.3f (the simulator replaying the profiled runs; %.3f x what rank 0's kernels, gaps "
+                  "and link add up to); a collective takes %.1f us beyond the link, %.1f us more beside computation\n",
+                  p.core_share, summed_share, p.comm_sync_us, p.comm_beside_compute_us);
       std::printf("executor: %.1f us between instructions, %.1f us more after starting a collective (%lld starts timed)\n", p.instr_us,
                   p.comm_start_us, static_cast<long long>(ovh.starts));
       p.model = {{"path", model}, {"batch", pm->batch}, {"seq", pm->seq}, {"ranks", ranks}, {"profiled", done}};

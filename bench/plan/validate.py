@@ -9,7 +9,7 @@ replays the rank's program on the profile), and `oases-train M --synthetic --pla
 --local-ranks tp --emulate-link L --steps N` measures it (median of the steps after the first).
 Error = (predicted - measured) / measured.
 
-  /usr/bin/python3 bench/plan/validate.py --bin build/bin [--steps 5] [--link bw=1,latency=50] [--markdown t.md]
+  /usr/bin/python3 bench/plan/validate.py --bin build/bin [--steps 12] [--link bw=1,latency=50] [--markdown t.md]
 Model: GPT-2-style, hidden 256, 4 layers, 8 heads, byte vocabulary, batch 8 x 128 (models/export.py).
 """
 import argparse
@@ -33,7 +33,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bin", default="build/bin")
     ap.add_argument("--work", default="build/bench/validate")
-    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--chunks", type=int, default=2)
     ap.add_argument("--link", default="bw=1,latency=50")
     ap.add_argument("--tp", type=int, action="append", default=[])

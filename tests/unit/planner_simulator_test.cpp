@@ -1,6 +1,7 @@
 // The simulator replays what the executor runs (the compiled program, with its fused ops) and
 // charges the executor's own costs the profile measured: a dispatch time per instruction and a
-// hand-off time per collective start, both on the compute thread.
+// hand-off time per collective start, both on the compute thread; and the collectives' extra time
+// on the communication thread (more beside computation).
 #include <gtest/gtest.h>
 
 #include "planner/simulator.h"
@@ -95,21 +96,65 @@ TEST(PlannerSimulator, ChargesDispatchAndHandOff) {
   }
 }
 
+// A collective's extra time on the communication thread: comm_sync_us on every one, plus
+// comm_beside_compute_us scaled by the share of its time the compute thread computes.
+TEST(PlannerSimulator, ChargesCollectivesBesideComputation) {
+  for (const char* sched : {"plain", "oases"}) {
+    Fixture f = make(sched, std::string(sched) == "plain" ? 1 : 2);
+    Profile p0 = base_profile();
+    Profile p1 = p0, p2 = p0;
+    p1.comm_sync_us = 300;
+    p2.comm_sync_us = 300;
+    p2.comm_beside_compute_us = 2000;
+    OpTimeModel m0(&p0, p0.device, 1.0), m1(&p1, p1.device, 1.0), m2(&p2, p2.device, 1.0);
+    SimOptions o;
+    o.cluster = &f.cluster;
+    o.ops = &m0;
+    auto r0 = simulate_rank(f.rp.exec_graph, f.rp.exec_order, f.rp.mesh, o);
+    o.ops = &m1;
+    auto r1 = simulate_rank(f.rp.exec_graph, f.rp.exec_order, f.rp.mesh, o);
+    o.ops = &m2;
+    auto r2 = simulate_rank(f.rp.exec_graph, f.rp.exec_order, f.rp.mesh, o);
+    ASSERT_TRUE(r0 && r1 && r2);
+    ASSERT_GT(r0->collectives, 0);
+    double n = r0->collectives;
+    EXPECT_NEAR(r1->comm_s, r0->comm_s + n * 300e-6, 1e-9) << sched;
+    EXPECT_NEAR(r1->compute_s, r0->compute_s, 1e-12);
+    EXPECT_GE(r1->step_s, r0->step_s);
+    // between no collective beside computation and all of them wholly beside it
+    EXPECT_GE(r2->comm_s, r1->comm_s - 1e-12) << sched;
+    EXPECT_LE(r2->comm_s, r1->comm_s + n * 2000e-6 + 1e-9) << sched;
+    if (std::string(sched) == "oases") {
+      // the interleaved schedule runs collectives beside the other chunk's computation
+      EXPECT_GT(r2->comm_s, r1->comm_s + 1e-6) << "no collective was charged as beside computation";
+    }
+  }
+}
+
 TEST(PlannerSimulator, ProfileKeepsExecutorOverheads) {
   Profile p = base_profile();
   p.instr_us = 3.5;
   p.comm_start_us = 1500;
+  p.comm_sync_us = 250;
+  p.comm_beside_compute_us = 1800;
   auto q = profile_from_json(p.to_json(), "test");
   ASSERT_TRUE(q) << q.status().message();
   EXPECT_DOUBLE_EQ(q->instr_us, 3.5);
   EXPECT_DOUBLE_EQ(q->comm_start_us, 1500);
+  EXPECT_DOUBLE_EQ(q->comm_sync_us, 250);
+  EXPECT_DOUBLE_EQ(q->comm_beside_compute_us, 1800);
   nlohmann::json bad = p.to_json();
   bad["executor"]["comm_start_us"] = -1;
+  EXPECT_FALSE(profile_from_json(bad, "test"));
+  bad = p.to_json();
+  bad["executor"]["comm_beside_compute_us"] = -5;
   EXPECT_FALSE(profile_from_json(bad, "test"));
   // no profile: nothing charged
   OpTimeModel none(nullptr, p.device, 1.0);
   EXPECT_EQ(none.instr_seconds(), 0);
   EXPECT_EQ(none.comm_start_seconds(), 0);
+  EXPECT_EQ(none.comm_sync_seconds(), 0);
+  EXPECT_EQ(none.comm_beside_compute_seconds(), 0);
 }
 
 }  // namespace
