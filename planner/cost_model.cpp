@@ -39,7 +39,8 @@ double CostModel::collective(CollectiveKind k, double bytes, int64_t n, int64_t 
   if (n <= 1) return 0;
   std::vector<int64_t> members;
   for (int64_t i = 0; i < n; ++i) members.push_back(i * stride);
-  return cluster_.collective_seconds(k, bytes, members);
+  // plus what the profile measured a collective to take beyond the link (planner/profile.h)
+  return cluster_.collective_seconds(k, bytes, members) + ops_.comm_sync_seconds();
 }
 
 const PartCost& CostModel::part(int i, const Layout& l, int64_t chunks) {
@@ -160,7 +161,16 @@ PartTime CostModel::part_time(int i, const Layout& prev, const Layout& cur, cons
   double cf = K * (pc.comm_fwd_chunk + rf), cb = K * (pc.comm_bwd_chunk + rcomm + rb);
   pt.comm = cf + cb + pc.comm_dp;
   if (s.interleave && chunks > 1) {
-    // one chunk's collective under the next chunk's compute, across parts without draining
+    // one chunk's collective under the next chunk's compute, across parts without draining;
+    // beside computation a collective takes longer (the profile's comm_beside_compute), for the
+    // share of it that computation covers
+    double beside = ops_.comm_beside_compute_seconds();
+    if (beside > 0) {
+      double nf = K * pc.collectives_fwd, nb = K * (pc.collectives_bwd + (rcomm > 0 ? pc.collectives_fwd : 0));
+      if (cf > 0) cf += nf * beside * std::min(1.0, K * pc.fwd_chunk / cf);
+      if (cb > 0) cb += nb * beside * std::min(1.0, K * (pc.bwd_chunk + rc) / cb);
+      pt.comm = cf + cb + pc.comm_dp;
+    }
     pt.exposed = std::max(0.0, cf - K * pc.fwd_chunk) + std::max(0.0, cb + pc.comm_dp - K * (pc.bwd_chunk + rc));
   } else {
     // the result is read right away; the gradient reduction hides behind the next part's backward
