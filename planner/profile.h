@@ -57,8 +57,8 @@ struct Profile {
   // communication thread, which takes a core from the compute threads while it runs).
   double instr_us = 0;
   double comm_start_us = 0;
-  // Ranks sharing the cores: rank 0's measured run over what its timed kernels, gaps and the
-  // link's collectives add up to (>= 1); the compute thread's times are multiplied by it.
+  // Ranks sharing the cores (>= 1): the compute thread's times are multiplied by it; oases-profile
+  // chooses it so that the simulator replays its runs in the time they took.
   double core_share = 1.0;
   // What a collective takes on the communication thread beyond the link's time, fitted to the
   // profiled runs as comm_sync_us + comm_beside_compute_us x (share of its time the compute
