@@ -455,25 +455,31 @@ Status calibrate_executor(const std::vector<CalibrationRun>& runs, const std::st
   double wall = 0;
   for (const CalibrationRun& c : runs) wall += c.wall_us * 1e-6;
   if (runs.empty() || wall <= 0) return Status::ok();
-  // the collectives' extra time: x = share beside computation, y = measured - modelled (us)
-  double n = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
-  for (const CalibrationRun& c : runs) {
+  // the simulator's view of a run's machine, from the profile as it stands
+  auto with_sim = [&](const CalibrationRun& c, auto&& fn) {
     ClusterSpec cluster = this_machine(c.ranks, p, emulate, threads);
     OpTimeModel ops = op_time_model(cluster, p, c.ranks, threads);
     SimOptions o;
     o.cluster = &cluster;
     o.ops = &ops;
     o.local_floor = p;
-    for (const auto& [id, k] : c.collectives) {
-      double model = collective_node_seconds(c.graph, c.graph.node(id), c.mesh, o) * 1e6;
-      if (model <= 0 || k.n == 0) continue;
-      double x = k.beside / k.n, y = k.us / k.n - model;
-      n += 1;
-      sx += x;
-      sy += y;
-      sxx += x * x;
-      sxy += x * y;
-    }
+    return fn(o);
+  };
+  // the collectives' extra time: x = share beside computation, y = measured - modelled (us)
+  double n = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
+  for (const CalibrationRun& c : runs) {
+    with_sim(c, [&](const SimOptions& o) {
+      for (const auto& [id, k] : c.collectives) {
+        double model = collective_node_seconds(c.graph, c.graph.node(id), c.mesh, o) * 1e6;
+        if (model <= 0 || k.n == 0) continue;
+        double x = k.beside / k.n, y = k.us / k.n - model;
+        n += 1;
+        sx += x;
+        sy += y;
+        sxx += x * x;
+        sxy += x * y;
+      }
+    });
   }
   p->comm_sync_us = p->comm_beside_compute_us = 0;
   if (n > 0) {
@@ -495,14 +501,9 @@ Status calibrate_executor(const std::vector<CalibrationRun>& runs, const std::st
     p->core_share = share;
     double total = 0;
     for (const CalibrationRun& c : runs) {
-      ClusterSpec cluster = this_machine(c.ranks, p, emulate, threads);
-      OpTimeModel ops = op_time_model(cluster, p, c.ranks, threads);
-      SimOptions o;
-      o.cluster = &cluster;
-      o.ops = &ops;
-      o.local_floor = p;
-      OASES_ASSIGN_OR_RETURN(SimResult r, simulate_rank(c.graph, c.order, c.mesh, o));
-      total += r.step_s - r.optimizer_s;
+      auto r = with_sim(c, [&](const SimOptions& o) { return simulate_rank(c.graph, c.order, c.mesh, o); });
+      if (!r) return r.status();
+      total += r->step_s - r->optimizer_s;
     }
     return total;
   };
