@@ -1,5 +1,7 @@
 #include "planner/strategy.h"
 
+#include <set>
+
 #include <fmt/format.h>
 
 #include "graph/op_registry.h"
@@ -30,10 +32,20 @@ Expected<Strategy> megatron_strategy(const Graph& g, const StrategyOptions& opt)
   ModelStructure ms = find_transformer_structure(g);
   if (opt.tp == 1) return st;
   if (ms.blocks.empty()) return Status::error("no transformer block was recognised, so the Megatron strategy has nothing to split");
-  auto set = [&](ValueId v, const ShardingSpec& s, const std::string& what) -> Status {
+  // Biases that one initializer serves in layers splitting it differently (exporters merge
+  // initializers of equal value: a fresh model's zero biases become one tensor) stay whole; each
+  // column-parallel use slices its part locally.
+  std::set<ValueId> whole_biases;
+  auto set = [&](ValueId v, const ShardingSpec& s, const std::string& what, bool bias = false) -> Status {
     Status ok = s.validate(g.value(v).shape, st.mesh);
     if (!ok.is_ok()) return error("{}: weight '{}' {}: {}", what, g.value(v).name, shape_str(g.value(v).shape), ok.message());
+    if (whole_biases.count(v)) return Status::ok();
     auto it = st.specs.find(v);
+    if (it != st.specs.end() && it->second != s && bias && g.value(v).shape.size() == 1) {
+      whole_biases.insert(v);
+      st.specs[v] = ShardingSpec::replicated(1);
+      return Status::ok();
+    }
     if (it != st.specs.end() && it->second != s) {
       return error("{}: weight '{}' is shared with another layer that splits it as {}, here {}", what, g.value(v).name,
                    it->second.to_string(&st.mesh), s.to_string(&st.mesh));
@@ -52,7 +64,7 @@ Expected<Strategy> megatron_strategy(const Graph& g, const StrategyOptions& opt)
     if (l.bias != kNoId) {
       ShardingSpec b = ShardingSpec::replicated(1);
       if (column) b.dims[0] = DimSpec{tp, segments};
-      OASES_RETURN_IF_ERROR(set(l.bias, b, what + " bias"));
+      OASES_RETURN_IF_ERROR(set(l.bias, b, what + " bias", true));
     }
     st.layers.push_back(LayerSplit{what, column ? "column" : "row", {l.weight}});
     return Status::ok();

@@ -83,6 +83,28 @@ bool broadcasts_to(const Shape& s, const Shape& target) {
   return b && *b == target;
 }
 
+// PyTorch's exporters write scaled_dot_product_attention's guard for rows that see no key (all
+// -inf scores: Softmax gives NaN) as Where(IsNaN(P), 0, P). oases.Attention gives such rows 0, so the
+// guard fuses with it. Returns the guarded probabilities when `p` is read only by that guard.
+ValueId nan_guarded(const Graph& g, ValueId p) {
+  if (g.is_output(p)) return kNoId;
+  const auto& readers = g.uses(p);
+  if (readers.size() != 2) return kNoId;
+  const Node* isnan = nullptr;
+  const Node* where = nullptr;
+  for (const auto& r : readers) {
+    const Node& n = g.node(r.node);
+    if (!is_default_domain(n.domain)) return kNoId;
+    if (n.op_type == "IsNaN") isnan = &n;
+    if (n.op_type == "Where") where = &n;
+  }
+  if (!isnan || !where || isnan->inputs[0] != p || where->inputs.size() != 3) return kNoId;
+  if (where->inputs[0] != isnan->outputs[0] || where->inputs[2] != p || !is_scalar_near(g, where->inputs[1], 0.0, 0.0)) return kNoId;
+  if (sole_consumer(g, isnan->outputs[0]) != where) return kNoId;
+  if (g.value(where->outputs[0]).shape != g.value(p).shape) return kNoId;
+  return where->outputs[0];
+}
+
 // Grouped-query attention as LLaMA's repeat_kv writes it: the kv heads repeated to the query
 // heads by Reshape(Expand(Unsqueeze(x, axis 2), [B, Hkv, rep, T, D]), [B, Hkv·rep, T, D]).
 // Returns x [B, Hkv, T, D] and the repeat count, or kNoId when v is not such a repeat.
@@ -129,8 +151,10 @@ class FuseAttentionPass : public Pass {
       const Shape& ss = g.value(sm.inputs[0]).shape;
       if (ss.size() != 4 || sm.attrs.get_int("axis", -1) != 3) continue;
       if (g.value(sm.inputs[0]).dtype != DType::kF32) continue;
-      const Node* pv = sole_consumer(g, sm.outputs[0]);
-      if (!pv || pv->op_type != "MatMul" || !is_default_domain(pv->domain) || pv->inputs[0] != sm.outputs[0]) continue;
+      ValueId probs = sm.outputs[0];
+      if (ValueId guarded = nan_guarded(g, probs); guarded != kNoId) probs = guarded;
+      const Node* pv = sole_consumer(g, probs);
+      if (!pv || pv->op_type != "MatMul" || !is_default_domain(pv->domain) || pv->inputs[0] != probs) continue;
       ValueId v = pv->inputs[1];
       int64_t tq = ss[2], tk = ss[3];
 

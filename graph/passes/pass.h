@@ -58,6 +58,8 @@ class DeadCodePass : public Pass {
 
 // Removes no-op nodes (identity casts, inference Dropout, same-shape Reshape) and merges Transposes.
 std::unique_ptr<Pass> make_simplify_pass();
+// Gather(Flatten(x [B, T]), b·T + j) -> per-row Gather(x, j, axis 1) (graph/passes/batch_gather.cpp).
+std::unique_ptr<Pass> make_batch_gather_pass();
 // The canonicalising fusions (graph/passes/fuse_*.cpp).
 std::unique_ptr<Pass> make_fuse_layernorm_pass();
 std::unique_ptr<Pass> make_fuse_rmsnorm_pass();

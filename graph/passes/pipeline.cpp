@@ -9,6 +9,7 @@ Expected<std::vector<PassReport>> run_canonical_pipeline(Graph& g, const FoldOpt
   passes.push_back(std::make_unique<InferShapesPass>(fold));
   passes.push_back(std::make_unique<DeadCodePass>());
   passes.push_back(make_simplify_pass());
+  passes.push_back(make_batch_gather_pass());
   passes.push_back(make_fuse_layernorm_pass());
   passes.push_back(make_fuse_rmsnorm_pass());
   passes.push_back(make_fuse_gelu_pass());

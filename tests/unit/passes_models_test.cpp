@@ -1,5 +1,8 @@
 // Pass behaviour found on exported models (models/small): fusions must not misfire on each other's
 // leftovers, and scalar constants stored as initializers (dynamo exporter) fold like Constants.
+#include <cmath>
+#include <limits>
+
 #include <gtest/gtest.h>
 
 #include "executor/executor.h"
@@ -132,6 +135,107 @@ TEST(PassesOnModels, AttentionReadsKeysAndValuesBeforeRepeatKv) {
   EXPECT_EQ(count_ops(g, "Expand"), 0);
   auto again = InferShapesPass().run(g);
   EXPECT_TRUE(again) << again.status().message();
+}
+
+std::vector<Tensor> run_once(const Graph& g, const std::map<std::string, Tensor>& feeds) {
+  auto ex = Executor::create(g);
+  EXPECT_TRUE(ex) << ex.status().message();
+  if (!ex) return {};
+  auto out = (*ex)->run(feeds);
+  EXPECT_TRUE(out) << out.status().message();
+  return out ? *out : std::vector<Tensor>{};
+}
+
+// scaled_dot_product_attention as PyTorch's exporters write it: the scale split over q and kᵀ, an
+// additive mask, and the guard for rows that see no key, Where(IsNaN(P), 0, P). It fuses, and a
+// fully masked row gives 0 as the guard makes it.
+TEST(PassesOnModels, AttentionFusesThroughTheNanGuardOfSdpa) {
+  Graph g;
+  g.opset_imports[""] = 17;
+  const int64_t B = 1, H = 2, T = 3, D = 4;
+  ValueId q = g.add_input("q", DType::kF32, {B, H, T, D});
+  ValueId k = g.add_input("k", DType::kF32, {B, H, T, D});
+  ValueId v = g.add_input("v", DType::kF32, {B, H, T, D});
+  ValueId mask = g.add_input("mask", DType::kF32, {B, 1, T, T});
+  auto op = [&](const std::string& type, std::vector<ValueId> ins, AttrMap a = {}) {
+    NodeId n = g.add_node_new_outputs(type, ins, 1, std::move(a));
+    return g.node(n).outputs[0];
+  };
+  ValueId c = g.add_constant("sqrt_scale", Tensor::scalar_f32(0.70710678f));  // (1/sqrt(4))^(1/2)
+  ValueId kt = op("Transpose", {k}, AttrMap{{"perm", Attribute::of_ints({0, 1, 3, 2})}});
+  ValueId s = op("MatMul", {op("Mul", {q, c}), op("Mul", {kt, c})});
+  s = op("Add", {s, mask});
+  ValueId p = op("Softmax", {s}, AttrMap{{"axis", Attribute::of_int(-1)}});
+  ValueId guarded = op("Where", {op("IsNaN", {p}), g.add_constant("zero", Tensor::scalar_f32(0.f)), p});
+  ValueId o = op("MatMul", {guarded, v});
+  g.add_output(o);
+  ASSERT_TRUE(InferShapesPass().run(g));
+  std::vector<float> mv(static_cast<size_t>(T * T), 0.f);
+  const float ninf = -std::numeric_limits<float>::infinity();
+  for (int64_t j = 0; j < T; ++j) mv[static_cast<size_t>(1 * T + j)] = ninf;  // query row 1 sees no key
+  mv[static_cast<size_t>(2 * T + 0)] = ninf;
+  std::map<std::string, Tensor> feeds{{"q", Tensor(DType::kF32, {B, H, T, D})}, {"k", Tensor(DType::kF32, {B, H, T, D})}, {"v", Tensor(DType::kF32, {B, H, T, D})},
+                                      {"mask", Tensor::from_f32(mv, {B, 1, T, T})}};
+  for (auto& [name, t] : feeds) {
+    if (name == "mask") continue;
+    for (int64_t i = 0; i < t.numel(); ++i) t.mutable_data<float>()[i] = std::sin(0.7f * static_cast<float>(i) + name[0]);
+  }
+  std::vector<Tensor> before = run_once(g, feeds);
+  auto r = make_fuse_attention_pass()->run(g);
+  ASSERT_TRUE(r) << r.status().message();
+  EXPECT_EQ(r->count, 1) << r->found;
+  ASSERT_TRUE(DeadCodePass().run(g));
+  EXPECT_EQ(count_ops(g, "IsNaN"), 0);
+  EXPECT_EQ(count_ops(g, "Softmax"), 0);
+  const Node& a = g.node(g.value(o).producer);
+  ASSERT_EQ(a.op_type, "Attention");
+  EXPECT_NEAR(a.attrs.get_float("scale", 0), 0.5, 1e-6);
+  std::vector<Tensor> after = run_once(g, feeds);
+  ASSERT_EQ(before.size(), 1u);
+  ASSERT_EQ(after.size(), 1u);
+  for (int64_t i = 0; i < before[0].numel(); ++i) {
+    EXPECT_NEAR(after[0].data<float>()[i], before[0].data<float>()[i], 1e-5) << i;
+    int64_t row = (i / D) % T;
+    if (row == 1) EXPECT_EQ(after[0].data<float>()[i], 0.f) << "a row that sees no key attends to nothing";
+  }
+}
+
+// Hugging Face's padding-mask look-up as the TorchScript exporter traces it:
+// Gather(Flatten(mask [B, T]), b·T + j) becomes a per-row Gather(mask, j, axis 1); a look-up that
+// reads other rows stays as it is.
+TEST(PassesOnModels, FlatBatchLookUpBecomesPerRow) {
+  for (bool per_row : {true, false}) {
+    SCOPED_TRACE(per_row);
+    Graph g;
+    g.opset_imports[""] = 17;
+    const int64_t B = 2, T = 3;
+    ValueId x = g.add_input("x", DType::kI64, {B, T});
+    NodeId fl = g.add_node_new_outputs("Flatten", {x}, 1, AttrMap{{"axis", Attribute::of_int(2)}});
+    std::vector<int64_t> idx{2, 0, 1, 5, 3, 4};  // b·3 + {2, 0, 1}
+    if (!per_row) idx = {2, 0, 1, 2, 0, 1};      // row 1 reads row 0
+    ValueId I = g.add_constant("idx", Tensor::from_int64(idx, {B, 1, T}));
+    NodeId ga = g.add_node_new_outputs("Gather", {g.node(fl).outputs[0], I}, 1, AttrMap{{"axis", Attribute::of_int(0)}});
+    ValueId y = g.node(ga).outputs[0];
+    g.add_output(y);
+    ASSERT_TRUE(InferShapesPass().run(g));
+    ASSERT_EQ(g.value(y).shape, (Shape{B, 1, T, 1}));
+    std::map<std::string, Tensor> feeds{{"x", Tensor::from_int64({10, 11, 12, 20, 21, 22}, {B, T})}};
+    std::vector<Tensor> before = run_once(g, feeds);
+    auto r = make_batch_gather_pass()->run(g);
+    ASSERT_TRUE(r) << r.status().message();
+    EXPECT_EQ(r->count, per_row ? 1 : 0) << r->found;
+    ASSERT_TRUE(DeadCodePass().run(g));
+    EXPECT_EQ(count_ops(g, "Flatten"), per_row ? 0 : 1);
+    ASSERT_TRUE(InferShapesPass().run(g));
+    EXPECT_EQ(g.value(y).shape, (Shape{B, 1, T, 1}));
+    std::vector<Tensor> after = run_once(g, feeds);
+    ASSERT_EQ(after.size(), 1u);
+    std::vector<int64_t> want = per_row ? std::vector<int64_t>{12, 10, 11, 22, 20, 21} : std::vector<int64_t>{12, 10, 11, 12, 10, 11};
+    for (int64_t i = 0; i < 6; ++i) {
+      EXPECT_EQ(after[0].data<int64_t>()[i], want[static_cast<size_t>(i)]) << i;
+      EXPECT_EQ(after[0].data<int64_t>()[i], before[0].data<int64_t>()[i]) << i;
+    }
+  }
 }
 
 }  // namespace
