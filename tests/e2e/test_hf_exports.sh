@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Hugging Face models as users export them (models/hf, made by models/make_hf.sh): tiny random
+# GPT-2, LLaMA (grouped-query) and BERT from `transformers`, written by `optimum-cli export onnx`
+# (opset 18) and by torch.onnx.export (TorchScript exporter, opset 17, dynamic axes). Each must
+# import with attention found in every block, run its forward equal to ONNX Runtime's (a padded
+# row included), and train under tp 2 with the oases schedule and 2 chunks, dp 2 and tp 2 x dp 2
+# sequence-parallel with the single-rank losses.
+source "$(dirname "$0")/lib.sh"
+for d in "$OASES_SOURCE_DIR"/models/hf/*/; do
+  d=${d%/}
+  name=$(basename "$d")
+  [[ -f $d/model.onnx ]] || continue
+  before=$FAILURES
+  found=$("$OASES_BIN/oases-import" "$d/model.onnx" --verbose --shape input_ids=2,16 --shape attention_mask=2,16 2>&1 | grep find-transformer-blocks)
+  [[ $found == *"2 transformer blocks (2 attention, 2 MLP)"* ]] || fail "$name: blocks not found: $found"
+  "$OASES_BIN/oases-run" "$d/model.onnx" --data-set "$d/test_data_set_0" >/dev/null || fail "$name: forward differs from ONNX Runtime"
+  ref=""
+  for layout in "" "--local-ranks 2 --tp 2 --schedule oases --chunks 2" "--local-ranks 2 --dp 2" "--local-ranks 4 --tp 2 --dp 2 --sequence-parallel"; do
+    rm -f "$WORK/l.jsonl"
+    # shellcheck disable=SC2086
+    "$OASES_BIN/oases-train" "$d/model.onnx" --synthetic --steps 3 --batch 4 --seq 16 $layout -q --log-json "$WORK/l.jsonl" \
+      || { fail "$name [$layout]: training failed"; continue; }
+    losses=$(/usr/bin/python3 -c "import json,sys; print(' '.join(f\"{json.loads(l)['loss']:.5e}\" for l in open(sys.argv[1])))" "$WORK/l.jsonl")
+    if [[ -z $ref ]]; then ref=$losses; continue; fi
+    /usr/bin/python3 - "$ref" "$losses" <<'PY' || fail "$name [$layout]: losses $losses differ from one rank's $ref"
+import sys
+a, b = [list(map(float, s.split())) for s in sys.argv[1:3]]
+assert len(a) == len(b) == 3 and all(abs(x - y) <= 1e-5 * abs(x) for x, y in zip(a, b)), (a, b)
+PY
+  done
+  [[ $FAILURES == "$before" ]] && echo "ok: $name: attention found, forward equal to ONNX Runtime, tp/dp/chunked losses equal"
+done
+finish
