@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Tiny random Hugging Face models (GPT-2, LLaMA with grouped-query attention, BERT; hidden 64,
+"""Tiny random Hugging Face models (GPT-2, LLaMA with grouped-query attention, BERT, OPT, Phi; hidden 64,
 2 layers, 4 heads, vocabulary 128, seed 0) exported as users export them (models/make_hf.sh runs it):
   optimum DIR      optimum-cli export onnx (opset 18)              -> DIR/optimum_NAME/model.onnx
   torchscript DIR  torch.onnx.export(dynamo=False, opset 17, dynamic batch and sequence)
@@ -16,7 +16,8 @@ import sys
 
 def tiny_models():
     import torch
-    from transformers import BertConfig, BertForMaskedLM, GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+    from transformers import (BertConfig, BertForMaskedLM, GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, OPTConfig,
+                              OPTForCausalLM, PhiConfig, PhiForCausalLM)
     torch.manual_seed(0)
     return {
         "gpt2": (GPT2LMHeadModel(GPT2Config(n_embd=64, n_layer=2, n_head=4, vocab_size=128, n_positions=64)), "text-generation"),
@@ -24,6 +25,12 @@ def tiny_models():
                                                num_key_value_heads=2, vocab_size=128, max_position_embeddings=64)), "text-generation"),
         "bert": (BertForMaskedLM(BertConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                                             vocab_size=128, max_position_embeddings=64)), "fill-mask"),
+        # learned positions with an offset, ReLU, the embedding tied to the head (three readers of one weight)
+        "opt": (OPTForCausalLM(OPTConfig(hidden_size=64, ffn_dim=128, num_hidden_layers=2, num_attention_heads=4, vocab_size=128,
+                                         max_position_embeddings=64, word_embed_proj_dim=64)), "text-generation"),
+        # attention and MLP side by side on one LayerNorm, partial rotary positions, biases everywhere
+        "phi": (PhiForCausalLM(PhiConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, vocab_size=128,
+                                         max_position_embeddings=64)), "text-generation"),
     }
 
 
