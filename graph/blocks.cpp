@@ -235,10 +235,32 @@ ModelStructure find_transformer_structure(const Graph& g) {
     match_linear(g, d, &mi.down);
     for (NodeId l : lin) used_linears.insert(l);
     used_linears.insert(d);
-    // owning block: the last attention before the activation
+    // owning block: the attention that reads the same input (attention and MLP side by side on
+    // one norm, as GPT-J, GPT-NeoX and Phi do), else the last attention before the activation
     int owner = -1;
     for (size_t b = 0; b < attns.size(); ++b) {
       if (pos[attns[b]] < pos[id]) owner = static_cast<int>(b);
+    }
+    auto activation_input = [&](const LinearInfo& l) {
+      const Node& mm = g.node(l.matmul);
+      for (ValueId v : mm.inputs) {
+        if (v != kNoId && v != l.weight && !g.value(v).is_constant()) return v;
+      }
+      return kNoId;
+    };
+    for (size_t b = 0; b < ms.blocks.size() && b < attns.size(); ++b) {
+      if (!ms.blocks[b].has_attn || ms.blocks[b].has_mlp) continue;
+      bool shared = false;
+      for (const LinearInfo& q : ms.blocks[b].attn.qkv) {
+        for (const LinearInfo& u : mi.up) {
+          ValueId a = activation_input(q);
+          shared |= a != kNoId && a == activation_input(u);
+        }
+      }
+      if (shared) {
+        owner = static_cast<int>(b);
+        break;
+      }
     }
     if (owner < 0) {
       BlockInfo bi;

@@ -12,7 +12,7 @@ for d in "$OASES_SOURCE_DIR"/models/hf/*/; do
   [[ -f $d/model.onnx ]] || continue
   before=$FAILURES
   found=$("$OASES_BIN/oases-import" "$d/model.onnx" --verbose --shape input_ids=2,16 --shape attention_mask=2,16 2>&1 | grep find-transformer-blocks)
-  [[ $found == *"(2 attention, 2 MLP)"* ]] || fail "$name: blocks not found: $found"
+  [[ $found == *"2 transformer blocks (2 attention, 2 MLP)"* ]] || fail "$name: blocks not found: $found"
   "$OASES_BIN/oases-run" "$d/model.onnx" --data-set "$d/test_data_set_0" >/dev/null || fail "$name: forward differs from ONNX Runtime"
   ref=""
   for layout in "" "--local-ranks 2 --tp 2 --schedule oases --chunks 2" "--local-ranks 2 --dp 2" "--local-ranks 4 --tp 2 --dp 2 --sequence-parallel"; do
