@@ -4,6 +4,7 @@
   optimum DIR      optimum-cli export onnx (opset 18)              -> DIR/optimum_NAME/model.onnx
   torchscript DIR  torch.onnx.export(dynamo=False, opset 17, dynamic batch and sequence)
                                                                     -> DIR/torchscript_NAME/model.onnx
+  grads DIR        PyTorch's gradients for the optimum exports (DIR/optimum_*/grads; see grads())
   reference DIR    ONNX Runtime's logits for each model, batch 2 x 16 with row 1 padded from position
                    12 (DIR/*/test_data_set_0). The reference is ONNX Runtime's, not PyTorch's: the
                    TorchScript exporter's trace of transformers' mask functions does not reproduce
@@ -79,11 +80,11 @@ def reference(work):
     import numpy as np
     import onnxruntime as ort
     from onnx import numpy_helper
-    rng = np.random.default_rng(0)
     for d in sorted(os.listdir(work)):
         path = os.path.join(work, d, "model.onnx")
         if not os.path.exists(path):
             continue
+        rng = np.random.default_rng(sum(map(ord, d)))  # per model: stable whatever else the folder holds
         s = ort.InferenceSession(path)
         feeds = {}
         for i in s.get_inputs():
@@ -105,5 +106,66 @@ def reference(work):
         open(os.path.join(sd, "output_0.pb"), "wb").write(numpy_helper.from_array(out, "logits").SerializeToString())
 
 
+def grads(work):
+    """PyTorch's gradients for the optimum exports (run with the transformers that exported them):
+    the mean next-token cross-entropy of the logits at test_data_set_0 (targets input_ids[:, 1:], the
+    last position dropped), as oases-train --inputs appends it, one TensorProto per initializer of the
+    graph in grads/. Initializers the exporter merged (equal tensors stored once: a fresh model's
+    zero biases, unit norm scales) get the sum of their parameters' gradients, as the graph shares
+    them; a head the exporter folded into a transposed copy of the embedding is the embedding's, and
+    a linear layer's weight the exporter stored transposed (exporter-named) gets the transposed
+    gradient."""
+    import glob
+    import numpy as np
+    import onnx
+    import torch
+    from onnx import numpy_helper
+    models = tiny_models()
+    for name, (model, _) in models.items():
+        d = os.path.join(work, "optimum_" + name)
+        if not os.path.isdir(d):
+            continue
+        model.eval()
+        # nn.Embedding's padding_idx (no gradient into the padding token's row) is not in the ONNX
+        # graph, which is a plain Gather: the reference is the graph's gradient
+        for mod in model.modules():
+            if isinstance(mod, torch.nn.Embedding):
+                mod.padding_idx = None
+        feeds = {}
+        for f in sorted(glob.glob(os.path.join(d, "test_data_set_0", "input_*.pb"))):
+            t = onnx.load_tensor(f)
+            feeds[t.name] = torch.from_numpy(numpy_helper.to_array(t).copy())
+        logits = model(**feeds).logits
+        ids = feeds["input_ids"]
+        loss = torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1))
+        loss.backward()
+        params = dict(model.named_parameters())
+        graph = onnx.load(os.path.join(d, "model.onnx")).graph
+        inits = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
+        out = os.path.join(d, "grads")
+        os.makedirs(out, exist_ok=True)
+        k = 0
+        for iname, value in inits.items():
+            if value.dtype != np.float32 or value.ndim == 0:
+                continue
+            # the parameters this initializer stands for: itself, and those of equal value the
+            # exporter stored under its name
+            own = [iname] if iname in params else []
+            merged = [n for n, p in params.items() if n not in inits and tuple(p.shape) == value.shape
+                      and np.array_equal(p.detach().numpy(), value)]
+            if own or merged:
+                g = sum(params[n].grad.numpy() for n in own + merged)
+            else:
+                # an exporter-made copy: nn.Linear's weight stored transposed for MatMul
+                src = [n for n, p in params.items() if p.ndim == 2 and tuple(p.shape[::-1]) == value.shape
+                       and np.array_equal(p.detach().numpy().T, value)]
+                if len(src) != 1 or src[0] in inits:
+                    continue  # a transposed copy of an initializer the graph has: the folded tie (Oases re-ties it)
+                g = params[src[0]].grad.numpy().T
+            open(os.path.join(out, f"grad_{k}.pb"), "wb").write(numpy_helper.from_array(g.astype(np.float32), iname).SerializeToString())
+            k += 1
+        print(f"{name}: loss {loss.item():.6f}, {k} gradients")
+
+
 if __name__ == "__main__":
-    {"optimum": optimum, "torchscript": torchscript, "reference": reference}[sys.argv[1]](sys.argv[2])
+    {"optimum": optimum, "torchscript": torchscript, "reference": reference, "grads": grads}[sys.argv[1]](sys.argv[2])

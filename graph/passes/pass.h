@@ -60,6 +60,9 @@ class DeadCodePass : public Pass {
 std::unique_ptr<Pass> make_simplify_pass();
 // Gather(Flatten(x [B, T]), b·T + j) -> per-row Gather(x, j, axis 1) (graph/passes/batch_gather.cpp).
 std::unique_ptr<Pass> make_batch_gather_pass();
+// An exporter-named initializer equal to the transpose of a named one (a tied head the exporter
+// folded) -> Transpose(the named one) (graph/passes/retie.cpp).
+std::unique_ptr<Pass> make_retie_pass();
 // The canonicalising fusions (graph/passes/fuse_*.cpp).
 std::unique_ptr<Pass> make_fuse_layernorm_pass();
 std::unique_ptr<Pass> make_fuse_rmsnorm_pass();

@@ -6,6 +6,7 @@ Expected<std::vector<PassReport>> run_canonical_pipeline(Graph& g, const FoldOpt
   std::vector<PassReport> reports;
   OASES_RETURN_IF_ERROR(check_supported(g));
   std::vector<std::unique_ptr<Pass>> passes;
+  passes.push_back(make_retie_pass());
   passes.push_back(std::make_unique<InferShapesPass>(fold));
   passes.push_back(std::make_unique<DeadCodePass>());
   passes.push_back(make_simplify_pass());

@@ -3,8 +3,9 @@
 # GPT-2, LLaMA (grouped-query), BERT, OPT and Phi from `transformers`, written by `optimum-cli export onnx`
 # (opset 18) and by torch.onnx.export (TorchScript exporter, opset 17, dynamic axes). Each must
 # import with attention found in every block, run its forward equal to ONNX Runtime's (a padded
-# row included), and train under tp 2 with the oases schedule and 2 chunks, dp 2 and tp 2 x dp 2
-# sequence-parallel with the single-rank losses.
+# row included), give PyTorch's gradients (optimum exports, models/hf/*/grads), and train under tp 2
+# with the oases schedule and 2 chunks, dp 2 and tp 2 x dp 2 sequence-parallel with the single-rank
+# losses.
 source "$(dirname "$0")/lib.sh"
 for d in "$OASES_SOURCE_DIR"/models/hf/*/; do
   d=${d%/}
@@ -14,6 +15,12 @@ for d in "$OASES_SOURCE_DIR"/models/hf/*/; do
   found=$("$OASES_BIN/oases-import" "$d/model.onnx" --verbose --shape input_ids=2,16 --shape attention_mask=2,16 2>&1 | grep find-transformer-blocks)
   [[ $found == *"2 transformer blocks (2 attention, 2 MLP)"* ]] || fail "$name: blocks not found: $found"
   "$OASES_BIN/oases-run" "$d/model.onnx" --data-set "$d/test_data_set_0" >/dev/null || fail "$name: forward differs from ONNX Runtime"
+  if [[ -d $d/grads ]]; then  # PyTorch's gradients (optimum exports): autodiff, re-tied heads, merged initializers
+    "$OASES_BIN/oases-train" "$d/model.onnx" --inputs "$d/test_data_set_0" --steps 0 --dump-grads "$WORK/grads.$name" -q >/dev/null \
+      || fail "$name: --dump-grads failed"
+    /usr/bin/python3 "$OASES_SOURCE_DIR/tests/e2e/compare_grads.py" "$d/grads" "$WORK/grads.$name" "$name vs PyTorch" --rtol 1e-4 \
+      || fail "$name: gradients differ from PyTorch's"
+  fi
   ref=""
   for layout in "" "--local-ranks 2 --tp 2 --schedule oases --chunks 2" "--local-ranks 2 --dp 2" "--local-ranks 4 --tp 2 --dp 2 --sequence-parallel"; do
     rm -f "$WORK/l.jsonl"
@@ -28,6 +35,6 @@ a, b = [list(map(float, s.split())) for s in sys.argv[1:3]]
 assert len(a) == len(b) == 3 and all(abs(x - y) <= 1e-5 * abs(x) for x, y in zip(a, b)), (a, b)
 PY
   done
-  [[ $FAILURES == "$before" ]] && echo "ok: $name: attention found, forward equal to ONNX Runtime, tp/dp/chunked losses equal"
+  [[ $FAILURES == "$before" ]] && echo "ok: $name: attention found, forward equal to ONNX Runtime, gradients as PyTorch's (where given), tp/dp/chunked losses equal"
 done
 finish
