@@ -1,5 +1,6 @@
 // Pass behaviour found on exported models (models/small): fusions must not misfire on each other's
 // leftovers, and scalar constants stored as initializers (dynamo exporter) fold like Constants.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -234,6 +235,52 @@ TEST(PassesOnModels, FlatBatchLookUpBecomesPerRow) {
     for (int64_t i = 0; i < 6; ++i) {
       EXPECT_EQ(after[0].data<int64_t>()[i], want[static_cast<size_t>(i)]) << i;
       EXPECT_EQ(after[0].data<int64_t>()[i], before[0].data<int64_t>()[i]) << i;
+    }
+  }
+}
+
+// A tied head the exporter folded into its own initializer (an exporter-named copy of Eᵀ) is read
+// through Transpose(E) again, so training sums both uses into E; a copy that differs in one element,
+// or a tensor of one repeated value, is left alone.
+TEST(PassesOnModels, RetiesAFoldedTransposedCopyOfTheEmbedding) {
+  for (int variant = 0; variant < 3; ++variant) {
+    SCOPED_TRACE(variant);
+    Graph g;
+    g.opset_imports[""] = 17;
+    const int64_t V = 5, H = 3;
+    std::vector<float> e(static_cast<size_t>(V * H)), et(static_cast<size_t>(V * H));
+    for (int64_t i = 0; i < V * H; ++i) e[static_cast<size_t>(i)] = variant == 2 ? 1.f : 0.1f * static_cast<float>(i) - 0.4f;
+    for (int64_t v = 0; v < V; ++v) {
+      for (int64_t h = 0; h < H; ++h) et[static_cast<size_t>(h * V + v)] = e[static_cast<size_t>(v * H + h)];
+    }
+    if (variant == 1) et[4] += 1e-3f;
+    ValueId ids = g.add_input("ids", DType::kI64, {2});
+    ValueId E = g.add_initializer("wte.weight", Tensor::from_f32(e, {V, H}));
+    ValueId C = g.add_initializer("onnx::MatMul_7", Tensor::from_f32(et, {H, V}));
+    NodeId ga = g.add_node_new_outputs("Gather", {E, ids}, 1);
+    NodeId mm = g.add_node_new_outputs("MatMul", {g.node(ga).outputs[0], C}, 1);
+    ValueId logits = g.node(mm).outputs[0];
+    g.add_output(logits);
+    auto r = make_retie_pass()->run(g);
+    ASSERT_TRUE(r) << r.status().message();
+    EXPECT_EQ(r->count, variant == 0 ? 1 : 0) << r->found;
+    ValueId head = g.node(mm).inputs[1];
+    if (variant == 0) {
+      NodeId t = g.value(head).producer;
+      ASSERT_NE(t, kNoId);
+      EXPECT_EQ(g.node(t).op_type, "Transpose");
+      EXPECT_EQ(g.node(t).inputs[0], E);
+      EXPECT_EQ(std::count(g.initializers().begin(), g.initializers().end(), C), 0);
+      ASSERT_TRUE(InferShapesPass().run(g));
+      std::vector<Tensor> out = run_once(g, {{"ids", Tensor::from_int64({3, 1}, {2})}});
+      ASSERT_EQ(out.size(), 1u);
+      for (int64_t v = 0; v < V; ++v) {  // logits[0, v] = E[3] · E[v]
+        float want = 0;
+        for (int64_t h = 0; h < H; ++h) want += e[static_cast<size_t>(3 * H + h)] * e[static_cast<size_t>(v * H + h)];
+        EXPECT_NEAR(out[0].data<float>()[v], want, 1e-6);
+      }
+    } else {
+      EXPECT_EQ(head, C);
     }
   }
 }
