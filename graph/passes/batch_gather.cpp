@@ -65,11 +65,13 @@ class BatchGatherPass : public Pass {
         }
       }
       if (!ok) continue;
+      // copies: adding values below moves the value table (dv, iv would dangle)
       std::string base = n.name;
       Shape out_shape = g.value(y).shape;
-      ValueId jv = g.add_constant(base + "_row_index", J);
       Shape rows = iv.shape;  // [B, …J]
-      ValueId picked = g.add_value(g.unique_name(base + "_rows"), dv.dtype, rows, true);
+      DType dtype = dv.dtype;
+      ValueId jv = g.add_constant(base + "_row_index", J);
+      ValueId picked = g.add_value(g.unique_name(base + "_rows"), dtype, rows, true);
       g.remove_node(id);
       g.add_node("Gather", {x, jv}, {picked}, AttrMap{{"axis", Attribute::of_int(1)}}, g.unique_name(base + "_per_row"));
       Tensor shape_t(DType::kI64, {static_cast<int64_t>(out_shape.size())});

@@ -57,12 +57,14 @@ class RetiePass : public Pass {
         if (wv.shape[0] != cv.shape[1] || wv.shape[1] != cv.shape[0]) continue;
         if (one_value(cv.constant.data<float>(), cv.numel())) break;
         if (!is_transpose_of(cv.constant.data<float>(), wv.constant.data<float>(), wv.shape[0], wv.shape[1])) continue;
-        std::string copy_name = cv.name;
-        ValueId t = g.add_value(g.unique_name(wv.name + "_T"), DType::kF32, {wv.shape[1], wv.shape[0]}, true);
-        g.add_node("Transpose", {w}, {t}, AttrMap{{"perm", Attribute::of_ints({1, 0})}}, g.unique_name(wv.name + "/retie"));
+        // copies: adding a value moves the value table (cv, wv would dangle)
+        std::string copy_name = cv.name, weight_name = wv.name;
+        Shape ts{wv.shape[1], wv.shape[0]};
+        ValueId t = g.add_value(g.unique_name(weight_name + "_T"), DType::kF32, ts, true);
+        g.add_node("Transpose", {w}, {t}, AttrMap{{"perm", Attribute::of_ints({1, 0})}}, g.unique_name(weight_name + "/retie"));
         g.replace_all_uses(c, t);
         g.remove_initializer(c);
-        found.push_back(fmt::format("{} = {}ᵀ", copy_name, g.value(w).name));
+        found.push_back(fmt::format("{} = {}ᵀ", copy_name, weight_name));
         break;
       }
     }
