@@ -150,6 +150,17 @@ Expected<Program> compile_program(Graph g, const ExecOptions& opts) {
   return p;
 }
 
+std::vector<ScheduledOp> program_order(const Program& p) {
+  std::vector<ScheduledOp> order;
+  for (const Instr& ins : p.instrs) {
+    ScheduledOp::Kind k = ins.kind == Instr::Kind::kCompute     ? ScheduledOp::Kind::kCompute
+                          : ins.kind == Instr::Kind::kCommStart ? ScheduledOp::Kind::kCommStart
+                                                                : ScheduledOp::Kind::kCommWait;
+    order.push_back(ScheduledOp{k, ins.node});
+  }
+  return order;
+}
+
 // The communication thread: runs collectives in the order they were started.
 struct Executor::CommThread {
   std::thread worker;

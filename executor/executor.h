@@ -57,6 +57,8 @@ struct ExecOptions {
 // Compiles `g` (canonical, fully shaped) into a program; the error names the first node without a
 // CPU kernel.
 Expected<Program> compile_program(Graph g, const ExecOptions& opts = {});
+// A compiled program's instructions as a schedule (what the simulator replays).
+std::vector<ScheduledOp> program_order(const Program& p);
 
 class Executor {
  public:

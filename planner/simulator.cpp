@@ -18,6 +18,13 @@ int layer_of(const Node& n) {
 
 }  // namespace
 
+double covered_time(const std::vector<std::pair<double, double>>& busy, double a, double b) {
+  auto it = std::lower_bound(busy.begin(), busy.end(), std::make_pair(a, 0.0), [](const auto& x, const auto& y) { return x.second < y.first; });
+  double on = 0;
+  for (; it != busy.end() && it->first < b; ++it) on += std::max(0.0, std::min(it->second, b) - std::max(it->first, a));
+  return on;
+}
+
 double collective_node_seconds(const Graph& g, const Node& n, const Mesh& mesh, const SimOptions& o) {
   if (n.op_type == "ParallelIdentity") return 0;
   CollectiveKind k = CollectiveKind::kAllReduce;
@@ -144,13 +151,7 @@ Expected<SimResult> replay(const Graph& g, const std::vector<ScheduledOp>& order
     for (const auto& [id, span] : comm_span) {
       double len = span.second - span.first;
       if (len <= 0) continue;
-      auto first = std::lower_bound(busy.begin(), busy.end(), std::make_pair(span.first, 0.0),
-                                    [](const auto& a, const auto& b) { return a.second < b.first; });
-      double on = 0;
-      for (auto it = first; it != busy.end() && it->first < span.second; ++it) {
-        on += std::max(0.0, std::min(it->second, span.second) - std::max(it->first, span.first));
-      }
-      (*busy_out)[id] = std::min(1.0, on / len);
+      (*busy_out)[id] = std::min(1.0, covered_time(busy, span.first, span.second) / len);
     }
   }
   now = std::max(now, comm_free);

@@ -52,6 +52,9 @@ struct SimResult {
 // `order` empty: topological order with collectives in line (oases-train without --schedule).
 Expected<SimResult> simulate_rank(const Graph& local, const std::vector<ScheduledOp>& order, const Mesh& mesh, const SimOptions& o);
 
+// How long the intervals `busy` (sorted, disjoint) cover of [a, b].
+double covered_time(const std::vector<std::pair<double, double>>& busy, double a, double b);
+
 // Duration of one collective node of a partitioned graph.
 double collective_node_seconds(const Graph& g, const Node& n, const Mesh& mesh, const SimOptions& o);
 

@@ -1,7 +1,5 @@
 #include "planner/strategy.h"
 
-#include <set>
-
 #include <fmt/format.h>
 
 #include "graph/op_registry.h"
@@ -32,18 +30,15 @@ Expected<Strategy> megatron_strategy(const Graph& g, const StrategyOptions& opt)
   ModelStructure ms = find_transformer_structure(g);
   if (opt.tp == 1) return st;
   if (ms.blocks.empty()) return Status::error("no transformer block was recognised, so the Megatron strategy has nothing to split");
-  // Biases that one initializer serves in layers splitting it differently (exporters merge
-  // initializers of equal value: a fresh model's zero biases become one tensor) stay whole; each
-  // column-parallel use slices its part locally.
-  std::set<ValueId> whole_biases;
+  // A bias that one initializer serves in layers splitting it differently (exporters merge
+  // initializers of equal value: a fresh model's zero biases become one tensor) stays whole; each
+  // column-parallel use slices its part locally (and any later use that differs keeps it whole).
   auto set = [&](ValueId v, const ShardingSpec& s, const std::string& what, bool bias = false) -> Status {
     Status ok = s.validate(g.value(v).shape, st.mesh);
     if (!ok.is_ok()) return error("{}: weight '{}' {}: {}", what, g.value(v).name, shape_str(g.value(v).shape), ok.message());
-    if (whole_biases.count(v)) return Status::ok();
     auto it = st.specs.find(v);
     if (it != st.specs.end() && it->second != s && bias && g.value(v).shape.size() == 1) {
-      whole_biases.insert(v);
-      st.specs[v] = ShardingSpec::replicated(1);
+      it->second = ShardingSpec::replicated(1);
       return Status::ok();
     }
     if (it != st.specs.end() && it->second != s) {

@@ -247,13 +247,9 @@ void add_collectives(const std::vector<TraceEvent>& ev, CalibrationRun* c) {
   std::sort(busy.begin(), busy.end());
   for (const TraceEvent& e : ev) {
     if (e.thread != 1 || e.dur_us <= 0) continue;
-    double a = e.start_us, b = e.start_us + e.dur_us, on = 0;
-    auto it = std::lower_bound(busy.begin(), busy.end(), std::make_pair(a, 0.0),
-                               [](const auto& x, const auto& y) { return x.second < y.first; });
-    for (; it != busy.end() && it->first < b; ++it) on += std::max(0.0, std::min(it->second, b) - std::max(it->first, a));
     CalibrationRun::Collective& k = c->collectives[e.node];
     k.us += e.dur_us;
-    k.beside += std::min(1.0, on / e.dur_us);
+    k.beside += std::min(1.0, covered_time(busy, e.start_us, e.start_us + e.dur_us) / e.dur_us);
     ++k.n;
   }
 }
@@ -374,12 +370,7 @@ Status measure_model_ops(const PlanningModel& m, const ModelAnalysis& a, int64_t
             if (rep == 1) {
               CalibrationRun c;
               c.graph = p.graph;
-              for (const Instr& ins : p.instrs) {
-                c.order.push_back(ScheduledOp{ins.kind == Instr::Kind::kCompute     ? ScheduledOp::Kind::kCompute
-                                              : ins.kind == Instr::Kind::kCommStart ? ScheduledOp::Kind::kCommStart
-                                                                                    : ScheduledOp::Kind::kCommWait,
-                                              ins.node});
-              }
+              c.order = program_order(p);
               c.mesh = st->mesh;
               c.ranks = ranks;
               calib->push_back(std::move(c));
@@ -509,10 +500,7 @@ Status calibrate_executor(const std::vector<CalibrationRun>& runs, const std::st
   };
   double lo = 1.0, hi = 1.0;
   OASES_ASSIGN_OR_RETURN(double at_lo, replay(lo));
-  if (at_lo >= wall) {
-    p->core_share = 1.0;
-    return Status::ok();
-  }
+  if (at_lo >= wall) return Status::ok();  // core_share stays 1
   for (int i = 0; i < 8; ++i) {
     hi *= 2;
     OASES_ASSIGN_OR_RETURN(double t, replay(hi));
@@ -603,6 +591,13 @@ int main(int argc, char** argv) {
       std::map<std::string, OpSample> acc;
       ExecutorOverheads ovh, ovh_one;
       std::vector<CalibrationRun> calib;
+      // an interleaved (oases) run, for the calibration only: collectives beside computation; the op
+      // samples and gaps stay those of the plain runs
+      auto interleaved_run = [&](int64_t t, int64_t k) {
+        std::map<std::string, OpSample> unused_ops;
+        ExecutorOverheads unused_ovh;
+        return measure_model_ops(*pm, *a, ranks, t, k, threads, reps, link ? *link : LinkModel{}, &unused_ops, &unused_ovh, &calib, "oases");
+      };
       nlohmann::json done = nlohmann::json::array();
       for (int64_t t : degrees) {
         if (std::find(a->tp_candidates.begin(), a->tp_candidates.end(), t) == a->tp_candidates.end()) {
@@ -612,15 +607,8 @@ int main(int argc, char** argv) {
           if (k < 1 || pm->batch % (ranks / t * k) != 0) continue;
           auto t0 = Clock::now();
           if (Status s = measure_model_ops(*pm, *a, ranks, t, k, threads, reps, link ? *link : LinkModel{}, &acc, &ovh, &calib); !s.is_ok()) return fail_with(s.with_context(model));
-          // with chunks, also the interleaved schedule, for the calibration only (collectives beside
-          // computation); the op samples and gaps stay those of the plain runs
-          if (k > 1 && t > 1) {
-            std::map<std::string, OpSample> unused_ops;
-            ExecutorOverheads unused_ovh;
-            if (Status s = measure_model_ops(*pm, *a, ranks, t, k, threads, reps, link ? *link : LinkModel{}, &unused_ops, &unused_ovh, &calib, "oases");
-                !s.is_ok()) {
-              return fail_with(s.with_context(model));
-            }
+          if (k > 1 && t > 1) {  // with chunks, also the interleaved schedule
+            if (Status s = interleaved_run(t, k); !s.is_ok()) return fail_with(s.with_context(model));
           }
           std::printf("ops: tp %lld x dp %lld, %lld chunk(s): %.1f s\n", static_cast<long long>(t), static_cast<long long>(ranks / t),
                       static_cast<long long>(k), seconds_since(t0));
@@ -633,12 +621,7 @@ int main(int argc, char** argv) {
           return d["tp"].get<int64_t>() == t && d["chunks"].get<int64_t>() > 1;
         });
         if (t > 1 && !interleaved && pm->batch % (ranks / t * 2) == 0) {
-          std::map<std::string, OpSample> unused_ops;
-          ExecutorOverheads unused_ovh;
-          if (Status s = measure_model_ops(*pm, *a, ranks, t, 2, threads, reps, link ? *link : LinkModel{}, &unused_ops, &unused_ovh, &calib, "oases");
-              !s.is_ok()) {
-            return fail_with(s.with_context(model));
-          }
+          if (Status s = interleaved_run(t, 2); !s.is_ok()) return fail_with(s.with_context(model));
         }
       }
       // Under tp > 1 the loss is lowered to vocabulary-parallel pieces; when no plan above kept it

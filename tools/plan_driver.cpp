@@ -90,12 +90,7 @@ Expected<RankProgram> build_rank_program(const PlanningModel& m, const ModelAnal
   eo.order = rp.order;
   OASES_ASSIGN_OR_RETURN(Program prog, compile_program(rp.graph, eo));
   rp.arena_bytes = static_cast<double>(prog.memory.arena_bytes);
-  for (const Instr& ins : prog.instrs) {
-    ScheduledOp::Kind k = ins.kind == Instr::Kind::kCompute     ? ScheduledOp::Kind::kCompute
-                          : ins.kind == Instr::Kind::kCommStart ? ScheduledOp::Kind::kCommStart
-                                                                : ScheduledOp::Kind::kCommWait;
-    rp.exec_order.push_back(ScheduledOp{k, ins.node});
-  }
+  rp.exec_order = program_order(prog);
   rp.exec_graph = std::move(prog.graph);
   return rp;
 }
