@@ -128,7 +128,6 @@ Expected<BackwardResult> build_backward(Graph& g, ValueId loss, const std::vecto
     contrib[loss].push_back(g.add_constant("loss_grad_seed", one));
   }
   int node_count_before = static_cast<int>(g.num_nodes());
-  // `where` by value: callers pass a value's name, and adding values below moves the values
   auto total = [&](ValueId v, std::string where) -> ValueId {
     auto it = contrib.find(v);
     if (it == contrib.end() || it->second.empty()) return kNoId;

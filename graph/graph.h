@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <deque>
 #include <vector>
 
 #include "graph/attribute.h"
@@ -151,7 +152,8 @@ class Graph {
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
-  std::vector<Value> values_;
+  // a deque: a Value stays where it is when values are added, so references to it stay valid
+  std::deque<Value> values_;
   std::unordered_map<std::string, ValueId> value_by_name_;
   std::vector<void*> vertex_of_;  // NodeId -> vertex descriptor, nullptr once removed
   std::vector<ValueId> inputs_, outputs_, initializers_;

@@ -65,7 +65,6 @@ class BatchGatherPass : public Pass {
         }
       }
       if (!ok) continue;
-      // copies: adding values below moves the value table (dv, iv would dangle)
       std::string base = n.name;
       Shape out_shape = g.value(y).shape;
       Shape rows = iv.shape;  // [B, …J]

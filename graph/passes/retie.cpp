@@ -57,7 +57,6 @@ class RetiePass : public Pass {
         if (wv.shape[0] != cv.shape[1] || wv.shape[1] != cv.shape[0]) continue;
         if (one_value(cv.constant.data<float>(), cv.numel())) break;
         if (!is_transpose_of(cv.constant.data<float>(), wv.constant.data<float>(), wv.shape[0], wv.shape[1])) continue;
-        // copies: adding a value moves the value table (cv, wv would dangle)
         std::string copy_name = cv.name, weight_name = wv.name;
         Shape ts{wv.shape[1], wv.shape[0]};
         ValueId t = g.add_value(g.unique_name(weight_name + "_T"), DType::kF32, ts, true);
