@@ -19,7 +19,7 @@ namespace oases {
 
 struct TokenData {
   std::vector<int32_t> tokens;
-  std::string format;   // "llm.c", "nanogpt", "int32", "bytes", "synthetic"
+  std::string format;      // "llm.c", "nanogpt", "int32", "bytes", "synthetic"
   int64_t vocab_hint = 0;  // 256 for bytes; max id + 1 otherwise
   std::string path;
 };

@@ -6,7 +6,6 @@
 
 #include <fmt/format.h>
 
-
 namespace oases {
 
 uint64_t fnv1a(const std::string& s, uint64_t h) {
@@ -30,8 +29,8 @@ Expected<std::unique_ptr<RankRuntime>> RankRuntime::create(Communicator* comm, c
     return rt;
   }
   if (comm->size() != mesh.size()) {
-    return error("the world has {} ranks but the mesh {} needs {} (tp x dp must equal the number of ranks)", comm->size(),
-                 mesh.to_string(), mesh.size());
+    return error("the world has {} ranks but the mesh {} needs {} (tp x dp must equal the number of ranks)", comm->size(), mesh.to_string(),
+                 mesh.size());
   }
   rt->comm_ = comm;
   rt->rank_ = comm->rank();
@@ -119,7 +118,8 @@ std::vector<std::string> RankRuntime::gather_strings(const std::string& mine) {
   std::vector<char> all(static_cast<size_t>(mx) * static_cast<size_t>(size()));
   if (mx > 0) world_->all_gather(padded.data(), all.data(), mx);
   std::vector<std::string> out;
-  for (int r = 0; r < size(); ++r) out.emplace_back(all.data() + static_cast<size_t>(r) * static_cast<size_t>(mx), static_cast<size_t>(lens[static_cast<size_t>(r)]));
+  for (int r = 0; r < size(); ++r)
+    out.emplace_back(all.data() + static_cast<size_t>(r) * static_cast<size_t>(mx), static_cast<size_t>(lens[static_cast<size_t>(r)]));
   return out;
 }
 

@@ -3,12 +3,12 @@
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <cstdlib>
+#include <cstring>
 #include <deque>
 #include <functional>
 #include <mutex>
 #include <thread>
-#include <cstdlib>
-#include <cstring>
 
 #include "executor/device.h"
 #include "executor/fusion.h"
@@ -56,8 +56,8 @@ namespace {
 Expected<std::vector<ScheduledOp>> fuse_scheduled(Graph& g, const std::vector<ScheduledOp>& schedule, const std::set<ValueId>& keep,
                                                   FusionStats* stats) {
   std::vector<NodeId> order;
-  std::map<NodeId, size_t> index;                    // node -> its position in `order` before fusion
-  std::vector<std::pair<size_t, NodeId>> waits;      // (position of the step it preceded, node)
+  std::map<NodeId, size_t> index;                // node -> its position in `order` before fusion
+  std::vector<std::pair<size_t, NodeId>> waits;  // (position of the step it preceded, node)
   std::map<NodeId, ScheduledOp::Kind> kind;
   for (const ScheduledOp& op : schedule) {
     if (op.kind == ScheduledOp::Kind::kCommWait) {
@@ -84,7 +84,8 @@ Expected<std::vector<ScheduledOp>> fuse_scheduled(Graph& g, const std::vector<Sc
   std::vector<ScheduledOp> out;
   size_t w = 0;
   for (size_t i = 0; i < order.size(); ++i) {
-    while (w < waits.size() && static_cast<double>(waits[w].first) <= pos[i] + 0.25) out.push_back({ScheduledOp::Kind::kCommWait, waits[w++].second});
+    while (w < waits.size() && static_cast<double>(waits[w].first) <= pos[i] + 0.25)
+      out.push_back({ScheduledOp::Kind::kCommWait, waits[w++].second});
     auto k = kind.find(order[i]);
     out.push_back({k == kind.end() ? ScheduledOp::Kind::kCompute : k->second, order[i]});
   }
@@ -135,14 +136,15 @@ Expected<Program> compile_program(Graph g, const ExecOptions& opts) {
     std::vector<int> seen(static_cast<size_t>(g.max_node_id()), 0);
     for (const ScheduledOp& op : schedule) {
       if (!g.alive(op.node)) return error("the schedule names node {}, which the graph does not have", op.node);
-      Instr::Kind k = op.kind == ScheduledOp::Kind::kCompute ? Instr::Kind::kCompute
+      Instr::Kind k = op.kind == ScheduledOp::Kind::kCompute     ? Instr::Kind::kCompute
                       : op.kind == ScheduledOp::Kind::kCommStart ? Instr::Kind::kCommStart
                                                                  : Instr::Kind::kCommWait;
       OASES_RETURN_IF_ERROR(add(k, op.node));
       if (k != Instr::Kind::kCommWait) seen[static_cast<size_t>(op.node)]++;
     }
     for (NodeId id : g.nodes()) {
-      if (seen[static_cast<size_t>(id)] != 1) return error("the schedule runs {} {} times", g.node(id).describe(), seen[static_cast<size_t>(id)]);
+      if (seen[static_cast<size_t>(id)] != 1)
+        return error("the schedule runs {} {} times", g.node(id).describe(), seen[static_cast<size_t>(id)]);
     }
   }
   p.memory = MemoryPlan::build(g, steps, opts.keep, fuse ? MemoryPlan::InplaceFn(inplace_input) : MemoryPlan::InplaceFn());
@@ -312,7 +314,8 @@ void Executor::run_compute(size_t i) {
     (*prog_.kernels[i])(contexts_[i]);
     double t1 = now_us();
     if (profiling_) node_ms_[i] = (t1 - t0) / 1000.0;
-    if (tracing_) events_.push_back(TraceEvent{prog_.instrs[i].node, 0, is_collective(*contexts_[i].node) ? "comm" : "compute", t0, t1 - t0});
+    if (tracing_)
+      events_.push_back(TraceEvent{prog_.instrs[i].node, 0, is_collective(*contexts_[i].node) ? "comm" : "compute", t0, t1 - t0});
   } else {
     (*prog_.kernels[i])(contexts_[i]);
   }
@@ -388,8 +391,7 @@ Status Executor::execute(const std::map<std::string, Tensor>& inputs) {
     if (comm_) {
       try {
         comm_->wait_all();
-      } catch (...) {
-      }
+      } catch (...) {}
     }
     return Status::error(e.what());
   }

@@ -29,8 +29,8 @@ struct Instr {
 // One timed interval of a run, for traces and the overlap report.
 struct TraceEvent {
   NodeId node = kNoId;
-  int thread = 0;          // 0 compute, 1 communication
-  std::string category;    // "compute" | "comm" | "wait"
+  int thread = 0;        // 0 compute, 1 communication
+  std::string category;  // "compute" | "comm" | "wait"
   double start_us = 0, dur_us = 0;
 };
 
@@ -43,9 +43,9 @@ struct Program {
 };
 
 struct ExecOptions {
-  std::set<ValueId> keep;  // values to keep readable after run() (besides the graph outputs)
-  int threads = 0;         // kernel threads (kernels/cpu/parallel.h); 0: the default
-  bool fuse = true;        // executor-level fusion and in-place outputs (executor/fusion.h); OASES_NO_FUSION=1 turns both off
+  std::set<ValueId> keep;          // values to keep readable after run() (besides the graph outputs)
+  int threads = 0;                 // kernel threads (kernels/cpu/parallel.h); 0: the default
+  bool fuse = true;                // executor-level fusion and in-place outputs (executor/fusion.h); OASES_NO_FUSION=1 turns both off
   std::vector<CommGroup*> groups;  // this rank's group per mesh axis (distributed programs)
   // Instruction order from the scheduler (planner/schedule.h); empty: topological order with
   // collectives run in line by the compute thread.

@@ -10,7 +10,9 @@ namespace {
 
 constexpr const char* kFusedDomain = "oases.cpu";
 
-bool is_op(const Node& n, const char* domain, const char* op) { return n.domain == domain && n.op_type == op; }
+bool is_op(const Node& n, const char* domain, const char* op) {
+  return n.domain == domain && n.op_type == op;
+}
 bool is_matmul(const Node& n) {
   return is_op(n, "", "MatMul") || is_op(n, "oases", "MatMulT") || is_op(n, kFusedDomain, "FusedMatMul");
 }
@@ -357,8 +359,9 @@ class Fuser {
 }  // namespace
 
 int inplace_input(const Graph& g, const Node& n) {
-  static const std::set<std::string> unary = {"Relu", "Gelu", "Tanh", "Sigmoid", "Exp", "Log", "Neg", "Abs", "Sqrt", "Reciprocal",
-                                              "Erf", "Identity", "Dropout", "Softmax", "LogSoftmax", "LeakyRelu", "Elu"};
+  static const std::set<std::string> unary = {"Relu",    "Gelu",    "Tanh",       "Sigmoid",    "Exp", "Log",
+                                              "Neg",     "Abs",     "Sqrt",       "Reciprocal", "Erf", "Identity",
+                                              "Dropout", "Softmax", "LogSoftmax", "LeakyRelu",  "Elu"};
   static const std::set<std::string> binary = {"Add", "Sub", "Mul", "Div"};
   static const std::set<std::string> grads = {"GeluGrad", "UnaryGrad", "DropoutGrad", "SoftmaxGrad"};
   if (n.outputs.empty() || n.outputs[0] == kNoId) return -1;

@@ -24,7 +24,9 @@ bool LossScaler::update(bool grads_finite) {
   return true;
 }
 
-std::string LossScaler::state() const { return fmt::format("scale={} good={} skipped={}", scale_, good_, skipped_); }
+std::string LossScaler::state() const {
+  return fmt::format("scale={} good={} skipped={}", scale_, good_, skipped_);
+}
 
 bool LossScaler::set_state(const std::string& s) {
   double sc = 0;

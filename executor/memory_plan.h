@@ -17,7 +17,7 @@ namespace oases {
 struct ValueSlot {
   enum class Kind { kNone, kArena, kConstant, kInput, kView };
   Kind kind = Kind::kNone;
-  int64_t offset = 0;   // kArena: byte offset in the arena
+  int64_t offset = 0;  // kArena: byte offset in the arena
   size_t bytes = 0;
   ValueId root = kNoId;  // kView: the value whose storage it shares (never itself a view)
 };

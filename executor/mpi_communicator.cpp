@@ -25,7 +25,9 @@ bool launched_by_mpi_launcher() {
 
 #ifdef OASES_WITH_MPI
 
-bool mpi_available() { return true; }
+bool mpi_available() {
+  return true;
+}
 
 namespace {
 
@@ -162,7 +164,9 @@ std::unique_ptr<Communicator> mpi_communicator(int* argc, char*** argv) {
 
 #else
 
-bool mpi_available() { return false; }
+bool mpi_available() {
+  return false;
+}
 
 std::unique_ptr<Communicator> mpi_communicator(int*, char***) {
   throw OasesError("this build of Oases has no MPI (configure with -DOASES_MPI=ON)");

@@ -53,9 +53,8 @@ double Optimizer::step_with_norm(const std::vector<const float*>& grads, float g
     float* w = p.value.mutable_data<float>();
     float wd = p.decay ? static_cast<float>(cfg_.weight_decay) : 0.f;
     if (cfg_.kind == "adamw") {
-      kernels::adamw_update(w, grads[i], p.m.mutable_data<float>(), p.v.mutable_data<float>(), p.value.numel(),
-                            static_cast<float>(lr), static_cast<float>(cfg_.beta1), static_cast<float>(cfg_.beta2),
-                            static_cast<float>(cfg_.eps), wd, t_, scale);
+      kernels::adamw_update(w, grads[i], p.m.mutable_data<float>(), p.v.mutable_data<float>(), p.value.numel(), static_cast<float>(lr),
+                            static_cast<float>(cfg_.beta1), static_cast<float>(cfg_.beta2), static_cast<float>(cfg_.eps), wd, t_, scale);
     } else {
       kernels::sgd_update(w, grads[i], p.m.mutable_data<float>(), p.value.numel(), static_cast<float>(lr),
                           static_cast<float>(cfg_.momentum), wd, cfg_.nesterov, t_ == 1, scale);

@@ -15,16 +15,16 @@ namespace oases {
 struct OptimizerConfig {
   std::string kind = "adamw";  // adamw | sgd
   double lr = 1e-3;
-  double min_lr = -1;          // < 0: lr / 10
-  int64_t warmup = 0;          // steps of linear warm-up
-  int64_t total_steps = 0;     // for the cosine schedule; 0: constant after warm-up
+  double min_lr = -1;       // < 0: lr / 10
+  int64_t warmup = 0;       // steps of linear warm-up
+  int64_t total_steps = 0;  // for the cosine schedule; 0: constant after warm-up
   bool cosine = true;
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
   double weight_decay = 0.0;
   double momentum = 0.9;
   bool nesterov = false;
-  double clip = 0.0;           // global gradient-norm clip; 0 = off
-  bool decay_all = false;      // false: no weight decay on rank-1 parameters (biases, norms)
+  double clip = 0.0;       // global gradient-norm clip; 0 = off
+  bool decay_all = false;  // false: no weight decay on rank-1 parameters (biases, norms)
 };
 
 double learning_rate_at(const OptimizerConfig& c, int64_t step);  // step counts from 1

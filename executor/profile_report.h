@@ -22,7 +22,7 @@ class ProfileReport {
 
  private:
   std::map<std::string, std::pair<double, int>> by_op_;  // op type -> (ms, nodes)
-  std::vector<double> by_node_;                           // instruction -> ms
+  std::vector<double> by_node_;                          // instruction -> ms
   double run_ms_ = 0;
   int runs_ = 0;
 };

@@ -113,9 +113,10 @@ Status check_stream_plan(const Program& p, const StreamPlan& plan) {
         for (const Access& a : log[other]) {
           if (a.stream == s || (!a.write && !write)) continue;
           if (a.clock > vc[s][a.stream]) {
-            return error("unordered access: {} on stream {} {} '{}' while {} on stream {} {} '{}' (arena bytes overlap) with no event between",
-                         n.describe(), s, write ? "writes" : "reads", g.value(v).name, g.node(p.instrs[a.instr].node).describe(),
-                         a.stream, a.write ? "writes" : "reads", g.value(a.value).name);
+            return error(
+                "unordered access: {} on stream {} {} '{}' while {} on stream {} {} '{}' (arena bytes overlap) with no event between",
+                n.describe(), s, write ? "writes" : "reads", g.value(v).name, g.node(p.instrs[a.instr].node).describe(), a.stream,
+                a.write ? "writes" : "reads", g.value(a.value).name);
           }
         }
       }

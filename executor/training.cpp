@@ -21,7 +21,9 @@ namespace oases {
 
 namespace {
 
-bool is_scalar_float(const Value& v) { return is_floating(v.dtype) && v.numel() == 1 && v.shape.size() <= 1; }
+bool is_scalar_float(const Value& v) {
+  return is_floating(v.dtype) && v.numel() == 1 && v.shape.size() <= 1;
+}
 
 std::string lower(std::string s) {
   for (auto& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
@@ -43,9 +45,10 @@ Expected<TrainingGraph> build_training_graph(Graph g, const TrainingSpec& spec) 
     if (logits == kNoId) {
       std::vector<std::string> outs;
       for (ValueId o : g.outputs()) outs.push_back(describe_value(g, o));
-      return error("the model has no scalar output to use as the loss and no logits output [..., V] to attach a "
-                   "cross-entropy loss to (outputs: {})",
-                   fmt::join(outs, ", "));
+      return error(
+          "the model has no scalar output to use as the loss and no logits output [..., V] to attach a "
+          "cross-entropy loss to (outputs: {})",
+          fmt::join(outs, ", "));
     }
     const Shape ls = g.value(logits).shape;
     int64_t vocab = ls.back();
@@ -167,7 +170,9 @@ std::map<std::string, Tensor> feeds_for_batch(const Graph& g, const std::vector<
       double x = 0;
       switch (r.kind) {
         case InputRole::kTokens: x = static_cast<double>(b.inputs[static_cast<size_t>(i % static_cast<int64_t>(b.inputs.size()))]); break;
-        case InputRole::kTargets: x = static_cast<double>(b.targets[static_cast<size_t>(i % static_cast<int64_t>(b.targets.size()))]); break;
+        case InputRole::kTargets:
+          x = static_cast<double>(b.targets[static_cast<size_t>(i % static_cast<int64_t>(b.targets.size()))]);
+          break;
         case InputRole::kOnes: x = 1; break;
         case InputRole::kPositions: x = static_cast<double>(i % seq); break;
         case InputRole::kZeros: x = 0; break;
@@ -247,8 +252,7 @@ Status Trainer::run_micro(const std::map<std::string, Tensor>& feeds, bool accum
   return Status::ok();
 }
 
-Expected<StepStats> Trainer::step(const std::vector<std::map<std::string, Tensor>>& micro,
-                                  const std::function<Status()>& before_update) {
+Expected<StepStats> Trainer::step(const std::vector<std::map<std::string, Tensor>>& micro, const std::function<Status()>& before_update) {
   auto t0 = std::chrono::steady_clock::now();
   if (micro.empty()) return Status::error("a step needs at least one micro-batch");
   StepStats st;
@@ -292,8 +296,9 @@ Expected<StepStats> Trainer::step(const std::vector<std::map<std::string, Tensor
   return st;
 }
 
-void Trainer::set_loss_scale(double s) { loss_scale_ = s; }
-
+void Trainer::set_loss_scale(double s) {
+  loss_scale_ = s;
+}
 
 Expected<double> Trainer::compute_gradients(const std::map<std::string, Tensor>& feeds) {
   double l;
@@ -371,8 +376,12 @@ Status save_checkpoint(const Checkpoint& c, const std::string& path) {
   h["extra"] = nlohmann::json::parse(c.extra_json, nullptr, false);
   uint64_t offset = 0;
   for (const auto& [name, t] : c.tensors) {
-    h["tensors"].push_back({{"name", name}, {"dtype", dtype_name(t.dtype())}, {"onnx_type", dtype_to_onnx(t.dtype())},
-                            {"shape", t.shape()}, {"offset", offset}, {"bytes", t.nbytes()}});
+    h["tensors"].push_back({{"name", name},
+                            {"dtype", dtype_name(t.dtype())},
+                            {"onnx_type", dtype_to_onnx(t.dtype())},
+                            {"shape", t.shape()},
+                            {"offset", offset},
+                            {"bytes", t.nbytes()}});
     offset += t.nbytes();
   }
   std::string header = h.dump();

@@ -17,9 +17,9 @@
 namespace oases {
 
 struct TrainingSpec {
-  std::string loss = "auto";     // auto: the model's scalar output if it has one, else cross_entropy
-  int64_t ignore_index = -100;   // for the appended cross-entropy
-  std::string freeze;            // ECMAScript regex of initializer names to hold fixed
+  std::string loss = "auto";    // auto: the model's scalar output if it has one, else cross_entropy
+  int64_t ignore_index = -100;  // for the appended cross-entropy
+  std::string freeze;           // ECMAScript regex of initializer names to hold fixed
   // Runs on the forward + loss graph (outputs: [loss]) before the backward pass is made; the
   // tools use it to split the batch into micro-batch chunks (planner/chunking.h). Must keep the
   // ValueIds of initializers and inputs, and leave the loss as output 0.
@@ -27,14 +27,14 @@ struct TrainingSpec {
 };
 
 struct TrainingGraph {
-  Graph graph;                       // forward + loss + backward; outputs = [loss, grads...]
+  Graph graph;  // forward + loss + backward; outputs = [loss, grads...]
   ValueId loss = kNoId;
-  std::vector<ValueId> params;       // trainable initializers
-  std::vector<ValueId> grads;        // gradient of params[i]
-  ValueId targets = kNoId;           // input added for the appended loss ("oases_targets")
+  std::vector<ValueId> params;  // trainable initializers
+  std::vector<ValueId> grads;   // gradient of params[i]
+  ValueId targets = kNoId;      // input added for the appended loss ("oases_targets")
   bool appended_loss = false;
-  int64_t vocab = 0;                 // logits width (appended loss) or the token embedding's rows
-  std::vector<std::string> frozen;   // float initializers held fixed
+  int64_t vocab = 0;                // logits width (appended loss) or the token embedding's rows
+  std::vector<std::string> frozen;  // float initializers held fixed
 };
 
 // Adds the loss (when the model has no scalar output) and the backward pass.
@@ -55,7 +55,7 @@ std::map<std::string, Tensor> feeds_for_batch(const Graph& g, const std::vector<
 Tensor shifted_targets(const Tensor& tokens, int64_t ignore_index);
 
 struct StepStats {
-  double loss = 0;      // mean over micro-batches
+  double loss = 0;  // mean over micro-batches
   double grad_norm = 0;
   double lr = 0;
   double ms = 0;

@@ -21,13 +21,48 @@ struct Attribute {
   std::vector<std::string> strings;
   Tensor t;
 
-  static Attribute of_int(int64_t v) { Attribute a; a.kind = Kind::kInt; a.i = v; return a; }
-  static Attribute of_float(float v) { Attribute a; a.kind = Kind::kFloat; a.f = v; return a; }
-  static Attribute of_string(std::string v) { Attribute a; a.kind = Kind::kString; a.s = std::move(v); return a; }
-  static Attribute of_ints(std::vector<int64_t> v) { Attribute a; a.kind = Kind::kInts; a.ints = std::move(v); return a; }
-  static Attribute of_floats(std::vector<float> v) { Attribute a; a.kind = Kind::kFloats; a.floats = std::move(v); return a; }
-  static Attribute of_strings(std::vector<std::string> v) { Attribute a; a.kind = Kind::kStrings; a.strings = std::move(v); return a; }
-  static Attribute of_tensor(Tensor v) { Attribute a; a.kind = Kind::kTensor; a.t = std::move(v); return a; }
+  static Attribute of_int(int64_t v) {
+    Attribute a;
+    a.kind = Kind::kInt;
+    a.i = v;
+    return a;
+  }
+  static Attribute of_float(float v) {
+    Attribute a;
+    a.kind = Kind::kFloat;
+    a.f = v;
+    return a;
+  }
+  static Attribute of_string(std::string v) {
+    Attribute a;
+    a.kind = Kind::kString;
+    a.s = std::move(v);
+    return a;
+  }
+  static Attribute of_ints(std::vector<int64_t> v) {
+    Attribute a;
+    a.kind = Kind::kInts;
+    a.ints = std::move(v);
+    return a;
+  }
+  static Attribute of_floats(std::vector<float> v) {
+    Attribute a;
+    a.kind = Kind::kFloats;
+    a.floats = std::move(v);
+    return a;
+  }
+  static Attribute of_strings(std::vector<std::string> v) {
+    Attribute a;
+    a.kind = Kind::kStrings;
+    a.strings = std::move(v);
+    return a;
+  }
+  static Attribute of_tensor(Tensor v) {
+    Attribute a;
+    a.kind = Kind::kTensor;
+    a.t = std::move(v);
+    return a;
+  }
 
   std::string to_string() const;
 };

@@ -82,7 +82,9 @@ ValueId GradContext::ensure_output(int i, DType dt, const Shape& s) {
 
 namespace {
 
-bool differentiable_type(DType t) { return is_floating(t); }
+bool differentiable_type(DType t) {
+  return is_floating(t);
+}
 
 }  // namespace
 

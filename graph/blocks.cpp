@@ -22,7 +22,9 @@ bool is_norm(const Node& n) {
          (n.op_type == "RMSNormalization" && n.domain == kOasesDomain);
 }
 
-bool is_matmul(const Node& n) { return is_default_domain(n.domain) && (n.op_type == "MatMul" || n.op_type == "Gemm"); }
+bool is_matmul(const Node& n) {
+  return is_default_domain(n.domain) && (n.op_type == "MatMul" || n.op_type == "Gemm");
+}
 
 // Walks backwards from v, stopping at norms and linear layers; collects the linear layers met.
 void linears_behind(const Graph& g, ValueId v, std::vector<NodeId>* found, int max_nodes = 64) {
@@ -133,8 +135,8 @@ ModelStructure find_transformer_structure(const Graph& g) {
   // embeddings
   for (NodeId id : order) {
     const Node& n = g.node(id);
-    if (n.op_type == "Gather" && is_default_domain(n.domain) && is_param(g, n.inputs[0]) &&
-        g.value(n.inputs[0]).shape.size() == 2 && n.attrs.get_int("axis", 0) == 0) {
+    if (n.op_type == "Gather" && is_default_domain(n.domain) && is_param(g, n.inputs[0]) && g.value(n.inputs[0]).shape.size() == 2 &&
+        n.attrs.get_int("axis", 0) == 0) {
       EmbeddingInfo e;
       e.gather = id;
       e.weight = n.inputs[0];
@@ -372,6 +374,8 @@ class FindBlocksPass : public Pass {
 
 }  // namespace
 
-std::unique_ptr<Pass> make_find_blocks_pass() { return std::make_unique<FindBlocksPass>(); }
+std::unique_ptr<Pass> make_find_blocks_pass() {
+  return std::make_unique<FindBlocksPass>();
+}
 
 }  // namespace oases

@@ -12,11 +12,11 @@
 namespace oases {
 
 struct LinearInfo {
-  NodeId matmul = kNoId;      // MatMul or Gemm
-  ValueId weight = kNoId;     // the initializer (rank 2)
-  bool transposed = false;    // weight stored [out, in] (Gemm transB, or a Transpose node before MatMul)
-  NodeId transpose = kNoId;   // that Transpose node, if any
-  ValueId bias = kNoId;       // initializer added after the product, if any
+  NodeId matmul = kNoId;     // MatMul or Gemm
+  ValueId weight = kNoId;    // the initializer (rank 2)
+  bool transposed = false;   // weight stored [out, in] (Gemm transB, or a Transpose node before MatMul)
+  NodeId transpose = kNoId;  // that Transpose node, if any
+  ValueId bias = kNoId;      // initializer added after the product, if any
   NodeId bias_add = kNoId;
   int64_t in_features = 0, out_features = 0;
 };
@@ -31,8 +31,8 @@ struct AttentionInfo {
 
 struct MlpInfo {
   NodeId activation = kNoId;
-  std::string kind;             // "gelu", "gelu_tanh", "swiglu", "relu", "silu", ...
-  std::vector<LinearInfo> up;   // [up] or [gate, up] for SwiGLU
+  std::string kind;            // "gelu", "gelu_tanh", "swiglu", "relu", "silu", ...
+  std::vector<LinearInfo> up;  // [up] or [gate, up] for SwiGLU
   LinearInfo down;
 };
 

@@ -13,8 +13,7 @@ class Evaluator {
   virtual ~Evaluator() = default;
   // Output tensors of `node` (whose output values already carry dtype and shape) for `inputs`
   // (kNoId inputs are undefined tensors).
-  virtual Expected<std::vector<Tensor>> evaluate(const Graph& g, const Node& node,
-                                                 const std::vector<Tensor>& inputs) const = 0;
+  virtual Expected<std::vector<Tensor>> evaluate(const Graph& g, const Node& node, const std::vector<Tensor>& inputs) const = 0;
 };
 
 }  // namespace oases

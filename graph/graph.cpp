@@ -16,7 +16,9 @@ struct EdgeData {
 using BGraph = boost::adjacency_list<boost::listS, boost::listS, boost::bidirectionalS, Node, EdgeData>;
 using Vertex = BGraph::vertex_descriptor;
 
-Vertex as_vertex(void* p) { return static_cast<Vertex>(p); }
+Vertex as_vertex(void* p) {
+  return static_cast<Vertex>(p);
+}
 }  // namespace
 
 struct Graph::Impl {
@@ -38,7 +40,9 @@ Graph::~Graph() = default;
 Graph::Graph(Graph&&) noexcept = default;
 Graph& Graph::operator=(Graph&&) noexcept = default;
 
-Graph::Graph(const Graph& other) : impl_(std::make_unique<Impl>()) { rebuild_from(other); }
+Graph::Graph(const Graph& other) : impl_(std::make_unique<Impl>()) {
+  rebuild_from(other);
+}
 
 Graph& Graph::operator=(const Graph& other) {
   if (this != &other) {
@@ -147,7 +151,9 @@ void Graph::set_constant(ValueId v, Tensor t) {
   val.constant = std::move(t);
 }
 
-void Graph::add_output(ValueId v) { outputs_.push_back(v); }
+void Graph::add_output(ValueId v) {
+  outputs_.push_back(v);
+}
 
 void Graph::remove_input(ValueId v) {
   inputs_.erase(std::remove(inputs_.begin(), inputs_.end(), v), inputs_.end());
@@ -159,10 +165,12 @@ void Graph::remove_initializer(ValueId v) {
   value(v).is_initializer = false;
 }
 
-bool Graph::is_output(ValueId v) const { return std::find(outputs_.begin(), outputs_.end(), v) != outputs_.end(); }
+bool Graph::is_output(ValueId v) const {
+  return std::find(outputs_.begin(), outputs_.end(), v) != outputs_.end();
+}
 
-NodeId Graph::add_node(const std::string& op_type, const std::vector<ValueId>& ins, const std::vector<ValueId>& outs,
-                       AttrMap attrs, const std::string& nm, const std::string& domain) {
+NodeId Graph::add_node(const std::string& op_type, const std::vector<ValueId>& ins, const std::vector<ValueId>& outs, AttrMap attrs,
+                       const std::string& nm, const std::string& domain) {
   Node n;
   n.id = static_cast<NodeId>(vertex_of_.size());
   n.op_type = op_type;
@@ -181,8 +189,8 @@ NodeId Graph::add_node(const std::string& op_type, const std::vector<ValueId>& i
   return node_ref.id;
 }
 
-NodeId Graph::add_node_new_outputs(const std::string& op_type, const std::vector<ValueId>& ins, int num_outputs,
-                                   AttrMap attrs, const std::string& nm, const std::string& domain) {
+NodeId Graph::add_node_new_outputs(const std::string& op_type, const std::vector<ValueId>& ins, int num_outputs, AttrMap attrs,
+                                   const std::string& nm, const std::string& domain) {
   std::string base = nm.empty() ? unique_name(op_type) : nm;
   std::vector<ValueId> outs;
   for (int i = 0; i < num_outputs; ++i) outs.push_back(add_value(unique_name(base + "_out")));
@@ -237,7 +245,9 @@ NodeId Graph::find_node(const std::string& nm) const {
   return kNoId;
 }
 
-void Graph::add_use(ValueId v, NodeId n, int slot) { values_[v].uses.push_back(Use{n, slot}); }
+void Graph::add_use(ValueId v, NodeId n, int slot) {
+  values_[v].uses.push_back(Use{n, slot});
+}
 
 void Graph::remove_use(ValueId v, NodeId n, int slot) {
   auto& u = values_[v].uses;
@@ -253,7 +263,8 @@ void Graph::add_edge_for(NodeId consumer, int slot, ValueId v) {
 
 void Graph::remove_edge_for(NodeId consumer, int slot) {
   Vertex vd = as_vertex(vertex_of_[consumer]);
-  boost::remove_in_edge_if(vd, [&](const BGraph::edge_descriptor& e) { return impl_->g[e].slot == slot; }, impl_->g);
+  boost::remove_in_edge_if(
+      vd, [&](const BGraph::edge_descriptor& e) { return impl_->g[e].slot == slot; }, impl_->g);
 }
 
 void Graph::set_input(NodeId id, int slot, ValueId v) {
@@ -358,8 +369,7 @@ Expected<std::vector<NodeId>> Graph::topo_order() const {
     for (size_t i = 0; i < vertex_of_.size(); ++i) {
       if (vertex_of_[i] && indegree[i] > 0) {
         const Node& n = node(static_cast<NodeId>(i));
-        return error("the graph has a cycle through {} ({} nodes are on or behind cycles)", n.describe(),
-                     live_nodes_ - order.size());
+        return error("the graph has a cycle through {} ({} nodes are on or behind cycles)", n.describe(), live_nodes_ - order.size());
       }
     }
   }
@@ -379,8 +389,7 @@ Status Graph::validate() const {
       }
       const Value& val = values_[v];
       if (val.producer == kNoId && !val.is_input && !val.is_constant()) {
-        return error("{} reads '{}', which no node produces and which is neither an input nor an initializer",
-                     n.describe(), val.name);
+        return error("{} reads '{}', which no node produces and which is neither an input nor an initializer", n.describe(), val.name);
       }
     }
     for (size_t s = 0; s < n.outputs.size(); ++s) {

@@ -5,12 +5,12 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <optional>
 #include <string>
 #include <unordered_map>
-#include <deque>
 #include <vector>
 
 #include "graph/attribute.h"
@@ -38,9 +38,9 @@ struct Value {
   NodeId producer = kNoId;  // kNoId for graph inputs and constants
   int producer_slot = -1;
   std::vector<Use> uses;
-  Tensor constant;              // defined for initializers and folded constants
-  bool is_input = false;        // a graph input fed at run time
-  bool is_initializer = false;  // an initializer of the model (a parameter or buffer)
+  Tensor constant;                     // defined for initializers and folded constants
+  bool is_input = false;               // a graph input fed at run time
+  bool is_initializer = false;         // an initializer of the model (a parameter or buffer)
   std::vector<std::string> dim_names;  // symbolic names of dims as the model wrote them ("" = fixed)
 
   bool is_constant() const { return constant.defined(); }
@@ -85,7 +85,7 @@ class Graph {
   std::string producer_name, producer_version;
   int64_t ir_version = 0;
   std::map<std::string, int64_t> opset_imports;  // domain -> version ("" is ai.onnx)
-  std::string source_path;                        // the model file, for messages
+  std::string source_path;                       // the model file, for messages
   int64_t default_opset() const;
 
   // --- values ----------------------------------------------------------------------------
@@ -115,12 +115,11 @@ class Graph {
   bool is_output(ValueId v) const;
 
   // --- nodes -----------------------------------------------------------------------------
-  NodeId add_node(const std::string& op_type, const std::vector<ValueId>& inputs,
-                  const std::vector<ValueId>& outputs, AttrMap attrs = {}, const std::string& name = "",
-                  const std::string& domain = "");
+  NodeId add_node(const std::string& op_type, const std::vector<ValueId>& inputs, const std::vector<ValueId>& outputs, AttrMap attrs = {},
+                  const std::string& name = "", const std::string& domain = "");
   // Convenience: creates fresh output values named after the node.
-  NodeId add_node_new_outputs(const std::string& op_type, const std::vector<ValueId>& inputs, int num_outputs,
-                              AttrMap attrs = {}, const std::string& name = "", const std::string& domain = "");
+  NodeId add_node_new_outputs(const std::string& op_type, const std::vector<ValueId>& inputs, int num_outputs, AttrMap attrs = {},
+                              const std::string& name = "", const std::string& domain = "");
   void remove_node(NodeId id);
   bool alive(NodeId id) const;
   Node& node(NodeId id);

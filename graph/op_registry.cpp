@@ -60,9 +60,10 @@ Expected<bool> operand_to_ints_attr(InferContext& c, int slot, const std::string
   if (!c.has_input(slot)) return false;
   const Tensor* t = c.constant(slot);
   if (!t) {
-    return c.fail("input {} ('{}') sets the {} but is not known before run time; Oases needs static shapes "
-                  "(bind the inputs it depends on with --dim/--shape)",
-                  slot, c.input(slot).name, attr);
+    return c.fail(
+        "input {} ('{}') sets the {} but is not known before run time; Oases needs static shapes "
+        "(bind the inputs it depends on with --dim/--shape)",
+        slot, c.input(slot).name, attr);
   }
   if (!is_integer(t->dtype())) return c.fail("input {} ('{}') must be an integer tensor", slot, c.input(slot).name);
   if (t->numel() > (1 << 20)) return c.fail("input {} ('{}') is too large for a shape operand", slot, c.input(slot).name);

@@ -59,8 +59,8 @@ class GradContext;   // graph/autodiff.h
 class ShardContext;  // graph/sharding.h
 
 struct OpCost {
-  double flops = 0;       // floating-point operations of one execution
-  double bytes = 0;       // bytes read and written
+  double flops = 0;  // floating-point operations of one execution
+  double bytes = 0;  // bytes read and written
 };
 
 struct OpSchema {
@@ -104,7 +104,9 @@ class OpRegistry {
 };
 
 // Domains the registry treats as the default one.
-inline bool is_default_domain(const std::string& d) { return d.empty() || d == "ai.onnx"; }
+inline bool is_default_domain(const std::string& d) {
+  return d.empty() || d == "ai.onnx";
+}
 constexpr const char* kOasesDomain = "oases";
 
 // --- helpers shared by op files ---------------------------------------------------------------

@@ -41,7 +41,8 @@ int Mesh::add_compound(const std::string& name, const std::vector<int>& base_axe
 }
 
 Status Mesh::validate() const {
-  if (sizes.size() != axes.size() || parts.size() > axes.size()) return error("mesh {}: axes, sizes and parts disagree in length", to_string());
+  if (sizes.size() != axes.size() || parts.size() > axes.size())
+    return error("mesh {}: axes, sizes and parts disagree in length", to_string());
   if (axes.size() > 32) return error("mesh {}: more than 32 axes", to_string());
   for (size_t i = 0; i < axes.size(); ++i) {
     if (sizes[i] < 1) return error("mesh {}: axis '{}' has size {}", to_string(), axes[i], sizes[i]);
@@ -52,8 +53,10 @@ Status Mesh::validate() const {
     int64_t n = 1;
     uint32_t seen = 0;
     for (int b : parts[i]) {
-      if (b < 0 || static_cast<size_t>(b) >= axes.size() || !is_base(b)) return error("mesh {}: axis '{}' spans {}, not a base axis", to_string(), axes[i], b);
-      if ((seen >> b) & 1u) return error("mesh {}: axis '{}' spans base axis '{}' twice", to_string(), axes[i], axes[static_cast<size_t>(b)]);
+      if (b < 0 || static_cast<size_t>(b) >= axes.size() || !is_base(b))
+        return error("mesh {}: axis '{}' spans {}, not a base axis", to_string(), axes[i], b);
+      if ((seen >> b) & 1u)
+        return error("mesh {}: axis '{}' spans base axis '{}' twice", to_string(), axes[i], axes[static_cast<size_t>(b)]);
       seen |= 1u << b;
       n *= sizes[static_cast<size_t>(b)];
     }
@@ -243,7 +246,9 @@ void ShardContext::require(int i, ShardingSpec s) {
   required_[static_cast<size_t>(i)] = true;
 }
 
-void ShardContext::set_out(int i, ShardingSpec s) { out_.at(static_cast<size_t>(i)) = std::move(s); }
+void ShardContext::set_out(int i, ShardingSpec s) {
+  out_.at(static_cast<size_t>(i)) = std::move(s);
+}
 
 void ShardContext::require_no_partial() {
   for (int i = 0; i < num_inputs(); ++i) {
@@ -487,13 +492,14 @@ Tensor assemble_from_ranks(const std::vector<Tensor>& parts, const ShardingSpec&
     for (int64_t r = 0; r < static_cast<int64_t>(parts.size()); ++r) {
       Tensor where = slice_for_rank(index, spec, mesh, r);
       if (where.shape() != parts[static_cast<size_t>(r)].shape()) {
-        throw OasesError(fmt::format("assembling shards: rank {} holds {}, its slice is {}", r, shape_str(parts[static_cast<size_t>(r)].shape()),
-                                     shape_str(where.shape())));
+        throw OasesError(fmt::format("assembling shards: rank {} holds {}, its slice is {}", r,
+                                     shape_str(parts[static_cast<size_t>(r)].shape()), shape_str(where.shape())));
       }
       const int64_t* w = static_cast<const int64_t*>(where.raw());
       const char* src = static_cast<const char*>(parts[static_cast<size_t>(r)].raw());
       char* dst = static_cast<char*>(out.raw_mutable());
-      for (int64_t i = 0; i < where.numel(); ++i) std::memcpy(dst + w[i] * static_cast<int64_t>(es), src + i * static_cast<int64_t>(es), es);
+      for (int64_t i = 0; i < where.numel(); ++i)
+        std::memcpy(dst + w[i] * static_cast<int64_t>(es), src + i * static_cast<int64_t>(es), es);
     }
     return out;
   }

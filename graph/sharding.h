@@ -75,10 +75,10 @@ class ShardingSpec {
   uint32_t partial = 0;  // bit a set: a partial sum over mesh axis a
 
   size_t rank() const { return dims.size(); }
-  bool is_replicated() const;        // no dim sharded and nothing partial
+  bool is_replicated() const;  // no dim sharded and nothing partial
   bool is_partial(int a) const { return a >= 0 && (partial >> a) & 1u; }
   bool any_partial() const { return partial != 0; }
-  int dim_of_axis(int a) const;      // dimension sharded over axis a, or -1
+  int dim_of_axis(int a) const;  // dimension sharded over axis a, or -1
   bool uses_axis(int a) const { return dim_of_axis(a) >= 0 || is_partial(a); }
   ShardingSpec with_dim(size_t d, int axis, int segments = 1) const;
   ShardingSpec with_partial(int a, bool on = true) const;

@@ -45,7 +45,7 @@ Status error(fmt::format_string<Args...> f, Args&&... args) {
 template <class T>
 class Expected {
  public:
-  Expected(T value) : v_(std::move(value)) {}  // NOLINT: implicit on purpose
+  Expected(T value) : v_(std::move(value)) {}        // NOLINT: implicit on purpose
   Expected(Status status) : v_(std::move(status)) {  // NOLINT
     if (std::get<Status>(v_).is_ok()) throw std::logic_error("Expected constructed from an OK status");
   }
@@ -106,5 +106,4 @@ template <class... Args>
   lhs = std::move(tmp).value()
 
 // OASES_ASSIGN_OR_RETURN(auto x, f()) declares x from an Expected or returns its error.
-#define OASES_ASSIGN_OR_RETURN(lhs, expr) \
-  OASES_ASSIGN_OR_RETURN_IMPL(OASES_CONCAT(oases_expected_, __LINE__), lhs, expr)
+#define OASES_ASSIGN_OR_RETURN(lhs, expr) OASES_ASSIGN_OR_RETURN_IMPL(OASES_CONCAT(oases_expected_, __LINE__), lhs, expr)

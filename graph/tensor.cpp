@@ -32,7 +32,9 @@ std::optional<uint64_t> checked_nbytes(const Shape& s, DType t) {
   return n;
 }
 
-std::string shape_str(const Shape& s) { return fmt::format("[{}]", fmt::join(s, ", ")); }
+std::string shape_str(const Shape& s) {
+  return fmt::format("[{}]", fmt::join(s, ", "));
+}
 
 Expected<Shape> broadcast_shapes(const Shape& a, const Shape& b) {
   size_t r = std::max(a.size(), b.size());
@@ -84,8 +86,7 @@ Tensor::Tensor(DType dtype, Shape shape) : dtype_(dtype), shape_(std::move(shape
   }
   uint64_t bytes = static_cast<uint64_t>(shape_numel(shape_)) * dtype_size(dtype);
   if (bytes > kMaxTensorBytes) {
-    throw OasesError(fmt::format("tensor of shape {} ({} bytes) exceeds the limit of {} bytes",
-                                 shape_str(shape_), bytes, kMaxTensorBytes));
+    throw OasesError(fmt::format("tensor of shape {} ({} bytes) exceeds the limit of {} bytes", shape_str(shape_), bytes, kMaxTensorBytes));
   }
   storage_ = std::make_shared<Storage>(bytes);
   storage_->allocate();
@@ -121,15 +122,16 @@ Tensor Tensor::from_f32(const std::vector<float>& v, Shape shape) {
   return t;
 }
 
-bool Tensor::is_loaded() const { return storage_ && storage_->loaded; }
+bool Tensor::is_loaded() const {
+  return storage_ && storage_->loaded;
+}
 
 Status Tensor::load() const {
   if (!storage_) return Status::error("tensor has no storage");
   std::lock_guard<std::mutex> lock(storage_->mu);
   if (storage_->loaded) return Status::ok();
   if (storage_->bytes > kMaxTensorBytes) {
-    return error("tensor of shape {} ({} bytes) exceeds the limit of {} bytes", shape_str(shape_),
-                 storage_->bytes, kMaxTensorBytes);
+    return error("tensor of shape {} ({} bytes) exceeds the limit of {} bytes", shape_str(shape_), storage_->bytes, kMaxTensorBytes);
   }
   storage_->allocate();
   if (loader_) {
@@ -153,7 +155,9 @@ const void* Tensor::raw() const {
   return storage_->ptr;
 }
 
-void* Tensor::raw_mutable() { return const_cast<void*>(raw()); }
+void* Tensor::raw_mutable() {
+  return const_cast<void*>(raw());
+}
 
 Tensor Tensor::clone() const {
   Tensor t(dtype_, shape_);

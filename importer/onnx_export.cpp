@@ -17,8 +17,7 @@ namespace {
 constexpr uint64_t kInlineLimit = uint64_t{1800} << 20;  // leave room under protobuf's 2 GiB
 }
 
-Status export_with_initializers(const std::string& source_model, const std::map<std::string, Tensor>& values,
-                                const std::string& out_path) {
+Status export_with_initializers(const std::string& source_model, const std::map<std::string, Tensor>& values, const std::string& out_path) {
   onnx::ModelProto model;
   OASES_RETURN_IF_ERROR(read_model_proto(source_model, &model));
   std::string src_dir = fs::path(source_model).parent_path().string();

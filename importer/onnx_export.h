@@ -10,7 +10,6 @@
 
 namespace oases {
 
-Status export_with_initializers(const std::string& source_model, const std::map<std::string, Tensor>& values,
-                                const std::string& out_path);
+Status export_with_initializers(const std::string& source_model, const std::map<std::string, Tensor>& values, const std::string& out_path);
 
 }  // namespace oases

@@ -58,8 +58,8 @@ Expected<std::string> confined_path(const std::string& base_dir, const std::stri
   if (ec) return error("{}: cannot resolve external data path '{}'", what, location);
   auto [bend, fend] = std::mismatch(base.begin(), base.end(), full.begin(), full.end());
   if (bend != base.end()) {
-    return error("{}: external data path '{}' leaves the model's folder '{}' (it resolves to '{}')", what, location,
-                 base.string(), full.string());
+    return error("{}: external data path '{}' leaves the model's folder '{}' (it resolves to '{}')", what, location, base.string(),
+                 full.string());
   }
   return full.string();
 }
@@ -112,8 +112,8 @@ int64_t typed_field_size(const onnx::TensorProto& tp, DType dt) {
   }
 }
 
-Expected<Tensor> external_tensor(const onnx::TensorProto& tp, DType dt, const Shape& shape, uint64_t bytes,
-                                 const std::string& base_dir, const std::string& what) {
+Expected<Tensor> external_tensor(const onnx::TensorProto& tp, DType dt, const Shape& shape, uint64_t bytes, const std::string& base_dir,
+                                 const std::string& what) {
   std::string location;
   uint64_t offset = 0, length = bytes;
   bool has_length = false;
@@ -133,8 +133,8 @@ Expected<Tensor> external_tensor(const onnx::TensorProto& tp, DType dt, const Sh
   }
   OASES_ASSIGN_OR_RETURN(std::string path, confined_path(base_dir, location, what));
   if (has_length && length != bytes) {
-    return error("{}: external data length {} does not match shape {} of {} ({} bytes)", what, length, shape_str(shape),
-                 dtype_name(dt), bytes);
+    return error("{}: external data length {} does not match shape {} of {} ({} bytes)", what, length, shape_str(shape), dtype_name(dt),
+                 bytes);
   }
   std::error_code ec;
   if (!fs::exists(path, ec)) return error("{}: external data file '{}' does not exist", what, location);
@@ -142,8 +142,7 @@ Expected<Tensor> external_tensor(const onnx::TensorProto& tp, DType dt, const Sh
   uint64_t fsize = fs::file_size(path, ec);
   if (ec) return error("{}: cannot read the size of external data file '{}': {}", what, location, ec.message());
   if (offset > fsize || bytes > fsize - offset) {
-    return error("{}: external data file '{}' has {} bytes, the tensor needs {} at offset {}", what, location, fsize, bytes,
-                 offset);
+    return error("{}: external data file '{}' has {} bytes, the tensor needs {} at offset {}", what, location, fsize, bytes, offset);
   }
   std::string w = what;
   return Tensor::lazy(dt, shape, [path, offset, w, location](void* dst, size_t n) -> Status {
@@ -170,8 +169,7 @@ Expected<Tensor> tensor_from_proto(const onnx::TensorProto& tp, const std::strin
   }
   std::optional<uint64_t> nbytes = checked_nbytes(shape, dt);
   if (!nbytes || *nbytes > kMaxTensorBytes) {
-    return error("{}: shape {} of {} is over the limit of {} bytes per tensor", what, shape_str(shape), dtype_name(dt),
-                 kMaxTensorBytes);
+    return error("{}: shape {} of {} is over the limit of {} bytes per tensor", what, shape_str(shape), dtype_name(dt), kMaxTensorBytes);
   }
   const uint64_t bytes = *nbytes;
   const uint64_t numel = bytes / dtype_size(dt);
@@ -182,8 +180,8 @@ Expected<Tensor> tensor_from_proto(const onnx::TensorProto& tp, const std::strin
   // Every size is checked before the tensor is allocated: the dims of a small file may claim gigabytes.
   if (tp.has_raw_data()) {
     if (tp.raw_data().size() != bytes) {
-      return error("{}: raw_data has {} bytes, shape {} of {} needs {}", what, tp.raw_data().size(), shape_str(shape),
-                   dtype_name(dt), bytes);
+      return error("{}: raw_data has {} bytes, shape {} of {} needs {}", what, tp.raw_data().size(), shape_str(shape), dtype_name(dt),
+                   bytes);
     }
     Tensor t(dt, shape);
     if (bytes) std::memcpy(t.raw_mutable(), tp.raw_data().data(), bytes);
@@ -290,8 +288,8 @@ class FunctionInliner {
     }
     const onnx::FunctionProto& f = *it->second;
     if (depth >= kMaxDepth) {
-      return error("[{}.{}] node '{}': local function calls nest deeper than {} (is '{}' recursive?)", n.domain(), n.op_type(),
-                   top.name(), kMaxDepth, f.name());
+      return error("[{}.{}] node '{}': local function calls nest deeper than {} (is '{}' recursive?)", n.domain(), n.op_type(), top.name(),
+                   kMaxDepth, f.name());
     }
     std::string prefix = (n.name().empty() ? f.name() : n.name()) + "/";
     if (!prefixes_.insert(prefix).second) {  // unnamed or equally named calls
@@ -349,8 +347,8 @@ Expected<Attribute> convert_attribute(const onnx::AttributeProto& a, const std::
       return Attribute::of_tensor(t);
     }
     default:
-      return error("{}: attribute '{}' of type {} is not supported (control flow and sparse tensors are out of scope)", what,
-                   a.name(), attr_type_name(a.type()));
+      return error("{}: attribute '{}' of type {} is not supported (control flow and sparse tensors are out of scope)", what, a.name(),
+                   attr_type_name(a.type()));
   }
 }
 
@@ -370,10 +368,11 @@ Status check_old_opset_ops(const std::vector<onnx::NodeProto>& nodes, int64_t op
     if (new_def && new_def->since_version() == old_def->since_version()) continue;
     const OpSchema* ours = OpRegistry::global().find("", n.op_type());
     if (ours && old_def->since_version() >= ours->oldest_version) continue;
-    return error("opset {} of the default domain is outside the supported range {}–{}, and {} is {}-{}, which differs "
-                 "from the op in opset {} (older opsets are read where every op is unchanged since or known here in its "
-                 "older form)",
-                 opset, kMinOpset, kMaxOpset, what, n.op_type(), old_def->since_version(), kMinOpset);
+    return error(
+        "opset {} of the default domain is outside the supported range {}–{}, and {} is {}-{}, which differs "
+        "from the op in opset {} (older opsets are read where every op is unchanged since or known here in its "
+        "older form)",
+        opset, kMinOpset, kMaxOpset, what, n.op_type(), old_def->since_version(), kMinOpset);
   }
   return Status::ok();
 }
@@ -444,8 +443,8 @@ Expected<Graph> import_onnx_model(const onnx::ModelProto& model, const std::stri
       int64_t v = sb->second[i];
       auto [it, fresh] = bound.insert({d.dim_param(), {v, fmt::format("--shape {}", vi.name())}});
       if (!fresh && it->second.value != v) {
-        return error("symbolic dimension '{}' is {} by {} but {} by --shape {} (dim {} of input '{}')", d.dim_param(),
-                     it->second.value, it->second.source, v, vi.name(), i, vi.name());
+        return error("symbolic dimension '{}' is {} by {} but {} by --shape {} (dim {} of input '{}')", d.dim_param(), it->second.value,
+                     it->second.source, v, vi.name(), i, vi.name());
       }
     }
   }
@@ -486,8 +485,8 @@ Expected<Graph> import_onnx_model(const onnx::ModelProto& model, const std::stri
           auto b = bound.find(d.dim_param());
           if (b == bound.end()) {
             if (opts.require_bound_dims) {
-              return error("input '{}' dim {} is the symbolic dimension '{}'; bind it with --dim {}=N or --shape {}=...",
-                           vi.name(), i, d.dim_param(), d.dim_param(), vi.name());
+              return error("input '{}' dim {} is the symbolic dimension '{}'; bind it with --dim {}=N or --shape {}=...", vi.name(), i,
+                           d.dim_param(), d.dim_param(), vi.name());
             }
             shape.push_back(-1);
           } else {
@@ -511,8 +510,8 @@ Expected<Graph> import_onnx_model(const onnx::ModelProto& model, const std::stri
     if (known) {
       std::optional<uint64_t> nbytes = checked_nbytes(shape, dt);
       if (!nbytes || *nbytes > kMaxTensorBytes) {
-        return error("input '{}' of shape {} of {} is over the limit of {} bytes per tensor", vi.name(), shape_str(shape),
-                     dtype_name(dt), kMaxTensorBytes);
+        return error("input '{}' of shape {} of {} is over the limit of {} bytes per tensor", vi.name(), shape_str(shape), dtype_name(dt),
+                     kMaxTensorBytes);
       }
     }
     if (g.find_value(vi.name()) != kNoId) return error("input '{}' is defined twice", vi.name());

@@ -18,9 +18,9 @@ class TensorProto;
 namespace oases {
 
 struct ImportOptions {
-  std::map<std::string, int64_t> dims;         // --dim NAME=N binds a symbolic dimension
-  std::map<std::string, Shape> input_shapes;   // --shape INPUT=d0,d1,... fixes an input's shape
-  bool require_bound_dims = true;              // unbound symbolic dims are an error naming them
+  std::map<std::string, int64_t> dims;        // --dim NAME=N binds a symbolic dimension
+  std::map<std::string, Shape> input_shapes;  // --shape INPUT=d0,d1,... fixes an input's shape
+  bool require_bound_dims = true;             // unbound symbolic dims are an error naming them
   // Opsets below 13 are an error unless this is set; then a model is read when every op in it is
   // unchanged since (or known here in) its older form (the conformance runner uses this).
   bool allow_older_opsets = false;
@@ -32,8 +32,7 @@ constexpr int kMaxIrVersion = 10;
 // Reads and converts a model file; errors name the file.
 Expected<Graph> import_onnx_file(const std::string& path, const ImportOptions& opts = {});
 // Converts a parsed model; `base_dir` is where external data lives ("" forbids external data).
-Expected<Graph> import_onnx_model(const onnx::ModelProto& model, const std::string& base_dir,
-                                  const ImportOptions& opts = {});
+Expected<Graph> import_onnx_model(const onnx::ModelProto& model, const std::string& base_dir, const ImportOptions& opts = {});
 // Parses a model file into a ModelProto with size limits; errors name the file.
 Status read_model_proto(const std::string& path, onnx::ModelProto* model);
 

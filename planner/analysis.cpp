@@ -46,7 +46,9 @@ TensorRecord record_of(const Graph& g, ValueId v, const ShardingSpec& s, int dp,
   return r;
 }
 
-bool has_mark(const TensorRecord& r, char m) { return std::find(r.mark.begin(), r.mark.end(), m) != r.mark.end(); }
+bool has_mark(const TensorRecord& r, char m) {
+  return std::find(r.mark.begin(), r.mark.end(), m) != r.mark.end();
+}
 
 std::string record_text(const TensorRecord& r) {
   std::string s = dtype_name(r.dtype);
@@ -128,7 +130,8 @@ std::vector<int> assign_parts(const Graph& train, const std::vector<NodeId>& ord
 }
 
 bool is_norm_node(const Node& n) {
-  return (n.op_type == "LayerNormalization" && is_default_domain(n.domain)) || (n.op_type == "RMSNormalization" && n.domain == kOasesDomain);
+  return (n.op_type == "LayerNormalization" && is_default_domain(n.domain)) ||
+         (n.op_type == "RMSNormalization" && n.domain == kOasesDomain);
 }
 
 Expected<std::vector<PartRecords>> records_under(const Graph& forward, const Graph& train, const std::vector<ValueId>& params,
@@ -163,7 +166,8 @@ Expected<std::vector<PartRecords>> records_under(const Graph& forward, const Gra
     r.op = node_op_name(n);
     // products differ by which operand is transposed (the profile key says it)
     if (n.attrs.has("transA") || n.attrs.has("transB") || n.attrs.has("trans_a") || n.attrs.has("trans_b")) {
-      r.op += fmt::format("|t{}{}", n.attrs.get_int("transA", n.attrs.get_int("trans_a", 0)), n.attrs.get_int("transB", n.attrs.get_int("trans_b", 0)));
+      r.op += fmt::format("|t{}{}", n.attrs.get_int("transA", n.attrs.get_int("trans_a", 0)),
+                          n.attrs.get_int("transB", n.attrs.get_int("trans_b", 0)));
     }
     for (ValueId v : n.inputs) {
       if (v == kNoId) continue;
@@ -273,7 +277,8 @@ Expected<std::vector<PartRecords>> records_under(const Graph& forward, const Gra
     NodeId at = cv.consumer != kNoId ? cv.consumer : train.value(cv.value).producer;
     if (at == kNoId || !fwd(train.node(at)) || !act[static_cast<size_t>(cv.value)]) continue;
     int p = part[static_cast<size_t>(at)];
-    if (p >= 0 && cv.from.is_partial(ref.tp)) out[static_cast<size_t>(p)].kept_comm_opt.push_back(record_of(train, cv.value, cv.to, ref.dp, ref.tp));
+    if (p >= 0 && cv.from.is_partial(ref.tp))
+      out[static_cast<size_t>(p)].kept_comm_opt.push_back(record_of(train, cv.value, cv.to, ref.dp, ref.tp));
   }
   // the value entering each part
   for (size_t i = 0; i < parts.size(); ++i) {
@@ -311,7 +316,8 @@ Expected<std::vector<PartRecords>> records_under(const Graph& forward, const Gra
       for (const TensorRecord& t : r.outputs) sig += record_text(t);
       sig += ";";
     }
-    for (const CommRecord& c : pr.comms) sig += fmt::format("{}{}{}{};", collective_name(c.kind), c.over_dp, static_cast<int>(c.phase), record_text(c.tensor));
+    for (const CommRecord& c : pr.comms)
+      sig += fmt::format("{}{}{}{};", collective_name(c.kind), c.over_dp, static_cast<int>(c.phase), record_text(c.tensor));
     sig += fmt::format("p{}/{};e{}", pr.param_elements, pr.split_param_elements, record_text(pr.entry));
     for (const TensorRecord& t : pr.saved) sig += record_text(t);
     for (const TensorRecord& t : pr.kept_comm_opt) sig += record_text(t);

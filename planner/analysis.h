@@ -26,8 +26,8 @@ namespace oases {
 // A tensor of a node, with the role of each dim under the reference split.
 struct TensorRecord {
   DType dtype = DType::kF32;
-  Shape shape;                  // global
-  std::vector<char> mark;       // per dim: 'b' batch (over dp), 't' tp, '-' whole
+  Shape shape;             // global
+  std::vector<char> mark;  // per dim: 'b' batch (over dp), 't' tp, '-' whole
   double local_elements(int64_t t, int64_t dpk) const;
   Shape local_shape(int64_t t, int64_t dpk) const;
 };
@@ -43,9 +43,9 @@ struct NodeRecord {
 
 struct CommRecord {
   CollectiveKind kind = CollectiveKind::kAllReduce;
-  TensorRecord tensor;         // the whole tensor the collective moves (global shape)
-  bool over_dp = false;        // a data-parallel reduction (gradients), else over tp
-  bool batch = false;          // per chunk
+  TensorRecord tensor;   // the whole tensor the collective moves (global shape)
+  bool over_dp = false;  // a data-parallel reduction (gradients), else over tp
+  bool batch = false;    // per chunk
   NodeRecord::Phase phase = NodeRecord::Phase::kForward;
 };
 
@@ -57,22 +57,22 @@ struct PartRecords {
   double split_param_elements = 0;  // of which split over tp
   // bytes per batch row (global, /dp·K for a chunk on a rank): forward values backward reads; the
   // part's entry; collective outputs and norm inputs (what comm-optimised checkpointing keeps)
-  TensorRecord entry;               // the [B, T, C] value entering the part
+  TensorRecord entry;  // the [B, T, C] value entering the part
   std::vector<TensorRecord> saved, kept_comm_opt;
-  std::string signature;            // equal for parts of identical shape and split
+  std::string signature;  // equal for parts of identical shape and split
 };
 
 struct ModelAnalysis {
-  std::vector<std::string> parts;       // chain order
+  std::vector<std::string> parts;          // chain order
   std::vector<PartRecords> plain, seqpar;  // per part; seqpar empty when sequence parallelism is impossible
   int64_t batch = 0, seq = 0, hidden = 0, vocab = 0;
-  int64_t reference_tp = 0;             // 0: no tp degree > 1 divides the model
+  int64_t reference_tp = 0;  // 0: no tp degree > 1 divides the model
   bool tied_head = false;
-  bool mixed_ok = true;                 // parts may take different layouts (else one for all)
-  std::string mixed_why;                // why not
-  std::vector<int64_t> tp_candidates;   // degrees dividing heads, kv heads, MLP width and vocabulary
+  bool mixed_ok = true;                // parts may take different layouts (else one for all)
+  std::string mixed_why;               // why not
+  std::vector<int64_t> tp_candidates;  // degrees dividing heads, kv heads, MLP width and vocabulary
   std::map<std::string, int> part_index;
-  std::vector<std::string> ops;         // op types with work (what a profile must cover)
+  std::vector<std::string> ops;  // op types with work (what a profile must cover)
 };
 
 // `train`: the training graph (loss + backward, K = 1) made from `forward`; `ranks` bounds the

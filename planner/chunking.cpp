@@ -26,8 +26,10 @@ class Unroller {
       std::vector<ValueId> parts;
       for (int k = 0; k < K_; ++k) {
         ValueId part = g_.add_value(g_.unique_name(fmt::format("c{}/{}", k, g_.value(in).name)), g_.value(in).dtype, local, true);
-        AttrMap a{{"axes", Attribute::of_ints({0})},       {"starts", Attribute::of_ints({k * local[0]})},
-                  {"steps", Attribute::of_ints({1})},      {"lengths", Attribute::of_ints({local[0]})},
+        AttrMap a{{"axes", Attribute::of_ints({0})},
+                  {"starts", Attribute::of_ints({k * local[0]})},
+                  {"steps", Attribute::of_ints({1})},
+                  {"lengths", Attribute::of_ints({local[0]})},
                   {"resolved", Attribute::of_int(1)}};
         NodeId s = g_.add_node("Slice", {in}, {part}, a, g_.unique_name(fmt::format("c{}/slice_{}", k, g_.value(in).name)));
         g_.node(s).chunk = k;
@@ -188,8 +190,11 @@ class Unroller {
   }
 
   static AttrMap slice_attrs(int64_t dim, int64_t start, int64_t len) {
-    return AttrMap{{"axes", Attribute::of_ints({dim})}, {"starts", Attribute::of_ints({start})}, {"steps", Attribute::of_ints({1})},
-                   {"lengths", Attribute::of_ints({len})}, {"resolved", Attribute::of_int(1)}};
+    return AttrMap{{"axes", Attribute::of_ints({dim})},
+                   {"starts", Attribute::of_ints({start})},
+                   {"steps", Attribute::of_ints({1})},
+                   {"lengths", Attribute::of_ints({len})},
+                   {"resolved", Attribute::of_int(1)}};
   }
 };
 

@@ -7,7 +7,9 @@
 
 namespace oases {
 
-std::string Layout::to_string() const { return fmt::format("tp{}{}", tp, sp ? "+sp" : ""); }
+std::string Layout::to_string() const {
+  return fmt::format("tp{}{}", tp, sp ? "+sp" : "");
+}
 
 std::string describe_bytes(double b) {
   if (b >= 1024.0 * 1024 * 1024) return fmt::format("{:.2f} GiB", b / (1024.0 * 1024 * 1024));

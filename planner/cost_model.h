@@ -45,15 +45,15 @@ struct Layout {
 struct PartCost {
   bool feasible = true;
   std::string why;
-  double fwd_chunk = 0, bwd_chunk = 0;        // compute per chunk
-  double fwd_once = 0, bwd_once = 0;          // compute done once per step (weights)
-  double comm_fwd_chunk = 0, comm_bwd_chunk = 0;  // tp collectives per chunk
-  double comm_dp = 0;                         // data-parallel gradient reduction per step
-  int collectives_fwd = 0, collectives_bwd = 0;  // per chunk
-  double param_bytes = 0;                     // local
+  double fwd_chunk = 0, bwd_chunk = 0;                                           // compute per chunk
+  double fwd_once = 0, bwd_once = 0;                                             // compute done once per step (weights)
+  double comm_fwd_chunk = 0, comm_bwd_chunk = 0;                                 // tp collectives per chunk
+  double comm_dp = 0;                                                            // data-parallel gradient reduction per step
+  int collectives_fwd = 0, collectives_bwd = 0;                                  // per chunk
+  double param_bytes = 0;                                                        // local
   double saved_plain_chunk = 0, saved_entry_chunk = 0, saved_commopt_chunk = 0;  // bytes per chunk
-  bool block = false;                         // a block part (attention or MLP), checkpointed by the schedules
-  bool block_start = false;                   // the attention part: owns the block input
+  bool block = false;        // a block part (attention or MLP), checkpointed by the schedules
+  bool block_start = false;  // the attention part: owns the block input
 };
 
 struct PartTime {
@@ -92,8 +92,8 @@ class CostModel {
   PartTime part_time(int i, const Layout& prev, const Layout& cur, const ScheduleOptions& s, int64_t chunks);
   // What the search adds up: the part's time and its share of the optimizer step.
   double part_objective(int i, const Layout& prev, const Layout& cur, const ScheduleOptions& s, int64_t chunks);
-  double part_memory(int i, const Layout& l, const ScheduleOptions& s, int64_t chunks);      // kept to the end
-  double part_transient(int i, const Layout& l, const ScheduleOptions& s, int64_t chunks);   // while its backward runs
+  double part_memory(int i, const Layout& l, const ScheduleOptions& s, int64_t chunks);     // kept to the end
+  double part_transient(int i, const Layout& l, const ScheduleOptions& s, int64_t chunks);  // while its backward runs
   double optimizer_seconds(const PlanChoice& p);
   PlanEstimate estimate(const PlanChoice& p);
 

@@ -60,8 +60,9 @@ std::vector<DeviceSpec> make_table() {
     d.matmul_efficiency = 0.82;
     d.memory_efficiency = 0.8;
     d.launch_us = 5;
-    d.source = "NVIDIA Ampere GA102 whitepaper (GeForce RTX 3090: 10496 cores at 1.695 GHz, FP16 tensor with FP32 accumulate, "
-               "GDDR6X 936 GB/s, 24 GB); matrix-product efficiency from the Oases paper's profile point";
+    d.source =
+        "NVIDIA Ampere GA102 whitepaper (GeForce RTX 3090: 10496 cores at 1.695 GHz, FP16 tensor with FP32 accumulate, "
+        "GDDR6X 936 GB/s, 24 GB); matrix-product efficiency from the Oases paper's profile point";
     t.push_back(d);
   }
   {
@@ -73,15 +74,15 @@ std::vector<DeviceSpec> make_table() {
     d.matmul_efficiency = 0.6;
     d.memory_efficiency = 0.5;
     d.launch_us = 1;
-    d.source = "a generic 16-core AVX-512 server (16 cores x 2.5 GHz x 32 FP32 FLOP/cycle, 8 DDR4 channels); measure the machine at "
-               "hand with oases-profile instead";
+    d.source =
+        "a generic 16-core AVX-512 server (16 cores x 2.5 GHz x 32 FP32 FLOP/cycle, 8 DDR4 channels); measure the machine at "
+        "hand with oases-profile instead";
     t.push_back(d);
   }
   return t;
 }
 
-Expected<double> number(const nlohmann::json& j, const std::string& key, const std::string& where, bool required = true,
-                        double def = 0) {
+Expected<double> number(const nlohmann::json& j, const std::string& key, const std::string& where, bool required = true, double def = 0) {
   if (!j.contains(key)) {
     if (required) return error("{}: missing field \"{}\"", where, key);
     return def;
@@ -105,7 +106,9 @@ Expected<LinkSpec> link_from_json(const nlohmann::json& j, const std::string& wh
   return l;
 }
 
-nlohmann::json link_json(const LinkSpec& l) { return {{"kind", l.kind}, {"bandwidth_gbps", l.bandwidth_gbps}, {"latency_us", l.latency_us}}; }
+nlohmann::json link_json(const LinkSpec& l) {
+  return {{"kind", l.kind}, {"bandwidth_gbps", l.bandwidth_gbps}, {"latency_us", l.latency_us}};
+}
 
 }  // namespace
 
@@ -224,8 +227,8 @@ nlohmann::json ClusterSpec::to_json() const {
     links["nvlink"] = link_json(nvlink);
     links["nvlink"]["island"] = nvlink_island;
   }
-  nlohmann::json j{{"format", "oases-cluster"}, {"version", 1}, {"name", name}, {"device", device_to_json(device)},
-                   {"nodes", nodes}, {"gpus_per_node", gpus_per_node}, {"links", links}};
+  nlohmann::json j{{"format", "oases-cluster"},      {"version", 1},  {"name", name}, {"device", device_to_json(device)}, {"nodes", nodes},
+                   {"gpus_per_node", gpus_per_node}, {"links", links}};
   if (!sources.empty()) j["sources"] = sources;
   if (compute_slowdown != 1.0) j["compute_slowdown"] = compute_slowdown;
   return j;
@@ -263,7 +266,8 @@ Expected<ClusterSpec> cluster_from_json(const nlohmann::json& j, const std::stri
     c.has_nvlink = true;
     c.nvlink_island = l["nvlink"].value("island", c.gpus_per_node);
     if (c.nvlink_island < 2 || c.gpus_per_node % c.nvlink_island != 0) {
-      return error("{}: links.nvlink.island {} must be at least 2 and divide the {} GPUs of a node", where, c.nvlink_island, c.gpus_per_node);
+      return error("{}: links.nvlink.island {} must be at least 2 and divide the {} GPUs of a node", where, c.nvlink_island,
+                   c.gpus_per_node);
     }
   }
   c.sources = j.contains("sources") && j["sources"].is_string() ? j["sources"].get<std::string>() : "";
@@ -285,8 +289,9 @@ Expected<ClusterSpec> load_cluster_file(const std::string& path) {
 ClusterSpec local_cluster(int64_t ranks, const DeviceSpec& cpu, const LinkSpec& shared_memory, const LinkSpec* emulated, int cores,
                           int threads_per_rank) {
   ClusterSpec c;
-  c.name = emulated ? fmt::format("this machine, {} ranks, emulated link {} GB/s {} us", ranks, emulated->bandwidth_gbps, emulated->latency_us)
-                    : fmt::format("this machine, {} ranks", ranks);
+  c.name = emulated
+               ? fmt::format("this machine, {} ranks, emulated link {} GB/s {} us", ranks, emulated->bandwidth_gbps, emulated->latency_us)
+               : fmt::format("this machine, {} ranks", ranks);
   c.device = cpu;
   c.nodes = 1;
   c.gpus_per_node = ranks;

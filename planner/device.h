@@ -25,15 +25,15 @@ namespace oases {
 
 struct DeviceSpec {
   std::string name;
-  double fp32_tflops = 0;      // dense peak, FP32 (CUDA cores, or all cores' FMA for a CPU)
-  double tf32_tflops = 0;      // tensor cores, TF32 (0: none)
-  double fp16_tflops = 0;      // tensor cores, FP16/BF16 with FP32 accumulation (0: none)
-  double memory_gbps = 0;      // memory bandwidth, GB/s
-  double memory_gib = 0;       // memory per device
+  double fp32_tflops = 0;          // dense peak, FP32 (CUDA cores, or all cores' FMA for a CPU)
+  double tf32_tflops = 0;          // tensor cores, TF32 (0: none)
+  double fp16_tflops = 0;          // tensor cores, FP16/BF16 with FP32 accumulation (0: none)
+  double memory_gbps = 0;          // memory bandwidth, GB/s
+  double memory_gib = 0;           // memory per device
   double matmul_efficiency = 0.8;  // share of peak large matrix products reach
   double memory_efficiency = 0.8;  // share of bandwidth streaming kernels reach
-  double launch_us = 5;        // fixed cost per kernel
-  std::string source;          // where the figures come from
+  double launch_us = 5;            // fixed cost per kernel
+  std::string source;              // where the figures come from
 };
 
 // H100-SXM, A100-SXM-80GB, RTX3090, CPU (a generic server core count; measure yours with
@@ -83,7 +83,7 @@ Expected<ClusterSpec> cluster_from_json(const nlohmann::json& j, const std::stri
 
 // The machine at hand: `ranks` ranks as threads or processes of this host over shared memory
 // (bandwidth and latency as measured, or these defaults), optionally behind an emulated link.
-ClusterSpec local_cluster(int64_t ranks, const DeviceSpec& cpu, const LinkSpec& shared_memory, const LinkSpec* emulated,
-                          int cores, int threads_per_rank);
+ClusterSpec local_cluster(int64_t ranks, const DeviceSpec& cpu, const LinkSpec& shared_memory, const LinkSpec* emulated, int cores,
+                          int threads_per_rank);
 
 }  // namespace oases

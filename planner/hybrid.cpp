@@ -145,7 +145,8 @@ Expected<Strategy> apply_part_layouts(Graph& g, const std::vector<PartLayout>& l
   std::map<std::string, PartLayout> by_part;
   for (size_t i = 0; i < parts.size(); ++i) {
     if (layouts[i].part != parts[i]) return error("layout {} is for '{}', the model's part {} is '{}'", i, layouts[i].part, i, parts[i]);
-    if (layouts[i].tp < 1 || ranks % layouts[i].tp != 0) return error("{}: tp {} does not divide the {} ranks", parts[i], layouts[i].tp, ranks);
+    if (layouts[i].tp < 1 || ranks % layouts[i].tp != 0)
+      return error("{}: tp {} does not divide the {} ranks", parts[i], layouts[i].tp, ranks);
     by_part[parts[i]] = layouts[i];
   }
   if (layouts.empty()) return Status::error("the model has no transformer parts to lay out");
@@ -159,7 +160,8 @@ Expected<Strategy> apply_part_layouts(Graph& g, const std::vector<PartLayout>& l
   if (parts.front() != "embedding" || parts.back() != "head") {
     return Status::error("parts with different layouts need a recognised token embedding and LM head");
   }
-  if (!opt.vocab_parallel) return Status::error("parts with different layouts split the embedding and head over the vocabulary (drop --no-vocab-parallel)");
+  if (!opt.vocab_parallel)
+    return Status::error("parts with different layouts split the embedding and head over the vocabulary (drop --no-vocab-parallel)");
   OASES_RETURN_IF_ERROR(hybrid_inputs_supported(g));
   std::set<int64_t> degrees;
   for (const PartLayout& l : layouts) degrees.insert(l.tp);
@@ -188,7 +190,8 @@ Expected<Strategy> apply_part_layouts(Graph& g, const std::vector<PartLayout>& l
     }
     int ax = axes[tp].tp;
     OASES_RETURN_IF_ERROR(set(l.weight, linear_spec(g, l, column, ax, segments), what));
-    if (l.bias != kNoId && column) OASES_RETURN_IF_ERROR(set(l.bias, ShardingSpec::replicated(1).with_dim(0, ax, segments), what + " bias"));
+    if (l.bias != kNoId && column)
+      OASES_RETURN_IF_ERROR(set(l.bias, ShardingSpec::replicated(1).with_dim(0, ax, segments), what + " bias"));
     st.layers.push_back(LayerSplit{what, column ? "column" : "row", {l.weight}});
     return Status::ok();
   };
@@ -232,7 +235,8 @@ Expected<Strategy> apply_part_layouts(Graph& g, const std::vector<PartLayout>& l
   const PartLayout& head = by_part["head"];
   for (const EmbeddingInfo& e : ms.embeddings) {
     if (e.role != "token" || emb.tp == 1) continue;
-    if (e.rows % emb.tp != 0) return error("tp {} does not divide the vocabulary size {} of embedding '{}'", emb.tp, e.rows, g.value(e.weight).name);
+    if (e.rows % emb.tp != 0)
+      return error("tp {} does not divide the vocabulary size {} of embedding '{}'", emb.tp, e.rows, g.value(e.weight).name);
     OASES_RETURN_IF_ERROR(set(e.weight, ShardingSpec::replicated(2).with_dim(0, axes[emb.tp].tp), "token embedding"));
     st.layers.push_back(LayerSplit{"token embedding", "vocabulary", {e.weight}});
     OASES_RETURN_IF_ERROR(pin(g.node(e.gather).outputs[0], emb, "token embedding"));
@@ -241,9 +245,11 @@ Expected<Strategy> apply_part_layouts(Graph& g, const std::vector<PartLayout>& l
     return error("the LM head is tied to the token embedding: both need one tp degree (embedding {}, head {})", emb.tp, head.tp);
   }
   if (!ms.tied_head && head.tp > 1) {
-    if (ms.head.out_features % head.tp != 0) return error("tp {} does not divide the vocabulary size {} of the LM head", head.tp, ms.head.out_features);
+    if (ms.head.out_features % head.tp != 0)
+      return error("tp {} does not divide the vocabulary size {} of the LM head", head.tp, ms.head.out_features);
     OASES_RETURN_IF_ERROR(set(ms.head.weight, linear_spec(g, ms.head, true, axes[head.tp].tp, 1), "LM head"));
-    if (ms.head.bias != kNoId) OASES_RETURN_IF_ERROR(set(ms.head.bias, ShardingSpec::replicated(1).with_dim(0, axes[head.tp].tp), "LM head bias"));
+    if (ms.head.bias != kNoId)
+      OASES_RETURN_IF_ERROR(set(ms.head.bias, ShardingSpec::replicated(1).with_dim(0, axes[head.tp].tp), "LM head bias"));
     st.layers.push_back(LayerSplit{"LM head", "vocabulary", {ms.head.weight}});
   } else if (ms.tied_head && head.tp > 1) {
     st.layers.push_back(LayerSplit{"LM head (tied)", "vocabulary", {ms.head.weight}});
@@ -314,11 +320,14 @@ Status split_batch_inputs_by_part(const Graph& train, const std::vector<PartLayo
     if (val.shape.empty()) continue;
     std::set<std::string> parts = reader_parts(train, v);
     if (parts.size() != 1 || !tp_of.count(*parts.begin())) {
-      return error("input '{}' is read by {} parts; parts with different layouts need each batch input read by one", val.name, parts.size());
+      return error("input '{}' is read by {} parts; parts with different layouts need each batch input read by one", val.name,
+                   parts.size());
     }
     int dp = axes[tp_of[*parts.begin()]].dp;
     int64_t n = s->mesh.axis_size(dp);
-    if (val.shape[0] % n != 0) return error("{} data-parallel ranks of part {} do not divide the batch size {} of input '{}'", n, *parts.begin(), val.shape[0], val.name);
+    if (val.shape[0] % n != 0)
+      return error("{} data-parallel ranks of part {} do not divide the batch size {} of input '{}'", n, *parts.begin(), val.shape[0],
+                   val.name);
     if (dp >= 0) s->specs[v] = ShardingSpec::replicated(val.shape.size()).with_dim(0, dp);
   }
   return Status::ok();

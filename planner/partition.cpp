@@ -178,8 +178,8 @@ class Partitioner {
       cur = next;
     }
     if (cur != to) {
-      return error("cannot convert '{}' from {} to {} (a partial sum cannot be created from whole values)", base,
-                   spec(v).to_string(&m), to.to_string(&m));
+      return error("cannot convert '{}' from {} to {} (a partial sum cannot be created from whole values)", base, spec(v).to_string(&m),
+                   to.to_string(&m));
     }
     converted_[key] = val;
     return val;
@@ -233,8 +233,8 @@ class Partitioner {
     ValueId z = scores;
     ValueId s = kNoId;
     if (!nll) {
-      ValueId m_loc = emit("ReduceMax", {scores}, AttrMap{{"axes", Attribute::of_ints({1})}, {"keepdims", Attribute::of_int(1)}}, dt, stat_g,
-                           stat_spec, base + "/max", id);
+      ValueId m_loc = emit("ReduceMax", {scores}, AttrMap{{"axes", Attribute::of_ints({1})}, {"keepdims", Attribute::of_int(1)}}, dt,
+                           stat_g, stat_spec, base + "/max", id);
       AttrMap mx = coll_attrs(a);
       mx.set_string("op", "max");
       ValueId m = emit("AllReduce", {m_loc}, mx, dt, stat_g, stat_spec, base + "/all_reduce_max", id, kOasesDomain);
@@ -276,8 +276,8 @@ class Partitioner {
       result = total;
       if (red == "mean") {
         ValueId count = valid != kNoId
-                            ? emit("ReduceSum", {valid}, AttrMap{{"axes", Attribute::of_ints(all)}, {"keepdims", Attribute::of_int(0)}}, dt, {},
-                                   scalar_spec, base + "/count", id)
+                            ? emit("ReduceSum", {valid}, AttrMap{{"axes", Attribute::of_ints(all)}, {"keepdims", Attribute::of_int(0)}}, dt,
+                                   {}, scalar_spec, base + "/count", id)
                             : g.add_constant("rows", Tensor::scalar_f32(static_cast<float>(shape_numel(rows_g))));
         result = emit("Div", {total, count}, {}, dt, {}, scalar_spec, base + "/mean", id);
       }
@@ -315,8 +315,8 @@ class Partitioner {
     if (nll) {
       p = emit("Mul", {scores, scalar(0.f)}, {}, dt, gs, ss, base + "/zeros", id);
     } else {
-      ValueId m_loc = emit("ReduceMax", {scores}, AttrMap{{"axes", Attribute::of_ints({1})}, {"keepdims", Attribute::of_int(1)}}, dt, stat_g,
-                           stat_spec, base + "/max", id);
+      ValueId m_loc = emit("ReduceMax", {scores}, AttrMap{{"axes", Attribute::of_ints({1})}, {"keepdims", Attribute::of_int(1)}}, dt,
+                           stat_g, stat_spec, base + "/max", id);
       AttrMap mx = coll_attrs(a);
       mx.set_string("op", "max");
       ValueId m = emit("AllReduce", {m_loc}, mx, dt, stat_g, stat_spec, base + "/all_reduce_max", id, kOasesDomain);
@@ -347,7 +347,8 @@ class Partitioner {
         }
         ValueId keep = emit("Not", {emit("Equal", {lab, ig}, {}, DType::kBool, rows_g, rows_spec, base + "/ignored", id)}, {}, DType::kBool,
                             rows_g, rows_spec, base + "/kept", id);
-        ValueId valid = emit("Cast", {keep}, AttrMap{{"to", Attribute::of_int(dtype_to_onnx(dt))}}, dt, rows_g, rows_spec, base + "/valid", id);
+        ValueId valid =
+            emit("Cast", {keep}, AttrMap{{"to", Attribute::of_int(dtype_to_onnx(dt))}}, dt, rows_g, rows_spec, base + "/valid", id);
         count = emit("ReduceSum", {valid}, AttrMap{{"axes", Attribute::of_ints(all)}, {"keepdims", Attribute::of_int(0)}}, dt, {},
                      ShardingSpec::replicated(0), base + "/count", id);
       } else {
@@ -379,9 +380,9 @@ class Partitioner {
     for (NodeId id : g.nodes()) {
       if (!g.alive(id)) continue;
       Node& n = g.node(id);
-      if (n.domain == kOasesDomain && (n.op_type == "AllReduce" || n.op_type == "AllGather" || n.op_type == "ReduceScatter" ||
-                                       n.op_type == "ShardSlice" || n.op_type == "AllToAll" || n.op_type == "ShardedPick" ||
-                                       n.op_type == "ShardedOneHotSub")) {
+      if (n.domain == kOasesDomain &&
+          (n.op_type == "AllReduce" || n.op_type == "AllGather" || n.op_type == "ReduceScatter" || n.op_type == "ShardSlice" ||
+           n.op_type == "AllToAll" || n.op_type == "ShardedPick" || n.op_type == "ShardedOneHotSub")) {
         continue;
       }
       auto local_out = [&](int k) { return g.value(n.outputs[static_cast<size_t>(k)]).shape; };
@@ -480,8 +481,8 @@ class Partitioner {
         if (n.outputs[k] == kNoId) continue;
         if (g.value(n.outputs[k]).shape != want[k]) {
           return error("partitioning: {} gives output '{}' the local shape {}, its spec {} needs {}", n.describe(),
-                       g.value(n.outputs[k]).name, shape_str(g.value(n.outputs[k]).shape),
-                       spec(n.outputs[k]).to_string(&pg_.mesh), shape_str(want[k]));
+                       g.value(n.outputs[k]).name, shape_str(g.value(n.outputs[k]).shape), spec(n.outputs[k]).to_string(&pg_.mesh),
+                       shape_str(want[k]));
         }
       }
     }
@@ -534,7 +535,8 @@ int bucket_gradient_all_reduces(PartitionedGraph& pg, int mesh_axis, int64_t buc
   while (i < cands.size()) {
     std::vector<NodeId> bucket;
     int64_t bytes = 0;
-    while (i < cands.size() && (bucket.empty() || bytes + static_cast<int64_t>(g.value(g.node(cands[i]).inputs[0]).nbytes()) <= bucket_bytes)) {
+    while (i < cands.size() &&
+           (bucket.empty() || bytes + static_cast<int64_t>(g.value(g.node(cands[i]).inputs[0]).nbytes()) <= bucket_bytes)) {
       bytes += static_cast<int64_t>(g.value(g.node(cands[i]).inputs[0]).nbytes());
       bucket.push_back(cands[i++]);
     }

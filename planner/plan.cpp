@@ -51,8 +51,8 @@ nlohmann::json plan_to_json(const Graph& global, const PartitionedGraph& pg, con
     int64_t lb = shape_numel(local) * static_cast<int64_t>(dtype_size(val.dtype));
     param_bytes_rank += lb;
     param_bytes_total += static_cast<int64_t>(val.nbytes());
-    j["parameters"].push_back({{"name", val.name}, {"shape", val.shape}, {"spec", sp.to_string(&m)}, {"local_shape", local},
-                               {"bytes_per_rank", lb}});
+    j["parameters"].push_back(
+        {{"name", val.name}, {"shape", val.shape}, {"spec", sp.to_string(&m)}, {"local_shape", local}, {"bytes_per_rank", lb}});
   }
   for (const LayerSplit& l : s.layers) {
     nlohmann::json w = nlohmann::json::array();
@@ -65,7 +65,10 @@ nlohmann::json plan_to_json(const Graph& global, const PartitionedGraph& pg, con
     if (val.producer == kNoId && !val.is_input && !val.is_initializer) continue;
     if (val.producer != kNoId && !global.alive(val.producer)) continue;
     const ShardingSpec& sp = sr.specs[v];
-    j["values"].push_back({{"name", val.name}, {"dtype", dtype_name(val.dtype)}, {"shape", val.shape}, {"spec", sp.to_string(&m)},
+    j["values"].push_back({{"name", val.name},
+                           {"dtype", dtype_name(val.dtype)},
+                           {"shape", val.shape},
+                           {"spec", sp.to_string(&m)},
                            {"local_shape", sp.local_shape(val.shape, m)}});
   }
   j["ops"] = nlohmann::json::array();
@@ -80,11 +83,18 @@ nlohmann::json plan_to_json(const Graph& global, const PartitionedGraph& pg, con
       for (ValueId v : n.outputs) {
         if (v == kNoId) continue;
         const ShardingSpec& sp = sr.specs[static_cast<size_t>(v)];
-        if (sp.any_partial()) split = "partial";
-        else if (!sp.is_replicated() && split == "replicated") split = "split";
+        if (sp.any_partial())
+          split = "partial";
+        else if (!sp.is_replicated() && split == "replicated")
+          split = "split";
       }
-      j["ops"].push_back({{"name", n.name}, {"op", n.domain.empty() ? n.op_type : n.domain + "." + n.op_type}, {"scope", n.scope},
-                          {"phase", phase_name(n.phase)}, {"inputs", ins}, {"outputs", outs}, {"layout", split}});
+      j["ops"].push_back({{"name", n.name},
+                          {"op", n.domain.empty() ? n.op_type : n.domain + "." + n.op_type},
+                          {"scope", n.scope},
+                          {"phase", phase_name(n.phase)},
+                          {"inputs", ins},
+                          {"outputs", outs},
+                          {"layout", split}});
     }
   }
   j["collectives"] = nlohmann::json::array();
@@ -106,10 +116,17 @@ nlohmann::json plan_to_json(const Graph& global, const PartitionedGraph& pg, con
         comm_bytes += static_cast<int64_t>(ring);
         ++count;
       }
-      j["collectives"].push_back({{"name", n.name}, {"op", n.op_type}, {"mesh_axis", m.axes.at(static_cast<size_t>(axis))},
-                                  {"group_size", n.attrs.get_int("group_size", 1)}, {"value", in.name}, {"local_shape", in.shape},
-                                  {"payload_bytes", in.nbytes()}, {"ring_bytes_per_rank", static_cast<int64_t>(ring)},
-                                  {"phase", phase_name(n.phase)}, {"scope", n.scope}, {"communicates", communicates}});
+      j["collectives"].push_back({{"name", n.name},
+                                  {"op", n.op_type},
+                                  {"mesh_axis", m.axes.at(static_cast<size_t>(axis))},
+                                  {"group_size", n.attrs.get_int("group_size", 1)},
+                                  {"value", in.name},
+                                  {"local_shape", in.shape},
+                                  {"payload_bytes", in.nbytes()},
+                                  {"ring_bytes_per_rank", static_cast<int64_t>(ring)},
+                                  {"phase", phase_name(n.phase)},
+                                  {"scope", n.scope},
+                                  {"communicates", communicates}});
     }
   }
   // transformer blocks with the split of each layer and the collectives issued in the block
@@ -126,8 +143,11 @@ nlohmann::json plan_to_json(const Graph& global, const PartitionedGraph& pg, con
   };
   auto linear_json = [&](const LinearInfo& l) -> nlohmann::json {
     if (l.matmul == kNoId) return nullptr;
-    return {{"weight", global.value(l.weight).name}, {"split", split_of(l.weight)},
-            {"spec", sr.specs[static_cast<size_t>(l.weight)].to_string(&m)}, {"in", l.in_features}, {"out", l.out_features}};
+    return {{"weight", global.value(l.weight).name},
+            {"split", split_of(l.weight)},
+            {"spec", sr.specs[static_cast<size_t>(l.weight)].to_string(&m)},
+            {"in", l.in_features},
+            {"out", l.out_features}};
   };
   std::map<std::string, std::vector<nlohmann::json>> coll_by_scope;
   for (const auto& c : j["collectives"]) {
@@ -156,7 +176,8 @@ nlohmann::json plan_to_json(const Graph& global, const PartitionedGraph& pg, con
       mj["down"] = linear_json(b.mlp.down);
       bj["mlp"] = mj;
     }
-    for (const auto& nrm : b.norms) bj["norms"].push_back({{"kind", nrm.kind}, {"spec", sr.specs[static_cast<size_t>(nrm.scale)].to_string(&m)}});
+    for (const auto& nrm : b.norms)
+      bj["norms"].push_back({{"kind", nrm.kind}, {"spec", sr.specs[static_cast<size_t>(nrm.scale)].to_string(&m)}});
     nlohmann::json cs = nlohmann::json::array();
     for (const auto& [scope, list] : coll_by_scope) {
       if (scope.rfind(base + ".", 0) != 0) continue;
@@ -172,8 +193,12 @@ nlohmann::json plan_to_json(const Graph& global, const PartitionedGraph& pg, con
   }
   j["collectives_outside_blocks"] = other;
   for (const EmbeddingInfo& e : ms.embeddings) {
-    j["embeddings"].push_back({{"weight", global.value(e.weight).name}, {"role", e.role}, {"rows", e.rows}, {"dim", e.dim},
-                               {"split", split_of(e.weight)}, {"spec", sr.specs[static_cast<size_t>(e.weight)].to_string(&m)}});
+    j["embeddings"].push_back({{"weight", global.value(e.weight).name},
+                               {"role", e.role},
+                               {"rows", e.rows},
+                               {"dim", e.dim},
+                               {"split", split_of(e.weight)},
+                               {"spec", sr.specs[static_cast<size_t>(e.weight)].to_string(&m)}});
   }
   if (ms.has_head) j["head"] = {{"weight", global.value(ms.head.weight).name}, {"tied", ms.tied_head}, {"split", split_of(ms.head.weight)}};
   j["memory"] = {{"parameter_bytes_per_rank", param_bytes_rank}, {"parameter_bytes_total", param_bytes_total}};
@@ -250,7 +275,8 @@ Expected<PlanSettings> read_plan_settings(const std::string& path) {
   try {
     if (!j.is_object()) return error("{}: a plan is a JSON object", path);
     p.version = j.value("version", 1);
-    if (p.version < 1 || p.version > kPlanVersion) return error("{}: plan version {} (this build reads 1 to {})", path, p.version, kPlanVersion);
+    if (p.version < 1 || p.version > kPlanVersion)
+      return error("{}: plan version {} (this build reads 1 to {})", path, p.version, kPlanVersion);
     if (j.contains("mesh")) {
       const auto& m = j["mesh"];
       std::vector<std::string> axes = m.value("axes", std::vector<std::string>{});
@@ -299,12 +325,13 @@ Expected<PlanSettings> read_plan_settings(const std::string& path) {
 Status adopt_plan_settings(const PlanSettings& p, const std::string& path, int64_t world, int64_t* tp, int64_t* dp, int64_t* batch,
                            int64_t* seq, std::string* schedule, int64_t* chunks) {
   if (p.ranks > 0 && p.ranks != world) {
-    return error("{}: the plan is for {} ranks, this run has {} (run it with --local-ranks {} or mpirun -np {})", path, p.ranks, world, p.ranks,
-                 p.ranks);
+    return error("{}: the plan is for {} ranks, this run has {} (run it with --local-ranks {} or mpirun -np {})", path, p.ranks, world,
+                 p.ranks, p.ranks);
   }
   auto adopt = [&](int64_t* mine, int64_t plan, const char* flag) -> Status {
     if (plan <= 0) return Status::ok();
-    if (*mine > 0 && *mine != plan) return error("{}: the plan has {} {}, the command line {} (leave {} out)", path, flag, plan, *mine, flag);
+    if (*mine > 0 && *mine != plan)
+      return error("{}: the plan has {} {}, the command line {} (leave {} out)", path, flag, plan, *mine, flag);
     *mine = plan;
     return Status::ok();
   };
@@ -344,7 +371,8 @@ Expected<Strategy> strategy_from_plan_file(const std::string& path, Graph& g, co
         ValueId v = g.find_value(name);
         if (v == kNoId || !g.value(v).is_initializer) return error("{}: the model has no initializer '{}'", path, name);
         auto it = st->specs.find(v);
-        std::string mine = it != st->specs.end() ? it->second.to_string(&st->mesh) : ShardingSpec::replicated(g.value(v).shape.size()).to_string(&st->mesh);
+        std::string mine = it != st->specs.end() ? it->second.to_string(&st->mesh)
+                                                 : ShardingSpec::replicated(g.value(v).shape.size()).to_string(&st->mesh);
         if (mine != text) return error("{}: parameter '{}' is {} in the plan but its part's layout gives {}", path, name, text, mine);
       }
     }

@@ -23,10 +23,10 @@ constexpr int kPlanVersion = 2;
 // What a plan fixes about a run besides the weights' specs.
 struct PlanSettings {
   int version = 1;
-  int64_t ranks = 0;            // 0: the plan does not say
-  int64_t tp = 0, dp = 0;       // one tp x dp mesh (v1, or v2 with one degree); 0 for mixed parts
-  int64_t batch = 0, seq = 0;   // 0: not fixed
-  std::string schedule;         // "" when not fixed
+  int64_t ranks = 0;           // 0: the plan does not say
+  int64_t tp = 0, dp = 0;      // one tp x dp mesh (v1, or v2 with one degree); 0 for mixed parts
+  int64_t batch = 0, seq = 0;  // 0: not fixed
+  std::string schedule;        // "" when not fixed
   int64_t chunks = 0;
   bool vocab_parallel = true;
   std::vector<PartLayout> parts;  // v2

@@ -84,8 +84,8 @@ code{font-size:12px}</style></head><body>)";
   const auto& mem = p["memory"];
   o << "<div class=\"cards\">";
   o << fmt::format("<div class=\"card\">ranks<b>{}</b></div>", p["mesh"]["ranks"].get<int64_t>());
-  o << fmt::format("<div class=\"card\">parameters per rank<b>{}</b>of {} in all</div>", bytes_str(mem["parameter_bytes_per_rank"].get<double>()),
-                   bytes_str(mem["parameter_bytes_total"].get<double>()));
+  o << fmt::format("<div class=\"card\">parameters per rank<b>{}</b>of {} in all</div>",
+                   bytes_str(mem["parameter_bytes_per_rank"].get<double>()), bytes_str(mem["parameter_bytes_total"].get<double>()));
   o << fmt::format("<div class=\"card\">collectives per step<b>{}</b></div>", p["summary"]["collectives_per_step"].get<int64_t>());
   o << fmt::format("<div class=\"card\">sent per rank per step<b>{}</b>(ring algorithm)</div>",
                    bytes_str(p["summary"]["ring_bytes_per_rank_per_step"].get<double>()));
@@ -98,7 +98,8 @@ code{font-size:12px}</style></head><body>)";
 
   auto box = [&](std::ostringstream& svg, double x, const std::string& label, const std::string& sub, const std::string& split, double w) {
     svg << fmt::format("<rect x=\"{}\" y=\"10\" width=\"{}\" height=\"44\" rx=\"6\" fill=\"{}\" opacity=\"0.9\"/>", x, w, color(split));
-    svg << fmt::format("<text x=\"{}\" y=\"29\" font-size=\"12\" fill=\"#fff\" text-anchor=\"middle\" font-weight=\"bold\">{}</text>", x + w / 2, esc(label));
+    svg << fmt::format("<text x=\"{}\" y=\"29\" font-size=\"12\" fill=\"#fff\" text-anchor=\"middle\" font-weight=\"bold\">{}</text>",
+                       x + w / 2, esc(label));
     svg << fmt::format("<text x=\"{}\" y=\"45\" font-size=\"10\" fill=\"#fff\" text-anchor=\"middle\">{}</text>", x + w / 2, esc(sub));
     return x + w;
   };
@@ -126,7 +127,8 @@ code{font-size:12px}</style></head><body>)";
     }
     if (b.contains("attention")) {
       const auto& a = b["attention"];
-      std::string qsplit = a.contains("qkv") && !a["qkv"].empty() && !a["qkv"][0].is_null() ? jstr(a["qkv"][0], "split", "replicated") : "replicated";
+      std::string qsplit =
+          a.contains("qkv") && !a["qkv"].empty() && !a["qkv"][0].is_null() ? jstr(a["qkv"][0], "split", "replicated") : "replicated";
       x = diamond(svg, x, attn_b);
       x = box(svg, x, a["qkv"].size() == 1 ? "QKV (fused)" : "Q, K, V", qsplit, qsplit, 100);
       x = arrow(svg, x);
@@ -159,7 +161,8 @@ code{font-size:12px}</style></head><body>)";
     o << "<div class=\"notes\">";
     auto note = [&](const char* what, const std::string& f, const std::string& bw) {
       if (f.empty() && bw.empty()) return;
-      o << "<div><b>" << what << "</b> forward: " << esc(f.empty() ? "none" : f) << "; backward: " << esc(bw.empty() ? "none" : bw) << "</div>";
+      o << "<div><b>" << what << "</b> forward: " << esc(f.empty() ? "none" : f) << "; backward: " << esc(bw.empty() ? "none" : bw)
+        << "</div>";
     };
     note("attention", af, ab);
     note("MLP", mf, mb);
@@ -173,13 +176,15 @@ code{font-size:12px}</style></head><body>)";
                        esc(jstr(e, "weight")), esc(jstr(e, "role")), color(jstr(e, "split")), esc(jstr(e, "split")), esc(jstr(e, "spec")));
     }
     if (p.contains("head")) {
-      o << fmt::format("<tr><td><code>{}</code></td><td>LM head{}</td><td><i class=\"sw\" style=\"background:{}\"></i>{}</td><td></td></tr>",
-                       esc(jstr(p["head"], "weight")), p["head"]["tied"].get<bool>() ? " (tied)" : "", color(jstr(p["head"], "split")),
-                       esc(jstr(p["head"], "split")));
+      o << fmt::format(
+          "<tr><td><code>{}</code></td><td>LM head{}</td><td><i class=\"sw\" style=\"background:{}\"></i>{}</td><td></td></tr>",
+          esc(jstr(p["head"], "weight")), p["head"]["tied"].get<bool>() ? " (tied)" : "", color(jstr(p["head"], "split")),
+          esc(jstr(p["head"], "split")));
     }
     o << "</table>";
   }
-  o << "<h2>Collectives per step</h2><table><tr><th>op</th><th>phase</th><th>scope</th><th>group</th><th>local shape</th><th>payload</th><th>sent per rank</th></tr>";
+  o << "<h2>Collectives per step</h2><table><tr><th>op</th><th>phase</th><th>scope</th><th>group</th><th>local "
+       "shape</th><th>payload</th><th>sent per rank</th></tr>";
   for (const auto& c : p["collectives"]) {
     if (!c["communicates"].get<bool>()) continue;
     std::string shape;
@@ -195,8 +200,8 @@ code{font-size:12px}</style></head><body>)";
       for (const auto& d : a) s += (s.empty() ? "" : "×") + std::to_string(d.get<int64_t>());
       return s;
     };
-    o << fmt::format("<tr><td><code>{}</code></td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>", esc(jstr(q, "name")), dims(q["shape"]),
-                     esc(jstr(q, "spec")), dims(q["local_shape"]), bytes_str(q["bytes_per_rank"].get<double>()));
+    o << fmt::format("<tr><td><code>{}</code></td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>", esc(jstr(q, "name")),
+                     dims(q["shape"]), esc(jstr(q, "spec")), dims(q["local_shape"]), bytes_str(q["bytes_per_rank"].get<double>()));
   }
   o << "</table></body></html>\n";
   return o.str();
@@ -204,7 +209,8 @@ code{font-size:12px}</style></head><body>)";
 
 std::string plan_to_dot(const nlohmann::json& p) {
   std::ostringstream o;
-  o << "digraph plan {\n  rankdir=LR;\n  node [shape=box, style=\"rounded,filled\", fontname=\"Helvetica\", fontsize=10, fontcolor=white];\n";
+  o << "digraph plan {\n  rankdir=LR;\n  node [shape=box, style=\"rounded,filled\", fontname=\"Helvetica\", fontsize=10, "
+       "fontcolor=white];\n";
   std::string prev;
   int id = 0;
   auto node = [&](const std::string& label, const std::string& split) {

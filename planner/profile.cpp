@@ -14,8 +14,8 @@ namespace oases {
 namespace {
 
 Expected<CollectiveKind> collective_kind(const std::string& s, const std::string& where) {
-  for (CollectiveKind k : {CollectiveKind::kAllReduce, CollectiveKind::kAllGather, CollectiveKind::kReduceScatter, CollectiveKind::kAllToAll,
-                           CollectiveKind::kBroadcast}) {
+  for (CollectiveKind k : {CollectiveKind::kAllReduce, CollectiveKind::kAllGather, CollectiveKind::kReduceScatter,
+                           CollectiveKind::kAllToAll, CollectiveKind::kBroadcast}) {
     if (s == collective_name(k)) return k;
   }
   return error("{}: unknown collective kind '{}'", where, s);
@@ -39,15 +39,17 @@ double interpolate(const std::vector<std::pair<double, double>>& pts, double wor
 }  // namespace
 
 bool is_compute_bound_op(const std::string& op) {
-  static const char* ops[] = {"MatMul", "Gemm", "oases.MatMulT", "oases.Attention", "oases.AttentionGrad", "Einsum", "Conv",
-                              "oases.cpu.FusedMatMul", "oases.cpu.Attention"};
+  static const char* ops[] = {"MatMul", "Gemm", "oases.MatMulT",         "oases.Attention",    "oases.AttentionGrad",
+                              "Einsum", "Conv", "oases.cpu.FusedMatMul", "oases.cpu.Attention"};
   for (const char* o : ops) {
     if (op == o) return true;
   }
   return false;
 }
 
-std::string node_op_name(const Node& n) { return is_default_domain(n.domain) ? n.op_type : n.domain + "." + n.op_type; }
+std::string node_op_name(const Node& n) {
+  return is_default_domain(n.domain) ? n.op_type : n.domain + "." + n.op_type;
+}
 
 std::string op_key(const std::string& op, const std::vector<std::pair<DType, Shape>>& inputs,
                    const std::vector<std::pair<DType, Shape>>& outputs) {
@@ -74,7 +76,8 @@ std::string node_key(const Graph& g, const Node& n) {
   std::string k = op_key(node_op_name(n), in, out);
   // products differ by which operand is transposed
   if (n.attrs.has("transA") || n.attrs.has("transB") || n.attrs.has("trans_a") || n.attrs.has("trans_b")) {
-    k += fmt::format(" t{}{}", n.attrs.get_int("transA", n.attrs.get_int("trans_a", 0)), n.attrs.get_int("transB", n.attrs.get_int("trans_b", 0)));
+    k += fmt::format(" t{}{}", n.attrs.get_int("transA", n.attrs.get_int("trans_a", 0)),
+                     n.attrs.get_int("transB", n.attrs.get_int("trans_b", 0)));
   }
   return k;
 }
@@ -95,7 +98,8 @@ nlohmann::json Profile::to_json() const {
                    {"threads_per_rank", threads_per_rank}};
   if (has_device) j["device"] = device_to_json(device);
   nlohmann::json o = nlohmann::json::array();
-  for (const OpSample& s : ops) o.push_back({{"op", s.op}, {"key", s.key}, {"flops", s.flops}, {"bytes", s.bytes}, {"us", s.us}, {"samples", s.samples}});
+  for (const OpSample& s : ops)
+    o.push_back({{"op", s.op}, {"key", s.key}, {"flops", s.flops}, {"bytes", s.bytes}, {"us", s.us}, {"samples", s.samples}});
   j["ops"] = o;
   nlohmann::json c = nlohmann::json::array();
   for (const CollectiveSample& s : collectives) {
@@ -104,7 +108,10 @@ nlohmann::json Profile::to_json() const {
   j["collectives"] = c;
   if (optimizer_us_per_mib > 0) j["optimizer"] = {{"kind", "adamw"}, {"us_per_mib", optimizer_us_per_mib}};
   if (instr_us > 0 || comm_start_us > 0 || core_share != 1.0 || comm_sync_us > 0 || comm_beside_compute_us > 0) {
-    j["executor"] = {{"instr_us", instr_us}, {"comm_start_us", comm_start_us}, {"core_share", core_share}, {"comm_sync_us", comm_sync_us},
+    j["executor"] = {{"instr_us", instr_us},
+                     {"comm_start_us", comm_start_us},
+                     {"core_share", core_share},
+                     {"comm_sync_us", comm_sync_us},
                      {"comm_beside_compute_us", comm_beside_compute_us}};
   }
   if (!model.is_null()) j["model"] = model;
@@ -112,7 +119,8 @@ nlohmann::json Profile::to_json() const {
 }
 
 Expected<Profile> profile_from_json(const nlohmann::json& j, const std::string& where) {
-  if (!j.is_object() || j.value("format", "") != "oases-profile") return error("{}: not an oases-profile file (no \"format\": \"oases-profile\")", where);
+  if (!j.is_object() || j.value("format", "") != "oases-profile")
+    return error("{}: not an oases-profile file (no \"format\": \"oases-profile\")", where);
   if (j.value("version", 0) != 1) return error("{}: profile version {} (this build reads 1)", where, j.value("version", 0));
   Profile p;
   try {
@@ -147,7 +155,8 @@ Expected<Profile> profile_from_json(const nlohmann::json& j, const std::string& 
       s.bytes = o.at("bytes").get<double>();
       s.us = o.at("us").get<double>();
       s.link = o.value("link", "shared-memory");
-      if (s.group < 2 || !(s.bytes >= 0) || !(s.us >= 0)) return error("{}: bad collective sample (group {}, {} bytes, {} us)", where, s.group, s.bytes, s.us);
+      if (s.group < 2 || !(s.bytes >= 0) || !(s.us >= 0))
+        return error("{}: bad collective sample (group {}, {} bytes, {} us)", where, s.group, s.bytes, s.us);
       p.collectives.push_back(s);
     }
     if (j.contains("optimizer")) p.optimizer_us_per_mib = j["optimizer"].value("us_per_mib", 0.0);
@@ -158,7 +167,8 @@ Expected<Profile> profile_from_json(const nlohmann::json& j, const std::string& 
       p.comm_sync_us = j["executor"].value("comm_sync_us", 0.0);
       p.comm_beside_compute_us = j["executor"].value("comm_beside_compute_us", 0.0);
       for (double t : {p.comm_sync_us, p.comm_beside_compute_us}) {
-        if (!(t >= 0) || !std::isfinite(t)) return error("{}: executor comm_sync_us and comm_beside_compute_us must be non-negative times", where);
+        if (!(t >= 0) || !std::isfinite(t))
+          return error("{}: executor comm_sync_us and comm_beside_compute_us must be non-negative times", where);
       }
       if (!(p.core_share >= 1.0) || !std::isfinite(p.core_share)) return error("{}: executor core_share must be at least 1", where);
       if (!(p.instr_us >= 0) || !(p.comm_start_us >= 0) || !std::isfinite(p.instr_us) || !std::isfinite(p.comm_start_us)) {
@@ -180,7 +190,8 @@ Expected<Profile> load_profile(const std::string& path) {
   return profile_from_json(j, path);
 }
 
-OpTimeModel::OpTimeModel(const Profile* profile, const DeviceSpec& device, double scale) : profile_(profile), device_(device), scale_(scale) {
+OpTimeModel::OpTimeModel(const Profile* profile, const DeviceSpec& device, double scale)
+    : profile_(profile), device_(device), scale_(scale) {
   if (!profile_) return;
   std::map<std::string, std::pair<double, int>> acc;
   for (const OpSample& s : profile_->ops) {
@@ -254,11 +265,19 @@ double OpTimeModel::optimizer_seconds(double param_bytes) const {
   return bw > 0 ? 7.0 * param_bytes / bw : 0;
 }
 
-double OpTimeModel::instr_seconds() const { return profile_ ? profile_->instr_us * 1e-6 * scale_ * profile_->core_share : 0; }
+double OpTimeModel::instr_seconds() const {
+  return profile_ ? profile_->instr_us * 1e-6 * scale_ * profile_->core_share : 0;
+}
 
-double OpTimeModel::comm_start_seconds() const { return profile_ ? profile_->comm_start_us * 1e-6 * scale_ * profile_->core_share : 0; }
-double OpTimeModel::comm_sync_seconds() const { return profile_ ? profile_->comm_sync_us * 1e-6 : 0; }
-double OpTimeModel::comm_beside_compute_seconds() const { return profile_ ? profile_->comm_beside_compute_us * 1e-6 : 0; }
+double OpTimeModel::comm_start_seconds() const {
+  return profile_ ? profile_->comm_start_us * 1e-6 * scale_ * profile_->core_share : 0;
+}
+double OpTimeModel::comm_sync_seconds() const {
+  return profile_ ? profile_->comm_sync_us * 1e-6 : 0;
+}
+double OpTimeModel::comm_beside_compute_seconds() const {
+  return profile_ ? profile_->comm_beside_compute_us * 1e-6 : 0;
+}
 
 double profiled_collective_seconds(const Profile& p, CollectiveKind k, double bytes, int64_t group, const std::string& link) {
   std::map<int64_t, std::vector<std::pair<double, double>>> by_group;

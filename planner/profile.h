@@ -66,9 +66,9 @@ struct Profile {
   // wait for a core (ranks sharing cores) or share the device. The simulator adds it to each.
   double comm_sync_us = 0;
   double comm_beside_compute_us = 0;
-  int64_t ranks = 1;                // ranks that shared the cores while ops were timed
+  int64_t ranks = 1;  // ranks that shared the cores while ops were timed
   int threads_per_rank = 1;
-  nlohmann::json model;             // what --model profiled, if anything
+  nlohmann::json model;  // what --model profiled, if anything
 
   nlohmann::json to_json() const;
 };
@@ -114,7 +114,7 @@ class OpTimeModel {
   const Profile* profile_ = nullptr;
   DeviceSpec device_;
   double scale_ = 1.0;
-  std::map<std::string, double> exact_;                          // key -> us
+  std::map<std::string, double> exact_;                                  // key -> us
   std::map<std::string, std::vector<std::pair<double, double>>> by_op_;  // op -> (work, us) sorted
   double roofline(const std::string& op, double flops, double bytes) const;
 };

@@ -5,8 +5,7 @@
 namespace oases {
 
 Expected<ShardingResult> propagate_sharding(const Graph& g, const Mesh& mesh, const std::map<ValueId, ShardingSpec>& seeds,
-                                            const std::map<size_t, ShardingSpec>& outputs,
-                                            const std::map<ValueId, ShardingSpec>& pins) {
+                                            const std::map<size_t, ShardingSpec>& outputs, const std::map<ValueId, ShardingSpec>& pins) {
   ShardingResult res;
   res.mesh = mesh;
   res.specs.resize(g.num_values());
@@ -46,7 +45,8 @@ Expected<ShardingResult> propagate_sharding(const Graph& g, const Mesh& mesh, co
       const ShardingSpec& want = ctx.in(static_cast<int>(i));
       if (want == res.specs[v]) continue;
       Status st = want.validate(g.value(v).shape, mesh);
-      if (!st.is_ok()) return error("{}: input {} '{}' is needed as {}: {}", n.describe(), i, g.value(v).name, want.to_string(&mesh), st.message());
+      if (!st.is_ok())
+        return error("{}: input {} '{}' is needed as {}: {}", n.describe(), i, g.value(v).name, want.to_string(&mesh), st.message());
       res.conversions.push_back(Conversion{id, static_cast<int>(i), v, res.specs[v], want});
     }
     for (size_t k = 0; k < n.outputs.size(); ++k) {

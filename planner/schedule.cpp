@@ -48,8 +48,12 @@ int scope_stage(const std::string& scope) {
   return -1;  // others follow the data flow
 }
 
-bool forward_phase(const Node& n) { return n.phase == Node::Phase::kForward; }
-bool backward_phase(const Node& n) { return n.phase == Node::Phase::kBackward || n.phase == Node::Phase::kRecompute; }
+bool forward_phase(const Node& n) {
+  return n.phase == Node::Phase::kForward;
+}
+bool backward_phase(const Node& n) {
+  return n.phase == Node::Phase::kBackward || n.phase == Node::Phase::kRecompute;
+}
 
 }  // namespace
 
@@ -93,7 +97,9 @@ std::vector<char> depends_on_inputs(const Graph& g, const std::vector<NodeId>& o
   return dep;
 }
 
-int layer_of_stage(int s) { return s < 0 || s >= kTailStage ? -1 : s / 2; }
+int layer_of_stage(int s) {
+  return s < 0 || s >= kTailStage ? -1 : s / 2;
+}
 
 }  // namespace
 
@@ -233,7 +239,8 @@ Expected<std::vector<ScheduledOp>> schedule_program(const Graph& g, const Schedu
     for (ValueId v : n.inputs) {
       if (v == kNoId) continue;
       NodeId p = g.value(v).producer;
-      if (p != kNoId && g.node(p).phase == Node::Phase::kRecompute) sb = std::max(sb, sub[static_cast<size_t>(p)] + (is_collective(g.node(p)) ? 1 : 0));
+      if (p != kNoId && g.node(p).phase == Node::Phase::kRecompute)
+        sb = std::max(sb, sub[static_cast<size_t>(p)] + (is_collective(g.node(p)) ? 1 : 0));
     }
     sub[static_cast<size_t>(id)] = sb;
   }

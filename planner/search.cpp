@@ -14,7 +14,9 @@ namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-bool interleaved(const std::string& s) { return s == "overlap_checkpoint" || s == "oases"; }
+bool interleaved(const std::string& s) {
+  return s == "overlap_checkpoint" || s == "oases";
+}
 
 // The layouts each part may take for one (schedule, K): feasible, allowed by the options, and for a
 // tied head the embedding's degree.
@@ -45,8 +47,8 @@ struct PartTable {
 };
 
 struct Tables {
-  std::vector<std::vector<Layout>> L;      // per part: every layout the options allow
-  std::vector<const PartTable*> part;      // per part
+  std::vector<std::vector<Layout>> L;  // per part: every layout the options allow
+  std::vector<const PartTable*> part;  // per part
   std::map<std::string, PartTable> store;
 };
 
@@ -102,7 +104,9 @@ ChainResult chain(const Tables& t, const std::vector<std::vector<char>>& allowed
   int P = static_cast<int>(t.L.size());
   std::vector<std::vector<std::vector<Label>>> fronts(static_cast<size_t>(P));
   bool constrained = budget >= 0;
-  auto usable = [&](int i, size_t b) { return allowed[static_cast<size_t>(i)][b] && (!constrained || t.part[static_cast<size_t>(i)]->tr[b] <= cap); };
+  auto usable = [&](int i, size_t b) {
+    return allowed[static_cast<size_t>(i)][b] && (!constrained || t.part[static_cast<size_t>(i)]->tr[b] <= cap);
+  };
   // Under a limit, bounds on what the rest of the chain adds after part i laid out b (a backward
   // program without the limit): the least objective and the least memory. A label whose objective
   // plus the first reaches the incumbent, or whose memory plus the second passes the budget, can
@@ -149,7 +153,8 @@ ChainResult chain(const Tables& t, const std::vector<std::vector<char>>& allowed
           if (fa.empty()) continue;
           ++*transitions;
           double o = T.obj[a * nb + b];
-          for (size_t k = 0; k < fa.size(); ++k) cand.push_back(Label{fa[k].obj + o, fa[k].mem + mem_b, static_cast<int>(a), static_cast<int>(k)});
+          for (size_t k = 0; k < fa.size(); ++k)
+            cand.push_back(Label{fa[k].obj + o, fa[k].mem + mem_b, static_cast<int>(a), static_cast<int>(k)});
         }
       }
       std::vector<Label>& f = fronts[static_cast<size_t>(i)][b];
@@ -203,7 +208,9 @@ std::vector<int64_t> tied_degrees(CostModel& m, const SearchOptions& o) {
   return out;
 }
 
-bool mixed(CostModel& m, const SearchOptions& o) { return o.allow_mixed && m.analysis().mixed_ok; }
+bool mixed(CostModel& m, const SearchOptions& o) {
+  return o.allow_mixed && m.analysis().mixed_ok;
+}
 
 }  // namespace
 

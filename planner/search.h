@@ -18,8 +18,8 @@ namespace oases {
 struct SearchOptions {
   std::vector<std::string> schedules{"plain", "default_checkpoint", "optim_comm_checkpoint", "overlap_checkpoint", "oases"};
   std::vector<int64_t> chunks{1, 2, 4, 8};
-  double memory_limit = 0;       // bytes per rank, 0: none
-  bool allow_mixed = true;       // parts may take different layouts (when the model allows)
+  double memory_limit = 0;  // bytes per rank, 0: none
+  bool allow_mixed = true;  // parts may take different layouts (when the model allows)
   bool allow_sequence_parallel = true;
   std::vector<int64_t> degrees;  // tp degrees allowed (empty: every candidate)
 };
@@ -27,11 +27,11 @@ struct SearchOptions {
 struct SearchResult {
   bool found = false;
   PlanChoice best;
-  double objective = 0;          // seconds (the chain cost plus the optimizer step)
-  double memory = 0;             // bytes per rank
-  double least_memory = 0;       // the least any plan of the space needs (when none fits the limit)
-  int64_t transitions = 0;       // (part, previous layout, layout) pairs priced
-  std::string restriction;       // how the space was narrowed, for people
+  double objective = 0;     // seconds (the chain cost plus the optimizer step)
+  double memory = 0;        // bytes per rank
+  double least_memory = 0;  // the least any plan of the space needs (when none fits the limit)
+  int64_t transitions = 0;  // (part, previous layout, layout) pairs priced
+  std::string restriction;  // how the space was narrowed, for people
 };
 
 SearchResult search_plan(CostModel& m, const SearchOptions& o);

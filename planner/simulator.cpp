@@ -19,7 +19,8 @@ int layer_of(const Node& n) {
 }  // namespace
 
 double covered_time(const std::vector<std::pair<double, double>>& busy, double a, double b) {
-  auto it = std::lower_bound(busy.begin(), busy.end(), std::make_pair(a, 0.0), [](const auto& x, const auto& y) { return x.second < y.first; });
+  auto it =
+      std::lower_bound(busy.begin(), busy.end(), std::make_pair(a, 0.0), [](const auto& x, const auto& y) { return x.second < y.first; });
   double on = 0;
   for (; it != busy.end() && it->first < b; ++it) on += std::max(0.0, std::min(it->second, b) - std::max(it->first, a));
   return on;
@@ -66,8 +67,8 @@ namespace {
 Expected<SimResult> replay(const Graph& g, const std::vector<ScheduledOp>& order, const Mesh& mesh, const SimOptions& o,
                            const std::map<NodeId, double>& busy_in, std::map<NodeId, double>* busy_out, bool trace) {
   SimResult r;
-  double now = 0;        // compute thread
-  double comm_free = 0;  // communication thread
+  double now = 0;                                         // compute thread
+  double comm_free = 0;                                   // communication thread
   std::map<NodeId, std::pair<double, double>> comm_span;  // collective -> (start, end)
   std::vector<std::pair<double, double>> busy;            // compute intervals of the compute thread, in time order
   auto event = [&](const Node& n, const char* cat, int tid, double start, double dur) {

@@ -37,7 +37,7 @@ struct SimOptions {
   const Profile* local_floor = nullptr;  // profile whose shared-memory collectives bound times from below
   int64_t rank = 0;
   bool trace = false;
-  double param_bytes = 0;                // this rank's parameters (the optimizer step)
+  double param_bytes = 0;  // this rank's parameters (the optimizer step)
 };
 
 struct SimResult {

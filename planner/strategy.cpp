@@ -129,7 +129,8 @@ Expected<Strategy> megatron_strategy(const Graph& g, const StrategyOptions& opt)
     }
     if (ms.has_head && !ms.tied_head) {
       if (ms.head.out_features % opt.tp != 0) {
-        return error("tp {} does not divide the vocabulary size {} of the LM head (or use --no-vocab-parallel)", opt.tp, ms.head.out_features);
+        return error("tp {} does not divide the vocabulary size {} of the LM head (or use --no-vocab-parallel)", opt.tp,
+                     ms.head.out_features);
       }
       OASES_RETURN_IF_ERROR(set(ms.head.weight, linear_spec(g, ms.head, true, tp, 1), "LM head"));
       if (ms.head.bias != kNoId) {

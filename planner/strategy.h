@@ -17,15 +17,15 @@ namespace oases {
 
 struct StrategyOptions {
   int64_t tp = 1, dp = 1;
-  bool vocab_parallel = true;       // split the token embedding and LM head over the vocabulary
-  bool sequence_parallel = false;   // norms and residuals split over the sequence (reduce-scatter + all-gather)
+  bool vocab_parallel = true;                   // split the token embedding and LM head over the vocabulary
+  bool sequence_parallel = false;               // norms and residuals split over the sequence (reduce-scatter + all-gather)
   int64_t dp_bucket_bytes = int64_t{25} << 20;  // data-parallel gradient all-reduce buckets
 };
 
 // What the strategy decided for one linear layer or embedding, for plans and reports.
 struct LayerSplit {
-  std::string what;    // "layer.0.attn.qkv", "embedding", ...
-  std::string split;   // "column", "row", "vocabulary", "replicated"
+  std::string what;   // "layer.0.attn.qkv", "embedding", ...
+  std::string split;  // "column", "row", "vocabulary", "replicated"
   std::vector<ValueId> weights;
 };
 

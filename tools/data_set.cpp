@@ -29,8 +29,7 @@ std::vector<std::string> numbered_files(const std::string& dir, const std::strin
   return out;
 }
 
-Expected<std::vector<std::pair<std::string, Tensor>>> read_numbered_tensors(const std::string& dir,
-                                                                            const std::string& prefix) {
+Expected<std::vector<std::pair<std::string, Tensor>>> read_numbered_tensors(const std::string& dir, const std::string& prefix) {
   std::vector<std::pair<std::string, Tensor>> out;
   for (const auto& f : numbered_files(dir, prefix)) {
     OASES_ASSIGN_OR_RETURN(auto t, read_tensor_file(f));
@@ -96,8 +95,7 @@ void drop_fed_constants(const Graph& g, std::map<std::string, Tensor>* feeds) {
 
 }  // namespace
 
-Expected<FedModel> load_model_for_feeds(const std::string& path, ImportOptions opts,
-                                        std::map<std::string, Tensor>* feeds) {
+Expected<FedModel> load_model_for_feeds(const std::string& path, ImportOptions opts, std::map<std::string, Tensor>* feeds) {
   for (auto& [nm, t] : *feeds) {
     if (!opts.input_shapes.count(nm)) opts.input_shapes[nm] = t.shape();
   }

@@ -16,8 +16,7 @@ namespace oases {
 // Paths of DIR/PREFIX_N.pb in N order (prefix "input" or "output").
 std::vector<std::string> numbered_files(const std::string& dir, const std::string& prefix);
 // The tensors of those files with the names they carry.
-Expected<std::vector<std::pair<std::string, Tensor>>> read_numbered_tensors(const std::string& dir,
-                                                                            const std::string& prefix);
+Expected<std::vector<std::pair<std::string, Tensor>>> read_numbered_tensors(const std::string& dir, const std::string& prefix);
 
 // Matches data-set tensors to the inputs of `model` by name, else by position; every model input
 // must be given. Errors name the data set and the input.
@@ -35,8 +34,7 @@ struct FedModel {
 // limits, TopK's k, OneHot's depth, ...), the small integer inputs (at most 64 elements) and the
 // single-element ones become constants and the model is specialised to them; `feeds` then keeps
 // only what is still a graph input. The error is the first load's.
-Expected<FedModel> load_model_for_feeds(const std::string& path, ImportOptions opts,
-                                        std::map<std::string, Tensor>* feeds);
+Expected<FedModel> load_model_for_feeds(const std::string& path, ImportOptions opts, std::map<std::string, Tensor>* feeds);
 
 // Element-wise comparison of an output with its expected value: |got - want| <= atol + rtol·|want|
 // for floating types (NaNs and infinities of one sign match themselves), exact equality for

@@ -14,8 +14,8 @@
 namespace oases {
 
 struct LoadedModel {
-  Graph raw;        // as imported (before passes)
-  Graph graph;      // canonical
+  Graph raw;    // as imported (before passes)
+  Graph graph;  // canonical
   std::vector<PassReport> reports;
 };
 

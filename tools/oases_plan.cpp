@@ -103,22 +103,23 @@ std::string describe_layouts(const ModelAnalysis& a, const std::vector<Layout>& 
 }
 
 nlohmann::json estimate_json(const PlanEstimate& e) {
-  return {{"step_ms", e.step_s * 1e3},         {"compute_ms", e.compute_s * 1e3}, {"comm_ms", e.comm_s * 1e3},
-          {"hidden_ms", e.hidden_s() * 1e3},   {"exposed_ms", e.exposed_s * 1e3}, {"optimizer_ms", e.optimizer_s * 1e3},
-          {"memory_bytes", e.memory_bytes},    {"static_bytes", e.static_bytes},  {"saved_activation_bytes", e.saved_bytes},
+  return {{"step_ms", e.step_s * 1e3},           {"compute_ms", e.compute_s * 1e3}, {"comm_ms", e.comm_s * 1e3},
+          {"hidden_ms", e.hidden_s() * 1e3},     {"exposed_ms", e.exposed_s * 1e3}, {"optimizer_ms", e.optimizer_s * 1e3},
+          {"memory_bytes", e.memory_bytes},      {"static_bytes", e.static_bytes},  {"saved_activation_bytes", e.saved_bytes},
           {"transient_bytes", e.transient_bytes}};
 }
 
 nlohmann::json sim_json(const Simulated& s) {
-  return {{"step_ms", s.sim.step_s * 1e3},        {"compute_ms", s.sim.compute_s * 1e3}, {"comm_ms", s.sim.comm_s * 1e3},
-          {"hidden_ms", s.sim.hidden_s() * 1e3},  {"exposed_ms", s.sim.exposed_s * 1e3}, {"optimizer_ms", s.sim.optimizer_s * 1e3}, {"executor_ms", s.sim.overhead_s * 1e3},
-          {"memory_bytes", s.memory_bytes},       {"collectives", s.sim.collectives}};
+  return {{"step_ms", s.sim.step_s * 1e3},         {"compute_ms", s.sim.compute_s * 1e3}, {"comm_ms", s.sim.comm_s * 1e3},
+          {"hidden_ms", s.sim.hidden_s() * 1e3},   {"exposed_ms", s.sim.exposed_s * 1e3}, {"optimizer_ms", s.sim.optimizer_s * 1e3},
+          {"executor_ms", s.sim.overhead_s * 1e3}, {"memory_bytes", s.memory_bytes},      {"collectives", s.sim.collectives}};
 }
 
 nlohmann::json choice_json(const ModelAnalysis& a, const PlanChoice& p, int64_t ranks) {
   nlohmann::json parts = nlohmann::json::array();
   for (size_t i = 0; i < p.layouts.size(); ++i) {
-    parts.push_back({{"part", a.parts[i]}, {"tp", p.layouts[i].tp}, {"dp", ranks / p.layouts[i].tp}, {"sequence_parallel", p.layouts[i].sp}});
+    parts.push_back(
+        {{"part", a.parts[i]}, {"tp", p.layouts[i].tp}, {"dp", ranks / p.layouts[i].tp}, {"sequence_parallel", p.layouts[i].sp}});
   }
   return {{"parts", parts}, {"schedule", {{"name", p.schedule}, {"chunks", p.chunks}}}};
 }
@@ -241,8 +242,8 @@ int plan_main(const std::string& model, int64_t gpus, const std::string& cluster
   if (profile) {
     std::vector<std::string> missing = uncovered_ops(a, ops);
     if (!missing.empty()) {
-      return fail_with(error("{}: the profile does not cover {} of the model's ops: {} (measure them: oases-profile --model {})", profile_file,
-                             missing.size(), fmt::join(missing, ", "), model));
+      return fail_with(error("{}: the profile does not cover {} of the model's ops: {} (measure them: oases-profile --model {})",
+                             profile_file, missing.size(), fmt::join(missing, ", "), model));
     }
   }
   double limit = memory_gib > 0 ? memory_gib * 1024.0 * 1024 * 1024 : cluster.device.memory_gib * 1024.0 * 1024 * 1024;
@@ -281,11 +282,12 @@ int plan_main(const std::string& model, int64_t gpus, const std::string& cluster
     if (best.least_memory > limit) {
       double gib = best.least_memory / (1024.0 * 1024 * 1024);
       double step = gib < 0.01 ? 1e-4 : 1e-2;  // round up to a --memory that fits
-      return fail_with(error("no plan fits {:.4g} GiB per GPU: the least memory any plan of {} on {} GPUs needs is {} (give --memory {:.4g} or more)",
-                             limit / (1024.0 * 1024 * 1024), model, gpus, describe_bytes(best.least_memory), std::ceil(gib / step) * step));
+      return fail_with(
+          error("no plan fits {:.4g} GiB per GPU: the least memory any plan of {} on {} GPUs needs is {} (give --memory {:.4g} or more)",
+                limit / (1024.0 * 1024 * 1024), model, gpus, describe_bytes(best.least_memory), std::ceil(gib / step) * step));
     }
-    return fail_with(error("no plan for {} on {} GPUs: no tp degree, chunk count and schedule divide the model (batch {}, degrees {})", model,
-                           gpus, a.batch, fmt::join(a.tp_candidates, ",")));
+    return fail_with(error("no plan for {} on {} GPUs: no tp degree, chunk count and schedule divide the model (batch {}, degrees {})",
+                           model, gpus, a.batch, fmt::join(a.tp_candidates, ",")));
   }
   // the baselines on the same cluster, under the same limit
   SearchOptions mo = so;
@@ -298,8 +300,8 @@ int plan_main(const std::string& model, int64_t gpus, const std::string& cluster
   dpo.degrees = {1};
   SearchResult dp = search_plan(cm, dpo);
   std::printf("%s: %zu parts (%s), batch %lld x %lld tokens, %lld GPUs: %s\n", model.c_str(), a.parts.size(),
-              a.mixed_ok ? "layouts may differ per part" : ("one layout for all: " + a.mixed_why).c_str(),
-              static_cast<long long>(a.batch), static_cast<long long>(a.seq), static_cast<long long>(gpus), cluster.name.c_str());
+              a.mixed_ok ? "layouts may differ per part" : ("one layout for all: " + a.mixed_why).c_str(), static_cast<long long>(a.batch),
+              static_cast<long long>(a.seq), static_cast<long long>(gpus), cluster.name.c_str());
   std::printf("  op times: %s; memory limit %s per GPU\n",
               profile ? fmt::format("profile {}", profile_file).c_str() : fmt::format("roofline of {}", cluster.device.name).c_str(),
               describe_bytes(limit).c_str());
@@ -314,15 +316,16 @@ int plan_main(const std::string& model, int64_t gpus, const std::string& cluster
       return;
     }
     PlanEstimate e = cm.estimate(r.best);
-    std::printf("  %-15s step %9.3f ms  (compute %.3f, comm %.3f: hidden %.3f, exposed %.3f; optimizer %.3f)  memory %s  %s K=%lld\n", label,
-                e.step_s * 1e3, e.compute_s * 1e3, e.comm_s * 1e3, e.hidden_s() * 1e3, e.exposed_s * 1e3, e.optimizer_s * 1e3,
+    std::printf("  %-15s step %9.3f ms  (compute %.3f, comm %.3f: hidden %.3f, exposed %.3f; optimizer %.3f)  memory %s  %s K=%lld\n",
+                label, e.step_s * 1e3, e.compute_s * 1e3, e.comm_s * 1e3, e.hidden_s() * 1e3, e.exposed_s * 1e3, e.optimizer_s * 1e3,
                 describe_bytes(e.memory_bytes).c_str(), r.best.schedule.c_str(), static_cast<long long>(r.best.chunks));
     std::printf("  %-15s %s\n", "", describe_layouts(a, r.best.layouts).c_str());
   };
   line("plan", best);
   line("Megatron", megatron);
   line("data parallel", dp);
-  if (megatron.found) std::printf("  predicted speed-up over Megatron: %.2fx\n", cm.estimate(megatron.best).step_s / cm.estimate(best.best).step_s);
+  if (megatron.found)
+    std::printf("  predicted speed-up over Megatron: %.2fx\n", cm.estimate(megatron.best).step_s / cm.estimate(best.best).step_s);
   std::printf("  search: %lld transitions priced in %.1f ms%s\n", static_cast<long long>(best.transitions), search_ms,
               best.restriction.empty() ? "" : ("; " + best.restriction).c_str());
   nlohmann::json sims = nlohmann::json::object();
@@ -334,11 +337,12 @@ int plan_main(const std::string& model, int64_t gpus, const std::string& cluster
       bool want_trace = !trace.empty() && std::string(label) == "plan";
       auto s = simulate_plan(*pm, a, r->best, cluster, ops, floor, want_trace);
       if (!s) return fail_with(s.status());
-      std::printf("  %-15s step %9.3f ms  (compute %.3f, comm %.3f: hidden %.3f (%.0f%%), exposed %.3f; executor %.3f; optimizer %.3f)  memory %s\n", label,
-                  s->sim.step_s * 1e3, s->sim.compute_s * 1e3, s->sim.comm_s * 1e3, s->sim.hidden_s() * 1e3,
-                  s->sim.comm_s > 0 ? 100.0 * s->sim.hidden_s() / s->sim.comm_s : 0.0, s->sim.exposed_s * 1e3, s->sim.overhead_s * 1e3,
-                  s->sim.optimizer_s * 1e3,
-                  describe_bytes(s->memory_bytes).c_str());
+      std::printf(
+          "  %-15s step %9.3f ms  (compute %.3f, comm %.3f: hidden %.3f (%.0f%%), exposed %.3f; executor %.3f; optimizer %.3f)  memory "
+          "%s\n",
+          label, s->sim.step_s * 1e3, s->sim.compute_s * 1e3, s->sim.comm_s * 1e3, s->sim.hidden_s() * 1e3,
+          s->sim.comm_s > 0 ? 100.0 * s->sim.hidden_s() / s->sim.comm_s : 0.0, s->sim.exposed_s * 1e3, s->sim.overhead_s * 1e3,
+          s->sim.optimizer_s * 1e3, describe_bytes(s->memory_bytes).c_str());
       sims[label] = sim_json(*s);
       if (want_trace) {
         nlohmann::json events = nlohmann::json::array();
@@ -346,8 +350,10 @@ int plan_main(const std::string& model, int64_t gpus, const std::string& cluster
         events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", 0}, {"tid", 0}, {"args", {{"name", "compute"}}}});
         events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", 0}, {"tid", 1}, {"args", {{"name", "communication"}}}});
         for (auto& e : s->sim.trace) events.push_back(std::move(e));
-        nlohmann::json doc{{"traceEvents", events}, {"displayTimeUnit", "ms"},
-                           {"otherData", {{"model", model}, {"cluster", cluster.name}, {"schedule", r->best.schedule}, {"chunks", r->best.chunks}}}};
+        nlohmann::json doc{
+            {"traceEvents", events},
+            {"displayTimeUnit", "ms"},
+            {"otherData", {{"model", model}, {"cluster", cluster.name}, {"schedule", r->best.schedule}, {"chunks", r->best.chunks}}}};
         if (Status st = write_file(trace, doc.dump() + "\n"); !st.is_ok()) return fail_with(st);
         std::printf("  wrote predicted trace %s\n", trace.c_str());
       }
@@ -368,8 +374,11 @@ int plan_main(const std::string& model, int64_t gpus, const std::string& cluster
     (*j)["prediction"] = preds;
     if (!sims.empty()) (*j)["simulation"] = sims;
     (*j)["cluster"] = cluster.to_json();
-    (*j)["search"] = {{"transitions", best.transitions}, {"ms", search_ms}, {"memory_limit_bytes", limit},
-                      {"op_times", profile ? "profile " + profile_file : "roofline"}, {"restriction", best.restriction}};
+    (*j)["search"] = {{"transitions", best.transitions},
+                      {"ms", search_ms},
+                      {"memory_limit_bytes", limit},
+                      {"op_times", profile ? "profile " + profile_file : "roofline"},
+                      {"restriction", best.restriction}};
     if (Status s = write_plan_files(*j, out, html, dot); !s.is_ok()) return fail_with(s);
   }
   double total_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_start).count();
@@ -423,11 +432,13 @@ int main(int argc, char** argv) {
     }
     if (model.empty()) return fail_with(Status::error("give a MODEL to plan (or --render PLAN.json)"));
     if (gpus_opt->count() > 0) {
-      if (tp > 0 || dp > 0 || !strategy.empty()) return fail_with(Status::error("--gpus searches the split; leave out --tp, --dp and --strategy"));
-      return plan_main(model, gpus, cluster, profile, memory, batch, seq, out, html, dot, simulate, trace, schedules, chunks, uniform, no_sp,
-                       emulate, degrees, bind);
+      if (tp > 0 || dp > 0 || !strategy.empty())
+        return fail_with(Status::error("--gpus searches the split; leave out --tp, --dp and --strategy"));
+      return plan_main(model, gpus, cluster, profile, memory, batch, seq, out, html, dot, simulate, trace, schedules, chunks, uniform,
+                       no_sp, emulate, degrees, bind);
     }
-    if (tp <= 0 && dp <= 0) return fail_with(Status::error("give --gpus N to search a plan, or --tp T [--dp D] for a given Megatron split"));
+    if (tp <= 0 && dp <= 0)
+      return fail_with(Status::error("give --gpus N to search a plan, or --tp T [--dp D] for a given Megatron split"));
     return legacy(model, out, html, dot, std::max<int64_t>(tp, 1), std::max<int64_t>(dp, 1), batch, seq, no_vocab, seq_par, bind);
   });
 }

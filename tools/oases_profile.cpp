@@ -38,7 +38,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
 
 double median(std::vector<double> v) {
   if (v.empty()) return 0;
@@ -80,8 +82,14 @@ nlohmann::json machine_description(int64_t ranks, int threads) {
   std::time_t now = std::time(nullptr);
   char date[64];
   std::strftime(date, sizeof(date), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
-  return {{"host", host}, {"cpu", cpu}, {"cores", static_cast<int>(std::max(1u, std::thread::hardware_concurrency()))},
-          {"memory_gib", mem_gib}, {"ranks", ranks}, {"threads_per_rank", threads}, {"compiler", __VERSION__}, {"date", date},
+  return {{"host", host},
+          {"cpu", cpu},
+          {"cores", static_cast<int>(std::max(1u, std::thread::hardware_concurrency()))},
+          {"memory_gib", mem_gib},
+          {"ranks", ranks},
+          {"threads_per_rank", threads},
+          {"compiler", __VERSION__},
+          {"date", date},
           {"blas", "OpenBLAS"}};
 }
 
@@ -230,8 +238,8 @@ struct CalibrationRun {
   int reps = 0;
   double wall_us = 0;  // mean execute() time
   struct Collective {
-    double us = 0;     // on the communication thread, summed over the repetitions
-    double beside = 0; // share of that time the compute thread computed, summed
+    double us = 0;      // on the communication thread, summed over the repetitions
+    double beside = 0;  // share of that time the compute thread computed, summed
     int n = 0;
   };
   std::map<NodeId, Collective> collectives;
@@ -539,9 +547,9 @@ int main(int argc, char** argv) {
     bind.add_to(app);
     if (int rc = parse_cli(app, argc, argv); rc >= 0) return rc;
     if (backend == "cuda" && cuda_built()) {
-      return fail_with(Status::error(
-          "--backend cuda: profiling on the GPU is not implemented yet (this build has the CUDA backend for oases-train "
-          "--device cuda, see docs/GPU.md); profile with --backend cpu, or plan for a GPU from a device table (--cluster)"));
+      return fail_with(
+          Status::error("--backend cuda: profiling on the GPU is not implemented yet (this build has the CUDA backend for oases-train "
+                        "--device cuda, see docs/GPU.md); profile with --backend cpu, or plan for a GPU from a device table (--cluster)"));
     }
     if (backend == "cuda") {
       return fail_with(Status::error(
@@ -558,8 +566,8 @@ int main(int argc, char** argv) {
       if (!lm) return fail_with(lm.status());
       link = *lm;
     }
-    std::vector<int64_t> sizes = sizes_s.empty() ? std::vector<int64_t>{4096, 16384, 65536, 262144, 1 << 20, 4 << 20, 16 << 20}
-                                                 : parse_ints(sizes_s, "--sizes");
+    std::vector<int64_t> sizes =
+        sizes_s.empty() ? std::vector<int64_t>{4096, 16384, 65536, 262144, 1 << 20, 4 << 20, 16 << 20} : parse_ints(sizes_s, "--sizes");
     std::vector<int64_t> chunks = parse_ints(chunks_s, "--chunks");
     auto t_start = Clock::now();
     Profile p;
@@ -569,7 +577,8 @@ int main(int argc, char** argv) {
     p.threads_per_rank = threads;
     p.device = measure_device(threads, p.machine["memory_gib"].get<double>(), ranks);
     p.has_device = true;
-    std::printf("device: %.1f GFLOP/s sgemm, %.1f GB/s copy (%d thread(s) per rank)\n", p.device.fp32_tflops * 1e3, p.device.memory_gbps, threads);
+    std::printf("device: %.1f GFLOP/s sgemm, %.1f GB/s copy (%d thread(s) per rank)\n", p.device.fp32_tflops * 1e3, p.device.memory_gbps,
+                threads);
     for (int64_t g = 2; g <= std::max<int64_t>(ranks, 2); g *= 2) {
       for (const CollectiveSample& s : measure_collectives(g, sizes, nullptr, reps)) p.collectives.push_back(s);
       if (link) {
@@ -596,17 +605,20 @@ int main(int argc, char** argv) {
       auto interleaved_run = [&](int64_t t, int64_t k) {
         std::map<std::string, OpSample> unused_ops;
         ExecutorOverheads unused_ovh;
-        return measure_model_ops(*pm, *a, ranks, t, k, threads, reps, link ? *link : LinkModel{}, &unused_ops, &unused_ovh, &calib, "oases");
+        return measure_model_ops(*pm, *a, ranks, t, k, threads, reps, link ? *link : LinkModel{}, &unused_ops, &unused_ovh, &calib,
+                                 "oases");
       };
       nlohmann::json done = nlohmann::json::array();
       for (int64_t t : degrees) {
         if (std::find(a->tp_candidates.begin(), a->tp_candidates.end(), t) == a->tp_candidates.end()) {
-          return fail_with(error("--degrees: tp {} does not divide {} on {} ranks (candidates {})", t, model, ranks, fmt::join(a->tp_candidates, ",")));
+          return fail_with(
+              error("--degrees: tp {} does not divide {} on {} ranks (candidates {})", t, model, ranks, fmt::join(a->tp_candidates, ",")));
         }
         for (int64_t k : chunks) {
           if (k < 1 || pm->batch % (ranks / t * k) != 0) continue;
           auto t0 = Clock::now();
-          if (Status s = measure_model_ops(*pm, *a, ranks, t, k, threads, reps, link ? *link : LinkModel{}, &acc, &ovh, &calib); !s.is_ok()) return fail_with(s.with_context(model));
+          if (Status s = measure_model_ops(*pm, *a, ranks, t, k, threads, reps, link ? *link : LinkModel{}, &acc, &ovh, &calib); !s.is_ok())
+            return fail_with(s.with_context(model));
           if (k > 1 && t > 1) {  // with chunks, also the interleaved schedule
             if (Status s = interleaved_run(t, k); !s.is_ok()) return fail_with(s.with_context(model));
           }
@@ -631,7 +643,8 @@ int main(int argc, char** argv) {
         auto t0 = Clock::now();
         auto a1 = analyze_model(pm->forward, pm->train.graph, pm->train.params, 1);
         if (!a1) return fail_with(a1.status().with_context(model));
-        if (Status s = measure_model_ops(*pm, *a1, 1, 1, 1, threads, reps, LinkModel{}, &acc, &ovh_one, nullptr); !s.is_ok()) return fail_with(s.with_context(model));
+        if (Status s = measure_model_ops(*pm, *a1, 1, 1, 1, threads, reps, LinkModel{}, &acc, &ovh_one, nullptr); !s.is_ok())
+          return fail_with(s.with_context(model));
         std::printf("ops: one rank, 1 chunk: %.1f s\n", seconds_since(t0));
         done.push_back({{"tp", 1}, {"chunks", 1}, {"ranks", 1}});
       }
@@ -641,9 +654,10 @@ int main(int argc, char** argv) {
       double summed_share = ovh.accounted_us > 0 ? std::max(1.0, ovh.wall_us / ovh.accounted_us) : 1.0;
       p.core_share = summed_share;
       if (Status s = calibrate_executor(calib, emulate, threads, &p); !s.is_ok()) return fail_with(s.with_context(model));
-      std::printf("executor: ranks sharing the cores: %.3f (the simulator replaying the profiled runs; %.3f x what rank 0's kernels, gaps "
-                  "and link add up to); a collective takes %.1f us beyond the link, %.1f us more beside computation\n",
-                  p.core_share, summed_share, p.comm_sync_us, p.comm_beside_compute_us);
+      std::printf(
+          "executor: ranks sharing the cores: %.3f (the simulator replaying the profiled runs; %.3f x what rank 0's kernels, gaps "
+          "and link add up to); a collective takes %.1f us beyond the link, %.1f us more beside computation\n",
+          p.core_share, summed_share, p.comm_sync_us, p.comm_beside_compute_us);
       std::printf("executor: %.1f us between instructions, %.1f us more after starting a collective (%lld starts timed)\n", p.instr_us,
                   p.comm_start_us, static_cast<long long>(ovh.starts));
       p.model = {{"path", model}, {"batch", pm->batch}, {"seq", pm->seq}, {"ranks", ranks}, {"profiled", done}};

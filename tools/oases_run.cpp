@@ -103,7 +103,8 @@ int main(int argc, char** argv) {
     auto expected_files = numbered_files(data_set, "output");
     if (expected_files.empty()) {
       for (size_t i = 0; i < outs.size(); ++i) {
-        std::printf("output %s: %s%s\n", g.value(g.outputs()[i]).name.c_str(), dtype_name(outs[i].dtype()), shape_str(outs[i].shape()).c_str());
+        std::printf("output %s: %s%s\n", g.value(g.outputs()[i]).name.c_str(), dtype_name(outs[i].dtype()),
+                    shape_str(outs[i].shape()).c_str());
       }
       return 0;
     }
@@ -126,7 +127,8 @@ int main(int argc, char** argv) {
       bool ok = c.bad == 0;
       all_ok &= ok;
       std::printf("output %-24s %s  max abs err %.3g  max rel err %.3g%s\n", name.c_str(), ok ? "ok      " : "MISMATCH", c.max_abs,
-                  c.max_rel, ok ? "" : fmt::format("  ({} of {} elements outside rtol {} atol {})", c.bad, outs[idx].numel(), rtol, atol).c_str());
+                  c.max_rel,
+                  ok ? "" : fmt::format("  ({} of {} elements outside rtol {} atol {})", c.bad, outs[idx].numel(), rtol, atol).c_str());
     }
     return all_ok ? 0 : 1;
   });

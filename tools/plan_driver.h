@@ -22,8 +22,8 @@ namespace oases {
 struct PlanningModel {
   std::string path;
   ImportOptions opts;
-  Graph forward;           // canonical, at [batch, seq]
-  TrainingGraph train;     // loss + backward, one chunk
+  Graph forward;        // canonical, at [batch, seq]
+  TrainingGraph train;  // loss + backward, one chunk
   int64_t batch = 0, seq = 0;
 };
 
@@ -34,16 +34,16 @@ Expected<PlanningModel> load_planning_model(const std::string& path, ImportOptio
 std::vector<PartLayout> part_layouts_of(const ModelAnalysis& a, const std::vector<Layout>& layouts);
 
 struct RankProgram {
-  Graph graph;                        // the rank's template (local shapes; constants unsliced)
-  std::vector<ScheduledOp> order;     // empty: no --schedule (in line)
+  Graph graph;                     // the rank's template (local shapes; constants unsliced)
+  std::vector<ScheduledOp> order;  // empty: no --schedule (in line)
   // What the executor runs: the compiled program's graph (with its fused ops, executor/fusion.h)
   // and its instructions in order (what the simulator replays and the profile timed).
   Graph exec_graph;
   std::vector<ScheduledOp> exec_order;
   Strategy strategy;
   Mesh mesh;
-  double param_bytes = 0;             // this rank's parameters
-  double arena_bytes = 0;             // the executor's activation arena for this order
+  double param_bytes = 0;  // this rank's parameters
+  double arena_bytes = 0;  // the executor's activation arena for this order
   int collectives = 0;
 };
 

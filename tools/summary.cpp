@@ -13,7 +13,9 @@ namespace oases {
 
 namespace {
 
-std::string op_key(const Node& n) { return is_default_domain(n.domain) ? n.op_type : n.domain + "." + n.op_type; }
+std::string op_key(const Node& n) {
+  return is_default_domain(n.domain) ? n.op_type : n.domain + "." + n.op_type;
+}
 
 nlohmann::json value_json(const Graph& g, ValueId v) {
   const Value& val = g.value(v);
@@ -95,14 +97,17 @@ nlohmann::json model_summary_json(const LoadedModel& m, const std::string& path)
   tr["hidden"] = ms.hidden;
   tr["vocab"] = ms.vocab;
   for (const auto& e : ms.embeddings) {
-    tr["embeddings"].push_back({{"node", g.node(e.gather).name}, {"weight", g.value(e.weight).name}, {"rows", e.rows},
-                                {"dim", e.dim}, {"role", e.role}});
+    tr["embeddings"].push_back(
+        {{"node", g.node(e.gather).name}, {"weight", g.value(e.weight).name}, {"rows", e.rows}, {"dim", e.dim}, {"role", e.role}});
   }
   for (const BlockInfo& b : ms.blocks) {
     nlohmann::json bj{{"index", b.index}};
     if (b.has_attn) {
-      nlohmann::json aj{{"node", g.node(b.attn.attention).name}, {"heads", b.attn.heads}, {"kv_heads", b.attn.kv_heads},
-                        {"head_dim", b.attn.head_dim}, {"causal", b.attn.causal}};
+      nlohmann::json aj{{"node", g.node(b.attn.attention).name},
+                        {"heads", b.attn.heads},
+                        {"kv_heads", b.attn.kv_heads},
+                        {"head_dim", b.attn.head_dim},
+                        {"causal", b.attn.causal}};
       for (const auto& l : b.attn.qkv) aj["qkv"].push_back(linear_json(g, l));
       aj["qkv_fused"] = b.attn.qkv.size() == 1;
       aj["out"] = linear_json(g, b.attn.out);
@@ -155,8 +160,8 @@ std::string model_summary_text(const nlohmann::json& s, bool verbose) {
   vals("inputs", "input");
   vals("outputs", "output");
   const auto& p = s["parameters"];
-  o << fmt::format("parameters {} ({}) in {} initializers\n", human(p["count"].get<double>(), ""),
-                   human(p["bytes"].get<double>(), "B"), p["initializers"].get<int64_t>());
+  o << fmt::format("parameters {} ({}) in {} initializers\n", human(p["count"].get<double>(), ""), human(p["bytes"].get<double>(), "B"),
+                   p["initializers"].get<int64_t>());
   o << fmt::format("forward    {} FLOPs, {} moved at these shapes\n", human(s["forward_flops"].get<double>(), ""),
                    human(s["forward_bytes"].get<double>(), "B"));
   o << fmt::format("nodes      {} as exported, {} canonical\n", s["nodes_as_exported"].get<int64_t>(), s["nodes_canonical"].get<int64_t>());
@@ -195,14 +200,16 @@ std::string model_summary_text(const nlohmann::json& s, bool verbose) {
     o << line << "\n";
     if (verbose) {
       if (b.contains("attention")) {
-        for (auto& l : b["attention"]["qkv"]) o << fmt::format("      qkv  {} [{} -> {}]\n", l["weight"].get<std::string>(), l["in"].get<int64_t>(), l["out"].get<int64_t>());
+        for (auto& l : b["attention"]["qkv"])
+          o << fmt::format("      qkv  {} [{} -> {}]\n", l["weight"].get<std::string>(), l["in"].get<int64_t>(), l["out"].get<int64_t>());
         if (!b["attention"]["out"].is_null()) {
           auto& l = b["attention"]["out"];
           o << fmt::format("      out  {} [{} -> {}]\n", l["weight"].get<std::string>(), l["in"].get<int64_t>(), l["out"].get<int64_t>());
         }
       }
       if (b.contains("mlp")) {
-        for (auto& l : b["mlp"]["up"]) o << fmt::format("      up   {} [{} -> {}]\n", l["weight"].get<std::string>(), l["in"].get<int64_t>(), l["out"].get<int64_t>());
+        for (auto& l : b["mlp"]["up"])
+          o << fmt::format("      up   {} [{} -> {}]\n", l["weight"].get<std::string>(), l["in"].get<int64_t>(), l["out"].get<int64_t>());
         if (!b["mlp"]["down"].is_null()) {
           auto& l = b["mlp"]["down"];
           o << fmt::format("      down {} [{} -> {}]\n", l["weight"].get<std::string>(), l["in"].get<int64_t>(), l["out"].get<int64_t>());
@@ -240,7 +247,8 @@ std::string graph_to_dot(const Graph& g) {
     return r;
   };
   for (ValueId v : g.inputs()) {
-    o << fmt::format("  \"v{}\" [shape=ellipse, fillcolor=\"#ffffff\", label=\"{}\\n{}\"];\n", v, esc(g.value(v).name), shape_str(g.value(v).shape));
+    o << fmt::format("  \"v{}\" [shape=ellipse, fillcolor=\"#ffffff\", label=\"{}\\n{}\"];\n", v, esc(g.value(v).name),
+                     shape_str(g.value(v).shape));
   }
   for (NodeId id : g.nodes()) {
     const Node& n = g.node(id);
@@ -260,7 +268,8 @@ std::string graph_to_dot(const Graph& g) {
     }
   }
   for (ValueId v : g.outputs()) {
-    o << fmt::format("  \"out{}\" [shape=ellipse, fillcolor=\"#ffffff\", label=\"{}\\n{}\"];\n", v, esc(g.value(v).name), shape_str(g.value(v).shape));
+    o << fmt::format("  \"out{}\" [shape=ellipse, fillcolor=\"#ffffff\", label=\"{}\\n{}\"];\n", v, esc(g.value(v).name),
+                     shape_str(g.value(v).shape));
     if (g.value(v).producer != kNoId) o << fmt::format("  \"n{}\" -> \"out{}\";\n", g.value(v).producer, v);
   }
   o << "}\n";

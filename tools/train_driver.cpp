@@ -1,9 +1,9 @@
 #include "tools/train_driver.h"
 
 #include <chrono>
-#include <cstdlib>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -90,7 +90,8 @@ void add_train_options(CLI::App& app, TrainArgs& a) {
   app.add_flag("--overlap-report", a.overlap_report, "Print total, hidden and exposed communication time per step and per block");
   app.add_flag("--memory-report", a.memory_report, "Print the bytes of activations each block keeps for the backward pass");
   app.add_option("--device", a.device, "cpu | cuda (the GPU backend: docs/GPU.md)")->check(CLI::IsMember({"cpu", "cuda"}));
-  app.add_option("--dtype", a.dtype, "fp32 | bf16 | fp16: compute type; parameters and optimizer state stay fp32, fp16 adds dynamic loss scaling")
+  app.add_option("--dtype", a.dtype,
+                 "fp32 | bf16 | fp16: compute type; parameters and optimizer state stay fp32, fp16 adds dynamic loss scaling")
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
   a.bind.add_to(app);
 }
@@ -112,7 +113,7 @@ std::string sanitize(const std::string& name) {
 // Everything that is the same on every rank, built once per process.
 struct Setup {
   TrainArgs a;
-  TrainingGraph global;      // forward + loss + backward, global shapes
+  TrainingGraph global;  // forward + loss + backward, global shapes
   int64_t batch = 0, seq = 0, vocab = 0;
   std::map<std::string, Tensor> fixed_feeds;
   std::vector<InputRole> roles;
@@ -386,8 +387,10 @@ struct OverlapStats {
     }
     double n = steps;
     double comm = total.comm / 1000.0 / n, exposed = std::min(comm, total.exposed / 1000.0 / n), hidden = comm - exposed;
-    std::fprintf(stderr, "overlap report (rank 0, mean of %d steps): step %.1f ms; communication %.1f ms: hidden %.1f ms (%.0f%%), exposed %.1f ms\n",
-                 steps, step_ms / n, comm, hidden, comm > 0 ? 100.0 * hidden / comm : 0.0, exposed);
+    std::fprintf(
+        stderr,
+        "overlap report (rank 0, mean of %d steps): step %.1f ms; communication %.1f ms: hidden %.1f ms (%.0f%%), exposed %.1f ms\n", steps,
+        step_ms / n, comm, hidden, comm > 0 ? 100.0 * hidden / comm : 0.0, exposed);
     for (const auto& [layer, acc] : per_layer) {
       double c = acc.comm / 1000.0 / n, x = std::min(c, acc.exposed / 1000.0 / n);
       std::fprintf(stderr, "  %-10s comm %8.2f ms  hidden %8.2f ms  exposed %8.2f ms\n",
@@ -395,8 +398,9 @@ struct OverlapStats {
     }
     if (comm > 0 && hidden < 0.05 * comm) {
       std::fprintf(stderr, "WARNING: %s\n",
-                   overlap_asked ? fmt::format("overlap was asked for (--schedule {}) but almost no communication was hidden ({:.0f}%)", schedule,
-                                               100.0 * hidden / comm).c_str()
+                   overlap_asked ? fmt::format("overlap was asked for (--schedule {}) but almost no communication was hidden ({:.0f}%)",
+                                               schedule, 100.0 * hidden / comm)
+                                       .c_str()
                                  : "no communication was hidden behind computation (use --schedule oases or overlap_checkpoint)");
     }
   }
@@ -414,8 +418,13 @@ void append_trace(const Graph& g, const std::vector<TraceEvent>& ev, int rank, n
     const Node& n = g.node(e.node);
     std::string name = e.category == "wait" ? "wait " + n.op_type : n.op_type;
     if (n.chunk >= 0) name += fmt::format(" (chunk {})", n.chunk);
-    out->push_back({{"name", name}, {"cat", e.category == "wait" ? "comm" : e.category}, {"ph", "X"}, {"ts", e.start_us},
-                    {"dur", std::max(e.dur_us, 0.01)}, {"pid", rank}, {"tid", e.thread},
+    out->push_back({{"name", name},
+                    {"cat", e.category == "wait" ? "comm" : e.category},
+                    {"ph", "X"},
+                    {"ts", e.start_us},
+                    {"dur", std::max(e.dur_us, 0.01)},
+                    {"pid", rank},
+                    {"tid", e.thread},
                     {"args", {{"node", n.name}, {"scope", n.scope}, {"chunk", n.chunk}, {"kind", e.category}}}});
   }
 }
@@ -467,7 +476,11 @@ Status run_rank(const Setup& s, RankRuntime& rt) {
       for (const ScheduledOp& op : eo.order) {
         const Node& n = tg.graph.node(op.node);
         const char* k = op.kind == ScheduledOp::Kind::kCompute ? "    " : op.kind == ScheduledOp::Kind::kCommStart ? "START" : "WAIT ";
-        std::fprintf(stderr, "%s c%-2d %-9s %-22s %s\n", k, n.chunk, n.phase == Node::Phase::kForward ? "fwd" : n.phase == Node::Phase::kLoss ? "loss" : n.phase == Node::Phase::kBackward ? "bwd" : "recompute",
+        std::fprintf(stderr, "%s c%-2d %-9s %-22s %s\n", k, n.chunk,
+                     n.phase == Node::Phase::kForward    ? "fwd"
+                     : n.phase == Node::Phase::kLoss     ? "loss"
+                     : n.phase == Node::Phase::kBackward ? "bwd"
+                                                         : "recompute",
                      n.op_type.c_str(), n.scope.c_str());
       }
     }
@@ -624,7 +637,8 @@ Status run_rank(const Setup& s, RankRuntime& rt) {
                  s.param_shapes.size(), static_cast<long long>(values), static_cast<long long>(s.batch), static_cast<long long>(s.seq),
                  a.grad_accum > 1 ? fmt::format(" x {} micro-batches", a.grad_accum).c_str() : "", static_cast<long long>(a.steps),
                  rt.size() > 1 ? fmt::format(", {} ranks (tp {} x dp {}, {})", rt.size(), a.tp, a.dp,
-                                             rt.communicator() ? rt.communicator()->kind() : "local").c_str()
+                                             rt.communicator() ? rt.communicator()->kind() : "local")
+                                     .c_str()
                                : "");
   }
   auto run_start = std::chrono::steady_clock::now();
@@ -709,9 +723,15 @@ Status run_rank(const Setup& s, RankRuntime& rt) {
       for (const std::string& part : all) {
         for (auto& e : nlohmann::json::parse(part)) merged.push_back(std::move(e));
       }
-      nlohmann::json doc{{"traceEvents", merged}, {"displayTimeUnit", "ms"},
-                         {"otherData", {{"model", a.model}, {"schedule", a.schedule.empty() ? "plain (in line)" : a.schedule},
-                                        {"chunks", a.chunks}, {"tp", a.tp}, {"dp", a.dp}, {"emulated_link", a.emulate_link}}}};
+      nlohmann::json doc{{"traceEvents", merged},
+                         {"displayTimeUnit", "ms"},
+                         {"otherData",
+                          {{"model", a.model},
+                           {"schedule", a.schedule.empty() ? "plain (in line)" : a.schedule},
+                           {"chunks", a.chunks},
+                           {"tp", a.tp},
+                           {"dp", a.dp},
+                           {"emulated_link", a.emulate_link}}}};
       std::string tmp = a.trace + ".tmp";
       {
         std::ofstream f(tmp);
@@ -749,7 +769,8 @@ int run_training(TrainArgs& a, int argc, char** argv) {
   if (a.device == "cuda") {
     if (Status st = cuda_usable(); !st.is_ok()) return fail_with(st);
     if (!a.trace.empty() || a.overlap_report) {
-      return fail_with(Status::error("--trace and --overlap-report time the CPU executor's threads; with --device cuda use Nsight Systems"));
+      return fail_with(
+          Status::error("--trace and --overlap-report time the CPU executor's threads; with --device cuda use Nsight Systems"));
     }
   }
   // one rank, N threads, or MPI processes

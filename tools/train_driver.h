@@ -28,18 +28,18 @@ struct TrainArgs {
   // parallelism
   int64_t tp = 0, dp = 0, local_ranks = 0;
   bool no_vocab_parallel = false, sequence_parallel = false;
-  double dp_bucket_mb = 25;      // data-parallel gradient all-reduce buckets (0: one per gradient)
+  double dp_bucket_mb = 25;  // data-parallel gradient all-reduce buckets (0: one per gradient)
   double comm_timeout = 600;
   // overlapped schedules
-  int64_t chunks = 0;            // 0: 2 with --schedule, else 1
-  std::string schedule;          // plain | default_checkpoint | optim_comm_checkpoint | overlap_checkpoint | oases
-  std::string emulate_link;      // bw=GBPS,latency=US
-  std::string trace;             // Chrome trace JSON
+  int64_t chunks = 0;        // 0: 2 with --schedule, else 1
+  std::string schedule;      // plain | default_checkpoint | optim_comm_checkpoint | overlap_checkpoint | oases
+  std::string emulate_link;  // bw=GBPS,latency=US
+  std::string trace;         // Chrome trace JSON
   int64_t trace_steps = 3;
   bool overlap_report = false, memory_report = false;
   // GPU backend and mixed precision (docs/GPU.md)
-  std::string device = "cpu";    // cpu | cuda
-  std::string dtype = "fp32";    // fp32 | bf16 | fp16
+  std::string device = "cpu";  // cpu | cuda
+  std::string dtype = "fp32";  // fp32 | bf16 | fp16
   BindingFlags bind;
 };
 

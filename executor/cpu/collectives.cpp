@@ -139,8 +139,8 @@ void register_cpu_collectives(CpuKernelRegistry& r) {
   });
   r.add("oases", "Broadcast", [](KernelContext& c) {
     if (c.out[0].data != c.in[0].data) std::memcpy(c.out[0].data, c.in[0].data, c.in[0].nbytes());
-    c.group(c.attrs().get_int("mesh_axis", 0)).broadcast(c.out[0].data, static_cast<int64_t>(c.out[0].nbytes()),
-                                                       static_cast<int>(c.attrs().get_int("root", 0)));
+    c.group(c.attrs().get_int("mesh_axis", 0))
+        .broadcast(c.out[0].data, static_cast<int64_t>(c.out[0].nbytes()), static_cast<int>(c.attrs().get_int("root", 0)));
   });
   r.add("oases", "ShardedGather", [](KernelContext& c) {
     CommGroup& g = c.group(c.attrs().get_int("mesh_axis", 0));

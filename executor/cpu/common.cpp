@@ -6,7 +6,9 @@
 
 namespace oases::cpu {
 
-bool is_half(DType t) { return t == DType::kF16 || t == DType::kBF16; }
+bool is_half(DType t) {
+  return t == DType::kF16 || t == DType::kBF16;
+}
 
 void with_half_as_float(KernelContext& c, const std::function<void(KernelContext&)>& k) {
   bool any = false;
@@ -72,25 +74,25 @@ void apply_dropout(const KernelContext& c, const float* x, float* y, uint8_t* ma
   int64_t inner = r ? local[r - 1] : 1;
   const int64_t rows = n / std::max<int64_t>(1, inner);
   kernels::parallel_range(rows, std::max<int64_t>(1, (1 << 16) / std::max<int64_t>(1, inner)), [&](int64_t r0, int64_t r1) {
-  for (int64_t row = r0; row < r1; ++row) {
-    int64_t base = 0;
-    if (identity) {
-      base = row * inner;
-    } else {
-      int64_t rem = row;
-      for (int64_t d = static_cast<int64_t>(r) - 2; d >= 0; --d) {
-        base += (rem % local[static_cast<size_t>(d)] + off[static_cast<size_t>(d)]) * mstride[static_cast<size_t>(d)];
-        rem /= local[static_cast<size_t>(d)];
+    for (int64_t row = r0; row < r1; ++row) {
+      int64_t base = 0;
+      if (identity) {
+        base = row * inner;
+      } else {
+        int64_t rem = row;
+        for (int64_t d = static_cast<int64_t>(r) - 2; d >= 0; --d) {
+          base += (rem % local[static_cast<size_t>(d)] + off[static_cast<size_t>(d)]) * mstride[static_cast<size_t>(d)];
+          rem /= local[static_cast<size_t>(d)];
+        }
+        if (r) base += off[r - 1];
       }
-      if (r) base += off[r - 1];
+      for (int64_t j = 0; j < inner; ++j) {
+        int64_t i = row * inner + j;
+        bool keep = mix64(key + static_cast<uint64_t>(base + j)) >= threshold;
+        y[i] = keep ? x[i] * scale : 0.f;
+        if (mask) mask[i] = keep;
+      }
     }
-    for (int64_t j = 0; j < inner; ++j) {
-      int64_t i = row * inner + j;
-      bool keep = mix64(key + static_cast<uint64_t>(base + j)) >= threshold;
-      y[i] = keep ? x[i] * scale : 0.f;
-      if (mask) mask[i] = keep;
-    }
-  }
   });
 }
 

@@ -56,8 +56,8 @@ void add_compare(CpuKernelRegistry& r, const std::string& name, Op op) {
   r.add("", name, [op](KernelContext& c) {
     with_half_as_float(c, [&](KernelContext& f) {
       if (f.in[0].dtype == DType::kBool) {
-        k::binary(f.in[0].as<uint8_t>(), f.in[0].shape, f.in[1].as<uint8_t>(), f.in[1].shape, f.out[0].as<uint8_t>(),
-                  f.out[0].shape, [&](uint8_t a, uint8_t b) { return static_cast<uint8_t>(op(a, b)); });
+        k::binary(f.in[0].as<uint8_t>(), f.in[0].shape, f.in[1].as<uint8_t>(), f.in[1].shape, f.out[0].as<uint8_t>(), f.out[0].shape,
+                  [&](uint8_t a, uint8_t b) { return static_cast<uint8_t>(op(a, b)); });
         return;
       }
       dispatch_numeric(f, f.in[0].dtype, [&]<class T>() {
@@ -243,21 +243,24 @@ void register_cpu_elementwise(CpuKernelRegistry& r) {
     with_half_as_float(c, [&](KernelContext& f) {
       dispatch_numeric(f, f.in[0].dtype, [&]<class T>() {
         dispatch_numeric(f, f.in[1].dtype, [&]<class U>() {
-          k::binary_mixed(f.in[0].as<T>(), f.in[0].shape, f.in[1].as<U>(), f.in[1].shape, f.out[0].as<T>(), f.out[0].shape,
-                          [](T a, U b) {
-                            if constexpr (std::is_floating_point_v<T>) {
-                              if (static_cast<double>(b) == 2.0) return static_cast<T>(a * a);
-                            }
-                            return static_cast<T>(std::pow(static_cast<double>(a), static_cast<double>(b)));
-                          });
+          k::binary_mixed(f.in[0].as<T>(), f.in[0].shape, f.in[1].as<U>(), f.in[1].shape, f.out[0].as<T>(), f.out[0].shape, [](T a, U b) {
+            if constexpr (std::is_floating_point_v<T>) {
+              if (static_cast<double>(b) == 2.0) return static_cast<T>(a * a);
+            }
+            return static_cast<T>(std::pow(static_cast<double>(a), static_cast<double>(b)));
+          });
         });
       });
     });
   });
-  add_variadic(r, "Max", [](auto a, auto b) { return nan_aware_max(a, b); }, false);
-  add_variadic(r, "Min", [](auto a, auto b) { return nan_aware_min(a, b); }, false);
-  add_variadic(r, "Sum", [](auto a, auto b) { return a + b; }, false);
-  add_variadic(r, "Mean", [](auto a, auto b) { return a + b; }, true);
+  add_variadic(
+      r, "Max", [](auto a, auto b) { return nan_aware_max(a, b); }, false);
+  add_variadic(
+      r, "Min", [](auto a, auto b) { return nan_aware_min(a, b); }, false);
+  add_variadic(
+      r, "Sum", [](auto a, auto b) { return a + b; }, false);
+  add_variadic(
+      r, "Mean", [](auto a, auto b) { return a + b; }, true);
 
   add_compare(r, "Equal", [](auto a, auto b) { return a == b; });
   add_compare(r, "Less", [](auto a, auto b) { return a < b; });
@@ -281,17 +284,16 @@ void register_cpu_elementwise(CpuKernelRegistry& r) {
     bool pos = c.attrs().get_int("detect_positive", 1) != 0, neg = c.attrs().get_int("detect_negative", 1) != 0;
     with_half_as_float(c, [&](KernelContext& f) {
       dispatch_float(f, f.in[0].dtype, [&]<class T>() {
-        k::unary(f.in[0].as<T>(), f.out[0].as<uint8_t>(), f.in[0].numel(), [&](T x) {
-          return static_cast<uint8_t>(std::isinf(x) && ((x > 0 && pos) || (x < 0 && neg)));
-        });
+        k::unary(f.in[0].as<T>(), f.out[0].as<uint8_t>(), f.in[0].numel(),
+                 [&](T x) { return static_cast<uint8_t>(std::isinf(x) && ((x > 0 && pos) || (x < 0 && neg))); });
       });
     });
   });
   r.add("", "Where", [](KernelContext& c) {
     size_t es = dtype_size(c.in[1].dtype);
     auto run = [&]<class T>() {
-      k::ternary(c.in[0].as<uint8_t>(), c.in[0].shape, c.in[1].as<T>(), c.in[1].shape, c.in[2].as<T>(), c.in[2].shape,
-                 c.out[0].as<T>(), c.out[0].shape, [](uint8_t m, T a, T b) { return m ? a : b; });
+      k::ternary(c.in[0].as<uint8_t>(), c.in[0].shape, c.in[1].as<T>(), c.in[1].shape, c.in[2].as<T>(), c.in[2].shape, c.out[0].as<T>(),
+                 c.out[0].shape, [](uint8_t m, T a, T b) { return m ? a : b; });
     };
     switch (es) {
       case 1: run.template operator()<uint8_t>(); break;
@@ -358,8 +360,7 @@ void register_cpu_elementwise(CpuKernelRegistry& r) {
     if (c.out[0].data != c.in[0].data) std::memcpy(c.out[0].data, c.in[0].data, c.in[0].nbytes());
   });
   r.add("", "Dropout", [](KernelContext& c) {
-    float ratio = c.has_input(1) ? static_cast<float>(load_as_double(c.in[1].data, c.in[1].dtype, 0))
-                                 : c.attrs().get_float("ratio", 0.5f);
+    float ratio = c.has_input(1) ? static_cast<float>(load_as_double(c.in[1].data, c.in[1].dtype, 0)) : c.attrs().get_float("ratio", 0.5f);
     if (ratio < 0.f || ratio >= 1.f) c.fail("ratio {} is outside [0, 1)", ratio);
     bool train_mode = c.has_input(2) ? *c.in[2].as<uint8_t>() != 0 : c.attrs().get_int("training_mode", 0) != 0;
     // active only when the model asks for training mode and the run is a training run

@@ -85,8 +85,8 @@ void register_cpu_fused(CpuKernelRegistry& r) {
     std::copy(o.begin(), o.end(), L.o);
     float* lse = c.out.size() > 1 && c.out[1].data ? c.out[1].as<float>() : nullptr;
     dispatch_float(c, c.in[0].dtype, [&]<class T>() {
-      k::attention<T>(a.shape, c.in[0].as<T>() + off[0], c.in[1].as<T>() + off[1], c.in[2].as<T>() + off[2], a.mask, a.mask_bool,
-                      a.ms, c.out[0].as<T>(), lse, &L);
+      k::attention<T>(a.shape, c.in[0].as<T>() + off[0], c.in[1].as<T>() + off[1], c.in[2].as<T>() + off[2], a.mask, a.mask_bool, a.ms,
+                      c.out[0].as<T>(), lse, &L);
     });
   });
   r.add("oases.cpu", "AddGatherGrad", [](KernelContext& c) {
@@ -119,9 +119,8 @@ void register_cpu_fused(CpuKernelRegistry& r) {
       const T* x = c.in[0].as<T>();
       const T* dy = c.in[1].as<T>();
       if (y != x) {
-        k::parallel_range(c.out[0].numel(), 1 << 16, [&](int64_t b, int64_t e) {
-          std::memcpy(y + b, x + b, static_cast<size_t>(e - b) * sizeof(T));
-        });
+        k::parallel_range(c.out[0].numel(), 1 << 16,
+                          [&](int64_t b, int64_t e) { std::memcpy(y + b, x + b, static_cast<size_t>(e - b) * sizeof(T)); });
       }
       int64_t groups = static_cast<int64_t>(starts.size()) - 1;
       for (int64_t o = 0; o < outer; ++o) {

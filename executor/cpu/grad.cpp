@@ -6,11 +6,11 @@
 #include "executor/cpu/common.h"
 #include "kernels/cpu/activation.h"
 #include "kernels/cpu/elementwise.h"
-#include "kernels/cpu/parallel.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/grad.h"
 #include "kernels/cpu/layout.h"
 #include "kernels/cpu/nn.h"
+#include "kernels/cpu/parallel.h"
 
 namespace oases {
 
@@ -33,8 +33,8 @@ int64_t rows_before(const Shape& s, int64_t axis) {
   return r;
 }
 
-int64_t loss_denominator_and_labels(KernelContext& c, int scores_slot, std::vector<int64_t>* labels, int64_t* n, int64_t* cls,
-                                    int64_t* d, int64_t* ignore, double* denom) {
+int64_t loss_denominator_and_labels(KernelContext& c, int scores_slot, std::vector<int64_t>* labels, int64_t* n, int64_t* cls, int64_t* d,
+                                    int64_t* ignore, double* denom) {
   const Shape& s = c.in[scores_slot].shape;
   *n = s[0];
   *cls = s[1];
@@ -72,7 +72,8 @@ void register_cpu_grad(CpuKernelRegistry& r) {
     std::string name = c.attrs().get_string("op", "");
     if (!k::unary_op_from_name(name, &op)) c.fail("unknown op '{}'", name);
     k::UnaryParams p;
-    p.alpha = c.attrs().get_float("alpha", name == "LeakyRelu" ? 0.01f : (name == "Selu" ? 1.67326319217681884765625f : (name == "HardSigmoid" ? 0.2f : 1.f)));
+    p.alpha = c.attrs().get_float(
+        "alpha", name == "LeakyRelu" ? 0.01f : (name == "Selu" ? 1.67326319217681884765625f : (name == "HardSigmoid" ? 0.2f : 1.f)));
     p.beta = c.attrs().get_float("beta", 0.5f);
     p.gamma = c.attrs().get_float("gamma", 1.05070102214813232421875f);
     if (c.attrs().has("min")) p.lo = c.attrs().get_float("min", 0);
@@ -84,9 +85,8 @@ void register_cpu_grad(CpuKernelRegistry& r) {
   });
   r.add("oases", "GeluGrad", [](KernelContext& c) {
     k::Activation act = c.attrs().get_string("approximate", "none") == "tanh" ? k::Activation::kGeluTanh : k::Activation::kGeluErf;
-    dispatch_float(c, c.in[0].dtype, [&]<class T>() {
-      k::activation_grad<T>(act, c.in[0].as<T>(), c.in[1].as<T>(), c.out[0].as<T>(), c.out[0].numel());
-    });
+    dispatch_float(c, c.in[0].dtype,
+                   [&]<class T>() { k::activation_grad<T>(act, c.in[0].as<T>(), c.in[1].as<T>(), c.out[0].as<T>(), c.out[0].numel()); });
   });
   r.add("oases", "SwiGLUGrad", [](KernelContext& c) {
     dispatch_float(c, c.in[0].dtype, [&]<class T>() {
@@ -100,9 +100,8 @@ void register_cpu_grad(CpuKernelRegistry& r) {
     bool log = c.attrs().get_int("log", 0) != 0;
     const Shape& s = c.in[0].shape;
     int64_t outer = rows_before(s, axis), inner = shape_numel(s) / std::max<int64_t>(1, outer * s[axis]);
-    dispatch_float(c, c.in[0].dtype, [&]<class T>() {
-      k::softmax_grad<T>(c.in[0].as<T>(), c.in[1].as<T>(), c.out[0].as<T>(), outer, s[axis], inner, log);
-    });
+    dispatch_float(c, c.in[0].dtype,
+                   [&]<class T>() { k::softmax_grad<T>(c.in[0].as<T>(), c.in[1].as<T>(), c.out[0].as<T>(), outer, s[axis], inner, log); });
   });
   r.add("oases", "LayerNormGrad", [](KernelContext& c) {
     const Shape& s = c.in[1].shape;
@@ -114,8 +113,8 @@ void register_cpu_grad(CpuKernelRegistry& r) {
       k::broadcast_to(c.in[2].as<T>(), c.in[2].shape, scale.data(), ns);
       T* ds = c.out.size() > 1 && c.out[1].data ? c.out[1].as<T>() : nullptr;
       T* db = c.out.size() > 2 && c.out[2].data ? c.out[2].as<T>() : nullptr;
-      k::layernorm_grad<T>(c.in[0].as<T>(), c.in[1].as<T>(), scale.data(), c.in[3].as<float>(), c.in[4].as<float>(),
-                           c.out[0].as<T>(), ds, db, rows, n);
+      k::layernorm_grad<T>(c.in[0].as<T>(), c.in[1].as<T>(), scale.data(), c.in[3].as<float>(), c.in[4].as<float>(), c.out[0].as<T>(), ds,
+                           db, rows, n);
     });
   });
   r.add("oases", "RMSNormGrad", [](KernelContext& c) {
@@ -134,8 +133,7 @@ void register_cpu_grad(CpuKernelRegistry& r) {
     AttentionArgs a = attention_args(c, 1);
     dispatch_float(c, c.in[1].dtype, [&]<class T>() {
       k::attention_backward<T>(a.shape, c.in[0].as<T>(), c.in[1].as<T>(), c.in[2].as<T>(), c.in[3].as<T>(), c.in[4].as<T>(),
-                               c.in[5].as<float>(), a.mask, a.mask_bool, a.ms, c.out[0].as<T>(), c.out[1].as<T>(),
-                               c.out[2].as<T>());
+                               c.in[5].as<float>(), a.mask, a.mask_bool, a.ms, c.out[0].as<T>(), c.out[1].as<T>(), c.out[2].as<T>());
     });
   });
   r.add("oases", "SoftmaxCrossEntropyGrad", [](KernelContext& c) {

@@ -53,9 +53,8 @@ void scatter_kernel(KernelContext& c, Run run) {
   if (red == k::ScatterReduction::kNone) {
     by_elem_size(dtype_size(c.in[0].dtype), [&]<class T>() { bad = run.template operator()<T>(c, red); });
   } else {
-    with_half_as_float(c, [&](KernelContext& f) {
-      dispatch_numeric(f, f.in[0].dtype, [&]<class T>() { bad = run.template operator()<T>(f, red); });
-    });
+    with_half_as_float(
+        c, [&](KernelContext& f) { dispatch_numeric(f, f.in[0].dtype, [&]<class T>() { bad = run.template operator()<T>(f, red); }); });
   }
   if (bad >= 0) bad_index(c, 1, bad);
 }
@@ -63,8 +62,7 @@ void scatter_kernel(KernelContext& c, Run run) {
 struct ScatterNd {
   template <class T>
   int64_t operator()(KernelContext& f, k::ScatterReduction red) const {
-    return k::scatter_nd<T>(f.in[0].as<T>(), f.in[0].shape, f.in[1].as<int64_t>(), f.in[1].shape, f.in[2].as<T>(), red,
-                            f.out[0].as<T>());
+    return k::scatter_nd<T>(f.in[0].as<T>(), f.in[0].shape, f.in[1].as<int64_t>(), f.in[1].shape, f.in[2].as<T>(), red, f.out[0].as<T>());
   }
 };
 
@@ -73,11 +71,11 @@ struct ScatterElements {
   int64_t operator()(KernelContext& f, k::ScatterReduction red) const {
     int64_t axis = f.attrs().get_int("axis", 0);
     if (f.in[1].dtype == DType::kI32) {
-      return k::scatter_elements<T, int32_t>(f.in[0].as<T>(), f.in[0].shape, f.in[1].as<int32_t>(), f.in[1].shape,
-                                             f.in[2].as<T>(), axis, red, f.out[0].as<T>());
+      return k::scatter_elements<T, int32_t>(f.in[0].as<T>(), f.in[0].shape, f.in[1].as<int32_t>(), f.in[1].shape, f.in[2].as<T>(), axis,
+                                             red, f.out[0].as<T>());
     }
-    return k::scatter_elements<T, int64_t>(f.in[0].as<T>(), f.in[0].shape, f.in[1].as<int64_t>(), f.in[1].shape,
-                                           f.in[2].as<T>(), axis, red, f.out[0].as<T>());
+    return k::scatter_elements<T, int64_t>(f.in[0].as<T>(), f.in[0].shape, f.in[1].as<int64_t>(), f.in[1].shape, f.in[2].as<T>(), axis, red,
+                                           f.out[0].as<T>());
   }
 };
 
@@ -89,9 +87,8 @@ void register_cpu_layout(CpuKernelRegistry& r) {
     k::transpose(c.in[0].data, c.in[0].shape, c.attrs().get_ints("perm"), c.out[0].data, dtype_size(c.in[0].dtype));
   });
   r.add("", "Expand", [](KernelContext& c) {
-    by_elem_size(dtype_size(c.in[0].dtype), [&]<class T>() {
-      k::broadcast_to(c.in[0].as<T>(), c.in[0].shape, c.out[0].as<T>(), c.out[0].shape);
-    });
+    by_elem_size(dtype_size(c.in[0].dtype),
+                 [&]<class T>() { k::broadcast_to(c.in[0].as<T>(), c.in[0].shape, c.out[0].as<T>(), c.out[0].shape); });
   });
   r.add("", "Concat", [](KernelContext& c) {
     std::vector<const void*> ins;
@@ -126,9 +123,8 @@ void register_cpu_layout(CpuKernelRegistry& r) {
     }
     k::strided_slice(c.in[0].data, c.in[0].shape, starts, steps, c.out[0].data, c.out[0].shape, dtype_size(c.in[0].dtype));
   });
-  r.add("", "Tile", [](KernelContext& c) {
-    k::tile(c.in[0].data, c.in[0].shape, c.out[0].data, c.out[0].shape, dtype_size(c.in[0].dtype));
-  });
+  r.add("", "Tile",
+        [](KernelContext& c) { k::tile(c.in[0].data, c.in[0].shape, c.out[0].data, c.out[0].shape, dtype_size(c.in[0].dtype)); });
   r.add("", "Pad", [](KernelContext& c) {
     std::string mode = c.attrs().get_string("mode", "constant");
     int m = mode == "reflect" ? 1 : mode == "edge" ? 2 : mode == "wrap" ? 3 : 0;
@@ -150,15 +146,14 @@ void register_cpu_layout(CpuKernelRegistry& r) {
   });
   r.add("", "Gather", [](KernelContext& c) {
     int64_t axis = c.attrs().get_int("axis", 0);
-    int64_t bad = c.in[1].dtype == DType::kI64
-                      ? k::gather(c.in[0].data, c.in[0].shape, c.in[1].as<int64_t>(), c.in[1].numel(), axis, c.out[0].data,
-                                  dtype_size(c.in[0].dtype))
-                      : k::gather_i32(c.in[0].data, c.in[0].shape, c.in[1].as<int32_t>(), c.in[1].numel(), axis,
-                                      c.out[0].data, dtype_size(c.in[0].dtype));
+    int64_t bad = c.in[1].dtype == DType::kI64 ? k::gather(c.in[0].data, c.in[0].shape, c.in[1].as<int64_t>(), c.in[1].numel(), axis,
+                                                           c.out[0].data, dtype_size(c.in[0].dtype))
+                                               : k::gather_i32(c.in[0].data, c.in[0].shape, c.in[1].as<int32_t>(), c.in[1].numel(), axis,
+                                                               c.out[0].data, dtype_size(c.in[0].dtype));
     if (bad >= 0) {
       int64_t v = static_cast<int64_t>(load_as_double(c.in[1].data, c.in[1].dtype, bad));
-      c.fail("index {} at position {} of '{}' is outside [0, {}) on axis {}", v, bad,
-             c.graph->value(c.node->inputs[1]).name, c.in[0].shape[axis], axis);
+      c.fail("index {} at position {} of '{}' is outside [0, {}) on axis {}", v, bad, c.graph->value(c.node->inputs[1]).name,
+             c.in[0].shape[axis], axis);
     }
   });
   r.add("", "GatherElements", [](KernelContext& c) {
@@ -186,8 +181,8 @@ void register_cpu_layout(CpuKernelRegistry& r) {
     }
   });
   r.add("", "GatherND", [](KernelContext& c) {
-    int64_t bad = k::gather_nd(c.in[0].data, c.in[0].shape, c.in[1].as<int64_t>(), c.in[1].shape,
-                               c.attrs().get_int("batch_dims", 0), c.out[0].data, dtype_size(c.in[0].dtype));
+    int64_t bad = k::gather_nd(c.in[0].data, c.in[0].shape, c.in[1].as<int64_t>(), c.in[1].shape, c.attrs().get_int("batch_dims", 0),
+                               c.out[0].data, dtype_size(c.in[0].dtype));
     if (bad >= 0) bad_index(c, 1, bad);
   });
   r.add("", "ScatterND", [](KernelContext& c) { scatter_kernel(c, ScatterNd{}); });
@@ -234,7 +229,8 @@ void register_cpu_layout(CpuKernelRegistry& r) {
   r.add("", "Range", [](KernelContext& c) {
     double start = load_as_double(c.in[0].data, c.in[0].dtype, 0);
     double delta = load_as_double(c.in[2].data, c.in[2].dtype, 0);
-    for (int64_t i = 0; i < c.out[0].numel(); ++i) store_from_double(c.out[0].data, c.out[0].dtype, i, start + static_cast<double>(i) * delta);
+    for (int64_t i = 0; i < c.out[0].numel(); ++i)
+      store_from_double(c.out[0].data, c.out[0].dtype, i, start + static_cast<double>(i) * delta);
   });
   r.add("", "Shape", [](KernelContext& c) {
     int64_t s = c.attrs().get_int("start", 0);

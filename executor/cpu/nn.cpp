@@ -92,18 +92,31 @@ void loss_kernel(KernelContext& c, bool from_logits) {
   });
 }
 
-
 }  // namespace
 
 AttentionArgs cpu::attention_args(const KernelContext& c, int q_slot) {
   AttentionArgs a;
   std::vector<int64_t> dims = c.attrs().get_ints("dims");  // oases.cpu.Attention: [B, H, Hkv, Tq, Tk, D, Dv]
   if (dims.size() == 7) {
-    a.shape = k::AttentionShape{dims[0], dims[1], dims[2], dims[3], dims[4], dims[5], dims[6], c.attrs().get_int("causal", 0) != 0,
+    a.shape = k::AttentionShape{dims[0],
+                                dims[1],
+                                dims[2],
+                                dims[3],
+                                dims[4],
+                                dims[5],
+                                dims[6],
+                                c.attrs().get_int("causal", 0) != 0,
                                 c.attrs().get_float("scale", 1.f / std::sqrt(static_cast<float>(dims[5])))};
   } else {
     const Shape &q = c.in[q_slot].shape, &kk = c.in[q_slot + 1].shape, &v = c.in[q_slot + 2].shape;
-    a.shape = k::AttentionShape{q[0], q[1], kk[1], q[2], kk[2], q[3], v[3], c.attrs().get_int("causal", 0) != 0,
+    a.shape = k::AttentionShape{q[0],
+                                q[1],
+                                kk[1],
+                                q[2],
+                                kk[2],
+                                q[3],
+                                v[3],
+                                c.attrs().get_int("causal", 0) != 0,
                                 c.attrs().get_float("scale", 1.f / std::sqrt(static_cast<float>(q[3])))};
   }
   int mask_slot = q_slot == 0 ? 3 : 6;
@@ -186,8 +199,8 @@ void register_cpu_nn(CpuKernelRegistry& r) {
       });
     });
   });
-  for (const char* op : {"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
-                         "ReduceSumSquare", "ReduceLogSum", "ReduceLogSumExp"}) {
+  for (const char* op : {"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2", "ReduceSumSquare",
+                         "ReduceLogSum", "ReduceLogSumExp"}) {
     k::ReduceKind kind = reduce_kind(op);
     r.add("", op, [kind](KernelContext& c) {
       if (c.in[0].shape == c.out[0].shape && c.in[0].numel() == c.out[0].numel() && c.attrs().get_ints("axes").empty()) {

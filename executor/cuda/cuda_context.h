@@ -60,6 +60,8 @@ void register_cuda_collectives(CudaKernelRegistry& r);
 // DType -> kernel element type (throws naming the type when the kernels have none).
 Elem elem(DType t);
 // Shapes as the nd.h builders take them.
-inline std::vector<int64_t> dims(const Shape& s) { return std::vector<int64_t>(s.begin(), s.end()); }
+inline std::vector<int64_t> dims(const Shape& s) {
+  return std::vector<int64_t>(s.begin(), s.end());
+}
 
 }  // namespace oases::cuda

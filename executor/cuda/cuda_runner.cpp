@@ -74,7 +74,9 @@ const CudaKernelRegistry& CudaKernelRegistry::global() {
   return reg;
 }
 
-void CudaKernelRegistry::add(const std::string& domain, const std::string& op, CudaKernelFn fn) { fns_[{domain, op}] = std::move(fn); }
+void CudaKernelRegistry::add(const std::string& domain, const std::string& op, CudaKernelFn fn) {
+  fns_[{domain, op}] = std::move(fn);
+}
 
 const CudaKernelFn* CudaKernelRegistry::find(const std::string& domain, const std::string& op) const {
   auto it = fns_.find({domain == "ai.onnx" ? std::string() : domain, op});
@@ -89,12 +91,11 @@ std::vector<std::string> CudaKernelRegistry::ops() const {
 
 namespace {
 
-#define OASES_CUDNN_CHECK(call)                                                                                  \
-  do {                                                                                                          \
-    cudnnStatus_t oases_s_ = (call);                                                                            \
-    if (oases_s_ != CUDNN_STATUS_SUCCESS)                                                                       \
-      ::oases::cuda::throw_error("cuDNN", #call, static_cast<long>(oases_s_), cudnnGetErrorString(oases_s_), __FILE__, \
-                                 __LINE__);                                                                     \
+#define OASES_CUDNN_CHECK(call)                                                                                                   \
+  do {                                                                                                                            \
+    cudnnStatus_t oases_s_ = (call);                                                                                              \
+    if (oases_s_ != CUDNN_STATUS_SUCCESS)                                                                                         \
+      ::oases::cuda::throw_error("cuDNN", #call, static_cast<long>(oases_s_), cudnnGetErrorString(oases_s_), __FILE__, __LINE__); \
   } while (0)
 
 constexpr unsigned long long kNoFault = ULLONG_MAX;
@@ -265,7 +266,8 @@ void CudaRunner::run(const std::vector<const void*>& inputs, void* host_arena) {
   for (size_t v = 0; v < const_off_.size(); ++v) {
     if (const_off_[v] < 0) continue;
     const Tensor& t = g.value(static_cast<ValueId>(v)).constant;
-    if (t.nbytes()) OASES_CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(consts_) + const_off_[v], t.raw(), t.nbytes(), cudaMemcpyHostToDevice, cs));
+    if (t.nbytes())
+      OASES_CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(consts_) + const_off_[v], t.raw(), t.nbytes(), cudaMemcpyHostToDevice, cs));
   }
   for (size_t v = 0; v < input_off_.size(); ++v) {
     if (input_off_[v] < 0 || v >= inputs.size() || !inputs[v]) continue;
@@ -284,8 +286,12 @@ void CudaRunner::run(const std::vector<const void*>& inputs, void* host_arena) {
       OASES_CUDA_CHECK(cudaStreamWaitEvent(s, events_[static_cast<size_t>(op.event)], 0));
       continue;
     }
-    CudaContext c{ctx_[op.instr], s, op.stream == 0 ? blas_.get() : nullptr, op.stream == 0 ? cudnn_ : nullptr,
-                  Fault{fault_, static_cast<unsigned long long>(op.instr) << kFaultShift}, {}};
+    CudaContext c{ctx_[op.instr],
+                  s,
+                  op.stream == 0 ? blas_.get() : nullptr,
+                  op.stream == 0 ? cudnn_ : nullptr,
+                  Fault{fault_, static_cast<unsigned long long>(op.instr) << kFaultShift},
+                  {}};
     try {
       (*fns_[op.instr])(c);
     } catch (const OasesError&) {
@@ -331,7 +337,9 @@ Expected<std::unique_ptr<DeviceRunner>> make_cuda_runner(const Program& prog, co
   return std::unique_ptr<DeviceRunner>(std::move(r));
 }
 
-bool cuda_built() { return true; }
+bool cuda_built() {
+  return true;
+}
 
 Status cuda_usable() {
   cuda::DeviceInfo d = cuda::device_info();
@@ -352,13 +360,16 @@ std::string cuda_report_json() {
   j["built"] = true;
   j["libraries"] = nlohmann::json::array();
   for (const cuda::LibraryVersion& l : cuda::library_versions()) {
-    j["libraries"].push_back({{"library", l.library}, {"read", l.read}, {"version", l.version}, {"compiled", l.compiled}, {"note", l.note}});
+    j["libraries"].push_back(
+        {{"library", l.library}, {"read", l.read}, {"version", l.version}, {"compiled", l.compiled}, {"note", l.note}});
   }
   cuda::DeviceInfo d = cuda::device_info();
   j["devices"] = {{"count", d.count}, {"error", d.error}, {"names", d.names}, {"sm", d.sm}, {"memory_gib", d.memory_gib}};
   return j.dump(2);
 }
 
-std::vector<std::string> cuda_kernel_ops() { return cuda::CudaKernelRegistry::global().ops(); }
+std::vector<std::string> cuda_kernel_ops() {
+  return cuda::CudaKernelRegistry::global().ops();
+}
 
 }  // namespace oases

@@ -41,7 +41,8 @@ ReduceOp reduce_op(CudaContext& c) {
 
 void copy_in_out(CudaContext& c, int i) {
   if (c.k.out[static_cast<size_t>(i)].data != c.k.in[static_cast<size_t>(i)].data) {
-    copy_bytes(c.k.in[static_cast<size_t>(i)].data, c.k.out[static_cast<size_t>(i)].data, c.k.in[static_cast<size_t>(i)].nbytes(), c.stream);
+    copy_bytes(c.k.in[static_cast<size_t>(i)].data, c.k.out[static_cast<size_t>(i)].data, c.k.in[static_cast<size_t>(i)].nbytes(),
+               c.stream);
   }
 }
 

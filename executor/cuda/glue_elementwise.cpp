@@ -25,7 +25,8 @@ NdPlan plan_of(CudaContext& c, std::initializer_list<int> slots) {
 }
 
 void add_unary(CudaKernelRegistry& r, const std::string& domain, const std::string& name, UnaryOp op) {
-  r.add(domain, name, [op](CudaContext& c) { unary(op, UnaryArgs{}, elem(c.in(0).dtype), c.in(0).data, c.out(0).data, c.in(0).numel(), c.stream); });
+  r.add(domain, name,
+        [op](CudaContext& c) { unary(op, UnaryArgs{}, elem(c.in(0).dtype), c.in(0).data, c.out(0).data, c.in(0).numel(), c.stream); });
 }
 
 void add_binary(CudaKernelRegistry& r, const std::string& name, BinaryOp op) {
@@ -53,20 +54,42 @@ void add_variadic(CudaKernelRegistry& r, const std::string& name, BinaryOp op, b
   });
 }
 
-DropoutArgs dropout_args(CudaContext& c, float ratio) { return make_dropout_args(c.k, ratio); }
+DropoutArgs dropout_args(CudaContext& c, float ratio) {
+  return make_dropout_args(c.k, ratio);
+}
 
 }  // namespace
 
 void register_cuda_elementwise(CudaKernelRegistry& r) {
-  const std::pair<const char*, UnaryOp> unaries[] = {
-      {"Neg", UnaryOp::kNeg},       {"Abs", UnaryOp::kAbs},         {"Sign", UnaryOp::kSign},         {"Relu", UnaryOp::kRelu},
-      {"Floor", UnaryOp::kFloor},   {"Ceil", UnaryOp::kCeil},       {"Round", UnaryOp::kRound},       {"Reciprocal", UnaryOp::kReciprocal},
-      {"Sqrt", UnaryOp::kSqrt},     {"Exp", UnaryOp::kExp},         {"Log", UnaryOp::kLog},           {"Erf", UnaryOp::kErf},
-      {"Tanh", UnaryOp::kTanh},     {"Sigmoid", UnaryOp::kSigmoid}, {"Sin", UnaryOp::kSin},           {"Cos", UnaryOp::kCos},
-      {"Tan", UnaryOp::kTan},       {"Asin", UnaryOp::kAsin},       {"Acos", UnaryOp::kAcos},         {"Atan", UnaryOp::kAtan},
-      {"Sinh", UnaryOp::kSinh},     {"Cosh", UnaryOp::kCosh},       {"Asinh", UnaryOp::kAsinh},       {"Acosh", UnaryOp::kAcosh},
-      {"Atanh", UnaryOp::kAtanh},   {"Softplus", UnaryOp::kSoftplus}, {"Softsign", UnaryOp::kSoftsign}, {"Mish", UnaryOp::kMish},
-      {"HardSwish", UnaryOp::kHardSwish}};
+  const std::pair<const char*, UnaryOp> unaries[] = {{"Neg", UnaryOp::kNeg},
+                                                     {"Abs", UnaryOp::kAbs},
+                                                     {"Sign", UnaryOp::kSign},
+                                                     {"Relu", UnaryOp::kRelu},
+                                                     {"Floor", UnaryOp::kFloor},
+                                                     {"Ceil", UnaryOp::kCeil},
+                                                     {"Round", UnaryOp::kRound},
+                                                     {"Reciprocal", UnaryOp::kReciprocal},
+                                                     {"Sqrt", UnaryOp::kSqrt},
+                                                     {"Exp", UnaryOp::kExp},
+                                                     {"Log", UnaryOp::kLog},
+                                                     {"Erf", UnaryOp::kErf},
+                                                     {"Tanh", UnaryOp::kTanh},
+                                                     {"Sigmoid", UnaryOp::kSigmoid},
+                                                     {"Sin", UnaryOp::kSin},
+                                                     {"Cos", UnaryOp::kCos},
+                                                     {"Tan", UnaryOp::kTan},
+                                                     {"Asin", UnaryOp::kAsin},
+                                                     {"Acos", UnaryOp::kAcos},
+                                                     {"Atan", UnaryOp::kAtan},
+                                                     {"Sinh", UnaryOp::kSinh},
+                                                     {"Cosh", UnaryOp::kCosh},
+                                                     {"Asinh", UnaryOp::kAsinh},
+                                                     {"Acosh", UnaryOp::kAcosh},
+                                                     {"Atanh", UnaryOp::kAtanh},
+                                                     {"Softplus", UnaryOp::kSoftplus},
+                                                     {"Softsign", UnaryOp::kSoftsign},
+                                                     {"Mish", UnaryOp::kMish},
+                                                     {"HardSwish", UnaryOp::kHardSwish}};
   for (const auto& [name, op] : unaries) add_unary(r, "", name, op);
   add_unary(r, "oases", "Silu", UnaryOp::kSilu);
 
@@ -101,8 +124,8 @@ void register_cuda_elementwise(CudaKernelRegistry& r) {
     if (c.in(0).shape == c.in(1).shape && c.in(0).shape == c.out(0).shape) {
       swiglu_forward(elem(c.in(0).dtype), c.in(0).data, c.in(1).data, c.out(0).data, c.out(0).numel(), c.stream);
     } else {
-      binary(BinaryOp::kSwiGLU, elem(c.in(0).dtype), elem(c.in(1).dtype), c.in(0).data, c.in(1).data, c.out(0).data,
-             plan_of(c, {0, 1}), c.stream);
+      binary(BinaryOp::kSwiGLU, elem(c.in(0).dtype), elem(c.in(1).dtype), c.in(0).data, c.in(1).data, c.out(0).data, plan_of(c, {0, 1}),
+             c.stream);
     }
   });
   add_binary(r, "PRelu", BinaryOp::kPRelu);
@@ -150,15 +173,16 @@ void register_cuda_elementwise(CudaKernelRegistry& r) {
     unary(UnaryOp::kClip, a, t, c.in(0).data, c.out(0).data, c.in(0).numel(), c.stream);
     const std::vector<int64_t> shape = dims(c.out(0).shape);
     if (c.has_input(1)) {
-      binary(BinaryOp::kMax, t, t, c.out(0).data, c.in(1).data, c.out(0).data, broadcast_plan(shape, {shape, dims(c.in(1).shape)}), c.stream);
+      binary(BinaryOp::kMax, t, t, c.out(0).data, c.in(1).data, c.out(0).data, broadcast_plan(shape, {shape, dims(c.in(1).shape)}),
+             c.stream);
     }
     if (c.has_input(2)) {
-      binary(BinaryOp::kMin, t, t, c.out(0).data, c.in(2).data, c.out(0).data, broadcast_plan(shape, {shape, dims(c.in(2).shape)}), c.stream);
+      binary(BinaryOp::kMin, t, t, c.out(0).data, c.in(2).data, c.out(0).data, broadcast_plan(shape, {shape, dims(c.in(2).shape)}),
+             c.stream);
     }
   });
-  r.add("", "Cast", [](CudaContext& c) {
-    cast(elem(c.in(0).dtype), elem(c.out(0).dtype), c.in(0).data, c.out(0).data, c.in(0).numel(), c.stream);
-  });
+  r.add("", "Cast",
+        [](CudaContext& c) { cast(elem(c.in(0).dtype), elem(c.out(0).dtype), c.in(0).data, c.out(0).data, c.in(0).numel(), c.stream); });
   r.add("", "Identity", same_copy);
   r.add("", "Dropout", [](CudaContext& c) {
     // the ratio comes from the attribute or a constant input: both known on the host
@@ -187,24 +211,35 @@ void register_cuda_elementwise(CudaKernelRegistry& r) {
 
   // --- gradients ---------------------------------------------------------------------------
   r.add("oases", "UnaryGrad", [](CudaContext& c) {
-    static const std::map<std::string, UnaryGradOp> ops = {
-        {"Exp", UnaryGradOp::kExp},           {"Log", UnaryGradOp::kLog},
-        {"Sqrt", UnaryGradOp::kSqrt},         {"Reciprocal", UnaryGradOp::kReciprocal},
-        {"Tanh", UnaryGradOp::kTanh},         {"Sigmoid", UnaryGradOp::kSigmoid},
-        {"Relu", UnaryGradOp::kRelu},         {"Erf", UnaryGradOp::kErf},
-        {"Sin", UnaryGradOp::kSin},           {"Cos", UnaryGradOp::kCos},
-        {"Abs", UnaryGradOp::kAbs},           {"Softplus", UnaryGradOp::kSoftplus},
-        {"Softsign", UnaryGradOp::kSoftsign}, {"Silu", UnaryGradOp::kSilu},
-        {"Clip", UnaryGradOp::kClip},         {"LeakyRelu", UnaryGradOp::kLeakyRelu},
-        {"Elu", UnaryGradOp::kElu},           {"Selu", UnaryGradOp::kSelu},
-        {"Celu", UnaryGradOp::kCelu},         {"HardSigmoid", UnaryGradOp::kHardSigmoid},
-        {"HardSwish", UnaryGradOp::kHardSwish}, {"Mish", UnaryGradOp::kMish},
-        {"ThresholdedRelu", UnaryGradOp::kThresholdedRelu}};
+    static const std::map<std::string, UnaryGradOp> ops = {{"Exp", UnaryGradOp::kExp},
+                                                           {"Log", UnaryGradOp::kLog},
+                                                           {"Sqrt", UnaryGradOp::kSqrt},
+                                                           {"Reciprocal", UnaryGradOp::kReciprocal},
+                                                           {"Tanh", UnaryGradOp::kTanh},
+                                                           {"Sigmoid", UnaryGradOp::kSigmoid},
+                                                           {"Relu", UnaryGradOp::kRelu},
+                                                           {"Erf", UnaryGradOp::kErf},
+                                                           {"Sin", UnaryGradOp::kSin},
+                                                           {"Cos", UnaryGradOp::kCos},
+                                                           {"Abs", UnaryGradOp::kAbs},
+                                                           {"Softplus", UnaryGradOp::kSoftplus},
+                                                           {"Softsign", UnaryGradOp::kSoftsign},
+                                                           {"Silu", UnaryGradOp::kSilu},
+                                                           {"Clip", UnaryGradOp::kClip},
+                                                           {"LeakyRelu", UnaryGradOp::kLeakyRelu},
+                                                           {"Elu", UnaryGradOp::kElu},
+                                                           {"Selu", UnaryGradOp::kSelu},
+                                                           {"Celu", UnaryGradOp::kCelu},
+                                                           {"HardSigmoid", UnaryGradOp::kHardSigmoid},
+                                                           {"HardSwish", UnaryGradOp::kHardSwish},
+                                                           {"Mish", UnaryGradOp::kMish},
+                                                           {"ThresholdedRelu", UnaryGradOp::kThresholdedRelu}};
     std::string name = c.attrs().get_string("op", "");
     auto it = ops.find(name);
     if (it == ops.end()) c.k.fail("unknown op '{}'", name);
     UnaryGradArgs p;
-    p.alpha = c.attrs().get_float("alpha", name == "LeakyRelu" ? 0.01f : (name == "Selu" ? 1.67326319217681884765625f : (name == "HardSigmoid" ? 0.2f : 1.f)));
+    p.alpha = c.attrs().get_float(
+        "alpha", name == "LeakyRelu" ? 0.01f : (name == "Selu" ? 1.67326319217681884765625f : (name == "HardSigmoid" ? 0.2f : 1.f)));
     p.beta = c.attrs().get_float("beta", 0.5f);
     p.gamma = c.attrs().get_float("gamma", 1.05070102214813232421875f);
     if (c.attrs().has("min")) p.lo = c.attrs().get_float("min", 0);

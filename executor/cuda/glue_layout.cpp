@@ -3,8 +3,8 @@
 // ConstantOfShape. Every one is a strided copy through the affine maps of kernels/cuda/nd.h.
 #include <cstring>
 
-#include "executor/cuda/cuda_context.h"
 #include "executor/communicator.h"
+#include "executor/cuda/cuda_context.h"
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/loss.h"
 
@@ -140,8 +140,8 @@ void register_cuda_layout(CudaKernelRegistry& r) {
     }
     Elem t = elem(c.out(0).dtype);
     float* scratch = t == Elem::kF32 ? nullptr : c.scratch_floats(static_cast<size_t>(c.out(0).numel()));
-    gather_backward(t, c.in(0).data, c.in(1).data, c.in(1).dtype == DType::kI64, c.in(1).numel(), c.out(0).data, outer, dim, inner,
-                    start, total, scratch, c.fault, c.stream);
+    gather_backward(t, c.in(0).data, c.in(1).data, c.in(1).dtype == DType::kI64, c.in(1).numel(), c.out(0).data, outer, dim, inner, start,
+                    total, scratch, c.fault, c.stream);
   });
   r.add("", "ConstantOfShape", [](CudaContext& c) {
     const Attribute* v = c.attrs().find("value");

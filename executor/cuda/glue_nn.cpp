@@ -66,7 +66,8 @@ void matmul(CudaContext& c, Elem t, const void* a, std::vector<int64_t> sa, cons
       ob += coord * stb[static_cast<size_t>(dd)];
     }
     gemm(*c.blas, t, d, static_cast<const char*>(a) + oa * M * K * static_cast<int64_t>(es),
-         static_cast<const char*>(b) + ob * K * N * static_cast<int64_t>(es), static_cast<char*>(out) + i * M * N * static_cast<int64_t>(es));
+         static_cast<const char*>(b) + ob * K * N * static_cast<int64_t>(es),
+         static_cast<char*>(out) + i * M * N * static_cast<int64_t>(es));
   }
 }
 
@@ -244,8 +245,8 @@ void register_cuda_nn(CudaKernelRegistry& r) {
     } else {
       void* db = c.has_output(2) ? c.out(2).data : nullptr;
       if (db && c.out(2).numel() != n) c.k.fail("a bias broadcast inside the normalised shape is not supported on CUDA");
-      layernorm_backward(t, c.in(0).data, c.in(1).data, scale, c.in(3).as<float>(), c.in(4).as<float>(), c.out(0).data, ds, db, rows,
-                         n, scratch, c.stream);
+      layernorm_backward(t, c.in(0).data, c.in(1).data, scale, c.in(3).as<float>(), c.in(4).as<float>(), c.out(0).data, ds, db, rows, n,
+                         scratch, c.stream);
     }
   };
   r.add("oases", "LayerNormGrad", [norm_grad](CudaContext& c) { norm_grad(c, false); });

@@ -9,10 +9,10 @@
 #include "graph/sharding.h"
 #include "kernels/cuda/check.h"
 
-#define OASES_NCCL_CHECK(call)                                                                                          \
-  do {                                                                                                                 \
-    ncclResult_t oases_r_ = (call);                                                                                    \
-    if (oases_r_ != ncclSuccess)                                                                                       \
+#define OASES_NCCL_CHECK(call)                                                                                                  \
+  do {                                                                                                                          \
+    ncclResult_t oases_r_ = (call);                                                                                             \
+    if (oases_r_ != ncclSuccess)                                                                                                \
       ::oases::cuda::throw_error("NCCL", #call, static_cast<long>(oases_r_), ncclGetErrorString(oases_r_), __FILE__, __LINE__); \
   } while (0)
 
@@ -37,7 +37,9 @@ ncclDataType_t nccl_type(DType t) {
 }
 
 namespace {
-ncclRedOp_t nccl_op(ReduceOp op) { return op == ReduceOp::kMax ? ncclMax : ncclSum; }
+ncclRedOp_t nccl_op(ReduceOp op) {
+  return op == ReduceOp::kMax ? ncclMax : ncclSum;
+}
 }  // namespace
 
 NcclGroup::NcclGroup(ncclComm_t comm, std::vector<int> members, int rank) : comm_(comm), members_(std::move(members)), rank_(rank) {}
@@ -128,8 +130,8 @@ void wait_with_watchdog(cudaEvent_t done, const std::vector<NcclGroup*>& groups,
     for (NcclGroup* g : groups) g->check_async();
     double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (!groups.empty() && waited > timeout_s) {
-      std::string msg = fmt::format("{}: nothing completed for {:.0f} s; a peer may have failed or hung. NCCL communicators aborted",
-                                    what, waited);
+      std::string msg =
+          fmt::format("{}: nothing completed for {:.0f} s; a peer may have failed or hung. NCCL communicators aborted", what, waited);
       for (NcclGroup* g : groups) g->abort(msg);
       throw OasesError(msg);
     }

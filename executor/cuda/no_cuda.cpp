@@ -14,13 +14,21 @@ const char* kNoCuda = "built without CUDA (configure with -DOASES_CUDA=ON or AUT
 Expected<std::unique_ptr<DeviceRunner>> make_cuda_runner(const Program&, const ExecOptions&, RunState*) {
   return Status::error(kNoCuda);
 }
-bool cuda_built() { return false; }
-Status cuda_usable() { return Status::error(kNoCuda); }
-Status cuda_select_device(int) { return Status::error(kNoCuda); }
+bool cuda_built() {
+  return false;
+}
+Status cuda_usable() {
+  return Status::error(kNoCuda);
+}
+Status cuda_select_device(int) {
+  return Status::error(kNoCuda);
+}
 std::string cuda_report_json() {
   return nlohmann::json{{"built", false}, {"libraries", nlohmann::json::array()}, {"devices", {{"count", 0}, {"error", kNoCuda}}}}.dump(2);
 }
-std::vector<std::string> cuda_kernel_ops() { return {}; }
+std::vector<std::string> cuda_kernel_ops() {
+  return {};
+}
 Expected<std::vector<std::unique_ptr<CommGroup>>> make_nccl_groups(Communicator*, const Mesh&, int, double) {
   return Status::error(kNoCuda);
 }

@@ -77,8 +77,7 @@ void register_activation_ops(OpRegistry& r) {
     return Status::ok();
   };
   r.find_mutable(kOasesDomain, "Silu")->grad = [](GradContext& c) {
-    c.add_grad(0, c.op("UnaryGrad", {c.grad_out(0), c.input(0), c.output(0)}, AttrMap{{"op", Attribute::of_string("Silu")}},
-                       kOasesDomain));
+    c.add_grad(0, c.op("UnaryGrad", {c.grad_out(0), c.input(0), c.output(0)}, AttrMap{{"op", Attribute::of_string("Silu")}}, kOasesDomain));
     return Status::ok();
   };
   r.find_mutable(kOasesDomain, "SwiGLU")->grad = [](GradContext& c) {
@@ -97,8 +96,7 @@ void register_activation_ops(OpRegistry& r) {
   };
 
   // --- sharding rules: elementwise, nonlinear --------------------------------------------
-  for (const char* op : {"LeakyRelu", "Elu", "Selu", "Celu", "HardSigmoid", "HardSwish", "Mish", "ThresholdedRelu", "Gelu",
-                         "PRelu"}) {
+  for (const char* op : {"LeakyRelu", "Elu", "Selu", "Celu", "HardSigmoid", "HardSwish", "Mish", "ThresholdedRelu", "Gelu", "PRelu"}) {
     r.find_mutable("", op)->shard = [](ShardContext& c) { return shard_elementwise(c, PartialPolicy::kNone); };
   }
   for (const char* op : {"Silu", "SwiGLU"}) {

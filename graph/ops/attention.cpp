@@ -108,7 +108,8 @@ void register_attention_ops(OpRegistry& r) {
     ValueId lse = c.ensure_output(1, DType::kF32, {q[0], q[1], q[2]});
     std::vector<ValueId> ins{c.grad_out(0), c.input(0), c.input(1), c.input(2), c.output(0), lse};
     if (c.node().has_input(3)) ins.push_back(c.input(3));
-    AttrMap a{{"causal", Attribute::of_int(c.attrs().get_int("causal", 0))}, {"scale", Attribute::of_float(c.attrs().get_float("scale", 1.f))}};
+    AttrMap a{{"causal", Attribute::of_int(c.attrs().get_int("causal", 0))},
+              {"scale", Attribute::of_float(c.attrs().get_float("scale", 1.f))}};
     auto d = c.op_n("AttentionGrad", ins, 3, a, kOasesDomain);
     for (int i = 0; i < 3; ++i) c.add_grad(i, d[i]);
     return Status::ok();

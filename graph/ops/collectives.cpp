@@ -47,7 +47,9 @@ OpSchema collective(const std::string& op) {
   return s;
 }
 
-int64_t group_size(const InferContext& c) { return std::max<int64_t>(1, c.attrs().get_int("group_size", 1)); }
+int64_t group_size(const InferContext& c) {
+  return std::max<int64_t>(1, c.attrs().get_int("group_size", 1));
+}
 
 Status check_dim(InferContext& c, int64_t* dim) {
   *dim = normalize_axis(c.attrs().get_int("dim", 0), c.rank(0));
@@ -130,7 +132,9 @@ void register_collective_ops(OpRegistry& r) {
       c.add_grad(0, c.op("ReduceScatter", {c.grad_out(0)}, same_group(c.attrs()), kOasesDomain));
       return Status::ok();
     };
-    s.cost = [](const Graph& g, const Node& n) { return OpCost{0, ring_bytes(g, n, 1.0) * static_cast<double>(n.attrs.get_int("group_size", 1))}; };
+    s.cost = [](const Graph& g, const Node& n) {
+      return OpCost{0, ring_bytes(g, n, 1.0) * static_cast<double>(n.attrs.get_int("group_size", 1))};
+    };
     r.add(std::move(s));
   }
   {

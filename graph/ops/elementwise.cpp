@@ -36,8 +36,7 @@ void add_unary(OpRegistry& r, const std::string& op, double flops, bool float_on
   r.add(std::move(s));
 }
 
-void add_binary(OpRegistry& r, const std::string& op, int min_in, int max_in, bool same_type = true,
-                DType out = DType::kUndefined) {
+void add_binary(OpRegistry& r, const std::string& op, int min_in, int max_in, bool same_type = true, DType out = DType::kUndefined) {
   OpSchema s;
   s.op_type = op;
   s.min_inputs = min_in;
@@ -154,11 +153,10 @@ void register_elementwise_ops(OpRegistry& r) {
     return Status::ok();
   });
   // unary ops whose derivative a fused kernel computes from x and/or y
-  for (const char* op : {"Exp", "Log", "Sqrt", "Reciprocal", "Tanh", "Sigmoid", "Relu", "Erf", "Sin", "Cos", "Abs",
-                         "Softplus", "Softsign"}) {
+  for (const char* op :
+       {"Exp", "Log", "Sqrt", "Reciprocal", "Tanh", "Sigmoid", "Relu", "Erf", "Sin", "Cos", "Abs", "Softplus", "Softsign"}) {
     set_grad(op, [op](GradContext& c) {
-      c.add_grad(0, c.op("UnaryGrad", {c.grad_out(0), c.input(0), c.output(0)}, AttrMap{{"op", Attribute::of_string(op)}},
-                         kOasesDomain));
+      c.add_grad(0, c.op("UnaryGrad", {c.grad_out(0), c.input(0), c.output(0)}, AttrMap{{"op", Attribute::of_string(op)}}, kOasesDomain));
       return Status::ok();
     });
   }
@@ -269,10 +267,10 @@ void register_elementwise_ops(OpRegistry& r) {
     bool to_float = is_floating(c.graph().value(c.node().outputs[0]).dtype);
     return shard_same_as_input(c, to_float ? PartialPolicy::kAdditive : PartialPolicy::kNone);
   });
-  for (const char* op : {"Abs", "Sign", "Relu", "Floor", "Ceil", "Round", "Reciprocal", "Sqrt", "Exp", "Log", "Erf", "Tanh",
-                         "Sigmoid", "Sin", "Cos", "Softplus", "Softsign", "Not", "IsNaN", "IsInf", "Clip", "Pow", "Mod",
-                         "Min", "Max", "Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor",
-                         "Where"}) {
+  for (const char* op :
+       {"Abs",  "Sign",    "Relu",        "Floor",          "Ceil", "Round", "Reciprocal", "Sqrt", "Exp", "Log", "Erf", "Tanh", "Sigmoid",
+        "Sin",  "Cos",     "Softplus",    "Softsign",       "Not",  "IsNaN", "IsInf",      "Clip", "Pow", "Mod", "Min", "Max",  "Equal",
+        "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "And",  "Or",    "Xor",        "Where"}) {
     set_shard(op, [](ShardContext& c) { return shard_elementwise(c, PartialPolicy::kNone); });
   }
 }

@@ -56,8 +56,7 @@ Status infer_scatter_nd(InferContext& c) {
   Shape want(ix.begin(), ix.end() - 1);
   want.insert(want.end(), d.begin() + m, d.end());
   if (u != want) {
-    return c.fail("updates {} must be {} for data {} and indices {}", shape_str(u), shape_str(want), shape_str(d),
-                  shape_str(ix));
+    return c.fail("updates {} must be {} for data {} and indices {}", shape_str(u), shape_str(want), shape_str(d), shape_str(ix));
   }
   OASES_RETURN_IF_ERROR(check_reduction(c));
   c.set_output(0, c.dtype(0), d);
@@ -74,8 +73,8 @@ Status infer_scatter_elements(InferContext& c) {
     return c.fail("indices '{}' must be int32 or int64, got {}", c.input(1).name, dtype_name(c.dtype(1)));
   }
   if (static_cast<int64_t>(ix.size()) != rank || c.shape(2) != ix) {
-    return c.fail("indices {} and updates {} must have one shape, of the rank of data {}", shape_str(ix),
-                  shape_str(c.shape(2)), shape_str(d));
+    return c.fail("indices {} and updates {} must have one shape, of the rank of data {}", shape_str(ix), shape_str(c.shape(2)),
+                  shape_str(d));
   }
   for (int64_t i = 0; i < rank; ++i) {
     if (i != axis && ix[i] > d[i]) return c.fail("indices {} exceed data {} on axis {}", shape_str(ix), shape_str(d), i);
@@ -110,7 +109,10 @@ void register_indexing_ops(OpRegistry& r) {
       c.set_output(0, c.dtype(0), out);
       return Status::ok();
     };
-    s.cost = [](const Graph& g, const Node& n) { return OpCost{0, io_bytes(g, n) - static_cast<double>(g.value(n.inputs[0]).nbytes()) + 2 * static_cast<double>(g.value(n.outputs[0]).nbytes())}; };
+    s.cost = [](const Graph& g, const Node& n) {
+      return OpCost{
+          0, io_bytes(g, n) - static_cast<double>(g.value(n.inputs[0]).nbytes()) + 2 * static_cast<double>(g.value(n.outputs[0]).nbytes())};
+    };
     r.add(std::move(s));
   }
   {

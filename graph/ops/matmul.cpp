@@ -81,8 +81,7 @@ Status infer_einsum(InferContext& c) {
     bool has_ell = terms[k].find("...") != std::string::npos;
     int64_t letters = static_cast<int64_t>(terms[k].size()) - (has_ell ? 3 : 0);
     if (has_ell ? c.rank(static_cast<int>(k)) < letters : c.rank(static_cast<int>(k)) != letters) {
-      return c.fail("term '{}' of equation '{}' does not fit input {} {}", terms[k], eq, k,
-                    shape_str(c.shape(static_cast<int>(k))));
+      return c.fail("term '{}' of equation '{}' does not fit input {} {}", terms[k], eq, k, shape_str(c.shape(static_cast<int>(k))));
     }
     if (has_ell) ell_rank = std::max(ell_rank, c.rank(static_cast<int>(k)) - letters);
   }
@@ -123,8 +122,7 @@ Status infer_einsum(InferContext& c) {
       it->second = d;
     }
     if (k > 0 && c.dtype(static_cast<int>(k)) != c.dtype(0)) {
-      return c.fail("operands have different types ({} and {})", dtype_name(c.dtype(0)),
-                    dtype_name(c.dtype(static_cast<int>(k))));
+      return c.fail("operands have different types ({} and {})", dtype_name(c.dtype(0)), dtype_name(c.dtype(static_cast<int>(k))));
     }
   }
   Shape out;
@@ -145,7 +143,6 @@ OpCost matmul_cost(const Graph& g, const Node& n) {
 }
 
 }  // namespace
-
 
 namespace {
 

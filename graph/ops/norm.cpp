@@ -71,8 +71,8 @@ void register_norm_ops(OpRegistry& r) {
     for (size_t i = static_cast<size_t>(axis); i < stat.size(); ++i) stat[i] = 1;
     ValueId mean = c.ensure_output(1, DType::kF32, stat), rstd = c.ensure_output(2, DType::kF32, stat);
     bool bias = c.node().has_input(2);
-    auto d = c.op_n("LayerNormGrad", {c.grad_out(0), x, c.input(1), mean, rstd}, bias ? 3 : 2,
-                    AttrMap{{"axis", Attribute::of_int(axis)}}, kOasesDomain);
+    auto d = c.op_n("LayerNormGrad", {c.grad_out(0), x, c.input(1), mean, rstd}, bias ? 3 : 2, AttrMap{{"axis", Attribute::of_int(axis)}},
+                    kOasesDomain);
     c.add_grad(0, d[0]);
     if (c.needs(1)) c.add_grad(1, c.unbroadcast(d[1], c.shape(c.input(1))));
     if (bias && c.needs(2)) c.add_grad(2, c.unbroadcast(d[2], c.shape(c.input(2))));

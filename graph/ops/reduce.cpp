@@ -42,8 +42,8 @@ Status infer_reduce(InferContext& c) {
 }  // namespace
 
 void register_reduce_ops(OpRegistry& r) {
-  for (const char* op : {"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
-                         "ReduceSumSquare", "ReduceLogSum", "ReduceLogSumExp"}) {
+  for (const char* op : {"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2", "ReduceSumSquare",
+                         "ReduceLogSum", "ReduceLogSumExp"}) {
     OpSchema s;
     s.op_type = op;
     s.oldest_version = 1;  // axes as an attribute, the canonical form
@@ -59,9 +59,7 @@ void register_reduce_ops(OpRegistry& r) {
     };
     s.infer = infer_reduce;
     s.non_differentiable_inputs = {1};
-    s.cost = [](const Graph& g, const Node& n) {
-      return OpCost{static_cast<double>(g.value(n.inputs[0]).numel()), io_bytes(g, n)};
-    };
+    s.cost = [](const Graph& g, const Node& n) { return OpCost{static_cast<double>(g.value(n.inputs[0]).numel()), io_bytes(g, n)}; };
     r.add(std::move(s));
   }
   for (const char* op : {"ArgMax", "ArgMin"}) {
@@ -120,9 +118,7 @@ void register_reduce_ops(OpRegistry& r) {
       c.set_output(1, DType::kI64, out);
       return Status::ok();
     };
-    s.cost = [](const Graph& g, const Node& n) {
-      return OpCost{2.0 * static_cast<double>(g.value(n.inputs[0]).numel()), io_bytes(g, n)};
-    };
+    s.cost = [](const Graph& g, const Node& n) { return OpCost{2.0 * static_cast<double>(g.value(n.inputs[0]).numel()), io_bytes(g, n)}; };
     r.add(std::move(s));
   }
 
@@ -160,8 +156,8 @@ void register_reduce_ops(OpRegistry& r) {
   // --- sharding rules -----------------------------------------------------------------------
   // Sum and Mean over a sharded dim give partial sums (the local Mean is rescaled when the graph
   // is partitioned); the other reductions need their reduced dims whole.
-  for (const char* op : {"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
-                         "ReduceSumSquare", "ReduceLogSum", "ReduceLogSumExp"}) {
+  for (const char* op : {"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2", "ReduceSumSquare",
+                         "ReduceLogSum", "ReduceLogSumExp"}) {
     std::string kind = op;
     bool additive = kind == "ReduceSum" || kind == "ReduceMean";
     r.find_mutable("", op)->shard = [additive](ShardContext& c) {

@@ -327,8 +327,7 @@ void register_shape_ops(OpRegistry& r) {
         }
         for (int64_t d = 0; d < rank; ++d) {
           if (d != axis && si[d] != c.shape(0)[d]) {
-            return c.fail("input {} has shape {}, input 0 {}: they differ outside axis {}", i, shape_str(si),
-                          shape_str(c.shape(0)), axis);
+            return c.fail("input {} has shape {}, input 0 {}: they differ outside axis {}", i, shape_str(si), shape_str(c.shape(0)), axis);
           }
         }
         out[axis] += si[axis];
@@ -538,8 +537,11 @@ void register_shape_ops(OpRegistry& r) {
       steps.push_back(1);
       lens.push_back(in[d]);
     }
-    AttrMap a{{"axes", Attribute::of_ints(axes)}, {"starts", Attribute::of_ints(starts)}, {"steps", Attribute::of_ints(steps)},
-              {"lengths", Attribute::of_ints(lens)}, {"resolved", Attribute::of_int(1)}};
+    AttrMap a{{"axes", Attribute::of_ints(axes)},
+              {"starts", Attribute::of_ints(starts)},
+              {"steps", Attribute::of_ints(steps)},
+              {"lengths", Attribute::of_ints(lens)},
+              {"resolved", Attribute::of_int(1)}};
     c.add_grad(0, c.op("Slice", {c.grad_out(0)}, a));
     return Status::ok();
   };

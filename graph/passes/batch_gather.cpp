@@ -87,6 +87,8 @@ class BatchGatherPass : public Pass {
 
 }  // namespace
 
-std::unique_ptr<Pass> make_batch_gather_pass() { return std::make_unique<BatchGatherPass>(); }
+std::unique_ptr<Pass> make_batch_gather_pass() {
+  return std::make_unique<BatchGatherPass>();
+}
 
 }  // namespace oases

@@ -111,8 +111,7 @@ class FuseGeluPass : public Pass {
           if (!cm) continue;
           for (int j = 0; j < 2; ++j) {
             ValueId cube_x;
-            if (is_scalar_near(g, cm->inputs[1 - j], 0.044715) && is_cube_of(g, cm->inputs[j], &cube_x) &&
-                cube_x == add->inputs[i]) {
+            if (is_scalar_near(g, cm->inputs[1 - j], 0.044715) && is_cube_of(g, cm->inputs[j], &cube_x) && cube_x == add->inputs[i]) {
               x = cube_x;
             }
           }
@@ -175,7 +174,11 @@ class FuseSwiGluPass : public Pass {
 
 }  // namespace
 
-std::unique_ptr<Pass> make_fuse_gelu_pass() { return std::make_unique<FuseGeluPass>(); }
-std::unique_ptr<Pass> make_fuse_swiglu_pass() { return std::make_unique<FuseSwiGluPass>(); }
+std::unique_ptr<Pass> make_fuse_gelu_pass() {
+  return std::make_unique<FuseGeluPass>();
+}
+std::unique_ptr<Pass> make_fuse_swiglu_pass() {
+  return std::make_unique<FuseSwiGluPass>();
+}
 
 }  // namespace oases

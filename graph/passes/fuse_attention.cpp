@@ -6,9 +6,9 @@
 // the scores multiply into `scale`. Keys and values whose heads were repeated for grouped-query
 // attention (LLaMA's repeat_kv: Unsqueeze → Expand → Reshape) are read before the repeat, so the
 // fused node has k, v [B, Hkv, T, D] with Hkv < H.
+#include <cmath>
 #include <map>
 #include <tuple>
-#include <cmath>
 
 #include "graph/op_registry.h"
 #include "graph/passes/pass.h"
@@ -208,8 +208,8 @@ class FuseAttentionPass : public Pass {
         } else if (p.op_type == "Where") {
           ValueId cond = p.inputs[0], a = p.inputs[1], b = p.inputs[2];
           auto cb = scalar_constant(g, b), ca = scalar_constant(g, a);
-          bool keep_form = cb && *cb <= kVeryNegative && g.value(a).shape == ss;   // Where(keep, S, -big)
-          bool fill_form = ca && *ca <= kVeryNegative && g.value(b).shape == ss;   // Where(masked, -big, S)
+          bool keep_form = cb && *cb <= kVeryNegative && g.value(a).shape == ss;  // Where(keep, S, -big)
+          bool fill_form = ca && *ca <= kVeryNegative && g.value(b).shape == ss;  // Where(masked, -big, S)
           if ((!keep_form && !fill_form) || !broadcasts_to(g.value(cond).shape, ss)) {
             ok = false;
           } else if (keep_form && is_causal(cond, tq, tk, false) && !causal) {
@@ -287,6 +287,8 @@ class FuseAttentionPass : public Pass {
 
 }  // namespace
 
-std::unique_ptr<Pass> make_fuse_attention_pass() { return std::make_unique<FuseAttentionPass>(); }
+std::unique_ptr<Pass> make_fuse_attention_pass() {
+  return std::make_unique<FuseAttentionPass>();
+}
 
 }  // namespace oases

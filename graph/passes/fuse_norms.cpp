@@ -105,8 +105,8 @@ ValueId square_of(const Graph& g, ValueId v) {
 }
 
 // Attaches the fused node as producer of `final_out`, keeping its name (a graph output keeps its).
-void emit_fused(Graph& g, const std::string& op, const std::string& domain, std::vector<ValueId> ins, ValueId final_out,
-                AttrMap attrs, const std::string& name) {
+void emit_fused(Graph& g, const std::string& op, const std::string& domain, std::vector<ValueId> ins, ValueId final_out, AttrMap attrs,
+                const std::string& name) {
   g.add_node(op, ins, {final_out}, std::move(attrs), g.unique_name(name), domain);
 }
 
@@ -208,7 +208,11 @@ class FuseRmsNormPass : public Pass {
 
 }  // namespace
 
-std::unique_ptr<Pass> make_fuse_layernorm_pass() { return std::make_unique<FuseLayerNormPass>(); }
-std::unique_ptr<Pass> make_fuse_rmsnorm_pass() { return std::make_unique<FuseRmsNormPass>(); }
+std::unique_ptr<Pass> make_fuse_layernorm_pass() {
+  return std::make_unique<FuseLayerNormPass>();
+}
+std::unique_ptr<Pass> make_fuse_rmsnorm_pass() {
+  return std::make_unique<FuseRmsNormPass>();
+}
 
 }  // namespace oases

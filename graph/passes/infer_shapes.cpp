@@ -46,7 +46,9 @@ namespace {
 // A float initializer that may be trained, so folding must not freeze it. Single-element ones are
 // not: the dynamo exporter stores every scalar constant (fill values such as -3.4e38 for causal
 // masks, 1/sqrt(d) scales) as an initializer, and those must fold like Constant nodes do.
-bool is_parameter(const Value& v) { return v.is_initializer && is_floating(v.dtype) && v.numel() > 1; }
+bool is_parameter(const Value& v) {
+  return v.is_initializer && is_floating(v.dtype) && v.numel() > 1;
+}
 
 // Brings node `id` into canonical form and sets its outputs' types.
 Status normalize_and_infer(Graph& g, NodeId id, const OpSchema* s) {
@@ -92,8 +94,7 @@ Expected<PassReport> InferShapesPass::run(Graph& g) {
       const Value& in = g.value(n->inputs[i]);
       if (!in.has_shape) return error("{}: input '{}' has no known shape", n->describe(), in.name);
       if (in.producer == kNoId && !in.is_input && !in.is_constant()) {
-        return error("{}: input '{}' is produced by no node and is neither a graph input nor an initializer",
-                     n->describe(), in.name);
+        return error("{}: input '{}' is produced by no node and is neither a graph input nor an initializer", n->describe(), in.name);
       }
     }
     // A rule that throws (an operand it did not expect, say) is reported against the node; bad
@@ -111,8 +112,8 @@ Expected<PassReport> InferShapesPass::run(Graph& g) {
       if (!ov.has_shape) return error("{}: output '{}' got no shape", n->describe(), ov.name);
       std::optional<uint64_t> nbytes = checked_nbytes(ov.shape, ov.dtype);
       if (!nbytes || *nbytes > kMaxTensorBytes) {
-        return error("{}: output '{}' would be {} {}, over the limit of {} bytes per tensor", n->describe(), ov.name,
-                     dtype_name(ov.dtype), shape_str(ov.shape), kMaxTensorBytes);
+        return error("{}: output '{}' would be {} {}, over the limit of {} bytes per tensor", n->describe(), ov.name, dtype_name(ov.dtype),
+                     shape_str(ov.shape), kMaxTensorBytes);
       }
     }
 

@@ -65,6 +65,8 @@ class LossSumOverCountPass : public Pass {
 
 }  // namespace
 
-std::unique_ptr<Pass> make_loss_sum_over_count_pass() { return std::make_unique<LossSumOverCountPass>(); }
+std::unique_ptr<Pass> make_loss_sum_over_count_pass() {
+  return std::make_unique<LossSumOverCountPass>();
+}
 
 }  // namespace oases

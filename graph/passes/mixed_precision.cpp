@@ -16,7 +16,9 @@ Expected<DType> compute_dtype_from_name(const std::string& name) {
 
 namespace {
 
-bool is_loss_op(const Node& n) { return n.op_type == "SoftmaxCrossEntropyLoss" || n.op_type == "NegativeLogLikelihoodLoss"; }
+bool is_loss_op(const Node& n) {
+  return n.op_type == "SoftmaxCrossEntropyLoss" || n.op_type == "NegativeLogLikelihoodLoss";
+}
 
 // Slots whose float operand keeps its own type (float32) inside the body.
 bool keeps_float32(const Node& n, int slot) {
@@ -25,13 +27,16 @@ bool keeps_float32(const Node& n, int slot) {
   return false;
 }
 
-bool is_float_like(DType t) { return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16; }
+bool is_float_like(DType t) {
+  return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16;
+}
 
 }  // namespace
 
 Expected<int> apply_mixed_precision(Graph& g, DType compute) {
   if (compute == DType::kF32) return 0;
-  if (compute != DType::kF16 && compute != DType::kBF16) return error("mixed precision computes in float16 or bfloat16, not {}", dtype_name(compute));
+  if (compute != DType::kF16 && compute != DType::kBF16)
+    return error("mixed precision computes in float16 or bfloat16, not {}", dtype_name(compute));
   if (g.outputs().empty()) return error("mixed precision needs the loss as output 0");
   OASES_ASSIGN_OR_RETURN(std::vector<NodeId> order, g.topo_order());
   // the body: ancestors of the loss ops' scores (or of the loss itself when the model computes it
@@ -59,7 +64,10 @@ Expected<int> apply_mixed_precision(Graph& g, DType compute) {
     auto it = casts.find(key);
     if (it != casts.end()) return it->second;
     const Value& val = g.value(v);
-    ValueId out = g.add_value(g.unique_name(val.name + (t == DType::kF32 ? "_fp32" : t == DType::kBF16 ? "_bf16" : "_fp16")), t, val.shape, true);
+    ValueId out = g.add_value(g.unique_name(val.name + (t == DType::kF32    ? "_fp32"
+                                                        : t == DType::kBF16 ? "_bf16"
+                                                                            : "_fp16")),
+                              t, val.shape, true);
     g.add_node("Cast", {v}, {out}, AttrMap{{"to", Attribute::of_int(dtype_to_onnx(t))}}, g.unique_name("mp_cast"));
     ++inserted;
     casts[key] = out;

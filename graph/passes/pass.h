@@ -15,8 +15,8 @@ namespace oases {
 struct PassReport {
   std::string pass;
   bool changed = false;
-  int count = 0;          // rewrites made (nodes folded, patterns fused, ...)
-  std::string found;      // one line for `oases-import --verbose`
+  int count = 0;      // rewrites made (nodes folded, patterns fused, ...)
+  std::string found;  // one line for `oases-import --verbose`
 };
 
 class Pass {
@@ -31,7 +31,7 @@ class Pass {
 Status check_supported(const Graph& g);
 
 struct FoldOptions {
-  const Evaluator* evaluator = nullptr;  // nullptr: fold Shape/Size/Constant only
+  const Evaluator* evaluator = nullptr;     // nullptr: fold Shape/Size/Constant only
   int64_t max_elements = int64_t{1} << 22;  // larger results stay computed at run time
 };
 

@@ -16,7 +16,9 @@ namespace oases {
 
 namespace {
 
-bool exporter_named(const std::string& n) { return n.rfind("onnx::", 0) == 0; }
+bool exporter_named(const std::string& n) {
+  return n.rfind("onnx::", 0) == 0;
+}
 
 template <class T>
 bool is_transpose_of(const T* c, const T* w, int64_t rows, int64_t cols) {  // c [cols, rows] == wᵀ, w [rows, cols]
@@ -76,6 +78,8 @@ class RetiePass : public Pass {
 
 }  // namespace
 
-std::unique_ptr<Pass> make_retie_pass() { return std::make_unique<RetiePass>(); }
+std::unique_ptr<Pass> make_retie_pass() {
+  return std::make_unique<RetiePass>();
+}
 
 }  // namespace oases

@@ -71,6 +71,8 @@ class SimplifyPass : public Pass {
 
 }  // namespace
 
-std::unique_ptr<Pass> make_simplify_pass() { return std::make_unique<SimplifyPass>(); }
+std::unique_ptr<Pass> make_simplify_pass() {
+  return std::make_unique<SimplifyPass>();
+}
 
 }  // namespace oases

@@ -46,10 +46,12 @@ T act_grad_scalar(Activation a, T v) {
 void act_run(Activation a, const float* x, float* y, int64_t n) {
   switch (a) {
     case Activation::kGeluTanh:
-      vec::map(x, y, n, [](auto v) { return vec::gelu_tanh8(v); }, vec::gelu_tanh1);
+      vec::map(
+          x, y, n, [](auto v) { return vec::gelu_tanh8(v); }, vec::gelu_tanh1);
       break;
     case Activation::kGeluErf:
-      vec::map(x, y, n, [](auto v) { return vec::gelu_erf8(v); }, vec::gelu_erf1);
+      vec::map(
+          x, y, n, [](auto v) { return vec::gelu_erf8(v); }, vec::gelu_erf1);
       break;
     case Activation::kRelu:
       for (int64_t i = 0; i < n; ++i) y[i] = x[i] > 0.f ? x[i] : 0.f;
@@ -74,9 +76,9 @@ void act_grad_run(Activation a, const float* dy, const float* x, float* dx, int6
   }
 #endif
   for (; i < n; ++i) {
-    float d = a == Activation::kGeluTanh ? vec::gelu_tanh_grad1(x[i])
+    float d = a == Activation::kGeluTanh  ? vec::gelu_tanh_grad1(x[i])
               : a == Activation::kGeluErf ? vec::gelu_erf_grad1(x[i])
-                                           : act_grad_scalar(a, x[i]);
+                                          : act_grad_scalar(a, x[i]);
     dx[i] = dy[i] * d;
   }
 }

@@ -17,8 +17,8 @@ constexpr int kMaxOperands = 3;
 
 struct Broadcast {
   int nin = 0;
-  std::vector<int64_t> shape;                                 // collapsed output shape
-  std::array<std::vector<int64_t>, kMaxOperands> strides;     // per operand, elements
+  std::vector<int64_t> shape;                              // collapsed output shape
+  std::array<std::vector<int64_t>, kMaxOperands> strides;  // per operand, elements
   int64_t numel = 1;
 };
 

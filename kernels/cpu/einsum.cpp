@@ -14,8 +14,7 @@ namespace {
 using LabelSizes = std::array<int64_t, 128>;  // by label character; -1 where absent
 
 template <class T>
-using Acc =
-    std::conditional_t<std::is_floating_point_v<T>, double, std::conditional_t<std::is_signed_v<T>, int64_t, uint64_t>>;
+using Acc = std::conditional_t<std::is_floating_point_v<T>, double, std::conditional_t<std::is_signed_v<T>, int64_t, uint64_t>>;
 
 std::vector<int64_t> strides_of(const std::vector<int64_t>& s) {
   std::vector<int64_t> st(s.size(), 1);
@@ -41,15 +40,13 @@ std::vector<int64_t> positions(const std::string& labels, const std::string& ord
 // labels summed within one operand, empty dims).
 template <class T>
 bool einsum_as_gemm(const std::vector<const T*>& ins, const std::vector<std::vector<int64_t>>& shapes,
-                    const std::vector<std::string>& labels, const std::string& out_labels, const LabelSizes& size,
-                    T* out) {
+                    const std::vector<std::string>& labels, const std::string& out_labels, const LabelSizes& size, T* out) {
   if (ins.size() != 2) return false;
   const std::string &la = labels[0], &lb = labels[1];
   for (int k = 0; k < 2; ++k) {
     for (size_t p = 0; p < labels[k].size(); ++p) {
       char ch = labels[k][p];
-      if (labels[k].find(ch) != p || shapes[k][p] != size[static_cast<unsigned char>(ch)] || shapes[k][p] == 0)
-        return false;
+      if (labels[k].find(ch) != p || shapes[k][p] != size[static_cast<unsigned char>(ch)] || shapes[k][p] == 0) return false;
     }
   }
   std::string batch, m, n, kk;
@@ -102,8 +99,8 @@ bool einsum_as_gemm(const std::vector<const T*>& ins, const std::vector<std::vec
 }  // namespace
 
 template <class T>
-void einsum(const std::vector<const T*>& ins, const std::vector<std::vector<int64_t>>& shapes,
-            const std::vector<std::string>& labels, const std::string& out_labels, T* out) {
+void einsum(const std::vector<const T*>& ins, const std::vector<std::vector<int64_t>>& shapes, const std::vector<std::string>& labels,
+            const std::string& out_labels, T* out) {
   LabelSizes size;
   size.fill(-1);
   for (size_t k = 0; k < ins.size(); ++k) {
@@ -168,14 +165,14 @@ void einsum(const std::vector<const T*>& ins, const std::vector<std::vector<int6
   });
 }
 
-template void einsum<float>(const std::vector<const float*>&, const std::vector<std::vector<int64_t>>&,
-                            const std::vector<std::string>&, const std::string&, float*);
-template void einsum<double>(const std::vector<const double*>&, const std::vector<std::vector<int64_t>>&,
-                             const std::vector<std::string>&, const std::string&, double*);
-template void einsum<int64_t>(const std::vector<const int64_t*>&, const std::vector<std::vector<int64_t>>&,
-                              const std::vector<std::string>&, const std::string&, int64_t*);
-template void einsum<int32_t>(const std::vector<const int32_t*>&, const std::vector<std::vector<int64_t>>&,
-                              const std::vector<std::string>&, const std::string&, int32_t*);
+template void einsum<float>(const std::vector<const float*>&, const std::vector<std::vector<int64_t>>&, const std::vector<std::string>&,
+                            const std::string&, float*);
+template void einsum<double>(const std::vector<const double*>&, const std::vector<std::vector<int64_t>>&, const std::vector<std::string>&,
+                             const std::string&, double*);
+template void einsum<int64_t>(const std::vector<const int64_t*>&, const std::vector<std::vector<int64_t>>&, const std::vector<std::string>&,
+                              const std::string&, int64_t*);
+template void einsum<int32_t>(const std::vector<const int32_t*>&, const std::vector<std::vector<int64_t>>&, const std::vector<std::string>&,
+                              const std::string&, int32_t*);
 template void einsum<uint32_t>(const std::vector<const uint32_t*>&, const std::vector<std::vector<int64_t>>&,
                                const std::vector<std::string>&, const std::string&, uint32_t*);
 template void einsum<uint64_t>(const std::vector<const uint64_t*>&, const std::vector<std::vector<int64_t>>&,

@@ -16,7 +16,7 @@
 namespace oases::kernels {
 
 template <class T>
-void einsum(const std::vector<const T*>& ins, const std::vector<std::vector<int64_t>>& shapes,
-            const std::vector<std::string>& in_labels, const std::string& out_labels, T* out);
+void einsum(const std::vector<const T*>& ins, const std::vector<std::vector<int64_t>>& shapes, const std::vector<std::string>& in_labels,
+            const std::string& out_labels, T* out);
 
 }  // namespace oases::kernels

@@ -13,11 +13,10 @@
 namespace oases::kernels {
 
 template <class T, class R, class Op>
-void binary(const T* a, const std::vector<int64_t>& sa, const T* b, const std::vector<int64_t>& sb, R* out,
-            const std::vector<int64_t>& so, Op op) {
+void binary(const T* a, const std::vector<int64_t>& sa, const T* b, const std::vector<int64_t>& sb, R* out, const std::vector<int64_t>& so,
+            Op op) {
   Broadcast bc = make_broadcast(so, {sa, sb});
-  for_each_row(bc, [&](int64_t o, const std::array<int64_t, kMaxOperands>& off, int64_t n,
-                       const std::array<int64_t, kMaxOperands>& st) {
+  for_each_row(bc, [&](int64_t o, const std::array<int64_t, kMaxOperands>& off, int64_t n, const std::array<int64_t, kMaxOperands>& st) {
     const T* pa = a + off[0];
     const T* pb = b + off[1];
     R* po = out + o;
@@ -40,8 +39,7 @@ template <class T, class U, class R, class Op>
 void binary_mixed(const T* a, const std::vector<int64_t>& sa, const U* b, const std::vector<int64_t>& sb, R* out,
                   const std::vector<int64_t>& so, Op op) {
   Broadcast bc = make_broadcast(so, {sa, sb});
-  for_each_row(bc, [&](int64_t o, const std::array<int64_t, kMaxOperands>& off, int64_t n,
-                       const std::array<int64_t, kMaxOperands>& st) {
+  for_each_row(bc, [&](int64_t o, const std::array<int64_t, kMaxOperands>& off, int64_t n, const std::array<int64_t, kMaxOperands>& st) {
     for (int64_t i = 0; i < n; ++i) out[o + i] = op(a[off[0] + i * st[0]], b[off[1] + i * st[1]]);
   });
 }
@@ -50,8 +48,7 @@ template <class C, class T, class Op>
 void ternary(const C* a, const std::vector<int64_t>& sa, const T* b, const std::vector<int64_t>& sb, const T* c,
              const std::vector<int64_t>& sc, T* out, const std::vector<int64_t>& so, Op op) {
   Broadcast bc = make_broadcast(so, {sa, sb, sc});
-  for_each_row(bc, [&](int64_t o, const std::array<int64_t, kMaxOperands>& off, int64_t n,
-                       const std::array<int64_t, kMaxOperands>& st) {
+  for_each_row(bc, [&](int64_t o, const std::array<int64_t, kMaxOperands>& off, int64_t n, const std::array<int64_t, kMaxOperands>& st) {
     for (int64_t i = 0; i < n; ++i) out[o + i] = op(a[off[0] + i * st[0]], b[off[1] + i * st[1]], c[off[2] + i * st[2]]);
   });
 }
@@ -60,8 +57,7 @@ void ternary(const C* a, const std::vector<int64_t>& sa, const T* b, const std::
 template <class T>
 void broadcast_to(const T* in, const std::vector<int64_t>& si, T* out, const std::vector<int64_t>& so) {
   Broadcast bc = make_broadcast(so, {si});
-  for_each_row(bc, [&](int64_t o, const std::array<int64_t, kMaxOperands>& off, int64_t n,
-                       const std::array<int64_t, kMaxOperands>& st) {
+  for_each_row(bc, [&](int64_t o, const std::array<int64_t, kMaxOperands>& off, int64_t n, const std::array<int64_t, kMaxOperands>& st) {
     if (st[0] == 0) {
       for (int64_t i = 0; i < n; ++i) out[o + i] = in[off[0]];
     } else {
@@ -104,7 +100,9 @@ T onnx_mod(T a, T b, bool fmod) {
   }
 }
 
-inline float gelu_erf(float x) { return 0.5f * x * (1.0f + std::erf(x * 0.70710678118654752f)); }
+inline float gelu_erf(float x) {
+  return 0.5f * x * (1.0f + std::erf(x * 0.70710678118654752f));
+}
 inline float gelu_tanh(float x) {
   const float c = 0.7978845608028654f;  // sqrt(2/pi)
   return 0.5f * x * (1.0f + std::tanh(c * (x + 0.044715f * x * x * x)));

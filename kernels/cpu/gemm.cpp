@@ -52,8 +52,8 @@ std::vector<Tile> tiles_for(int64_t m, int64_t n, int64_t k, int threads) {
 }
 
 template <class T, class Call>
-void tiled(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, const T* b, int64_t ldb, T* c,
-           int64_t ldc, const GemmEpilogue<T>* epilogue, Call call) {
+void tiled(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, const T* b, int64_t ldb, T* c, int64_t ldc,
+           const GemmEpilogue<T>* epilogue, Call call) {
   single_threaded_blas();
   std::vector<Tile> tiles = tiles_for(m, n, k, num_threads());
   auto run = [&](const Tile& t) {
@@ -73,42 +73,44 @@ void tiled(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_
 }  // namespace
 
 template <>
-void gemm<float>(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda, const float* b,
-                 int64_t ldb, float beta, float* c, int64_t ldc, const GemmEpilogue<float>& epilogue) {
+void gemm<float>(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda, const float* b, int64_t ldb,
+                 float beta, float* c, int64_t ldc, const GemmEpilogue<float>& epilogue) {
   if (m == 0 || n == 0) return;
-  tiled<float>(ta, tb, m, n, k, a, lda, b, ldb, c, ldc, &epilogue, [&](int64_t mm, int64_t nn, const float* at, const float* bt, float* ct) {
-    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, static_cast<blasint>(mm),
-                static_cast<blasint>(nn), static_cast<blasint>(k), alpha, at, static_cast<blasint>(lda), bt,
-                static_cast<blasint>(ldb), beta, ct, static_cast<blasint>(ldc));
-  });
+  tiled<float>(ta, tb, m, n, k, a, lda, b, ldb, c, ldc, &epilogue,
+               [&](int64_t mm, int64_t nn, const float* at, const float* bt, float* ct) {
+                 cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, static_cast<blasint>(mm),
+                             static_cast<blasint>(nn), static_cast<blasint>(k), alpha, at, static_cast<blasint>(lda), bt,
+                             static_cast<blasint>(ldb), beta, ct, static_cast<blasint>(ldc));
+               });
 }
 
 template <>
-void gemm<double>(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const double* a, int64_t lda,
-                  const double* b, int64_t ldb, double beta, double* c, int64_t ldc, const GemmEpilogue<double>& epilogue) {
+void gemm<double>(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const double* a, int64_t lda, const double* b,
+                  int64_t ldb, double beta, double* c, int64_t ldc, const GemmEpilogue<double>& epilogue) {
   if (m == 0 || n == 0) return;
-  tiled<double>(ta, tb, m, n, k, a, lda, b, ldb, c, ldc, &epilogue, [&](int64_t mm, int64_t nn, const double* at, const double* bt, double* ct) {
-    cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, static_cast<blasint>(mm),
-                static_cast<blasint>(nn), static_cast<blasint>(k), alpha, at, static_cast<blasint>(lda), bt,
-                static_cast<blasint>(ldb), beta, ct, static_cast<blasint>(ldc));
-  });
+  tiled<double>(ta, tb, m, n, k, a, lda, b, ldb, c, ldc, &epilogue,
+                [&](int64_t mm, int64_t nn, const double* at, const double* bt, double* ct) {
+                  cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, static_cast<blasint>(mm),
+                              static_cast<blasint>(nn), static_cast<blasint>(k), alpha, at, static_cast<blasint>(lda), bt,
+                              static_cast<blasint>(ldb), beta, ct, static_cast<blasint>(ldc));
+                });
 }
 
 template <>
-void gemm<float>(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda, const float* b,
-                 int64_t ldb, float beta, float* c, int64_t ldc) {
+void gemm<float>(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda, const float* b, int64_t ldb,
+                 float beta, float* c, int64_t ldc) {
   gemm<float>(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, GemmEpilogue<float>());
 }
 
 template <>
-void gemm<double>(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const double* a, int64_t lda,
-                  const double* b, int64_t ldb, double beta, double* c, int64_t ldc) {
+void gemm<double>(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const double* a, int64_t lda, const double* b,
+                  int64_t ldb, double beta, double* c, int64_t ldc) {
   gemm<double>(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, GemmEpilogue<double>());
 }
 
 template <class T>
-void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda, const T* b, int64_t ldb,
-          T beta, T* c, int64_t ldc) {
+void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda, const T* b, int64_t ldb, T beta, T* c,
+          int64_t ldc) {
   for (int64_t i = 0; i < m; ++i) {
     for (int64_t j = 0; j < n; ++j) {
       T acc = 0;
@@ -122,18 +124,18 @@ void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a
   }
 }
 
-template void gemm<int64_t>(bool, bool, int64_t, int64_t, int64_t, int64_t, const int64_t*, int64_t, const int64_t*,
-                            int64_t, int64_t, int64_t*, int64_t);
-template void gemm<int32_t>(bool, bool, int64_t, int64_t, int64_t, int32_t, const int32_t*, int64_t, const int32_t*,
-                            int64_t, int32_t, int32_t*, int64_t);
-template void gemm<uint32_t>(bool, bool, int64_t, int64_t, int64_t, uint32_t, const uint32_t*, int64_t, const uint32_t*,
-                             int64_t, uint32_t, uint32_t*, int64_t);
-template void gemm<uint64_t>(bool, bool, int64_t, int64_t, int64_t, uint64_t, const uint64_t*, int64_t, const uint64_t*,
-                             int64_t, uint64_t, uint64_t*, int64_t);
+template void gemm<int64_t>(bool, bool, int64_t, int64_t, int64_t, int64_t, const int64_t*, int64_t, const int64_t*, int64_t, int64_t,
+                            int64_t*, int64_t);
+template void gemm<int32_t>(bool, bool, int64_t, int64_t, int64_t, int32_t, const int32_t*, int64_t, const int32_t*, int64_t, int32_t,
+                            int32_t*, int64_t);
+template void gemm<uint32_t>(bool, bool, int64_t, int64_t, int64_t, uint32_t, const uint32_t*, int64_t, const uint32_t*, int64_t, uint32_t,
+                             uint32_t*, int64_t);
+template void gemm<uint64_t>(bool, bool, int64_t, int64_t, int64_t, uint64_t, const uint64_t*, int64_t, const uint64_t*, int64_t, uint64_t,
+                             uint64_t*, int64_t);
 
 template <class T>
-void matmul(const T* a, const std::vector<int64_t>& sa, const T* b, const std::vector<int64_t>& sb, T* out,
-            const std::vector<int64_t>& so, bool ta, bool tb, const GemmEpilogue<T>& epilogue) {
+void matmul(const T* a, const std::vector<int64_t>& sa, const T* b, const std::vector<int64_t>& sb, T* out, const std::vector<int64_t>& so,
+            bool ta, bool tb, const GemmEpilogue<T>& epilogue) {
   // sa/sb are rank >= 2 here (the caller promotes 1-D operands).
   int64_t ra = static_cast<int64_t>(sa.size()), rb = static_cast<int64_t>(sb.size()), ro = static_cast<int64_t>(so.size());
   int64_t m = so[ro - 2], n = so[ro - 1];
@@ -197,17 +199,19 @@ void matmul(const T* a, const std::vector<int64_t>& sa, const T* b, const std::v
 
 template void matmul<float>(const float*, const std::vector<int64_t>&, const float*, const std::vector<int64_t>&, float*,
                             const std::vector<int64_t>&, bool, bool, const GemmEpilogue<float>&);
-template void matmul<double>(const double*, const std::vector<int64_t>&, const double*, const std::vector<int64_t>&,
-                             double*, const std::vector<int64_t>&, bool, bool, const GemmEpilogue<double>&);
-template void matmul<int64_t>(const int64_t*, const std::vector<int64_t>&, const int64_t*, const std::vector<int64_t>&,
-                              int64_t*, const std::vector<int64_t>&, bool, bool, const GemmEpilogue<int64_t>&);
-template void matmul<int32_t>(const int32_t*, const std::vector<int64_t>&, const int32_t*, const std::vector<int64_t>&,
-                              int32_t*, const std::vector<int64_t>&, bool, bool, const GemmEpilogue<int32_t>&);
-template void matmul<uint32_t>(const uint32_t*, const std::vector<int64_t>&, const uint32_t*, const std::vector<int64_t>&,
-                               uint32_t*, const std::vector<int64_t>&, bool, bool, const GemmEpilogue<uint32_t>&);
-template void matmul<uint64_t>(const uint64_t*, const std::vector<int64_t>&, const uint64_t*, const std::vector<int64_t>&,
-                               uint64_t*, const std::vector<int64_t>&, bool, bool, const GemmEpilogue<uint64_t>&);
+template void matmul<double>(const double*, const std::vector<int64_t>&, const double*, const std::vector<int64_t>&, double*,
+                             const std::vector<int64_t>&, bool, bool, const GemmEpilogue<double>&);
+template void matmul<int64_t>(const int64_t*, const std::vector<int64_t>&, const int64_t*, const std::vector<int64_t>&, int64_t*,
+                              const std::vector<int64_t>&, bool, bool, const GemmEpilogue<int64_t>&);
+template void matmul<int32_t>(const int32_t*, const std::vector<int64_t>&, const int32_t*, const std::vector<int64_t>&, int32_t*,
+                              const std::vector<int64_t>&, bool, bool, const GemmEpilogue<int32_t>&);
+template void matmul<uint32_t>(const uint32_t*, const std::vector<int64_t>&, const uint32_t*, const std::vector<int64_t>&, uint32_t*,
+                               const std::vector<int64_t>&, bool, bool, const GemmEpilogue<uint32_t>&);
+template void matmul<uint64_t>(const uint64_t*, const std::vector<int64_t>&, const uint64_t*, const std::vector<int64_t>&, uint64_t*,
+                               const std::vector<int64_t>&, bool, bool, const GemmEpilogue<uint64_t>&);
 
-std::string blas_info() { return std::string(openblas_get_corename()) + " (" + openblas_get_config() + ")"; }
+std::string blas_info() {
+  return std::string(openblas_get_corename()) + " (" + openblas_get_config() + ")";
+}
 
 }  // namespace oases::kernels

@@ -15,8 +15,8 @@ namespace oases::kernels {
 
 // Row-major GEMM for float and double (OpenBLAS) and integers (loops).
 template <class T>
-void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda, const T* b,
-          int64_t ldb, T beta, T* c, int64_t ldc);
+void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda, const T* b, int64_t ldb, T beta,
+          T* c, int64_t ldc);
 
 // Called on each finished block of C (rows x cols at c, row stride ldc; row0, col0 its place in the
 // whole output) by the thread that computed it, while the block is still in cache: bias,
@@ -24,15 +24,14 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, 
 template <class T>
 using GemmEpilogue = std::function<void(T* c, int64_t rows, int64_t cols, int64_t ldc, int64_t row0, int64_t col0)>;
 template <class T>
-void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda, const T* b,
-          int64_t ldb, T beta, T* c, int64_t ldc, const GemmEpilogue<T>& epilogue);  // float and double
+void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda, const T* b, int64_t ldb, T beta,
+          T* c, int64_t ldc, const GemmEpilogue<T>& epilogue);  // float and double
 
 // Shapes as in ONNX MatMul after 1-D promotion: a [..., M, K], b [..., K, N], out [..., M, N].
 // The epilogue (if any) runs on every finished block of the output viewed as [rows, N].
 template <class T>
-void matmul(const T* a, const std::vector<int64_t>& sa, const T* b, const std::vector<int64_t>& sb, T* out,
-            const std::vector<int64_t>& so, bool trans_a = false, bool trans_b = false,
-            const GemmEpilogue<T>& epilogue = GemmEpilogue<T>());
+void matmul(const T* a, const std::vector<int64_t>& sa, const T* b, const std::vector<int64_t>& sb, T* out, const std::vector<int64_t>& so,
+            bool trans_a = false, bool trans_b = false, const GemmEpilogue<T>& epilogue = GemmEpilogue<T>());
 
 // The OpenBLAS kernel set in use and its build configuration, e.g. "Cooperlake (OpenBLAS 0.3.21 ...)".
 std::string blas_info();

@@ -7,7 +7,6 @@
 #include <type_traits>
 #include <vector>
 
-
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/cpu/vec_math.h"
@@ -15,15 +14,29 @@
 namespace oases::kernels {
 
 bool unary_op_from_name(const std::string& name, UnaryOp* op) {
-  static const std::map<std::string, UnaryOp> m = {
-      {"Exp", UnaryOp::kExp},         {"Log", UnaryOp::kLog},           {"Sqrt", UnaryOp::kSqrt},
-      {"Reciprocal", UnaryOp::kReciprocal}, {"Tanh", UnaryOp::kTanh},   {"Sigmoid", UnaryOp::kSigmoid},
-      {"Relu", UnaryOp::kRelu},       {"Erf", UnaryOp::kErf},           {"Sin", UnaryOp::kSin},
-      {"Cos", UnaryOp::kCos},         {"Abs", UnaryOp::kAbs},           {"Softplus", UnaryOp::kSoftplus},
-      {"Softsign", UnaryOp::kSoftsign}, {"Silu", UnaryOp::kSilu},       {"Clip", UnaryOp::kClip},
-      {"LeakyRelu", UnaryOp::kLeakyRelu}, {"Elu", UnaryOp::kElu},       {"Selu", UnaryOp::kSelu},
-      {"Celu", UnaryOp::kCelu},       {"HardSigmoid", UnaryOp::kHardSigmoid}, {"HardSwish", UnaryOp::kHardSwish},
-      {"Mish", UnaryOp::kMish},       {"ThresholdedRelu", UnaryOp::kThresholdedRelu}};
+  static const std::map<std::string, UnaryOp> m = {{"Exp", UnaryOp::kExp},
+                                                   {"Log", UnaryOp::kLog},
+                                                   {"Sqrt", UnaryOp::kSqrt},
+                                                   {"Reciprocal", UnaryOp::kReciprocal},
+                                                   {"Tanh", UnaryOp::kTanh},
+                                                   {"Sigmoid", UnaryOp::kSigmoid},
+                                                   {"Relu", UnaryOp::kRelu},
+                                                   {"Erf", UnaryOp::kErf},
+                                                   {"Sin", UnaryOp::kSin},
+                                                   {"Cos", UnaryOp::kCos},
+                                                   {"Abs", UnaryOp::kAbs},
+                                                   {"Softplus", UnaryOp::kSoftplus},
+                                                   {"Softsign", UnaryOp::kSoftsign},
+                                                   {"Silu", UnaryOp::kSilu},
+                                                   {"Clip", UnaryOp::kClip},
+                                                   {"LeakyRelu", UnaryOp::kLeakyRelu},
+                                                   {"Elu", UnaryOp::kElu},
+                                                   {"Selu", UnaryOp::kSelu},
+                                                   {"Celu", UnaryOp::kCelu},
+                                                   {"HardSigmoid", UnaryOp::kHardSigmoid},
+                                                   {"HardSwish", UnaryOp::kHardSwish},
+                                                   {"Mish", UnaryOp::kMish},
+                                                   {"ThresholdedRelu", UnaryOp::kThresholdedRelu}};
   auto it = m.find(name);
   if (it == m.end()) return false;
   *op = it->second;
@@ -143,8 +156,8 @@ struct Partials {
 }  // namespace
 
 template <class T>
-void layernorm_grad(const T* dy, const T* x, const T* scale, const float* mean, const float* rstd, T* dx, T* dscale,
-                    T* dbias, int64_t rows, int64_t n) {
+void layernorm_grad(const T* dy, const T* x, const T* scale, const float* mean, const float* rstd, T* dx, T* dscale, T* dbias, int64_t rows,
+                    int64_t n) {
   Partials part(rows, n, 2);
   parallel_for(part.blocks, [&](int64_t blk) {
     double* ds_l = part.of(blk, 0);
@@ -221,8 +234,8 @@ void rmsnorm_grad(const T* dy, const T* x, const T* scale, const float* rstd, T*
 }
 
 template <class T>
-void softmax_cross_entropy_grad(const T* dloss, bool per_sample, const T* scores, const int64_t* labels, const T* weights,
-                                int64_t n, int64_t c, int64_t d, int64_t ignore_index, double denom, T* dscores) {
+void softmax_cross_entropy_grad(const T* dloss, bool per_sample, const T* scores, const int64_t* labels, const T* weights, int64_t n,
+                                int64_t c, int64_t d, int64_t ignore_index, double denom, T* dscores) {
   parallel_range(n * d, std::max<int64_t>(1, (1 << 14) / std::max<int64_t>(1, c)), [&](int64_t s_begin, int64_t s_end) {
     for (int64_t s = s_begin; s < s_end; ++s) {
       int64_t i = s / d, j = s % d;
@@ -257,14 +270,14 @@ void softmax_cross_entropy_grad(const T* dloss, bool per_sample, const T* scores
   });
 }
 
-#define OASES_GRAD_INSTANTIATE(T)                                                                                      \
-  template void unary_grad<T>(UnaryOp, const UnaryParams&, const T*, const T*, const T*, T*, int64_t);                \
-  template void swiglu_grad<T>(const T*, const T*, const T*, T*, T*, int64_t);                                         \
-  template void softmax_grad<T>(const T*, const T*, T*, int64_t, int64_t, int64_t, bool);                             \
-  template void layernorm_grad<T>(const T*, const T*, const T*, const float*, const float*, T*, T*, T*, int64_t, int64_t); \
-  template void rmsnorm_grad<T>(const T*, const T*, const T*, const float*, T*, T*, int64_t, int64_t);                \
-  template void softmax_cross_entropy_grad<T>(const T*, bool, const T*, const int64_t*, const T*, int64_t, int64_t,     \
-                                              int64_t, int64_t, double, T*);
+#define OASES_GRAD_INSTANTIATE(T)                                                                                                     \
+  template void unary_grad<T>(UnaryOp, const UnaryParams&, const T*, const T*, const T*, T*, int64_t);                                \
+  template void swiglu_grad<T>(const T*, const T*, const T*, T*, T*, int64_t);                                                        \
+  template void softmax_grad<T>(const T*, const T*, T*, int64_t, int64_t, int64_t, bool);                                             \
+  template void layernorm_grad<T>(const T*, const T*, const T*, const float*, const float*, T*, T*, T*, int64_t, int64_t);            \
+  template void rmsnorm_grad<T>(const T*, const T*, const T*, const float*, T*, T*, int64_t, int64_t);                                \
+  template void softmax_cross_entropy_grad<T>(const T*, bool, const T*, const int64_t*, const T*, int64_t, int64_t, int64_t, int64_t, \
+                                              double, T*);
 OASES_GRAD_INSTANTIATE(float)
 OASES_GRAD_INSTANTIATE(double)
 

@@ -13,8 +13,31 @@
 
 namespace oases::kernels {
 
-enum class UnaryOp { kExp, kLog, kSqrt, kReciprocal, kTanh, kSigmoid, kRelu, kErf, kSin, kCos, kAbs, kSoftplus, kSoftsign,
-                     kSilu, kClip, kLeakyRelu, kElu, kSelu, kCelu, kHardSigmoid, kHardSwish, kMish, kThresholdedRelu };
+enum class UnaryOp {
+  kExp,
+  kLog,
+  kSqrt,
+  kReciprocal,
+  kTanh,
+  kSigmoid,
+  kRelu,
+  kErf,
+  kSin,
+  kCos,
+  kAbs,
+  kSoftplus,
+  kSoftsign,
+  kSilu,
+  kClip,
+  kLeakyRelu,
+  kElu,
+  kSelu,
+  kCelu,
+  kHardSigmoid,
+  kHardSwish,
+  kMish,
+  kThresholdedRelu
+};
 // false when the name is unknown
 bool unary_op_from_name(const std::string& name, UnaryOp* op);
 
@@ -30,15 +53,15 @@ void swiglu_grad(const T* dy, const T* gate, const T* up, T* dgate, T* dup, int6
 template <class T>
 void softmax_grad(const T* dy, const T* y, T* dx, int64_t outer, int64_t n, int64_t inner, bool log);
 template <class T>
-void layernorm_grad(const T* dy, const T* x, const T* scale, const float* mean, const float* rstd, T* dx, T* dscale,
-                    T* dbias, int64_t rows, int64_t n);
+void layernorm_grad(const T* dy, const T* x, const T* scale, const float* mean, const float* rstd, T* dx, T* dscale, T* dbias, int64_t rows,
+                    int64_t n);
 template <class T>
 void rmsnorm_grad(const T* dy, const T* x, const T* scale, const float* rstd, T* dx, T* dscale, int64_t rows, int64_t n);
 
 // Softmax cross-entropy backward over scores [N, C, D] with labels [N, D]; `dloss` is the scalar
 // (reduction mean/sum) or per-sample ([N, D], reduction none) gradient.
 template <class T>
-void softmax_cross_entropy_grad(const T* dloss, bool per_sample, const T* scores, const int64_t* labels, const T* weights,
-                                int64_t n, int64_t c, int64_t d, int64_t ignore_index, double denom, T* dscores);
+void softmax_cross_entropy_grad(const T* dloss, bool per_sample, const T* scores, const int64_t* labels, const T* weights, int64_t n,
+                                int64_t c, int64_t d, int64_t ignore_index, double denom, T* dscores);
 
 }  // namespace oases::kernels

@@ -2,8 +2,8 @@
 
 namespace oases::kernels {
 
-int64_t gather_nd(const void* data, const std::vector<int64_t>& dshape, const int64_t* idx,
-                  const std::vector<int64_t>& ishape, int64_t batch_dims, void* out, size_t es) {
+int64_t gather_nd(const void* data, const std::vector<int64_t>& dshape, const int64_t* idx, const std::vector<int64_t>& ishape,
+                  int64_t batch_dims, void* out, size_t es) {
   const int64_t m = ishape.back();
   int64_t batches = 1, rows_per_batch = 1;
   for (int64_t d = 0; d < batch_dims; ++d) batches *= dshape[d];

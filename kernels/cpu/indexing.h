@@ -21,8 +21,8 @@ namespace oases::kernels {
 
 enum class ScatterReduction { kNone, kAdd, kMul, kMax, kMin };
 
-int64_t gather_nd(const void* data, const std::vector<int64_t>& dshape, const int64_t* idx,
-                  const std::vector<int64_t>& ishape, int64_t batch_dims, void* out, size_t es);
+int64_t gather_nd(const void* data, const std::vector<int64_t>& dshape, const int64_t* idx, const std::vector<int64_t>& ishape,
+                  int64_t batch_dims, void* out, size_t es);
 
 namespace detail {
 
@@ -35,21 +35,11 @@ inline std::vector<int64_t> row_major_strides(const std::vector<int64_t>& s) {
 template <class T>
 void combine(T& dst, T v, ScatterReduction r) {
   switch (r) {
-    case ScatterReduction::kNone:
-      dst = v;
-      break;
-    case ScatterReduction::kAdd:
-      dst = static_cast<T>(dst + v);
-      break;
-    case ScatterReduction::kMul:
-      dst = static_cast<T>(dst * v);
-      break;
-    case ScatterReduction::kMax:
-      dst = std::max(dst, v);
-      break;
-    case ScatterReduction::kMin:
-      dst = std::min(dst, v);
-      break;
+    case ScatterReduction::kNone: dst = v; break;
+    case ScatterReduction::kAdd: dst = static_cast<T>(dst + v); break;
+    case ScatterReduction::kMul: dst = static_cast<T>(dst * v); break;
+    case ScatterReduction::kMax: dst = std::max(dst, v); break;
+    case ScatterReduction::kMin: dst = std::min(dst, v); break;
   }
 }
 
@@ -57,8 +47,8 @@ void combine(T& dst, T v, ScatterReduction r) {
 
 // data/out [D..]; idx [J.., m]; updates [J.., D(m)..].
 template <class T>
-int64_t scatter_nd(const T* data, const std::vector<int64_t>& dshape, const int64_t* idx,
-                   const std::vector<int64_t>& ishape, const T* updates, ScatterReduction red, T* out) {
+int64_t scatter_nd(const T* data, const std::vector<int64_t>& dshape, const int64_t* idx, const std::vector<int64_t>& ishape,
+                   const T* updates, ScatterReduction red, T* out) {
   int64_t total = 1;
   for (int64_t d : dshape) total *= d;
   if (out != data) std::memcpy(out, data, static_cast<size_t>(total) * sizeof(T));
@@ -84,9 +74,8 @@ int64_t scatter_nd(const T* data, const std::vector<int64_t>& dshape, const int6
 
 // data/out [D..]; idx and updates [I..] of the same rank as data.
 template <class T, class I>
-int64_t scatter_elements(const T* data, const std::vector<int64_t>& dshape, const I* idx,
-                         const std::vector<int64_t>& ishape, const T* updates, int64_t axis, ScatterReduction red,
-                         T* out) {
+int64_t scatter_elements(const T* data, const std::vector<int64_t>& dshape, const I* idx, const std::vector<int64_t>& ishape,
+                         const T* updates, int64_t axis, ScatterReduction red, T* out) {
   int64_t total = 1;
   for (int64_t d : dshape) total *= d;
   if (out != data) std::memcpy(out, data, static_cast<size_t>(total) * sizeof(T));
@@ -113,8 +102,7 @@ int64_t scatter_elements(const T* data, const std::vector<int64_t>& dshape, cons
 
 // x [outer, n, inner] around `axis`; values/indices [outer, k, inner].
 template <class T>
-void top_k(const T* x, const std::vector<int64_t>& shape, int64_t axis, int64_t k, bool largest, T* values,
-           int64_t* indices) {
+void top_k(const T* x, const std::vector<int64_t>& shape, int64_t axis, int64_t k, bool largest, T* values, int64_t* indices) {
   int64_t outer = 1, inner = 1, n = shape[axis];
   for (int64_t d = 0; d < axis; ++d) outer *= shape[d];
   for (size_t d = static_cast<size_t>(axis) + 1; d < shape.size(); ++d) inner *= shape[d];

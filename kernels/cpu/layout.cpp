@@ -137,13 +137,13 @@ void strided_scatter(const void* src_v, const std::vector<int64_t>& src_shape, c
     if (step == 1) {
       std::memcpy(dst + off * static_cast<int64_t>(es), s, static_cast<size_t>(inner) * es);
     } else {
-      for (int64_t i = 0; i < inner; ++i) std::memcpy(dst + (off + i * step) * static_cast<int64_t>(es), s + i * static_cast<int64_t>(es), es);
+      for (int64_t i = 0; i < inner; ++i)
+        std::memcpy(dst + (off + i * step) * static_cast<int64_t>(es), s + i * static_cast<int64_t>(es), es);
     }
   }
 }
 
-void concat(const std::vector<const void*>& ins, const std::vector<std::vector<int64_t>>& shapes, int64_t axis, void* out,
-            size_t es) {
+void concat(const std::vector<const void*>& ins, const std::vector<std::vector<int64_t>>& shapes, int64_t axis, void* out, size_t es) {
   if (shapes.empty()) return;
   int64_t outer = 1;
   for (int64_t d = 0; d < axis; ++d) outer *= shapes[0][d];
@@ -168,8 +168,8 @@ void concat(const std::vector<const void*>& ins, const std::vector<std::vector<i
 }
 
 template <class I>
-static int64_t gather_impl(const void* data, const std::vector<int64_t>& dshape, const I* idx, int64_t nidx, int64_t axis,
-                           void* out, size_t es) {
+static int64_t gather_impl(const void* data, const std::vector<int64_t>& dshape, const I* idx, int64_t nidx, int64_t axis, void* out,
+                           size_t es) {
   int64_t outer = 1, inner = 1;
   for (int64_t d = 0; d < axis; ++d) outer *= dshape[d];
   for (size_t d = static_cast<size_t>(axis) + 1; d < dshape.size(); ++d) inner *= dshape[d];
@@ -192,18 +192,17 @@ static int64_t gather_impl(const void* data, const std::vector<int64_t>& dshape,
   return -1;
 }
 
-int64_t gather(const void* data, const std::vector<int64_t>& dshape, const int64_t* idx, int64_t nidx, int64_t axis,
-               void* out, size_t es) {
+int64_t gather(const void* data, const std::vector<int64_t>& dshape, const int64_t* idx, int64_t nidx, int64_t axis, void* out, size_t es) {
   return gather_impl(data, dshape, idx, nidx, axis, out, es);
 }
 
-int64_t gather_i32(const void* data, const std::vector<int64_t>& dshape, const int32_t* idx, int64_t nidx, int64_t axis,
-                   void* out, size_t es) {
+int64_t gather_i32(const void* data, const std::vector<int64_t>& dshape, const int32_t* idx, int64_t nidx, int64_t axis, void* out,
+                   size_t es) {
   return gather_impl(data, dshape, idx, nidx, axis, out, es);
 }
 
-void pad(const void* in, const std::vector<int64_t>& in_shape, const std::vector<int64_t>& pads, int mode,
-         const void* value, void* out, size_t es) {
+void pad(const void* in, const std::vector<int64_t>& in_shape, const std::vector<int64_t>& pads, int mode, const void* value, void* out,
+         size_t es) {
   int64_t r = static_cast<int64_t>(in_shape.size());
   std::vector<int64_t> out_shape(in_shape.size());
   for (int64_t d = 0; d < r; ++d) out_shape[d] = in_shape[d] + pads[d] + pads[d + r];

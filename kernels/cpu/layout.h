@@ -21,19 +21,17 @@ void strided_scatter(const void* src, const std::vector<int64_t>& src_shape, con
                      const std::vector<int64_t>& steps, void* dst, const std::vector<int64_t>& dst_shape, size_t es);
 
 // Concatenates inputs along `axis`.
-void concat(const std::vector<const void*>& ins, const std::vector<std::vector<int64_t>>& shapes, int64_t axis, void* out,
-            size_t es);
+void concat(const std::vector<const void*>& ins, const std::vector<std::vector<int64_t>>& shapes, int64_t axis, void* out, size_t es);
 
 // out = data.take(indices, axis); negative indices count from the end; an index out of range
 // returns its position (>= 0) so the caller can report it, else -1.
-int64_t gather(const void* data, const std::vector<int64_t>& dshape, const int64_t* idx, int64_t nidx, int64_t axis,
-               void* out, size_t es);
-int64_t gather_i32(const void* data, const std::vector<int64_t>& dshape, const int32_t* idx, int64_t nidx, int64_t axis,
-                   void* out, size_t es);
+int64_t gather(const void* data, const std::vector<int64_t>& dshape, const int64_t* idx, int64_t nidx, int64_t axis, void* out, size_t es);
+int64_t gather_i32(const void* data, const std::vector<int64_t>& dshape, const int32_t* idx, int64_t nidx, int64_t axis, void* out,
+                   size_t es);
 
 // Constant / edge / reflect / wrap padding; `pads` is [begin_0.., end_0..]; `value` holds one element.
-void pad(const void* in, const std::vector<int64_t>& in_shape, const std::vector<int64_t>& pads, int mode,
-         const void* value, void* out, size_t es);  // mode: 0 constant, 1 reflect, 2 edge, 3 wrap
+void pad(const void* in, const std::vector<int64_t>& in_shape, const std::vector<int64_t>& pads, int mode, const void* value, void* out,
+         size_t es);  // mode: 0 constant, 1 reflect, 2 edge, 3 wrap
 
 void tile(const void* in, const std::vector<int64_t>& in_shape, void* out, const std::vector<int64_t>& out_shape, size_t es);
 

@@ -61,8 +61,7 @@ void softmax(const T* x, T* y, int64_t outer, int64_t n, int64_t inner, bool log
 }
 
 template <class T>
-void layernorm(const T* x, const T* scale, const T* bias, T* y, float* mean, float* rstd, int64_t rows, int64_t n,
-               float eps) {
+void layernorm(const T* x, const T* scale, const T* bias, T* y, float* mean, float* rstd, int64_t rows, int64_t n, float eps) {
   parallel_range(rows, std::max<int64_t>(1, (1 << 14) / std::max<int64_t>(1, n)), [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       const T* xr = x + r * n;
@@ -108,7 +107,6 @@ void rmsnorm(const T* x, const T* scale, T* y, float* rstd, int64_t rows, int64_
     }
   });
 }
-
 
 namespace {
 
@@ -174,8 +172,8 @@ inline void exp_shift(double* row, int64_t n, double m) {
 // S[i - i0, j] for rows [i0, i1) and keys [0, kend): scale·q kᵀ, mask, causal limit (−inf).
 // q points at row 0 of the head (row stride ldq), k at key 0 (row stride ldk).
 template <class T>
-void scores_block(const AttentionShape& s, int64_t b, int64_t h, const T* qp, int64_t ldq, const T* kp, int64_t ldk,
-                  const void* mask, bool mask_is_bool, const int64_t* ms, int64_t i0, int64_t i1, int64_t kend, T* S) {
+void scores_block(const AttentionShape& s, int64_t b, int64_t h, const T* qp, int64_t ldq, const T* kp, int64_t ldk, const void* mask,
+                  bool mask_is_bool, const int64_t* ms, int64_t i0, int64_t i1, int64_t kend, T* S) {
   gemm<T>(false, true, i1 - i0, kend, s.d, static_cast<T>(s.scale), qp + i0 * ldq, ldq, kp, ldk, T(0), S, kend);
   const T neg_inf = -std::numeric_limits<T>::infinity();
   const int64_t shift = s.tk - s.tq;
@@ -210,8 +208,8 @@ AttentionLayout AttentionLayout::contiguous(const AttentionShape& s) {
 }
 
 template <class T>
-void attention(const AttentionShape& s, const T* q, const T* k, const T* v, const void* mask, bool mask_is_bool,
-               const int64_t* ms, T* out, float* lse, const AttentionLayout* layout) {
+void attention(const AttentionShape& s, const T* q, const T* k, const T* v, const void* mask, bool mask_is_bool, const int64_t* ms, T* out,
+               float* lse, const AttentionLayout* layout) {
   const AttentionLayout L = layout ? *layout : AttentionLayout::contiguous(s);
   const int64_t group = s.heads / s.kv_heads;
   const int64_t blocks = (s.tq + kQueryBlock - 1) / kQueryBlock;
@@ -253,8 +251,8 @@ void attention(const AttentionShape& s, const T* q, const T* k, const T* v, cons
 }
 
 template <class T>
-void attention_backward(const AttentionShape& s, const T* dout, const T* q, const T* k, const T* v, const T* out,
-                        const float* lse, const void* mask, bool mask_is_bool, const int64_t* ms, T* dq, T* dk, T* dv) {
+void attention_backward(const AttentionShape& s, const T* dout, const T* q, const T* k, const T* v, const T* out, const float* lse,
+                        const void* mask, bool mask_is_bool, const int64_t* ms, T* dq, T* dk, T* dv) {
   const int64_t group = s.heads / s.kv_heads;
   // one item per (batch, kv head): dK and dV sum over the query heads of the group and over the
   // query blocks, in that fixed order
@@ -314,15 +312,14 @@ void attention_backward(const AttentionShape& s, const T* dout, const T* q, cons
   });
 }
 
-template void attention<float>(const AttentionShape&, const float*, const float*, const float*, const void*, bool,
-                               const int64_t*, float*, float*, const AttentionLayout*);
-template void attention<double>(const AttentionShape&, const double*, const double*, const double*, const void*, bool,
-                                const int64_t*, double*, float*, const AttentionLayout*);
-template void attention_backward<float>(const AttentionShape&, const float*, const float*, const float*, const float*,
-                                        const float*, const float*, const void*, bool, const int64_t*, float*, float*, float*);
-template void attention_backward<double>(const AttentionShape&, const double*, const double*, const double*, const double*,
-                                         const double*, const float*, const void*, bool, const int64_t*, double*, double*,
-                                         double*);
+template void attention<float>(const AttentionShape&, const float*, const float*, const float*, const void*, bool, const int64_t*, float*,
+                               float*, const AttentionLayout*);
+template void attention<double>(const AttentionShape&, const double*, const double*, const double*, const void*, bool, const int64_t*,
+                                double*, float*, const AttentionLayout*);
+template void attention_backward<float>(const AttentionShape&, const float*, const float*, const float*, const float*, const float*,
+                                        const float*, const void*, bool, const int64_t*, float*, float*, float*);
+template void attention_backward<double>(const AttentionShape&, const double*, const double*, const double*, const double*, const double*,
+                                         const float*, const void*, bool, const int64_t*, double*, double*, double*);
 
 template <class T>
 int64_t softmax_cross_entropy(const T* scores, const int64_t* labels, const T* weights, int64_t n, int64_t c, int64_t d,
@@ -375,9 +372,9 @@ template void layernorm<float>(const float*, const float*, const float*, float*,
 template void layernorm<double>(const double*, const double*, const double*, double*, float*, float*, int64_t, int64_t, float);
 template void rmsnorm<float>(const float*, const float*, float*, float*, int64_t, int64_t, float);
 template void rmsnorm<double>(const double*, const double*, double*, float*, int64_t, int64_t, float);
-template int64_t softmax_cross_entropy<float>(const float*, const int64_t*, const float*, int64_t, int64_t, int64_t, int64_t,
-                                              float*, float*, double*);
-template int64_t softmax_cross_entropy<double>(const double*, const int64_t*, const double*, int64_t, int64_t, int64_t,
-                                               int64_t, double*, double*, double*);
+template int64_t softmax_cross_entropy<float>(const float*, const int64_t*, const float*, int64_t, int64_t, int64_t, int64_t, float*,
+                                              float*, double*);
+template int64_t softmax_cross_entropy<double>(const double*, const int64_t*, const double*, int64_t, int64_t, int64_t, int64_t, double*,
+                                               double*, double*);
 
 }  // namespace oases::kernels

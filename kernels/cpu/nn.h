@@ -15,8 +15,7 @@ void softmax(const T* x, T* y, int64_t outer, int64_t n, int64_t inner, bool log
 // LayerNorm over rows of length n: y = (x - mean) * rstd * scale + bias (bias may be null).
 // mean/rstd (may be null) receive per-row statistics in float.
 template <class T>
-void layernorm(const T* x, const T* scale, const T* bias, T* y, float* mean, float* rstd, int64_t rows, int64_t n,
-               float eps);
+void layernorm(const T* x, const T* scale, const T* bias, T* y, float* mean, float* rstd, int64_t rows, int64_t n, float eps);
 // RMSNorm over rows: y = x * rstd * scale, rstd = 1/sqrt(mean(x²) + eps).
 template <class T>
 void rmsnorm(const T* x, const T* scale, T* y, float* rstd, int64_t rows, int64_t n, float eps);
@@ -47,9 +46,8 @@ void attention(const AttentionShape& s, const T* q, const T* k, const T* v, cons
 //   dV = Pᵀ dO ; dP = dO Vᵀ ; dS = P ∘ (dP - rowsum(dO ∘ O)) ; dQ = scale · dS K ; dK = scale · dSᵀ Q
 // dk/dv accumulate over the query heads sharing a key/value head (grouped-query attention).
 template <class T>
-void attention_backward(const AttentionShape& s, const T* dout, const T* q, const T* k, const T* v, const T* out,
-                        const float* lse, const void* mask, bool mask_is_bool, const int64_t* mask_strides, T* dq, T* dk,
-                        T* dv);
+void attention_backward(const AttentionShape& s, const T* dout, const T* q, const T* k, const T* v, const T* out, const float* lse,
+                        const void* mask, bool mask_is_bool, const int64_t* mask_strides, T* dq, T* dk, T* dv);
 
 // Softmax cross-entropy over scores viewed as [N, C, D] (D = product of extra dims) with labels
 // [N, D]; per-sample losses into `losses` (0 where ignored), log-probabilities into logp when

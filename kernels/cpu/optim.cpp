@@ -47,8 +47,8 @@ void adamw_update(float* p, const float* g, float* m, float* v, int64_t n, float
   });
 }
 
-void sgd_update(float* p, const float* g, float* buf, int64_t n, float lr, float momentum, float weight_decay, bool nesterov,
-                bool first, float grad_scale) {
+void sgd_update(float* p, const float* g, float* buf, int64_t n, float lr, float momentum, float weight_decay, bool nesterov, bool first,
+                float grad_scale) {
   parallel_range(n, 1 << 15, [&](int64_t i_begin, int64_t i_end) {
     for (int64_t i = i_begin; i < i_end; ++i) {
       float gi = g[i] * grad_scale + weight_decay * p[i];

@@ -10,8 +10,8 @@ namespace oases::kernels {
 
 void adamw_update(float* p, const float* g, float* m, float* v, int64_t n, float lr, float beta1, float beta2, float eps,
                   float weight_decay, int64_t t, float grad_scale);
-void sgd_update(float* p, const float* g, float* buf, int64_t n, float lr, float momentum, float weight_decay, bool nesterov,
-                bool first, float grad_scale);
+void sgd_update(float* p, const float* g, float* buf, int64_t n, float lr, float momentum, float weight_decay, bool nesterov, bool first,
+                float grad_scale);
 // Σ g² in double; the same bits for any thread count.
 double sum_squares(const float* g, int64_t n);
 

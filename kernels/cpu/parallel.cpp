@@ -39,10 +39,18 @@ constexpr int kIdxBits = 20;
 constexpr uint64_t kIdxMask = (uint64_t{1} << kIdxBits) - 1;
 constexpr int64_t kMaxItems = static_cast<int64_t>(kIdxMask);
 
-inline uint64_t pack(uint64_t epoch, uint64_t n, uint64_t next) { return (epoch << (2 * kIdxBits)) | (n << kIdxBits) | next; }
-inline uint64_t count_of(uint64_t s) { return (s >> kIdxBits) & kIdxMask; }
-inline uint64_t next_of(uint64_t s) { return s & kIdxMask; }
-inline uint64_t epoch_of(uint64_t s) { return s >> (2 * kIdxBits); }
+inline uint64_t pack(uint64_t epoch, uint64_t n, uint64_t next) {
+  return (epoch << (2 * kIdxBits)) | (n << kIdxBits) | next;
+}
+inline uint64_t count_of(uint64_t s) {
+  return (s >> kIdxBits) & kIdxMask;
+}
+inline uint64_t next_of(uint64_t s) {
+  return s & kIdxMask;
+}
+inline uint64_t epoch_of(uint64_t s) {
+  return s >> (2 * kIdxBits);
+}
 
 class Pool {
  public:
@@ -82,17 +90,17 @@ class Pool {
   }
 
  private:
-  std::mutex busy_;          // one loop at a time
+  std::mutex busy_;  // one loop at a time
   std::mutex grow_mu_;
   std::vector<std::thread> workers_;
   std::atomic<uint64_t> state_{0};
-  std::atomic<int64_t> done_{0};    // items finished by workers in the current job
-  std::atomic<int> slots_{0};       // workers that may still join the current job
-  std::atomic<uint32_t> wake_{0};   // bumped to wake sleeping workers
+  std::atomic<int64_t> done_{0};   // items finished by workers in the current job
+  std::atomic<int> slots_{0};      // workers that may still join the current job
+  std::atomic<uint32_t> wake_{0};  // bumped to wake sleeping workers
   std::atomic<int> sleepers_{0};
   const std::function<void(int64_t)>* fn_ = nullptr;
   std::mutex error_mu_;
-  std::exception_ptr error_;        // the first exception an item threw; rethrown by the caller
+  std::exception_ptr error_;  // the first exception an item threw; rethrown by the caller
   std::atomic<bool> failed_{false};
 
   static void serial(int64_t items, const std::function<void(int64_t)>& item) {
@@ -135,7 +143,7 @@ class Pool {
   }
 
   void worker() {
-    tl_in_item = true;  // a loop inside an item runs serially
+    tl_in_item = true;               // a loop inside an item runs serially
     uint64_t joined = ~uint64_t{0};  // epoch of the job this worker holds a slot in
     for (;;) {
       uint64_t s = state_.load();
@@ -179,11 +187,17 @@ class Pool {
 
 }  // namespace
 
-int num_threads() { return tl_threads > 0 ? tl_threads : default_threads(); }
+int num_threads() {
+  return tl_threads > 0 ? tl_threads : default_threads();
+}
 
-void set_num_threads(int n) { tl_threads = std::max(0, n); }
+void set_num_threads(int n) {
+  tl_threads = std::max(0, n);
+}
 
-bool in_parallel() { return tl_in_item; }
+bool in_parallel() {
+  return tl_in_item;
+}
 
 void parallel_for(int64_t items, const std::function<void(int64_t)>& item) {
   if (items <= 0) return;

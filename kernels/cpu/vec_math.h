@@ -18,11 +18,11 @@
 //   gelu_erf'(x)  = Φ(x) + x·φ(x)
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
-#include <algorithm>
 
 #if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
@@ -36,13 +36,11 @@ constexpr float kExpHi = 88.7228394f, kExpLo = -103.972077f;  // log(FLT_MAX), l
 constexpr float kLog2e = 1.44269504088896341f, kLn2Hi = 0.693359375f, kLn2Lo = -2.12194440e-4f;
 constexpr float kExpP0 = 1.9875691500e-4f, kExpP1 = 1.3981999507e-3f, kExpP2 = 8.3334519073e-3f, kExpP3 = 4.1665795894e-2f,
                 kExpP4 = 1.6666665459e-1f, kExpP5 = 5.0000001201e-1f;
-constexpr float kTanhP0 = -5.70498872745e-3f, kTanhP1 = 2.06390887954e-2f, kTanhP2 = -5.37397155531e-2f,
-                kTanhP3 = 1.33314422036e-1f, kTanhP4 = -3.33332819422e-1f;
-constexpr float kErfcC0 = -1.26551223f, kErfcC1 = 1.00002368f, kErfcC2 = 0.37409196f, kErfcC3 = 0.09678418f,
-                kErfcC4 = -0.18628806f, kErfcC5 = 0.27886807f, kErfcC6 = -1.13520398f, kErfcC7 = 1.48851587f,
-                kErfcC8 = -0.82215223f, kErfcC9 = 0.17087277f;
-constexpr float kSqrt2OverPi = 0.7978845608028654f, kGeluK = 0.044715f, kInvSqrt2 = 0.7071067811865476f,
-                kInvSqrt2Pi = 0.3989422804014327f;
+constexpr float kTanhP0 = -5.70498872745e-3f, kTanhP1 = 2.06390887954e-2f, kTanhP2 = -5.37397155531e-2f, kTanhP3 = 1.33314422036e-1f,
+                kTanhP4 = -3.33332819422e-1f;
+constexpr float kErfcC0 = -1.26551223f, kErfcC1 = 1.00002368f, kErfcC2 = 0.37409196f, kErfcC3 = 0.09678418f, kErfcC4 = -0.18628806f,
+                kErfcC5 = 0.27886807f, kErfcC6 = -1.13520398f, kErfcC7 = 1.48851587f, kErfcC8 = -0.82215223f, kErfcC9 = 0.17087277f;
+constexpr float kSqrt2OverPi = 0.7978845608028654f, kGeluK = 0.044715f, kInvSqrt2 = 0.7071067811865476f, kInvSqrt2Pi = 0.3989422804014327f;
 }  // namespace c
 
 // --- scalar twins -----------------------------------------------------------------------------
@@ -108,15 +106,21 @@ inline float exp_m2u1(float x) {
   float u = c::kSqrt2OverPi * std::fma(c::kGeluK * x * x, x, x);
   return exp1(-2.f * u);
 }
-inline float gelu_tanh1(float x) { return x / (1.f + exp_m2u1(x)); }
-inline float gelu_erf1(float x) { return x * phi1(x); }
+inline float gelu_tanh1(float x) {
+  return x / (1.f + exp_m2u1(x));
+}
+inline float gelu_erf1(float x) {
+  return x * phi1(x);
+}
 inline float gelu_tanh_grad1(float x) {
   float e = exp_m2u1(x);
   float s = 1.f / (1.f + e);
   float d = (2.f * c::kSqrt2OverPi) * std::fma((3.f * c::kGeluK) * x, x, 1.f);
   return std::fma(x * s * (e * s), d, s);
 }
-inline float gelu_erf_grad1(float x) { return std::fma(x, c::kInvSqrt2Pi * exp1(-0.5f * (x * x)), phi1(x)); }
+inline float gelu_erf_grad1(float x) {
+  return std::fma(x, c::kInvSqrt2Pi * exp1(-0.5f * (x * x)), phi1(x));
+}
 
 // --- 8-lane versions ---------------------------------------------------------------------------
 
@@ -182,12 +186,16 @@ inline __m256 phi8(__m256 x) {
 }
 
 inline __m256 exp_m2u8(__m256 x) {
-  __m256 u = _mm256_mul_ps(_mm256_set1_ps(c::kSqrt2OverPi),
-                           _mm256_fmadd_ps(_mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(c::kGeluK), x), x), x, x));
+  __m256 u =
+      _mm256_mul_ps(_mm256_set1_ps(c::kSqrt2OverPi), _mm256_fmadd_ps(_mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(c::kGeluK), x), x), x, x));
   return exp8(_mm256_mul_ps(_mm256_set1_ps(-2.f), u));
 }
-inline __m256 gelu_tanh8(__m256 x) { return _mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.f), exp_m2u8(x))); }
-inline __m256 gelu_erf8(__m256 x) { return _mm256_mul_ps(x, phi8(x)); }
+inline __m256 gelu_tanh8(__m256 x) {
+  return _mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.f), exp_m2u8(x)));
+}
+inline __m256 gelu_erf8(__m256 x) {
+  return _mm256_mul_ps(x, phi8(x));
+}
 inline __m256 gelu_tanh_grad8(__m256 x) {
   __m256 e = exp_m2u8(x);
   __m256 s = _mm256_div_ps(_mm256_set1_ps(1.f), _mm256_add_ps(_mm256_set1_ps(1.f), e));
@@ -244,15 +252,18 @@ inline double row_exp_sum(const float* x, int64_t n, float m, float* e) {
   return sum;
 }
 
-
 #ifdef OASES_VEC_AVX2
 inline double hsum(__m256d a) {
   alignas(32) double l[4];
   _mm256_store_pd(l, a);
   return (l[0] + l[1]) + (l[2] + l[3]);
 }
-inline __m256d lo_pd(__m256 v) { return _mm256_cvtps_pd(_mm256_castps256_ps128(v)); }
-inline __m256d hi_pd(__m256 v) { return _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)); }
+inline __m256d lo_pd(__m256 v) {
+  return _mm256_cvtps_pd(_mm256_castps256_ps128(v));
+}
+inline __m256d hi_pd(__m256 v) {
+  return _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1));
+}
 #endif
 
 // Σ x in double.

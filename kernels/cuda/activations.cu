@@ -15,7 +15,9 @@ namespace oases::cuda {
 
 namespace {
 
-__device__ __forceinline__ float sigm(float x) { return x >= 0.f ? 1.f / (1.f + expf(-x)) : expf(x) / (1.f + expf(x)); }
+__device__ __forceinline__ float sigm(float x) {
+  return x >= 0.f ? 1.f / (1.f + expf(-x)) : expf(x) / (1.f + expf(x));
+}
 
 template <class T>
 __global__ void gelu_fwd_kernel(bool tanh_form, const T* x, T* y, int64_t n) {
@@ -136,8 +138,8 @@ void gelu_backward(bool tanh_form, Elem t, const void* dy, const void* x, void* 
   if (n <= 0) return;
   dispatch_floating("GeluGrad", t, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    gelu_bwd_kernel<T><<<grid_for(n, kThreads), kThreads, 0, s>>>(tanh_form, static_cast<const T*>(dy), static_cast<const T*>(x),
-                                                                   static_cast<T*>(dx), n);
+    gelu_bwd_kernel<T>
+        <<<grid_for(n, kThreads), kThreads, 0, s>>>(tanh_form, static_cast<const T*>(dy), static_cast<const T*>(x), static_cast<T*>(dx), n);
   });
   OASES_CUDA_CHECK_LAUNCH("gelu_bwd_kernel");
 }
@@ -146,8 +148,8 @@ void swiglu_forward(Elem t, const void* g, const void* u, void* y, int64_t n, cu
   if (n <= 0) return;
   dispatch_floating("SwiGLU", t, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    swiglu_fwd_kernel<T><<<grid_for(n, kThreads), kThreads, 0, s>>>(static_cast<const T*>(g), static_cast<const T*>(u),
-                                                                     static_cast<T*>(y), n);
+    swiglu_fwd_kernel<T>
+        <<<grid_for(n, kThreads), kThreads, 0, s>>>(static_cast<const T*>(g), static_cast<const T*>(u), static_cast<T*>(y), n);
   });
   OASES_CUDA_CHECK_LAUNCH("swiglu_fwd_kernel");
 }
@@ -157,19 +159,18 @@ void swiglu_backward(Elem t, const void* dy, const void* g, const void* u, void*
   dispatch_floating("SwiGLUGrad", t, [&](auto tag) {
     using T = typename decltype(tag)::type;
     swiglu_bwd_kernel<T><<<grid_for(n, kThreads), kThreads, 0, s>>>(static_cast<const T*>(dy), static_cast<const T*>(g),
-                                                                     static_cast<const T*>(u), static_cast<T*>(dg),
-                                                                     static_cast<T*>(du), n);
+                                                                    static_cast<const T*>(u), static_cast<T*>(dg), static_cast<T*>(du), n);
   });
   OASES_CUDA_CHECK_LAUNCH("swiglu_bwd_kernel");
 }
 
-void unary_grad(UnaryGradOp op, const UnaryGradArgs& a, Elem t, const void* dy, const void* x, const void* y, void* dx,
-                int64_t n, cudaStream_t s) {
+void unary_grad(UnaryGradOp op, const UnaryGradArgs& a, Elem t, const void* dy, const void* x, const void* y, void* dx, int64_t n,
+                cudaStream_t s) {
   if (n <= 0) return;
   dispatch_floating("UnaryGrad", t, [&](auto tag) {
     using T = typename decltype(tag)::type;
     unary_grad_kernel<T><<<grid_for(n, kThreads), kThreads, 0, s>>>(op, a, static_cast<const T*>(dy), static_cast<const T*>(x),
-                                                                     static_cast<const T*>(y), static_cast<T*>(dx), n);
+                                                                    static_cast<const T*>(y), static_cast<T*>(dx), n);
   });
   OASES_CUDA_CHECK_LAUNCH("unary_grad_kernel");
 }

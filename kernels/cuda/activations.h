@@ -21,14 +21,35 @@ void swiglu_backward(Elem t, const void* dy, const void* g, const void* u, void*
 
 // dx = dy·f'(x) for the UnaryGrad op (from x and/or y = f(x)); the op order is kernels/cpu/grad.h's.
 enum class UnaryGradOp : int {
-  kExp, kLog, kSqrt, kReciprocal, kTanh, kSigmoid, kRelu, kErf, kSin, kCos, kAbs, kSoftplus, kSoftsign, kSilu, kClip,
-  kLeakyRelu, kElu, kSelu, kCelu, kHardSigmoid, kHardSwish, kMish, kThresholdedRelu
+  kExp,
+  kLog,
+  kSqrt,
+  kReciprocal,
+  kTanh,
+  kSigmoid,
+  kRelu,
+  kErf,
+  kSin,
+  kCos,
+  kAbs,
+  kSoftplus,
+  kSoftsign,
+  kSilu,
+  kClip,
+  kLeakyRelu,
+  kElu,
+  kSelu,
+  kCelu,
+  kHardSigmoid,
+  kHardSwish,
+  kMish,
+  kThresholdedRelu
 };
 struct UnaryGradArgs {
   float alpha = 0.f, beta = 0.f, gamma = 0.f, lo = -3.4e38f, hi = 3.4e38f;
 };
-void unary_grad(UnaryGradOp op, const UnaryGradArgs& a, Elem t, const void* dy, const void* x, const void* y, void* dx,
-                int64_t n, cudaStream_t s);
+void unary_grad(UnaryGradOp op, const UnaryGradArgs& a, Elem t, const void* dy, const void* x, const void* y, void* dx, int64_t n,
+                cudaStream_t s);
 
 // Training-mode dropout on fp32/fp16/bf16: y = keep ? x·scale : 0 (mask may be null). The backward
 // pass is the same call on dy with the same key: the mask is recomputed, never stored.

@@ -113,8 +113,8 @@ __global__ void attn_bwd_d_kernel(int64_t rows, int64_t dv, const T* dout, const
 }
 
 template <class T>
-__global__ void attn_bwd_dq_kernel(Params p, const T* dout, const T* q, const T* k, const T* v, const float* lse,
-                                   const float* dsum, T* dq) {
+__global__ void attn_bwd_dq_kernel(Params p, const T* dout, const T* q, const T* k, const T* v, const float* lse, const float* dsum,
+                                   T* dq) {
   const AttentionDesc& a = p.a;
   int lane = threadIdx.x & 31;
   int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
@@ -151,8 +151,8 @@ __global__ void attn_bwd_dq_kernel(Params p, const T* dout, const T* q, const T*
 }
 
 template <class T>
-__global__ void attn_bwd_dkv_kernel(Params p, const T* dout, const T* q, const T* k, const T* v, const float* lse,
-                                    const float* dsum, T* dk, T* dv) {
+__global__ void attn_bwd_dkv_kernel(Params p, const T* dout, const T* q, const T* k, const T* v, const float* lse, const float* dsum, T* dk,
+                                    T* dv) {
   const AttentionDesc& a = p.a;
   int lane = threadIdx.x & 31;
   int64_t krow = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);  // over B·Hkv·Tk
@@ -212,8 +212,7 @@ unsigned blocks_for(int64_t rows) {
 
 }  // namespace
 
-void attention_forward(const AttentionDesc& a, Elem t, const void* q, const void* k, const void* v, void* out, float* lse,
-                       cudaStream_t s) {
+void attention_forward(const AttentionDesc& a, Elem t, const void* q, const void* k, const void* v, void* out, float* lse, cudaStream_t s) {
   int64_t rows = a.batch * a.heads * a.tq;
   if (rows <= 0) return;
   Params p = check(a);
@@ -225,21 +224,23 @@ void attention_forward(const AttentionDesc& a, Elem t, const void* q, const void
   OASES_CUDA_CHECK_LAUNCH("attn_fwd_kernel");
 }
 
-size_t attention_scratch_floats(const AttentionDesc& a) { return static_cast<size_t>(std::max<int64_t>(1, a.batch * a.heads * a.tq)); }
+size_t attention_scratch_floats(const AttentionDesc& a) {
+  return static_cast<size_t>(std::max<int64_t>(1, a.batch * a.heads * a.tq));
+}
 
-void attention_backward(const AttentionDesc& a, Elem t, const void* dout, const void* q, const void* k, const void* v,
-                        const void* out, const float* lse, void* dq, void* dk, void* dv, float* scratch, cudaStream_t s) {
+void attention_backward(const AttentionDesc& a, Elem t, const void* dout, const void* q, const void* k, const void* v, const void* out,
+                        const float* lse, void* dq, void* dk, void* dv, float* scratch, cudaStream_t s) {
   int64_t rows = a.batch * a.heads * a.tq, krows = a.batch * a.kv_heads * a.tk;
   if (rows <= 0 || krows <= 0) return;
   Params p = check(a);
   dispatch_floating("AttentionGrad", t, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    attn_bwd_d_kernel<T><<<blocks_for(rows), 32 * kWarpsPerBlock, 0, s>>>(rows, a.dv, static_cast<const T*>(dout),
-                                                                          static_cast<const T*>(out), scratch);
+    attn_bwd_d_kernel<T>
+        <<<blocks_for(rows), 32 * kWarpsPerBlock, 0, s>>>(rows, a.dv, static_cast<const T*>(dout), static_cast<const T*>(out), scratch);
     OASES_CUDA_CHECK_LAUNCH("attn_bwd_d_kernel");
     attn_bwd_dq_kernel<T><<<blocks_for(rows), 32 * kWarpsPerBlock, 0, s>>>(p, static_cast<const T*>(dout), static_cast<const T*>(q),
-                                                                           static_cast<const T*>(k), static_cast<const T*>(v), lse,
-                                                                           scratch, static_cast<T*>(dq));
+                                                                           static_cast<const T*>(k), static_cast<const T*>(v), lse, scratch,
+                                                                           static_cast<T*>(dq));
     OASES_CUDA_CHECK_LAUNCH("attn_bwd_dq_kernel");
     attn_bwd_dkv_kernel<T><<<blocks_for(krows), 32 * kWarpsPerBlock, 0, s>>>(p, static_cast<const T*>(dout), static_cast<const T*>(q),
                                                                              static_cast<const T*>(k), static_cast<const T*>(v), lse,

@@ -27,11 +27,10 @@ struct AttentionDesc {
 // Own kernels. Forward writes out and lse (lse may be null). Backward writes dq, dk, dv (dk/dv
 // summed over the query heads sharing a key/value head); `scratch` holds attention_scratch_floats()
 // floats.
-void attention_forward(const AttentionDesc& a, Elem t, const void* q, const void* k, const void* v, void* out, float* lse,
-                       cudaStream_t s);
+void attention_forward(const AttentionDesc& a, Elem t, const void* q, const void* k, const void* v, void* out, float* lse, cudaStream_t s);
 size_t attention_scratch_floats(const AttentionDesc& a);
-void attention_backward(const AttentionDesc& a, Elem t, const void* dout, const void* q, const void* k, const void* v,
-                        const void* out, const float* lse, void* dq, void* dk, void* dv, float* scratch, cudaStream_t s);
+void attention_backward(const AttentionDesc& a, Elem t, const void* dout, const void* q, const void* k, const void* v, const void* out,
+                        const float* lse, void* dq, void* dk, void* dv, float* scratch, cudaStream_t s);
 
 // cuDNN fused attention (attention_cudnn.cpp), NOT IMPLEMENTED: `applies` returns false for every
 // shape. The contract an implementation must keep: `applies` says whether the shape and type are
@@ -41,9 +40,9 @@ void attention_backward(const AttentionDesc& a, Elem t, const void* dout, const 
 // cuDNN writes ("stats") is the same log-sum-exp the own kernels use, so either backward pass can
 // follow either forward pass. `handle` is a cudnnHandle_t bound to the stream.
 bool cudnn_attention_applies(const AttentionDesc& a, Elem t);
-bool cudnn_attention_forward(void* handle, const AttentionDesc& a, Elem t, const void* q, const void* k, const void* v,
-                             void* out, float* lse, cudaStream_t s);
-bool cudnn_attention_backward(void* handle, const AttentionDesc& a, Elem t, const void* dout, const void* q, const void* k,
-                              const void* v, const void* out, const float* lse, void* dq, void* dk, void* dv, cudaStream_t s);
+bool cudnn_attention_forward(void* handle, const AttentionDesc& a, Elem t, const void* q, const void* k, const void* v, void* out,
+                             float* lse, cudaStream_t s);
+bool cudnn_attention_backward(void* handle, const AttentionDesc& a, Elem t, const void* dout, const void* q, const void* k, const void* v,
+                              const void* out, const float* lse, void* dq, void* dk, void* dv, cudaStream_t s);
 
 }  // namespace oases::cuda

@@ -6,7 +6,9 @@
 
 namespace oases::cuda {
 
-bool cudnn_attention_applies(const AttentionDesc&, Elem) { return false; }
+bool cudnn_attention_applies(const AttentionDesc&, Elem) {
+  return false;
+}
 bool cudnn_attention_forward(void*, const AttentionDesc&, Elem, const void*, const void*, const void*, void*, float*, cudaStream_t) {
   return false;
 }

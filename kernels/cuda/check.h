@@ -22,19 +22,18 @@ unsigned grid_for(int64_t n, int threads);
 
 }  // namespace oases::cuda
 
-#define OASES_CUDA_CHECK(call)                                                                                  \
-  do {                                                                                                          \
-    cudaError_t oases_e_ = (call);                                                                              \
-    if (oases_e_ != cudaSuccess)                                                                                \
-      ::oases::cuda::throw_error("CUDA", #call, static_cast<long>(oases_e_), cudaGetErrorString(oases_e_), __FILE__, \
-                                 __LINE__);                                                                     \
+#define OASES_CUDA_CHECK(call)                                                                                                  \
+  do {                                                                                                                          \
+    cudaError_t oases_e_ = (call);                                                                                              \
+    if (oases_e_ != cudaSuccess)                                                                                                \
+      ::oases::cuda::throw_error("CUDA", #call, static_cast<long>(oases_e_), cudaGetErrorString(oases_e_), __FILE__, __LINE__); \
   } while (0)
 
 // After a kernel launch: a bad configuration or an earlier asynchronous fault, named by the kernel.
-#define OASES_CUDA_CHECK_LAUNCH(kernel_name)                                                                     \
-  do {                                                                                                          \
-    cudaError_t oases_e_ = cudaGetLastError();                                                                  \
-    if (oases_e_ != cudaSuccess)                                                                                \
-      ::oases::cuda::throw_error("CUDA", "launch of " kernel_name, static_cast<long>(oases_e_),                  \
-                                 cudaGetErrorString(oases_e_), __FILE__, __LINE__);                             \
+#define OASES_CUDA_CHECK_LAUNCH(kernel_name)                                                                                            \
+  do {                                                                                                                                  \
+    cudaError_t oases_e_ = cudaGetLastError();                                                                                          \
+    if (oases_e_ != cudaSuccess)                                                                                                        \
+      ::oases::cuda::throw_error("CUDA", "launch of " kernel_name, static_cast<long>(oases_e_), cudaGetErrorString(oases_e_), __FILE__, \
+                                 __LINE__);                                                                                             \
   } while (0)

@@ -212,12 +212,16 @@ __global__ void where_kernel(const uint8_t* c, const B* a, const B* b, B* out, I
 
 template <class B>
 __global__ void copy_kernel(const B* src, B* dst, Iter it, Affine md, Affine ms) {
-  OASES_GRID_STRIDE(i, it.numel) { dst[affine_offset(it, md, i)] = src[affine_offset(it, ms, i)]; }
+  OASES_GRID_STRIDE(i, it.numel) {
+    dst[affine_offset(it, md, i)] = src[affine_offset(it, ms, i)];
+  }
 }
 
 template <class B>
 __global__ void fill_kernel(B* dst, int64_t n, B v) {
-  OASES_GRID_STRIDE(i, n) { dst[i] = v; }
+  OASES_GRID_STRIDE(i, n) {
+    dst[i] = v;
+  }
 }
 
 template <class F, class T>
@@ -271,8 +275,8 @@ void binary(BinaryOp op, Elem t, Elem tb, const void* a, const void* b, void* ou
   } else {
     dispatch_numeric("binary", t, [&](auto tag) {
       using T = typename decltype(tag)::type;
-      binary_kernel<T><<<grid, kThreads, 0, s>>>(op, static_cast<const T*>(a), static_cast<const T*>(b), out, p.it, p.maps[0],
-                                                 p.maps[1], p.maps[2]);
+      binary_kernel<T>
+          <<<grid, kThreads, 0, s>>>(op, static_cast<const T*>(a), static_cast<const T*>(b), out, p.it, p.maps[0], p.maps[1], p.maps[2]);
     });
   }
   OASES_CUDA_CHECK_LAUNCH("binary_kernel");
@@ -282,9 +286,8 @@ void where(const uint8_t* cond, const void* a, const void* b, void* out, size_t 
   if (p.it.numel <= 0) return;
   dispatch_bits(es, [&](auto tag) {
     using B = typename decltype(tag)::type;
-    where_kernel<B><<<grid_for(p.it.numel, kThreads), kThreads, 0, s>>>(cond, static_cast<const B*>(a), static_cast<const B*>(b),
-                                                                         static_cast<B*>(out), p.it, p.maps[0], p.maps[1],
-                                                                         p.maps[2], p.maps[3]);
+    where_kernel<B><<<grid_for(p.it.numel, kThreads), kThreads, 0, s>>>(
+        cond, static_cast<const B*>(a), static_cast<const B*>(b), static_cast<B*>(out), p.it, p.maps[0], p.maps[1], p.maps[2], p.maps[3]);
   });
   OASES_CUDA_CHECK_LAUNCH("where_kernel");
 }
@@ -309,8 +312,8 @@ void copy(const void* src, void* dst, size_t es, const NdPlan& p, cudaStream_t s
   if (p.it.numel <= 0) return;
   dispatch_bits(es, [&](auto tag) {
     using B = typename decltype(tag)::type;
-    copy_kernel<B><<<grid_for(p.it.numel, kThreads), kThreads, 0, s>>>(static_cast<const B*>(src), static_cast<B*>(dst), p.it,
-                                                                        p.maps[0], p.maps[1]);
+    copy_kernel<B>
+        <<<grid_for(p.it.numel, kThreads), kThreads, 0, s>>>(static_cast<const B*>(src), static_cast<B*>(dst), p.it, p.maps[0], p.maps[1]);
   });
   OASES_CUDA_CHECK_LAUNCH("copy_kernel");
 }

@@ -13,13 +13,51 @@
 namespace oases::cuda {
 
 enum class UnaryOp : int {
-  kNeg, kAbs, kSign, kRelu, kFloor, kCeil, kRound, kReciprocal, kSqrt, kExp, kLog, kErf, kTanh, kSigmoid, kSin, kCos,
-  kTan, kAsin, kAcos, kAtan, kSinh, kCosh, kAsinh, kAcosh, kAtanh, kSoftplus, kSoftsign, kSilu, kMish, kHardSwish,
-  kGeluErf, kGeluTanh, kLeakyRelu, kElu, kSelu, kCelu, kHardSigmoid, kThresholdedRelu, kClip, kScale
+  kNeg,
+  kAbs,
+  kSign,
+  kRelu,
+  kFloor,
+  kCeil,
+  kRound,
+  kReciprocal,
+  kSqrt,
+  kExp,
+  kLog,
+  kErf,
+  kTanh,
+  kSigmoid,
+  kSin,
+  kCos,
+  kTan,
+  kAsin,
+  kAcos,
+  kAtan,
+  kSinh,
+  kCosh,
+  kAsinh,
+  kAcosh,
+  kAtanh,
+  kSoftplus,
+  kSoftsign,
+  kSilu,
+  kMish,
+  kHardSwish,
+  kGeluErf,
+  kGeluTanh,
+  kLeakyRelu,
+  kElu,
+  kSelu,
+  kCelu,
+  kHardSigmoid,
+  kThresholdedRelu,
+  kClip,
+  kScale
 };
 struct UnaryArgs {
-  float alpha = 0.f, beta = 0.f, gamma = 0.f;  // LeakyRelu/Elu/Celu/HardSigmoid/ThresholdedRelu: alpha (beta); Selu: alpha, gamma; kScale: y = alpha x
-  float lo = -3.4e38f, hi = 3.4e38f;           // Clip
+  float alpha = 0.f, beta = 0.f,
+        gamma = 0.f;  // LeakyRelu/Elu/Celu/HardSigmoid/ThresholdedRelu: alpha (beta); Selu: alpha, gamma; kScale: y = alpha x
+  float lo = -3.4e38f, hi = 3.4e38f;  // Clip
 };
 // y = op(x) over n elements of type t (x and y may alias).
 void unary(UnaryOp op, const UnaryArgs& a, Elem t, const void* x, void* y, int64_t n, cudaStream_t s);
@@ -29,11 +67,30 @@ enum class PredicateOp : int { kNot, kIsNaN, kIsInf };
 void predicate(PredicateOp op, bool pos, bool neg, Elem t, const void* x, uint8_t* y, int64_t n, cudaStream_t s);
 
 enum class BinaryOp : int {
-  kAdd, kSub, kMul, kDiv, kPow, kMax, kMin, kMod, kFmod, kPRelu, kSwiGLU,
+  kAdd,
+  kSub,
+  kMul,
+  kDiv,
+  kPow,
+  kMax,
+  kMin,
+  kMod,
+  kFmod,
+  kPRelu,
+  kSwiGLU,
   // comparisons and logic: bool (uint8) result
-  kEqual, kLess, kGreater, kLessEq, kGreaterEq, kAnd, kOr, kXor
+  kEqual,
+  kLess,
+  kGreater,
+  kLessEq,
+  kGreaterEq,
+  kAnd,
+  kOr,
+  kXor
 };
-inline bool is_comparison(BinaryOp op) { return op >= BinaryOp::kEqual; }
+inline bool is_comparison(BinaryOp op) {
+  return op >= BinaryOp::kEqual;
+}
 // out[plan.maps[0]] = op(a[plan.maps[1]], b[plan.maps[2]]) over plan.it; a and b of type t, out of
 // type t (arithmetic) or bool (comparisons). Pow takes b of type tb (an integer exponent is common).
 void binary(BinaryOp op, Elem t, Elem tb, const void* a, const void* b, void* out, const NdPlan& plan, cudaStream_t s);

@@ -45,8 +45,8 @@ __global__ void gather_fwd_kernel(const B* data, const void* idx, bool idx64, in
 }
 
 template <class A>
-__global__ void gather_bwd_kernel(const void* dy_raw, bool dy_is_acc, const void* idx, bool idx64, int64_t nidx, A* acc,
-                                  int64_t outer, int64_t dim, int64_t inner, int64_t start, int64_t total, Fault f, int dy_kind) {
+__global__ void gather_bwd_kernel(const void* dy_raw, bool dy_is_acc, const void* idx, bool idx64, int64_t nidx, A* acc, int64_t outer,
+                                  int64_t dim, int64_t inner, int64_t start, int64_t total, Fault f, int dy_kind) {
   int64_t n = outer * nidx * inner;
   OASES_GRID_STRIDE(t, n) {
     int64_t e = t % inner, i = (t / inner) % nidx, o = t / (inner * nidx);
@@ -65,7 +65,9 @@ __global__ void gather_bwd_kernel(const void* dy_raw, bool dy_is_acc, const void
 
 template <class T>
 __global__ void round_kernel(const float* acc, T* out, int64_t n) {
-  OASES_GRID_STRIDE(i, n) { out[i] = from_float<T>(acc[i]); }
+  OASES_GRID_STRIDE(i, n) {
+    out[i] = from_float<T>(acc[i]);
+  }
 }
 
 }  // namespace
@@ -77,7 +79,7 @@ void gather_forward(size_t es, const void* data, const void* idx, bool idx64, in
   dispatch_bits(es, [&](auto tag) {
     using B = typename decltype(tag)::type;
     gather_fwd_kernel<B><<<grid_for(n, kThreads), kThreads, 0, s>>>(static_cast<const B*>(data), idx, idx64, nidx, static_cast<B*>(out),
-                                                                     outer, dim, inner, start, total, zero_foreign, f);
+                                                                    outer, dim, inner, start, total, zero_foreign, f);
   });
   OASES_CUDA_CHECK_LAUNCH("gather_fwd_kernel");
 }
@@ -92,8 +94,8 @@ void gather_backward(Elem t, const void* dy, const void* idx, bool idx64, int64_
   if (!acc) throw std::runtime_error("[cuda GatherGrad] a 16-bit table needs fp32 scratch");
   OASES_CUDA_CHECK(cudaMemsetAsync(acc, 0, static_cast<size_t>(table) * sizeof(float), s));
   if (n > 0) {
-    gather_bwd_kernel<float><<<grid_for(n, kThreads), kThreads, 0, s>>>(dy, false, idx, idx64, nidx, acc, outer, dim, inner, start,
-                                                                        total, f, kind);
+    gather_bwd_kernel<float>
+        <<<grid_for(n, kThreads), kThreads, 0, s>>>(dy, false, idx, idx64, nidx, acc, outer, dim, inner, start, total, f, kind);
     OASES_CUDA_CHECK_LAUNCH("gather_bwd_kernel");
   }
   if (kind == 1) round_kernel<__half><<<grid_for(table, kThreads), kThreads, 0, s>>>(acc, static_cast<__half*>(ddata), table);

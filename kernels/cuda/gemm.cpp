@@ -6,12 +6,11 @@
 #include <stdexcept>
 #include <string>
 
-#define OASES_CUBLAS_CHECK(call)                                                                                 \
-  do {                                                                                                          \
-    cublasStatus_t oases_s_ = (call);                                                                           \
-    if (oases_s_ != CUBLAS_STATUS_SUCCESS)                                                                      \
-      ::oases::cuda::throw_error("cuBLAS", #call, static_cast<long>(oases_s_), cublasGetStatusString(oases_s_), \
-                                 __FILE__, __LINE__);                                                           \
+#define OASES_CUBLAS_CHECK(call)                                                                                                     \
+  do {                                                                                                                               \
+    cublasStatus_t oases_s_ = (call);                                                                                                \
+    if (oases_s_ != CUBLAS_STATUS_SUCCESS)                                                                                           \
+      ::oases::cuda::throw_error("cuBLAS", #call, static_cast<long>(oases_s_), cublasGetStatusString(oases_s_), __FILE__, __LINE__); \
   } while (0)
 
 namespace oases::cuda {
@@ -121,11 +120,11 @@ void gemm(BlasHandles& h, Elem t, const GemmDesc& d, const void* a, const void* 
   float alpha32 = d.alpha, beta32 = d.beta;
   const void* alpha = t == Elem::kF64 ? static_cast<const void*>(&alpha64) : &alpha32;
   const void* beta = t == Elem::kF64 ? static_cast<const void*>(&beta64) : &beta32;
-  OASES_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
-      static_cast<cublasHandle_t>(h.blas()), d.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, d.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
-      static_cast<int>(d.n), static_cast<int>(d.m), static_cast<int>(d.k), alpha, b, dt, static_cast<int>(d.ldb), d.stride_b, a, dt,
-      static_cast<int>(d.lda), d.stride_a, beta, c, dt, static_cast<int>(d.ldc), d.stride_c, static_cast<int>(d.batch),
-      compute_type(t, h.allow_tf32()), CUBLAS_GEMM_DEFAULT));
+  OASES_CUBLAS_CHECK(cublasGemmStridedBatchedEx(static_cast<cublasHandle_t>(h.blas()), d.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                                d.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, static_cast<int>(d.n), static_cast<int>(d.m),
+                                                static_cast<int>(d.k), alpha, b, dt, static_cast<int>(d.ldb), d.stride_b, a, dt,
+                                                static_cast<int>(d.lda), d.stride_a, beta, c, dt, static_cast<int>(d.ldc), d.stride_c,
+                                                static_cast<int>(d.batch), compute_type(t, h.allow_tf32()), CUBLAS_GEMM_DEFAULT));
 }
 
 }  // namespace oases::cuda

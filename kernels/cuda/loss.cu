@@ -21,12 +21,13 @@ __device__ __forceinline__ int64_t read_index(const void* p, bool idx64, int64_t
   return idx64 ? static_cast<const int64_t*>(p)[i] : static_cast<int64_t>(static_cast<const int32_t*>(p)[i]);
 }
 
-__device__ __forceinline__ void report(Fault f, int64_t pos) { atomicMin(f.slot, f.base + static_cast<unsigned long long>(pos)); }
+__device__ __forceinline__ void report(Fault f, int64_t pos) {
+  atomicMin(f.slot, f.base + static_cast<unsigned long long>(pos));
+}
 
 // Per sample: loss into scratch[s], counted weight into scratch[nd + s]; logp when asked.
 template <class T>
-__global__ void ce_rows_kernel(LossDesc l, const T* x, const void* labels, const T* w, T* logp, float* scratch, Fault f,
-                               bool from_logits) {
+__global__ void ce_rows_kernel(LossDesc l, const T* x, const void* labels, const T* w, T* logp, float* scratch, Fault f, bool from_logits) {
   __shared__ float red[32];
   int64_t sidx = blockIdx.x, nd = l.n * l.d;
   int64_t i = sidx / l.d, j = sidx % l.d;
@@ -43,7 +44,8 @@ __global__ void ce_rows_kernel(LossDesc l, const T* x, const void* labels, const
     for (int64_t a = threadIdx.x; a < l.c; a += blockDim.x) sum += expf(to_float(xr[a * l.d]) - m);
     lse = m + logf(block_sum(sum, red));
     if (logp) {
-      for (int64_t a = threadIdx.x; a < l.c; a += blockDim.x) logp[i * l.c * l.d + a * l.d + j] = from_float<T>(to_float(xr[a * l.d]) - lse);
+      for (int64_t a = threadIdx.x; a < l.c; a += blockDim.x)
+        logp[i * l.c * l.d + a * l.d + j] = from_float<T>(to_float(xr[a * l.d]) - lse);
     }
   }
   if (threadIdx.x == 0) {
@@ -169,10 +171,12 @@ unsigned rows_grid(int64_t rows) {
 
 }  // namespace
 
-size_t loss_scratch_floats(const LossDesc& l) { return static_cast<size_t>(2 * l.n * l.d + 1); }
+size_t loss_scratch_floats(const LossDesc& l) {
+  return static_cast<size_t>(2 * l.n * l.d + 1);
+}
 
-void softmax_cross_entropy_forward(const LossDesc& l, Elem t, const void* scores, const void* labels, const void* weights,
-                                   void* loss, void* logp, float* scratch, Fault f, cudaStream_t s) {
+void softmax_cross_entropy_forward(const LossDesc& l, Elem t, const void* scores, const void* labels, const void* weights, void* loss,
+                                   void* logp, float* scratch, Fault f, cudaStream_t s) {
   if (l.n * l.d <= 0) return;
   dispatch_floating("SoftmaxCrossEntropyLoss", t, [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -197,22 +201,22 @@ void softmax_cross_entropy_backward(const LossDesc& l, Elem t, const void* dloss
   });
 }
 
-void nll_forward(const LossDesc& l, Elem t, const void* logp, const void* labels, const void* weights, void* loss, float* scratch,
-                 Fault f, cudaStream_t s) {
+void nll_forward(const LossDesc& l, Elem t, const void* logp, const void* labels, const void* weights, void* loss, float* scratch, Fault f,
+                 cudaStream_t s) {
   if (l.n * l.d <= 0) return;
   dispatch_floating("NegativeLogLikelihoodLoss", t, [&](auto tag) {
     using T = typename decltype(tag)::type;
     // from_logits = false: lse = 0, the loss reads x_l directly (one thread per sample suffices)
-    ce_rows_kernel<T><<<rows_grid(l.n * l.d), 32, 0, s>>>(l, static_cast<const T*>(logp), labels, static_cast<const T*>(weights),
-                                                          nullptr, scratch, f, false);
+    ce_rows_kernel<T><<<rows_grid(l.n * l.d), 32, 0, s>>>(l, static_cast<const T*>(logp), labels, static_cast<const T*>(weights), nullptr,
+                                                          scratch, f, false);
     OASES_CUDA_CHECK_LAUNCH("ce_rows_kernel");
     loss_reduce_kernel<T><<<1, 1024, 0, s>>>(l, scratch, static_cast<T*>(loss));
     OASES_CUDA_CHECK_LAUNCH("loss_reduce_kernel");
   });
 }
 
-void nll_backward(const LossDesc& l, Elem t, const void* dloss, const void* labels, const void* weights, void* dx, float* scratch,
-                  Fault f, cudaStream_t s) {
+void nll_backward(const LossDesc& l, Elem t, const void* dloss, const void* labels, const void* weights, void* dx, float* scratch, Fault f,
+                  cudaStream_t s) {
   if (l.n * l.d <= 0) return;
   dispatch_floating("NLLLossGrad", t, [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -230,14 +234,14 @@ void sharded_pick(Elem t, const void* z, const void* labels, bool idx64, void* o
   if (n * d <= 0) return;
   dispatch_floating("ShardedPick", t, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    sharded_pick_kernel<T><<<grid_for(n * d, kThreads), kThreads, 0, s>>>(static_cast<const T*>(z), labels, idx64, static_cast<T*>(out),
-                                                                          n, c, d, start);
+    sharded_pick_kernel<T>
+        <<<grid_for(n * d, kThreads), kThreads, 0, s>>>(static_cast<const T*>(z), labels, idx64, static_cast<T*>(out), n, c, d, start);
   });
   OASES_CUDA_CHECK_LAUNCH("sharded_pick_kernel");
 }
 
-void sharded_onehot_sub(Elem t, const void* p, const void* labels, bool idx64, void* out, int64_t n, int64_t c, int64_t d,
-                        int64_t start, bool has_ignore, int64_t ignore, cudaStream_t s) {
+void sharded_onehot_sub(Elem t, const void* p, const void* labels, bool idx64, void* out, int64_t n, int64_t c, int64_t d, int64_t start,
+                        bool has_ignore, int64_t ignore, cudaStream_t s) {
   if (n * c * d <= 0) return;
   dispatch_floating("ShardedOneHotSub", t, [&](auto tag) {
     using T = typename decltype(tag)::type;

@@ -27,24 +27,24 @@ struct LossDesc {
 // Softmax cross-entropy: loss = (reduction of) −w_l·(x_l − logsumexp x); logp (may be null) gets
 // log-probabilities [N, C, D]. `scratch` holds loss_scratch_floats(desc) floats.
 size_t loss_scratch_floats(const LossDesc& l);
-void softmax_cross_entropy_forward(const LossDesc& l, Elem t, const void* scores, const void* labels, const void* weights,
-                                   void* loss, void* logp, float* scratch, Fault f, cudaStream_t s);
+void softmax_cross_entropy_forward(const LossDesc& l, Elem t, const void* scores, const void* labels, const void* weights, void* loss,
+                                   void* logp, float* scratch, Fault f, cudaStream_t s);
 // dscores = coef·w_l·(softmax(x) − onehot(l)), coef = dloss / Σw (mean), dloss (sum), dloss[s] (none).
 void softmax_cross_entropy_backward(const LossDesc& l, Elem t, const void* dloss, const void* scores, const void* labels,
                                     const void* weights, void* dscores, float* scratch, Fault f, cudaStream_t s);
 // NLL on log-probabilities: loss = (reduction of) −w_l·x_l ; dx = −coef·w_l at the label, 0 elsewhere.
-void nll_forward(const LossDesc& l, Elem t, const void* logp, const void* labels, const void* weights, void* loss, float* scratch,
-                 Fault f, cudaStream_t s);
-void nll_backward(const LossDesc& l, Elem t, const void* dloss, const void* labels, const void* weights, void* dx, float* scratch,
-                  Fault f, cudaStream_t s);
+void nll_forward(const LossDesc& l, Elem t, const void* logp, const void* labels, const void* weights, void* loss, float* scratch, Fault f,
+                 cudaStream_t s);
+void nll_backward(const LossDesc& l, Elem t, const void* dloss, const void* labels, const void* weights, void* dx, float* scratch, Fault f,
+                  cudaStream_t s);
 
 // Vocabulary-parallel pieces over [N, C, D] with this rank's classes [start, start + C):
 //   sharded_pick        out[n, d] = z[n, l − start, d] when the label is local, else 0
 //   sharded_onehot_sub  out = p − onehot(l − start) (ignored labels: the column is zeroed)
 void sharded_pick(Elem t, const void* z, const void* labels, bool idx64, void* out, int64_t n, int64_t c, int64_t d, int64_t start,
                   cudaStream_t s);
-void sharded_onehot_sub(Elem t, const void* p, const void* labels, bool idx64, void* out, int64_t n, int64_t c, int64_t d,
-                        int64_t start, bool has_ignore, int64_t ignore, cudaStream_t s);
+void sharded_onehot_sub(Elem t, const void* p, const void* labels, bool idx64, void* out, int64_t n, int64_t c, int64_t d, int64_t start,
+                        bool has_ignore, int64_t ignore, cudaStream_t s);
 
 // Embedding / Gather over [outer, dim, inner] along the gathered axis:
 //   forward   out[o, i, e] = data[o, idx_i − start, e] for indices inside [start, start + dim) of a

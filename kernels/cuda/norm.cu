@@ -20,8 +20,8 @@ constexpr int kNormThreads = 256;
 constexpr int64_t kRowsPerBand = 64;
 
 template <class T>
-__global__ void layernorm_fwd_kernel(const T* x, const T* scale, const T* bias, T* y, float* mean, float* rstd, int64_t n,
-                                     float eps, bool rms) {
+__global__ void layernorm_fwd_kernel(const T* x, const T* scale, const T* bias, T* y, float* mean, float* rstd, int64_t n, float eps,
+                                     bool rms) {
   __shared__ float scratch[32];
   int64_t row = blockIdx.x;
   const T* xr = x + row * n;
@@ -75,8 +75,8 @@ __global__ void norm_bwd_dx_kernel(const T* dy, const T* x, const T* scale, cons
 
 // Stage 1: band b of rows -> partial[b][col] (dγ) and partial[bands + b][col] (dβ).
 template <class T>
-__global__ void norm_bwd_param_partial(const T* dy, const T* x, const float* mean, const float* rstd, int64_t rows, int64_t n,
-                                       bool rms, bool want_bias, float* partial, int64_t bands) {
+__global__ void norm_bwd_param_partial(const T* dy, const T* x, const float* mean, const float* rstd, int64_t rows, int64_t n, bool rms,
+                                       bool want_bias, float* partial, int64_t bands) {
   int64_t col = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   int64_t band = blockIdx.y;
   if (col >= n) return;
@@ -113,8 +113,8 @@ void check_rows(int64_t rows) {
 }
 
 template <class T>
-void param_grads(const T* dy, const T* x, const float* mean, const float* rstd, T* dscale, T* dbias, int64_t rows, int64_t n,
-                 bool rms, float* scratch, cudaStream_t s) {
+void param_grads(const T* dy, const T* x, const float* mean, const float* rstd, T* dscale, T* dbias, int64_t rows, int64_t n, bool rms,
+                 float* scratch, cudaStream_t s) {
   if (!dscale && !dbias) return;
   int64_t bands = (rows + kRowsPerBand - 1) / kRowsPerBand;
   if (bands > 65535) throw std::runtime_error("[cuda norm] too many rows for the parameter-gradient bands");
@@ -132,8 +132,8 @@ size_t norm_backward_scratch_floats(int64_t rows, int64_t n) {
   return static_cast<size_t>(2 * std::max<int64_t>(bands, 1) * n);
 }
 
-void layernorm_forward(Elem t, const void* x, const void* scale, const void* bias, void* y, float* mean, float* rstd,
-                       int64_t rows, int64_t n, float eps, cudaStream_t s) {
+void layernorm_forward(Elem t, const void* x, const void* scale, const void* bias, void* y, float* mean, float* rstd, int64_t rows,
+                       int64_t n, float eps, cudaStream_t s) {
   if (rows <= 0 || n <= 0) return;
   check_rows(rows);
   dispatch_floating("LayerNormalization", t, [&](auto tag) {
@@ -144,20 +144,19 @@ void layernorm_forward(Elem t, const void* x, const void* scale, const void* bia
   OASES_CUDA_CHECK_LAUNCH("layernorm_fwd_kernel");
 }
 
-void rmsnorm_forward(Elem t, const void* x, const void* scale, void* y, float* rstd, int64_t rows, int64_t n, float eps,
-                     cudaStream_t s) {
+void rmsnorm_forward(Elem t, const void* x, const void* scale, void* y, float* rstd, int64_t rows, int64_t n, float eps, cudaStream_t s) {
   if (rows <= 0 || n <= 0) return;
   check_rows(rows);
   dispatch_floating("RMSNormalization", t, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    layernorm_fwd_kernel<T><<<static_cast<unsigned>(rows), kNormThreads, 0, s>>>(
-        static_cast<const T*>(x), static_cast<const T*>(scale), nullptr, static_cast<T*>(y), nullptr, rstd, n, eps, true);
+    layernorm_fwd_kernel<T><<<static_cast<unsigned>(rows), kNormThreads, 0, s>>>(static_cast<const T*>(x), static_cast<const T*>(scale),
+                                                                                 nullptr, static_cast<T*>(y), nullptr, rstd, n, eps, true);
   });
   OASES_CUDA_CHECK_LAUNCH("rmsnorm_fwd_kernel");
 }
 
-void layernorm_backward(Elem t, const void* dy, const void* x, const void* scale, const float* mean, const float* rstd,
-                        void* dx, void* dscale, void* dbias, int64_t rows, int64_t n, float* scratch, cudaStream_t s) {
+void layernorm_backward(Elem t, const void* dy, const void* x, const void* scale, const float* mean, const float* rstd, void* dx,
+                        void* dscale, void* dbias, int64_t rows, int64_t n, float* scratch, cudaStream_t s) {
   if (rows <= 0 || n <= 0) return;
   check_rows(rows);
   dispatch_floating("LayerNormGrad", t, [&](auto tag) {
@@ -167,13 +166,13 @@ void layernorm_backward(Elem t, const void* dy, const void* x, const void* scale
           static_cast<const T*>(dy), static_cast<const T*>(x), static_cast<const T*>(scale), mean, rstd, static_cast<T*>(dx), n, false);
       OASES_CUDA_CHECK_LAUNCH("norm_bwd_dx_kernel");
     }
-    param_grads<T>(static_cast<const T*>(dy), static_cast<const T*>(x), mean, rstd, static_cast<T*>(dscale), static_cast<T*>(dbias),
-                   rows, n, false, scratch, s);
+    param_grads<T>(static_cast<const T*>(dy), static_cast<const T*>(x), mean, rstd, static_cast<T*>(dscale), static_cast<T*>(dbias), rows,
+                   n, false, scratch, s);
   });
 }
 
-void rmsnorm_backward(Elem t, const void* dy, const void* x, const void* scale, const float* rstd, void* dx, void* dscale,
-                      int64_t rows, int64_t n, float* scratch, cudaStream_t s) {
+void rmsnorm_backward(Elem t, const void* dy, const void* x, const void* scale, const float* rstd, void* dx, void* dscale, int64_t rows,
+                      int64_t n, float* scratch, cudaStream_t s) {
   if (rows <= 0 || n <= 0) return;
   check_rows(rows);
   dispatch_floating("RMSNormGrad", t, [&](auto tag) {
@@ -183,8 +182,8 @@ void rmsnorm_backward(Elem t, const void* dy, const void* x, const void* scale, 
           static_cast<const T*>(dy), static_cast<const T*>(x), static_cast<const T*>(scale), nullptr, rstd, static_cast<T*>(dx), n, true);
       OASES_CUDA_CHECK_LAUNCH("norm_bwd_dx_kernel");
     }
-    param_grads<T>(static_cast<const T*>(dy), static_cast<const T*>(x), nullptr, rstd, static_cast<T*>(dscale), nullptr, rows, n,
-                   true, scratch, s);
+    param_grads<T>(static_cast<const T*>(dy), static_cast<const T*>(x), nullptr, rstd, static_cast<T*>(dscale), nullptr, rows, n, true,
+                   scratch, s);
   });
 }
 

@@ -25,8 +25,8 @@ __device__ __forceinline__ float effective_scale(const StepArgs& a) {
   return scale;
 }
 
-__global__ void adamw_kernel(float* p, const float* g, float* m, float* v, int64_t n, StepArgs a, float b1, float b2, float eps,
-                             float bc1, float bc2) {
+__global__ void adamw_kernel(float* p, const float* g, float* m, float* v, int64_t n, StepArgs a, float b1, float b2, float eps, float bc1,
+                             float bc2) {
   if (a.skip && *a.skip) return;
   float scale = effective_scale(a);
   OASES_GRID_STRIDE(i, n) {
@@ -55,7 +55,9 @@ __global__ void sgd_kernel(float* p, const float* g, float* buf, int64_t n, Step
 }
 
 __global__ void accumulate_kernel(float* y, const float* x, int64_t n, bool first) {
-  OASES_GRID_STRIDE(i, n) { y[i] = first ? x[i] : y[i] + x[i]; }
+  OASES_GRID_STRIDE(i, n) {
+    y[i] = first ? x[i] : y[i] + x[i];
+  }
 }
 
 }  // namespace

@@ -78,7 +78,8 @@ __global__ void reduce_block_kernel(ReduceKind k, const T* in, T* out, Iter kept
     if (isinf(m)) m = 0.f;
   }
   float acc = identity_of<float>(k);
-  for (int64_t r = threadIdx.x; r < red.numel; r += blockDim.x) acc = combine<float>(k, acc, to_float(in[base + affine_offset(red, rm, r)]), m);
+  for (int64_t r = threadIdx.x; r < red.numel; r += blockDim.x)
+    acc = combine<float>(k, acc, to_float(in[base + affine_offset(red, rm, r)]), m);
   if (k == ReduceKind::kMax) {
     acc = block_max(acc, scratch);
   } else if (k == ReduceKind::kMin) {
@@ -137,13 +138,13 @@ void reduce(ReduceKind kind, Elem t, const void* in, const std::vector<int64_t>&
     using T = typename decltype(tag)::type;
     if (block) {
       if constexpr (std::is_same_v<typename Acc<T>::type, float>) {
-        reduce_block_kernel<T><<<static_cast<unsigned>(kp.it.numel), 256, 0, s>>>(kind, static_cast<const T*>(in), static_cast<T*>(out), kp.it,
-                                                                                   kp.maps[0], rp.it, rp.maps[0]);
+        reduce_block_kernel<T><<<static_cast<unsigned>(kp.it.numel), 256, 0, s>>>(kind, static_cast<const T*>(in), static_cast<T*>(out),
+                                                                                  kp.it, kp.maps[0], rp.it, rp.maps[0]);
       }
     } else {
       using C = std::conditional_t<std::is_same_v<typename Acc<T>::type, float>, float, double>;
       reduce_thread_kernel<T, C><<<grid_for(kp.it.numel, kThreads), kThreads, 0, s>>>(kind, static_cast<const T*>(in), static_cast<T*>(out),
-                                                                                       kp.it, kp.maps[0], rp.it, rp.maps[0]);
+                                                                                      kp.it, kp.maps[0], rp.it, rp.maps[0]);
     }
   });
   OASES_CUDA_CHECK_LAUNCH("reduce_kernel");

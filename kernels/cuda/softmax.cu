@@ -45,7 +45,9 @@ __global__ void softmax_bwd_kernel(bool log_form, const T* dy, const T* y, T* dx
   }
 }
 
-int threads_for(int64_t n) { return n >= 1024 ? 512 : n >= 256 ? 256 : 128; }
+int threads_for(int64_t n) {
+  return n >= 1024 ? 512 : n >= 256 ? 256 : 128;
+}
 
 }  // namespace
 
@@ -55,20 +57,20 @@ void softmax_forward(bool log, Elem t, const void* x, void* y, int64_t outer, in
   if (rows > 0x7fffffff) throw std::runtime_error("[cuda softmax] more than 2^31 rows");
   dispatch_floating("Softmax", t, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    softmax_fwd_kernel<T><<<static_cast<unsigned>(rows), threads_for(n), 0, s>>>(log, static_cast<const T*>(x), static_cast<T*>(y), n, inner);
+    softmax_fwd_kernel<T>
+        <<<static_cast<unsigned>(rows), threads_for(n), 0, s>>>(log, static_cast<const T*>(x), static_cast<T*>(y), n, inner);
   });
   OASES_CUDA_CHECK_LAUNCH("softmax_fwd_kernel");
 }
 
-void softmax_backward(bool log, Elem t, const void* dy, const void* y, void* dx, int64_t outer, int64_t n, int64_t inner,
-                      cudaStream_t s) {
+void softmax_backward(bool log, Elem t, const void* dy, const void* y, void* dx, int64_t outer, int64_t n, int64_t inner, cudaStream_t s) {
   int64_t rows = outer * inner;
   if (rows <= 0 || n <= 0) return;
   if (rows > 0x7fffffff) throw std::runtime_error("[cuda softmax] more than 2^31 rows");
   dispatch_floating("SoftmaxGrad", t, [&](auto tag) {
     using T = typename decltype(tag)::type;
     softmax_bwd_kernel<T><<<static_cast<unsigned>(rows), threads_for(n), 0, s>>>(log, static_cast<const T*>(dy), static_cast<const T*>(y),
-                                                                                static_cast<T*>(dx), n, inner);
+                                                                                 static_cast<T*>(dx), n, inner);
   });
   OASES_CUDA_CHECK_LAUNCH("softmax_bwd_kernel");
 }

@@ -16,7 +16,9 @@ std::string dotted(int major, int minor, int patch) {
   return std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(patch);
 }
 // CUDA's packed versions: 1000 * major + 10 * minor
-std::string cuda_packed(int v) { return std::to_string(v / 1000) + "." + std::to_string((v % 1000) / 10); }
+std::string cuda_packed(int v) {
+  return std::to_string(v / 1000) + "." + std::to_string((v % 1000) / 10);
+}
 
 }  // namespace
 
@@ -27,8 +29,10 @@ std::vector<LibraryVersion> library_versions() {
     int v = 0;
     cudaError_t e = cudaRuntimeGetVersion(&v);
     l.read = e == cudaSuccess;
-    if (l.read) l.version = cuda_packed(v);
-    else l.note = cudaGetErrorString(e);
+    if (l.read)
+      l.version = cuda_packed(v);
+    else
+      l.note = cudaGetErrorString(e);
     out.push_back(l);
   }
   {
@@ -36,8 +40,10 @@ std::vector<LibraryVersion> library_versions() {
     int v = 0;
     cudaError_t e = cudaDriverGetVersion(&v);
     l.read = e == cudaSuccess && v > 0;
-    if (l.read) l.version = cuda_packed(v);
-    else l.note = e == cudaSuccess ? "no driver installed" : cudaGetErrorString(e);
+    if (l.read)
+      l.version = cuda_packed(v);
+    else
+      l.note = e == cudaSuccess ? "no driver installed" : cudaGetErrorString(e);
     out.push_back(l);
   }
   {
@@ -47,8 +53,10 @@ std::vector<LibraryVersion> library_versions() {
               cublasGetProperty(MINOR_VERSION, &mi) == CUBLAS_STATUS_SUCCESS &&
               cublasGetProperty(PATCH_LEVEL, &pa) == CUBLAS_STATUS_SUCCESS;
     l.read = ok;
-    if (ok) l.version = dotted(ma, mi, pa);
-    else l.note = "cublasGetProperty failed";
+    if (ok)
+      l.version = dotted(ma, mi, pa);
+    else
+      l.note = "cublasGetProperty failed";
     out.push_back(l);
   }
   {
@@ -68,8 +76,10 @@ std::vector<LibraryVersion> library_versions() {
     int v = 0;
     ncclResult_t r = ncclGetVersion(&v);  // NCCL >= 2.9: 10000 * major + 100 * minor + patch
     l.read = r == ncclSuccess;
-    if (l.read) l.version = dotted(v / 10000, (v / 100) % 100, v % 100);
-    else l.note = ncclGetErrorString(r);
+    if (l.read)
+      l.version = dotted(v / 10000, (v / 100) % 100, v % 100);
+    else
+      l.note = ncclGetErrorString(r);
     out.push_back(l);
   }
   return out;

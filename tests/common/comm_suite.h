@@ -93,7 +93,8 @@ inline std::vector<std::string> run_comm_suite(Communicator& comm) {
     }
     world->all_to_all(in.data(), out.data(), 2 * 8);
     bool ok = true;
-    for (int j = 0; j < n; ++j) ok &= out[static_cast<size_t>(2 * j)] == j * 100 + rank && out[static_cast<size_t>(2 * j + 1)] == -(j * 100 + rank);
+    for (int j = 0; j < n; ++j)
+      ok &= out[static_cast<size_t>(2 * j)] == j * 100 + rank && out[static_cast<size_t>(2 * j + 1)] == -(j * 100 + rank);
     check(ok, "all_to_all");
   }
   // broadcast from the last member

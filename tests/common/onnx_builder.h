@@ -54,9 +54,9 @@ class TempDir {
 struct Dim {
   int64_t value = -1;
   std::string param;
-  Dim(int64_t v) : value(v) {}               // NOLINT: implicit on purpose
-  Dim(int v) : value(v) {}                   // NOLINT
-  Dim(const char* p) : param(p) {}           // NOLINT
+  Dim(int64_t v) : value(v) {}                 // NOLINT: implicit on purpose
+  Dim(int v) : value(v) {}                     // NOLINT
+  Dim(const char* p) : param(p) {}             // NOLINT
   Dim(std::string p) : param(std::move(p)) {}  // NOLINT
 };
 
@@ -79,8 +79,7 @@ std::string as_bytes(const std::vector<T>& v) {
 }
 
 // TensorProto with the given bytes as raw_data.
-inline onnx::TensorProto raw_tensor(const std::string& name, int data_type, const std::vector<int64_t>& dims,
-                                    const std::string& raw) {
+inline onnx::TensorProto raw_tensor(const std::string& name, int data_type, const std::vector<int64_t>& dims, const std::string& raw) {
   onnx::TensorProto t;
   t.set_name(name);
   t.set_data_type(data_type);
@@ -89,8 +88,8 @@ inline onnx::TensorProto raw_tensor(const std::string& name, int data_type, cons
   return t;
 }
 
-inline onnx::TensorProto f32_tensor(const std::string& name, const std::vector<int64_t>& dims,
-                                    const std::vector<float>& v, bool raw = true) {
+inline onnx::TensorProto f32_tensor(const std::string& name, const std::vector<int64_t>& dims, const std::vector<float>& v,
+                                    bool raw = true) {
   if (raw) return raw_tensor(name, onnx::TensorProto::FLOAT, dims, as_bytes(v));
   onnx::TensorProto t;
   t.set_name(name);
@@ -100,8 +99,8 @@ inline onnx::TensorProto f32_tensor(const std::string& name, const std::vector<i
   return t;
 }
 
-inline onnx::TensorProto i64_tensor(const std::string& name, const std::vector<int64_t>& dims,
-                                    const std::vector<int64_t>& v, bool raw = true) {
+inline onnx::TensorProto i64_tensor(const std::string& name, const std::vector<int64_t>& dims, const std::vector<int64_t>& v,
+                                    bool raw = true) {
   if (raw) return raw_tensor(name, onnx::TensorProto::INT64, dims, as_bytes(v));
   onnx::TensorProto t;
   t.set_name(name);
@@ -238,18 +237,15 @@ class ModelBuilder {
     *graph().add_initializer() = t;
     return *this;
   }
-  ModelBuilder& init_f32(const std::string& name, const std::vector<int64_t>& dims, const std::vector<float>& v,
-                         bool raw = true) {
+  ModelBuilder& init_f32(const std::string& name, const std::vector<int64_t>& dims, const std::vector<float>& v, bool raw = true) {
     return initializer(f32_tensor(name, dims, v, raw));
   }
-  ModelBuilder& init_i64(const std::string& name, const std::vector<int64_t>& dims, const std::vector<int64_t>& v,
-                         bool raw = true) {
+  ModelBuilder& init_i64(const std::string& name, const std::vector<int64_t>& dims, const std::vector<int64_t>& v, bool raw = true) {
     return initializer(i64_tensor(name, dims, v, raw));
   }
 
-  onnx::NodeProto& node(const std::string& op_type, const std::vector<std::string>& inputs,
-                        const std::vector<std::string>& outputs, const std::string& name = "",
-                        std::vector<onnx::AttributeProto> attrs = {}, const std::string& domain = "") {
+  onnx::NodeProto& node(const std::string& op_type, const std::vector<std::string>& inputs, const std::vector<std::string>& outputs,
+                        const std::string& name = "", std::vector<onnx::AttributeProto> attrs = {}, const std::string& domain = "") {
     onnx::NodeProto* n = graph().add_node();
     n->set_op_type(op_type);
     if (!name.empty()) n->set_name(name);
@@ -261,8 +257,8 @@ class ModelBuilder {
   }
 
   // A model-local function (ONNX FunctionProto) callable as `domain.name`.
-  onnx::FunctionProto& function(const std::string& domain, const std::string& name,
-                                const std::vector<std::string>& inputs, const std::vector<std::string>& outputs) {
+  onnx::FunctionProto& function(const std::string& domain, const std::string& name, const std::vector<std::string>& inputs,
+                                const std::vector<std::string>& outputs) {
     onnx::FunctionProto* f = m_.add_functions();
     f->set_domain(domain);
     f->set_name(name);
@@ -289,9 +285,8 @@ class ModelBuilder {
 };
 
 // Adds a node to a function body.
-inline onnx::NodeProto& function_node(onnx::FunctionProto& f, const std::string& op_type,
-                                      const std::vector<std::string>& inputs, const std::vector<std::string>& outputs,
-                                      std::vector<onnx::AttributeProto> attrs = {}) {
+inline onnx::NodeProto& function_node(onnx::FunctionProto& f, const std::string& op_type, const std::vector<std::string>& inputs,
+                                      const std::vector<std::string>& outputs, std::vector<onnx::AttributeProto> attrs = {}) {
   onnx::NodeProto* n = f.add_node();
   n->set_op_type(op_type);
   for (const auto& i : inputs) n->add_input(i);

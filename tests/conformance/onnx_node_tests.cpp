@@ -159,8 +159,8 @@ class SummaryEnvironment : public ::testing::Environment {
     std::printf(
         "[conformance] ONNX node tests in %s: %zu found, %zu of supported ops; run here %d: passed %d, "
         "skipped as out of scope %d, failed %d; %zu tests of unsupported ops not run (%s)\n",
-        kNodeTestDir.c_str(), c.all.size(), c.supported.size(), t.run.load(), t.passed.load(), t.out_of_scope.load(),
-        t.failed.load(), c.unsupported.size(), top_missing_ops(c, 12).c_str());
+        kNodeTestDir.c_str(), c.all.size(), c.supported.size(), t.run.load(), t.passed.load(), t.out_of_scope.load(), t.failed.load(),
+        c.unsupported.size(), top_missing_ops(c, 12).c_str());
   }
 };
 const auto* const kSummary = ::testing::AddGlobalTestEnvironment(new SummaryEnvironment);
@@ -189,12 +189,11 @@ Status run_data_set(const std::string& model_path, const std::string& ds) {
     if (!c.problem.empty()) {
       problems.push_back(fmt::format("output '{}': {}", name, c.problem));
     } else if (c.bad > 0) {
-      problems.push_back(
-          fmt::format("output '{}': {} of {} elements outside rtol {} atol {} (max abs err {:.3g}, max rel err {:.3g}; "
-                      "first at {}: got {}, expected {})",
-                      name, c.bad, want.numel(), kRtol, kAtol, c.max_abs, c.max_rel, c.first_bad,
-                      load_as_double(outs[idx].raw(), outs[idx].dtype(), c.first_bad),
-                      load_as_double(want.raw(), want.dtype(), c.first_bad)));
+      problems.push_back(fmt::format(
+          "output '{}': {} of {} elements outside rtol {} atol {} (max abs err {:.3g}, max rel err {:.3g}; "
+          "first at {}: got {}, expected {})",
+          name, c.bad, want.numel(), kRtol, kAtol, c.max_abs, c.max_rel, c.first_bad,
+          load_as_double(outs[idx].raw(), outs[idx].dtype(), c.first_bad), load_as_double(want.raw(), want.dtype(), c.first_bad)));
     }
   }
   if (!problems.empty()) return error("{}: {}", fs::path(ds).filename().string(), fmt::join(problems, "; "));
@@ -205,8 +204,7 @@ Status run_node_test(const std::string& name) {
   const std::string dir = kNodeTestDir + "/" + name;
   std::vector<std::string> data_sets;
   for (const auto& e : fs::directory_iterator(dir)) {
-    if (e.is_directory() && e.path().filename().string().rfind("test_data_set_", 0) == 0)
-      data_sets.push_back(e.path().string());
+    if (e.is_directory() && e.path().filename().string().rfind("test_data_set_", 0) == 0) data_sets.push_back(e.path().string());
   }
   std::sort(data_sets.begin(), data_sets.end());
   if (data_sets.empty()) return error("{}: no test_data_set_* folder", dir);
@@ -229,8 +227,8 @@ TEST_P(OnnxNodeTest, Run) {
   if (listed != oos.end()) {
     if (result.is_ok()) {
       ++tally().failed;
-      FAIL() << name << " passes but is listed as out of scope (\"" << listed->second.reason << "\", line "
-             << listed->second.line << "): remove it from out_of_scope.txt";
+      FAIL() << name << " passes but is listed as out of scope (\"" << listed->second.reason << "\", line " << listed->second.line
+             << "): remove it from out_of_scope.txt";
     }
     ++tally().out_of_scope;
     GTEST_SKIP() << "out of scope: " << listed->second.reason << "\n  (" << result.message() << ")";
@@ -256,8 +254,7 @@ TEST(OnnxNodeTestList, OutOfScopeEntriesAreWellFormed) {
   std::set<std::string> supported(c.supported.begin(), c.supported.end());
   for (const auto& [name, e] : l.entries) {
     if (!c.all.count(name)) {
-      ADD_FAILURE() << kOutOfScopeFile << " line " << e.line << ": '" << name << "' is not a node test under "
-                    << kNodeTestDir;
+      ADD_FAILURE() << kOutOfScopeFile << " line " << e.line << ": '" << name << "' is not a node test under " << kNodeTestDir;
     } else if (!supported.count(name)) {
       ADD_FAILURE() << kOutOfScopeFile << " line " << e.line << ": '" << name
                     << "' uses an unsupported op, so it is never run; remove it from the list";

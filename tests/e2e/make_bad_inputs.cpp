@@ -2,8 +2,8 @@
 // to the tools, one per way an input can be broken (plus a good model and data set to compare
 // with). Each file is named after what is wrong with it; the names inside (nodes, values, dims)
 // are the culprits the tools' error messages must name.
-#include <cstdio>
 #include <cstdint>
+#include <cstdio>
 #include <filesystem>
 #include <random>
 #include <string>
@@ -41,7 +41,9 @@ std::vector<float> good_output(const std::vector<float>& x) {
   return y;
 }
 
-void write_tensor(const fs::path& p, const TensorProto& t) { write_bytes(p, t.SerializeAsString()); }
+void write_tensor(const fs::path& p, const TensorProto& t) {
+  write_bytes(p, t.SerializeAsString());
+}
 
 void data_set(const fs::path& dir, const TensorProto& in, const TensorProto& out) {
   fs::create_directories(dir);

@@ -25,8 +25,8 @@ namespace fs = std::filesystem;
 namespace oases {
 namespace {
 
-#define REQUIRE_GPU()                                                                          \
-  do {                                                                                         \
+#define REQUIRE_GPU()                                                                               \
+  do {                                                                                              \
     if (Status st_ = cuda_usable(); !st_.is_ok()) GTEST_SKIP() << "no GPU here: " << st_.message(); \
   } while (0)
 
@@ -95,8 +95,8 @@ int compare_devices(const Graph& g, const std::map<std::string, Tensor>& feeds, 
         scale = std::max(scale, std::abs(p));
         if (std::isfinite(p) || std::isfinite(q)) err = std::max(err, std::abs(p - q));
       }
-      EXPECT_LE(err, tol * scale) << n.describe() << " output '" << pg.value(v).name << "' differs: max abs error " << err
-                                  << ", max |cpu| " << scale;
+      EXPECT_LE(err, tol * scale) << n.describe() << " output '" << pg.value(v).name << "' differs: max abs error " << err << ", max |cpu| "
+                                  << scale;
       ++compared;
     }
   }
@@ -149,7 +149,8 @@ TEST(CudaKernels, AttentionGqaCausalMaskForwardBackward) {
   g.set_outputs({o, dq, dk, dvv});
   std::map<std::string, Tensor> feeds;
   uint32_t seed = 1;
-  for (auto [name, shape] : std::vector<std::pair<std::string, Shape>>{{"q", {B, H, Tq, D}}, {"k", {B, Hk, Tk, D}}, {"v", {B, Hk, Tk, D}}, {"dy", {B, H, Tq, D}}}) {
+  for (auto [name, shape] : std::vector<std::pair<std::string, Shape>>{
+           {"q", {B, H, Tq, D}}, {"k", {B, Hk, Tk, D}}, {"v", {B, Hk, Tk, D}}, {"dy", {B, H, Tq, D}}}) {
     Tensor t(DType::kF32, shape);
     for (int64_t i = 0; i < t.numel(); ++i) {
       seed = seed * 1664525u + 1013904223u;

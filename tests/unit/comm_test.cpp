@@ -116,10 +116,12 @@ TEST(CollectiveKernels, GatherScatterSliceAgreeWithShardingOfTensors) {
       AttrMap a{{"dim", Attribute::of_int(static_cast<int64_t>(dim))}, {"segments", Attribute::of_int(segments)}};
       // all-gather rebuilds the full tensor on every rank
       auto gathered = run_collective(n, "AllGather", a, parts);
-      for (int r = 0; r < n; ++r) EXPECT_TRUE(gathered[static_cast<size_t>(r)].same_as(full)) << "AllGather dim " << dim << " segments " << segments;
+      for (int r = 0; r < n; ++r)
+        EXPECT_TRUE(gathered[static_cast<size_t>(r)].same_as(full)) << "AllGather dim " << dim << " segments " << segments;
       // shard-slice takes each rank's part of a replicated value
       auto sliced = run_collective(n, "ShardSlice", a, std::vector<Tensor>(n, full));
-      for (int r = 0; r < n; ++r) EXPECT_TRUE(sliced[static_cast<size_t>(r)].same_as(parts[static_cast<size_t>(r)])) << "ShardSlice dim " << dim;
+      for (int r = 0; r < n; ++r)
+        EXPECT_TRUE(sliced[static_cast<size_t>(r)].same_as(parts[static_cast<size_t>(r)])) << "ShardSlice dim " << dim;
       // reduce-scatter of (rank + 1) * full gives each rank its part of sum_r (r + 1) * full
       std::vector<Tensor> scaled;
       for (int r = 0; r < n; ++r) {
@@ -205,8 +207,8 @@ TEST(ShardingSpec, ValueTypeBasics) {
   EXPECT_EQ(a.hash(), b.hash());
   EXPECT_EQ(a.to_string(&m), "[S(dp), R, S(tp)/3]");
   EXPECT_TRUE(a.validate({4, 5, 24}, m).is_ok());
-  EXPECT_FALSE(a.validate({4, 5, 18}, m).is_ok());          // 18 is not 3 segments x 4 ranks x k
-  EXPECT_FALSE(a.validate({3, 5, 24}, m).is_ok());          // 3 rows over dp=2
+  EXPECT_FALSE(a.validate({4, 5, 18}, m).is_ok());  // 18 is not 3 segments x 4 ranks x k
+  EXPECT_FALSE(a.validate({3, 5, 24}, m).is_ok());  // 3 rows over dp=2
   EXPECT_FALSE(ShardingSpec::replicated(2).with_dim(0, 1).with_dim(1, 1).validate({4, 4}, m).is_ok());  // tp twice
   EXPECT_EQ(a.local_shape({4, 5, 24}, m), (Shape{2, 5, 6}));
   ShardingSpec p = ShardingSpec::replicated(2).with_partial(1);

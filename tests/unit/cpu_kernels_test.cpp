@@ -28,8 +28,7 @@ std::vector<float> grid(float lo, float hi, int n) {
 // f (the scalar twin) and, through kernels compiled with AVX2, the 8-lane version against a
 // double-precision reference: |y − ref| ≤ abs_tol + rel_tol·|ref|, and the two bit-identical
 template <class F1, class Ref>
-void check(const char* name, const std::vector<float>& x, const std::vector<float>& y, F1 f1, Ref ref, double rel_tol,
-           double abs_tol) {
+void check(const char* name, const std::vector<float>& x, const std::vector<float>& y, F1 f1, Ref ref, double rel_tol, double abs_tol) {
   for (size_t i = 0; i < x.size(); ++i) {
     double r = ref(static_cast<double>(x[i]));
     ASSERT_LE(std::fabs(f1(x[i]) - r), abs_tol + rel_tol * std::fabs(r)) << name << "(" << x[i] << ") = " << f1(x[i]) << ", want " << r;
@@ -40,25 +39,31 @@ void check(const char* name, const std::vector<float>& x, const std::vector<floa
 }
 
 TEST(VecMath, ExpTanhGeluMatchTheCLibrary) {
-  check("exp", grid(-87.f, 88.f, 100001), {}, vec::exp1, [](double v) { return std::exp(v); }, 3e-7, 0);
-  check("tanh", grid(-12.f, 12.f, 100001), {}, vec::tanh1, [](double v) { return std::tanh(v); }, 3e-7, 1e-30);
+  check(
+      "exp", grid(-87.f, 88.f, 100001), {}, vec::exp1, [](double v) { return std::exp(v); }, 3e-7, 0);
+  check(
+      "tanh", grid(-12.f, 12.f, 100001), {}, vec::tanh1, [](double v) { return std::tanh(v); }, 3e-7, 1e-30);
   std::vector<float> x = grid(-8.f, 8.f, 100001), y(x.size()), ones(x.size(), 1.f);
   const int64_t n = static_cast<int64_t>(x.size());
   activation<float>(Activation::kGeluTanh, x.data(), y.data(), n);
-  check("gelu_tanh", x, y, vec::gelu_tanh1,
-        [](double v) { return 0.5 * v * (1 + std::tanh(0.7978845608028654 * (v + 0.044715 * v * v * v))); }, 1e-6, 1e-9);
+  check(
+      "gelu_tanh", x, y, vec::gelu_tanh1,
+      [](double v) { return 0.5 * v * (1 + std::tanh(0.7978845608028654 * (v + 0.044715 * v * v * v))); }, 1e-6, 1e-9);
   activation<float>(Activation::kGeluErf, x.data(), y.data(), n);
-  check("gelu_erf", x, y, vec::gelu_erf1, [](double v) { return 0.5 * v * std::erfc(-v / std::sqrt(2.0)); }, 5e-6, 1e-9);
+  check(
+      "gelu_erf", x, y, vec::gelu_erf1, [](double v) { return 0.5 * v * std::erfc(-v / std::sqrt(2.0)); }, 5e-6, 1e-9);
   activation_grad<float>(Activation::kGeluTanh, ones.data(), x.data(), y.data(), n);
-  check("gelu_tanh'", x, y, vec::gelu_tanh_grad1,
-        [](double v) {
-          double c = 0.7978845608028654, k = 0.044715, t = std::tanh(c * (v + k * v * v * v));
-          return 0.5 * (1 + t) + 0.5 * v * (1 - t * t) * c * (1 + 3 * k * v * v);
-        },
-        1e-6, 1e-6);
+  check(
+      "gelu_tanh'", x, y, vec::gelu_tanh_grad1,
+      [](double v) {
+        double c = 0.7978845608028654, k = 0.044715, t = std::tanh(c * (v + k * v * v * v));
+        return 0.5 * (1 + t) + 0.5 * v * (1 - t * t) * c * (1 + 3 * k * v * v);
+      },
+      1e-6, 1e-6);
   activation_grad<float>(Activation::kGeluErf, ones.data(), x.data(), y.data(), n);
-  check("gelu_erf'", x, y, vec::gelu_erf_grad1,
-        [](double v) { return 0.5 * std::erfc(-v / std::sqrt(2.0)) + v * std::exp(-0.5 * v * v) / std::sqrt(2 * M_PI); }, 5e-6, 1e-6);
+  check(
+      "gelu_erf'", x, y, vec::gelu_erf_grad1,
+      [](double v) { return 0.5 * std::erfc(-v / std::sqrt(2.0)) + v * std::exp(-0.5 * v * v) / std::sqrt(2 * M_PI); }, 5e-6, 1e-6);
 }
 
 TEST(VecMath, SpecialValues) {
@@ -100,9 +105,10 @@ TEST(ParallelFor, NestedLoopsRunOnTheirThread) {
 
 TEST(ParallelFor, AnItemsExceptionReachesTheCaller) {
   set_num_threads(2);
-  EXPECT_THROW(parallel_for(100, [](int64_t i) {
-                 if (i == 37) throw std::runtime_error("item 37");
-               }),
+  EXPECT_THROW(parallel_for(100,
+                            [](int64_t i) {
+                              if (i == 37) throw std::runtime_error("item 37");
+                            }),
                std::runtime_error);
   // the pool still works afterwards
   std::atomic<int64_t> sum{0};

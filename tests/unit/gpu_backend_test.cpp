@@ -176,8 +176,11 @@ Program overlapped_program() {
   g.set_outputs({o});
   ExecOptions eo;
   eo.device = "cuda";  // a stream plan is for device programs (no CPU fusion); compiling needs no GPU
-  eo.order = {{ScheduledOp::Kind::kCompute, mm1}, {ScheduledOp::Kind::kCommStart, ar}, {ScheduledOp::Kind::kCompute, mm2},
-              {ScheduledOp::Kind::kCommWait, ar}, {ScheduledOp::Kind::kCompute, add}};
+  eo.order = {{ScheduledOp::Kind::kCompute, mm1},
+              {ScheduledOp::Kind::kCommStart, ar},
+              {ScheduledOp::Kind::kCompute, mm2},
+              {ScheduledOp::Kind::kCommWait, ar},
+              {ScheduledOp::Kind::kCompute, add}};
   auto p = compile_program(std::move(g), eo);
   EXPECT_TRUE(p) << p.status().message();
   return std::move(*p);
@@ -407,8 +410,8 @@ TEST(CudaCoverage, CommittedModelsTrainWithCudaKernelsOnly) {
       for (NodeId id : m.tg.graph.nodes()) {
         const Node& n = m.tg.graph.node(id);
         std::string key = n.domain.empty() || n.domain == "ai.onnx" ? n.op_type : n.domain + "." + n.op_type;
-        EXPECT_FALSE(cuda_exempt_ops().count(key)) << e.path().filename().string() << " (" << dtype << ") trains with " << key
-                                                   << ", which has no CUDA kernel";
+        EXPECT_FALSE(cuda_exempt_ops().count(key))
+            << e.path().filename().string() << " (" << dtype << ") trains with " << key << ", which has no CUDA kernel";
       }
     }
     ++models;
@@ -442,7 +445,8 @@ TEST(CudaDevice, UnusableDeviceIsAnError) {
   if (cuda_built() && cuda_usable().is_ok()) GTEST_SKIP() << "a CUDA device is present";
   Status st = cuda_usable();
   ASSERT_FALSE(st.is_ok());
-  EXPECT_TRUE(st.message().find("built without CUDA") != std::string::npos || st.message().find("no CUDA device found") != std::string::npos)
+  EXPECT_TRUE(st.message().find("built without CUDA") != std::string::npos ||
+              st.message().find("no CUDA device found") != std::string::npos)
       << st.message();
   Program p = overlapped_program();
   ExecOptions eo;

@@ -116,16 +116,28 @@ void check_gradients(const std::string& name, const BuildFn& build, double tol =
   }
 }
 
-AttrMap attrs(std::initializer_list<std::pair<const std::string, Attribute>> a) { return AttrMap(a); }
-Attribute I(int64_t v) { return Attribute::of_int(v); }
-Attribute F(float v) { return Attribute::of_float(v); }
-Attribute Is(std::vector<int64_t> v) { return Attribute::of_ints(std::move(v)); }
-Attribute S(std::string v) { return Attribute::of_string(std::move(v)); }
+AttrMap attrs(std::initializer_list<std::pair<const std::string, Attribute>> a) {
+  return AttrMap(a);
+}
+Attribute I(int64_t v) {
+  return Attribute::of_int(v);
+}
+Attribute F(float v) {
+  return Attribute::of_float(v);
+}
+Attribute Is(std::vector<int64_t> v) {
+  return Attribute::of_ints(std::move(v));
+}
+Attribute S(std::string v) {
+  return Attribute::of_string(std::move(v));
+}
 
 TEST(GradCheck, BinaryElementwiseWithBroadcasting) {
   for (const char* op : {"Add", "Sub", "Mul", "Div"}) {
     check_gradients(op, [op](Builder& b) { return b.op(op, {b.param({2, 3, 4}), b.param({3, 1}, 0.5, 1.5)}); });
-    check_gradients(std::string(op) + " scalar", [op](Builder& b) { return b.op(op, {b.param({1}, 0.5, 1.5), b.param({2, 3}, 0.5, 1.5)}); });
+    check_gradients(std::string(op) + " scalar", [op](Builder& b) {
+      return b.op(op, {b.param({1}, 0.5, 1.5), b.param({2, 3}, 0.5, 1.5)});
+    });
   }
   check_gradients("Pow const", [](Builder& b) {
     Tensor e(DType::kF64, {});
@@ -213,13 +225,16 @@ TEST(GradCheck, DataMovement) {
     return b.op("Mul", {o[1], o[1]});  // outputs 0 and 2 get no gradient: zeros fill in
   });
   check_gradients("Slice steps", [](Builder& b) {
-    return b.op("Slice", {b.param({4, 7})}, attrs({{"starts", Is({1, 6})}, {"ends", Is({4, 0})}, {"axes", Is({0, 1})}, {"steps", Is({2, -2})}}));
+    return b.op("Slice", {b.param({4, 7})},
+                attrs({{"starts", Is({1, 6})}, {"ends", Is({4, 0})}, {"axes", Is({0, 1})}, {"steps", Is({2, -2})}}));
   });
   check_gradients("Pad", [](Builder& b) { return b.op("Pad", {b.param({2, 3})}, attrs({{"pads", Is({1, 0, 0, 2})}})); });
   check_gradients("Gather", [](Builder& b) {
     return b.op("Gather", {b.param({5, 3}), b.ints({4, 0, 4, 2, -1, 1}, {2, 3})});  // repeated rows accumulate
   });
-  check_gradients("Gather axis 1", [](Builder& b) { return b.op("Gather", {b.param({2, 5, 3}), b.ints({3, 1}, {2})}, attrs({{"axis", I(1)}})); });
+  check_gradients("Gather axis 1", [](Builder& b) {
+    return b.op("Gather", {b.param({2, 5, 3}), b.ints({3, 1}, {2})}, attrs({{"axis", I(1)}}));
+  });
   check_gradients("Trilu", [](Builder& b) { return b.op("Trilu", {b.param({2, 4, 4})}, attrs({{"upper", I(0)}})); });
   check_gradients("CumSum", [](Builder& b) { return b.op("CumSum", {b.param({3, 4})}, attrs({{"axis", I(1)}, {"exclusive", I(1)}})); });
 }
@@ -255,7 +270,8 @@ TEST(GradCheck, Losses) {
     });
   }
   check_gradients("SCE ignore + weights + extra dims", [](Builder& b) {
-    return b.op("SoftmaxCrossEntropyLoss", {b.param({2, 5, 3}, -2, 2), b.ints({1, -100, 4, 2, 0, 3}, {2, 3}), b.constant(b.random({5}, 0.5, 1.5))},
+    return b.op("SoftmaxCrossEntropyLoss",
+                {b.param({2, 5, 3}, -2, 2), b.ints({1, -100, 4, 2, 0, 3}, {2, 3}), b.constant(b.random({5}, 0.5, 1.5))},
                 attrs({{"ignore_index", I(-100)}}));
   });
   check_gradients("NLL", [](Builder& b) {

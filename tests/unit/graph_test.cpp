@@ -53,12 +53,32 @@ TEST(Graph, CopyRebuildsEdges) {
 }
 
 TEST(OpRegistry, HasTheFoundationOps) {
-  const char* ops[] = {"Add", "Sub", "Mul", "Div", "Pow", "Sqrt", "Reciprocal", "Neg", "Exp", "Log", "Erf", "Tanh",
-                       "Sigmoid", "Relu", "Gelu", "Softmax", "LogSoftmax", "LayerNormalization", "MatMul", "Gemm",
-                       "ReduceMean", "ReduceSum", "ReduceMax", "Reshape", "Transpose", "Gather", "Concat", "Split",
-                       "Slice", "Unsqueeze", "Squeeze", "Where", "Cast", "Expand", "Shape", "ConstantOfShape", "Range",
-                       "Equal", "Less", "Greater", "Not", "Trilu", "Identity", "Constant", "Dropout",
-                       "SoftmaxCrossEntropyLoss", "Sin", "Cos", "CumSum", "Min", "Max", "Clip"};
+  const char* ops[] = {"Add",        "Sub",
+                       "Mul",        "Div",
+                       "Pow",        "Sqrt",
+                       "Reciprocal", "Neg",
+                       "Exp",        "Log",
+                       "Erf",        "Tanh",
+                       "Sigmoid",    "Relu",
+                       "Gelu",       "Softmax",
+                       "LogSoftmax", "LayerNormalization",
+                       "MatMul",     "Gemm",
+                       "ReduceMean", "ReduceSum",
+                       "ReduceMax",  "Reshape",
+                       "Transpose",  "Gather",
+                       "Concat",     "Split",
+                       "Slice",      "Unsqueeze",
+                       "Squeeze",    "Where",
+                       "Cast",       "Expand",
+                       "Shape",      "ConstantOfShape",
+                       "Range",      "Equal",
+                       "Less",       "Greater",
+                       "Not",        "Trilu",
+                       "Identity",   "Constant",
+                       "Dropout",    "SoftmaxCrossEntropyLoss",
+                       "Sin",        "Cos",
+                       "CumSum",     "Min",
+                       "Max",        "Clip"};
   for (const char* op : ops) EXPECT_NE(OpRegistry::global().find("", op), nullptr) << op;
 }
 

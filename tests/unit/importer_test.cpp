@@ -103,17 +103,18 @@ TEST(ImporterInitializers, DataThatDoesNotFitTheShapeIsAnErrorNamingIt) {
     std::vector<std::string> needles;
   };
   std::vector<Bad> bad = {
-      {"raw_data too short", raw_tensor("short_w", TensorProto::FLOAT, {3, 4}, std::string(10, '\0')),
+      {"raw_data too short",
+       raw_tensor("short_w", TensorProto::FLOAT, {3, 4}, std::string(10, '\0')),
        {"short_w", "raw_data", "10 bytes", "48"}},
       {"raw_data too long", raw_tensor("long_w", TensorProto::FLOAT, {2}, std::string(12, '\0')), {"long_w", "12 bytes"}},
       {"float_data count", f32_tensor("count_w", {2, 2}, {1, 2, 3}, false), {"count_w", "3 values", "4"}},
       {"int64_data count", i64_tensor("count_i", {3}, {1, 2}, false), {"count_i", "2 values"}},
       {"int32_data count (bool)", int32_field_tensor("count_b", TensorProto::BOOL, {2}, {1, 0, 1}), {"count_b", "3 values"}},
       {"negative dim", raw_tensor("neg_w", TensorProto::FLOAT, {2, -3}, ""), {"neg_w", "negative"}},
-      {"2^40 elements", raw_tensor("huge_w", TensorProto::FLOAT, {int64_t{1} << 20, int64_t{1} << 20}, std::string(16, '\0')),
+      {"2^40 elements",
+       raw_tensor("huge_w", TensorProto::FLOAT, {int64_t{1} << 20, int64_t{1} << 20}, std::string(16, '\0')),
        {"huge_w", "limit"}},
-      {"dims overflow int64", raw_tensor("overflow_w", TensorProto::FLOAT, {int64_t{1} << 40, int64_t{1} << 40}, ""),
-       {"overflow_w"}},
+      {"dims overflow int64", raw_tensor("overflow_w", TensorProto::FLOAT, {int64_t{1} << 40, int64_t{1} << 40}, ""), {"overflow_w"}},
       {"string dtype", raw_tensor("string_w", TensorProto::STRING, {1}, "a"), {"string_w", "data type 8"}},
       {"undefined dtype", raw_tensor("undef_w", 0, {1}, "a"), {"undef_w", "data type 0"}},
       {"unnamed", raw_tensor("", TensorProto::FLOAT, {1}, std::string(4, '\0')), {"no name"}},
@@ -165,8 +166,7 @@ TEST(ImporterInitializers, DuplicateInitializerIsAnError) {
 // --- external data ----------------------------------------------------------------------------
 
 // x[2,2] + w1[2,2] -> y ; w2 (int64[3]) is a second tensor of the same file.
-ModelBuilder external_model(const std::string& location, int64_t offset1 = 16, int64_t length1 = 16,
-                            int64_t offset2 = 32) {
+ModelBuilder external_model(const std::string& location, int64_t offset1 = 16, int64_t length1 = 16, int64_t offset2 = 32) {
   ModelBuilder b(17);
   b.input("x", TensorProto::FLOAT, {2, 2});
   TensorProto t1 = f32_tensor("w1", {2, 2}, {});
@@ -181,8 +181,7 @@ ModelBuilder external_model(const std::string& location, int64_t offset1 = 16, i
 }
 
 std::string external_bytes() {
-  return std::string(16, 'x') + as_bytes(std::vector<float>{1.f, 2.f, 3.f, 4.f}) +
-         as_bytes(std::vector<int64_t>{7, -8, int64_t{1} << 40});
+  return std::string(16, 'x') + as_bytes(std::vector<float>{1.f, 2.f, 3.f, 4.f}) + as_bytes(std::vector<int64_t>{7, -8, int64_t{1} << 40});
 }
 
 TEST(ImporterExternalData, LoadsLazilyAtOffsetsAndRuns) {
@@ -259,8 +258,7 @@ TEST(ImporterExternalData, PathsLeavingTheModelFolderAreErrors) {
     return import_onnx_file(external_model(location).write(d / "model" / "m.onnx").string());
   };
   for (const std::string& loc : {std::string("../outside.bin"), std::string("sub/../../outside.bin"), outside_abs,
-                                 std::string("link_out.bin"), std::string("up/outside.bin"),
-                                 std::string("../model_evil/weights.bin")}) {
+                                 std::string("link_out.bin"), std::string("up/outside.bin"), std::string("../model_evil/weights.bin")}) {
     SCOPED_TRACE(loc);
     auto g = import_in_model(loc);
     EXPECT_FALSE(g);
@@ -852,8 +850,8 @@ TEST(ImporterErrors, UnsupportedOpsAndDomainsAreListedTogether) {
   b.node("FusedThing", {"c"}, {"y"}, "foreign", {}, "com.example.unknown");
   b.output("y");
   auto m = load_built(b, d);
-  EXPECT_TRUE(fails_naming(m.status(), {"model.onnx", "3 unsupported", "FrobnicateOp", "first_bad", "WibbleOp", "second_bad",
-                                        "FusedThing", "foreign", "com.example.unknown"}));
+  EXPECT_TRUE(fails_naming(m.status(), {"model.onnx", "3 unsupported", "FrobnicateOp", "first_bad", "WibbleOp", "second_bad", "FusedThing",
+                                        "foreign", "com.example.unknown"}));
   EXPECT_EQ(m.status().message().find("'fine'"), std::string::npos) << m.status().message();
 }
 

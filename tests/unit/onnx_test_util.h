@@ -105,8 +105,8 @@ inline std::string graph_signature(const Graph& g) {
       label[o] = fmt::format("n{}.{}", idx, s);
       outs.push_back(fmt::format("{}{}", dtype_name(g.value(o).dtype), shape_str(g.value(o).shape)));
     }
-    sig += fmt::format("n{}: {}{}({}) {{{}}} -> {}\n", idx, n.domain.empty() ? "" : n.domain + ".", n.op_type,
-                       fmt::join(ins, ", "), fmt::join(attrs, ", "), fmt::join(outs, ", "));
+    sig += fmt::format("n{}: {}{}({}) {{{}}} -> {}\n", idx, n.domain.empty() ? "" : n.domain + ".", n.op_type, fmt::join(ins, ", "),
+                       fmt::join(attrs, ", "), fmt::join(outs, ", "));
     ++idx;
   }
   std::vector<std::string> outs;

@@ -175,7 +175,9 @@ TEST(PassesOnModels, AttentionFusesThroughTheNanGuardOfSdpa) {
   const float ninf = -std::numeric_limits<float>::infinity();
   for (int64_t j = 0; j < T; ++j) mv[static_cast<size_t>(1 * T + j)] = ninf;  // query row 1 sees no key
   mv[static_cast<size_t>(2 * T + 0)] = ninf;
-  std::map<std::string, Tensor> feeds{{"q", Tensor(DType::kF32, {B, H, T, D})}, {"k", Tensor(DType::kF32, {B, H, T, D})}, {"v", Tensor(DType::kF32, {B, H, T, D})},
+  std::map<std::string, Tensor> feeds{{"q", Tensor(DType::kF32, {B, H, T, D})},
+                                      {"k", Tensor(DType::kF32, {B, H, T, D})},
+                                      {"v", Tensor(DType::kF32, {B, H, T, D})},
                                       {"mask", Tensor::from_f32(mv, {B, 1, T, T})}};
   for (auto& [name, t] : feeds) {
     if (name == "mask") continue;

@@ -19,8 +19,12 @@ struct Instance {
 };
 
 ClusterSpec two_nodes(int64_t ranks) {
-  nlohmann::json j = {{"format", "oases-cluster"}, {"version", 1}, {"name", "test"}, {"device", "RTX3090"},
-                      {"nodes", 2},                {"gpus_per_node", ranks / 2},
+  nlohmann::json j = {{"format", "oases-cluster"},
+                      {"version", 1},
+                      {"name", "test"},
+                      {"device", "RTX3090"},
+                      {"nodes", 2},
+                      {"gpus_per_node", ranks / 2},
                       {"links",
                        {{"intra_node", {{"kind", "pcie"}, {"bandwidth_gbps", 6.2}, {"latency_us", 10}}},
                         {"inter_node", {{"kind", "ethernet"}, {"bandwidth_gbps", 1.25}, {"latency_us", 30}}}}}};
@@ -91,7 +95,8 @@ INSTANTIATE_TEST_SUITE_P(SmallModels, SearchEqualsBruteForce,
                                            Instance{"train/gpt2_bytes", 4, true}, Instance{"train/gpt2_bytes", 2, true}),
                          [](const auto& info) {
                            std::string m = info.param.model;
-                           return m.substr(m.find('/') + 1) + "_" + std::to_string(info.param.ranks) + (info.param.cluster ? "_cluster" : "_local");
+                           return m.substr(m.find('/') + 1) + "_" + std::to_string(info.param.ranks) +
+                                  (info.param.cluster ? "_cluster" : "_local");
                          });
 
 TEST(PlannerSearch, NoPlanFitsNamesTheLeastMemory) {
