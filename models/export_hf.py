@@ -167,5 +167,249 @@ def grads(work):
         print(f"{name}: loss {loss.item():.6f}, {k} gradients")
 
 
+
+# --- architectures beyond models/hf's first five (issue 16) --------------------------------------
+# Tiny random models (hidden 16, 2 layers, 4 heads, vocabulary 128, seed 0), exported by torch's
+# dynamo exporter (opset 20, IR 10, static batch 2 x 16, the exporter's own optimisation as users
+# get it) and its TorchScript exporter (opset 17, dynamic batch and sequence). Every parameter is
+# nudged off its initial value so that no two are equal (exporters store equal tensors once, and a
+# fresh model's unit norm scales and zero biases are all equal), so the graph holds PyTorch's
+# parameters one for one.
+TEXT, IMAGE, SEQ2SEQ = "text", "image", "seq2seq"
+
+
+def arch_models():
+    import torch
+    import transformers as tf
+    h = dict(hidden_size=16, num_hidden_layers=2, num_attention_heads=4, vocab_size=128, max_position_embeddings=64)
+    specs = {
+        # grouped-query attention with q/k/v biases
+        "qwen2": lambda: (tf.Qwen2ForCausalLM(tf.Qwen2Config(intermediate_size=32, num_key_value_heads=2, **h)), TEXT),
+        "mistral": lambda: (tf.MistralForCausalLM(tf.MistralConfig(intermediate_size=32, num_key_value_heads=2, sliding_window=None, **h)), TEXT),
+        # attention and MLP side by side on one residual, partial rotary, fused qkv
+        "gpt_neox": lambda: (tf.GPTNeoXForCausalLM(tf.GPTNeoXConfig(intermediate_size=32, rotary_pct=0.5, **h)), TEXT),
+        # multi-query (one key/value head), (1 + w) RMSNorm, embedding scaled by sqrt(hidden)
+        "gemma": lambda: (tf.GemmaForCausalLM(tf.GemmaConfig(intermediate_size=32, num_key_value_heads=1, head_dim=4, **h)), TEXT),
+        # ALiBi
+        "bloom": lambda: (tf.BloomForCausalLM(tf.BloomConfig(hidden_size=16, n_layer=2, n_head=4, vocab_size=128)), TEXT),
+        # rotary on interleaved pairs of the first rotary_dim channels, parallel attention + MLP
+        "gptj": lambda: (tf.GPTJForCausalLM(tf.GPTJConfig(n_embd=16, n_layer=2, n_head=4, vocab_size=128, n_positions=64, rotary_dim=4)), TEXT),
+        # multi-query, parallel attention + MLP
+        "falcon": lambda: (tf.FalconForCausalLM(tf.FalconConfig(hidden_size=16, num_hidden_layers=2, num_attention_heads=4, vocab_size=128,
+                                                                 multi_query=True, parallel_attn=True, new_decoder_architecture=False,
+                                                                 alibi=False, bias=False)), TEXT),
+        "distilbert": lambda: (tf.DistilBertForMaskedLM(tf.DistilBertConfig(dim=16, hidden_dim=32, n_layers=2, n_heads=4, vocab_size=128,
+                                                                            max_position_embeddings=64)), TEXT),
+        "roberta": lambda: (tf.RobertaForMaskedLM(tf.RobertaConfig(intermediate_size=32, hidden_size=16, num_hidden_layers=2,
+                                                                   num_attention_heads=4, vocab_size=128, max_position_embeddings=66)), TEXT),
+        # patch embedding: Conv with stride = kernel
+        "vit": lambda: (tf.ViTForImageClassification(tf.ViTConfig(hidden_size=16, num_hidden_layers=2, num_attention_heads=4, intermediate_size=32,
+                                                                  image_size=16, patch_size=4, num_channels=3, num_labels=10)), IMAGE),
+        # encoder-decoder with a relative position bias table
+        "t5": lambda: (tf.T5ForConditionalGeneration(tf.T5Config(d_model=16, d_ff=32, num_layers=2, num_decoder_layers=2, num_heads=4, d_kv=4,
+                                                                 vocab_size=128, relative_attention_num_buckets=8)), SEQ2SEQ),
+    }
+    only = os.environ.get("OASES_ARCH")
+    out = {}
+    for name, make in specs.items():
+        if only and name not in only.split(","):
+            continue
+        torch.manual_seed(0)
+        model, kind = make()
+        g = torch.Generator().manual_seed(1)
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(0.02 * torch.randn(p.shape, generator=g))
+        if hasattr(model.config, "use_cache"):
+            model.config.use_cache = False
+        model.eval()
+        out[name] = (model, kind)
+    return out
+
+
+def arch_feeds(name, kind):
+    """The inputs of test_data_set_0 (numpy), by name, in the graph's input order."""
+    import numpy as np
+    rng = np.random.default_rng(sum(map(ord, name)))
+    if kind == IMAGE:
+        return {"pixel_values": rng.standard_normal((2, 3, 16, 16)).astype(np.float32)}
+    ids = rng.integers(2, 128, (2, 16)).astype(np.int64)  # not RoBERTa's padding id 1
+    mask = np.ones((2, 16), np.int64)
+    if kind == SEQ2SEQ:
+        dec = rng.integers(2, 128, (2, 16)).astype(np.int64)
+        return {"input_ids": ids, "attention_mask": mask, "decoder_input_ids": dec}
+    return {"input_ids": ids, "attention_mask": mask}
+
+
+def _wrapped(model, kind):
+    import torch
+
+    class Logits(torch.nn.Module):
+        def __init__(self, m):
+            super().__init__()
+            self.m = m
+
+        def forward(self, *args):
+            if kind == IMAGE:
+                return self.m(pixel_values=args[0]).logits
+            if kind == SEQ2SEQ:
+                return self.m(input_ids=args[0], attention_mask=args[1], decoder_input_ids=args[2]).logits
+            return self.m(input_ids=args[0], attention_mask=args[1]).logits
+
+    return Logits(model)
+
+
+def arch_export(work):
+    """dynamo_NAME and torchscript_NAME for every architecture torch can export; what fails is
+    written to DIR/NAME.export_failed (one line) instead."""
+    import traceback
+    import torch
+    for name, (model, kind) in arch_models().items():
+        feeds = arch_feeds(name, kind)
+        args = tuple(torch.from_numpy(v) for v in feeds.values())
+        names = list(feeds)
+        for exporter in ("dynamo", "torchscript"):
+            d = os.path.join(work, f"{exporter}_{name}")
+            os.makedirs(d, exist_ok=True)
+            path = os.path.join(d, "model.onnx")
+            try:
+                if exporter == "dynamo":
+                    prog = torch.onnx.export(_wrapped(model, kind), args, dynamo=True, opset_version=20, input_names=names,
+                                             output_names=["logits"], external_data=False)
+                    prog.save(path)
+                    # the stack traces and module paths the dynamo exporter attaches to every node
+                    # (metadata_props) are two thirds of the file; the graph is untouched
+                    import onnx
+                    m = onnx.load(path)
+                    for node in m.graph.node:
+                        del node.metadata_props[:]
+                    onnx.save(m, path)
+                else:
+                    axes = {n: {0: "batch"} if kind == IMAGE else {0: "batch", 1: "seq"} for n in names}
+                    axes["logits"] = {0: "batch"} if kind == IMAGE else {0: "batch", 1: "seq"}
+                    torch.onnx.export(_wrapped(model, kind), args, path, dynamo=False, opset_version=17, input_names=names,
+                                      output_names=["logits"], dynamic_axes=axes)
+                print(f"{exporter}_{name}: exported")
+            except Exception as e:  # noqa: BLE001 - the failure is the finding
+                msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+                traceback.print_exc(limit=1)
+                print(f"{exporter}_{name}: export failed: {msg}")
+                import shutil
+                shutil.rmtree(d, ignore_errors=True)
+
+
+def arch_reference(work):
+    """ONNX Runtime's logits at the fixed inputs, and PyTorch's: the two must agree (1e-4), else
+    the model is reported and removed (an export that does not compute the model)."""
+    import numpy as np
+    import onnxruntime as ort
+    import torch
+    from onnx import numpy_helper
+    models = arch_models()
+    for d in sorted(os.listdir(work)):
+        exporter, _, name = d.partition("_")
+        path = os.path.join(work, d, "model.onnx")
+        if exporter not in ("dynamo", "torchscript") or name not in models or not os.path.exists(path):
+            continue
+        model, kind = models[name]
+        feeds = arch_feeds(name, kind)
+        s = ort.InferenceSession(path)
+        want = [i.name for i in s.get_inputs()]
+        run_feeds = {k: feeds[k] for k in want}
+        out = s.run(None, run_feeds)[0]
+        with torch.no_grad():
+            ref = _wrapped(model, kind)(*[torch.from_numpy(v) for v in feeds.values()]).numpy()
+        err = float(np.abs(out - ref).max() / max(np.abs(ref).max(), 1e-6))
+        print(f"{d}: ONNX Runtime vs PyTorch logits: {err:.1e} relative")
+        sd = os.path.join(work, d, "test_data_set_0")
+        os.makedirs(sd, exist_ok=True)
+        for k, n in enumerate(want):
+            open(os.path.join(sd, f"input_{k}.pb"), "wb").write(numpy_helper.from_array(run_feeds[n], n).SerializeToString())
+        open(os.path.join(sd, "output_0.pb"), "wb").write(numpy_helper.from_array(out, "logits").SerializeToString())
+
+
+def _arch_loss(model, kind, feeds):
+    """The loss oases-train --inputs computes for the graph: the mean next-token cross-entropy of the
+    logits against the token input shifted left (decoder_input_ids for T5), the last position ignored."""
+    import torch
+    logits = _wrapped(model, kind)(*[torch.from_numpy(v) for v in feeds.values()])
+    if kind == IMAGE:
+        return None
+    ids = torch.from_numpy(feeds["decoder_input_ids" if kind == SEQ2SEQ else "input_ids"])
+    return torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1))
+
+
+def arch_grads(work):
+    """PyTorch's gradients mapped onto each graph's initializers (grads/, one TensorProto per
+    initializer that stands for a parameter) and params.json: PyTorch's trainable parameter names,
+    and for each, the initializer holding it and how ("same": by name or equal value,
+    "transposed": an equal transpose, "rows": the exporter kept the first rows (a position table
+    sliced to the sequence), "plus_one": it stored 1 + w (Gemma's norm scales)), or null when the exporter folded it away."""
+    import json
+    import numpy as np
+    import onnx
+    from onnx import numpy_helper
+    models = arch_models()
+    for d in sorted(os.listdir(work)):
+        exporter, _, name = d.partition("_")
+        path = os.path.join(work, d, "model.onnx")
+        if exporter not in ("dynamo", "torchscript") or name not in models or not os.path.exists(path):
+            continue
+        model, kind = models[name]
+        for mod in model.modules():  # padding_idx is not in the graph (a plain Gather)
+            if hasattr(mod, "padding_idx") and hasattr(mod, "weight") and mod.__class__.__name__ == "Embedding":
+                mod.padding_idx = None
+        model.zero_grad()
+        loss = _arch_loss(model, kind, arch_feeds(name, kind))
+        if loss is None:
+            continue
+        loss.backward()
+        params = dict(model.named_parameters())
+        graph = onnx.load(path).graph
+        inits = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
+        floats = {k: v for k, v in inits.items() if v.dtype == np.float32}
+        mapping, grads = {}, {}
+        for pname, p in params.items():
+            w = p.detach().numpy()
+            how = None
+            if pname in floats and floats[pname].shape == w.shape:
+                how = (pname, "same")
+            else:
+                for iname, v in floats.items():
+                    if v.shape == w.shape and np.array_equal(v, w):
+                        how = (iname, "same")
+                    elif w.ndim == 2 and v.shape == w.shape[::-1] and np.array_equal(v, w.T):
+                        how = (iname, "transposed")
+                    if how:
+                        break
+                for iname, v in floats.items() if how is None else ():
+                    if v.shape == w.shape and np.allclose(v, w + 1, rtol=0, atol=1e-6) and "norm" in pname:
+                        how = (iname, "plus_one")  # Gemma's RMSNorm scales by (1 + w): the exporters fold the sum
+                        break
+                    if v.size < w.size and w.ndim == 2 and v.shape[-1] == w.shape[-1]:
+                        rows = v.size // w.shape[-1]
+                        if np.array_equal(v.reshape(rows, -1), w[:rows]):
+                            how = (iname, "rows")
+                            break
+            mapping[pname] = None if how is None else {"initializer": how[0], "as": how[1]}
+            if how is None:
+                continue
+            g = p.grad.numpy() if p.grad is not None else np.zeros_like(w)
+            iname, kindmap = how
+            v = floats[iname]
+            g = g.T if kindmap == "transposed" else g[: v.size // w.shape[-1]].reshape(v.shape) if kindmap == "rows" else g
+            grads[iname] = grads.get(iname, 0) + g  # tied parameters stored once: one gradient
+        out = os.path.join(work, d, "grads")
+        os.makedirs(out, exist_ok=True)
+        for k, (iname, g) in enumerate(sorted(grads.items())):
+            open(os.path.join(out, f"grad_{k}.pb"), "wb").write(
+                numpy_helper.from_array(np.asarray(g, np.float32), iname).SerializeToString())
+        json.dump({"loss": loss.item(), "parameters": mapping}, open(os.path.join(work, d, "params.json"), "w"), indent=1)
+        lost = [p for p, m in mapping.items() if m is None]
+        print(f"{d}: loss {loss.item():.6f}, {len(params)} parameters, {len(grads)} initializers with gradients"
+              + (f", folded away by the exporter: {lost}" if lost else ""))
+
+
 if __name__ == "__main__":
-    {"optimum": optimum, "torchscript": torchscript, "reference": reference, "grads": grads}[sys.argv[1]](sys.argv[2])
+    {"optimum": optimum, "torchscript": torchscript, "reference": reference, "grads": grads, "arch-export": arch_export,
+     "arch-reference": arch_reference, "arch-grads": arch_grads}[sys.argv[1]](sys.argv[2])

@@ -9,7 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")"
 PY=.venv-torch/bin/python
 pip() { "$PY" -m pip --disable-pip-version-check -q "$@"; }
-rm -rf hf/optimum_* hf/torchscript_*
+rm -rf hf/optimum_* hf/torchscript_* hf/dynamo_*
 mkdir -p hf
 pip install "optimum[onnx]==2.1.0" "transformers==4.57.6"
 "$PY" export_hf.py optimum hf
@@ -18,4 +18,11 @@ pip install "optimum[onnx]==2.1.0" "transformers==4.57.6"
 pip install "transformers==5.23.0"
 "$PY" export_hf.py torchscript hf
 ../.venv/bin/python export_hf.py reference hf
+# Qwen2, Mistral, GPT-NeoX, Gemma, Bloom, GPT-J, Falcon, DistilBERT, RoBERTa, ViT, T5 by both of
+# torch's exporters (the same transformers), with ONNX Runtime's logits (checked against PyTorch's)
+# and PyTorch's gradients mapped onto each graph's initializers (export_hf.py arch-*)
+pip install onnxruntime
+"$PY" export_hf.py arch-export hf
+"$PY" export_hf.py arch-reference hf
+"$PY" export_hf.py arch-grads hf
 ls -la hf/*/model.onnx

@@ -1,0 +1,1 @@
+B&m.transformer.h.0.input_layernorm.biasJ@¢ê7Â3¸o|Ó7øÜ7L8¼N8É8©X·6¸Y+ì7‡&Œ8<š!7ıA08-ª7z8˜·°ªÍ¶

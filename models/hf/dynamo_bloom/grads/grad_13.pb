@@ -1,0 +1,1 @@
+B/m.transformer.h.1.post_attention_layernorm.biasJ@=ìø· "ˆ7d¸@=µ.¦8Ğ)¥¶îDH¸cœ8®—Ã¸%$75‰¸Ÿ÷:·„á8ÀêA5ß™¿8"V&¸

@@ -1,0 +1,1 @@
+B(m.transformer.h.0.input_layernorm.weightJ@*‰†6ŒvŒ6ñ—8Ôr¸÷;¸FŽ77ž²o¸s·	I]6„¢¦6áIB8 oU·Ú"8O…Ÿ6†;7Xê5

@@ -1,0 +1,1 @@
+B.m.transformer.word_embeddings_layernorm.weightJ@Ìäœ;Õã^;—;	œ]»ûg»¯÷m»ž»‰N9L„Í;>	‘;Ðý;kp;ºMÖ»§yb; ? »c&º

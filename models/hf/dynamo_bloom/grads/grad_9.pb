@@ -1,0 +1,1 @@
+B&m.transformer.h.1.input_layernorm.biasJ@¬ù)¸œ§ ¸¸¼ù7mÉ"¸G£8>?w¸YÎ7Ës¼7cíª8$=·škg7PÐ<6.Ôm·Üß¸8/Ã7Á;¯7

@@ -1,0 +1,1 @@
+B5m.distilbert.transformer.layer.1.attention.v_lin.biasJ@f…oºÆøü:Ãå:.Îßº2¶ 9$]»ºssºÁÉˆº ëCºğåÉ¹¦Äà7ª‡;CØ9ÉSH:’ó¹Ğ÷@:

@@ -1,0 +1,1 @@
+B.m.distilbert.transformer.layer.1.ffn.lin2.biasJ@xXu;¦;¤</„»Ü?*ºR˜`¼t¼˜i;_U¯:N@0¼€£9•‘»;˜Iy»÷p¸;jç»~6\:¾P9:

@@ -1,0 +1,1 @@
+B(m.distilbert.embeddings.LayerNorm.weightJ@Wý¬»Š²×;4ó‹:E&¯;>e’»?I;†’;˜÷©»‹Ñ&»¢Pc¼öºôa<À)9|"ºÀÀ·œ‹:»

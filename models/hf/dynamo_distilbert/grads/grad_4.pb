@@ -1,0 +1,1 @@
+B7m.distilbert.transformer.layer.0.attention.out_lin.biasJ@úgo;Ì6°<ë(»|Žºø¶Z¼Ãí¼9ôK;Ä«{:ð?2¼Àýb7¢â»;ïŽa»ç¸;ÔŠ-»œâ-:dÊD:

@@ -1,0 +1,1 @@
+B5m.distilbert.transformer.layer.0.attention.q_lin.biasJ@ñ»6Î)·êv¦6“§6¤Q6v=×µ2j‘5öývµÓ4·ŒÐf¶Í~«4Ü´µZDV5ö~„6,%ª57¤.5

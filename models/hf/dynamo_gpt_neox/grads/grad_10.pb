@@ -1,0 +1,1 @@
+B3m.gpt_neox.layers.0.post_attention_layernorm.weightJ@¡Dºù„¹Şd:ı%ºÕÔ:à%„¹µ‹M9Ë–¿º÷û9ğ9ØVº.€:	“¹U»9lzº/;

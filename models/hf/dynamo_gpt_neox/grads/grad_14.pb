@@ -1,0 +1,1 @@
+B*m.gpt_neox.layers.1.input_layernorm.weightJ@•:M0ƒ¹¼e:l€¹Ğ¹8t‚º¨±,º 6À:ªØ¹Ëk:#v¹c;hv¥¹€	9Á™™9[<»

@@ -1,0 +1,1 @@
+B1m.gpt_neox.layers.1.post_attention_layernorm.biasJ@Ij¼ºjvº¬°±9I¾ü9\SÍ9 â:Ý™·º—Þ$ºÂwº¥…ºù<–º@V6Ðb<º„³ZºÎ½ñ9g„º

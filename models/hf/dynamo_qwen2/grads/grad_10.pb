@@ -1,0 +1,1 @@
+B&m.model.layers.1.self_attn.v_proj.biasJ ‡R¼·ß³¼”{»tÞ¤<Á(½;æ^¼]z=p\=

@@ -1,0 +1,1 @@
+B&m.model.layers.0.self_attn.k_proj.biasJ ðb†¸`š1µpY8@,¶}8€eY¶×ë¼9ø.6

@@ -1,0 +1,1 @@
+B'm.model.layers.1.input_layernorm.weightJ@Ú¹]„À¹8Ñ8'¾8;²9¯º€09“Ø ¹:¾9ö”f9äÓ¹OFJºI­Fºö``ºmBH:*‰¼º

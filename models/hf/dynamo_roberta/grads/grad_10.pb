@@ -1,0 +1,1 @@
+B;m.roberta.encoder.layer.0.attention.output.LayerNorm.weightJ@Ø7…;ýª»i;Ã™Ã;"`êºû¥»%×Ü¹ÒrÚ»(à;T³:{ŒÉº¢;º³í;"oR;røˆ¼ô%;

@@ -1,0 +1,1 @@
+B3m.roberta.encoder.layer.0.attention.self.query.biasJ@ª :µ @˜´Û„5Væ€´§³Lµ„H…5ìoÚ3ãM¶´‚äÙ5¢Âƒ3«*åµ¦b¶Œ(k¶C†ã4\y6¨4

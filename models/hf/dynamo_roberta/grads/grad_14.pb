@@ -1,0 +1,1 @@
+B3m.roberta.encoder.layer.0.attention.self.value.biasJ@Ше$8N…Й9сЪ=є¬Ш9.i:VzєЄн0єЂ^X№bж…9;ЇT:rря№RJ:jёP«»:`№wђ8

@@ -1,0 +1,1 @@
+ B1m.roberta.encoder.layer.0.intermediate.dense.biasJ€dH“·¡§À¹}á¹"Ÿ*9½/:Š×²¹i!Ë9+•0¹õÇ#¹ôa9æ!Š9µ <º­U9Ä¸x×¯¹'ò:ÎÃ«9sõ¸VÍÀ·ª–ê¹04f6sŸ;9eŸ9²á9B+)¸dOÖ8Ì[Ü·vç·|L=7X-™9ÈÞÇ9m´¸

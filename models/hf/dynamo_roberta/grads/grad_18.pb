@@ -1,0 +1,1 @@
+B+m.roberta.encoder.layer.0.output.dense.biasJ@µ†<Â<=;PR!¼•‡‡»þæi;°Çè;°ŠŒ;x»¼{º‚ëº•Ž»æ96p”;eá;3bY¼:´º

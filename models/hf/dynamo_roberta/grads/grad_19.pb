@@ -1,0 +1,1 @@
+B9m.roberta.encoder.layer.1.attention.output.LayerNorm.biasJ@^I<ƒÑN;&¾&¼-L‹»Qðb;¯¼â;ïŽ;v|‹»+PºRöíºhVˆ»ÈvÑ97;®)Þ;AeZ¼¤© º

@@ -1,0 +1,1 @@
+B3m.roberta.encoder.layer.1.attention.self.query.biasJ@õ…™5<À4BDBµâˆ5HÃ­5Š¶´0¶A\r5Nm6S#6^u400‹5–íƒ³^N‘4R§4ÜQz4

@@ -1,0 +1,1 @@
+B3m.roberta.encoder.layer.1.attention.self.value.biasJ@¥:óËå9:g8øjo:Ä!Á¹Ä¹ªBE:ÚQ…8Pãsº¢â9dÓ‹9µaº‘yÆ8>vq¸6¹Ò8Œþ™9

@@ -1,0 +1,1 @@
+B1m.roberta.encoder.layer.1.output.LayerNorm.weightJ@İ¿™;„G4»«Ãk;³7›;îŸ°ºÎ4Ç»µü8ÍEÌ»à<Œ;²»^|‹»§£è;>~u;”f¼$Ê;

@@ -1,0 +1,1 @@
+B+m.roberta.encoder.layer.1.output.dense.biasJ@(K<JaT;üJ%¼jã»e;‰ä;L¥;k³Š»QºËéº-‹»ŸR::‘;¿á;$)Z¼Àº

@@ -1,0 +1,1 @@
+B#m.roberta.embeddings.LayerNorm.biasJ@x<É>;·¡¼B÷x»¢e^;öää;ŽE;eQ‡»n0ºç¶åºÐ²»$: 	;j(Ù;éKS¼Ì“>º

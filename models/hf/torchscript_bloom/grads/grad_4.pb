@@ -1,0 +1,1 @@
+B/m.transformer.h.0.post_attention_layernorm.biasJ@=F¸ä	F¸‘¦·6Šs¸lò·³Ô¹8,œ˜·½¹9×¸ø§J7ı¾È6í8´³u8˜-‡8à¿µX¸

@@ -1,0 +1,1 @@
+B&m.distilbert.embeddings.LayerNorm.biasJ@)›s;°0°<ˆJ(»„ùÚ¹¶¹W¼Ä¼ÈôT;12‹:»;2¼È°8,©º;˜T[»Gä¸;k$.»r2:K:

@@ -1,0 +1,1 @@
+B3m.distilbert.transformer.layer.0.sa_layer_norm.biasJ@$C{;R}¯<1±#»Æ’ºêýY¼.ð¼lT[;…]‘:4}1¼ôÊI9 ?½;Üf»þ›²;d`1»,8:¨­.:

@@ -1,0 +1,1 @@
+B9m.distilbert.transformer.layer.1.output_layer_norm.weightJ@&¬Î»¹oŞ;=Ç†:ø·Ÿ;'»Rœ:Ô¢;,¡»D‘Œº”Èl¼»0º”‰U<V²‹:`6: Z¹84ÿ»

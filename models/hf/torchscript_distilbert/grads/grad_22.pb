@@ -1,0 +1,1 @@
+B3m.distilbert.transformer.layer.1.sa_layer_norm.biasJ@ûÎy;Q¸¤<nº»Øa%º	‹_¼°¼Îk;—Œ›:ÓŸ2¼ìg”9Y¹;6y»æº¸;»ĞH:ìÔ&:

@@ -1,0 +1,1 @@
+B(m.transformer.h.0.input_layernorm.weightJ@0ÂR»ºì;§`A;ş¯ºˆ]´¹›i“:¼Öj:œ;vºtk%;~†I:à÷$¹Py»ˆ¸÷:#"»€‹Ç¸

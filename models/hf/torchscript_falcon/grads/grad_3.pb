@@ -1,0 +1,1 @@
+B(m.transformer.h.1.input_layernorm.weightJ@³Éºº`/x;ûE§:Ä¥ü9Æ¦(:”ì¼;²–ê9jA•¹«%;.žº<ê=;˜¾ð9Î%)»Sï: o¹­Å;

@@ -1,0 +1,1 @@
+B*m.gpt_neox.layers.1.mlp.dense_4h_to_h.biasJ@€<¡½ˆ÷½	œc½õ:Œ½Y6c>Á²Æ<S‰ ½Îø½Ú[<ŠV7=®çÌ½pß;J>x3Í=G‚½LS-=

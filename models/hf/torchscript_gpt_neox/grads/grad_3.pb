@@ -1,0 +1,1 @@
+B(m.gpt_neox.layers.0.attention.dense.biasJ@îÒ½KUù½ ç¼D˜D½—•>"—=Œ:¾*¸Þ½°š½Ã?K=.é½¼?“¼ãÅA>Hw=Å=½‰˜®=

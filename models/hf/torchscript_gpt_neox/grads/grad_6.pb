@@ -1,0 +1,1 @@
+B*m.gpt_neox.layers.0.input_layernorm.weightJ@ñ0ºTWË8Œ´­¸¤×p:šY:°ü:z6ºà-Z¹‘Ê.:{QŞ¹âX9š½Û9Bš8:|G	º¿¼9¹[*º

@@ -1,0 +1,1 @@
+B1m.gpt_neox.layers.0.post_attention_layernorm.biasJ@ ¾5;8m¹Äí¸÷ºı	»N=:Ü\cºh±º»ß:U)<ºpÀ(:ê?M:H—¹‘{º  6:©H?º

@@ -1,0 +1,1 @@
+B'm.model.layers.0.input_layernorm.weightJ@`†ˆ:°Iý¹+6:­;”º¼‰q;N×‹º/r»:=ßK¹}ƒï:˜Q¡:JÍü9P¹À9÷ºº(†f·¸—õ8ê¸p9

@@ -1,0 +1,1 @@
+B'm.model.layers.1.input_layernorm.weightJ@º":Ï¸$¡É8õ{ºƒ¬:4í:TEÈºè/»X w: sp9ŠĞõ¹Q@9nÔ:óUà:b©ŸºpxÍ9

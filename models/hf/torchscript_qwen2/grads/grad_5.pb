@@ -1,0 +1,1 @@
+B&m.model.layers.0.self_attn.v_proj.biasJ ÖÆ§»•¼L=fô½åa;%û¼Æe½Ù½‘<

@@ -1,0 +1,1 @@
+B0m.model.layers.1.post_attention_layernorm.weightJ@ı≠Hπñ.ó8BΩÉπdÿ±πk9.jP8Öx9ÔÄ¥9Œﬂºπ∑é@9ö›Û∏è	”∏bû«∏@ä‚∂T™πÛ®Iπ

@@ -1,0 +1,1 @@
+B1m.roberta.encoder.layer.0.output.LayerNorm.weightJ@bµŒ;ù'»ÿw;ØôÄ;—«ãº`’§»İeÁ¹ìbĞ»üGá;›-±:tCÏº<ß¹L¬ğ;í­B;(ßˆ¼¢g(;

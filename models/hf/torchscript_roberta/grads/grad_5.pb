@@ -1,0 +1,1 @@
+B%m.roberta.embeddings.LayerNorm.weightJ@¼áz;!Ê»–~Q;°½;ëMçºÃÑ »Ş"Q¹¯Ú»®mÜ;jì¯:K°ºJ8QºÊ-ì;ÜäN;“Æ}¼#÷#;

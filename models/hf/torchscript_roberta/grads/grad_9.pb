@@ -1,0 +1,1 @@
+B9m.roberta.encoder.layer.0.attention.output.LayerNorm.biasJ@ŒÒ<ŠB;¸j"¼Ôõ„»Hl;4æç;Ý¡Œ;ü‘»&Ñº+«îºÓã»l	:£~’;ãß;^ÚX¼”Tº

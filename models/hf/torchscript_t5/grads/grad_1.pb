@@ -1,0 +1,1 @@
+B+m.decoder.block.0.layer.0.layer_norm.weightJ@X»;]³="ª<0½0¿9,Q»x©U½v±1=‘Ä‘½Í¼©‡¸»Ö½µìš<7Š½†nÏ»—}=

@@ -1,0 +1,1 @@
+B+m.encoder.block.1.layer.0.layer_norm.weightJ@;F=l–ü<NΩÙpÒ∫∂Ê\º›¬$=∫¶ûª®>±∫|$+ºK}%=°á<…lzº∆ù7ºõ˚P=g5<Fª∆Ω

@@ -1,0 +1,1 @@
+B!m.encoder.final_layer_norm.weightJ@Á<à›4= =MºŽ×H<º†¤½ü}&:F¼T.¼è@ž:Ð0=šdˆ=ÙÈ<5¼øvÀ½˜ó¢½é:=

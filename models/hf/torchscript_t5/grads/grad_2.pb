@@ -1,0 +1,1 @@
+B+m.decoder.block.0.layer.1.layer_norm.weightJ@_R:<§Åæ»pøí¹8î“<»;ã»òö	º`C<då¼aæ”¼L~é;æƒ¼•“¼3ÁAº¸¢Nº|x;¦y<

@@ -1,0 +1,1 @@
+B+m.decoder.block.1.layer.0.layer_norm.weightJ@zT<×“a<ôéc»î<Îk’»˜}ì;xt <b5§<¨1Œ¼^AÁ»a©:¼bú»ŠèX;hõ‘º…ä¹<ßØL=

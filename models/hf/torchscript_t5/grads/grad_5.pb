@@ -1,0 +1,1 @@
+B+m.decoder.block.1.layer.1.layer_norm.weightJ@€ğ#ºS°$»”8F»¿„;|ô«9±;Ü£·:8KÀ9ªÆ;Lå©»‡;d‘;Öı;ñ[;Ç$îºî^»

@@ -1,0 +1,1 @@
+B+m.encoder.block.0.layer.0.layer_norm.weightJ@¦¬¨;€Mº:@4“<c‚ÿ¼’Á <áï2;ª=?=¾ƒ¼"4~¼ÄjÖ<gm¨<ƒß:6ðÐ<ŸrL¼ô€:Þeþ<
