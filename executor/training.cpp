@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "graph/autodiff.h"
+#include "graph/parameters.h"
 #include "graph/passes/pass.h"
 
 namespace oases {
@@ -34,6 +35,8 @@ std::string lower(std::string s) {
 
 Expected<TrainingGraph> build_training_graph(Graph g, const TrainingSpec& spec) {
   TrainingGraph tg;
+  tg.roles = classify_initializers(g);
+  OASES_RETURN_IF_ERROR(apply_parameter_overrides(g, tg.roles, spec.train, spec.freeze));
   if (spec.loss != "auto" && spec.loss != "cross_entropy") return error("unknown loss '{}' (auto or cross_entropy)", spec.loss);
   ValueId loss = kNoId, logits = kNoId;
   for (ValueId o : g.outputs()) {
@@ -82,23 +85,16 @@ Expected<TrainingGraph> build_training_graph(Graph g, const TrainingSpec& spec) 
     loss = g.outputs().at(0);
   }
 
-  std::optional<std::regex> freeze;
-  if (!spec.freeze.empty()) {
-    try {
-      freeze.emplace(spec.freeze, std::regex::ECMAScript);
-    } catch (const std::regex_error& e) {
-      return error("--freeze '{}' is not a valid regular expression: {}", spec.freeze, e.what());
-    }
-  }
+  // parameters vs buffers (graph/parameters.h), decided on the forward graph the exporter wrote;
+  // the ValueIds of initializers survive the loss and before_autodiff rewrites
   std::vector<ValueId> candidates;
-  for (ValueId v : g.initializers()) {
-    const Value& val = g.value(v);
-    if (!is_floating(val.dtype)) continue;
-    if (val.dtype != DType::kF32 || (freeze && std::regex_search(val.name, *freeze))) {
+  for (const InitializerRole& r : tg.roles) {
+    const Value& val = g.value(r.value);
+    if (!r.trainable || val.dtype != DType::kF32) {
       tg.frozen.push_back(val.name);
       continue;
     }
-    candidates.push_back(v);
+    candidates.push_back(r.value);
   }
   if (candidates.empty()) {
     return error("there is no float32 initializer to train{}", tg.frozen.empty() ? "" : fmt::format(" ({} are frozen)", tg.frozen.size()));
@@ -109,6 +105,12 @@ Expected<TrainingGraph> build_training_graph(Graph g, const TrainingSpec& spec) 
     auto it = bw.grads.find(p);
     if (it == bw.grads.end()) {
       tg.frozen.push_back(g.value(p).name);  // does not influence the loss
+      for (InitializerRole& r : tg.roles) {
+        if (r.value == p) {
+          r.trainable = false;
+          r.reason = "does not influence the loss";
+        }
+      }
       continue;
     }
     tg.params.push_back(p);
@@ -141,6 +143,10 @@ Expected<std::vector<InputRole>> input_roles(const Graph& g, ValueId appended_ta
     }
     if (v == appended_targets || n.find("label") != std::string::npos || n.find("target") != std::string::npos) {
       r.kind = InputRole::kTargets;
+    } else if (n.find("decoder_input") != std::string::npos) {
+      // an encoder-decoder model (T5, BART): the decoder reads the sequence it predicts, so its
+      // targets are its own inputs shifted left (decoder_input_ids[t] = targets[t - 1])
+      r.kind = InputRole::kDecoderTokens;
     } else if (n.find("mask") != std::string::npos) {
       r.kind = InputRole::kOnes;
     } else if (n.find("position") != std::string::npos) {
@@ -169,7 +175,10 @@ std::map<std::string, Tensor> feeds_for_batch(const Graph& g, const std::vector<
     for (int64_t i = 0; i < n; ++i) {
       double x = 0;
       switch (r.kind) {
-        case InputRole::kTokens: x = static_cast<double>(b.inputs[static_cast<size_t>(i % static_cast<int64_t>(b.inputs.size()))]); break;
+        case InputRole::kTokens:
+        case InputRole::kDecoderTokens:
+          x = static_cast<double>(b.inputs[static_cast<size_t>(i % static_cast<int64_t>(b.inputs.size()))]);
+          break;
         case InputRole::kTargets:
           x = static_cast<double>(b.targets[static_cast<size_t>(i % static_cast<int64_t>(b.targets.size()))]);
           break;

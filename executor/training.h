@@ -13,13 +13,15 @@
 #include "executor/executor.h"
 #include "executor/optimizer.h"
 #include "graph/graph.h"
+#include "graph/parameters.h"
 
 namespace oases {
 
 struct TrainingSpec {
   std::string loss = "auto";    // auto: the model's scalar output if it has one, else cross_entropy
   int64_t ignore_index = -100;  // for the appended cross-entropy
-  std::string freeze;           // ECMAScript regex of initializer names to hold fixed
+  std::string freeze;           // ECMAScript regex of initializer names to hold fixed (wins over train)
+  std::string train;            // ECMAScript regex of initializer names to train though they look like buffers
   // Runs on the forward + loss graph (outputs: [loss]) before the backward pass is made; the
   // tools use it to split the batch into micro-batch chunks (planner/chunking.h). Must keep the
   // ValueIds of initializers and inputs, and leave the loss as output 0.
@@ -35,6 +37,8 @@ struct TrainingGraph {
   bool appended_loss = false;
   int64_t vocab = 0;                // logits width (appended loss) or the token embedding's rows
   std::vector<std::string> frozen;  // float initializers held fixed
+  // every float initializer: trained or not, and why (graph/parameters.h; describe_parameter_split)
+  std::vector<InitializerRole> roles;
 };
 
 // Adds the loss (when the model has no scalar output) and the backward pass.
@@ -42,7 +46,9 @@ Expected<TrainingGraph> build_training_graph(Graph g, const TrainingSpec& spec);
 
 // How each graph input is fed from a token batch.
 struct InputRole {
-  enum Kind { kTokens, kTargets, kOnes, kPositions, kZeros };
+  // kDecoderTokens: an encoder-decoder model's decoder input, fed the batch's tokens as the
+  // encoder is; the appended loss predicts its next token (as for kTokens in a decoder-only model)
+  enum Kind { kTokens, kTargets, kOnes, kPositions, kZeros, kDecoderTokens };
   ValueId value = kNoId;
   std::string name;
   Kind kind = kTokens;

@@ -250,13 +250,21 @@ ModelStructure find_transformer_structure(const Graph& g) {
       }
       return kNoId;
     };
+    // the residual stream a projection reads: its input, or the input of the norm that made it
+    // (GPT-NeoX and Falcon give the side-by-side attention and MLP a norm each on one residual)
+    auto stream_input = [&](ValueId v) {
+      if (v == kNoId || g.value(v).producer == kNoId) return v;
+      const Node& p = g.node(g.value(v).producer);
+      bool norm = p.op_type == "LayerNormalization" || p.op_type == "RMSNormalization";
+      return norm && p.has_input(0) ? p.inputs[0] : v;
+    };
     for (size_t b = 0; b < ms.blocks.size() && b < attns.size(); ++b) {
       if (!ms.blocks[b].has_attn || ms.blocks[b].has_mlp) continue;
       bool shared = false;
       for (const LinearInfo& q : ms.blocks[b].attn.qkv) {
         for (const LinearInfo& u : mi.up) {
-          ValueId a = activation_input(q);
-          shared |= a != kNoId && a == activation_input(u);
+          ValueId a = activation_input(q), m = activation_input(u);
+          shared |= a != kNoId && (a == m || stream_input(a) == stream_input(m));
         }
       }
       if (shared) {

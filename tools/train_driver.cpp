@@ -56,6 +56,7 @@ void add_train_options(CLI::App& app, TrainArgs& a) {
   app.add_option("--loss", a.loss, "auto | cross_entropy")->check(CLI::IsMember({"auto", "cross_entropy"}));
   app.add_option("--ignore-index", a.ignore_index, "Target id the appended cross-entropy ignores");
   app.add_option("--freeze", a.freeze, "Hold initializers whose names match this regex fixed");
+  app.add_option("--train", a.train, "Train initializers whose names match this regex though they look like buffers (--freeze wins)");
   app.add_option("--seed", a.seed, "Seed of batch sampling and dropout");
   app.add_option("--val-every", a.val_every, "Validation loss every N steps (0: only at the end)");
   app.add_option("--val-batches", a.val_batches, "Batches per validation");
@@ -245,6 +246,7 @@ Expected<Setup> prepare(const TrainArgs& args, int64_t world) {
   spec.loss = a.loss;
   spec.ignore_index = a.ignore_index;
   spec.freeze = a.freeze;
+  spec.train = a.train;
   if (a.chunks <= 0) a.chunks = a.schedule.empty() ? 1 : 2;
   OASES_ASSIGN_OR_RETURN(DType compute, compute_dtype_from_name(a.dtype));
   if (a.chunks > 1 || compute != DType::kF32) {
@@ -280,9 +282,12 @@ Expected<Setup> prepare(const TrainArgs& args, int64_t world) {
   } else if (s.global.appended_loss) {
     auto token_roles = input_roles(s.global.graph, s.global.targets);
     if (!token_roles) return token_roles.status().with_context(a.model);
-    for (const InputRole& r : *token_roles) {
-      if (r.kind == InputRole::kTokens && s.fixed_feeds.count(r.name)) {
-        s.fixed_feeds["oases_targets"] = shifted_targets(s.fixed_feeds[r.name], a.ignore_index);
+    // the decoder's input when there is one (an encoder-decoder model), else the token input
+    for (InputRole::Kind kind : {InputRole::kDecoderTokens, InputRole::kTokens}) {
+      for (const InputRole& r : *token_roles) {
+        if (r.kind == kind && s.fixed_feeds.count(r.name) && !s.fixed_feeds.count("oases_targets")) {
+          s.fixed_feeds["oases_targets"] = shifted_targets(s.fixed_feeds[r.name], a.ignore_index);
+        }
       }
     }
     if (!s.fixed_feeds.count("oases_targets")) return Status::error("cannot derive next-token targets from --inputs");
@@ -622,6 +627,10 @@ Status run_rank(const Setup& s, RankRuntime& rt) {
     return Status::ok();
   };
 
+  if (lead && !a.quiet) {
+    // which initializers train, and why each buffer does not (graph/parameters.h)
+    for (const std::string& line : describe_parameter_split(s.global.graph, s.global.roles)) std::fprintf(stderr, "%s\n", line.c_str());
+  }
   if (a.steps == 0 && !a.dump_grads.empty()) {
     OASES_ASSIGN_OR_RETURN(auto micro, next_feeds());
     OASES_ASSIGN_OR_RETURN(double l, tr.compute_gradients(micro[0]));

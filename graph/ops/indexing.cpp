@@ -229,6 +229,23 @@ void register_indexing_ops(OpRegistry& r) {
     c.add_grad(0, c.op("GatherGrad", {c.grad_out(0), c.input(1), c.input(0)}, a, kOasesDomain));
     return Status::ok();
   };
+  // GatherElements: out[i] = data[i with i[axis] := indices[i]], so d(data) is dy scatter-added
+  // into zeros of data's shape at the same places (repeated indices accumulate).
+  r.find_mutable("", "GatherElements")->grad = [](GradContext& c) {
+    ValueId z = c.zeros(c.shape(c.input(0)), c.dtype(c.input(0)));
+    AttrMap a{{"axis", Attribute::of_int(c.attrs().get_int("axis", 0))}, {"reduction", Attribute::of_string("add")}};
+    c.add_grad(0, c.op("ScatterElements", {z, c.input(1), c.grad_out(0)}, a));
+    return Status::ok();
+  };
+  // GatherND (batch_dims 0): out[j..] = data[indices[j..]], slices of data [D(m)..]; ScatterND
+  // with reduction add is its exact adjoint. batch_dims > 0 has no ScatterND form: say so.
+  r.find_mutable("", "GatherND")->grad = [](GradContext& c) {
+    if (c.attrs().get_int("batch_dims", 0) != 0)
+      return c.fail("no gradient rule for batch_dims {} (only 0)", c.attrs().get_int("batch_dims", 0));
+    ValueId z = c.zeros(c.shape(c.input(0)), c.dtype(c.input(0)));
+    c.add_grad(0, c.op("ScatterND", {z, c.input(1), c.grad_out(0)}, AttrMap{{"reduction", Attribute::of_string("add")}}));
+    return Status::ok();
+  };
   r.find_mutable("", "Trilu")->grad = [](GradContext& c) {
     c.add_grad(0, c.op("Trilu", {c.grad_out(0)}, c.attrs()));
     return Status::ok();

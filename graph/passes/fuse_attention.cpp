@@ -8,9 +8,11 @@
 // fused node has k, v [B, Hkv, T, D] with Hkv < H.
 #include <cmath>
 #include <map>
+#include <set>
 #include <tuple>
 
 #include "graph/op_registry.h"
+#include "graph/parameters.h"
 #include "graph/passes/pass.h"
 #include "graph/passes/pattern.h"
 
@@ -144,6 +146,28 @@ class FuseAttentionPass : public Pass {
       if (it == causal_memo.end()) it = causal_memo.emplace(key, is_causal_constant(g, m, tq, tk, additive)).first;
       return it->second;
     };
+    // An additive term computed from a trained table (T5's relative position bias, read by a
+    // Gather) is not a mask: the fused op takes no gradient for its mask, so the table would never
+    // train. Such attention stays unfused (graph/parameters.h decides what is trained).
+    std::set<ValueId> learned;
+    for (const InitializerRole& r : classify_initializers(g)) {
+      if (r.trainable) learned.insert(r.value);
+    }
+    auto reads_learned = [&](ValueId m) {
+      std::vector<ValueId> stack{m};
+      std::set<ValueId> seen{m};
+      while (!stack.empty()) {
+        ValueId x = stack.back();
+        stack.pop_back();
+        if (learned.count(x)) return true;
+        NodeId p = g.value(x).producer;
+        if (p == kNoId) continue;
+        for (ValueId in : g.node(p).inputs) {
+          if (in != kNoId && seen.insert(in).second) stack.push_back(in);
+        }
+      }
+      return false;
+    };
     for (NodeId id : g.nodes()) {
       if (!g.alive(id)) continue;
       const Node& sm = g.node(id);
@@ -199,7 +223,7 @@ class FuseAttentionPass : public Pass {
             ok = false;
           } else if (is_causal(m, tq, tk, true) && !causal) {
             causal = true;
-          } else if (mask == kNoId && g.value(m).dtype == DType::kF32) {
+          } else if (mask == kNoId && g.value(m).dtype == DType::kF32 && !reads_learned(m)) {
             mask = m;
           } else {
             ok = false;

@@ -1,11 +1,12 @@
 // Restores ties the exporter folded away: PyTorch's newer exporters write a tied LM head
 // (logits = h · Eᵀ with E the token embedding) as MatMul(h, C) with C = Eᵀ stored as an initializer
-// of its own, named by the exporter ("onnx::MatMul_658"). Inference does not care; training does:
+// of its own, named by the exporter ("onnx::MatMul_658", the dynamo exporter's "val_178"). Inference does not care; training does:
 // C and E would train apart, where the model trained them as one. An exporter-named 2-D initializer
 // whose contents are exactly the transpose of a named initializer becomes Transpose(that initializer),
 // so the gradient sums both uses, as in PyTorch. Tensors of one repeated value (ones, zeros) are
 // never taken for a tie.
 #include <cstring>
+#include <regex>
 
 #include <fmt/format.h>
 
@@ -16,8 +17,10 @@ namespace oases {
 
 namespace {
 
+// the TorchScript exporter's "onnx::MatMul_658", the dynamo exporter's "val_178"
 bool exporter_named(const std::string& n) {
-  return n.rfind("onnx::", 0) == 0;
+  static const std::regex kDynamo(R"(^val_[0-9]+$)");
+  return n.rfind("onnx::", 0) == 0 || std::regex_match(n, kDynamo);
 }
 
 template <class T>

@@ -235,6 +235,17 @@ TEST(GradCheck, DataMovement) {
   check_gradients("Gather axis 1", [](Builder& b) {
     return b.op("Gather", {b.param({2, 5, 3}), b.ints({3, 1}, {2})}, attrs({{"axis", I(1)}}));
   });
+  check_gradients("GatherElements", [](Builder& b) {  // rotate-half style reads, repeated and negative indices
+    return b.op("GatherElements", {b.param({3, 4}), b.ints({1, 1, 0, 3, -1, 2, 2, 0, 0, 3, 1, 1, 2, 2, 0}, {3, 5})},
+                attrs({{"axis", I(1)}}));
+  });
+  check_gradients("GatherElements axis 0", [](Builder& b) {
+    return b.op("GatherElements", {b.param({4, 2}), b.ints({3, 0, 3, 3, 1, 2}, {3, 2})});
+  });
+  check_gradients("GatherND", [](Builder& b) {  // slices of rows, one read twice
+    return b.op("GatherND", {b.param({3, 4, 2}), b.ints({0, 1, 2, 3, 0, 1, -1, 0}, {2, 2, 2})});
+  });
+  check_gradients("GatherND whole rows", [](Builder& b) { return b.op("GatherND", {b.param({4, 3}), b.ints({2, 0, 2}, {3, 1})}); });
   check_gradients("Trilu", [](Builder& b) { return b.op("Trilu", {b.param({2, 4, 4})}, attrs({{"upper", I(0)}})); });
   check_gradients("CumSum", [](Builder& b) { return b.op("CumSum", {b.param({3, 4})}, attrs({{"axis", I(1)}, {"exclusive", I(1)}})); });
 }
