@@ -41,6 +41,13 @@ bool is_half(DType t);
 // converted back); other dtypes run directly.
 void with_half_as_float(KernelContext& c, const std::function<void(KernelContext&)>& k);
 
+// Product of the dims before `axis`: the outer count of an [outer, n, inner] view.
+inline int64_t rows_before(const Shape& s, int64_t axis) {
+  int64_t r = 1;
+  for (int64_t d = 0; d < axis; ++d) r *= s[d];
+  return r;
+}
+
 inline std::vector<int64_t> promote_matrix(const Shape& s, bool is_a) {
   std::vector<int64_t> r(s.begin(), s.end());
   if (r.size() == 1) {
