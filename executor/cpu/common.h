@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "executor/kernel_context.h"
-#include "kernels/cpu/nn.h"
+#include "kernels/cpu/attention.h"
 
 namespace oases::cpu {
 

@@ -8,7 +8,6 @@
 #include "executor/cpu/common.h"
 #include "kernels/cpu/activation.h"
 #include "kernels/cpu/elementwise.h"
-#include "kernels/cpu/grad.h"
 #include "kernels/cpu/parallel.h"
 
 namespace oases {

@@ -5,13 +5,15 @@
 #include <limits>
 
 #include "executor/cpu/common.h"
+#include "kernels/cpu/attention.h"
 #include "kernels/cpu/einsum.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/gemm.h"
-#include "kernels/cpu/grad.h"
 #include "kernels/cpu/indexing.h"
-#include "kernels/cpu/nn.h"
+#include "kernels/cpu/loss.h"
+#include "kernels/cpu/norm.h"
 #include "kernels/cpu/reduce.h"
+#include "kernels/cpu/softmax.h"
 
 namespace oases {
 
