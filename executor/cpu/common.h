@@ -69,11 +69,11 @@ struct AttentionArgs {
 };
 AttentionArgs attention_args(const KernelContext& c, int q_slot);
 
-// Training-mode dropout on a float32 tensor: y = x · keep / (1 - ratio), keep drawn from a counter-
-// based generator keyed by (seed, step, key node) and the element's index in the whole, unsplit
-// tensor (attrs mask_shape, mask_offsets: static offsets of micro-batch chunks, shard_axes: the mesh
-// axis splitting each dim, whose offset comes from this rank's place in the group). The same
-// element gets the same mask under any chunking, sharding or recomputation.
+// Training-mode dropout on a float32 tensor (kernels/cpu/dropout.h has the math): unpacks the key
+// node, the whole tensor's shape (attr mask_shape), the static offsets of micro-batch chunks
+// (mask_offsets) and the mesh axis splitting each dim (shard_axes, whose offset comes from this
+// rank's place in the group), so the same element gets the same mask under any chunking, sharding
+// or recomputation.
 void apply_dropout(const KernelContext& c, const float* x, float* y, uint8_t* mask, float ratio);
 
 // The rows [start, start + dim) of a table of `total` rows that this rank holds: the whole table,

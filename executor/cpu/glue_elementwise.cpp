@@ -7,6 +7,7 @@
 
 #include "executor/cpu/common.h"
 #include "kernels/cpu/activation.h"
+#include "kernels/cpu/dropout.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/parallel.h"
 
@@ -105,20 +106,10 @@ T nan_aware_min(T a, T b) {
   return a < b ? a : b;
 }
 
-// splitmix64: counter-based random bits for dropout masks (replayable by key).
-inline uint64_t mix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
 }  // namespace
 
 uint64_t dropout_key(const RunState& s, const std::string& node_name) {
-  uint64_t h = 1469598103934665603ull;
-  for (char ch : node_name) h = (h ^ static_cast<uint8_t>(ch)) * 1099511628211ull;
-  return mix64(s.seed ^ mix64(h ^ mix64(s.step * 0x100000001b3ull + s.chunk)));
+  return k::dropout_key(s.seed, s.step, s.chunk, node_name);
 }
 
 void register_cpu_elementwise(CpuKernelRegistry& r) {

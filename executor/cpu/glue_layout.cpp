@@ -250,23 +250,11 @@ void register_cpu_layout(CpuKernelRegistry& r) {
     int64_t inner = shape_numel(ds) / std::max<int64_t>(1, outer * dim);
     int64_t nidx = c.in[1].numel();
     const auto [start, total] = table_rows(c, dim);  // a vocabulary-split table: this rank's rows
+    std::vector<int64_t> idx(static_cast<size_t>(nidx));
+    for (int64_t i = 0; i < nidx; ++i) idx[i] = static_cast<int64_t>(load_as_double(c.in[1].data, c.in[1].dtype, i));
     dispatch_float(c, c.out[0].dtype, [&]<class T>() {
-      T* out = c.out[0].as<T>();
-      const T* dy = c.in[0].as<T>();
-      std::fill(out, out + c.out[0].numel(), T(0));
-      // rows of the table are disjoint across `inner` chunks: parallel over inner blocks keeps sums exact and ordered
-      for (int64_t o = 0; o < outer; ++o) {
-        for (int64_t i = 0; i < nidx; ++i) {
-          int64_t v = static_cast<int64_t>(load_as_double(c.in[1].data, c.in[1].dtype, i));
-          if (v < 0) v += total;
-          if (v < 0 || v >= total) c.fail("index {} outside [0, {})", v, total);
-          v -= start;
-          if (v < 0 || v >= dim) continue;
-          T* dst = out + (o * dim + v) * inner;
-          const T* src = dy + (o * nidx + i) * inner;
-          for (int64_t e = 0; e < inner; ++e) dst[e] += src[e];
-        }
-      }
+      int64_t bad = k::gather_grad<T>(c.in[0].as<T>(), idx.data(), nidx, outer, dim, inner, start, total, c.out[0].as<T>());
+      if (bad >= 0) c.fail("index {} outside [0, {})", idx[bad] < 0 ? idx[bad] + total : idx[bad], total);
     });
   });
   r.add("oases", "SliceGrad", [](KernelContext& c) {

@@ -65,23 +65,7 @@ void loss_kernel(KernelContext& c, bool from_logits) {
       T* logp = c.out.size() > 1 && c.out[1].data ? c.out[1].as<T>() : nullptr;
       counted = k::softmax_cross_entropy<T>(c.in[0].as<T>(), labels.data(), w, n, cls, d, ignore, losses.data(), logp, &wsum);
     } else {  // NegativeLogLikelihoodLoss: input already holds log-probabilities
-      counted = 0;
-      for (int64_t i = 0; i < n * d; ++i) {
-        int64_t l = labels[i];
-        if (l == ignore) {
-          losses[i] = 0;
-          continue;
-        }
-        if (l < 0 || l >= cls) {
-          counted = -(1 + i);
-          break;
-        }
-        int64_t b = i / d, j = i % d;
-        T wt = w ? w[l] : T(1);
-        losses[i] = -c.in[0].as<T>()[(b * cls + l) * d + j] * wt;
-        wsum += static_cast<double>(wt);
-        ++counted;
-      }
+      counted = k::nll_loss<T>(c.in[0].as<T>(), labels.data(), w, n, cls, d, ignore, losses.data(), &wsum);
     }
     if (counted < 0) c.fail("label {} at position {} is outside [0, {})", labels[-counted - 1], -counted - 1, cls);
     T* out = c.out[0].as<T>();
@@ -89,10 +73,7 @@ void loss_kernel(KernelContext& c, bool from_logits) {
       std::copy(losses.begin(), losses.end(), out);
       return;
     }
-    double total = 0;
-    for (T v : losses) total += static_cast<double>(v);
-    if (red == "mean") total = wsum > 0 ? total / wsum : 0.0;
-    *out = static_cast<T>(total);
+    *out = k::reduce_losses<T>(losses.data(), n * d, wsum, red == "mean");
   });
 }
 
@@ -300,26 +281,7 @@ void register_cpu_nn(CpuKernelRegistry& r) {
     for (int64_t d = 0; d < axis; ++d) outer *= s[d];
     for (size_t d = static_cast<size_t>(axis) + 1; d < s.size(); ++d) inner *= s[d];
     with_half_as_float(c, [&](KernelContext& f) {
-      dispatch_numeric(f, f.in[0].dtype, [&]<class T>() {
-        const T* x = f.in[0].as<T>();
-        T* y = f.out[0].as<T>();
-        for (int64_t o = 0; o < outer; ++o) {
-          for (int64_t j = 0; j < inner; ++j) {
-            T acc = 0;
-            for (int64_t t = 0; t < n; ++t) {
-              int64_t i = rev ? n - 1 - t : t;
-              int64_t idx = (o * n + i) * inner + j;
-              if (excl) {
-                y[idx] = acc;
-                acc += x[idx];
-              } else {
-                acc += x[idx];
-                y[idx] = acc;
-              }
-            }
-          }
-        }
-      });
+      dispatch_numeric(f, f.in[0].dtype, [&]<class T>() { k::cumsum<T>(f.in[0].as<T>(), f.out[0].as<T>(), outer, n, inner, excl, rev); });
     });
   });
   r.add("", "Trilu", [](KernelContext& c) {
@@ -328,22 +290,7 @@ void register_cpu_nn(CpuKernelRegistry& r) {
     const Shape& s = c.in[0].shape;
     int64_t rows = s[s.size() - 2], cols = s[s.size() - 1];
     int64_t mats = c.in[0].numel() / std::max<int64_t>(1, rows * cols);
-    size_t es = dtype_size(c.in[0].dtype);
-    const char* x = static_cast<const char*>(c.in[0].data);
-    char* y = static_cast<char*>(c.out[0].data);
-    for (int64_t m = 0; m < mats; ++m) {
-      for (int64_t i = 0; i < rows; ++i) {
-        for (int64_t j = 0; j < cols; ++j) {
-          bool keep = upper ? (j - i >= kk) : (j - i <= kk);
-          int64_t off = ((m * rows + i) * cols + j) * static_cast<int64_t>(es);
-          if (keep) {
-            std::memcpy(y + off, x + off, es);
-          } else {
-            std::memset(y + off, 0, es);
-          }
-        }
-      }
-    }
+    k::trilu(c.in[0].data, c.out[0].data, mats, rows, cols, dtype_size(c.in[0].dtype), upper, kk);
   });
   auto norm = [](KernelContext& c, bool rms) {
     int64_t axis = c.attrs().get_int("axis", -1);
@@ -452,16 +399,8 @@ void register_cpu_nn(CpuKernelRegistry& r) {
     loss_denominator_and_labels(c, 1, &labels, &n, &cls, &d, &ignore, &denom);
     bool per_sample = c.attrs().get_string("reduction", "mean") == "none";
     dispatch_float(c, c.in[1].dtype, [&]<class T>() {
-      T* dx = c.out[0].as<T>();
-      std::fill(dx, dx + c.out[0].numel(), T(0));
       const T* w = c.has_input(3) ? c.in[3].as<T>() : nullptr;
-      for (int64_t s = 0; s < n * d; ++s) {
-        int64_t l = labels[s];
-        if (l == ignore) continue;
-        int64_t i = s / d, j = s % d;
-        T coef = (per_sample ? c.in[0].as<T>()[s] : c.in[0].as<T>()[0] / static_cast<T>(denom)) * (w ? w[l] : T(1));
-        dx[(i * cls + l) * d + j] = -coef;
-      }
+      k::nll_loss_grad<T>(c.in[0].as<T>(), per_sample, labels.data(), w, n, cls, d, ignore, denom, c.out[0].as<T>());
     });
   });
 }

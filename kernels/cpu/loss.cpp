@@ -101,4 +101,52 @@ template void softmax_cross_entropy_grad<float>(const float*, bool, const float*
 template void softmax_cross_entropy_grad<double>(const double*, bool, const double*, const int64_t*, const double*, int64_t, int64_t,
                                                  int64_t, int64_t, double, double*);
 
+template <class T>
+int64_t nll_loss(const T* logp, const int64_t* labels, const T* weights, int64_t n, int64_t c, int64_t d, int64_t ignore_index, T* losses,
+                 double* weight_sum) {
+  int64_t counted = 0;
+  for (int64_t i = 0; i < n * d; ++i) {
+    int64_t l = labels[i];
+    if (l == ignore_index) {
+      losses[i] = 0;
+      continue;
+    }
+    if (l < 0 || l >= c) return -(1 + i);
+    int64_t b = i / d, j = i % d;
+    T wt = weights ? weights[l] : T(1);
+    losses[i] = -logp[(b * c + l) * d + j] * wt;
+    *weight_sum += static_cast<double>(wt);
+    ++counted;
+  }
+  return counted;
+}
+
+template <class T>
+void nll_loss_grad(const T* dloss, bool per_sample, const int64_t* labels, const T* weights, int64_t n, int64_t c, int64_t d,
+                   int64_t ignore_index, double denom, T* dlogp) {
+  std::fill(dlogp, dlogp + n * c * d, T(0));
+  for (int64_t s = 0; s < n * d; ++s) {
+    int64_t l = labels[s];
+    if (l == ignore_index) continue;
+    int64_t i = s / d, j = s % d;
+    T coef = (per_sample ? dloss[s] : dloss[0] / static_cast<T>(denom)) * (weights ? weights[l] : T(1));
+    dlogp[(i * c + l) * d + j] = -coef;
+  }
+}
+
+template <class T>
+T reduce_losses(const T* losses, int64_t count, double weight_sum, bool mean) {
+  double total = 0;
+  for (int64_t i = 0; i < count; ++i) total += static_cast<double>(losses[i]);
+  if (mean) total = weight_sum > 0 ? total / weight_sum : 0.0;
+  return static_cast<T>(total);
+}
+
+#define OASES_NLL_INSTANTIATE(T)                                                                                            \
+  template int64_t nll_loss<T>(const T*, const int64_t*, const T*, int64_t, int64_t, int64_t, int64_t, T*, double*);        \
+  template void nll_loss_grad<T>(const T*, bool, const int64_t*, const T*, int64_t, int64_t, int64_t, int64_t, double, T*); \
+  template T reduce_losses<T>(const T*, int64_t, double, bool);
+OASES_NLL_INSTANTIATE(float)
+OASES_NLL_INSTANTIATE(double)
+
 }  // namespace oases::kernels
