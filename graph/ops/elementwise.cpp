@@ -341,6 +341,22 @@ void register_elementwise_ops(OpRegistry& r) {
   for (const char* op : {"Tan", "Sinh", "Cosh", "Asinh", "Atan"})
     set_examples(r, "", op, {example("matrix", {ex_float({4, 6}, -1.2, 1.2)})});
   for (const char* op : {"Asin", "Acos", "Atanh"}) set_examples(r, "", op, {example("inside (-1, 1)", {ex_float({4, 6}, -0.8, 0.8)})});
+  // ops without a gradient: their examples feed the split-state table only
+  for (const char* op : {"Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual"}) {
+    set_examples(r, "", op, {example("broadcast", {ex_float({4, 6}), ex_float({6})})});
+  }
+  for (const char* op : {"Sign", "Floor", "Ceil", "Round", "IsNaN", "IsInf"}) {
+    set_examples(r, "", op, {example("matrix", {ex_float({4, 6}, -3, 3)})});
+  }
+  {
+    Tensor a(DType::kBool, {4, 6}), b(DType::kBool, {6});
+    for (int i = 0; i < 24; ++i) a.mutable_data<uint8_t>()[i] = (i * 7) % 3 == 0;
+    for (int i = 0; i < 6; ++i) b.mutable_data<uint8_t>()[i] = i % 2;
+    for (const char* op : {"And", "Or", "Xor"}) set_examples(r, "", op, {example("broadcast", {ex_data(a), ex_data(b)})});
+    set_examples(r, "", "Not", {example("matrix", {ex_data(a)})});
+  }
+  set_examples(r, "", "Mod",
+               {example("float fmod", {ex_float({4, 6}, -3, 3), ex_float({6}, 0.5, 1.5)}, AttrMap{{"fmod", Attribute::of_int(1)}})});
   set_examples(r, "", "Acosh", {example("above 1", {ex_float({4, 6}, 1.2, 3.0)})});
   set_examples(
       r, "", "Clip",

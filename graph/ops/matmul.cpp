@@ -416,6 +416,8 @@ void register_matmul_ops(OpRegistry& r) {
   // Einsum: no canonical training graph keeps one (attention is fused, products are MatMul), so
   // it runs on whole tensors and has no gradient rule
   r.find_mutable("", "Einsum")->differentiable = false;
+  set_examples(r, "", "Einsum",
+               {example("matrix product", {ex_float({4, 6}), ex_float({6, 2})}, AttrMap{{"equation", Attribute::of_string("ij,jk->ik")}})});
   r.find_mutable("", "Einsum")->shard = shard_replicated_only;
 }
 

@@ -198,6 +198,7 @@ void register_misc_ops(OpRegistry& r) {
     s->differentiable = false;
     s->shard = shard_replicated_only;
   }
+  set_examples(r, "", "EyeLike", {example("wide", {ex_float({4, 6})}, AttrMap{{"k", Attribute::of_int(1)}})});
   r.find_mutable("", "Constant")->cost = zero_cost;  // folded into a constant before execution
   for (const char* op : {"ConstantOfShape", "Range"}) {
     r.find_mutable("", op)->cost = [](const Graph& g, const Node& n) {

@@ -241,6 +241,12 @@ void register_reduce_ops(OpRegistry& r) {
                           AttrMap{{"axes", Attribute::of_ints({1})}, {"keepdims", Attribute::of_int(0)}}),
                   example("all", {ex_float({2, 4}, 0.5, 1.5)}, AttrMap{{"keepdims", Attribute::of_int(1)}})});
   }
+  for (const char* op : {"ArgMax", "ArgMin"}) {
+    set_examples(
+        r, "", op,
+        {example("middle axis", {ex_float({2, 4, 6})}, AttrMap{{"axis", Attribute::of_int(1)}, {"keepdims", Attribute::of_int(0)}})});
+  }
+  set_examples(r, "", "TopK", {example("last axis", {ex_float({4, 6})}, AttrMap{{"k", Attribute::of_int(2)}}, 2)});
   // ArgMax, ArgMin and TopK's indices are integers; TopK's values would need a scatter of dy
   for (const char* op : {"ArgMax", "ArgMin", "TopK"}) r.find_mutable("", op)->differentiable = false;
   for (const char* op :

@@ -13,6 +13,7 @@
 #include "executor/device.h"
 #include "executor/executor.h"
 #include "executor/kernel_context.h"
+#include "graph/autodiff.h"
 #include "graph/op_registry.h"
 #include "graph/passes/pass.h"
 #include "planner/partition.h"
@@ -269,6 +270,83 @@ TEST(OpRegistry, SplitStatesComputeWhatTheWholeOpComputes) {
   }
   std::cout << "[ split table ] " << ops << " ops with examples; " << accepted << " splits accepted and checked on 2 ranks ("
             << ops_split.size() << " ops), " << rejected << " refused by the rules\n";
+  EXPECT_GT(accepted, 100);
+}
+
+// The same table over the op's training graph: loss = Σ_k Σ y_k ∘ R_k, its gradients with respect
+// to the float inputs as outputs. This runs the backward ops' sharding and lowering rules
+// (SliceGrad, GatherGrad, the vocabulary-parallel loss gradient, DropoutGrad, ...) and the
+// collectives the partitioner puts between them.
+Expected<OneOp> build_training(const OpSchema& s, const OpExample& ex) {
+  OneOp o = build_one_op(s, ex);
+  std::vector<ValueId> ys = o.g.outputs(), params;
+  for (size_t i = 0; i < ex.inputs.size(); ++i) {
+    if (!ex.inputs[i].data) params.push_back(o.inputs[i]);
+  }
+  InferShapesPass infer;
+  OASES_RETURN_IF_ERROR(infer.run(o.g).status());
+  std::mt19937 rng(7);
+  ValueId loss = kNoId;
+  for (ValueId y : ys) {
+    const Value yv = o.g.value(y);
+    if (!is_floating(yv.dtype)) continue;
+    Tensor r(yv.dtype, yv.shape);
+    std::uniform_real_distribution<double> u(-1, 1);
+    for (int64_t i = 0; i < r.numel(); ++i) store_from_double(r.raw_mutable(), r.dtype(), i, u(rng));
+    ValueId prod = o.g.node(o.g.add_node_new_outputs("Mul", {y, o.g.add_constant("r", r)}, 1)).outputs[0];
+    std::vector<int64_t> all;
+    for (size_t d = 0; d < yv.shape.size(); ++d) all.push_back(static_cast<int64_t>(d));
+    ValueId part = o.g.node(o.g.add_node_new_outputs("ReduceSum", {prod}, 1,
+                                                     AttrMap{{"axes", Attribute::of_ints(all)}, {"keepdims", Attribute::of_int(0)}}))
+                       .outputs[0];
+    loss = loss == kNoId ? part : o.g.node(o.g.add_node_new_outputs("Add", {loss, part}, 1)).outputs[0];
+  }
+  if (loss == kNoId) return error("no floating output");
+  OASES_RETURN_IF_ERROR(infer.run(o.g).status());
+  o.g.set_outputs({loss});
+  OASES_ASSIGN_OR_RETURN(BackwardResult bw, build_backward(o.g, loss, params));
+  std::vector<ValueId> outs{loss};
+  for (ValueId p : params) {
+    if (bw.grads.count(p)) outs.push_back(bw.grads.at(p));
+  }
+  o.g.set_outputs(outs);
+  OASES_RETURN_IF_ERROR(infer.run(o.g).status());
+  return o;
+}
+
+TEST(OpRegistry, SplitStatesOfTheTrainingGraph) {
+  const Mesh mesh{{"tp"}, {2}, {}};
+  int accepted = 0, rejected = 0;
+  std::set<std::string> ops_split;
+  for (const OpSchema* s : OpRegistry::global().all()) {
+    if (!s->differentiable || !s->examples || (s->traits & (kTraitPostPartition | kTraitNoKernel))) continue;
+    for (const OpExample& ex : s->examples()) {
+      const std::string what = schema_key(*s) + " / " + ex.name + " (training graph)";
+      auto train = build_training(*s, ex);
+      ASSERT_TRUE(train) << what << ": " << train.status().message();
+      auto want = run_whole(train->g);
+      ASSERT_TRUE(want) << what << ": " << want.status().message();
+      for (size_t i = 0; i < train->inputs.size(); ++i) {
+        const Shape& shape = train->g.value(train->inputs[i]).shape;
+        for (size_t d = 0; d < shape.size(); ++d) {
+          if (shape[d] % 2 != 0) continue;
+          SCOPED_TRACE(fmt::format("{}: input {} split along dim {}", what, i, d));
+          std::map<ValueId, ShardingSpec> seeds;
+          seeds[train->inputs[i]] = ShardingSpec::replicated(shape.size()).with_dim(d, 0);
+          auto sr = propagate_sharding(train->g, mesh, seeds, {});
+          if (!sr) {
+            ++rejected;
+            continue;
+          }
+          ++accepted;
+          ops_split.insert(schema_key(*s));
+          check_split(train->g, *sr, mesh, *want);
+        }
+      }
+    }
+  }
+  std::cout << "[ split table, training graphs ] " << accepted << " splits accepted and checked on 2 ranks (" << ops_split.size()
+            << " ops), " << rejected << " refused by the rules\n";
   EXPECT_GT(accepted, 100);
 }
 
