@@ -18,12 +18,11 @@ bool is_param(const Graph& g, ValueId v) {
 }
 
 bool is_norm(const Node& n) {
-  return (n.op_type == "LayerNormalization" && is_default_domain(n.domain)) ||
-         (n.op_type == "RMSNormalization" && n.domain == kOasesDomain);
+  return op_has_trait(n, kTraitNorm);
 }
 
 bool is_matmul(const Node& n) {
-  return is_default_domain(n.domain) && (n.op_type == "MatMul" || n.op_type == "Gemm");
+  return op_has_trait(n, kTraitLinear);
 }
 
 // Walks backwards from v, stopping at norms and linear layers; collects the linear layers met.

@@ -29,6 +29,7 @@ const OpRegistry& OpRegistry::global() {
     register_misc_ops(r);
     register_grad_ops(r);
     register_collective_ops(r);
+    register_fused_ops(r);
     return r;
   }();
   return reg;
@@ -54,6 +55,60 @@ std::vector<const OpSchema*> OpRegistry::all() const {
   std::vector<const OpSchema*> out;
   for (const auto& [k, v] : ops_) out.push_back(&v);
   return out;
+}
+
+const OpSchema* find_schema(const Node& n) {
+  return OpRegistry::global().find(n.domain, n.op_type);
+}
+
+bool op_has_trait(const Node& n, uint32_t trait) {
+  return op_has_trait(find_schema(n), trait);
+}
+
+OpCost zero_cost(const Graph&, const Node&) {
+  return OpCost{};
+}
+
+ExampleInput ex_float(Shape shape, double lo, double hi) {
+  ExampleInput e;
+  e.shape = std::move(shape);
+  e.lo = lo;
+  e.hi = hi;
+  return e;
+}
+
+ExampleInput ex_ints(std::vector<int64_t> values, Shape shape) {
+  return ex_data(Tensor::from_int64(values, std::move(shape)));
+}
+
+ExampleInput ex_data(Tensor t) {
+  ExampleInput e;
+  e.shape = t.shape();
+  e.data = std::move(t);
+  return e;
+}
+
+std::string schema_key(const OpSchema& s) {
+  return is_default_domain(s.domain) ? s.op_type : s.domain + "." + s.op_type;
+}
+
+std::vector<std::string> missing_pieces(const OpSchema& s, const KernelCoverage& kernels) {
+  std::vector<std::string> miss;
+  const bool post = (s.traits & kTraitPostPartition) != 0;
+  if (!s.infer) miss.push_back("shape rule (infer)");
+  if (s.differentiable && !s.grad) miss.push_back("gradient rule (or differentiable = false)");
+  if (!s.differentiable && s.grad) miss.push_back("differentiable = false contradicts its gradient rule");
+  if (s.differentiable && s.grad && !s.examples) miss.push_back("examples for the gradient check");
+  if (s.examples && s.examples().empty()) miss.push_back("examples (the list is empty)");
+  if (!s.shard && !post) miss.push_back("sharding rule (or shard_replicated_only, or the post-partition trait)");
+  if (s.shard && post) miss.push_back("a post-partition op needs no sharding rule");
+  if (!s.cost) miss.push_back("cost rule (or zero_cost)");
+  const std::string key = schema_key(s);
+  const bool runs = (s.traits & kTraitNoKernel) == 0;
+  if (runs && kernels.cpu && !kernels.cpu->count(key)) miss.push_back("CPU kernel (or the no-kernel trait)");
+  if (!runs && kernels.cpu && kernels.cpu->count(key)) miss.push_back("the no-kernel trait contradicts its CPU kernel");
+  if (runs && kernels.cuda && !kernels.cuda->count(key)) miss.push_back("CUDA kernel (or a reason in executor/cuda_coverage.cpp)");
+  return miss;
 }
 
 Expected<bool> operand_to_ints_attr(InferContext& c, int slot, const std::string& attr) {

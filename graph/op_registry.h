@@ -9,8 +9,11 @@
 #pragma once
 
 #include <climits>
+#include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -57,6 +60,40 @@ class InferContext {
 
 class GradContext;   // graph/autodiff.h
 class ShardContext;  // graph/sharding.h
+class LowerContext;  // graph/lowering.h
+
+// Facts about an op that passes and the planner ask (op_has_trait) instead of keeping their own
+// lists of op types.
+enum OpTrait : uint32_t {
+  kTraitNorm = 1u << 0,          // a normalisation layer (LayerNorm, RMSNorm): blocks end at it
+  kTraitLinear = 1u << 1,        // a matrix product of a layer (MatMul, Gemm): a block's linear layers
+  kTraitComputeBound = 1u << 2,  // time follows FLOPs rather than bytes (products, attention)
+  kTraitElementwise = 1u << 3,   // output element i reads input element i (after broadcasting)
+  kTraitCollective = 1u << 4,    // communicates over a mesh axis (ShardSlice is local: not one)
+  kTraitLoss = 1u << 5,          // a loss over class scores (mixed precision keeps it in float32)
+  // Made only after partitioning (the partitioner's or the executor's own ops: collectives'
+  // local forms, oases.cpu fusions): never sharded, so no sharding rule.
+  kTraitPostPartition = 1u << 6,
+  // Never executed: removed or folded before a program runs (no kernel needed).
+  kTraitNoKernel = 1u << 7,
+};
+
+// One small instance of an op for the registry-driven tests: the finite-difference gradient check
+// (tests/unit/grad_check_test.cpp) and the split-state table (tests/unit/op_registry_test.cpp).
+struct ExampleInput {
+  Shape shape;
+  double lo = -1.0, hi = 1.0;  // float inputs: uniform in [lo, hi], float64
+  std::optional<Tensor> data;  // fixed data (indices, masks, constant operands): never differentiated
+};
+struct OpExample {
+  std::string name;
+  std::vector<ExampleInput> inputs;
+  AttrMap attrs;
+  int outputs = 1;
+};
+ExampleInput ex_float(Shape shape, double lo = -1.0, double hi = 1.0);
+ExampleInput ex_ints(std::vector<int64_t> values, Shape shape);
+ExampleInput ex_data(Tensor t);
 
 struct OpCost {
   double flops = 0;  // floating-point operations of one execution
@@ -82,9 +119,22 @@ struct OpSchema {
   std::function<Status(GradContext&)> grad;
   // Sharding rule: maps input specs to output specs (graph/sharding.h).
   std::function<Status(ShardContext&)> shard;
+  // Partition lowering: rewrites the node of a local (per-rank template) graph whose attributes
+  // carry global shapes or that has a distributed form (graph/lowering.h). Absent: the node runs
+  // as it is on its local shapes.
+  std::function<Status(LowerContext&)> lower;
+  // FLOPs and bytes; `zero_cost` for views and shape bookkeeping.
   std::function<OpCost(const Graph&, const Node&)> cost;
   // Inputs through which no gradient flows (indices, masks, shape operands).
   std::vector<int> non_differentiable_inputs;
+  // False: the op has no gradient rule on purpose (integer results, the backward ops themselves,
+  // ops only made after autodiff); build_backward errs if a gradient must flow through it.
+  bool differentiable = true;
+  uint32_t traits = 0;  // OpTrait bits
+  // Float inputs that mixed precision leaves in float32 (Attention's additive mask, Dropout's ratio).
+  std::vector<int> float32_inputs;
+  // Small instances for the registry-driven tests (every differentiable op has at least one).
+  std::function<std::vector<OpExample>()> examples;
   bool foldable = true;    // deterministic and cheap: may be constant-folded
   int view_of_input = -1;  // output 0 may share this input's buffer (Reshape, Squeeze, ...)
   std::string doc;         // one line for `oases-import --ops`
@@ -102,6 +152,28 @@ class OpRegistry {
  private:
   std::map<std::pair<std::string, std::string>, OpSchema> ops_;
 };
+
+// The schema of a node's op, or nullptr.
+const OpSchema* find_schema(const Node& n);
+inline bool op_has_trait(const OpSchema* s, uint32_t t) {
+  return s && (s->traits & t) != 0;
+}
+bool op_has_trait(const Node& n, uint32_t trait);
+
+// The cost rule of ops that compute nothing and move nothing (views, shape bookkeeping).
+OpCost zero_cost(const Graph& g, const Node& n);
+
+// What the registry completeness check knows about kernels: names "Op" (ai.onnx) or
+// "domain.Op"; a null set is not checked (e.g. no CUDA backend in the build).
+struct KernelCoverage {
+  const std::set<std::string>* cpu = nullptr;
+  const std::set<std::string>* cuda = nullptr;  // CUDA kernels and the ops exempt from one, with reasons
+};
+// Every piece of `s` that is missing, one line each ("shape rule", "gradient rule or
+// differentiable=false", ...); empty when the op is complete.
+std::vector<std::string> missing_pieces(const OpSchema& s, const KernelCoverage& kernels);
+// "MatMul", "oases.Attention": how kernel registries and profiles name an op.
+std::string schema_key(const OpSchema& s);
 
 // Domains the registry treats as the default one.
 inline bool is_default_domain(const std::string& d) {
@@ -136,7 +208,8 @@ void register_loss_ops(OpRegistry& r);
 void register_misc_ops(OpRegistry& r);
 void register_grad_ops(OpRegistry& r);
 void register_collective_ops(OpRegistry& r);
-// A collective that communicates (ShardSlice is local, not one).
+void register_fused_ops(OpRegistry& r);
+// A collective that communicates (ShardSlice is local, not one): op_has_trait(n, kTraitCollective).
 bool is_collective(const Node& n);
 
 }  // namespace oases

@@ -129,11 +129,6 @@ std::vector<int> assign_parts(const Graph& train, const std::vector<NodeId>& ord
   return part;
 }
 
-bool is_norm_node(const Node& n) {
-  return (n.op_type == "LayerNormalization" && is_default_domain(n.domain)) ||
-         (n.op_type == "RMSNormalization" && n.domain == kOasesDomain);
-}
-
 Expected<std::vector<PartRecords>> records_under(const Graph& forward, const Graph& train, const std::vector<ValueId>& params,
                                                  const ModelStructure& ms, const std::vector<std::string>& parts,
                                                  const std::map<std::string, int>& index, const Reference& ref) {
@@ -231,7 +226,7 @@ Expected<std::vector<PartRecords>> records_under(const Graph& forward, const Gra
     const Node& n = train.node(id);
     int p = part[static_cast<size_t>(id)];
     if (p < 0) continue;
-    bool loss = is_default_domain(n.domain) && (n.op_type == "SoftmaxCrossEntropyLoss" || n.op_type == "NegativeLogLikelihoodLoss");
+    bool loss = op_has_trait(n, kTraitLoss);
     bool grad = n.domain == kOasesDomain && (n.op_type == "SoftmaxCrossEntropyGrad" || n.op_type == "NLLLossGrad");
     if (!loss && !grad) continue;
     ValueId scores = n.inputs[loss ? 0 : 1], labels = n.inputs[loss ? 1 : 2];
@@ -269,7 +264,7 @@ Expected<std::vector<PartRecords>> records_under(const Graph& forward, const Gra
       for (const Use& u : train.uses(o)) read_back |= !fwd(train.node(u.node));
       if (read_back) out[static_cast<size_t>(p)].saved.push_back(record_of(train, o, spec_of(o), ref.dp, ref.tp));
     }
-    if (is_norm_node(n) && act[static_cast<size_t>(n.inputs[0])]) {
+    if (op_has_trait(n, kTraitNorm) && act[static_cast<size_t>(n.inputs[0])]) {
       out[static_cast<size_t>(p)].kept_comm_opt.push_back(record_of(train, n.inputs[0], spec_of(n.inputs[0]), ref.dp, ref.tp));
     }
   }

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "graph/autodiff.h"
+#include "graph/lowering.h"
 #include "graph/op_registry.h"
 
 namespace oases {
@@ -29,6 +30,9 @@ class Partitioner {
     }
     OASES_RETURN_IF_ERROR(insert_conversions());
     OASES_RETURN_IF_ERROR(lower_nodes());
+    // constants a lowering added after the last spec it set (ReduceMean's share, a loss's row
+    // count) are whole scalars: give every value a spec, so local_graph_for_rank reads none past the end
+    if (pg_.specs.size() < g.num_values()) pg_.specs.resize(g.num_values());
     OASES_RETURN_IF_ERROR(verify());
     return std::move(pg_);
   }
@@ -46,8 +50,9 @@ class Partitioner {
 
   // Emits a node with one output in `out_spec`; the output's local shape comes from `global_shape`.
   ValueId emit(const std::string& op, const std::vector<ValueId>& ins, AttrMap attrs, DType dt, const Shape& global_shape,
-               const ShardingSpec& out_spec, const std::string& base, NodeId like, const std::string& domain = "") {
+               const ShardingSpec& spec_in, const std::string& base, NodeId like, const std::string& domain = "") {
     Graph& g = pg_.local;
+    const ShardingSpec out_spec = spec_in;  // spec_in may live in the spec table, which spec(out) grows
     std::string name = g.unique_name(base);
     ValueId out = g.add_value(g.unique_name(name + "_out"), dt, out_spec.local_shape(global_shape, pg_.mesh), true);
     NodeId n = g.add_node(op, ins, {out}, std::move(attrs), name, domain);
@@ -213,156 +218,26 @@ class Partitioner {
     return Status::ok();
   }
 
-  ValueId scalar(float v) { return pg_.local.add_constant("partition_const", Tensor::scalar_f32(v)); }
+  // The context a lowering rule sees: this partitioner, at one node.
+  class NodeLowering final : public LowerContext {
+   public:
+    NodeLowering(Partitioner& p, NodeId id) : p_(p), id_(id) {}
+    Graph& graph() override { return p_.pg_.local; }
+    NodeId node_id() const override { return id_; }
+    const Mesh& mesh() const override { return p_.pg_.mesh; }
+    ShardingSpec& spec(ValueId v) override { return p_.spec(v); }
+    Shape global_shape(ValueId v) override { return p_.global_shape_of(v); }
+    void set_global_shape(ValueId v, const Shape& global) override { p_.global_shape_[v] = global; }
+    ValueId emit(const std::string& op, const std::vector<ValueId>& ins, AttrMap attrs, DType dt, const Shape& global_shape,
+                 const ShardingSpec& out_spec, const std::string& base, const std::string& domain) override {
+      return p_.emit(op, ins, std::move(attrs), dt, global_shape, out_spec, base, id_, domain);
+    }
+    void add_collectives(int n) override { p_.pg_.collectives += n; }
 
-  // Vocabulary-parallel cross-entropy (scores' classes split over axis a).
-  Status lower_cross_entropy(NodeId id, int a, bool nll) {
-    Graph& g = pg_.local;
-    Node n = g.node(id);
-    if (n.has_input(2)) return error("{}: class weights with a vocabulary-parallel loss are not supported", n.describe());
-    ValueId scores = n.inputs[0], labels = n.inputs[1];
-    ShardingSpec ss = spec(scores);
-    Shape gs = global_shape_of(scores);
-    Shape rows_g = global_shape_of(labels);
-    ShardingSpec rows_spec = spec(labels);
-    ShardingSpec stat_spec = ss.with_dim(1, -1);  // [N, 1, ...]
-    Shape stat_g = gs;
-    stat_g[1] = 1;
-    DType dt = g.value(scores).dtype;
-    std::string base = n.name + "/vocab_parallel";
-    ValueId z = scores;
-    ValueId s = kNoId;
-    if (!nll) {
-      ValueId m_loc = emit("ReduceMax", {scores}, AttrMap{{"axes", Attribute::of_ints({1})}, {"keepdims", Attribute::of_int(1)}}, dt,
-                           stat_g, stat_spec, base + "/max", id);
-      AttrMap mx = coll_attrs(a);
-      mx.set_string("op", "max");
-      ValueId m = emit("AllReduce", {m_loc}, mx, dt, stat_g, stat_spec, base + "/all_reduce_max", id, kOasesDomain);
-      z = emit("Sub", {scores, m}, {}, dt, gs, ss, base + "/shift", id);
-      ValueId e = emit("Exp", {z}, {}, dt, gs, ss, base + "/exp", id);
-      ValueId s_loc = emit("ReduceSum", {e}, AttrMap{{"axes", Attribute::of_ints({1})}, {"keepdims", Attribute::of_int(0)}}, dt, rows_g,
-                           rows_spec.with_partial(a, false), base + "/sum_exp", id);
-      s = emit("AllReduce", {s_loc}, coll_attrs(a), dt, rows_g, rows_spec, base + "/all_reduce_sum", id, kOasesDomain);
-      pg_.collectives += 2;
-    }
-    ValueId t_loc = emit("ShardedPick", {z, labels}, coll_attrs(a), dt, rows_g, rows_spec, base + "/pick", id, kOasesDomain);
-    ValueId t = emit("AllReduce", {t_loc}, coll_attrs(a), dt, rows_g, rows_spec, base + "/all_reduce_pick", id, kOasesDomain);
-    ++pg_.collectives;
-    ValueId per_row = nll ? emit("Neg", {t}, {}, dt, rows_g, rows_spec, base + "/nll", id)
-                          : emit("Sub", {emit("Log", {s}, {}, dt, rows_g, rows_spec, base + "/log_sum", id), t}, {}, dt, rows_g, rows_spec,
-                                 base + "/loss_rows", id);
-    ValueId valid = kNoId;
-    if (n.attrs.has("ignore_index")) {
-      ValueId ig = g.add_constant("ignore_index", Tensor::from_int64({n.attrs.get_int("ignore_index", -100)}, {}));
-      ValueId lab = labels;
-      if (g.value(labels).dtype != DType::kI64) {
-        lab = emit("Cast", {labels}, AttrMap{{"to", Attribute::of_int(dtype_to_onnx(DType::kI64))}}, DType::kI64, rows_g, rows_spec,
-                   base + "/labels64", id);
-      }
-      ValueId eq = emit("Equal", {lab, ig}, {}, DType::kBool, rows_g, rows_spec, base + "/ignored", id);
-      ValueId keep = emit("Not", {eq}, {}, DType::kBool, rows_g, rows_spec, base + "/kept", id);
-      valid = emit("Cast", {keep}, AttrMap{{"to", Attribute::of_int(dtype_to_onnx(dt))}}, dt, rows_g, rows_spec, base + "/valid", id);
-      per_row = emit("Mul", {per_row, valid}, {}, dt, rows_g, rows_spec, base + "/masked", id);
-    }
-    std::string red = n.attrs.get_string("reduction", "mean");
-    ValueId loss_out = n.outputs[0];
-    std::vector<int64_t> all;
-    for (size_t d = 0; d < rows_g.size(); ++d) all.push_back(static_cast<int64_t>(d));
-    ValueId result = per_row;
-    if (red != "none") {
-      ShardingSpec scalar_spec = spec(loss_out);
-      ValueId total = emit("ReduceSum", {per_row}, AttrMap{{"axes", Attribute::of_ints(all)}, {"keepdims", Attribute::of_int(0)}}, dt, {},
-                           scalar_spec, base + "/total", id);
-      result = total;
-      if (red == "mean") {
-        ValueId count = valid != kNoId
-                            ? emit("ReduceSum", {valid}, AttrMap{{"axes", Attribute::of_ints(all)}, {"keepdims", Attribute::of_int(0)}}, dt,
-                                   {}, scalar_spec, base + "/count", id)
-                            : g.add_constant("rows", Tensor::scalar_f32(static_cast<float>(shape_numel(rows_g))));
-        result = emit("Div", {total, count}, {}, dt, {}, scalar_spec, base + "/mean", id);
-      }
-    }
-    // the loss value keeps its id: re-point its producer
-    NodeId last = g.value(result).producer;
-    std::vector<ValueId> log_prob;
-    if (!nll && n.output(1) != kNoId) log_prob.push_back(n.outputs[1]);
-    g.remove_node(id);
-    g.set_output(last, 0, loss_out);
-    if (!log_prob.empty()) {
-      ValueId ls = emit("Unsqueeze", {emit("Log", {s}, {}, dt, rows_g, rows_spec, base + "/log_sum2", kNoId)},
-                        AttrMap{{"axes", Attribute::of_ints({1})}}, dt, stat_g, stat_spec, base + "/lse", kNoId);
-      NodeId lp = g.value(emit("Sub", {z, ls}, {}, dt, gs, ss, base + "/log_prob", kNoId)).producer;
-      g.set_output(lp, 0, log_prob[0]);
-    }
-    return Status::ok();
-  }
-
-  // Gradient of the vocabulary-parallel cross-entropy: (softmax - onehot) · coefficient.
-  Status lower_cross_entropy_grad(NodeId id, int a, bool nll) {
-    Graph& g = pg_.local;
-    Node n = g.node(id);
-    if (n.has_input(3)) return error("{}: class weights with a vocabulary-parallel loss are not supported", n.describe());
-    ValueId dloss = n.inputs[0], scores = n.inputs[1], labels = n.inputs[2];
-    ShardingSpec ss = spec(scores);
-    Shape gs = global_shape_of(scores), rows_g = global_shape_of(labels);
-    ShardingSpec rows_spec = spec(labels);
-    Shape stat_g = gs;
-    stat_g[1] = 1;
-    ShardingSpec stat_spec = ss.with_dim(1, -1);
-    DType dt = g.value(scores).dtype;
-    std::string base = n.name + "/vocab_parallel";
-    ValueId p;
-    if (nll) {
-      p = emit("Mul", {scores, scalar(0.f)}, {}, dt, gs, ss, base + "/zeros", id);
-    } else {
-      ValueId m_loc = emit("ReduceMax", {scores}, AttrMap{{"axes", Attribute::of_ints({1})}, {"keepdims", Attribute::of_int(1)}}, dt,
-                           stat_g, stat_spec, base + "/max", id);
-      AttrMap mx = coll_attrs(a);
-      mx.set_string("op", "max");
-      ValueId m = emit("AllReduce", {m_loc}, mx, dt, stat_g, stat_spec, base + "/all_reduce_max", id, kOasesDomain);
-      ValueId e = emit("Exp", {emit("Sub", {scores, m}, {}, dt, gs, ss, base + "/shift", id)}, {}, dt, gs, ss, base + "/exp", id);
-      ValueId s_loc = emit("ReduceSum", {e}, AttrMap{{"axes", Attribute::of_ints({1})}, {"keepdims", Attribute::of_int(1)}}, dt, stat_g,
-                           stat_spec, base + "/sum_exp", id);
-      ValueId s = emit("AllReduce", {s_loc}, coll_attrs(a), dt, stat_g, stat_spec, base + "/all_reduce_sum", id, kOasesDomain);
-      p = emit("Div", {e, s}, {}, dt, gs, ss, base + "/softmax", id);
-      pg_.collectives += 2;
-    }
-    AttrMap oh = coll_attrs(a);
-    if (n.attrs.has("ignore_index")) oh.set_int("ignore_index", n.attrs.get_int("ignore_index", -100));
-    ValueId diff = emit("ShardedOneHotSub", {p, labels}, oh, dt, gs, ss, base + "/minus_onehot", id, kOasesDomain);
-    std::string red = n.attrs.get_string("reduction", "mean");
-    ValueId coef = dloss;
-    if (red == "none") {
-      coef = emit("Unsqueeze", {dloss}, AttrMap{{"axes", Attribute::of_ints({1})}}, dt, stat_g, stat_spec, base + "/coef", id);
-    } else if (red == "mean") {
-      ValueId count;
-      std::vector<int64_t> all;
-      for (size_t d = 0; d < rows_g.size(); ++d) all.push_back(static_cast<int64_t>(d));
-      if (n.attrs.has("ignore_index")) {
-        ValueId ig = g.add_constant("ignore_index", Tensor::from_int64({n.attrs.get_int("ignore_index", -100)}, {}));
-        ValueId lab = labels;
-        if (g.value(labels).dtype != DType::kI64) {
-          lab = emit("Cast", {labels}, AttrMap{{"to", Attribute::of_int(dtype_to_onnx(DType::kI64))}}, DType::kI64, rows_g, rows_spec,
-                     base + "/labels64", id);
-        }
-        ValueId keep = emit("Not", {emit("Equal", {lab, ig}, {}, DType::kBool, rows_g, rows_spec, base + "/ignored", id)}, {}, DType::kBool,
-                            rows_g, rows_spec, base + "/kept", id);
-        ValueId valid =
-            emit("Cast", {keep}, AttrMap{{"to", Attribute::of_int(dtype_to_onnx(dt))}}, dt, rows_g, rows_spec, base + "/valid", id);
-        count = emit("ReduceSum", {valid}, AttrMap{{"axes", Attribute::of_ints(all)}, {"keepdims", Attribute::of_int(0)}}, dt, {},
-                     ShardingSpec::replicated(0), base + "/count", id);
-      } else {
-        count = g.add_constant("rows", Tensor::scalar_f32(static_cast<float>(shape_numel(rows_g))));
-      }
-      coef = emit("Div", {dloss, count}, {}, dt, {}, spec(dloss), base + "/coef", id);
-    }
-    ValueId result = emit("Mul", {diff, coef}, {}, dt, gs, spec(n.outputs[0]), base + "/grad", id);
-    NodeId last = g.value(result).producer;
-    ValueId out = n.outputs[0];
-    g.remove_node(id);
-    g.set_output(last, 0, out);
-    return Status::ok();
-  }
+   private:
+    Partitioner& p_;
+    NodeId id_;
+  };
 
   Status lower_nodes() {
     Graph& g = pg_.local;
@@ -377,93 +252,14 @@ class Partitioner {
       g.remove_node(id);
       g.replace_all_uses(out, in);
     }
+    // every op with a partition lowering rewrites its node (graph/lowering.h)
+    const OpRegistry& reg = OpRegistry::global();
     for (NodeId id : g.nodes()) {
       if (!g.alive(id)) continue;
-      Node& n = g.node(id);
-      if (n.domain == kOasesDomain &&
-          (n.op_type == "AllReduce" || n.op_type == "AllGather" || n.op_type == "ReduceScatter" || n.op_type == "ShardSlice" ||
-           n.op_type == "AllToAll" || n.op_type == "ShardedPick" || n.op_type == "ShardedOneHotSub")) {
-        continue;
-      }
-      auto local_out = [&](int k) { return g.value(n.outputs[static_cast<size_t>(k)]).shape; };
-      const std::string& op = n.op_type;
-      bool dflt = is_default_domain(n.domain);
-      if (dflt && (op == "Reshape" || op == "Expand")) {
-        n.attrs.set_ints("shape", local_out(0));
-      } else if (dflt && op == "ConstantOfShape") {
-        n.attrs.set_ints("shape", local_out(0));
-      } else if (dflt && op == "Split") {
-        int64_t axis = n.attrs.get_int("axis", 0);
-        std::vector<int64_t> sizes;
-        for (size_t k = 0; k < n.outputs.size(); ++k) sizes.push_back(g.value(n.outputs[k]).shape[static_cast<size_t>(axis)]);
-        n.attrs.set_ints("split", sizes);
-      } else if ((dflt && op == "Slice") || (n.domain == kOasesDomain && op == "SliceGrad")) {
-        std::vector<int64_t> axes = n.attrs.get_ints("axes"), lens = n.attrs.get_ints("lengths");
-        Shape in_local = op == "Slice" ? g.value(n.inputs[0]).shape : local_out(0);
-        Shape in_global = op == "Slice" ? global_shape_of(n.inputs[0]) : global_shape_of(n.outputs[0]);
-        for (size_t i = 0; i < axes.size(); ++i) {
-          size_t a = static_cast<size_t>(axes[i]);
-          if (in_local[a] != in_global[a] && lens[i] == in_global[a]) lens[i] = in_local[a];
-        }
-        n.attrs.set_ints("lengths", lens);
-        if (op == "SliceGrad") n.attrs.set_ints("input_shape", local_out(0));
-      } else if (n.domain == kOasesDomain && op == "GatherGrad") {
-        n.attrs.set_ints("data_shape", local_out(0));
-        size_t axis = static_cast<size_t>(n.attrs.get_int("axis", 0));
-        const DimSpec& d = spec(n.outputs[0]).dims[axis];
-        if (d.axis >= 0) {
-          if (axis != 0) return error("{}: a table split along gathered axis {} is not supported", n.describe(), axis);
-          n.attrs.set_int("row_mesh_axis", d.axis);
-        }
-        if (n.inputs.size() > 2) g.set_input(id, 2, kNoId);  // the table only carried its spec
-      } else if (dflt && op == "ReduceMean") {
-        // a mean over split dims: the local mean, scaled to a share of the global mean
-        ShardingSpec in = spec(n.inputs[0]);
-        int64_t parts = 1;
-        for (int64_t a : n.attrs.get_ints("axes")) {
-          const DimSpec& d = in.dims[static_cast<size_t>(a)];
-          if (d.axis >= 0) parts *= m.axis_size(d.axis);
-        }
-        if (parts > 1) {
-          ValueId out = n.outputs[0];
-          ValueId tmp = g.add_value(g.unique_name(n.name + "_local_mean"), g.value(out).dtype, g.value(out).shape, true);
-          spec(tmp) = spec(out);
-          global_shape_[tmp] = global_shape_of(out);
-          g.set_output(id, 0, tmp);
-          Tensor f(g.value(out).dtype, {});
-          store_from_double(f.raw_mutable(), f.dtype(), 0, 1.0 / static_cast<double>(parts));
-          NodeId mul = g.add_node("Mul", {tmp, g.add_constant("mean_share", f)}, {out}, {}, g.unique_name(n.name + "_share"));
-          g.node(mul).scope = g.node(id).scope;
-          g.node(mul).phase = g.node(id).phase;
-        }
-      } else if (dflt && op == "Gather") {
-        size_t axis = static_cast<size_t>(n.attrs.get_int("axis", 0));
-        const DimSpec& d = spec(n.inputs[0]).dims[axis];
-        if (d.axis >= 0) {
-          if (axis != 0) return error("{}: a table split along gathered axis {} is not supported", n.describe(), axis);
-          n.op_type = "ShardedGather";
-          n.domain = kOasesDomain;
-          n.attrs = coll_attrs(d.axis);
-        }
-      } else if (dflt && (op == "SoftmaxCrossEntropyLoss" || op == "NegativeLogLikelihoodLoss")) {
-        const DimSpec& d = spec(n.inputs[0]).dims[1];
-        if (d.axis >= 0) OASES_RETURN_IF_ERROR(lower_cross_entropy(id, d.axis, op == "NegativeLogLikelihoodLoss"));
-      } else if (n.domain == kOasesDomain && (op == "SoftmaxCrossEntropyGrad" || op == "NLLLossGrad")) {
-        const DimSpec& d = spec(n.inputs[1]).dims[1];
-        if (d.axis >= 0) OASES_RETURN_IF_ERROR(lower_cross_entropy_grad(id, d.axis, op == "NLLLossGrad"));
-      } else if ((dflt && op == "Dropout") || (n.domain == kOasesDomain && op == "DropoutGrad")) {
-        // the mask is drawn from each element's index in the whole tensor, so every layout replays
-        // the same mask: record the whole shape (once) and the axis splitting each dim
-        const ShardingSpec& s = spec(n.inputs[0]);
-        if (!s.is_replicated()) {
-          if (!n.attrs.has("mask_shape")) n.attrs.set_ints("mask_shape", global_shape_of(n.inputs[0]));
-          std::vector<int64_t> axes = n.attrs.get_ints("shard_axes", std::vector<int64_t>(s.rank(), -1));
-          for (size_t d = 0; d < s.rank(); ++d) {
-            if (s.dims[d].axis >= 0) axes[d] = s.dims[d].axis;
-          }
-          n.attrs.set_ints("shard_axes", axes);
-        }
-      }
+      const OpSchema* s = reg.find(g.node(id).domain, g.node(id).op_type);
+      if (!s || !s->lower) continue;
+      NodeLowering ctx(*this, id);
+      OASES_RETURN_IF_ERROR(s->lower(ctx));
     }
     return Status::ok();
   }
@@ -480,9 +276,11 @@ class Partitioner {
       for (size_t k = 0; k < n.outputs.size(); ++k) {
         if (n.outputs[k] == kNoId) continue;
         if (g.value(n.outputs[k]).shape != want[k]) {
-          return error("partitioning: {} gives output '{}' the local shape {}, its spec {} needs {}", n.describe(),
-                       g.value(n.outputs[k]).name, shape_str(g.value(n.outputs[k]).shape), spec(n.outputs[k]).to_string(&pg_.mesh),
-                       shape_str(want[k]));
+          return error(
+              "partitioning: {} gives output '{}' the local shape {}, its spec {} needs {} (an attribute still holds a global "
+              "shape: does the op's schema lack a lower rule?)",
+              n.describe(), g.value(n.outputs[k]).name, shape_str(g.value(n.outputs[k]).shape), spec(n.outputs[k]).to_string(&pg_.mesh),
+              shape_str(want[k]));
         }
       }
     }

@@ -39,12 +39,10 @@ double interpolate(const std::vector<std::pair<double, double>>& pts, double wor
 }  // namespace
 
 bool is_compute_bound_op(const std::string& op) {
-  static const char* ops[] = {"MatMul", "Gemm", "oases.MatMulT",         "oases.Attention",    "oases.AttentionGrad",
-                              "Einsum", "Conv", "oases.cpu.FusedMatMul", "oases.cpu.Attention"};
-  for (const char* o : ops) {
-    if (op == o) return true;
-  }
-  return false;
+  // "MatMul", "oases.MatMulT", "oases.cpu.FusedMatMul": the domain is what precedes the last dot
+  size_t dot = op.rfind('.');
+  std::string domain = dot == std::string::npos ? std::string() : op.substr(0, dot);
+  return op_has_trait(OpRegistry::global().find(domain, op.substr(dot == std::string::npos ? 0 : dot + 1)), kTraitComputeBound);
 }
 
 std::string node_op_name(const Node& n) {
@@ -228,28 +226,8 @@ double OpTimeModel::seconds(const std::string& op, const std::string& key, doubl
 }
 
 OpCost node_cost(const Graph& g, const Node& n) {
-  const OpSchema* s = OpRegistry::global().find(n.domain, n.op_type);
-  if (s) return s->cost ? s->cost(g, n) : OpCost{};
-  // The executor's own fused ops (executor/fusion.h, domain oases.cpu) have no schema: every
-  // operand read once and the result written; a fused product also its FLOPs.
-  OpCost c;
-  for (ValueId v : n.inputs) {
-    if (v != kNoId) c.bytes += static_cast<double>(g.value(v).nbytes());
-  }
-  for (ValueId v : n.outputs) {
-    if (v != kNoId) c.bytes += static_cast<double>(g.value(v).nbytes());
-  }
-  if (n.op_type == "FusedMatMul" && n.inputs.size() >= 2 && n.inputs[0] != kNoId && n.inputs[1] != kNoId && !n.outputs.empty()) {
-    const Shape& a = g.value(n.inputs[0]).shape;
-    const Shape& out = g.value(n.outputs[0]).shape;
-    if (a.size() >= 2 && !out.empty()) {
-      double k = static_cast<double>(n.attrs.get_int("trans_a", 0) ? a[a.size() - 2] : a.back());
-      double outs = 1;
-      for (int64_t d : out) outs *= static_cast<double>(d);
-      c.flops = 2.0 * outs * k;
-    }
-  }
-  return c;
+  const OpSchema* s = find_schema(n);
+  return s && s->cost ? s->cost(g, n) : OpCost{};
 }
 
 double OpTimeModel::node_seconds(const Graph& g, const Node& n) const {

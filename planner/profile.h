@@ -83,8 +83,8 @@ std::string op_key(const std::string& op, const std::vector<std::pair<DType, Sha
 std::string node_op_name(const Node& n);  // "MatMul", "oases.Attention"
 std::string node_key(const Graph& g, const Node& n);
 
-// FLOPs and bytes of a node: its op's cost rule, or for the executor's fused ops (no schema) the
-// bytes of its operands and results and a fused product's FLOPs.
+// FLOPs and bytes of a node: its op's cost rule (the executor's fused ops have theirs in
+// graph/ops/fused.cpp); nothing for an op the registry does not know.
 OpCost node_cost(const Graph& g, const Node& n);
 
 // Ops that move no data and compute nothing (views, shape bookkeeping): never timed.
@@ -119,7 +119,8 @@ class OpTimeModel {
   double roofline(const std::string& op, double flops, double bytes) const;
 };
 
-// Ops whose time follows their FLOPs (the rest follow the bytes they move).
+// Ops whose time follows their FLOPs (the rest follow the bytes they move): the compute-bound
+// trait of the op named "Op" or "domain.Op".
 bool is_compute_bound_op(const std::string& op);
 
 // Collective time from the profile's samples (interpolated over bytes for the group size and link,

@@ -132,11 +132,10 @@ Expected<RecomputeReport> apply_recompute(Graph& g, CheckpointMode mode) {
           if (o != kNoId) kept.insert(o);
         }
       }
-      if ((n.op_type == "LayerNormalization" && is_default_domain(n.domain)) ||
-          (n.op_type == "RMSNormalization" && n.domain == kOasesDomain)) {
+      if (op_has_trait(n, kTraitNorm)) {
         kept.insert(n.inputs[0]);
       }
-      if (is_default_domain(n.domain) && (n.op_type == "MatMul" || n.op_type == "Gemm") && scope_stage(n.scope) >= 0) {
+      if (op_has_trait(n, kTraitLinear) && scope_stage(n.scope) >= 0) {
         last_product[s * 1000 + std::max(0, n.chunk)] = id;  // per stage and chunk
       }
     }

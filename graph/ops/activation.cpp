@@ -102,6 +102,20 @@ void register_activation_ops(OpRegistry& r) {
   for (const char* op : {"Silu", "SwiGLU"}) {
     r.find_mutable(kOasesDomain, op)->shard = [](ShardContext& c) { return shard_elementwise(c, PartialPolicy::kNone); };
   }
+
+  // --- examples -------------------------------------------------------------------------------
+  for (const char* op : {"LeakyRelu", "Elu", "Selu", "Celu", "HardSigmoid", "HardSwish", "Mish"}) {
+    set_examples(r, "", op, {example("matrix", {ex_float({4, 6}, -2.0, 2.0)})});
+  }
+  // the threshold (default 1) away from the sampled points: the derivative jumps there
+  set_examples(r, "", "ThresholdedRelu",
+               {example("matrix", {ex_float({4, 6}, -2.0, 2.0)}, AttrMap{{"alpha", Attribute::of_float(0.05f)}})});
+  set_examples(r, "", "Gelu",
+               {example("erf", {ex_float({4, 6}, -3, 3)}),
+                example("tanh", {ex_float({4, 6}, -3, 3)}, AttrMap{{"approximate", Attribute::of_string("tanh")}})});
+  set_examples(r, kOasesDomain, "Silu", {example("matrix", {ex_float({4, 6}, -3, 3)})});
+  set_examples(r, kOasesDomain, "SwiGLU", {example("matrix", {ex_float({4, 6}, -3, 3), ex_float({4, 6})})});
+  set_examples(r, "", "PRelu", {example("slope per column", {ex_float({4, 6}, -2, 2), ex_float({6})})});
 }
 
 }  // namespace oases

@@ -116,6 +116,27 @@ void register_attention_ops(OpRegistry& r) {
   };
 
   r.find_mutable(kOasesDomain, "Attention")->shard = [](ShardContext& c) { return shard_attention(c, 0, false); };
+  r.find_mutable(kOasesDomain, "Attention")->traits |= kTraitComputeBound;
+  r.find_mutable(kOasesDomain, "Attention")->float32_inputs = {3};  // the additive mask: the kernels read float32
+
+  // --- examples: q [B, H, Tq, D], k [B, Hkv, Tk, D], v [B, Hkv, Tk, Dv] ----------------------
+  {
+    auto qkv = [](int64_t h, int64_t hk) {
+      return std::vector<ExampleInput>{ex_float({2, h, 4, 4}), ex_float({2, hk, 6, 4}), ex_float({2, hk, 6, 2})};
+    };
+    std::vector<ExampleInput> add_mask = qkv(2, 2);
+    Tensor m(DType::kF32, {2, 1, 1, 6});
+    for (int i = 0; i < 12; ++i) m.mutable_data<float>()[i] = i % 6 == 5 ? -1e9f : 0.1f * static_cast<float>(i);
+    add_mask.push_back(ex_data(m));
+    std::vector<ExampleInput> bool_mask = qkv(2, 2);
+    Tensor bm(DType::kBool, {1, 1, 4, 6});
+    for (int i = 0; i < 24; ++i) bm.mutable_data<uint8_t>()[i] = (i % 3) != 1;
+    bool_mask.push_back(ex_data(bm));
+    set_examples(r, kOasesDomain, "Attention",
+                 {example("plain", qkv(2, 2)),
+                  example("causal GQA", qkv(4, 2), AttrMap{{"causal", Attribute::of_int(1)}, {"scale", Attribute::of_float(0.3f)}}),
+                  example("additive mask", add_mask), example("bool mask causal", bool_mask, AttrMap{{"causal", Attribute::of_int(1)}})});
+  }
 }
 
 }  // namespace oases

@@ -234,6 +234,10 @@ void register_collective_ops(OpRegistry& r) {
       c.set_output(0, c.dtype(0), c.shape(1));
       return Status::ok();
     };
+    // one score read per row, the labels read and the row values written
+    s.cost = [](const Graph& g, const Node& n) {
+      return OpCost{0, static_cast<double>(g.value(n.inputs[1]).nbytes()) + 2 * static_cast<double>(g.value(n.outputs[0]).nbytes())};
+    };
     r.add(std::move(s));
   }
   {
@@ -243,9 +247,47 @@ void register_collective_ops(OpRegistry& r) {
       c.set_output(0, c.dtype(0), c.shape(0));
       return Status::ok();
     };
+    s.cost = [](const Graph& g, const Node& n) { return elementwise_cost(g, n, 1.0); };
     r.add(std::move(s));
   }
   register_layout_op(r);
+  for (const char* op : {"AllReduce", "ParallelIdentity", "AllGather", "ReduceScatter", "AllToAll", "Broadcast"}) {
+    r.find_mutable(kOasesDomain, op)->traits |= kTraitCollective;
+  }
+  // Made by the partitioner (collectives and rank-dependent local ops): never sharded themselves.
+  for (const char* op : {"AllReduce", "ParallelIdentity", "AllGather", "ReduceScatter", "ShardSlice", "AllToAll", "Broadcast",
+                         "ShardedGather", "ShardedPick", "ShardedOneHotSub"}) {
+    r.find_mutable(kOasesDomain, op)->traits |= kTraitPostPartition;
+  }
+  // The lowering of vocabulary-parallel ops makes these after autodiff (graph/lowering.h).
+  for (const char* op : {"ShardedGather", "ShardedPick", "ShardedOneHotSub"}) r.find_mutable(kOasesDomain, op)->differentiable = false;
+  // The partitioner removes every Layout before a program is built.
+  r.find_mutable(kOasesDomain, "Layout")->traits |= kTraitNoKernel;
+
+  // --- examples on a group of one member (the gradient check's single rank): each collective
+  // is then the identity, which checks the dual op's shapes and attributes; the dual pairing
+  // across ranks is what the tensor-parallel equivalence tests check
+  auto group = [](AttrMap a) {
+    a.set_int("mesh_axis", 0);
+    a.set_int("group_size", 1);
+    return a;
+  };
+  for (const char* op : {"AllReduce", "ParallelIdentity", "Broadcast"}) {
+    set_examples(r, kOasesDomain, op, {example("one member", {ex_float({4, 6})}, group({}))});
+  }
+  for (const char* op : {"AllGather", "ReduceScatter", "ShardSlice"}) {
+    set_examples(
+        r, kOasesDomain, op,
+        {example("one member", {ex_float({4, 6})}, group(AttrMap{{"dim", Attribute::of_int(1)}, {"segments", Attribute::of_int(1)}}))});
+  }
+  set_examples(r, kOasesDomain, "AllToAll",
+               {example("one member", {ex_float({4, 6})},
+                        group(AttrMap{{"split_dim", Attribute::of_int(1)}, {"concat_dim", Attribute::of_int(0)}}))});
+  set_examples(r, kOasesDomain, "Layout",
+               {example("whole", {ex_float({4, 6})},
+                        AttrMap{{"mesh", Attribute::of_string("tp=1")},
+                                {"dims", Attribute::of_ints({-1, -1})},
+                                {"grad_dims", Attribute::of_ints({-1, -1})}})});
 }
 
 void register_layout_op(OpRegistry& r) {
@@ -287,12 +329,7 @@ void register_layout_op(OpRegistry& r) {
 }
 
 bool is_collective(const Node& n) {
-  static const char* ops[] = {"AllReduce", "ParallelIdentity", "AllGather", "ReduceScatter", "AllToAll", "Broadcast"};
-  if (n.domain != kOasesDomain) return false;
-  for (const char* o : ops) {
-    if (n.op_type == o) return true;
-  }
-  return false;
+  return op_has_trait(n, kTraitCollective);
 }
 
 }  // namespace oases

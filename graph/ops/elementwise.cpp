@@ -244,6 +244,43 @@ void register_elementwise_ops(OpRegistry& r) {
     if (c.needs(2)) c.add_grad(2, c.unbroadcast(c.op("Where", {c.input(0), zero, c.grad_out(0)}), c.shape(c.input(2))));
     return Status::ok();
   });
+  // trigonometric and hyperbolic ops, from their derivatives in terms of x (or y for Tan):
+  //   tan' = 1 + y², asin' = 1/√(1-x²), acos' = -1/√(1-x²), atan' = 1/(1+x²), sinh' = cosh,
+  //   cosh' = sinh, asinh' = 1/√(x²+1), acosh' = 1/√(x²-1), atanh' = 1/(1-x²)
+  auto unary_from = [&set_grad](const char* op, std::function<ValueId(GradContext&, ValueId x, ValueId y)> derivative) {
+    set_grad(op, [derivative](GradContext& c) {
+      c.add_grad(0, c.op("Mul", {c.grad_out(0), derivative(c, c.input(0), c.output(0))}));
+      return Status::ok();
+    });
+  };
+  auto one = [](GradContext& c, ValueId like) { return c.scalar(1.0, c.dtype(like)); };
+  auto sq = [](GradContext& c, ValueId v) { return c.op("Mul", {v, v}); };
+  unary_from("Tan", [=](GradContext& c, ValueId, ValueId y) { return c.op("Add", {one(c, y), sq(c, y)}); });
+  unary_from("Asin", [=](GradContext& c, ValueId x, ValueId) {
+    return c.op("Reciprocal", {c.op("Sqrt", {c.op("Sub", {one(c, x), sq(c, x)})})});
+  });
+  unary_from("Acos", [=](GradContext& c, ValueId x, ValueId) {
+    return c.op("Neg", {c.op("Reciprocal", {c.op("Sqrt", {c.op("Sub", {one(c, x), sq(c, x)})})})});
+  });
+  unary_from("Atan", [=](GradContext& c, ValueId x, ValueId) { return c.op("Reciprocal", {c.op("Add", {one(c, x), sq(c, x)})}); });
+  unary_from("Sinh", [](GradContext& c, ValueId x, ValueId) { return c.op("Cosh", {x}); });
+  unary_from("Cosh", [](GradContext& c, ValueId x, ValueId) { return c.op("Sinh", {x}); });
+  unary_from("Asinh", [=](GradContext& c, ValueId x, ValueId) {
+    return c.op("Reciprocal", {c.op("Sqrt", {c.op("Add", {sq(c, x), one(c, x)})})});
+  });
+  unary_from("Acosh", [=](GradContext& c, ValueId x, ValueId) {
+    return c.op("Reciprocal", {c.op("Sqrt", {c.op("Sub", {sq(c, x), one(c, x)})})});
+  });
+  unary_from("Atanh", [=](GradContext& c, ValueId x, ValueId) { return c.op("Reciprocal", {c.op("Sub", {one(c, x), sq(c, x)})}); });
+  // piecewise constant or integer-valued: no gradient flows
+  for (const char* op : {"Sign", "Floor", "Ceil", "Round", "Mod", "Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or",
+                         "Xor", "Not", "IsNaN", "IsInf"}) {
+    r.find_mutable("", op)->differentiable = false;
+  }
+  // CastLike is rewritten into Cast by its normalize rule: it never runs nor meets a plan
+  r.find_mutable("", "CastLike")->traits |= kTraitNoKernel;
+  r.find_mutable("", "CastLike")->differentiable = false;
+  r.find_mutable("", "CastLike")->shard = shard_replicated_only;
   set_grad("Cast", [](GradContext& c) {
     DType in = c.dtype(c.input(0));
     c.add_grad(0, c.op("Cast", {c.grad_out(0)}, AttrMap{{"to", Attribute::of_int(dtype_to_onnx(in))}}));
@@ -268,11 +305,63 @@ void register_elementwise_ops(OpRegistry& r) {
     return shard_same_as_input(c, to_float ? PartialPolicy::kAdditive : PartialPolicy::kNone);
   });
   for (const char* op :
-       {"Abs",  "Sign",    "Relu",        "Floor",          "Ceil", "Round", "Reciprocal", "Sqrt", "Exp", "Log", "Erf", "Tanh", "Sigmoid",
-        "Sin",  "Cos",     "Softplus",    "Softsign",       "Not",  "IsNaN", "IsInf",      "Clip", "Pow", "Mod", "Min", "Max",  "Equal",
-        "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "And",  "Or",    "Xor",        "Where"}) {
+       {"Abs",   "Sign",    "Relu", "Floor", "Ceil",     "Round",    "Reciprocal",  "Sqrt",           "Exp",   "Log",  "Erf",
+        "Tanh",  "Sigmoid", "Sin",  "Cos",   "Softplus", "Softsign", "Not",         "IsNaN",          "IsInf", "Clip", "Pow",
+        "Mod",   "Min",     "Max",  "Equal", "Less",     "Greater",  "LessOrEqual", "GreaterOrEqual", "And",   "Or",   "Xor",
+        "Where", "Tan",     "Asin", "Acos",  "Atan",     "Sinh",     "Cosh",        "Asinh",          "Acosh", "Atanh"}) {
     set_shard(op, [](ShardContext& c) { return shard_elementwise(c, PartialPolicy::kNone); });
   }
+
+  // --- examples (registry-driven tests: finite-difference gradients, split states) ------------
+  for (const char* op : {"Add", "Sub", "Mul", "Div"}) {
+    set_examples(r, "", op,
+                 {example("broadcast", {ex_float({2, 3, 4}), ex_float({3, 1}, 0.5, 1.5)}),
+                  example("scalar", {ex_float({1}, 0.5, 1.5), ex_float({2, 3}, 0.5, 1.5)})});
+  }
+  {
+    Tensor three(DType::kF64, {});
+    *three.mutable_data<double>() = 3.0;
+    set_examples(r, "", "Pow",
+                 {example("constant exponent", {ex_float({2, 4}, 0.5, 1.5), ex_data(three)}),
+                  example("both", {ex_float({2, 4}, 0.5, 1.5), ex_float({4}, 0.5, 2.0)})});
+  }
+  set_examples(r, "", "Max", {example("same shape", {ex_float({2, 4}), ex_float({2, 4})})});
+  set_examples(r, "", "Min", {example("broadcast", {ex_float({2, 4}), ex_float({4})})});
+  set_examples(r, "", "Sum", {example("three", {ex_float({2, 4}), ex_float({4}), ex_float({2, 1})})});
+  set_examples(r, "", "Mean", {example("two", {ex_float({2, 4}), ex_float({4})})});
+  {
+    Tensor cond(DType::kBool, {2, 4});
+    for (int i = 0; i < 8; ++i) cond.mutable_data<uint8_t>()[i] = i % 2;
+    set_examples(r, "", "Where", {example("broadcast", {ex_data(cond), ex_float({2, 4}), ex_float({4})})});
+  }
+  for (const char* op : {"Neg", "Exp", "Tanh", "Sigmoid", "Relu", "Erf", "Sin", "Cos", "Abs", "Softplus", "Softsign", "Identity"}) {
+    set_examples(r, "", op, {example("matrix", {ex_float({4, 6}, -2.0, 2.0)})});
+  }
+  for (const char* op : {"Log", "Sqrt", "Reciprocal"}) set_examples(r, "", op, {example("positive", {ex_float({4, 6}, 0.5, 2.0)})});
+  for (const char* op : {"Tan", "Sinh", "Cosh", "Asinh", "Atan"})
+    set_examples(r, "", op, {example("matrix", {ex_float({4, 6}, -1.2, 1.2)})});
+  for (const char* op : {"Asin", "Acos", "Atanh"}) set_examples(r, "", op, {example("inside (-1, 1)", {ex_float({4, 6}, -0.8, 0.8)})});
+  // ops without a gradient: their examples feed the split-state table only
+  for (const char* op : {"Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual"}) {
+    set_examples(r, "", op, {example("broadcast", {ex_float({4, 6}), ex_float({6})})});
+  }
+  for (const char* op : {"Sign", "Floor", "Ceil", "Round", "IsNaN", "IsInf"}) {
+    set_examples(r, "", op, {example("matrix", {ex_float({4, 6}, -3, 3)})});
+  }
+  {
+    Tensor a(DType::kBool, {4, 6}), b(DType::kBool, {6});
+    for (int i = 0; i < 24; ++i) a.mutable_data<uint8_t>()[i] = (i * 7) % 3 == 0;
+    for (int i = 0; i < 6; ++i) b.mutable_data<uint8_t>()[i] = i % 2;
+    for (const char* op : {"And", "Or", "Xor"}) set_examples(r, "", op, {example("broadcast", {ex_data(a), ex_data(b)})});
+    set_examples(r, "", "Not", {example("matrix", {ex_data(a)})});
+  }
+  set_examples(r, "", "Mod",
+               {example("float fmod", {ex_float({4, 6}, -3, 3), ex_float({6}, 0.5, 1.5)}, AttrMap{{"fmod", Attribute::of_int(1)}})});
+  set_examples(r, "", "Acosh", {example("above 1", {ex_float({4, 6}, 1.2, 3.0)})});
+  set_examples(
+      r, "", "Clip",
+      {example("min max", {ex_float({4, 6}, -2, 2)}, AttrMap{{"min", Attribute::of_float(-0.5f)}, {"max", Attribute::of_float(0.7f)}})});
+  set_examples(r, "", "Cast", {example("to float64", {ex_float({2, 4})}, AttrMap{{"to", Attribute::of_int(dtype_to_onnx(DType::kF64))}})});
 }
 
 }  // namespace oases

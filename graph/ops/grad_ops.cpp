@@ -14,6 +14,7 @@
 //                                                table input only carries its sharding; no data read)
 //   oases.SliceGrad(dy; Slice's resolved attrs, input_shape)
 //   oases.DropoutGrad(dy; ratio, key_node)        replays the forward mask from its RNG key
+#include "graph/lowering.h"
 #include "graph/ops/op_utils.h"
 #include "graph/sharding.h"
 
@@ -32,6 +33,7 @@ OpSchema grad_schema(const std::string& op, int min_in, int max_in, int outs) {
   s.min_outputs = 1;
   s.max_outputs = outs;
   s.foldable = false;
+  s.differentiable = false;  // backward ops: no second derivatives
   s.cost = [](const Graph& g, const Node& n) { return elementwise_cost(g, n, 4.0); };
   return s;
 }
@@ -253,6 +255,29 @@ void register_grad_ops(OpRegistry& r) {
     }
     c.require(0, s);
     c.set_out(0, s);
+    return Status::ok();
+  };
+
+  // --- partition lowering -------------------------------------------------------------------
+  for (const char* op : {"SoftmaxCrossEntropyGrad", "NLLLossGrad"}) {
+    bool nll = std::string(op) == "NLLLossGrad";
+    r.find_mutable(kOasesDomain, op)->lower = [nll](LowerContext& c) { return lower_cross_entropy_grad(c, nll); };
+  }
+  r.find_mutable(kOasesDomain, "MatMulT")->traits |= kTraitComputeBound;
+  r.find_mutable(kOasesDomain, "AttentionGrad")->traits |= kTraitComputeBound;
+  r.find_mutable(kOasesDomain, "SliceGrad")->lower = [](LowerContext& c) { return lower_slice_lengths(c, true); };
+  r.find_mutable(kOasesDomain, "DropoutGrad")->lower = lower_dropout_mask;
+  // scatter into the local rows; a vocabulary-split table scatters the ids of its own rows only
+  r.find_mutable(kOasesDomain, "GatherGrad")->lower = [](LowerContext& c) {
+    Node& n = c.node();
+    n.attrs.set_ints("data_shape", c.local_shape(n.outputs[0]));
+    size_t axis = static_cast<size_t>(n.attrs.get_int("axis", 0));
+    int split = c.spec(n.outputs[0]).dims[axis].axis;
+    if (split >= 0) {
+      if (axis != 0) return error("{}: a table split along gathered axis {} is not supported", n.describe(), axis);
+      n.attrs.set_int("row_mesh_axis", split);
+    }
+    if (n.inputs.size() > 2) c.graph().set_input(c.node_id(), 2, kNoId);  // the table only carried its spec
     return Status::ok();
   };
 }

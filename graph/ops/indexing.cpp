@@ -1,6 +1,7 @@
 // Indexing: Gather (embeddings), GatherElements, GatherND, ScatterND and ScatterElements (cache
 // and mask updates), Trilu (causal masks), CumSum (position ids), OneHot.
 #include "graph/autodiff.h"
+#include "graph/lowering.h"
 #include "graph/ops/op_utils.h"
 #include "graph/sharding.h"
 
@@ -129,6 +130,10 @@ void register_indexing_ops(OpRegistry& r) {
       c.set_output(0, c.dtype(0), c.shape(1));
       return Status::ok();
     };
+    s.cost = [](const Graph& g, const Node& n) {
+      double indices = static_cast<double>(g.value(n.inputs[1]).nbytes());
+      return OpCost{0, indices + 2 * static_cast<double>(g.value(n.outputs[0]).nbytes())};
+    };
     r.add(std::move(s));
   }
   {
@@ -229,23 +234,6 @@ void register_indexing_ops(OpRegistry& r) {
     c.add_grad(0, c.op("GatherGrad", {c.grad_out(0), c.input(1), c.input(0)}, a, kOasesDomain));
     return Status::ok();
   };
-  // GatherElements: out[i] = data[i with i[axis] := indices[i]], so d(data) is dy scatter-added
-  // into zeros of data's shape at the same places (repeated indices accumulate).
-  r.find_mutable("", "GatherElements")->grad = [](GradContext& c) {
-    ValueId z = c.zeros(c.shape(c.input(0)), c.dtype(c.input(0)));
-    AttrMap a{{"axis", Attribute::of_int(c.attrs().get_int("axis", 0))}, {"reduction", Attribute::of_string("add")}};
-    c.add_grad(0, c.op("ScatterElements", {z, c.input(1), c.grad_out(0)}, a));
-    return Status::ok();
-  };
-  // GatherND (batch_dims 0): out[j..] = data[indices[j..]], slices of data [D(m)..]; ScatterND
-  // with reduction add is its exact adjoint. batch_dims > 0 has no ScatterND form: say so.
-  r.find_mutable("", "GatherND")->grad = [](GradContext& c) {
-    if (c.attrs().get_int("batch_dims", 0) != 0)
-      return c.fail("no gradient rule for batch_dims {} (only 0)", c.attrs().get_int("batch_dims", 0));
-    ValueId z = c.zeros(c.shape(c.input(0)), c.dtype(c.input(0)));
-    c.add_grad(0, c.op("ScatterND", {z, c.input(1), c.grad_out(0)}, AttrMap{{"reduction", Attribute::of_string("add")}}));
-    return Status::ok();
-  };
   r.find_mutable("", "Trilu")->grad = [](GradContext& c) {
     c.add_grad(0, c.op("Trilu", {c.grad_out(0)}, c.attrs()));
     return Status::ok();
@@ -260,6 +248,19 @@ void register_indexing_ops(OpRegistry& r) {
   // --- sharding rules -----------------------------------------------------------------------
   // Gather from a table sharded along the gathered axis (a vocabulary-parallel embedding): each
   // rank gathers the rows it holds and zeros the others, so the output is a partial sum.
+  // --- partition lowering: a Gather from a row-split table masks ids outside its rows ----------
+  r.find_mutable("", "Gather")->lower = [](LowerContext& c) {
+    Node& n = c.node();
+    size_t axis = static_cast<size_t>(n.attrs.get_int("axis", 0));
+    int split = c.spec(n.inputs[0]).dims[axis].axis;
+    if (split < 0) return Status::ok();
+    if (axis != 0) return error("{}: a table split along gathered axis {} is not supported", n.describe(), axis);
+    n.op_type = "ShardedGather";
+    n.domain = kOasesDomain;
+    n.attrs = c.collective_attrs(split);
+    return Status::ok();
+  };
+
   r.find_mutable("", "Gather")->shard = [](ShardContext& c) {
     size_t axis = static_cast<size_t>(c.node().attrs.get_int("axis", 0));
     ShardingSpec data = c.in(0), idx = c.in(1).without_partial();
@@ -282,7 +283,7 @@ void register_indexing_ops(OpRegistry& r) {
     c.set_out(0, out);
     return Status::ok();
   };
-  for (const char* op : {"GatherElements", "GatherND", "ScatterND", "ScatterElements", "OneHot", "EyeLike"}) {
+  for (const char* op : {"GatherElements", "GatherND", "ScatterND", "ScatterElements", "OneHot"}) {
     if (OpSchema* s = r.find_mutable("", op)) s->shard = shard_replicated_only;
   }
   r.find_mutable("", "Trilu")->shard = [](ShardContext& c) {
@@ -296,6 +297,72 @@ void register_indexing_ops(OpRegistry& r) {
     c.set_out(0, c.in(0));
     return Status::ok();
   };
+
+  // --- examples -------------------------------------------------------------------------------
+  set_examples(r, "", "Gather",
+               {example("repeated rows accumulate", {ex_float({6, 4}), ex_ints({4, 0, 4, 2, -1, 1}, {2, 3})}),
+                example("axis 1", {ex_float({2, 5, 4}), ex_ints({3, 1}, {2})}, AttrMap{{"axis", Attribute::of_int(1)}})});
+  set_examples(r, "", "Trilu", {example("lower", {ex_float({2, 4, 4})}, AttrMap{{"upper", Attribute::of_int(0)}})});
+  set_examples(r, "", "CumSum",
+               {example("exclusive", {ex_float({4, 4})}, AttrMap{{"axis", Attribute::of_int(1)}, {"exclusive", Attribute::of_int(1)}})});
+
+  // --- gradients of the element/ND gathers and scatters: the gather of dy is the scatter's
+  // transpose, summed where indices repeat (reduction "add"); an assigning scatter blocks dy where
+  // it wrote (indices unique, as ONNX requires)
+  // zeros of v's shape (not v * 0, which is NaN where v is infinite, e.g. a mask table)
+  auto zeros_like = [](GradContext& c, ValueId v) { return c.zeros(c.shape(v), c.dtype(v)); };
+  for (const char* op : {"GatherElements", "GatherND"}) {
+    bool nd = std::string(op) == "GatherND";
+    r.find_mutable("", op)->grad = [nd, zeros_like](GradContext& c) {
+      AttrMap a{{"reduction", Attribute::of_string("add")}};
+      if (!nd) a.set_int("axis", c.attrs().get_int("axis", 0));
+      if (nd && c.attrs().get_int("batch_dims", 0) != 0) return c.fail("the gradient of GatherND with batch_dims is not supported");
+      c.add_grad(0, c.op(nd ? "ScatterND" : "ScatterElements", {zeros_like(c, c.input(0)), c.input(1), c.grad_out(0)}, a));
+      return Status::ok();
+    };
+  }
+  for (const char* op : {"ScatterElements", "ScatterND"}) {
+    bool nd = std::string(op) == "ScatterND";
+    r.find_mutable("", op)->grad = [nd, zeros_like](GradContext& c) {
+      std::string red = c.attrs().get_string("reduction", "none");
+      if (red != "none" && red != "add") return c.fail("the gradient of a scatter with reduction '{}' is not supported", red);
+      AttrMap axis;
+      if (!nd) axis.set_int("axis", c.attrs().get_int("axis", 0));
+      if (c.needs(0)) {
+        c.add_grad(0, red == "add"
+                          ? c.op("Identity", {c.grad_out(0)})
+                          : c.op(nd ? "ScatterND" : "ScatterElements", {c.grad_out(0), c.input(1), zeros_like(c, c.input(2))}, axis));
+      }
+      if (c.needs(2)) c.add_grad(2, c.op(nd ? "GatherND" : "GatherElements", {c.grad_out(0), c.input(1)}, axis));
+      return Status::ok();
+    };
+  }
+  r.find_mutable("", "OneHot")->differentiable = false;  // indices in, constants out
+  for (const char* op : {"Trilu", "CumSum"}) {
+    r.find_mutable("", op)->cost = [](const Graph& g, const Node& n) { return OpCost{out_numel(g, n), io_bytes(g, n)}; };
+  }
+  r.find_mutable("", "OneHot")->cost = [](const Graph& g, const Node& n) { return OpCost{0, io_bytes(g, n)}; };
+
+  // --- examples of the element/ND gathers and scatters ------------------------------------------
+  set_examples(
+      r, "", "GatherElements",
+      {example("along columns, repeats", {ex_float({4, 6}), ex_ints({0, 5, 5, 1, 2, 3, 4, 4, 0, 1, 1, 2}, {4, 3})},
+               AttrMap{{"axis", Attribute::of_int(1)}}),
+       example("rotate-half reads, negative indices", {ex_float({3, 4}), ex_ints({1, 1, 0, 3, -1, 2, 2, 0, 0, 3, 1, 1, 2, 2, 0}, {3, 5})},
+               AttrMap{{"axis", Attribute::of_int(1)}}),
+       example("axis 0", {ex_float({4, 2}), ex_ints({3, 0, 3, 3, 1, 2}, {3, 2})})});
+  set_examples(r, "", "GatherND",
+               {example("rows, repeats", {ex_float({4, 6}), ex_ints({3, 0, 3}, {3, 1})}),
+                example("slices of rows, one read twice", {ex_float({3, 4, 2}), ex_ints({0, 1, 2, 3, 0, 1, -1, 0}, {2, 2, 2})})});
+  set_examples(r, "", "ScatterElements",
+               {example("rows", {ex_float({4, 6}), ex_ints({0, 1, 2, 3, 0, 1, 3, 2, 1, 0, 2, 3}, {2, 6}), ex_float({2, 6})},
+                        AttrMap{{"axis", Attribute::of_int(0)}}),
+                example("add", {ex_float({4, 6}), ex_ints({0, 0, 2, 3, 0, 1, 0, 2, 1, 0, 2, 3}, {2, 6}), ex_float({2, 6})},
+                        AttrMap{{"axis", Attribute::of_int(0)}, {"reduction", Attribute::of_string("add")}})});
+  set_examples(
+      r, "", "ScatterND",
+      {example("rows", {ex_float({4, 6}), ex_ints({3, 0}, {2, 1}), ex_float({2, 6})}),
+       example("add", {ex_float({4, 6}), ex_ints({3, 3}, {2, 1}), ex_float({2, 6})}, AttrMap{{"reduction", Attribute::of_string("add")}})});
 }
 
 }  // namespace oases

@@ -3,6 +3,7 @@
 //   reduction mean (default) | sum | none; ignore_index. Output 0 is the loss (a scalar unless
 //   reduction is none); SoftmaxCrossEntropyLoss's optional output 1 is the log-probabilities.
 #include "graph/autodiff.h"
+#include "graph/lowering.h"
 #include "graph/ops/op_utils.h"
 #include "graph/sharding.h"
 
@@ -41,6 +42,8 @@ Status shard_cross_entropy(ShardContext& c, int scores, bool grad) {
   size_t rank = s.rank();
   for (size_t d = 2; d < rank; ++d) s.dims[d] = DimSpec{};
   if (s.dims[1].segments > 1) s.dims[1] = DimSpec{};
+  // class weights: the classes whole (the vocabulary-parallel lowering does not weigh them)
+  if (c.has_input(scores + 2)) s.dims[1] = DimSpec{};
   std::string red = c.node().attrs.get_string("reduction", "mean");
   if (red == "mean" && s.dims[0].axis >= 0) {
     return c.fail("reduction 'mean' over split rows: rewrite the loss as a sum divided by the global count first");
@@ -73,6 +76,179 @@ Status shard_cross_entropy(ShardContext& c, int scores, bool grad) {
   return Status::ok();
 }
 
+// --- partition lowering: the vocabulary-parallel loss -----------------------------------------
+// With scores [N, C, ...] split over their classes (mesh axis a), each rank holds a slice of
+// every row: the row max, the sum of exponentials and the target logit are all-reduced over a.
+
+namespace {
+
+// A scalar constant in the scores' type (float64 graphs stay float64).
+ValueId scalar_constant(Graph& g, const std::string& name, double v, DType dt) {
+  Tensor t(dt, {});
+  store_from_double(t.raw_mutable(), dt, 0, v);
+  return g.add_constant(name, t);
+}
+
+}  // namespace
+
+namespace ops {
+
+Status lower_cross_entropy(LowerContext& c, bool nll) {
+  Graph& g = c.graph();
+  NodeId id = c.node_id();
+  Node n = g.node(id);
+  int a = c.spec(n.inputs[0]).dims[1].axis;
+  if (a < 0) return Status::ok();
+  if (n.has_input(2)) return error("{}: class weights with a vocabulary-parallel loss are not supported", n.describe());
+  ValueId scores = n.inputs[0], labels = n.inputs[1];
+  ShardingSpec ss = c.spec(scores);
+  Shape gs = c.global_shape(scores);
+  Shape rows_g = c.global_shape(labels);
+  ShardingSpec rows_spec = c.spec(labels);
+  ShardingSpec stat_spec = ss.with_dim(1, -1);  // [N, 1, ...]
+  Shape stat_g = gs;
+  stat_g[1] = 1;
+  DType dt = g.value(scores).dtype;
+  std::string base = n.name + "/vocab_parallel";
+  ValueId z = scores;
+  ValueId s = kNoId;
+  if (!nll) {
+    ValueId m_loc = c.emit("ReduceMax", {scores}, AttrMap{{"axes", Attribute::of_ints({1})}, {"keepdims", Attribute::of_int(1)}}, dt,
+                           stat_g, stat_spec, base + "/max");
+    AttrMap mx = c.collective_attrs(a);
+    mx.set_string("op", "max");
+    ValueId m = c.emit("AllReduce", {m_loc}, mx, dt, stat_g, stat_spec, base + "/all_reduce_max", kOasesDomain);
+    z = c.emit("Sub", {scores, m}, {}, dt, gs, ss, base + "/shift");
+    ValueId e = c.emit("Exp", {z}, {}, dt, gs, ss, base + "/exp");
+    ValueId s_loc = c.emit("ReduceSum", {e}, AttrMap{{"axes", Attribute::of_ints({1})}, {"keepdims", Attribute::of_int(0)}}, dt, rows_g,
+                           rows_spec.with_partial(a, false), base + "/sum_exp");
+    s = c.emit("AllReduce", {s_loc}, c.collective_attrs(a), dt, rows_g, rows_spec, base + "/all_reduce_sum", kOasesDomain);
+    c.add_collectives(2);
+  }
+  ValueId t_loc = c.emit("ShardedPick", {z, labels}, c.collective_attrs(a), dt, rows_g, rows_spec, base + "/pick", kOasesDomain);
+  ValueId t = c.emit("AllReduce", {t_loc}, c.collective_attrs(a), dt, rows_g, rows_spec, base + "/all_reduce_pick", kOasesDomain);
+  c.add_collectives(1);
+  ValueId per_row = nll ? c.emit("Neg", {t}, {}, dt, rows_g, rows_spec, base + "/nll")
+                        : c.emit("Sub", {c.emit("Log", {s}, {}, dt, rows_g, rows_spec, base + "/log_sum"), t}, {}, dt, rows_g, rows_spec,
+                                 base + "/loss_rows");
+  ValueId valid = kNoId;
+  if (n.attrs.has("ignore_index")) {
+    ValueId ig = g.add_constant("ignore_index", Tensor::from_int64({n.attrs.get_int("ignore_index", -100)}, {}));
+    ValueId lab = labels;
+    if (g.value(labels).dtype != DType::kI64) {
+      lab = c.emit("Cast", {labels}, AttrMap{{"to", Attribute::of_int(dtype_to_onnx(DType::kI64))}}, DType::kI64, rows_g, rows_spec,
+                   base + "/labels64");
+    }
+    ValueId eq = c.emit("Equal", {lab, ig}, {}, DType::kBool, rows_g, rows_spec, base + "/ignored");
+    ValueId keep = c.emit("Not", {eq}, {}, DType::kBool, rows_g, rows_spec, base + "/kept");
+    valid = c.emit("Cast", {keep}, AttrMap{{"to", Attribute::of_int(dtype_to_onnx(dt))}}, dt, rows_g, rows_spec, base + "/valid");
+    per_row = c.emit("Mul", {per_row, valid}, {}, dt, rows_g, rows_spec, base + "/masked");
+  }
+  std::string red = n.attrs.get_string("reduction", "mean");
+  ValueId loss_out = n.outputs[0];
+  std::vector<int64_t> all;
+  for (size_t d = 0; d < rows_g.size(); ++d) all.push_back(static_cast<int64_t>(d));
+  ValueId result = per_row;
+  if (red != "none") {
+    ShardingSpec scalar_spec = c.spec(loss_out);
+    ValueId total = c.emit("ReduceSum", {per_row}, AttrMap{{"axes", Attribute::of_ints(all)}, {"keepdims", Attribute::of_int(0)}}, dt, {},
+                           scalar_spec, base + "/total");
+    result = total;
+    if (red == "mean") {
+      ValueId count = valid != kNoId
+                          ? c.emit("ReduceSum", {valid}, AttrMap{{"axes", Attribute::of_ints(all)}, {"keepdims", Attribute::of_int(0)}}, dt,
+                                   {}, scalar_spec, base + "/count")
+                          : scalar_constant(g, "rows", static_cast<double>(shape_numel(rows_g)), dt);
+      result = c.emit("Div", {total, count}, {}, dt, {}, scalar_spec, base + "/mean");
+    }
+  }
+  // the loss value keeps its id: re-point its producer
+  NodeId last = g.value(result).producer;
+  std::vector<ValueId> log_prob;
+  if (!nll && n.output(1) != kNoId) log_prob.push_back(n.outputs[1]);
+  g.remove_node(id);
+  g.set_output(last, 0, loss_out);
+  if (!log_prob.empty()) {
+    // emitted after the loss node is gone: these nodes take no scope from it
+    ValueId ls = c.emit("Unsqueeze", {c.emit("Log", {s}, {}, dt, rows_g, rows_spec, base + "/log_sum2")},
+                        AttrMap{{"axes", Attribute::of_ints({1})}}, dt, stat_g, stat_spec, base + "/lse");
+    NodeId lp = g.value(c.emit("Sub", {z, ls}, {}, dt, gs, ss, base + "/log_prob")).producer;
+    g.set_output(lp, 0, log_prob[0]);
+  }
+  return Status::ok();
+}
+
+// Gradient of the vocabulary-parallel cross-entropy: (softmax - onehot) · coefficient.
+Status lower_cross_entropy_grad(LowerContext& c, bool nll) {
+  Graph& g = c.graph();
+  NodeId id = c.node_id();
+  Node n = g.node(id);
+  int a = c.spec(n.inputs[1]).dims[1].axis;
+  if (a < 0) return Status::ok();
+  if (n.has_input(3)) return error("{}: class weights with a vocabulary-parallel loss are not supported", n.describe());
+  ValueId dloss = n.inputs[0], scores = n.inputs[1], labels = n.inputs[2];
+  ShardingSpec ss = c.spec(scores);
+  Shape gs = c.global_shape(scores), rows_g = c.global_shape(labels);
+  ShardingSpec rows_spec = c.spec(labels);
+  Shape stat_g = gs;
+  stat_g[1] = 1;
+  ShardingSpec stat_spec = ss.with_dim(1, -1);
+  DType dt = g.value(scores).dtype;
+  std::string base = n.name + "/vocab_parallel";
+  ValueId p;
+  if (nll) {
+    p = c.emit("Mul", {scores, scalar_constant(g, "partition_const", 0.0, dt)}, {}, dt, gs, ss, base + "/zeros");
+  } else {
+    ValueId m_loc = c.emit("ReduceMax", {scores}, AttrMap{{"axes", Attribute::of_ints({1})}, {"keepdims", Attribute::of_int(1)}}, dt,
+                           stat_g, stat_spec, base + "/max");
+    AttrMap mx = c.collective_attrs(a);
+    mx.set_string("op", "max");
+    ValueId m = c.emit("AllReduce", {m_loc}, mx, dt, stat_g, stat_spec, base + "/all_reduce_max", kOasesDomain);
+    ValueId e = c.emit("Exp", {c.emit("Sub", {scores, m}, {}, dt, gs, ss, base + "/shift")}, {}, dt, gs, ss, base + "/exp");
+    ValueId s_loc = c.emit("ReduceSum", {e}, AttrMap{{"axes", Attribute::of_ints({1})}, {"keepdims", Attribute::of_int(1)}}, dt, stat_g,
+                           stat_spec, base + "/sum_exp");
+    ValueId s = c.emit("AllReduce", {s_loc}, c.collective_attrs(a), dt, stat_g, stat_spec, base + "/all_reduce_sum", kOasesDomain);
+    p = c.emit("Div", {e, s}, {}, dt, gs, ss, base + "/softmax");
+    c.add_collectives(2);
+  }
+  AttrMap oh = c.collective_attrs(a);
+  if (n.attrs.has("ignore_index")) oh.set_int("ignore_index", n.attrs.get_int("ignore_index", -100));
+  ValueId diff = c.emit("ShardedOneHotSub", {p, labels}, oh, dt, gs, ss, base + "/minus_onehot", kOasesDomain);
+  std::string red = n.attrs.get_string("reduction", "mean");
+  ValueId coef = dloss;
+  if (red == "none") {
+    coef = c.emit("Unsqueeze", {dloss}, AttrMap{{"axes", Attribute::of_ints({1})}}, dt, stat_g, stat_spec, base + "/coef");
+  } else if (red == "mean") {
+    ValueId count;
+    std::vector<int64_t> all;
+    for (size_t d = 0; d < rows_g.size(); ++d) all.push_back(static_cast<int64_t>(d));
+    if (n.attrs.has("ignore_index")) {
+      ValueId ig = g.add_constant("ignore_index", Tensor::from_int64({n.attrs.get_int("ignore_index", -100)}, {}));
+      ValueId lab = labels;
+      if (g.value(labels).dtype != DType::kI64) {
+        lab = c.emit("Cast", {labels}, AttrMap{{"to", Attribute::of_int(dtype_to_onnx(DType::kI64))}}, DType::kI64, rows_g, rows_spec,
+                     base + "/labels64");
+      }
+      ValueId keep = c.emit("Not", {c.emit("Equal", {lab, ig}, {}, DType::kBool, rows_g, rows_spec, base + "/ignored")}, {}, DType::kBool,
+                            rows_g, rows_spec, base + "/kept");
+      ValueId valid = c.emit("Cast", {keep}, AttrMap{{"to", Attribute::of_int(dtype_to_onnx(dt))}}, dt, rows_g, rows_spec, base + "/valid");
+      count = c.emit("ReduceSum", {valid}, AttrMap{{"axes", Attribute::of_ints(all)}, {"keepdims", Attribute::of_int(0)}}, dt, {},
+                     ShardingSpec::replicated(0), base + "/count");
+    } else {
+      count = scalar_constant(g, "rows", static_cast<double>(shape_numel(rows_g)), dt);
+    }
+    coef = c.emit("Div", {dloss, count}, {}, dt, {}, c.spec(dloss), base + "/coef");
+  }
+  ValueId result = c.emit("Mul", {diff, coef}, {}, dt, gs, c.spec(n.outputs[0]), base + "/grad");
+  NodeId last = g.value(result).producer;
+  ValueId out = n.outputs[0];
+  g.remove_node(id);
+  g.set_output(last, 0, out);
+  return Status::ok();
+}
+
+}  // namespace ops
+
 void register_loss_ops(OpRegistry& r) {
   for (const char* op : {"SoftmaxCrossEntropyLoss", "NegativeLogLikelihoodLoss"}) {
     OpSchema s;
@@ -101,7 +277,27 @@ void register_loss_ops(OpRegistry& r) {
   }
 
   for (const char* op : {"SoftmaxCrossEntropyLoss", "NegativeLogLikelihoodLoss"}) {
-    r.find_mutable("", op)->shard = [](ShardContext& c) { return shard_cross_entropy(c, 0, false); };
+    OpSchema* s = r.find_mutable("", op);
+    bool nll = std::string(op) == "NegativeLogLikelihoodLoss";
+    s->shard = [](ShardContext& c) { return shard_cross_entropy(c, 0, false); };
+    s->lower = [nll](LowerContext& c) { return lower_cross_entropy(c, nll); };
+    s->traits |= kTraitLoss;
+  }
+
+  // --- examples -------------------------------------------------------------------------------
+  {
+    std::vector<OpExample> sce;
+    for (const char* red : {"mean", "sum", "none"}) {
+      sce.push_back(example(red, {ex_float({4, 6}, -2, 2), ex_ints({1, 0, 5, 2}, {4})}, AttrMap{{"reduction", Attribute::of_string(red)}}));
+    }
+    Tensor w(DType::kF64, {6});
+    for (int i = 0; i < 6; ++i) w.mutable_data<double>()[i] = 0.5 + 0.17 * i;
+    sce.push_back(example("ignore index, weights, extra dims",
+                          {ex_float({2, 6, 4}, -2, 2), ex_ints({1, -100, 4, 2, 0, 3, 5, 1}, {2, 4}), ex_data(w)},
+                          AttrMap{{"ignore_index", Attribute::of_int(-100)}}));
+    set_examples(r, "", "SoftmaxCrossEntropyLoss", std::move(sce));
+    set_examples(r, "", "NegativeLogLikelihoodLoss",
+                 {example("mean", {ex_float({4, 6}), ex_ints({1, 0, 5, 2}, {4})}, AttrMap{{"reduction", Attribute::of_string("mean")}})});
   }
 }
 

@@ -389,6 +389,36 @@ void register_matmul_ops(OpRegistry& r) {
     }
     return Status::ok();
   };
+
+  for (const char* op : {"MatMul", "Gemm"}) r.find_mutable("", op)->traits |= kTraitLinear | kTraitComputeBound;
+  r.find_mutable("", "Einsum")->traits |= kTraitComputeBound;
+
+  // --- examples -------------------------------------------------------------------------------
+  set_examples(
+      r, "", "MatMul",
+      {example("2D", {ex_float({4, 6}), ex_float({6, 2})}), example("weight", {ex_float({2, 4, 6}), ex_float({6, 4})}),
+       example("batched broadcast", {ex_float({2, 1, 4, 6}), ex_float({2, 6, 2})}),
+       example("vector left", {ex_float({4}), ex_float({2, 4, 6})}), example("vector right", {ex_float({2, 4, 6}), ex_float({6})})});
+  {
+    std::vector<OpExample> gemm;
+    for (int ta = 0; ta < 2; ++ta) {
+      for (int tb = 0; tb < 2; ++tb) {
+        gemm.push_back(example(fmt::format("transA={} transB={}", ta, tb),
+                               {ex_float(ta ? Shape{6, 4} : Shape{4, 6}), ex_float(tb ? Shape{2, 6} : Shape{6, 2}), ex_float({2})},
+                               AttrMap{{"transA", Attribute::of_int(ta)},
+                                       {"transB", Attribute::of_int(tb)},
+                                       {"alpha", Attribute::of_float(0.7f)},
+                                       {"beta", Attribute::of_float(1.3f)}}));
+      }
+    }
+    set_examples(r, "", "Gemm", std::move(gemm));
+  }
+  // Einsum: no canonical training graph keeps one (attention is fused, products are MatMul), so
+  // it runs on whole tensors and has no gradient rule
+  r.find_mutable("", "Einsum")->differentiable = false;
+  set_examples(r, "", "Einsum",
+               {example("matrix product", {ex_float({4, 6}), ex_float({6, 2})}, AttrMap{{"equation", Attribute::of_string("ij,jk->ik")}})});
+  r.find_mutable("", "Einsum")->shard = shard_replicated_only;
 }
 
 }  // namespace oases

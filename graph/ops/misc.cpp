@@ -3,6 +3,7 @@
 // of attr dtype or the input's) and Dropout (identity at inference; training mode draws a mask from
 // a counter-based generator keyed by the node so recomputation replays it).
 #include "graph/autodiff.h"
+#include "graph/lowering.h"
 #include "graph/ops/op_utils.h"
 #include "graph/sharding.h"
 
@@ -11,6 +12,25 @@
 namespace oases {
 
 using namespace ops;
+
+namespace ops {
+
+// The mask is drawn from each element's index in the whole tensor, so every layout replays the
+// same mask: record the whole shape (once) and the axis splitting each dim.
+Status lower_dropout_mask(LowerContext& c) {
+  Node& n = c.node();
+  const ShardingSpec s = c.spec(n.inputs[0]);
+  if (s.is_replicated()) return Status::ok();
+  if (!n.attrs.has("mask_shape")) n.attrs.set_ints("mask_shape", c.global_shape(n.inputs[0]));
+  std::vector<int64_t> axes = n.attrs.get_ints("shard_axes", std::vector<int64_t>(s.rank(), -1));
+  for (size_t d = 0; d < s.rank(); ++d) {
+    if (s.dims[d].axis >= 0) axes[d] = s.dims[d].axis;
+  }
+  n.attrs.set_ints("shard_axes", axes);
+  return Status::ok();
+}
+
+}  // namespace ops
 
 void register_misc_ops(OpRegistry& r) {
   {
@@ -157,6 +177,34 @@ void register_misc_ops(OpRegistry& r) {
 
   // --- sharding rules -----------------------------------------------------------------------
   r.find_mutable("", "Dropout")->shard = [](ShardContext& c) { return shard_same_as_input(c, PartialPolicy::kNone); };
+
+  // --- partition lowering -------------------------------------------------------------------
+  r.find_mutable("", "ConstantOfShape")->lower = [](LowerContext& c) {
+    c.node().attrs.set_ints("shape", c.local_shape(c.node().outputs[0]));
+    return Status::ok();
+  };
+  r.find_mutable("", "Dropout")->lower = lower_dropout_mask;
+  r.find_mutable("", "Dropout")->float32_inputs = {1};  // ratio
+
+  // --- examples: the mask is replayed from the node's key, so repeated runs agree ------------
+  set_examples(
+      r, "", "Dropout",
+      {example("training", {ex_float({4, 6})}, AttrMap{{"ratio", Attribute::of_float(0.3f)}, {"training_mode", Attribute::of_int(1)}})});
+
+  // --- constants and generators: no inputs to differentiate (EyeLike's only input gives its
+  // shape); folded before execution or written whole on every rank
+  for (const char* op : {"Constant", "ConstantOfShape", "Range", "EyeLike"}) {
+    OpSchema* s = r.find_mutable("", op);
+    s->differentiable = false;
+    s->shard = shard_replicated_only;
+  }
+  set_examples(r, "", "EyeLike", {example("wide", {ex_float({4, 6})}, AttrMap{{"k", Attribute::of_int(1)}})});
+  r.find_mutable("", "Constant")->cost = zero_cost;  // folded into a constant before execution
+  for (const char* op : {"ConstantOfShape", "Range"}) {
+    r.find_mutable("", op)->cost = [](const Graph& g, const Node& n) {
+      return OpCost{0, static_cast<double>(g.value(n.outputs[0]).nbytes())};
+    };
+  }
 }
 
 }  // namespace oases

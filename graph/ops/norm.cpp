@@ -107,6 +107,16 @@ void register_norm_ops(OpRegistry& r) {
   };
   r.find_mutable("", "LayerNormalization")->shard = norm_rule;
   r.find_mutable(kOasesDomain, "RMSNormalization")->shard = norm_rule;
+  r.find_mutable("", "LayerNormalization")->traits |= kTraitNorm;
+  r.find_mutable(kOasesDomain, "RMSNormalization")->traits |= kTraitNorm;
+
+  // --- examples -------------------------------------------------------------------------------
+  set_examples(
+      r, "", "LayerNormalization",
+      {example("scale and bias", {ex_float({2, 4, 6}), ex_float({6}), ex_float({6})}, AttrMap{{"epsilon", Attribute::of_float(1e-5f)}}),
+       example("two axes", {ex_float({2, 4, 6}), ex_float({4, 6})}, AttrMap{{"axis", Attribute::of_int(1)}})});
+  set_examples(r, kOasesDomain, "RMSNormalization",
+               {example("scale", {ex_float({2, 4, 6}), ex_float({6})}, AttrMap{{"epsilon", Attribute::of_float(1e-6f)}})});
 }
 
 }  // namespace oases

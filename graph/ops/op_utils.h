@@ -17,4 +17,15 @@ OpSchema same_as_input_schema(const std::string& op_type, int min_in, int max_in
 // Output dtype equal to `out` or input 0's when kUndefined, shape = broadcast of all inputs.
 Status infer_broadcast(InferContext& c, DType out = DType::kUndefined);
 
+// Sets the examples of an op (OpSchema::examples), for the registry-driven tests.
+void set_examples(OpRegistry& r, const std::string& domain, const std::string& op, std::vector<OpExample> examples);
+// One example: its name, inputs, attributes and output count.
+OpExample example(std::string name, std::vector<ExampleInput> inputs, AttrMap attrs = {}, int outputs = 1);
+
+// Partition lowering rules shared by a forward op and its gradient op (graph/lowering.h).
+Status lower_slice_lengths(LowerContext& c, bool grad);      // Slice, oases.SliceGrad
+Status lower_dropout_mask(LowerContext& c);                  // Dropout, oases.DropoutGrad
+Status lower_cross_entropy(LowerContext& c, bool nll);       // vocabulary-parallel loss
+Status lower_cross_entropy_grad(LowerContext& c, bool nll);  // and its gradient
+
 }  // namespace oases::ops

@@ -3,6 +3,7 @@
 // everything unless noop_with_empty_axes is set. ArgMax/ArgMin give int64 indices; TopK the k
 // largest (or smallest) values along an axis with their int64 indices, canonical attr "k".
 #include "graph/autodiff.h"
+#include "graph/lowering.h"
 #include "graph/ops/op_utils.h"
 #include "graph/sharding.h"
 
@@ -81,6 +82,7 @@ void register_reduce_ops(OpRegistry& r) {
       c.set_output(0, DType::kI64, out);
       return Status::ok();
     };
+    s.cost = [](const Graph& g, const Node& n) { return OpCost{static_cast<double>(g.value(n.inputs[0]).numel()), io_bytes(g, n)}; };
     r.add(std::move(s));
   }
   {
@@ -124,7 +126,9 @@ void register_reduce_ops(OpRegistry& r) {
 
   // --- gradient rules -------------------------------------------------------------------
   // Sum/Mean: broadcast dy back over the reduced axes. Max/Min: to the elements equal to the result.
-  for (const char* op : {"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceSumSquare", "ReduceL2"}) {
+  // L1: sign(x); Prod: y / x (inputs free of zeros); LogSum: 1 / Σx = exp(-y); LogSumExp: exp(x - y).
+  for (const char* op : {"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceSumSquare", "ReduceL2", "ReduceL1", "ReduceProd",
+                         "ReduceLogSum", "ReduceLogSumExp"}) {
     std::string kind = op;
     r.find_mutable("", op)->grad = [kind](GradContext& c) {
       ValueId x = c.input(0), dy = c.grad_out(0), y = c.output(0);
@@ -147,6 +151,14 @@ void register_reduce_ops(OpRegistry& r) {
       } else if (kind == "ReduceMax" || kind == "ReduceMin") {
         ValueId hit = c.op("Equal", {x, yk});
         g = c.op("Where", {hit, g, c.scalar(0.0, dt)});
+      } else if (kind == "ReduceL1") {
+        g = c.op("Mul", {g, c.op("Sign", {x})});
+      } else if (kind == "ReduceProd") {
+        g = c.op("Mul", {g, c.op("Div", {yk, x})});
+      } else if (kind == "ReduceLogSum") {
+        g = c.op("Mul", {g, c.op("Exp", {c.op("Neg", {yk})})});
+      } else if (kind == "ReduceLogSumExp") {
+        g = c.op("Mul", {g, c.op("Exp", {c.op("Sub", {x, yk})})});
       }
       c.add_grad(0, g);
       return Status::ok();
@@ -194,6 +206,55 @@ void register_reduce_ops(OpRegistry& r) {
   }
   for (const char* op : {"ArgMax", "ArgMin", "TopK"}) {
     if (OpSchema* s = r.find_mutable("", op)) s->shard = shard_replicated_only;
+  }
+
+  // --- partition lowering: a mean over split dims is the local mean, scaled to a share of the
+  // global mean (its partial sum over the splitting axes completes it)
+  r.find_mutable("", "ReduceMean")->lower = [](LowerContext& c) {
+    Graph& g = c.graph();
+    NodeId id = c.node_id();
+    Node& n = g.node(id);
+    const ShardingSpec in = c.spec(n.inputs[0]);
+    int64_t parts = 1;
+    for (int64_t a : n.attrs.get_ints("axes")) {
+      const DimSpec& d = in.dims[static_cast<size_t>(a)];
+      if (d.axis >= 0) parts *= c.mesh().axis_size(d.axis);
+    }
+    if (parts == 1) return Status::ok();
+    ValueId out = n.outputs[0];
+    ValueId tmp = g.add_value(g.unique_name(n.name + "_local_mean"), g.value(out).dtype, g.value(out).shape, true);
+    c.spec(tmp) = ShardingSpec(c.spec(out));
+    c.set_global_shape(tmp, c.global_shape(out));
+    g.set_output(id, 0, tmp);
+    Tensor f(g.value(out).dtype, {});
+    store_from_double(f.raw_mutable(), f.dtype(), 0, 1.0 / static_cast<double>(parts));
+    NodeId mul = g.add_node("Mul", {tmp, g.add_constant("mean_share", f)}, {out}, {}, g.unique_name(g.node(id).name + "_share"));
+    g.node(mul).scope = g.node(id).scope;
+    g.node(mul).phase = g.node(id).phase;
+    return Status::ok();
+  };
+
+  // --- examples -------------------------------------------------------------------------------
+  for (const char* op : {"ReduceProd", "ReduceLogSum"}) {  // positive inputs: away from Prod's zeros and LogSum's domain edge
+    set_examples(r, "", op,
+                 {example("one axis", {ex_float({2, 4, 6}, 0.5, 1.5)},
+                          AttrMap{{"axes", Attribute::of_ints({1})}, {"keepdims", Attribute::of_int(0)}}),
+                  example("all", {ex_float({2, 4}, 0.5, 1.5)}, AttrMap{{"keepdims", Attribute::of_int(1)}})});
+  }
+  for (const char* op : {"ArgMax", "ArgMin"}) {
+    set_examples(
+        r, "", op,
+        {example("middle axis", {ex_float({2, 4, 6})}, AttrMap{{"axis", Attribute::of_int(1)}, {"keepdims", Attribute::of_int(0)}})});
+  }
+  set_examples(r, "", "TopK", {example("last axis", {ex_float({4, 6})}, AttrMap{{"k", Attribute::of_int(2)}}, 2)});
+  // ArgMax, ArgMin and TopK's indices are integers; TopK's values would need a scatter of dy
+  for (const char* op : {"ArgMax", "ArgMin", "TopK"}) r.find_mutable("", op)->differentiable = false;
+  for (const char* op :
+       {"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceSumSquare", "ReduceL2", "ReduceL1", "ReduceLogSumExp"}) {
+    set_examples(
+        r, "", op,
+        {example("one axis", {ex_float({2, 4, 6})}, AttrMap{{"axes", Attribute::of_ints({1})}, {"keepdims", Attribute::of_int(0)}}),
+         example("all", {ex_float({2, 4})}, AttrMap{{"keepdims", Attribute::of_int(1)}})});
   }
 }
 

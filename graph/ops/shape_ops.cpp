@@ -4,6 +4,7 @@
 // (no -1; a 0 left there is an empty dim, marked allowzero), Slice holds per-axis effective
 // start/step and output length.
 #include "graph/autodiff.h"
+#include "graph/lowering.h"
 #include "graph/ops/op_utils.h"
 #include "graph/sharding.h"
 
@@ -156,6 +157,28 @@ Status infer_split(InferContext& c) {
 }
 
 }  // namespace
+
+namespace ops {
+
+// A slice that keeps a whole dimension split over ranks keeps each rank's whole part: the
+// lengths that were the global extent become the local one (SliceGrad: the same of its output,
+// which is the sliced input's gradient).
+Status lower_slice_lengths(LowerContext& c, bool grad) {
+  Node& n = c.node();
+  std::vector<int64_t> axes = n.attrs.get_ints("axes"), lens = n.attrs.get_ints("lengths");
+  ValueId whole = grad ? n.outputs[0] : n.inputs[0];
+  Shape in_local = c.local_shape(whole);
+  Shape in_global = c.global_shape(whole);
+  for (size_t i = 0; i < axes.size(); ++i) {
+    size_t a = static_cast<size_t>(axes[i]);
+    if (in_local[a] != in_global[a] && lens[i] == in_global[a]) lens[i] = in_local[a];
+  }
+  n.attrs.set_ints("lengths", lens);
+  if (grad) n.attrs.set_ints("input_shape", in_local);
+  return Status::ok();
+}
+
+}  // namespace ops
 
 void register_shape_ops(OpRegistry& r) {
   {
@@ -612,6 +635,24 @@ void register_shape_ops(OpRegistry& r) {
     c.set_out(0, want);
     return Status::ok();
   };
+
+  // --- partition lowering: shape attributes take the local shapes ---------------------------
+  for (const char* op : {"Reshape", "Expand"}) {
+    r.find_mutable("", op)->lower = [](LowerContext& c) {
+      c.node().attrs.set_ints("shape", c.local_shape(c.node().outputs[0]));
+      return Status::ok();
+    };
+  }
+  r.find_mutable("", "Split")->lower = [](LowerContext& c) {
+    Node& n = c.node();
+    size_t axis = static_cast<size_t>(n.attrs.get_int("axis", 0));
+    std::vector<int64_t> sizes;
+    for (ValueId o : n.outputs) sizes.push_back(c.local_shape(o)[axis]);
+    n.attrs.set_ints("split", sizes);
+    return Status::ok();
+  };
+  r.find_mutable("", "Slice")->lower = [](LowerContext& c) { return lower_slice_lengths(c, false); };
+
   r.find_mutable("", "Tile")->shard = [](ShardContext& c) {
     std::vector<int64_t> rep = c.node().attrs.get_ints("repeats");
     ShardingSpec want = c.in(0).without_partial();
@@ -635,6 +676,46 @@ void register_shape_ops(OpRegistry& r) {
     c.set_out(0, want);
     return Status::ok();
   };
+
+  // --- examples -------------------------------------------------------------------------------
+  auto ints = [](std::vector<int64_t> v) { return Attribute::of_ints(std::move(v)); };
+  set_examples(r, "", "Reshape", {example("merge and split", {ex_float({2, 6})}, AttrMap{{"shape", ints({4, 3})}})});
+  set_examples(r, "", "Transpose", {example("rotate", {ex_float({2, 4, 6})}, AttrMap{{"perm", ints({2, 0, 1})}})});
+  set_examples(r, "", "Squeeze", {example("middle", {ex_float({2, 1, 4})}, AttrMap{{"axes", ints({1})}})});
+  set_examples(r, "", "Unsqueeze", {example("two", {ex_float({2, 4})}, AttrMap{{"axes", ints({0, 2})}})});
+  set_examples(r, "", "Flatten", {example("axis 2", {ex_float({2, 4, 2})}, AttrMap{{"axis", Attribute::of_int(2)}})});
+  set_examples(r, "", "Expand", {example("broadcast", {ex_float({4, 1})}, AttrMap{{"shape", ints({2, 4, 6})}})});
+  set_examples(r, "", "Concat", {example("columns", {ex_float({2, 4}), ex_float({2, 2})}, AttrMap{{"axis", Attribute::of_int(1)}})});
+  set_examples(r, "", "Split",
+               {example("three parts", {ex_float({2, 7})}, AttrMap{{"axis", Attribute::of_int(1)}, {"split", ints({2, 4, 1})}}, 3),
+                example("even parts", {ex_float({4, 6})}, AttrMap{{"axis", Attribute::of_int(0)}, {"split", ints({2, 2})}}, 2)});
+  set_examples(r, "", "Slice",
+               {example("steps", {ex_float({4, 7})},
+                        AttrMap{{"starts", ints({1, 6})}, {"ends", ints({4, 0})}, {"axes", ints({0, 1})}, {"steps", ints({2, -2})}}),
+                example("columns", {ex_float({4, 6})}, AttrMap{{"starts", ints({1})}, {"ends", ints({5})}, {"axes", ints({1})}})});
+  set_examples(r, "", "Pad", {example("constant", {ex_float({2, 4})}, AttrMap{{"pads", ints({1, 0, 0, 2})}})});
+
+  // Tile: dy [r0·s0, r1·s1, ...] viewed as [r0, s0, r1, s1, ...], summed over the repeats
+  r.find_mutable("", "Tile")->grad = [](GradContext& c) {
+    std::vector<int64_t> rep = c.attrs().get_ints("repeats");
+    const Shape& xs = c.shape(c.input(0));
+    Shape split;
+    std::vector<int64_t> axes;
+    for (size_t i = 0; i < xs.size(); ++i) {
+      axes.push_back(static_cast<int64_t>(split.size()));
+      split.push_back(rep[i]);
+      split.push_back(xs[i]);
+    }
+    ValueId v = c.op("Reshape", {c.grad_out(0)}, AttrMap{{"shape", Attribute::of_ints(split)}});
+    c.add_grad(0, c.op("ReduceSum", {v}, AttrMap{{"axes", Attribute::of_ints(axes)}, {"keepdims", Attribute::of_int(0)}}));
+    return Status::ok();
+  };
+  set_examples(r, "", "Tile", {example("rows and columns", {ex_float({2, 3})}, AttrMap{{"repeats", ints({2, 2})}})});
+  // Shape and Size read the whole (global) shape: folded into constants before anything runs
+  for (const char* op : {"Shape", "Size"}) {
+    r.find_mutable("", op)->differentiable = false;
+    r.find_mutable("", op)->shard = shard_replicated_only;
+  }
 }
 
 }  // namespace oases

@@ -44,6 +44,10 @@ void register_softmax_ops(OpRegistry& r) {
       return Status::ok();
     };
   }
+
+  // --- examples -------------------------------------------------------------------------------
+  set_examples(r, "", "Softmax", {example("middle axis", {ex_float({2, 4, 6}, -2, 2)}, AttrMap{{"axis", Attribute::of_int(1)}})});
+  set_examples(r, "", "LogSoftmax", {example("last axis", {ex_float({4, 6}, -2, 2)})});
 }
 
 }  // namespace oases

@@ -1,5 +1,6 @@
 #include "graph/passes/mixed_precision.h"
 
+#include <algorithm>
 #include <map>
 #include <set>
 
@@ -17,14 +18,13 @@ Expected<DType> compute_dtype_from_name(const std::string& name) {
 namespace {
 
 bool is_loss_op(const Node& n) {
-  return n.op_type == "SoftmaxCrossEntropyLoss" || n.op_type == "NegativeLogLikelihoodLoss";
+  return op_has_trait(n, kTraitLoss);
 }
 
-// Slots whose float operand keeps its own type (float32) inside the body.
+// Slots whose float operand keeps its own type (float32) inside the body (OpSchema::float32_inputs).
 bool keeps_float32(const Node& n, int slot) {
-  if (n.op_type == "Attention" && slot == 3) return true;  // additive mask (the kernels read float32)
-  if (n.op_type == "Dropout" && slot == 1) return true;    // ratio
-  return false;
+  const OpSchema* s = find_schema(n);
+  return s && std::find(s->float32_inputs.begin(), s->float32_inputs.end(), slot) != s->float32_inputs.end();
 }
 
 bool is_float_like(DType t) {

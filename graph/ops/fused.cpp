@@ -1,0 +1,120 @@
+// The CPU executor's fused ops (domain "oases.cpu", made by the executor's fusion from the
+// canonical graph of one rank: never sharded, never differentiated). Their shape and cost rules
+// live here like every other op's, so the profiler and the simulator charge them without special
+// cases.
+//   FusedMatMul(A, B[, bias[, residual]]; trans_a, trans_b, activation)
+//     Y = act(op(A)·op(B) + bias) [+ residual]: A [..., M, K] ([..., K, M] with trans_a), B [..., K, N]
+//     ([..., N, K] with trans_b), bias [N], residual shaped as Y; batch dims broadcast as in MatMul,
+//     a rank-1 A or B promoted as in MatMul.
+//   Attention(q_src, k_src, v_src[, mask]; dims [B, H, Hkv, Tq, Tk, D, Dv], q/k/v/o_layout, causal,
+//     scale) -> (O, lse): oases.Attention reading q, k, v with strides from their sources; O is
+//     [B, H, Tq, Dv], or [B, Tq, H, Dv] when o_layout's head stride is not above its time stride
+//     (the head transpose that followed is folded in); lse [B, H, Tq] float32.
+//   AddGatherGrad(X, dy, indices; axis) -> Y = X + GatherGrad(dy, indices), shaped as X.
+#include "graph/ops/op_utils.h"
+
+namespace oases {
+
+using namespace ops;
+
+namespace {
+
+constexpr const char* kCpuFusedDomain = "oases.cpu";
+
+OpSchema fused_schema(const std::string& op, int min_in, int max_in, int max_out, const std::string& doc) {
+  OpSchema s;
+  s.domain = kCpuFusedDomain;
+  s.op_type = op;
+  s.min_inputs = min_in;
+  s.max_inputs = max_in;
+  s.max_outputs = max_out;
+  s.foldable = false;
+  s.differentiable = false;  // made after autodiff, in a program's own graph
+  s.traits = kTraitPostPartition;
+  s.doc = doc;
+  return s;
+}
+
+}  // namespace
+
+void register_fused_ops(OpRegistry& r) {
+  {
+    OpSchema s = fused_schema("FusedMatMul", 2, 4, 1, "act(op(A)·op(B) + bias) [+ residual] in one GEMM (CPU executor fusion)");
+    s.traits |= kTraitLinear | kTraitComputeBound;
+    s.infer = [](InferContext& c) {
+      Shape a = c.shape(0), b = c.shape(1);
+      if (a.empty() || b.empty()) return c.fail("operands must have rank >= 1, got {} and {}", shape_str(a), shape_str(b));
+      bool a_vec = a.size() == 1, b_vec = b.size() == 1;
+      if (a_vec) a.insert(a.begin(), 1);
+      if (b_vec) b.push_back(1);
+      if (c.attrs().get_int("trans_a", 0)) std::swap(a[a.size() - 1], a[a.size() - 2]);
+      if (c.attrs().get_int("trans_b", 0)) std::swap(b[b.size() - 1], b[b.size() - 2]);
+      if (a.back() != b[b.size() - 2]) return c.fail("inner dimensions differ: {} x {}", shape_str(a), shape_str(b));
+      auto batch = broadcast_shapes(Shape(a.begin(), a.end() - 2), Shape(b.begin(), b.end() - 2));
+      if (!batch) return c.fail("{}", batch.status().message());
+      Shape out = *batch;
+      if (!a_vec) out.push_back(a[a.size() - 2]);
+      if (!b_vec) out.push_back(b.back());
+      if (c.has_input(2) && c.shape(2) != Shape{out.empty() ? 1 : out.back()}) {
+        return c.fail("bias {} is not [N] for the product {}", shape_str(c.shape(2)), shape_str(out));
+      }
+      if (c.has_input(3) && c.shape(3) != out)
+        return c.fail("residual {} is not shaped as the product {}", shape_str(c.shape(3)), shape_str(out));
+      c.set_output(0, c.dtype(0), out);
+      return Status::ok();
+    };
+    // one GEMM's FLOPs; every operand read once and the result written
+    s.cost = [](const Graph& g, const Node& n) {
+      OpCost c{0, io_bytes(g, n)};
+      const Shape& a = g.value(n.inputs[0]).shape;
+      if (a.size() >= 2 && n.output(0) != kNoId) {
+        double k = static_cast<double>(n.attrs.get_int("trans_a", 0) ? a[a.size() - 2] : a.back());
+        c.flops = 2.0 * out_numel(g, n) * k;
+      }
+      return c;
+    };
+    r.add(std::move(s));
+  }
+  {
+    OpSchema s = fused_schema("Attention", 3, 4, 2, "oases.Attention reading and writing through strides (CPU executor fusion)");
+    s.traits |= kTraitComputeBound;
+    s.float32_inputs = {3};
+    s.infer = [](InferContext& c) {
+      std::vector<int64_t> d = c.attrs().get_ints("dims"), o = c.attrs().get_ints("o_layout");
+      if (d.size() != 7) return c.fail("dims must be [B, H, Hkv, Tq, Tk, D, Dv], got {} values", d.size());
+      if (o.size() != 3) return c.fail("o_layout must be [batch, head, time strides], got {} values", o.size());
+      for (const char* l : {"q_layout", "k_layout", "v_layout"}) {
+        if (c.attrs().get_ints(l).size() != 4) return c.fail("{} must be [offset, batch, head, time strides]", l);
+      }
+      bool heads_major = o[1] > o[2];
+      c.set_output(0, c.dtype(0), heads_major ? Shape{d[0], d[1], d[3], d[6]} : Shape{d[0], d[3], d[1], d[6]});
+      if (c.has_output(1)) c.set_output(1, DType::kF32, {d[0], d[1], d[3]});
+      return Status::ok();
+    };
+    // oases.Attention's cost (graph/ops/attention.cpp) from the dims attribute
+    s.cost = [](const Graph& g, const Node& n) {
+      std::vector<int64_t> d = n.attrs.get_ints("dims");
+      if (d.size() != 7) return OpCost{0, io_bytes(g, n)};
+      double bh = static_cast<double>(d[0] * d[1]);
+      double flops = bh * static_cast<double>(d[3] * d[4]) * (2.0 * static_cast<double>(d[5]) + 2.0 * static_cast<double>(d[6]) + 5.0);
+      if (n.attrs.get_int("causal", 0)) flops *= 0.5;
+      return OpCost{flops, io_bytes(g, n)};
+    };
+    r.add(std::move(s));
+  }
+  {
+    OpSchema s = fused_schema("AddGatherGrad", 3, 3, 1, "X + GatherGrad(dy, indices), in place when X dies (CPU executor fusion)");
+    s.non_differentiable_inputs = {2};
+    s.infer = [](InferContext& c) {
+      if (!is_integer(c.dtype(2))) return c.fail("indices must be integers, got {}", dtype_name(c.dtype(2)));
+      if (c.dtype(0) != c.dtype(1))
+        return c.fail("X and dy have different types ({} and {})", dtype_name(c.dtype(0)), dtype_name(c.dtype(1)));
+      c.set_output(0, c.dtype(0), c.shape(0));
+      return Status::ok();
+    };
+    s.cost = [](const Graph& g, const Node& n) { return OpCost{static_cast<double>(g.value(n.inputs[1]).numel()), io_bytes(g, n)}; };
+    r.add(std::move(s));
+  }
+}
+
+}  // namespace oases
