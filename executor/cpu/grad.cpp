@@ -43,7 +43,7 @@ int64_t loss_denominator_and_labels(KernelContext& c, int scores_slot, std::vect
   *ignore = c.attrs().has("ignore_index") ? c.attrs().get_int("ignore_index", 0) : std::numeric_limits<int64_t>::min();
   const TensorView& lb = c.in[scores_slot + 1];
   labels->resize(static_cast<size_t>(lb.numel()));
-  for (int64_t i = 0; i < lb.numel(); ++i) (*labels)[i] = static_cast<int64_t>(load_as_double(lb.data, lb.dtype, i));
+  for (int64_t i = 0; i < lb.numel(); ++i) (*labels)[i] = load_as_int64(lb.data, lb.dtype, i);
   std::string red = c.attrs().get_string("reduction", "mean");
   double wsum = 0;
   int64_t counted = 0;
@@ -173,7 +173,10 @@ void register_cpu_grad(CpuKernelRegistry& r) {
     int64_t outer = rows_before(ds, axis), dim = ds[axis];
     int64_t inner = shape_numel(ds) / std::max<int64_t>(1, outer * dim);
     int64_t nidx = c.in[1].numel();
-    const auto [start, total] = table_rows(c, dim);  // a vocabulary-split table: this rank's rows
+    // a vocabulary-split table: this rank's rows (plain names, not a structured binding: clang 14
+    // cannot capture those in the lambdas below)
+    const TableRows rows = table_rows(c, dim);
+    const int64_t start = rows.start, total = rows.total;
     dispatch_float(c, c.out[0].dtype, [&]<class T>() {
       T* out = c.out[0].as<T>();
       const T* dy = c.in[0].as<T>();
@@ -181,7 +184,7 @@ void register_cpu_grad(CpuKernelRegistry& r) {
       // rows of the table are disjoint across `inner` chunks: parallel over inner blocks keeps sums exact and ordered
       for (int64_t o = 0; o < outer; ++o) {
         for (int64_t i = 0; i < nidx; ++i) {
-          int64_t v = static_cast<int64_t>(load_as_double(c.in[1].data, c.in[1].dtype, i));
+          int64_t v = load_as_int64(c.in[1].data, c.in[1].dtype, i);
           if (v < 0) v += total;
           if (v < 0 || v >= total) c.fail("index {} outside [0, {})", v, total);
           v -= start;
