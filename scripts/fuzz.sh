@@ -44,7 +44,7 @@ for target in "${TARGETS[@]}"; do
   "$BUILD_DIR/tests/bin/$target" "$WORK/corpus_$name" "tests/fuzz/corpus/$name" "$WORK/seeds" \
     -max_total_time="$SECONDS_PER_TARGET" -timeout=30 -rss_limit_mb=4096 -malloc_limit_mb=2048 \
     -print_final_stats=1 -artifact_prefix="$BUILD_DIR/fuzz-artifacts/$name-" >"$WORK/$name.log" 2>&1 || rc=$?
-  grep -E '^#[0-9]+ +(INITED|DONE)|^stat::number_of_executed_units|^stat::peak_rss_mb' "$WORK/$name.log" || true
+  grep -E '^#[0-9]+[[:space:]]+(INITED|DONE)|^stat::number_of_executed_units|^stat::peak_rss_mb' "$WORK/$name.log" || true
   if [[ $rc -ne 0 ]] || grep -qE '==[0-9]+==ERROR|runtime error:|deadly signal|Test unit written' "$WORK/$name.log"; then
     echo "FAIL: $target (exit $rc); the input is in $BUILD_DIR/fuzz-artifacts/:"
     grep -E 'ERROR|SUMMARY|runtime error|Test unit written' "$WORK/$name.log" | head -20
