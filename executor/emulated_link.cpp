@@ -42,12 +42,17 @@ Expected<LinkModel> parse_link_model(const std::string& text) {
     } catch (const std::exception&) {
       return error("--emulate-link '{}': '{}' is not a number", text, v);
     }
+    // Bounds keep an emulated collective from sleeping for hours (or forever: latency=1e12).
     if (k == "bw") {
-      if (!(x > 0)) return error("--emulate-link '{}': the bandwidth must be positive", text);
+      if (!(x >= kMinBandwidthGbps && x <= kMaxBandwidthGbps)) {
+        return error("--emulate-link '{}': the bandwidth must be a number from {} to {} GB/s", text, kMinBandwidthGbps, kMaxBandwidthGbps);
+      }
       m.bandwidth_gbps = x;
       have_bw = true;
     } else if (k == "latency") {
-      if (x < 0) return error("--emulate-link '{}': the latency cannot be negative", text);
+      if (!(x >= 0 && x <= kMaxLatencyUs)) {
+        return error("--emulate-link '{}': the latency must be a number from 0 to {} us (10 s)", text, kMaxLatencyUs);
+      }
       m.latency_us = x;
     } else {
       return error("--emulate-link '{}': unknown key '{}' (bw, latency)", text, k);

@@ -26,7 +26,13 @@ struct LinkModel {
   double broadcast_s(double bytes, int p) const;
 };
 
-// "bw=GBPS,latency=US"; errors name the text.
+// Sane bounds for an emulated link: a collective's emulated time stays finite and short enough
+// to wait for (1 MB/s moves a 1 GB tensor in 17 minutes; latency at most 10 s per hop).
+constexpr double kMinBandwidthGbps = 1e-3;
+constexpr double kMaxBandwidthGbps = 1e6;
+constexpr double kMaxLatencyUs = 1e7;
+
+// "bw=GBPS,latency=US" within the bounds above; errors name the text.
 Expected<LinkModel> parse_link_model(const std::string& text);
 
 std::unique_ptr<CommGroup> emulate_link(std::unique_ptr<CommGroup> inner, const LinkModel& link);

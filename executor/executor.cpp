@@ -229,11 +229,32 @@ struct Executor::CommThread {
 };
 
 Expected<std::unique_ptr<Executor>> Executor::create(Graph g, const ExecOptions& opts) {
+  if (opts.threads < 0 || opts.threads > kernels::kMaxThreads) {
+    return error("{} kernel threads asked for: give 0 (the default) to {}", opts.threads, kernels::kMaxThreads);
+  }
   OASES_ASSIGN_OR_RETURN(Program p, compile_program(std::move(g), opts));
   auto ex = std::unique_ptr<Executor>(new Executor());
   ex->t0_ = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now().time_since_epoch()).count();
   ex->prog_ = std::move(p);
   ex->arena_size_ = std::max<size_t>(64, ex->prog_.memory.arena_bytes);
+  if (ex->arena_size_ > max_memory_bytes()) {
+    // Name the largest arena value: with a runaway shape (ConstantOfShape of 2^32 floats) it is the culprit.
+    const Graph& gr = ex->prog_.graph;
+    const auto& slots = ex->prog_.memory.slots;
+    ValueId big = kNoId;
+    for (ValueId v = 0; v < static_cast<ValueId>(slots.size()); ++v) {
+      if (slots[v].kind == ValueSlot::Kind::kArena && (big == kNoId || slots[v].bytes > slots[big].bytes)) big = v;
+    }
+    std::string culprit;
+    if (big != kNoId) {
+      const Value& val = gr.value(big);
+      culprit =
+          fmt::format(" (largest: '{}' {}{} of {} bytes{}{})", val.name, dtype_name(val.dtype), shape_str(val.shape), slots[big].bytes,
+                      val.producer != kNoId ? " from " : "", val.producer != kNoId ? gr.node(val.producer).describe() : "");
+    }
+    return error("the activation arena needs {} bytes, over the memory limit of {} bytes{}; raise it with --max-memory", ex->arena_size_,
+                 max_memory_bytes(), culprit);
+  }
   ex->arena_ = std::aligned_alloc(64, (ex->arena_size_ + 63) / 64 * 64);
   if (!ex->arena_) return error("cannot allocate the activation arena of {} bytes", ex->arena_size_);
   std::memset(ex->arena_, 0, ex->arena_size_);

@@ -54,6 +54,7 @@ Expected<TrainingGraph> build_training_graph(Graph g, const TrainingSpec& spec) 
           fmt::join(outs, ", "));
     }
     const Shape ls = g.value(logits).shape;
+    if (shape_numel(ls) == 0) return error("logits output {} is empty: no cross-entropy loss to train on", describe_value(g, logits));
     int64_t vocab = ls.back();
     int64_t rows = shape_numel(ls) / vocab;
     Shape tshape(ls.begin(), ls.end() - 1);

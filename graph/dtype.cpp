@@ -1,6 +1,7 @@
 #include "graph/dtype.h"
 
 #include <cmath>
+#include <limits>
 
 namespace oases {
 
@@ -150,20 +151,56 @@ double load_as_double(const void* data, DType t, int64_t i) {
   }
 }
 
+namespace {
+
+// Float to integer as Oases defines it (ONNX leaves out-of-range values unspecified; C++ makes
+// them undefined behaviour): truncate toward zero, saturate at the type's bounds, NaN to 0.
+template <class T>
+T saturate_to(double v) {
+  if (std::isnan(v)) return T(0);
+  // The bounds as doubles: lo is exact (a power of two or 0); hi may round up to 2^k, which is
+  // why the upper test is >= on the first value that does not fit.
+  constexpr double lo = static_cast<double>(std::numeric_limits<T>::min());
+  constexpr double past_hi = static_cast<double>(std::numeric_limits<T>::max() / 2 + 1) * 2.0;
+  if (v <= lo) return std::numeric_limits<T>::min();
+  if (v >= past_hi) return std::numeric_limits<T>::max();
+  return static_cast<T>(v);
+}
+
+}  // namespace
+
+int64_t load_as_int64(const void* data, DType t, int64_t i) {
+  switch (t) {
+    case DType::kI64: return static_cast<const int64_t*>(data)[i];
+    case DType::kI32: return static_cast<const int32_t*>(data)[i];
+    case DType::kI16: return static_cast<const int16_t*>(data)[i];
+    case DType::kI8: return static_cast<const int8_t*>(data)[i];
+    case DType::kU8: return static_cast<const uint8_t*>(data)[i];
+    case DType::kU16: return static_cast<const uint16_t*>(data)[i];
+    case DType::kU32: return static_cast<const uint32_t*>(data)[i];
+    case DType::kU64: {
+      uint64_t u = static_cast<const uint64_t*>(data)[i];
+      return u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) ? std::numeric_limits<int64_t>::max() : static_cast<int64_t>(u);
+    }
+    case DType::kBool: return static_cast<const uint8_t*>(data)[i] ? 1 : 0;
+    default: return saturate_to<int64_t>(load_as_double(data, t, i));
+  }
+}
+
 void store_from_double(void* data, DType t, int64_t i, double v) {
   switch (t) {
     case DType::kF32: static_cast<float*>(data)[i] = static_cast<float>(v); break;
     case DType::kF64: static_cast<double*>(data)[i] = v; break;
     case DType::kF16: static_cast<uint16_t*>(data)[i] = float_to_half(static_cast<float>(v)); break;
     case DType::kBF16: static_cast<uint16_t*>(data)[i] = float_to_bfloat16(static_cast<float>(v)); break;
-    case DType::kI64: static_cast<int64_t*>(data)[i] = static_cast<int64_t>(v); break;
-    case DType::kI32: static_cast<int32_t*>(data)[i] = static_cast<int32_t>(v); break;
-    case DType::kI16: static_cast<int16_t*>(data)[i] = static_cast<int16_t>(v); break;
-    case DType::kI8: static_cast<int8_t*>(data)[i] = static_cast<int8_t>(v); break;
-    case DType::kU8: static_cast<uint8_t*>(data)[i] = static_cast<uint8_t>(v); break;
-    case DType::kU16: static_cast<uint16_t*>(data)[i] = static_cast<uint16_t>(v); break;
-    case DType::kU32: static_cast<uint32_t*>(data)[i] = static_cast<uint32_t>(v); break;
-    case DType::kU64: static_cast<uint64_t*>(data)[i] = static_cast<uint64_t>(v); break;
+    case DType::kI64: static_cast<int64_t*>(data)[i] = saturate_to<int64_t>(v); break;
+    case DType::kI32: static_cast<int32_t*>(data)[i] = saturate_to<int32_t>(v); break;
+    case DType::kI16: static_cast<int16_t*>(data)[i] = saturate_to<int16_t>(v); break;
+    case DType::kI8: static_cast<int8_t*>(data)[i] = saturate_to<int8_t>(v); break;
+    case DType::kU8: static_cast<uint8_t*>(data)[i] = saturate_to<uint8_t>(v); break;
+    case DType::kU16: static_cast<uint16_t*>(data)[i] = saturate_to<uint16_t>(v); break;
+    case DType::kU32: static_cast<uint32_t*>(data)[i] = saturate_to<uint32_t>(v); break;
+    case DType::kU64: static_cast<uint64_t*>(data)[i] = saturate_to<uint64_t>(v); break;
     case DType::kBool: static_cast<uint8_t*>(data)[i] = v != 0.0 ? 1 : 0; break;
     default: break;
   }

@@ -39,8 +39,12 @@ uint16_t float_to_bfloat16(float f);
 float bfloat16_to_float(uint16_t b);
 
 // Reads element `i` of a buffer of type `t` as double / writes a double into it; slow paths for
-// constants, comparisons and conversions, never for kernels.
+// constants, comparisons and conversions, never for kernels. Into an integer type the value is
+// truncated toward zero and saturated at the type's bounds (NaN gives 0).
 double load_as_double(const void* data, DType t, int64_t i);
+// Element `i` as int64: exact for integer types (through double, values near 2^63 would round
+// out of range), truncated and saturated for floating ones (NaN gives 0). For indices and labels.
+int64_t load_as_int64(const void* data, DType t, int64_t i);
 void store_from_double(void* data, DType t, int64_t i, double v);
 
 // Calls f.template operator()<T>() with the C++ type of t (uint16_t carries f16/bf16 bits).

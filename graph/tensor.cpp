@@ -1,5 +1,9 @@
 #include "graph/tensor.h"
 
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -15,6 +19,33 @@ int64_t shape_numel(const Shape& s) {
   int64_t n = 1;
   for (int64_t d : s) n *= d;
   return n;
+}
+
+namespace {
+std::atomic<uint64_t> g_max_memory_bytes{0};  // 0: the default
+}  // namespace
+
+uint64_t physical_memory_bytes() {
+  long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || page <= 0) return 0;
+  return static_cast<uint64_t>(pages) * static_cast<uint64_t>(page);
+}
+
+uint64_t max_memory_bytes() {
+  if (uint64_t set = g_max_memory_bytes.load(std::memory_order_relaxed)) return set;
+  static const uint64_t by_default = [] {
+    uint64_t ram = physical_memory_bytes();
+    return ram == 0 ? kMaxTensorBytes : std::min(kMaxTensorBytes, ram / 2);
+  }();
+  return by_default;
+}
+
+void set_max_memory_bytes(uint64_t bytes) {
+  g_max_memory_bytes.store(bytes, std::memory_order_relaxed);
+}
+
+uint64_t max_tensor_bytes() {
+  return std::min(max_memory_bytes(), kMaxTensorBytes);
 }
 
 std::optional<uint64_t> checked_nbytes(const Shape& s, DType t) {
@@ -85,8 +116,9 @@ Tensor::Tensor(DType dtype, Shape shape) : dtype_(dtype), shape_(std::move(shape
     if (d < 0) throw OasesError(fmt::format("negative dimension in tensor shape {}", shape_str(shape_)));
   }
   uint64_t bytes = static_cast<uint64_t>(shape_numel(shape_)) * dtype_size(dtype);
-  if (bytes > kMaxTensorBytes) {
-    throw OasesError(fmt::format("tensor of shape {} ({} bytes) exceeds the limit of {} bytes", shape_str(shape_), bytes, kMaxTensorBytes));
+  if (bytes > max_tensor_bytes()) {
+    throw OasesError(fmt::format("tensor of shape {} ({} bytes) exceeds the limit of {} bytes (--max-memory)", shape_str(shape_), bytes,
+                                 max_tensor_bytes()));
   }
   storage_ = std::make_shared<Storage>(bytes);
   storage_->allocate();
@@ -130,8 +162,9 @@ Status Tensor::load() const {
   if (!storage_) return Status::error("tensor has no storage");
   std::lock_guard<std::mutex> lock(storage_->mu);
   if (storage_->loaded) return Status::ok();
-  if (storage_->bytes > kMaxTensorBytes) {
-    return error("tensor of shape {} ({} bytes) exceeds the limit of {} bytes", shape_str(shape_), storage_->bytes, kMaxTensorBytes);
+  if (storage_->bytes > max_tensor_bytes()) {
+    return error("tensor of shape {} ({} bytes) exceeds the limit of {} bytes (--max-memory)", shape_str(shape_), storage_->bytes,
+                 max_tensor_bytes());
   }
   storage_->allocate();
   if (loader_) {
@@ -180,7 +213,7 @@ std::vector<int64_t> Tensor::to_int64() const {
   if (dtype_ == DType::kI64) {
     if (!v.empty()) std::memcpy(v.data(), p, v.size() * 8);  // (memcpy of null is undefined even for 0 bytes)
   } else {
-    for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<int64_t>(load_as_double(p, dtype_, static_cast<int64_t>(i)));
+    for (size_t i = 0; i < v.size(); ++i) v[i] = load_as_int64(p, dtype_, static_cast<int64_t>(i));
   }
   return v;
 }

@@ -26,8 +26,18 @@ int64_t normalize_axis(int64_t axis, int64_t rank);
 // Row-major strides in elements.
 std::vector<int64_t> contiguous_strides(const Shape& s);
 
-// Largest tensor Oases allocates from a model file (bytes); bigger is an error, never a crash.
+// Hard ceiling on one tensor (bytes), whatever the machine: bigger is an error, never a crash.
 constexpr uint64_t kMaxTensorBytes = uint64_t{64} << 30;
+// The machine's physical memory in bytes (sysconf), 0 when it cannot be read.
+uint64_t physical_memory_bytes();
+// The memory limit the tools allocate under: one tensor, and the executor's activation arena,
+// must each fit in it. Default: half the machine's RAM (at most kMaxTensorBytes), so a tiny model
+// asking for a huge tensor is refused before the machine starts swapping or the OOM killer fires.
+uint64_t max_memory_bytes();
+// Sets the limit (--max-memory); 0 restores the default.
+void set_max_memory_bytes(uint64_t bytes);
+// The largest single tensor: min(max_memory_bytes(), kMaxTensorBytes).
+uint64_t max_tensor_bytes();
 // Bytes of a tensor of this shape and dtype, or nullopt when a dim is negative or the product
 // overflows 64 bits: shapes read from files are checked with it before anything is allocated.
 std::optional<uint64_t> checked_nbytes(const Shape& s, DType t);

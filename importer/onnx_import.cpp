@@ -168,8 +168,9 @@ Expected<Tensor> tensor_from_proto(const onnx::TensorProto& tp, const std::strin
     if (d < 0) return error("{}: shape {} has a negative dimension", what, shape_str(shape));
   }
   std::optional<uint64_t> nbytes = checked_nbytes(shape, dt);
-  if (!nbytes || *nbytes > kMaxTensorBytes) {
-    return error("{}: shape {} of {} is over the limit of {} bytes per tensor", what, shape_str(shape), dtype_name(dt), kMaxTensorBytes);
+  if (!nbytes || *nbytes > max_tensor_bytes()) {
+    return error("{}: shape {} of {} is over the limit of {} bytes per tensor (--max-memory)", what, shape_str(shape), dtype_name(dt),
+                 max_tensor_bytes());
   }
   const uint64_t bytes = *nbytes;
   const uint64_t numel = bytes / dtype_size(dt);
@@ -509,9 +510,9 @@ Expected<Graph> import_onnx_model(const onnx::ModelProto& model, const std::stri
     }
     if (known) {
       std::optional<uint64_t> nbytes = checked_nbytes(shape, dt);
-      if (!nbytes || *nbytes > kMaxTensorBytes) {
-        return error("input '{}' of shape {} of {} is over the limit of {} bytes per tensor", vi.name(), shape_str(shape), dtype_name(dt),
-                     kMaxTensorBytes);
+      if (!nbytes || *nbytes > max_tensor_bytes()) {
+        return error("input '{}' of shape {} of {} is over the limit of {} bytes per tensor (--max-memory)", vi.name(), shape_str(shape),
+                     dtype_name(dt), max_tensor_bytes());
       }
     }
     if (g.find_value(vi.name()) != kNoId) return error("input '{}' is defined twice", vi.name());
@@ -608,6 +609,9 @@ Status parse_dim_binding(const std::string& text, ImportOptions* opts) {
   } catch (const std::exception&) {
     return error("--dim '{}': '{}' is not a non-negative integer", text, text.substr(eq + 1));
   }
+  // An empty batch or sequence has nothing to run or train on, and the passes and the training
+  // graph divide by these sizes: refused here, where the user typed it.
+  if (opts->dims[text.substr(0, eq)] == 0) return error("--dim '{}': a dimension must be at least 1", text);
   return Status::ok();
 }
 
@@ -630,6 +634,9 @@ Status parse_shape_binding(const std::string& text, ImportOptions* opts) {
     }
     if (comma == std::string::npos) break;
     pos = comma + 1;
+  }
+  for (int64_t d : s) {
+    if (d == 0) return error("--shape '{}': every dimension must be at least 1", text);
   }
   opts->input_shapes[text.substr(0, eq)] = s;
   return Status::ok();

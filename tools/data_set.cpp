@@ -166,7 +166,7 @@ TensorComparison compare_tensors(const Tensor& got, const Tensor& want, double r
     if (std::isnan(d)) d = INFINITY;
     c.max_abs = std::max(c.max_abs, d);
     if (b != 0) c.max_rel = std::max(c.max_rel, d / std::abs(b));
-    if (d > atol + rtol * std::abs(b)) {
+    if (!(d <= atol + rtol * std::abs(b))) {  // a NaN tolerance fails, never passes
       if (c.first_bad < 0) c.first_bad = i;
       ++c.bad;
     }

@@ -1,5 +1,7 @@
 #include "tools/model_loader.h"
 
+#include <cctype>
+#include <cmath>
 #include <cstdio>
 
 #include "executor/executor.h"
@@ -21,7 +23,32 @@ Expected<LoadedModel> load_model(const std::string& path, const ImportOptions& o
   return m;
 }
 
+Expected<uint64_t> parse_byte_size(const std::string& text) {
+  size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(text, &used);
+  } catch (const std::exception&) {
+    return error("'{}' is not a byte count (e.g. 512M, 8G)", text);
+  }
+  std::string unit = text.substr(used);
+  if (unit.size() > 1 && (unit.back() == 'B' || unit.back() == 'b')) unit.pop_back();  // 8GB, 8GiB
+  if (unit.size() > 1 && unit.back() == 'i') unit.pop_back();
+  static const std::string kUnits = "KMGT";
+  double scale = 1;
+  if (!unit.empty()) {
+    size_t power = unit.size() == 1 ? kUnits.find(static_cast<char>(std::toupper(static_cast<unsigned char>(unit[0])))) : std::string::npos;
+    if (power == std::string::npos) return error("'{}' is not a byte count (e.g. 512M, 8G)", text);
+    scale = std::ldexp(1.0, 10 * static_cast<int>(power + 1));
+  }
+  double bytes = v * scale;
+  // 2^63: far above any machine, and the largest value that converts to uint64 without overflow
+  if (!std::isfinite(bytes) || bytes < 1 || bytes >= 9.2e18) return error("byte count '{}' must be at least 1 and finite", text);
+  return static_cast<uint64_t>(bytes);
+}
+
 void BindingFlags::add_to(CLI::App& app) {
+  app.add_option("--max-memory", max_memory, "Largest tensor or activation arena to allocate, e.g. 8G (default: half the machine's RAM)");
   app.add_option("--dim", dims, "Bind a symbolic dimension, NAME=N (repeatable)");
   app.add_option("--shape", shapes, "Fix an input's shape, INPUT=d0,d1,... (repeatable)");
   app.add_flag("--allow-older-opset", allow_older_opsets,
@@ -30,6 +57,11 @@ void BindingFlags::add_to(CLI::App& app) {
 
 Status BindingFlags::apply(ImportOptions* opts) const {
   opts->allow_older_opsets = allow_older_opsets;
+  if (!max_memory.empty()) {
+    auto bytes = parse_byte_size(max_memory);
+    if (!bytes) return error("--max-memory: {}", bytes.status().message());
+    set_max_memory_bytes(*bytes);
+  }
   for (const auto& d : dims) OASES_RETURN_IF_ERROR(parse_dim_binding(d, opts));
   for (const auto& s : shapes) OASES_RETURN_IF_ERROR(parse_shape_binding(s, opts));
   return Status::ok();

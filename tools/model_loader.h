@@ -22,9 +22,14 @@ struct LoadedModel {
 // Imports `path` and runs the canonical pipeline (constant folding with the CPU kernels).
 Expected<LoadedModel> load_model(const std::string& path, const ImportOptions& opts);
 
-// --dim NAME=N and --shape INPUT=d0,d1 (repeatable).
+// Parses a byte count with an optional binary suffix: "512", "64K", "1.5G", "2GiB" (K, M, G, T).
+Expected<uint64_t> parse_byte_size(const std::string& text);
+
+// --dim NAME=N and --shape INPUT=d0,d1 (repeatable), and --max-memory BYTES (the limit every
+// tensor and the activation arena must fit in; apply() sets it for the whole process).
 struct BindingFlags {
   std::vector<std::string> dims, shapes;
+  std::string max_memory;
   bool allow_older_opsets = false;
   void add_to(CLI::App& app);
   Status apply(ImportOptions* opts) const;

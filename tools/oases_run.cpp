@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <map>
 
@@ -31,12 +32,20 @@ int main(int argc, char** argv) {
     BindingFlags bind;
     app.add_option("model", model, "ONNX model file")->required();
     app.add_option("--data-set", data_set, "Folder with input_N.pb (and output_N.pb to compare with)")->required();
-    app.add_option("--rtol", rtol, "Relative tolerance (default 1e-4)");
-    app.add_option("--atol", atol, "Absolute tolerance (default 1e-5)");
+    // NaN would make every comparison false, i.e. pass anything; infinity likewise.
+    auto tolerance = CLI::Validator(
+        [](std::string& s) -> std::string {
+          double v = std::strtod(s.c_str(), nullptr);
+          return std::isfinite(v) && v >= 0 ? "" : "must be a finite number >= 0, got " + s;
+        },
+        "TOLERANCE");
+    app.add_option("--rtol", rtol, "Relative tolerance (default 1e-4)")->check(tolerance);
+    app.add_option("--atol", atol, "Absolute tolerance (default 1e-5)")->check(tolerance);
     app.add_option("--write-outputs", write_dir, "Write the outputs as output_N.pb into DIR");
     app.add_option("--repeat", repeat, "Run the forward pass N times and report the median time");
     app.add_option("--warmup", warmup, "Untimed runs before the timed ones");
-    app.add_option("--threads", threads, "Threads for BLAS and kernels (0: OpenMP/OpenBLAS defaults)");
+    app.add_option("--threads", threads, "Threads for BLAS and kernels (0: OpenMP/OpenBLAS defaults)")
+        ->check(CLI::Range(0, kernels::kMaxThreads));
     app.add_flag("--profile", profile, "Print the time per op type (summed over the timed runs)");
     app.add_flag("-v,--verbose", verbose, "Say more");
     bind.add_to(app);

@@ -152,7 +152,7 @@ void register_cpu_collectives(CpuKernelRegistry& r) {
     const char* table = static_cast<const char*>(c.in[0].data);
     char* out = static_cast<char*>(c.out[0].data);
     for (int64_t i = 0; i < n; ++i) {
-      int64_t id = static_cast<int64_t>(load_as_double(c.in[1].data, c.in[1].dtype, i));
+      int64_t id = load_as_int64(c.in[1].data, c.in[1].dtype, i);
       if (id < 0) id += vocab;
       if (id < 0 || id >= vocab) c.fail("index {} is outside [0, {})", id, vocab);
       if (id >= start && id < start + rows) {
@@ -172,7 +172,7 @@ void register_cpu_collectives(CpuKernelRegistry& r) {
       T* out = c.out[0].as<T>();
       for (int64_t i = 0; i < n; ++i) {
         for (int64_t j = 0; j < d; ++j) {
-          int64_t l = static_cast<int64_t>(load_as_double(c.in[1].data, c.in[1].dtype, i * d + j)) - start;
+          int64_t l = load_as_int64(c.in[1].data, c.in[1].dtype, i * d + j) - start;
           out[i * d + j] = l >= 0 && l < cls ? z[(i * cls + l) * d + j] : T(0);
         }
       }
@@ -191,7 +191,7 @@ void register_cpu_collectives(CpuKernelRegistry& r) {
       if (out != p) std::memcpy(out, p, c.in[0].nbytes());
       for (int64_t i = 0; i < n; ++i) {
         for (int64_t j = 0; j < d; ++j) {
-          int64_t label = static_cast<int64_t>(load_as_double(c.in[1].data, c.in[1].dtype, i * d + j));
+          int64_t label = load_as_int64(c.in[1].data, c.in[1].dtype, i * d + j);
           if (has_ignore && label == ignore) {
             for (int64_t a = 0; a < cls; ++a) out[(i * cls + a) * d + j] = T(0);
             continue;

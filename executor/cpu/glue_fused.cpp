@@ -96,11 +96,14 @@ void register_cpu_fused(CpuKernelRegistry& r) {
     for (int64_t d = 0; d < axis; ++d) outer *= ds[d];
     int64_t inner = shape_numel(ds) / std::max<int64_t>(1, outer * dim);
     int64_t nidx = c.in[2].numel();
-    const auto [start, total] = table_rows(c, dim);  // a vocabulary-split table: this rank's rows
+    // a vocabulary-split table: this rank's rows (plain names, not a structured binding: clang 14
+    // cannot capture those in the lambdas below)
+    const TableRows rows = table_rows(c, dim);
+    const int64_t start = rows.start, total = rows.total;
     std::vector<int64_t> idx(static_cast<size_t>(nidx));
     std::vector<int64_t> by_row;  // positions whose row this rank holds
     for (int64_t i = 0; i < nidx; ++i) {
-      int64_t v = static_cast<int64_t>(load_as_double(c.in[2].data, c.in[2].dtype, i));
+      int64_t v = load_as_int64(c.in[2].data, c.in[2].dtype, i);
       if (v < 0) v += total;
       if (v < 0 || v >= total) c.fail("index {} outside [0, {})", v, total);
       idx[static_cast<size_t>(i)] = v - start;

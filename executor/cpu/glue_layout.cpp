@@ -38,8 +38,14 @@ k::ScatterReduction scatter_reduction(const KernelContext& c) {
   return k::ScatterReduction::kNone;
 }
 
+// Index `pos` of an int32/int64 indices tensor, read exactly (through double, int64 values near
+// 2^63 would round out of range).
+int64_t load_index(const TensorView& t, int64_t pos) {
+  return t.dtype == DType::kI32 ? int64_t{t.as<int32_t>()[pos]} : t.as<int64_t>()[pos];
+}
+
 [[noreturn]] void bad_index(const KernelContext& c, int slot, int64_t pos) {
-  int64_t v = static_cast<int64_t>(load_as_double(c.in[slot].data, c.in[slot].dtype, pos));
+  int64_t v = load_index(c.in[slot], pos);
   c.fail("index {} at position {} of '{}' is out of range for data {}", v, pos, c.graph->value(c.node->inputs[slot]).name,
          shape_str(c.in[0].shape));
 }
@@ -151,7 +157,7 @@ void register_cpu_layout(CpuKernelRegistry& r) {
                                                : k::gather_i32(c.in[0].data, c.in[0].shape, c.in[1].as<int32_t>(), c.in[1].numel(), axis,
                                                                c.out[0].data, dtype_size(c.in[0].dtype));
     if (bad >= 0) {
-      int64_t v = static_cast<int64_t>(load_as_double(c.in[1].data, c.in[1].dtype, bad));
+      int64_t v = load_index(c.in[1], bad);
       c.fail("index {} at position {} of '{}' is outside [0, {}) on axis {}", v, bad, c.graph->value(c.node->inputs[1]).name,
              c.in[0].shape[axis], axis);
     }
@@ -169,9 +175,9 @@ void register_cpu_layout(CpuKernelRegistry& r) {
         int64_t idx = rem % is[d];
         rem /= is[d];
         if (d == axis) {
-          int64_t v = static_cast<int64_t>(load_as_double(c.in[1].data, c.in[1].dtype, i));
-          if (v < 0) v += ds[d];
-          if (v < 0 || v >= ds[d]) c.fail("index out of range on axis {}", axis);
+          int64_t v = load_index(c.in[1], i);
+          if (v < 0 && v >= -ds[d]) v += ds[d];
+          if (v < 0 || v >= ds[d]) bad_index(c, 1, i);
           idx = v;
         }
         off += idx * dst[d];
@@ -208,9 +214,10 @@ void register_cpu_layout(CpuKernelRegistry& r) {
     for (int64_t o = 0; o < outer; ++o) {
       for (int64_t d = 0; d < depth; ++d) {
         for (int64_t j = 0; j < inner; ++j) {
-          int64_t v = static_cast<int64_t>(load_as_double(c.in[0].data, c.in[0].dtype, o * inner + j));
-          if (v < 0) v += depth;
-          std::memcpy(out + ((o * depth + d) * inner + j) * static_cast<int64_t>(es), vals + (v == d ? es : 0), es);
+          // Compared as a double: indices may be floating, and any value (1e30, NaN) must be safe.
+          double v = std::trunc(load_as_double(c.in[0].data, c.in[0].dtype, o * inner + j));
+          if (v < 0) v += static_cast<double>(depth);
+          std::memcpy(out + ((o * depth + d) * inner + j) * static_cast<int64_t>(es), vals + (v == static_cast<double>(d) ? es : 0), es);
         }
       }
     }
@@ -249,9 +256,12 @@ void register_cpu_layout(CpuKernelRegistry& r) {
     int64_t outer = rows_before(ds, axis), dim = ds[axis];
     int64_t inner = shape_numel(ds) / std::max<int64_t>(1, outer * dim);
     int64_t nidx = c.in[1].numel();
-    const auto [start, total] = table_rows(c, dim);  // a vocabulary-split table: this rank's rows
+    // a vocabulary-split table: this rank's rows (plain names, not a structured binding: clang 14
+    // cannot capture those in the lambda below)
+    const TableRows rows = table_rows(c, dim);
+    const int64_t start = rows.start, total = rows.total;
     std::vector<int64_t> idx(static_cast<size_t>(nidx));
-    for (int64_t i = 0; i < nidx; ++i) idx[i] = static_cast<int64_t>(load_as_double(c.in[1].data, c.in[1].dtype, i));
+    for (int64_t i = 0; i < nidx; ++i) idx[i] = load_as_int64(c.in[1].data, c.in[1].dtype, i);
     dispatch_float(c, c.out[0].dtype, [&]<class T>() {
       int64_t bad = k::gather_grad<T>(c.in[0].as<T>(), idx.data(), nidx, outer, dim, inner, start, total, c.out[0].as<T>());
       if (bad >= 0) c.fail("index {} outside [0, {})", idx[bad] < 0 ? idx[bad] + total : idx[bad], total);

@@ -55,7 +55,7 @@ void loss_kernel(KernelContext& c, bool from_logits) {
   std::string red = c.attrs().get_string("reduction", "mean");
   int64_t ignore = c.attrs().has("ignore_index") ? c.attrs().get_int("ignore_index", 0) : std::numeric_limits<int64_t>::min();
   std::vector<int64_t> labels(static_cast<size_t>(n * d));
-  for (int64_t i = 0; i < n * d; ++i) labels[i] = static_cast<int64_t>(load_as_double(c.in[1].data, c.in[1].dtype, i));
+  for (int64_t i = 0; i < n * d; ++i) labels[i] = load_as_int64(c.in[1].data, c.in[1].dtype, i);
   dispatch_float(c, c.in[0].dtype, [&]<class T>() {
     std::vector<T> losses(static_cast<size_t>(n * d));
     const T* w = c.has_input(2) ? c.in[2].as<T>() : nullptr;
@@ -87,7 +87,7 @@ int64_t loss_denominator_and_labels(KernelContext& c, int scores_slot, std::vect
   *ignore = c.attrs().has("ignore_index") ? c.attrs().get_int("ignore_index", 0) : std::numeric_limits<int64_t>::min();
   const TensorView& lb = c.in[scores_slot + 1];
   labels->resize(static_cast<size_t>(lb.numel()));
-  for (int64_t i = 0; i < lb.numel(); ++i) (*labels)[i] = static_cast<int64_t>(load_as_double(lb.data, lb.dtype, i));
+  for (int64_t i = 0; i < lb.numel(); ++i) (*labels)[i] = load_as_int64(lb.data, lb.dtype, i);
   std::string red = c.attrs().get_string("reduction", "mean");
   double wsum = 0;
   int64_t counted = 0;

@@ -126,6 +126,15 @@ void register_indexing_ops(OpRegistry& r) {
       int64_t axis = normalize_axis(c.attrs().get_int("axis", 0), rank);
       if (axis < 0) return c.fail("axis out of range");
       if (c.rank(1) != rank) return c.fail("indices rank {} differs from data rank {}", c.rank(1), rank);
+      if (c.dtype(1) != DType::kI64 && c.dtype(1) != DType::kI32) {
+        return c.fail("indices '{}' must be int32 or int64, got {}", c.input(1).name, dtype_name(c.dtype(1)));
+      }
+      // Off the axis, output position i reads data at i: indices may not be larger there.
+      const Shape& d = c.shape(0);
+      const Shape& ix = c.shape(1);
+      for (int64_t i = 0; i < rank; ++i) {
+        if (i != axis && ix[i] > d[i]) return c.fail("indices {} exceed data {} on axis {}", shape_str(ix), shape_str(d), i);
+      }
       c.node().attrs.set_int("axis", axis);
       c.set_output(0, c.dtype(0), c.shape(1));
       return Status::ok();

@@ -142,8 +142,15 @@ Status infer_split(InferContext& c) {
     for (int64_t i = 0; i < parts; ++i) split.push_back(std::max<int64_t>(0, std::min(chunk, dim - i * chunk)));
   }
   if (static_cast<int>(split.size()) != n) return c.fail("split has {} sizes for {} outputs", split.size(), n);
+  // Checked one by one so a negative size is named as such and the sum cannot overflow.
   int64_t sum = 0;
-  for (int64_t s : split) sum += s;
+  for (size_t i = 0; i < split.size(); ++i) {
+    if (split[i] < 0) return c.fail("split size {} (output {}) is negative", split[i], i);
+    if (split[i] > dim - sum) {
+      return c.fail("split sizes [{}] add up to more than dim {} of {}", fmt::join(split, ","), dim, shape_str(c.shape(0)));
+    }
+    sum += split[i];
+  }
   if (sum != dim) return c.fail("split sizes [{}] do not add up to dim {} of {}", fmt::join(split, ","), dim, shape_str(c.shape(0)));
   c.node().attrs.set_ints("split", split);
   c.node().attrs.set_int("axis", axis);

@@ -31,7 +31,7 @@ bool is_causal_constant(const Graph& g, ValueId v, int64_t tq, int64_t tk, bool 
   if (!val.is_constant() || val.shape.size() < 2) return false;
   const Shape& s = val.shape;
   if (s[s.size() - 2] != tq || s[s.size() - 1] != tk) return false;
-  if (val.numel() > (int64_t{1} << 26)) return false;
+  if (val.numel() > (int64_t{1} << 26) || tq == 0 || tk == 0) return false;  // empty scores: nothing to recognise
   int64_t mats = val.numel() / (tq * tk);
   // reads the elements in their own type: a 1024 x 1024 mask checked in every one of 96 layers
   // would otherwise convert (and allocate) 8 MiB of doubles each time

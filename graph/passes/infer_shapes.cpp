@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <optional>
 #include <set>
 
@@ -85,6 +86,7 @@ Expected<PassReport> InferShapesPass::run(Graph& g) {
     }
   }
   int folded = 0;
+  uint64_t folded_bytes = 0;
   for (NodeId id : order) {
     Node* n = &g.node(id);
     const OpSchema* s = reg.find(n->domain, n->op_type);
@@ -110,10 +112,14 @@ Expected<PassReport> InferShapesPass::run(Graph& g) {
       if (o == kNoId) continue;
       const Value& ov = g.value(o);
       if (!ov.has_shape) return error("{}: output '{}' got no shape", n->describe(), ov.name);
+      if (std::any_of(ov.shape.begin(), ov.shape.end(), [](int64_t d) { return d < 0; })) {
+        return error("{}: output '{}' would have a negative dimension in {}", n->describe(), ov.name, shape_str(ov.shape));
+      }
       std::optional<uint64_t> nbytes = checked_nbytes(ov.shape, ov.dtype);
-      if (!nbytes || *nbytes > kMaxTensorBytes) {
-        return error("{}: output '{}' would be {} {}, over the limit of {} bytes per tensor", n->describe(), ov.name, dtype_name(ov.dtype),
-                     shape_str(ov.shape), kMaxTensorBytes);
+      if (!nbytes || *nbytes > max_tensor_bytes()) {
+        std::string size = nbytes ? fmt::format("{} bytes", *nbytes) : std::string("more than 2^64 bytes");
+        return error("{}: output '{}' would be {} {} ({}), over the limit of {} bytes per tensor (--max-memory)", n->describe(), ov.name,
+                     dtype_name(ov.dtype), shape_str(ov.shape), size, max_tensor_bytes());
       }
     }
 
@@ -140,9 +146,14 @@ Expected<PassReport> InferShapesPass::run(Graph& g) {
         if (!in.is_constant() || is_parameter(in)) all_const = false;
       }
       int64_t out_elems = 0;
+      uint64_t out_bytes = 0;
       for (ValueId o : n->outputs) {
         if (o != kNoId) out_elems += g.value(o).numel();
+        if (o != kNoId) out_bytes += g.value(o).nbytes();
       }
+      // Folded constants are held for the graph's lifetime: past a quarter of the memory limit in
+      // all, nodes stay computed at run time, where the activation arena's limit applies.
+      if (folded_bytes + out_bytes > max_memory_bytes() / 4) all_const = false;
       bool any_output_is_graph_output = false;
       for (ValueId o : n->outputs) {
         if (o != kNoId && g.is_output(o)) any_output_is_graph_output = true;
@@ -160,6 +171,7 @@ Expected<PassReport> InferShapesPass::run(Graph& g) {
         for (size_t i = 0; i < n->outputs.size() && i < outs->size(); ++i) {
           if (n->outputs[i] != kNoId) g.set_constant(n->outputs[i], (*outs)[i]);
         }
+        folded_bytes += out_bytes;
         fold = true;
       }
     }

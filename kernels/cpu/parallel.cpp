@@ -4,6 +4,8 @@
 #include <cstdlib>
 #include <exception>
 #include <mutex>
+#include <stdexcept>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -25,9 +27,9 @@ int default_threads() {
   static const int n = [] {
     if (const char* e = std::getenv("OMP_NUM_THREADS")) {
       int v = std::atoi(e);
-      if (v > 0) return v;
+      if (v > 0) return std::min(v, kMaxThreads);
     }
-    return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+    return std::clamp(static_cast<int>(std::thread::hardware_concurrency()), 1, kMaxThreads);
   }();
   return n;
 }
@@ -192,7 +194,11 @@ int num_threads() {
 }
 
 void set_num_threads(int n) {
-  tl_threads = std::max(0, n);
+  if (n < 0 || n > kMaxThreads) {
+    throw std::invalid_argument("thread count " + std::to_string(n) + " is out of range (0 for the default, or 1 to " +
+                                std::to_string(kMaxThreads) + ")");
+  }
+  tl_threads = n;
 }
 
 bool in_parallel() {

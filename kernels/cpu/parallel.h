@@ -25,7 +25,11 @@ namespace oases::kernels {
 // Threads a parallel loop started from this thread may use, the caller included: the last
 // set_num_threads of this thread, else OMP_NUM_THREADS, else the hardware's count.
 int num_threads();
+// Most threads a loop may use: a pool is this many OS threads, and far more than any machine
+// this runs on has cores (asking for 100000 would fail in pthread_create with EAGAIN).
+constexpr int kMaxThreads = 1024;
 // For the calling thread (0: back to the default). The pool grows to the largest count asked for.
+// Throws std::invalid_argument (naming the count and the range) outside [0, kMaxThreads].
 void set_num_threads(int n);
 // True inside a work item.
 bool in_parallel();

@@ -16,6 +16,9 @@
 // Derivatives (for the backward kernels), with s = σ(2u), so 0.5·(1 + t) = s and 1 − t² = 4s(1 − s):
 //   gelu_tanh'(x) = s + 2·x·s·(1 − s)·√(2/π)·(1 + 3·0.044715·x²)
 //   gelu_erf'(x)  = Φ(x) + x·φ(x)
+// Tails: beyond |x| = 10 gelu_tanh' is 0 or 1 in float (σ(2u) < 2e-38 below -10, 1 − σ(2u)
+// rounds away above 10), and is returned as such: the formula itself would give e^{−2u} = inf
+// from x ≈ −12 on and inf·0 = NaN, where PyTorch (and the limit) give 0.
 #pragma once
 
 #include <algorithm>
@@ -41,6 +44,7 @@ constexpr float kTanhP0 = -5.70498872745e-3f, kTanhP1 = 2.06390887954e-2f, kTanh
 constexpr float kErfcC0 = -1.26551223f, kErfcC1 = 1.00002368f, kErfcC2 = 0.37409196f, kErfcC3 = 0.09678418f, kErfcC4 = -0.18628806f,
                 kErfcC5 = 0.27886807f, kErfcC6 = -1.13520398f, kErfcC7 = 1.48851587f, kErfcC8 = -0.82215223f, kErfcC9 = 0.17087277f;
 constexpr float kSqrt2OverPi = 0.7978845608028654f, kGeluK = 0.044715f, kInvSqrt2 = 0.7071067811865476f, kInvSqrt2Pi = 0.3989422804014327f;
+constexpr float kGeluTail = 10.f;  // |x| beyond which gelu_tanh' is exactly 0 or 1 in float
 }  // namespace c
 
 // --- scalar twins -----------------------------------------------------------------------------
@@ -113,6 +117,8 @@ inline float gelu_erf1(float x) {
   return x * phi1(x);
 }
 inline float gelu_tanh_grad1(float x) {
+  if (x < -c::kGeluTail) return 0.f;
+  if (x > c::kGeluTail) return 1.f;
   float e = exp_m2u1(x);
   float s = 1.f / (1.f + e);
   float d = (2.f * c::kSqrt2OverPi) * std::fma((3.f * c::kGeluK) * x, x, 1.f);
@@ -202,7 +208,9 @@ inline __m256 gelu_tanh_grad8(__m256 x) {
   __m256 d = _mm256_mul_ps(_mm256_set1_ps(2.f * c::kSqrt2OverPi),
                            _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(3.f * c::kGeluK), x), x, _mm256_set1_ps(1.f)));
   __m256 xs = _mm256_mul_ps(_mm256_mul_ps(x, s), _mm256_mul_ps(e, s));
-  return _mm256_fmadd_ps(xs, d, s);
+  __m256 g = _mm256_fmadd_ps(xs, d, s);
+  g = _mm256_blendv_ps(g, _mm256_setzero_ps(), _mm256_cmp_ps(x, _mm256_set1_ps(-c::kGeluTail), _CMP_LT_OQ));
+  return _mm256_blendv_ps(g, _mm256_set1_ps(1.f), _mm256_cmp_ps(x, _mm256_set1_ps(c::kGeluTail), _CMP_GT_OQ));
 }
 inline __m256 gelu_erf_grad8(__m256 x) {
   __m256 pdf = _mm256_mul_ps(_mm256_set1_ps(c::kInvSqrt2Pi), exp8(_mm256_mul_ps(_mm256_set1_ps(-0.5f), _mm256_mul_ps(x, x))));

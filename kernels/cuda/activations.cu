@@ -33,7 +33,9 @@ template <class T>
 __global__ void gelu_bwd_kernel(bool tanh_form, const T* dy, const T* x, T* dx, int64_t n) {
   OASES_GRID_STRIDE(i, n) {
     float v = to_float(x[i]), d;
-    if (tanh_form) {
+    if (tanh_form && (v < -10.f || v > 10.f)) {
+      d = v < 0.f ? 0.f : 1.f;  // the float limits; v·(1 − t²)·(1 + 3k v²) is 0·inf = NaN for |v| > 1.8e19
+    } else if (tanh_form) {
       const float c = 0.7978845608028654f, k = 0.044715f;
       float t = tanhf(c * (v + k * v * v * v));
       d = 0.5f * (1.f + t) + 0.5f * v * (1.f - t * t) * c * (1.f + 3.f * k * v * v);

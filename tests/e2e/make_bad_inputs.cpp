@@ -184,7 +184,7 @@ int main(int argc, char** argv) {
     b.write(out / "huge_initializer.onnx");
   }
   {
-    // 2^33 float32 elements = 32 GiB: under the size limit, so only the data check stops it.
+    // 2^33 float32 elements = 32 GiB: under the 64 GiB ceiling (with --max-memory 64G), so only the data check stops it.
     ModelBuilder b = good_model();
     b.initializer(raw_tensor("big_short_weight", TensorProto::FLOAT, {int64_t{1} << 33}, std::string(16, '\0')));
     b.write(out / "big_short_initializer.onnx");
@@ -214,6 +214,68 @@ int main(int argc, char** argv) {
     b.node("Add", {"zeros", "x"}, {"y"}, "add_zeros");
     b.output("y");
     b.write(out / "huge_intermediate.onnx");
+  }
+
+  // --- shapes the rules must refuse before a kernel reads past a buffer --------------------
+  {
+    // indices [3, 3] on data [2, 3] along axis 1: row 2 of the output would read data row 2
+    ModelBuilder b(17);
+    b.input("x", TensorProto::FLOAT, {2, 3});
+    b.init_i64("gather_idx", {3, 3}, {0, 1, 2, 2, 1, 0, 0, 0, 0});
+    b.node("GatherElements", {"x", "gather_idx"}, {"y"}, "gather_rows", {attr_int("axis", 1)});
+    b.output("y");
+    b.write(out / "gather_elements_oob.onnx");
+  }
+  {
+    // split sizes [-2, 8] add up to the dim 6, but one is negative
+    ModelBuilder b(17);
+    b.input("x", TensorProto::FLOAT, {2, 6});
+    b.init_i64("split_sizes", {2}, {-2, 8});
+    b.node("Split", {"x", "split_sizes"}, {"a", "c"}, "negative_split", {attr_int("axis", 1)});
+    b.output("a");
+    b.output("c");
+    b.write(out / "negative_split.onnx");
+  }
+  {
+    // 2^32 float32 zeros (16 GiB) from a model of a few hundred bytes
+    ModelBuilder b(17);
+    b.input("x", TensorProto::FLOAT, {2, 3});
+    b.init_i64("fill_shape", {1}, {int64_t{1} << 32});
+    b.node("ConstantOfShape", {"fill_shape"}, {"zeros"}, "fill_16g");
+    b.node("ReduceSum", {"zeros"}, {"s"}, "sum_zeros");
+    b.node("Add", {"x", "s"}, {"y"}, "add_sum");
+    b.output("y");
+    b.write(out / "constant_of_shape_16g.onnx");
+  }
+  {
+    // x [128, 128] (64 KiB) and two outputs of 64 KiB each: every tensor fits in 100 KiB, the
+    // activation arena (both outputs live to the end) does not
+    ModelBuilder b(17);
+    b.input("x", TensorProto::FLOAT, {128, 128});
+    b.node("Relu", {"x"}, {"relu_out"}, "relu");
+    b.node("Neg", {"x"}, {"neg_out"}, "neg");
+    b.output("relu_out");
+    b.output("neg_out");
+    b.write(out / "two_outputs.onnx");
+    fs::create_directories(out / "two_outputs_data");
+    write_tensor(out / "two_outputs_data" / "input_0.pb", f32_tensor("x", {128, 128}, std::vector<float>(128 * 128, 1.f)));
+  }
+
+  {
+    // empty tensors must run (zero rows through MatMul, a broadcast Add, Softmax, a mean) or be refused, never crash
+    ModelBuilder b(17);
+    b.input("x", TensorProto::FLOAT, {"rows", 3});
+    b.init_f32("w", {3, 4}, {1, -2, 3, -4, 5, -6, 7, -8, 9, -10, 11, -12});
+    b.init_f32("bias", {4}, {0.5f, -0.5f, 1.f, 0.f});
+    b.node("MatMul", {"x", "w"}, {"xw"}, "matmul");
+    b.node("Add", {"xw", "bias"}, {"xwb"}, "add_bias");
+    b.node("Softmax", {"xwb"}, {"y"}, "softmax", {attr_int("axis", -1)});
+    b.node("ReduceMean", {"xwb"}, {"m"}, "mean_rows", {attr_ints("axes", {0}), attr_int("keepdims", 0)});
+    b.output("y");
+    b.output("m");
+    b.write(out / "empty_rows.onnx");
+    fs::create_directories(out / "empty_rows_data");
+    write_tensor(out / "empty_rows_data" / "input_0.pb", f32_tensor("x", {0, 3}, {}));
   }
 
   // --- bad data sets for oases-run (model: good.onnx) -------------------------------------

@@ -101,9 +101,20 @@ for kind in dotdot absolute symlink; do
 done
 expect 2 "huge_initializer.onnx" "huge_weight" -- "$IMPORT" "$D/huge_initializer.onnx"
 expect 2 "big_short_initializer.onnx" "big_short_weight" -- "$IMPORT" "$D/big_short_initializer.onnx"
+expect 2 "big_short_initializer.onnx" "big_short_weight" "raw_data" -- "$IMPORT" "$D/big_short_initializer.onnx" --max-memory 64G
 expect 2 "huge_constant.onnx" "make_huge" -- "$IMPORT" "$D/huge_constant.onnx"
 expect 2 "huge_input.onnx" "huge_input" -- "$IMPORT" "$D/huge_input.onnx"
 expect 2 "huge_intermediate.onnx" "huge_fill" -- "$IMPORT" "$D/huge_intermediate.onnx"
+expect 2 "gather_elements_oob.onnx" "[GatherElements] node 'gather_rows'" "[3, 3]" "[2, 3]" "axis 0" -- "$IMPORT" "$D/gather_elements_oob.onnx"
+expect 2 "negative_split.onnx" "[Split] node 'negative_split'" "-2" "negative" -- "$IMPORT" "$D/negative_split.onnx"
+# zero-sized dims from the command line (the attention fusion and the training graph divide by them)
+expect 2 "--dim" "batch=0" "at least 1" -- "$IMPORT" "$D/unbound_dim.onnx" --dim batch=0 --dim seq_len=5
+expect 2 "--shape" "tokens=2,0" "at least 1" -- "$IMPORT" "$D/unbound_dim.onnx" --shape tokens=2,0
+# memory limits: the default is half the RAM; --max-memory sets it (per tensor and activation arena)
+expect 2 "constant_of_shape_16g.onnx" "[ConstantOfShape] node 'fill_16g'" "17179869184 bytes" "1073741824" -- \
+  "$IMPORT" "$D/constant_of_shape_16g.onnx" --max-memory 1G
+expect 2 "--max-memory" "lots" -- "$IMPORT" "$D/good.onnx" --max-memory lots
+expect 2 "--max-memory" "-5" -- "$IMPORT" "$D/good.onnx" --max-memory -5
 
 # --- oases-run: the same model errors, then bad data sets --------------------------------------
 expect 2 "no_such_model.onnx" -- "$RUN" "$D/no_such_model.onnx" --data-set "$D/good_data"
@@ -119,6 +130,16 @@ expect 2 "input_0.pb" "'x'" "[6]" "[2, 3]" -- "$RUN" "$D/good.onnx" --data-set "
 expect 2 "input_0.pb" -- "$RUN" "$D/good.onnx" --data-set "$D/data_huge_input"
 expect 2 "good_data" -- "$RUN" "$D/good.onnx" --data-set "$D/good_data/input_0.pb"
 expect 1 -- "$RUN" "$D/good.onnx" --data-set "$D/data_mismatch"
+# a NaN tolerance would pass any output
+expect 2 "--rtol" "finite" -- "$RUN" "$D/good.onnx" --data-set "$D/data_mismatch" --rtol nan --atol nan
+expect 2 "--atol" "finite" -- "$RUN" "$D/good.onnx" --data-set "$D/data_mismatch" --atol inf
+expect 2 "--atol" "finite" -- "$RUN" "$D/good.onnx" --data-set "$D/data_mismatch" --atol -1
+expect 2 "--threads" "100000" -- "$RUN" "$D/good.onnx" --data-set "$D/good_data" --threads 100000
+expect 2 "fill_16g" "17179869184 bytes" -- "$RUN" "$D/constant_of_shape_16g.onnx" --data-set "$D/good_data" --max-memory 1G
+expect 0 -- "$RUN" "$D/two_outputs.onnx" --data-set "$D/two_outputs_data"
+# zero rows: MatMul, a broadcast Add, Softmax and a mean over no rows run (and give empty outputs, NaN means)
+expect 0 -- "$RUN" "$D/empty_rows.onnx" --data-set "$D/empty_rows_data"
+expect 2 "activation arena" "102400" "--max-memory" -- "$RUN" "$D/two_outputs.onnx" --data-set "$D/two_outputs_data" --max-memory 100K
 
 echo "$checks checks, $failures failed"
 [[ $failures -eq 0 ]]

@@ -134,8 +134,13 @@ TEST(ImporterInitializers, DataThatDoesNotFitTheShapeIsAnErrorNamingIt) {
 }
 
 TEST(ImporterInitializers, TooShortDataOfABigShapeFailsWithoutAllocating) {
-  // 2^33 float32 = 32 GiB is under the tensor size limit: only checking the data before
-  // allocating keeps this from taking the machine's memory. (A regression would OOM or be slow.)
+  // 2^33 float32 = 32 GiB is under the tensor size limit (raised here to its ceiling, 64 GiB,
+  // above the default of half the machine's RAM): only checking the data before allocating keeps
+  // this from taking the machine's memory. (A regression would OOM or be slow.)
+  set_max_memory_bytes(kMaxTensorBytes);
+  struct Restore {
+    ~Restore() { set_max_memory_bytes(0); }
+  } restore;
   TempDir d;
   ModelBuilder b(17);
   b.input("x", TensorProto::FLOAT, {1});

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# scripts/fuzz.sh [SECONDS]: builds the libFuzzer targets (clang, ASan + UBSan, tests/fuzz) in
+# their own build folder and runs each for SECONDS (default 60) from its seed corpus; exits 1 when
+# a target crashes, leaks, times out or runs out of memory (the input that did it is kept in
+# $BUILD_DIR/fuzz-artifacts/).
+#
+# Seeds: tests/fuzz/corpus/<target>/ (small ONNX node-test models) plus the broken models of
+# tests/e2e/make_bad_inputs.cpp and two transformer models (models/small/gpt2_tiny,
+# tests/data/models/gpt2_odd_sizes). Inputs the run finds go to a scratch corpus, not the repo.
+#
+# Env: OASES_FUZZ_BUILD_DIR (default build-fuzz), OASES_FUZZ_RUN=1 also runs the graphs that import.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SECONDS_PER_TARGET=${1:-60}
+BUILD_DIR=${OASES_FUZZ_BUILD_DIR:-build-fuzz}
+TARGETS=(oases_importer_fuzz)
+
+if [[ ! -f "$BUILD_DIR/CMakeCache.txt" ]]; then
+  GEN=()
+  command -v ninja >/dev/null && GEN=(-G Ninja)
+  command -v ccache >/dev/null && GEN+=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+  # only what the harnesses link: no MPI, no CUDA
+  CC=clang CXX=clang++ cmake -S . -B "$BUILD_DIR" "${GEN[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DOASES_FUZZ=ON \
+    -DOASES_MPI=OFF -DOASES_CUDA=OFF
+fi
+cmake --build "$BUILD_DIR" -j "$(nproc)" --target "${TARGETS[@]}" oases_make_bad_inputs
+
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/oases_fuzz_XXXXXX")
+trap 'rm -rf "$WORK"' EXIT
+mkdir -p "$WORK/seeds" "$BUILD_DIR/fuzz-artifacts"
+"$BUILD_DIR/tests/bin/oases_make_bad_inputs" "$WORK/bad" >/dev/null
+find "$WORK/bad" -name '*.onnx' -size -64k -exec cp {} "$WORK/seeds/" \;
+cp models/small/gpt2_tiny/model.onnx "$WORK/seeds/gpt2_tiny.onnx"
+cp tests/data/models/gpt2_odd_sizes/model.onnx "$WORK/seeds/gpt2_odd_sizes.onnx"
+
+status=0
+for target in "${TARGETS[@]}"; do
+  name=${target#oases_}
+  name=${name%_fuzz}
+  mkdir -p "$WORK/corpus_$name"
+  echo "== $target: ${SECONDS_PER_TARGET}s"
+  # -rss_limit_mb/-malloc_limit_mb: a model may ask for anything, the importer must refuse it
+  rc=0
+  "$BUILD_DIR/tests/bin/$target" "$WORK/corpus_$name" "tests/fuzz/corpus/$name" "$WORK/seeds" \
+    -max_total_time="$SECONDS_PER_TARGET" -timeout=30 -rss_limit_mb=4096 -malloc_limit_mb=2048 \
+    -print_final_stats=1 -artifact_prefix="$BUILD_DIR/fuzz-artifacts/$name-" >"$WORK/$name.log" 2>&1 || rc=$?
+  grep -E '^#[0-9]+[[:space:]]+(INITED|DONE)|^stat::number_of_executed_units|^stat::peak_rss_mb' "$WORK/$name.log" || true
+  if [[ $rc -ne 0 ]] || grep -qE '==[0-9]+==ERROR|runtime error:|deadly signal|Test unit written' "$WORK/$name.log"; then
+    echo "FAIL: $target (exit $rc); the input is in $BUILD_DIR/fuzz-artifacts/:"
+    grep -E 'ERROR|SUMMARY|runtime error|Test unit written' "$WORK/$name.log" | head -20
+    cp "$WORK/$name.log" "$BUILD_DIR/fuzz-artifacts/$name.log"
+    status=1
+  else
+    echo "ok: $target"
+  fi
+done
+exit $status
