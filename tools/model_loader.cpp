@@ -2,7 +2,7 @@
 
 #include <cstdio>
 
-#include "executor/executor.h"
+#include "executor/cpu_evaluator.h"
 
 namespace oases {
 
