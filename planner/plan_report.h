@@ -17,9 +17,9 @@
 
 namespace oases {
 
-// The plan file of `plan` (per-part layouts over plan.mesh.ranks) on the forward graph: the
-// partitioned training graph (one chunk) in the version 1 layout, plus the parts (with their mesh
-// axes), the schedule and the shapes; version 2.
+// The plan file of `plan` on the forward graph: the partitioned training graph (one chunk) in the
+// version 1 layout; with per-part layouts also the parts (with their mesh axes), the schedule and
+// the shapes (version 2).
 Expected<nlohmann::json> plan_report(const Graph& forward, const Plan& plan, const std::string& model_path);
 
 nlohmann::json estimate_json(const PlanEstimate& e);

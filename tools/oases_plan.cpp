@@ -60,15 +60,12 @@ int legacy(const std::string& model, const std::string& out, const std::string& 
   Plan p = Plan::megatron(tp, dp);
   p.vocab_parallel = !no_vocab;
   p.sequence_parallel = seq_par;
-  GlobalProgramOptions go;
-  go.model_path = model;
-  go.partition = true;
-  auto gp = build_global_program(std::move(loaded->graph), TrainingSpec{}, p, tp * dp, go);
-  if (!gp) return fail_with(gp.status());
-  const Strategy* st = &gp->strategy;
-  nlohmann::json plan = plan_to_json(gp->train.graph, *gp->partitioned, gp->sharding, *st, model);
+  auto report = plan_report(loaded->graph, p, model);
+  if (!report) return fail_with(report.status());
+  const nlohmann::json& plan = *report;
+  Mesh mesh{plan["mesh"]["axes"].get<std::vector<std::string>>(), plan["mesh"]["sizes"].get<std::vector<int64_t>>()};
   std::printf("%s: mesh %s, %lld collectives per step, %.3g MiB sent per rank per step, %.3g MiB of parameters per rank\n", model.c_str(),
-              st->mesh.to_string().c_str(), static_cast<long long>(plan["summary"]["collectives_per_step"].get<int64_t>()),
+              mesh.to_string().c_str(), static_cast<long long>(plan["summary"]["collectives_per_step"].get<int64_t>()),
               plan["summary"]["ring_bytes_per_rank_per_step"].get<double>() / (1 << 20),
               plan["memory"]["parameter_bytes_per_rank"].get<double>() / (1 << 20));
   if (Status s = write_plan_files(plan, out, html, dot); !s.is_ok()) return fail_with(s);
