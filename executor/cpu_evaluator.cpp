@@ -8,7 +8,6 @@ const CpuKernelRegistry& CpuKernelRegistry::global() {
     register_cpu_elementwise(r);
     register_cpu_layout(r);
     register_cpu_nn(r);
-    register_cpu_grad(r);
     register_cpu_collectives(r);
     register_cpu_fused(r);
     return r;

@@ -73,10 +73,8 @@ class CpuKernelRegistry {
 
 // One function per family file in executor/cpu/.
 void register_cpu_elementwise(CpuKernelRegistry& r);
-void register_cpu_math(CpuKernelRegistry& r);
 void register_cpu_layout(CpuKernelRegistry& r);
 void register_cpu_nn(CpuKernelRegistry& r);
-void register_cpu_grad(CpuKernelRegistry& r);
 void register_cpu_collectives(CpuKernelRegistry& r);
 void register_cpu_fused(CpuKernelRegistry& r);  // the executor's own fused ops (graph/passes/fusion.h)
 

@@ -1,6 +1,6 @@
 #include "executor/cpu/common.h"
 
-#include "kernels/cpu/parallel.h"
+#include "kernels/cpu/dropout.h"
 
 #include "executor/communicator.h"
 
@@ -43,15 +43,6 @@ void with_half_as_float(KernelContext& c, const std::function<void(KernelContext
   }
 }
 
-namespace {
-inline uint64_t mix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-}  // namespace
-
 void apply_dropout(const KernelContext& c, const float* x, float* y, uint8_t* mask, float ratio) {
   const Shape& local = c.in[0].shape;
   size_t r = local.size();
@@ -65,35 +56,7 @@ void apply_dropout(const KernelContext& c, const float* x, float* y, uint8_t* ma
   for (size_t d = 0; d < r; ++d) {
     if (axes[d] >= 0) off[d] += c.group(axes[d]).rank() * local[d];
   }
-  std::vector<int64_t> mstride = contiguous_strides(mshape);
-  bool identity = true;
-  for (size_t d = 0; d < r; ++d) identity &= off[d] == 0 && mshape[d] == local[d];
-  int64_t n = shape_numel(local);
-  float scale = 1.f / (1.f - ratio);
-  uint64_t threshold = static_cast<uint64_t>(static_cast<double>(ratio) * 18446744073709551616.0);
-  int64_t inner = r ? local[r - 1] : 1;
-  const int64_t rows = n / std::max<int64_t>(1, inner);
-  kernels::parallel_range(rows, std::max<int64_t>(1, (1 << 16) / std::max<int64_t>(1, inner)), [&](int64_t r0, int64_t r1) {
-    for (int64_t row = r0; row < r1; ++row) {
-      int64_t base = 0;
-      if (identity) {
-        base = row * inner;
-      } else {
-        int64_t rem = row;
-        for (int64_t d = static_cast<int64_t>(r) - 2; d >= 0; --d) {
-          base += (rem % local[static_cast<size_t>(d)] + off[static_cast<size_t>(d)]) * mstride[static_cast<size_t>(d)];
-          rem /= local[static_cast<size_t>(d)];
-        }
-        if (r) base += off[r - 1];
-      }
-      for (int64_t j = 0; j < inner; ++j) {
-        int64_t i = row * inner + j;
-        bool keep = mix64(key + static_cast<uint64_t>(base + j)) >= threshold;
-        y[i] = keep ? x[i] * scale : 0.f;
-        if (mask) mask[i] = keep;
-      }
-    }
-  });
+  kernels::dropout(x, y, mask, local, mshape, off, key, ratio);
 }
 
 TableRows table_rows(const KernelContext& c, int64_t dim) {

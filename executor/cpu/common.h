@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "executor/kernel_context.h"
-#include "kernels/cpu/nn.h"
+#include "kernels/cpu/attention.h"
 
 namespace oases::cpu {
 
@@ -41,6 +41,13 @@ bool is_half(DType t);
 // converted back); other dtypes run directly.
 void with_half_as_float(KernelContext& c, const std::function<void(KernelContext&)>& k);
 
+// Product of the dims before `axis`: the outer count of an [outer, n, inner] view.
+inline int64_t rows_before(const Shape& s, int64_t axis) {
+  int64_t r = 1;
+  for (int64_t d = 0; d < axis; ++d) r *= s[d];
+  return r;
+}
+
 inline std::vector<int64_t> promote_matrix(const Shape& s, bool is_a) {
   std::vector<int64_t> r(s.begin(), s.end());
   if (r.size() == 1) {
@@ -62,11 +69,11 @@ struct AttentionArgs {
 };
 AttentionArgs attention_args(const KernelContext& c, int q_slot);
 
-// Training-mode dropout on a float32 tensor: y = x · keep / (1 - ratio), keep drawn from a counter-
-// based generator keyed by (seed, step, key node) and the element's index in the whole, unsplit
-// tensor (attrs mask_shape, mask_offsets: static offsets of micro-batch chunks, shard_axes: the mesh
-// axis splitting each dim, whose offset comes from this rank's place in the group). The same
-// element gets the same mask under any chunking, sharding or recomputation.
+// Training-mode dropout on a float32 tensor (kernels/cpu/dropout.h has the math): unpacks the key
+// node, the whole tensor's shape (attr mask_shape), the static offsets of micro-batch chunks
+// (mask_offsets) and the mesh axis splitting each dim (shard_axes, whose offset comes from this
+// rank's place in the group), so the same element gets the same mask under any chunking, sharding
+// or recomputation.
 void apply_dropout(const KernelContext& c, const float* x, float* y, uint8_t* mask, float ratio);
 
 // The rows [start, start + dim) of a table of `total` rows that this rank holds: the whole table,

@@ -1,5 +1,5 @@
 // CUDA glue for collectives and the rank-dependent local ops of partitioned graphs (the CPU glue is
-// executor/cpu/collectives.cpp). The group of a mesh axis must be an NCCL group; the collective is
+// executor/cpu/glue_collectives.cpp). The group of a mesh axis must be an NCCL group; the collective is
 // enqueued on the stream this instruction runs on (the communication stream for scheduled
 // collectives, the compute stream for collectives run in line). Rearrangements around the
 // collective are strided copies on the same stream.

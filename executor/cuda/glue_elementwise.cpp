@@ -1,5 +1,5 @@
-// CUDA glue for elementwise ops and their gradients (the CPU glue is executor/cpu/elementwise.cpp
-// and executor/cpu/grad.cpp; the attribute handling here mirrors it).
+// CUDA glue for elementwise ops and their gradients (the CPU glue is
+// executor/cpu/glue_elementwise.cpp; the attribute handling here mirrors it).
 #include <cmath>
 #include <cstring>
 #include <limits>

@@ -1,4 +1,4 @@
-// CUDA glue for data movement (the CPU glue is executor/cpu/layout.cpp): views, Transpose, Expand,
+// CUDA glue for data movement (the CPU glue is executor/cpu/glue_layout.cpp): views, Transpose, Expand,
 // Concat, Split, Slice and its gradient, Tile, constant Pad, Gather / embedding and its gradient,
 // ConstantOfShape. Every one is a strided copy through the affine maps of kernels/cuda/nd.h.
 #include <cstring>

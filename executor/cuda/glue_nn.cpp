@@ -1,5 +1,5 @@
 // CUDA glue for matrix products, reductions, softmax, normalisations, attention and losses, with
-// their backward ops (the CPU glue is executor/cpu/nn.cpp and executor/cpu/grad.cpp).
+// their backward ops (the CPU glue is executor/cpu/glue_nn.cpp).
 #include <cmath>
 #include <limits>
 

@@ -2,7 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
+#include <map>
+#include <string>
 
+#include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/cpu/vec_math.h"
 
@@ -148,11 +152,110 @@ void activation_grad(Activation a, const T* dy, const T* x, T* dx, int64_t n) {
   });
 }
 
+bool unary_op_from_name(const std::string& name, UnaryOp* op) {
+  static const std::map<std::string, UnaryOp> m = {{"Exp", UnaryOp::kExp},
+                                                   {"Log", UnaryOp::kLog},
+                                                   {"Sqrt", UnaryOp::kSqrt},
+                                                   {"Reciprocal", UnaryOp::kReciprocal},
+                                                   {"Tanh", UnaryOp::kTanh},
+                                                   {"Sigmoid", UnaryOp::kSigmoid},
+                                                   {"Relu", UnaryOp::kRelu},
+                                                   {"Erf", UnaryOp::kErf},
+                                                   {"Sin", UnaryOp::kSin},
+                                                   {"Cos", UnaryOp::kCos},
+                                                   {"Abs", UnaryOp::kAbs},
+                                                   {"Softplus", UnaryOp::kSoftplus},
+                                                   {"Softsign", UnaryOp::kSoftsign},
+                                                   {"Silu", UnaryOp::kSilu},
+                                                   {"Clip", UnaryOp::kClip},
+                                                   {"LeakyRelu", UnaryOp::kLeakyRelu},
+                                                   {"Elu", UnaryOp::kElu},
+                                                   {"Selu", UnaryOp::kSelu},
+                                                   {"Celu", UnaryOp::kCelu},
+                                                   {"HardSigmoid", UnaryOp::kHardSigmoid},
+                                                   {"HardSwish", UnaryOp::kHardSwish},
+                                                   {"Mish", UnaryOp::kMish},
+                                                   {"ThresholdedRelu", UnaryOp::kThresholdedRelu}};
+  auto it = m.find(name);
+  if (it == m.end()) return false;
+  *op = it->second;
+  return true;
+}
+
+template <class T>
+void unary_grad(UnaryOp op, const UnaryParams& p, const T* dy, const T* x, const T* y, T* dx, int64_t n) {
+  const T a = static_cast<T>(p.alpha), b = static_cast<T>(p.beta), g = static_cast<T>(p.gamma);
+  parallel_range(n, 1 << 15, [&](int64_t i_begin, int64_t i_end) {
+    for (int64_t i = i_begin; i < i_end; ++i) {
+      T xi = x[i], d = dy[i], r;
+      switch (op) {
+        case UnaryOp::kExp: r = d * y[i]; break;
+        case UnaryOp::kLog: r = d / xi; break;
+        case UnaryOp::kSqrt: r = d * T(0.5) / y[i]; break;
+        case UnaryOp::kReciprocal: r = -d * y[i] * y[i]; break;
+        case UnaryOp::kTanh: r = d * (T(1) - y[i] * y[i]); break;
+        case UnaryOp::kSigmoid: r = d * y[i] * (T(1) - y[i]); break;
+        case UnaryOp::kRelu: r = xi > T(0) ? d : T(0); break;
+        case UnaryOp::kErf: r = d * T(1.1283791670955126) * std::exp(-xi * xi); break;
+        case UnaryOp::kSin: r = d * std::cos(xi); break;
+        case UnaryOp::kCos: r = -d * std::sin(xi); break;
+        case UnaryOp::kAbs: r = xi > T(0) ? d : (xi < T(0) ? -d : T(0)); break;
+        case UnaryOp::kSoftplus: r = d * sigmoid(xi); break;
+        case UnaryOp::kSoftsign: {
+          T den = T(1) + std::abs(xi);
+          r = d / (den * den);
+          break;
+        }
+        case UnaryOp::kSilu: {
+          T s = sigmoid(xi);
+          r = d * s * (T(1) + xi * (T(1) - s));
+          break;
+        }
+        case UnaryOp::kClip: r = (xi >= static_cast<T>(p.lo) && xi <= static_cast<T>(p.hi)) ? d : T(0); break;
+        case UnaryOp::kLeakyRelu: r = xi >= T(0) ? d : a * d; break;
+        case UnaryOp::kElu: r = xi >= T(0) ? d : d * a * std::exp(xi); break;
+        case UnaryOp::kSelu: r = xi > T(0) ? d * g : d * g * a * std::exp(xi); break;
+        case UnaryOp::kCelu: r = xi > T(0) ? d : d * std::exp(xi / a); break;
+        case UnaryOp::kHardSigmoid: {
+          T v = a * xi + b;
+          r = (v > T(0) && v < T(1)) ? d * a : T(0);
+          break;
+        }
+        case UnaryOp::kHardSwish: r = xi < T(-3) ? T(0) : (xi > T(3) ? d : d * (xi / T(3) + T(0.5))); break;
+        case UnaryOp::kMish: {
+          T sp = xi > T(20) ? xi : std::log1p(std::exp(xi));
+          T t = std::tanh(sp);
+          r = d * (t + xi * (T(1) - t * t) * sigmoid(xi));
+          break;
+        }
+        case UnaryOp::kThresholdedRelu: r = xi > a ? d : T(0); break;
+        default: r = T(0);
+      }
+      dx[i] = r;
+    }
+  });
+}
+
+template <class T>
+void swiglu_grad(const T* dy, const T* gate, const T* up, T* dgate, T* dup, int64_t n) {
+  parallel_range(n, 1 << 15, [&](int64_t i_begin, int64_t i_end) {
+    for (int64_t i = i_begin; i < i_end; ++i) {
+      T g = gate[i], s = sigmoid(g), silu = g * s;
+      if (dgate) dgate[i] = dy[i] * up[i] * s * (T(1) + g * (T(1) - s));
+      if (dup) dup[i] = dy[i] * silu;
+    }
+  });
+}
+
 template void activation<float>(Activation, const float*, float*, int64_t);
 template void activation<double>(Activation, const double*, double*, int64_t);
 template void bias_activation<float>(float*, int64_t, int64_t, int64_t, const float*, Activation, const float*, int64_t);
 template void bias_activation<double>(double*, int64_t, int64_t, int64_t, const double*, Activation, const double*, int64_t);
 template void activation_grad<float>(Activation, const float*, const float*, float*, int64_t);
 template void activation_grad<double>(Activation, const double*, const double*, double*, int64_t);
+template void unary_grad<float>(UnaryOp, const UnaryParams&, const float*, const float*, const float*, float*, int64_t);
+template void unary_grad<double>(UnaryOp, const UnaryParams&, const double*, const double*, const double*, double*, int64_t);
+template void swiglu_grad<float>(const float*, const float*, const float*, float*, float*, int64_t);
+template void swiglu_grad<double>(const double*, const double*, const double*, double*, double*, int64_t);
 
 }  // namespace oases::kernels

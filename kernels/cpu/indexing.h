@@ -1,4 +1,5 @@
-// Index-driven data movement and selection: GatherND, ScatterND, ScatterElements, TopK.
+// Index-driven data movement and selection: GatherND, ScatterND, ScatterElements, TopK, the
+// backward of Gather, and the position ops Trilu and CumSum.
 //   gather_nd:        data [B.., D..], indices [B.., I.., m] (B = batch_dims leading dims shared)
 //                     out[b.., i.., rest..] = data[b.., idx[b.., i.., 0..m-1], rest..]
 //   scatter_nd:       out = data; out[idx[j.., 0..m-1], rest..] (op)= updates[j.., rest..]
@@ -6,6 +7,9 @@
 //                     by idx[p] (op)= updates[p]
 //   top_k:            the k largest (or smallest) values along an axis in order, ties to the lower
 //                     index, with their int64 positions
+//   gather_grad:      dtable = 0; dtable[o, idx[i], :] += dy[o, i, :] in index order
+//   trilu:            y = x where j − i >= k (upper) or <= k (lower), else 0
+//   cumsum:           y_t = Σ_{s<=t} x_s along an axis (exclusive: s < t; reverse: from the end)
 // Updates apply in index order, so with reduction "none" a repeated index keeps the last update.
 // Negative indices count from the end. A kernel that meets an index out of range returns its flat
 // position in the indices (>= 0) so that the caller can name it, else -1.
@@ -125,5 +129,23 @@ void top_k(const T* x, const std::vector<int64_t>& shape, int64_t axis, int64_t 
     }
   }
 }
+
+// Trilu: keeps y[m, i, j] = x[m, i, j] where j − i >= k (upper) or j − i <= k (lower), zero
+// elsewhere, over `mats` matrices [rows, cols] of es-byte elements.
+void trilu(const void* x, void* y, int64_t mats, int64_t rows, int64_t cols, size_t es, bool upper, int64_t k);
+
+// CumSum along the middle dim of [outer, n, inner]: y_t = Σ_{s<=t} x_s (exclusive: s < t),
+// reverse: sums run from the end.
+template <class T>
+void cumsum(const T* x, T* y, int64_t outer, int64_t n, int64_t inner, bool exclusive, bool reverse);
+
+// Backward of Gather on a table [outer, dim, inner] of which this rank holds rows
+// [start, start + dim) of `total` (a vocabulary-split table; else start 0, total dim):
+//   dtable = 0 ; dtable[o, idx[i] − start, :] += dy[o, i, :] for the indices this rank holds,
+// summed in index order (deterministic). Negative indices count from the end of the whole table.
+// Returns the position of an index outside [−total, total), else -1.
+template <class T>
+int64_t gather_grad(const T* dy, const int64_t* idx, int64_t nidx, int64_t outer, int64_t dim, int64_t inner, int64_t start, int64_t total,
+                    T* dtable);
 
 }  // namespace oases::kernels

@@ -4,7 +4,7 @@
 //   GELU (tanh)  y = ½x(1 + tanh u),  u = c(x + k x³)        dx = dy·(½(1 + t) + ½x(1 − t²)·c(1 + 3k x²)),  t = tanh u
 //                c = √(2/π), k = 0.044715
 //   SwiGLU       y = silu(g)·u,  silu(g) = g·σ(g)           dg = dy·u·σ(g)(1 + g(1 − σ(g))),  du = dy·silu(g)
-//   UnaryGrad    dx = dy·f'(x) per op (kernels/cpu/grad.cpp lists the same formulas)
+//   UnaryGrad    dx = dy·f'(x) per op (kernels/cpu/activation.cpp lists the same formulas)
 //   Dropout      y = keep ? x/(1 − p) : 0                    dx = keep ? dy/(1 − p) : 0 (same counter-based mask)
 //
 // Activation gradients are written (=), never accumulated.

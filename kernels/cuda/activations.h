@@ -19,7 +19,7 @@ void gelu_backward(bool tanh_form, Elem t, const void* dy, const void* x, void* 
 void swiglu_forward(Elem t, const void* g, const void* u, void* y, int64_t n, cudaStream_t s);
 void swiglu_backward(Elem t, const void* dy, const void* g, const void* u, void* dg, void* du, int64_t n, cudaStream_t s);
 
-// dx = dy·f'(x) for the UnaryGrad op (from x and/or y = f(x)); the op order is kernels/cpu/grad.h's.
+// dx = dy·f'(x) for the UnaryGrad op (from x and/or y = f(x)); the op order is kernels/cpu/activation.h's.
 enum class UnaryGradOp : int {
   kExp,
   kLog,

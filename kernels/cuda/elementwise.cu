@@ -1,4 +1,4 @@
-// Elementwise kernels. The math per element is the CPU glue's (executor/cpu/elementwise.cpp):
+// Elementwise kernels. The math per element is the CPU glue's (executor/cpu/glue_elementwise.cpp):
 //   unary      y = f(x), computed in fp32 for fp32/fp16/bf16 storage, in double for fp64, exactly for
 //              integers (Neg, Abs, Sign, Relu, Clip)
 //   binary     out = a ∘ b with numpy broadcasting; integer Div truncates, Mod follows the divisor's

@@ -14,8 +14,8 @@
 #include "executor/communicator.h"
 #include "executor/cpu/common.h"
 #include "kernels/cpu/activation.h"
+#include "kernels/cpu/attention.h"
 #include "kernels/cpu/gemm.h"
-#include "kernels/cpu/nn.h"
 #include "kernels/cpu/parallel.h"
 
 namespace oases {

@@ -1,11 +1,13 @@
 // CPU glue for elementwise ops: unary math, binary arithmetic with broadcasting, comparisons,
-// logic, Where, Clip, Cast, activations, Dropout.
+// logic, Where, Clip, Cast, activations, Dropout, and their backward ops (UnaryGrad, GeluGrad,
+// SwiGLUGrad, DropoutGrad).
 #include <cmath>
 #include <limits>
 #include <random>
 
 #include "executor/cpu/common.h"
 #include "kernels/cpu/activation.h"
+#include "kernels/cpu/dropout.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/parallel.h"
 
@@ -104,20 +106,10 @@ T nan_aware_min(T a, T b) {
   return a < b ? a : b;
 }
 
-// splitmix64: counter-based random bits for dropout masks (replayable by key).
-inline uint64_t mix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
 }  // namespace
 
 uint64_t dropout_key(const RunState& s, const std::string& node_name) {
-  uint64_t h = 1469598103934665603ull;
-  for (char ch : node_name) h = (h ^ static_cast<uint8_t>(ch)) * 1099511628211ull;
-  return mix64(s.seed ^ mix64(h ^ mix64(s.step * 0x100000001b3ull + s.chunk)));
+  return k::dropout_key(s.seed, s.step, s.chunk, node_name);
 }
 
 void register_cpu_elementwise(CpuKernelRegistry& r) {
@@ -374,6 +366,46 @@ void register_cpu_elementwise(CpuKernelRegistry& r) {
     }
     if (c.in[0].dtype != DType::kF32) c.fail("training-mode dropout supports float32 only");
     apply_dropout(c, c.in[0].as<float>(), c.out[0].as<float>(), mask, ratio);
+  });
+
+  // backward
+  r.add("oases", "UnaryGrad", [](KernelContext& c) {
+    k::UnaryOp op;
+    std::string name = c.attrs().get_string("op", "");
+    if (!k::unary_op_from_name(name, &op)) c.fail("unknown op '{}'", name);
+    k::UnaryParams p;
+    p.alpha = c.attrs().get_float(
+        "alpha", name == "LeakyRelu" ? 0.01f : (name == "Selu" ? 1.67326319217681884765625f : (name == "HardSigmoid" ? 0.2f : 1.f)));
+    p.beta = c.attrs().get_float("beta", 0.5f);
+    p.gamma = c.attrs().get_float("gamma", 1.05070102214813232421875f);
+    if (c.attrs().has("min")) p.lo = c.attrs().get_float("min", 0);
+    if (c.attrs().has("max")) p.hi = c.attrs().get_float("max", 0);
+    dispatch_float(c, c.in[0].dtype, [&]<class T>() {
+      const T* y = c.has_input(2) ? c.in[2].as<T>() : nullptr;
+      k::unary_grad<T>(op, p, c.in[0].as<T>(), c.in[1].as<T>(), y, c.out[0].as<T>(), c.out[0].numel());
+    });
+  });
+  r.add("oases", "GeluGrad", [](KernelContext& c) {
+    k::Activation act = c.attrs().get_string("approximate", "none") == "tanh" ? k::Activation::kGeluTanh : k::Activation::kGeluErf;
+    dispatch_float(c, c.in[0].dtype,
+                   [&]<class T>() { k::activation_grad<T>(act, c.in[0].as<T>(), c.in[1].as<T>(), c.out[0].as<T>(), c.out[0].numel()); });
+  });
+  r.add("oases", "SwiGLUGrad", [](KernelContext& c) {
+    dispatch_float(c, c.in[0].dtype, [&]<class T>() {
+      T* dg = c.out[0].data ? c.out[0].as<T>() : nullptr;
+      T* du = c.out.size() > 1 && c.out[1].data ? c.out[1].as<T>() : nullptr;
+      k::swiglu_grad<T>(c.in[0].as<T>(), c.in[1].as<T>(), c.in[2].as<T>(), dg, du, c.in[0].numel());
+    });
+  });
+  r.add("oases", "DropoutGrad", [](KernelContext& c) {
+    float ratio = c.attrs().get_float("ratio", 0.5f);
+    bool train = c.attrs().get_int("training_mode", 0) != 0 && (!c.state || c.state->training);
+    if (!train || ratio == 0.f) {
+      if (c.out[0].data != c.in[0].data) std::memcpy(c.out[0].data, c.in[0].data, c.in[0].nbytes());
+      return;
+    }
+    if (c.in[0].dtype != DType::kF32) c.fail("training-mode dropout supports float32 only");
+    apply_dropout(c, c.in[0].as<float>(), c.out[0].as<float>(), nullptr, ratio);
   });
 }
 

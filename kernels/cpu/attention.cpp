@@ -1,4 +1,4 @@
-#include "kernels/cpu/nn.h"
+#include "kernels/cpu/attention.h"
 
 #include <algorithm>
 #include <cmath>
@@ -11,102 +11,6 @@
 #include "kernels/cpu/vec_math.h"
 
 namespace oases::kernels {
-
-template <class T>
-void softmax(const T* x, T* y, int64_t outer, int64_t n, int64_t inner, bool log) {
-  if (inner == 1) {
-    parallel_range(outer, std::max<int64_t>(1, (1 << 14) / std::max<int64_t>(1, n)), [&](int64_t o0, int64_t o1) {
-      for (int64_t o = o0; o < o1; ++o) {
-        const T* xr = x + o * n;
-        T* yr = y + o * n;
-        T m = -std::numeric_limits<T>::infinity();
-        for (int64_t i = 0; i < n; ++i) m = std::max(m, xr[i]);
-        if (m == -std::numeric_limits<T>::infinity()) m = 0;  // all masked: keep finite
-        T sum = 0;
-        if (log) {
-          for (int64_t i = 0; i < n; ++i) sum += std::exp(xr[i] - m);
-          T lse = m + std::log(sum);
-          for (int64_t i = 0; i < n; ++i) yr[i] = xr[i] - lse;
-        } else {
-          for (int64_t i = 0; i < n; ++i) {
-            T e = std::exp(xr[i] - m);
-            yr[i] = e;
-            sum += e;
-          }
-          T inv = T(1) / sum;
-          for (int64_t i = 0; i < n; ++i) yr[i] *= inv;
-        }
-      }
-    });
-    return;
-  }
-  parallel_range(outer * inner, std::max<int64_t>(1, (1 << 14) / std::max<int64_t>(1, n)), [&](int64_t t0, int64_t t1) {
-    for (int64_t t = t0; t < t1; ++t) {
-      int64_t o = t / inner, j = t % inner;
-      const T* xr = x + o * n * inner + j;
-      T* yr = y + o * n * inner + j;
-      T m = -std::numeric_limits<T>::infinity();
-      for (int64_t i = 0; i < n; ++i) m = std::max(m, xr[i * inner]);
-      if (m == -std::numeric_limits<T>::infinity()) m = 0;
-      T sum = 0;
-      for (int64_t i = 0; i < n; ++i) sum += std::exp(xr[i * inner] - m);
-      if (log) {
-        T lse = m + std::log(sum);
-        for (int64_t i = 0; i < n; ++i) yr[i * inner] = xr[i * inner] - lse;
-      } else {
-        for (int64_t i = 0; i < n; ++i) yr[i * inner] = std::exp(xr[i * inner] - m) / sum;
-      }
-    }
-  });
-}
-
-template <class T>
-void layernorm(const T* x, const T* scale, const T* bias, T* y, float* mean, float* rstd, int64_t rows, int64_t n, float eps) {
-  parallel_range(rows, std::max<int64_t>(1, (1 << 14) / std::max<int64_t>(1, n)), [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      const T* xr = x + r * n;
-      T* yr = y + r * n;
-      double mu, v = 0;
-      if constexpr (std::is_same_v<T, float>) {
-        mu = vec::sum_d(xr, n) / static_cast<double>(n);
-        v = vec::sum_sq_dev_d(xr, n, mu);
-      } else {
-        double s = 0;
-        for (int64_t i = 0; i < n; ++i) s += static_cast<double>(xr[i]);
-        mu = s / static_cast<double>(n);
-        for (int64_t i = 0; i < n; ++i) {
-          double d = static_cast<double>(xr[i]) - mu;
-          v += d * d;
-        }
-      }
-      double rs = 1.0 / std::sqrt(v / static_cast<double>(n) + static_cast<double>(eps));
-      T m = static_cast<T>(mu), rr = static_cast<T>(rs);
-      if (bias) {
-        for (int64_t i = 0; i < n; ++i) yr[i] = (xr[i] - m) * rr * scale[i] + bias[i];
-      } else {
-        for (int64_t i = 0; i < n; ++i) yr[i] = (xr[i] - m) * rr * scale[i];
-      }
-      if (mean) mean[r] = static_cast<float>(mu);
-      if (rstd) rstd[r] = static_cast<float>(rs);
-    }
-  });
-}
-
-template <class T>
-void rmsnorm(const T* x, const T* scale, T* y, float* rstd, int64_t rows, int64_t n, float eps) {
-  parallel_range(rows, std::max<int64_t>(1, (1 << 14) / std::max<int64_t>(1, n)), [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      const T* xr = x + r * n;
-      T* yr = y + r * n;
-      double ss = 0;
-      for (int64_t i = 0; i < n; ++i) ss += static_cast<double>(xr[i]) * static_cast<double>(xr[i]);
-      double rs = 1.0 / std::sqrt(ss / static_cast<double>(n) + static_cast<double>(eps));
-      T rr = static_cast<T>(rs);
-      for (int64_t i = 0; i < n; ++i) yr[i] = xr[i] * rr * scale[i];
-      if (rstd) rstd[r] = static_cast<float>(rs);
-    }
-  });
-}
 
 namespace {
 
@@ -320,61 +224,5 @@ template void attention_backward<float>(const AttentionShape&, const float*, con
                                         const float*, const void*, bool, const int64_t*, float*, float*, float*);
 template void attention_backward<double>(const AttentionShape&, const double*, const double*, const double*, const double*, const double*,
                                          const float*, const void*, bool, const int64_t*, double*, double*, double*);
-
-template <class T>
-int64_t softmax_cross_entropy(const T* scores, const int64_t* labels, const T* weights, int64_t n, int64_t c, int64_t d,
-                              int64_t ignore_index, T* losses, T* logp, double* weight_sum) {
-  for (int64_t i = 0; i < n * d; ++i) {
-    int64_t l = labels[i];
-    if (l != ignore_index && (l < 0 || l >= c)) return -(1 + i);
-  }
-  // rows in parallel (each writes only its own loss and log-probabilities), counts after
-  parallel_range(n * d, std::max<int64_t>(1, (1 << 14) / std::max<int64_t>(1, c)), [&](int64_t s0, int64_t s1) {
-    for (int64_t s = s0; s < s1; ++s) {
-      int64_t i = s / d, j = s % d;
-      const T* x = scores + i * c * d + j;
-      T lse;
-      if constexpr (std::is_same_v<T, float>) {
-        if (d == 1) {
-          float m = vec::row_max(x, c);
-          lse = m + static_cast<float>(std::log(vec::row_exp_sum(x, c, m, nullptr)));
-        }
-      }
-      if (!std::is_same_v<T, float> || d != 1) {
-        T m = -std::numeric_limits<T>::infinity();
-        for (int64_t a = 0; a < c; ++a) m = std::max(m, x[a * d]);
-        double sum = 0;
-        for (int64_t a = 0; a < c; ++a) sum += std::exp(static_cast<double>(x[a * d] - m));
-        lse = m + static_cast<T>(std::log(sum));
-      }
-      if (logp) {
-        for (int64_t a = 0; a < c; ++a) logp[i * c * d + a * d + j] = x[a * d] - lse;
-      }
-      int64_t l = labels[s];
-      losses[s] = l == ignore_index ? T(0) : -(x[l * d] - lse) * (weights ? weights[l] : T(1));
-    }
-  });
-  int64_t counted = 0;
-  double wsum = 0;
-  for (int64_t s = 0; s < n * d; ++s) {
-    int64_t l = labels[s];
-    if (l == ignore_index) continue;
-    wsum += weights ? static_cast<double>(weights[l]) : 1.0;
-    ++counted;
-  }
-  if (weight_sum) *weight_sum = wsum;
-  return counted;
-}
-
-template void softmax<float>(const float*, float*, int64_t, int64_t, int64_t, bool);
-template void softmax<double>(const double*, double*, int64_t, int64_t, int64_t, bool);
-template void layernorm<float>(const float*, const float*, const float*, float*, float*, float*, int64_t, int64_t, float);
-template void layernorm<double>(const double*, const double*, const double*, double*, float*, float*, int64_t, int64_t, float);
-template void rmsnorm<float>(const float*, const float*, float*, float*, int64_t, int64_t, float);
-template void rmsnorm<double>(const double*, const double*, double*, float*, int64_t, int64_t, float);
-template int64_t softmax_cross_entropy<float>(const float*, const int64_t*, const float*, int64_t, int64_t, int64_t, int64_t, float*,
-                                              float*, double*);
-template int64_t softmax_cross_entropy<double>(const double*, const int64_t*, const double*, int64_t, int64_t, int64_t, int64_t, double*,
-                                               double*, double*);
 
 }  // namespace oases::kernels

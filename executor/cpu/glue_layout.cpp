@@ -1,6 +1,6 @@
 // CPU glue for data movement: views (Reshape & co. copy only when not aliased), Transpose,
 // Expand, Concat, Split, Slice, Tile, Pad, Gather, GatherElements, GatherND, ScatterND,
-// ScatterElements, OneHot, generators.
+// ScatterElements, OneHot, generators, and the backward ops GatherGrad and SliceGrad.
 #include <cmath>
 
 #include "executor/cpu/common.h"
@@ -240,6 +240,33 @@ void register_cpu_layout(CpuKernelRegistry& r) {
   r.add("", "Constant", [](KernelContext& c) {
     const Value& v = c.graph->value(c.node->outputs[0]);
     if (v.is_constant()) std::memcpy(c.out[0].data, v.constant.raw(), v.constant.nbytes());
+  });
+
+  // backward
+  r.add("oases", "GatherGrad", [](KernelContext& c) {
+    int64_t axis = c.attrs().get_int("axis", 0);
+    const Shape& ds = c.out[0].shape;
+    int64_t outer = rows_before(ds, axis), dim = ds[axis];
+    int64_t inner = shape_numel(ds) / std::max<int64_t>(1, outer * dim);
+    int64_t nidx = c.in[1].numel();
+    const auto [start, total] = table_rows(c, dim);  // a vocabulary-split table: this rank's rows
+    std::vector<int64_t> idx(static_cast<size_t>(nidx));
+    for (int64_t i = 0; i < nidx; ++i) idx[i] = static_cast<int64_t>(load_as_double(c.in[1].data, c.in[1].dtype, i));
+    dispatch_float(c, c.out[0].dtype, [&]<class T>() {
+      int64_t bad = k::gather_grad<T>(c.in[0].as<T>(), idx.data(), nidx, outer, dim, inner, start, total, c.out[0].as<T>());
+      if (bad >= 0) c.fail("index {} outside [0, {})", idx[bad] < 0 ? idx[bad] + total : idx[bad], total);
+    });
+  });
+  r.add("oases", "SliceGrad", [](KernelContext& c) {
+    const Shape& in = c.out[0].shape;
+    std::vector<int64_t> starts(in.size(), 0), steps(in.size(), 1);
+    std::vector<int64_t> axes = c.attrs().get_ints("axes"), st = c.attrs().get_ints("starts"), sp = c.attrs().get_ints("steps");
+    for (size_t i = 0; i < axes.size(); ++i) {
+      starts[axes[i]] = st[i];
+      steps[axes[i]] = sp[i];
+    }
+    std::memset(c.out[0].data, 0, c.out[0].nbytes());
+    k::strided_scatter(c.in[0].data, c.in[0].shape, starts, steps, c.out[0].data, in, dtype_size(c.out[0].dtype));
   });
 }
 

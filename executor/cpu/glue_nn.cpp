@@ -1,15 +1,19 @@
 // CPU glue for matrix products (MatMul, Gemm, Einsum), reductions, TopK, softmax,
-// normalisations, attention and losses.
+// normalisations, attention and losses, and their backward ops (MatMulT, SoftmaxGrad, LayerNormGrad,
+// RMSNormGrad, AttentionGrad, SoftmaxCrossEntropyGrad, NLLLossGrad).
 #include <cmath>
 #include <limits>
 
 #include "executor/cpu/common.h"
+#include "kernels/cpu/attention.h"
 #include "kernels/cpu/einsum.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/indexing.h"
-#include "kernels/cpu/nn.h"
+#include "kernels/cpu/loss.h"
+#include "kernels/cpu/norm.h"
 #include "kernels/cpu/reduce.h"
+#include "kernels/cpu/softmax.h"
 
 namespace oases {
 
@@ -61,23 +65,7 @@ void loss_kernel(KernelContext& c, bool from_logits) {
       T* logp = c.out.size() > 1 && c.out[1].data ? c.out[1].as<T>() : nullptr;
       counted = k::softmax_cross_entropy<T>(c.in[0].as<T>(), labels.data(), w, n, cls, d, ignore, losses.data(), logp, &wsum);
     } else {  // NegativeLogLikelihoodLoss: input already holds log-probabilities
-      counted = 0;
-      for (int64_t i = 0; i < n * d; ++i) {
-        int64_t l = labels[i];
-        if (l == ignore) {
-          losses[i] = 0;
-          continue;
-        }
-        if (l < 0 || l >= cls) {
-          counted = -(1 + i);
-          break;
-        }
-        int64_t b = i / d, j = i % d;
-        T wt = w ? w[l] : T(1);
-        losses[i] = -c.in[0].as<T>()[(b * cls + l) * d + j] * wt;
-        wsum += static_cast<double>(wt);
-        ++counted;
-      }
+      counted = k::nll_loss<T>(c.in[0].as<T>(), labels.data(), w, n, cls, d, ignore, losses.data(), &wsum);
     }
     if (counted < 0) c.fail("label {} at position {} is outside [0, {})", labels[-counted - 1], -counted - 1, cls);
     T* out = c.out[0].as<T>();
@@ -85,11 +73,33 @@ void loss_kernel(KernelContext& c, bool from_logits) {
       std::copy(losses.begin(), losses.end(), out);
       return;
     }
-    double total = 0;
-    for (T v : losses) total += static_cast<double>(v);
-    if (red == "mean") total = wsum > 0 ? total / wsum : 0.0;
-    *out = static_cast<T>(total);
+    *out = k::reduce_losses<T>(losses.data(), n * d, wsum, red == "mean");
   });
+}
+
+int64_t loss_denominator_and_labels(KernelContext& c, int scores_slot, std::vector<int64_t>* labels, int64_t* n, int64_t* cls, int64_t* d,
+                                    int64_t* ignore, double* denom) {
+  const Shape& s = c.in[scores_slot].shape;
+  *n = s[0];
+  *cls = s[1];
+  *d = 1;
+  for (size_t i = 2; i < s.size(); ++i) *d *= s[i];
+  *ignore = c.attrs().has("ignore_index") ? c.attrs().get_int("ignore_index", 0) : std::numeric_limits<int64_t>::min();
+  const TensorView& lb = c.in[scores_slot + 1];
+  labels->resize(static_cast<size_t>(lb.numel()));
+  for (int64_t i = 0; i < lb.numel(); ++i) (*labels)[i] = static_cast<int64_t>(load_as_double(lb.data, lb.dtype, i));
+  std::string red = c.attrs().get_string("reduction", "mean");
+  double wsum = 0;
+  int64_t counted = 0;
+  for (int64_t i = 0; i < lb.numel(); ++i) {
+    int64_t l = (*labels)[i];
+    if (l == *ignore) continue;
+    if (l < 0 || l >= *cls) c.fail("label {} at position {} is outside [0, {})", l, i, *cls);
+    wsum += c.has_input(scores_slot + 2) ? load_as_double(c.in[scores_slot + 2].data, c.in[scores_slot + 2].dtype, l) : 1.0;
+    ++counted;
+  }
+  *denom = red == "mean" ? (wsum > 0 ? wsum : 1.0) : 1.0;
+  return counted;
 }
 
 }  // namespace
@@ -271,26 +281,7 @@ void register_cpu_nn(CpuKernelRegistry& r) {
     for (int64_t d = 0; d < axis; ++d) outer *= s[d];
     for (size_t d = static_cast<size_t>(axis) + 1; d < s.size(); ++d) inner *= s[d];
     with_half_as_float(c, [&](KernelContext& f) {
-      dispatch_numeric(f, f.in[0].dtype, [&]<class T>() {
-        const T* x = f.in[0].as<T>();
-        T* y = f.out[0].as<T>();
-        for (int64_t o = 0; o < outer; ++o) {
-          for (int64_t j = 0; j < inner; ++j) {
-            T acc = 0;
-            for (int64_t t = 0; t < n; ++t) {
-              int64_t i = rev ? n - 1 - t : t;
-              int64_t idx = (o * n + i) * inner + j;
-              if (excl) {
-                y[idx] = acc;
-                acc += x[idx];
-              } else {
-                acc += x[idx];
-                y[idx] = acc;
-              }
-            }
-          }
-        }
-      });
+      dispatch_numeric(f, f.in[0].dtype, [&]<class T>() { k::cumsum<T>(f.in[0].as<T>(), f.out[0].as<T>(), outer, n, inner, excl, rev); });
     });
   });
   r.add("", "Trilu", [](KernelContext& c) {
@@ -299,22 +290,7 @@ void register_cpu_nn(CpuKernelRegistry& r) {
     const Shape& s = c.in[0].shape;
     int64_t rows = s[s.size() - 2], cols = s[s.size() - 1];
     int64_t mats = c.in[0].numel() / std::max<int64_t>(1, rows * cols);
-    size_t es = dtype_size(c.in[0].dtype);
-    const char* x = static_cast<const char*>(c.in[0].data);
-    char* y = static_cast<char*>(c.out[0].data);
-    for (int64_t m = 0; m < mats; ++m) {
-      for (int64_t i = 0; i < rows; ++i) {
-        for (int64_t j = 0; j < cols; ++j) {
-          bool keep = upper ? (j - i >= kk) : (j - i <= kk);
-          int64_t off = ((m * rows + i) * cols + j) * static_cast<int64_t>(es);
-          if (keep) {
-            std::memcpy(y + off, x + off, es);
-          } else {
-            std::memset(y + off, 0, es);
-          }
-        }
-      }
-    }
+    k::trilu(c.in[0].data, c.out[0].data, mats, rows, cols, dtype_size(c.in[0].dtype), upper, kk);
   });
   auto norm = [](KernelContext& c, bool rms) {
     int64_t axis = c.attrs().get_int("axis", -1);
@@ -355,6 +331,78 @@ void register_cpu_nn(CpuKernelRegistry& r) {
   });
   r.add("", "SoftmaxCrossEntropyLoss", [](KernelContext& c) { loss_kernel(c, true); });
   r.add("", "NegativeLogLikelihoodLoss", [](KernelContext& c) { loss_kernel(c, false); });
+
+  // backward
+  r.add("oases", "MatMulT", [](KernelContext& c) {
+    bool ta = c.attrs().get_int("trans_a", 0) != 0, tb = c.attrs().get_int("trans_b", 0) != 0;
+    dispatch_float(c, c.in[0].dtype, [&]<class T>() {
+      k::matmul<T>(c.in[0].as<T>(), c.in[0].shape, c.in[1].as<T>(), c.in[1].shape, c.out[0].as<T>(), c.out[0].shape, ta, tb);
+    });
+  });
+  r.add("oases", "SoftmaxGrad", [](KernelContext& c) {
+    int64_t axis = normalize_axis(c.attrs().get_int("axis", -1), static_cast<int64_t>(c.in[0].shape.size()));
+    bool log = c.attrs().get_int("log", 0) != 0;
+    const Shape& s = c.in[0].shape;
+    int64_t outer = rows_before(s, axis), inner = shape_numel(s) / std::max<int64_t>(1, outer * s[axis]);
+    dispatch_float(c, c.in[0].dtype,
+                   [&]<class T>() { k::softmax_grad<T>(c.in[0].as<T>(), c.in[1].as<T>(), c.out[0].as<T>(), outer, s[axis], inner, log); });
+  });
+  r.add("oases", "LayerNormGrad", [](KernelContext& c) {
+    const Shape& s = c.in[1].shape;
+    int64_t axis = normalize_axis(c.attrs().get_int("axis", -1), static_cast<int64_t>(s.size()));
+    int64_t rows = rows_before(s, axis), n = shape_numel(s) / std::max<int64_t>(1, rows);
+    dispatch_float(c, c.in[1].dtype, [&]<class T>() {
+      std::vector<T> scale(static_cast<size_t>(n));
+      Shape ns(s.begin() + axis, s.end());
+      k::broadcast_to(c.in[2].as<T>(), c.in[2].shape, scale.data(), ns);
+      T* ds = c.out.size() > 1 && c.out[1].data ? c.out[1].as<T>() : nullptr;
+      T* db = c.out.size() > 2 && c.out[2].data ? c.out[2].as<T>() : nullptr;
+      k::layernorm_grad<T>(c.in[0].as<T>(), c.in[1].as<T>(), scale.data(), c.in[3].as<float>(), c.in[4].as<float>(), c.out[0].as<T>(), ds,
+                           db, rows, n);
+    });
+  });
+  r.add("oases", "RMSNormGrad", [](KernelContext& c) {
+    const Shape& s = c.in[1].shape;
+    int64_t axis = normalize_axis(c.attrs().get_int("axis", -1), static_cast<int64_t>(s.size()));
+    int64_t rows = rows_before(s, axis), n = shape_numel(s) / std::max<int64_t>(1, rows);
+    dispatch_float(c, c.in[1].dtype, [&]<class T>() {
+      std::vector<T> scale(static_cast<size_t>(n));
+      Shape ns(s.begin() + axis, s.end());
+      k::broadcast_to(c.in[2].as<T>(), c.in[2].shape, scale.data(), ns);
+      T* ds = c.out.size() > 1 && c.out[1].data ? c.out[1].as<T>() : nullptr;
+      k::rmsnorm_grad<T>(c.in[0].as<T>(), c.in[1].as<T>(), scale.data(), c.in[3].as<float>(), c.out[0].as<T>(), ds, rows, n);
+    });
+  });
+  r.add("oases", "AttentionGrad", [](KernelContext& c) {
+    AttentionArgs a = attention_args(c, 1);
+    dispatch_float(c, c.in[1].dtype, [&]<class T>() {
+      k::attention_backward<T>(a.shape, c.in[0].as<T>(), c.in[1].as<T>(), c.in[2].as<T>(), c.in[3].as<T>(), c.in[4].as<T>(),
+                               c.in[5].as<float>(), a.mask, a.mask_bool, a.ms, c.out[0].as<T>(), c.out[1].as<T>(), c.out[2].as<T>());
+    });
+  });
+  r.add("oases", "SoftmaxCrossEntropyGrad", [](KernelContext& c) {
+    std::vector<int64_t> labels;
+    int64_t n, cls, d, ignore;
+    double denom;
+    loss_denominator_and_labels(c, 1, &labels, &n, &cls, &d, &ignore, &denom);
+    bool per_sample = c.attrs().get_string("reduction", "mean") == "none";
+    dispatch_float(c, c.in[1].dtype, [&]<class T>() {
+      const T* w = c.has_input(3) ? c.in[3].as<T>() : nullptr;
+      k::softmax_cross_entropy_grad<T>(c.in[0].as<T>(), per_sample, c.in[1].as<T>(), labels.data(), w, n, cls, d, ignore, denom,
+                                       c.out[0].as<T>());
+    });
+  });
+  r.add("oases", "NLLLossGrad", [](KernelContext& c) {
+    std::vector<int64_t> labels;
+    int64_t n, cls, d, ignore;
+    double denom;
+    loss_denominator_and_labels(c, 1, &labels, &n, &cls, &d, &ignore, &denom);
+    bool per_sample = c.attrs().get_string("reduction", "mean") == "none";
+    dispatch_float(c, c.in[1].dtype, [&]<class T>() {
+      const T* w = c.has_input(3) ? c.in[3].as<T>() : nullptr;
+      k::nll_loss_grad<T>(c.in[0].as<T>(), per_sample, labels.data(), w, n, cls, d, ignore, denom, c.out[0].as<T>());
+    });
+  });
 }
 
 }  // namespace oases
