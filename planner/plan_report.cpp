@@ -129,4 +129,13 @@ Expected<nlohmann::json> plan_report(const Graph& forward, const Plan& plan, con
   return j;
 }
 
+nlohmann::json predicted_trace(const SimResult& sim, const nlohmann::json& about) {
+  nlohmann::json events = nlohmann::json::array();
+  events.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", 0}, {"args", {{"name", "rank 0 (predicted; every rank alike)"}}}});
+  events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", 0}, {"tid", 0}, {"args", {{"name", "compute"}}}});
+  events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", 0}, {"tid", 1}, {"args", {{"name", "communication"}}}});
+  for (const auto& e : sim.trace) events.push_back(e);
+  return {{"traceEvents", events}, {"displayTimeUnit", "ms"}, {"otherData", about}};
+}
+
 }  // namespace oases

@@ -29,6 +29,9 @@ nlohmann::json choice_json(const ModelAnalysis& a, const PlanChoice& p, int64_t 
 // "embedding tp4 | layers 0-11: attn tp4 mlp tp2+sp | head tp4"
 std::string describe_layouts(const ModelAnalysis& a, const std::vector<Layout>& layouts);
 
+// The simulator's timeline of rank 0 as a Chrome trace document, `about` in "otherData".
+nlohmann::json predicted_trace(const SimResult& sim, const nlohmann::json& about);
+
 Status write_text_file(const std::string& path, const std::string& text);
 // Writes the plan wherever asked: JSON, HTML page, Graphviz DOT (an empty path is skipped).
 Status write_plan_files(const nlohmann::json& plan, const std::string& out, const std::string& html, const std::string& dot);

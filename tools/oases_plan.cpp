@@ -219,15 +219,8 @@ int plan_main(const std::string& model, int64_t gpus, const std::string& cluster
           s->sim.optimizer_s * 1e3, describe_bytes(s->memory_bytes).c_str());
       sims[label] = simulation_json(s->sim, s->memory_bytes);
       if (want_trace) {
-        nlohmann::json events = nlohmann::json::array();
-        events.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", 0}, {"args", {{"name", "rank 0 (predicted; every rank alike)"}}}});
-        events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", 0}, {"tid", 0}, {"args", {{"name", "compute"}}}});
-        events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", 0}, {"tid", 1}, {"args", {{"name", "communication"}}}});
-        for (auto& e : s->sim.trace) events.push_back(std::move(e));
-        nlohmann::json doc{
-            {"traceEvents", events},
-            {"displayTimeUnit", "ms"},
-            {"otherData", {{"model", model}, {"cluster", cluster.name}, {"schedule", r->best.schedule}, {"chunks", r->best.chunks}}}};
+        nlohmann::json doc = predicted_trace(
+            s->sim, {{"model", model}, {"cluster", cluster.name}, {"schedule", r->best.schedule}, {"chunks", r->best.chunks}});
         if (Status st = write_text_file(trace, doc.dump() + "\n"); !st.is_ok()) return fail_with(st);
         std::printf("  wrote predicted trace %s\n", trace.c_str());
       }
