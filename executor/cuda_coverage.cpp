@@ -23,7 +23,7 @@ const std::map<std::string, std::string>& cuda_exempt_ops() {
       {"GatherND", "not used by transformer training graphs"},
       {"ScatterND", "not used by transformer training graphs"},
       {"ScatterElements", "not used by transformer training graphs"},
-      // executor-level CPU fusion (executor/fusion.h): compile_program makes these only for
+      // executor-level CPU fusion (graph/passes/fusion.h): compile_program makes these only for
       // --device cpu; a CUDA program runs the canonical graph's MatMul, Add, Gelu, Attention, ...
       {"oases.cpu.FusedMatMul", "CPU executor fusion only; never made for a CUDA program"},
       {"oases.cpu.Attention", "CPU executor fusion only; never made for a CUDA program"},

@@ -11,155 +11,40 @@
 #include <thread>
 
 #include "executor/device.h"
-#include "executor/fusion.h"
 #include "executor/half_adapter.h"
 #include "graph/op_registry.h"
+#include "graph/passes/fusion.h"
 #include "kernels/cpu/parallel.h"
 
 namespace oases {
 
-const CpuKernelRegistry& CpuKernelRegistry::global() {
-  static const CpuKernelRegistry reg = [] {
-    CpuKernelRegistry r;
-    register_cpu_elementwise(r);
-    register_cpu_layout(r);
-    register_cpu_nn(r);
-    register_cpu_collectives(r);
-    register_cpu_fused(r);
-    return r;
-  }();
-  return reg;
-}
-
-void CpuKernelRegistry::add(const std::string& domain, const std::string& op, CpuKernelFn fn) {
-  fns_[{domain, op}] = std::move(fn);
-}
-
-const CpuKernelFn* CpuKernelRegistry::find(const std::string& domain, const std::string& op) const {
-  auto it = fns_.find({domain == "ai.onnx" ? std::string() : domain, op});
-  return it == fns_.end() ? nullptr : &it->second;
-}
-
-std::vector<std::string> CpuKernelRegistry::ops() const {
-  std::vector<std::string> out;
-  for (const auto& [k, v] : fns_) out.push_back(k.first.empty() ? k.second : k.first + "." + k.second);
-  return out;
-}
-
-namespace {
-
-// Fusion under a scheduler's order: the compute nodes and collective starts go through the fuser
-// as one order (a fused node takes the place of its chain's last node); each collective wait goes
-// back before the first surviving step that followed it, or before a fused node standing in for
-// steps that followed it, so no wait moves after a reader of its result.
-Expected<std::vector<ScheduledOp>> fuse_scheduled(Graph& g, const std::vector<ScheduledOp>& schedule, const std::set<ValueId>& keep,
-                                                  FusionStats* stats) {
-  std::vector<NodeId> order;
-  std::map<NodeId, size_t> index;                // node -> its position in `order` before fusion
-  std::vector<std::pair<size_t, NodeId>> waits;  // (position of the step it preceded, node)
-  std::map<NodeId, ScheduledOp::Kind> kind;
-  for (const ScheduledOp& op : schedule) {
-    if (op.kind == ScheduledOp::Kind::kCommWait) {
-      waits.push_back({order.size(), op.node});
-      continue;
-    }
-    index[op.node] = order.size();
-    kind[op.node] = op.kind;
-    order.push_back(op.node);
-  }
-  *stats = fuse_for_cpu(g, order, keep);
-  // position of every step after fusion, in the old numbering (new nodes: just before the next old one)
-  std::vector<double> pos(order.size());
-  double next_old = static_cast<double>(index.size());
-  for (size_t i = order.size(); i-- > 0;) {
-    auto it = index.find(order[i]);
-    if (it != index.end() && g.alive(order[i])) {
-      pos[i] = static_cast<double>(it->second);
-      next_old = pos[i];
-    } else {
-      pos[i] = next_old - 0.5;
-    }
-  }
-  std::vector<ScheduledOp> out;
-  size_t w = 0;
-  for (size_t i = 0; i < order.size(); ++i) {
-    while (w < waits.size() && static_cast<double>(waits[w].first) <= pos[i] + 0.25)
-      out.push_back({ScheduledOp::Kind::kCommWait, waits[w++].second});
-    auto k = kind.find(order[i]);
-    out.push_back({k == kind.end() ? ScheduledOp::Kind::kCompute : k->second, order[i]});
-  }
-  while (w < waits.size()) out.push_back({ScheduledOp::Kind::kCommWait, waits[w++].second});
-  for (const ScheduledOp& op : out) {
-    if (!g.alive(op.node)) return error("fusion removed node {}, which the schedule still runs", op.node);
-  }
-  return out;
-}
-
-}  // namespace
-
-Expected<Program> compile_program(Graph g, const ExecOptions& opts) {
+Expected<Program> compile_program(ProgramLayout layout) {
   Program p;
-  // executor fusion makes CPU-only ops (the oases.cpu domain) and in-place outputs planned for the
-  // CPU kernels; a device program runs the canonical graph as it is
-  const bool fuse = opts.fuse && opts.device == "cpu" && std::getenv("OASES_NO_FUSION") == nullptr;
-  std::vector<ScheduledOp> schedule = opts.order;
-  if (fuse) {
-    if (schedule.empty()) {
-      OASES_ASSIGN_OR_RETURN(std::vector<NodeId> order, g.topo_order());
-      p.fusion = fuse_for_cpu(g, order, opts.keep);
-      for (NodeId id : order) schedule.push_back(ScheduledOp{ScheduledOp::Kind::kCompute, id});
-    } else {
-      OASES_ASSIGN_OR_RETURN(schedule, fuse_scheduled(g, schedule, opts.keep, &p.fusion));
-    }
-  }
   const CpuKernelRegistry& kr = CpuKernelRegistry::global();
-  std::vector<PlanStep> steps;
-  auto add = [&](Instr::Kind kind, NodeId id) -> Status {
-    const Node& n = g.node(id);
+  for (const ScheduledOp& op : layout.order) {
+    const Node& n = layout.graph.node(op.node);
     const CpuKernelFn* fn = kr.find(n.domain, n.op_type);
     if (!fn) return error("{}: no CPU kernel for this op", n.describe());
-    if (has_half_operand(g, n)) fn = half_adapted_kernel(n.domain, n.op_type, fn);  // mixed precision
-    for (ValueId o : n.outputs) {
-      if (o != kNoId && !g.value(o).has_shape) return error("{}: output '{}' has no shape", n.describe(), g.value(o).name);
-    }
-    p.instrs.push_back(Instr{kind, id});
+    if (has_half_operand(layout.graph, n)) fn = half_adapted_kernel(n.domain, n.op_type, fn);  // mixed precision
     p.kernels.push_back(fn);
-    steps.push_back(PlanStep{id, kind != Instr::Kind::kCommWait, kind != Instr::Kind::kCommStart});
-    return Status::ok();
-  };
-  if (schedule.empty()) {
-    OASES_ASSIGN_OR_RETURN(std::vector<NodeId> order, g.topo_order());
-    for (NodeId id : order) OASES_RETURN_IF_ERROR(add(Instr::Kind::kCompute, id));
-  } else {
-    // the scheduler's order: every live node once (collectives as a start and a wait)
-    std::vector<int> seen(static_cast<size_t>(g.max_node_id()), 0);
-    for (const ScheduledOp& op : schedule) {
-      if (!g.alive(op.node)) return error("the schedule names node {}, which the graph does not have", op.node);
-      Instr::Kind k = op.kind == ScheduledOp::Kind::kCompute     ? Instr::Kind::kCompute
-                      : op.kind == ScheduledOp::Kind::kCommStart ? Instr::Kind::kCommStart
-                                                                 : Instr::Kind::kCommWait;
-      OASES_RETURN_IF_ERROR(add(k, op.node));
-      if (k != Instr::Kind::kCommWait) seen[static_cast<size_t>(op.node)]++;
-    }
-    for (NodeId id : g.nodes()) {
-      if (seen[static_cast<size_t>(id)] != 1)
-        return error("the schedule runs {} {} times", g.node(id).describe(), seen[static_cast<size_t>(id)]);
-    }
   }
-  p.memory = MemoryPlan::build(g, steps, opts.keep, fuse ? MemoryPlan::InplaceFn(inplace_input) : MemoryPlan::InplaceFn());
-  p.graph = std::move(g);
+  p.graph = std::move(layout.graph);
+  p.instrs = std::move(layout.order);
+  p.memory = std::move(layout.memory);
+  p.fusion = layout.fusion;
   return p;
 }
 
+Expected<Program> compile_program(Graph g, const ExecOptions& opts) {
+  // executor fusion makes CPU-only ops (the oases.cpu domain) and in-place outputs planned for the
+  // CPU kernels; a device program runs the canonical graph as it is
+  OASES_ASSIGN_OR_RETURN(ProgramLayout layout,
+                         lay_out_program(std::move(g), opts.order, opts.keep, cpu_fusion_enabled(opts.fuse, opts.device)));
+  return compile_program(std::move(layout));
+}
+
 std::vector<ScheduledOp> program_order(const Program& p) {
-  std::vector<ScheduledOp> order;
-  for (const Instr& ins : p.instrs) {
-    ScheduledOp::Kind k = ins.kind == Instr::Kind::kCompute     ? ScheduledOp::Kind::kCompute
-                          : ins.kind == Instr::Kind::kCommStart ? ScheduledOp::Kind::kCommStart
-                                                                : ScheduledOp::Kind::kCommWait;
-    order.push_back(ScheduledOp{k, ins.node});
-  }
-  return order;
+  return p.instrs;
 }
 
 // The communication thread: runs collectives in the order they were started.
@@ -233,6 +118,10 @@ Expected<std::unique_ptr<Executor>> Executor::create(Graph g, const ExecOptions&
     return error("{} kernel threads asked for: give 0 (the default) to {}", opts.threads, kernels::kMaxThreads);
   }
   OASES_ASSIGN_OR_RETURN(Program p, compile_program(std::move(g), opts));
+  return create(std::move(p), opts);
+}
+
+Expected<std::unique_ptr<Executor>> Executor::create(Program p, const ExecOptions& opts) {
   auto ex = std::unique_ptr<Executor>(new Executor());
   ex->t0_ = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now().time_since_epoch()).count();
   ex->prog_ = std::move(p);
@@ -435,42 +324,6 @@ Tensor Executor::read(ValueId v) const {
   const void* p = ptr_of(v);
   if (p && t.nbytes()) std::memcpy(t.raw_mutable(), p, t.nbytes());
   return t;
-}
-
-Expected<std::vector<Tensor>> CpuEvaluator::evaluate(const Graph& g, const Node& node, const std::vector<Tensor>& inputs) const {
-  const CpuKernelFn* fn = CpuKernelRegistry::global().find(node.domain, node.op_type);
-  if (!fn) return error("{}: no CPU kernel", node.describe());
-  KernelContext c;
-  c.graph = &g;
-  c.node = &node;
-  RunState st;
-  c.state = &st;
-  for (const Tensor& t : inputs) {
-    TensorView tv;
-    if (t.defined()) {
-      tv.dtype = t.dtype();
-      tv.shape = t.shape();
-      tv.data = const_cast<void*>(t.raw());
-    }
-    c.in.push_back(tv);
-  }
-  std::vector<Tensor> outs;
-  for (ValueId o : node.outputs) {
-    if (o == kNoId) {
-      outs.emplace_back();
-      c.out.emplace_back();
-      continue;
-    }
-    const Value& v = g.value(o);
-    outs.emplace_back(v.dtype, v.shape);
-    c.out.push_back(TensorView{v.dtype, v.shape, outs.back().raw_mutable()});
-  }
-  try {
-    (*fn)(c);
-  } catch (const OasesError& e) {
-    return Status::error(e.what());
-  }
-  return outs;
 }
 
 }  // namespace oases

@@ -9,22 +9,21 @@
 #include <string>
 #include <vector>
 
-#include "executor/fusion.h"
+#include "executor/cpu_evaluator.h"
 #include "executor/kernel_context.h"
-#include "executor/memory_plan.h"
 #include "graph/evaluator.h"
 #include "graph/graph.h"
+#include "graph/passes/fusion.h"
 #include "graph/program_order.h"
+#include "planner/memory_plan.h"
+#include "planner/rank_program.h"
 
 namespace oases {
 
 class DeviceRunner;  // executor/device.h
 
-struct Instr {
-  enum class Kind { kCompute, kCommStart, kCommWait };
-  Kind kind = Kind::kCompute;
-  NodeId node = kNoId;
-};
+// One instruction: the planner's scheduled op (graph/program_order.h), the same kinds.
+using Instr = ScheduledOp;
 
 // One timed interval of a run, for traces and the overlap report.
 struct TraceEvent {
@@ -35,7 +34,7 @@ struct TraceEvent {
 };
 
 struct Program {
-  Graph graph;  // the canonical graph as compiled: with the executor's fused ops (executor/fusion.h)
+  Graph graph;  // the canonical graph as compiled: with the executor's fused ops (graph/passes/fusion.h)
   std::vector<Instr> instrs;
   MemoryPlan memory;
   std::vector<const CpuKernelFn*> kernels;  // per instruction
@@ -45,7 +44,7 @@ struct Program {
 struct ExecOptions {
   std::set<ValueId> keep;          // values to keep readable after run() (besides the graph outputs)
   int threads = 0;                 // kernel threads (kernels/cpu/parallel.h); 0: the default
-  bool fuse = true;                // executor-level fusion and in-place outputs (executor/fusion.h); OASES_NO_FUSION=1 turns both off
+  bool fuse = true;                // executor-level fusion and in-place outputs (graph/passes/fusion.h); OASES_NO_FUSION=1 turns both off
   std::vector<CommGroup*> groups;  // this rank's group per mesh axis (distributed programs)
   // Instruction order from the scheduler (planner/schedule.h); empty: topological order with
   // collectives run in line by the compute thread.
@@ -54,15 +53,20 @@ struct ExecOptions {
   std::string device = "cpu";
 };
 
-// Compiles `g` (canonical, fully shaped) into a program; the error names the first node without a
-// CPU kernel.
+// Compiles `g` (canonical, fully shaped) into a program: laid out (fused, memory-planned) as
+// planner/rank_program.h lay_out_program does, then bound to kernels; the error names the first
+// node without a CPU kernel.
 Expected<Program> compile_program(Graph g, const ExecOptions& opts = {});
+// Binds the CPU kernels to an already laid-out program (planner/rank_program.h build_rank_program).
+Expected<Program> compile_program(ProgramLayout layout);
 // A compiled program's instructions as a schedule (what the simulator replays).
 std::vector<ScheduledOp> program_order(const Program& p);
 
 class Executor {
  public:
   static Expected<std::unique_ptr<Executor>> create(Graph g, const ExecOptions& opts = {});
+  // Runs a compiled program (opts.order, keep and fuse were the program's to use already).
+  static Expected<std::unique_ptr<Executor>> create(Program p, const ExecOptions& opts = {});
 
   // Runs the program on inputs matched by name; returns the graph outputs in order. Errors name
   // the input or node at fault.
@@ -113,12 +117,6 @@ class Executor {
 
  public:
   ~Executor();
-};
-
-// Runs single nodes with the CPU kernels (constant folding).
-class CpuEvaluator : public Evaluator {
- public:
-  Expected<std::vector<Tensor>> evaluate(const Graph& g, const Node& node, const std::vector<Tensor>& inputs) const override;
 };
 
 }  // namespace oases

@@ -76,6 +76,6 @@ void register_cpu_elementwise(CpuKernelRegistry& r);
 void register_cpu_layout(CpuKernelRegistry& r);
 void register_cpu_nn(CpuKernelRegistry& r);
 void register_cpu_collectives(CpuKernelRegistry& r);
-void register_cpu_fused(CpuKernelRegistry& r);  // the executor's own fused ops (executor/fusion.h)
+void register_cpu_fused(CpuKernelRegistry& r);  // the executor's own fused ops (graph/passes/fusion.h)
 
 }  // namespace oases

@@ -22,111 +22,12 @@ namespace oases {
 
 namespace {
 
-bool is_scalar_float(const Value& v) {
-  return is_floating(v.dtype) && v.numel() == 1 && v.shape.size() <= 1;
-}
-
 std::string lower(std::string s) {
   for (auto& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
   return s;
 }
 
 }  // namespace
-
-Expected<TrainingGraph> build_training_graph(Graph g, const TrainingSpec& spec) {
-  TrainingGraph tg;
-  tg.roles = classify_initializers(g);
-  OASES_RETURN_IF_ERROR(apply_parameter_overrides(g, tg.roles, spec.train, spec.freeze));
-  if (spec.loss != "auto" && spec.loss != "cross_entropy") return error("unknown loss '{}' (auto or cross_entropy)", spec.loss);
-  ValueId loss = kNoId, logits = kNoId;
-  for (ValueId o : g.outputs()) {
-    const Value& v = g.value(o);
-    if (is_scalar_float(v) && loss == kNoId) loss = o;
-    if (is_floating(v.dtype) && v.shape.size() >= 2 && logits == kNoId) logits = o;
-  }
-  if (spec.loss == "cross_entropy" || loss == kNoId) {
-    if (logits == kNoId) {
-      std::vector<std::string> outs;
-      for (ValueId o : g.outputs()) outs.push_back(describe_value(g, o));
-      return error(
-          "the model has no scalar output to use as the loss and no logits output [..., V] to attach a "
-          "cross-entropy loss to (outputs: {})",
-          fmt::join(outs, ", "));
-    }
-    const Shape ls = g.value(logits).shape;
-    if (shape_numel(ls) == 0) return error("logits output {} is empty: no cross-entropy loss to train on", describe_value(g, logits));
-    int64_t vocab = ls.back();
-    int64_t rows = shape_numel(ls) / vocab;
-    Shape tshape(ls.begin(), ls.end() - 1);
-    tg.targets = g.add_input("oases_targets", DType::kI64, tshape);
-    auto add = [&](const std::string& op, std::vector<ValueId> ins, AttrMap a, DType dt, Shape s) {
-      ValueId out = g.add_value(g.unique_name("oases_loss/" + op), dt, s, true);
-      NodeId n = g.add_node(op, ins, {out}, std::move(a), g.unique_name("oases_loss/" + op));
-      g.node(n).phase = Node::Phase::kLoss;
-      g.node(n).scope = "loss";
-      return out;
-    };
-    ValueId l2 = add("Reshape", {logits}, AttrMap{{"shape", Attribute::of_ints({rows, vocab})}}, g.value(logits).dtype, {rows, vocab});
-    ValueId t2 = add("Reshape", {tg.targets}, AttrMap{{"shape", Attribute::of_ints({rows})}}, DType::kI64, {rows});
-    loss = add("SoftmaxCrossEntropyLoss", {l2, t2},
-               AttrMap{{"reduction", Attribute::of_string("mean")}, {"ignore_index", Attribute::of_int(spec.ignore_index)}},
-               g.value(logits).dtype, {});
-    tg.appended_loss = true;
-    tg.vocab = vocab;
-  }
-  if (!is_floating(g.value(loss).dtype)) return error("loss '{}' is not floating-point", g.value(loss).name);
-  {
-    // sum / count instead of a mean: the same value, and a form that splits over data-parallel ranks
-    auto rw = make_loss_sum_over_count_pass()->run(g);
-    if (!rw) return rw.status();
-  }
-  if (spec.before_autodiff) {
-    g.set_outputs({loss});
-    OASES_ASSIGN_OR_RETURN(g, spec.before_autodiff(std::move(g)));
-    loss = g.outputs().at(0);
-  }
-
-  // parameters vs buffers (graph/parameters.h), decided on the forward graph the exporter wrote;
-  // the ValueIds of initializers survive the loss and before_autodiff rewrites
-  std::vector<ValueId> candidates;
-  for (const InitializerRole& r : tg.roles) {
-    const Value& val = g.value(r.value);
-    if (!r.trainable || val.dtype != DType::kF32) {
-      tg.frozen.push_back(val.name);
-      continue;
-    }
-    candidates.push_back(r.value);
-  }
-  if (candidates.empty()) {
-    return error("there is no float32 initializer to train{}", tg.frozen.empty() ? "" : fmt::format(" ({} are frozen)", tg.frozen.size()));
-  }
-  OASES_ASSIGN_OR_RETURN(BackwardResult bw, build_backward(g, loss, candidates));
-  std::vector<ValueId> outs{loss};
-  for (ValueId p : candidates) {
-    auto it = bw.grads.find(p);
-    if (it == bw.grads.end()) {
-      tg.frozen.push_back(g.value(p).name);  // does not influence the loss
-      for (InitializerRole& r : tg.roles) {
-        if (r.value == p) {
-          r.trainable = false;
-          r.reason = "does not influence the loss";
-        }
-      }
-      continue;
-    }
-    tg.params.push_back(p);
-    tg.grads.push_back(it->second);
-    outs.push_back(it->second);
-  }
-  if (tg.params.empty()) return Status::error("no float32 initializer influences the loss");
-  g.set_outputs(outs);
-  DeadCodePass dce;
-  auto d = dce.run(g);
-  if (!d) return d.status();
-  tg.loss = loss;
-  tg.graph = std::move(g);
-  return tg;
-}
 
 Expected<std::vector<InputRole>> input_roles(const Graph& g, ValueId appended_targets) {
   std::vector<InputRole> roles;
@@ -212,8 +113,13 @@ Expected<std::unique_ptr<Trainer>> Trainer::create(TrainingGraph tg, OptimizerCo
 }
 
 Expected<std::unique_ptr<Trainer>> Trainer::create(TrainingGraph tg, OptimizerConfig opt, const ExecOptions& eo) {
+  OASES_ASSIGN_OR_RETURN(Program compiled, compile_program(tg.graph, eo));
+  return create(std::move(tg), std::move(opt), eo, std::move(compiled));
+}
+
+Expected<std::unique_ptr<Trainer>> Trainer::create(TrainingGraph tg, OptimizerConfig opt, const ExecOptions& eo, Program compiled) {
   auto tr = std::unique_ptr<Trainer>(new Trainer(std::move(opt)));
-  OASES_ASSIGN_OR_RETURN(tr->train_, Executor::create(tg.graph, eo));
+  OASES_ASSIGN_OR_RETURN(tr->train_, Executor::create(std::move(compiled), eo));
   // the evaluation executor is made on first use (its arena is not needed otherwise); the
   // schedule is the training program's, evaluation runs in line
   tr->exec_opts_ = eo;
@@ -365,97 +271,6 @@ std::string Trainer::fingerprint() const {
     s += fmt::format("{}:{}{};", v.name, dtype_name(v.dtype), shape_str(v.shape));
   }
   return s;
-}
-
-// --- checkpoints ---------------------------------------------------------------------------
-
-namespace {
-constexpr char kMagic[8] = {'O', 'A', 'S', 'E', 'S', 'C', 'K', '1'};
-constexpr uint64_t kMaxHeader = uint64_t{1} << 30;
-}  // namespace
-
-Status save_checkpoint(const Checkpoint& c, const std::string& path) {
-  nlohmann::json h;
-  h["format"] = "oases-checkpoint";
-  h["version"] = 1;
-  h["fingerprint"] = c.fingerprint;
-  h["step"] = c.step;
-  h["optimizer"] = {{"kind", c.optimizer_kind}, {"t", c.optimizer_t}};
-  h["sampler_state"] = c.sampler_state;
-  h["seed"] = c.seed;
-  h["extra"] = nlohmann::json::parse(c.extra_json, nullptr, false);
-  uint64_t offset = 0;
-  for (const auto& [name, t] : c.tensors) {
-    h["tensors"].push_back({{"name", name},
-                            {"dtype", dtype_name(t.dtype())},
-                            {"onnx_type", dtype_to_onnx(t.dtype())},
-                            {"shape", t.shape()},
-                            {"offset", offset},
-                            {"bytes", t.nbytes()}});
-    offset += t.nbytes();
-  }
-  std::string header = h.dump();
-  std::string tmp = path + ".tmp";
-  FILE* f = std::fopen(tmp.c_str(), "wb");
-  if (!f) return error("{}: cannot open for writing", tmp);
-  uint64_t hl = header.size();
-  bool ok = std::fwrite(kMagic, 1, 8, f) == 8 && std::fwrite(&hl, 8, 1, f) == 1 &&
-            std::fwrite(header.data(), 1, header.size(), f) == header.size();
-  for (const auto& [name, t] : c.tensors) {
-    if (!ok) break;
-    ok = t.nbytes() == 0 || std::fwrite(t.raw(), 1, t.nbytes(), f) == t.nbytes();
-  }
-  ok = ok && std::fflush(f) == 0 && ::fsync(fileno(f)) == 0;
-  ok = (std::fclose(f) == 0) && ok;
-  if (!ok) {
-    std::remove(tmp.c_str());
-    return error("{}: writing the checkpoint failed (disk full?)", path);
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) return error("{}: cannot rename {} over it", path, tmp);
-  return Status::ok();
-}
-
-Expected<Checkpoint> load_checkpoint(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return error("{}: no such checkpoint", path);
-  char magic[8];
-  uint64_t hl = 0;
-  in.read(magic, 8);
-  in.read(reinterpret_cast<char*>(&hl), 8);
-  if (!in || std::memcmp(magic, kMagic, 8) != 0) return error("{}: not an Oases checkpoint", path);
-  if (hl > kMaxHeader) return error("{}: corrupt checkpoint header", path);
-  std::string header(static_cast<size_t>(hl), '\0');
-  in.read(header.data(), static_cast<std::streamsize>(hl));
-  if (!in) return error("{}: truncated checkpoint", path);
-  nlohmann::json h = nlohmann::json::parse(header, nullptr, false);
-  if (h.is_discarded() || h.value("format", "") != "oases-checkpoint") return error("{}: corrupt checkpoint header", path);
-  Checkpoint c;
-  try {
-    c.fingerprint = h.at("fingerprint").get<std::string>();
-    c.step = h.at("step").get<int64_t>();
-    c.optimizer_kind = h.at("optimizer").at("kind").get<std::string>();
-    c.optimizer_t = h.at("optimizer").at("t").get<int64_t>();
-    c.sampler_state = h.value("sampler_state", "");
-    c.seed = h.value("seed", uint64_t{0});
-    c.extra_json = h.contains("extra") ? h["extra"].dump() : "{}";
-    uint64_t base = 16 + hl;
-    for (const auto& e : h.value("tensors", nlohmann::json::array())) {
-      DType dt = dtype_from_onnx(e.at("onnx_type").get<int>());
-      Shape s = e.at("shape").get<Shape>();
-      uint64_t bytes = e.at("bytes").get<uint64_t>();
-      if (dt == DType::kUndefined || static_cast<uint64_t>(shape_numel(s)) * dtype_size(dt) != bytes || bytes > kMaxTensorBytes) {
-        return error("{}: corrupt tensor entry '{}'", path, e.at("name").get<std::string>());
-      }
-      Tensor t(dt, s);
-      in.seekg(static_cast<std::streamoff>(base + e.at("offset").get<uint64_t>()));
-      in.read(static_cast<char*>(t.raw_mutable()), static_cast<std::streamsize>(bytes));
-      if (!in) return error("{}: truncated checkpoint (tensor '{}')", path, e.at("name").get<std::string>());
-      c.tensors[e.at("name").get<std::string>()] = t;
-    }
-  } catch (const nlohmann::json::exception& e) {
-    return error("{}: corrupt checkpoint header: {}", path, e.what());
-  }
-  return c;
 }
 
 }  // namespace oases

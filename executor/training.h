@@ -1,6 +1,6 @@
-// Training on one rank: the training graph (forward + loss + generated backward), how a batch of
+// Training on one rank (the training graph itself: graph/training_graph.h): how a batch of
 // tokens feeds the model's inputs, the Trainer (gradient accumulation, optimizer step, evaluation)
-// and checkpoints.
+// (checkpoints: executor/checkpoint.h).
 #pragma once
 
 #include <functional>
@@ -13,36 +13,9 @@
 #include "executor/executor.h"
 #include "executor/optimizer.h"
 #include "graph/graph.h"
-#include "graph/parameters.h"
+#include "graph/training_graph.h"
 
 namespace oases {
-
-struct TrainingSpec {
-  std::string loss = "auto";    // auto: the model's scalar output if it has one, else cross_entropy
-  int64_t ignore_index = -100;  // for the appended cross-entropy
-  std::string freeze;           // ECMAScript regex of initializer names to hold fixed (wins over train)
-  std::string train;            // ECMAScript regex of initializer names to train though they look like buffers
-  // Runs on the forward + loss graph (outputs: [loss]) before the backward pass is made; the
-  // tools use it to split the batch into micro-batch chunks (planner/chunking.h). Must keep the
-  // ValueIds of initializers and inputs, and leave the loss as output 0.
-  std::function<Expected<Graph>(Graph)> before_autodiff;
-};
-
-struct TrainingGraph {
-  Graph graph;  // forward + loss + backward; outputs = [loss, grads...]
-  ValueId loss = kNoId;
-  std::vector<ValueId> params;  // trainable initializers
-  std::vector<ValueId> grads;   // gradient of params[i]
-  ValueId targets = kNoId;      // input added for the appended loss ("oases_targets")
-  bool appended_loss = false;
-  int64_t vocab = 0;                // logits width (appended loss) or the token embedding's rows
-  std::vector<std::string> frozen;  // float initializers held fixed
-  // every float initializer: trained or not, and why (graph/parameters.h; describe_parameter_split)
-  std::vector<InitializerRole> roles;
-};
-
-// Adds the loss (when the model has no scalar output) and the backward pass.
-Expected<TrainingGraph> build_training_graph(Graph g, const TrainingSpec& spec);
 
 // How each graph input is fed from a token batch.
 struct InputRole {
@@ -73,6 +46,8 @@ class Trainer {
   static Expected<std::unique_ptr<Trainer>> create(TrainingGraph tg, OptimizerConfig opt, int threads = 0);
   // With execution options (communication groups of a distributed rank).
   static Expected<std::unique_ptr<Trainer>> create(TrainingGraph tg, OptimizerConfig opt, const ExecOptions& eo);
+  // Runs `compiled`, the training program of `tg` built already (planner/rank_program.h).
+  static Expected<std::unique_ptr<Trainer>> create(TrainingGraph tg, OptimizerConfig opt, const ExecOptions& eo, Program compiled);
   // Global gradient norm from each parameter's local Σ g² (a distributed run sums shards over
   // their groups); unset: the plain norm over this rank's gradients.
   std::function<double(const std::vector<double>&)> global_norm;
@@ -116,22 +91,5 @@ class Trainer {
   int micro_in_accum_ = 0;
   double loss_scale_ = 1.0;
 };
-
-// --- checkpoints ---------------------------------------------------------------------------
-
-struct Checkpoint {
-  std::string fingerprint;
-  int64_t step = 0;
-  int64_t optimizer_t = 0;
-  std::string optimizer_kind;
-  std::string sampler_state;
-  uint64_t seed = 0;
-  std::map<std::string, Tensor> tensors;  // parameters by name, optimizer state by "<name>.m" etc.
-  std::string extra_json = "{}";          // free-form (command line, losses so far)
-};
-
-// Written to PATH.tmp, flushed, fsync'ed and renamed over PATH: a crash never leaves half a file.
-Status save_checkpoint(const Checkpoint& c, const std::string& path);
-Expected<Checkpoint> load_checkpoint(const std::string& path);
 
 }  // namespace oases

@@ -4,6 +4,7 @@
 #include <map>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "graph/blocks.h"
 #include "graph/op_registry.h"
@@ -267,37 +268,174 @@ Expected<nlohmann::json> read_json_file(const std::string& path) {
   return j;
 }
 
+const char* recompute_name(CheckpointMode m) {
+  switch (m) {
+    case CheckpointMode::kNone: return "none";
+    case CheckpointMode::kBlock: return "block";
+    case CheckpointMode::kCommOptimized: return "comm_optimized";
+  }
+  return "?";
+}
+
+Expected<CheckpointMode> recompute_by_name(const std::string& name) {
+  if (name == "none") return CheckpointMode::kNone;
+  if (name == "block") return CheckpointMode::kBlock;
+  if (name == "comm_optimized") return CheckpointMode::kCommOptimized;
+  return error("unknown recompute '{}' (none, block, comm_optimized)", name);
+}
+
+bool same_mesh(const Mesh& a, const Mesh& b) {
+  return a.axes == b.axes && a.sizes == b.sizes && a.parts == b.parts;
+}
+
 }  // namespace
 
-Expected<PlanSettings> read_plan_settings(const std::string& path) {
-  OASES_ASSIGN_OR_RETURN(nlohmann::json j, read_json_file(path));
-  PlanSettings p;
+CheckpointMode MeshPlan::recompute_mode() const {
+  if (recompute) return *recompute;
+  if (schedule.empty()) return CheckpointMode::kNone;
+  auto s = schedule_by_name(schedule);
+  return s ? s->checkpoint : CheckpointMode::kNone;
+}
+
+bool MeshPlan::operator==(const MeshPlan& o) const {
+  return ranks == o.ranks && tp == o.tp && dp == o.dp && same_mesh(mesh, o.mesh) && parts == o.parts && schedule == o.schedule &&
+         chunks == o.chunks && recompute == o.recompute;
+}
+
+Plan Plan::megatron(int64_t tp, int64_t dp) {
+  Plan p;
+  p.version = 1;
+  p.mesh.tp = tp;
+  p.mesh.dp = dp;
+  p.mesh.ranks = tp * dp;
+  return p;
+}
+
+Plan Plan::from_parts(std::vector<PartLayout> parts, int64_t ranks, std::string schedule, int64_t chunks) {
+  Plan p;
+  p.version = kPlanVersion;
+  p.mesh.ranks = ranks;
+  p.mesh.parts = std::move(parts);
+  if (!p.mesh.parts.empty() && !layouts_are_mixed(p.mesh.parts)) {
+    p.mesh.tp = p.mesh.parts[0].tp;
+    p.mesh.dp = ranks / p.mesh.tp;
+  }
+  p.mesh.schedule = std::move(schedule);
+  p.mesh.chunks = chunks;
+  return p;
+}
+
+Status Plan::validate() const {
+  const MeshPlan& m = mesh;
+  if (m.ranks < 0) return error("plan: {} ranks", m.ranks);
+  if (m.tp < 0 || m.dp < 0) return error("plan: tp {} x dp {}: degrees must be positive", m.tp, m.dp);
+  if (m.tp > 0 && m.dp > 0 && m.ranks > 0 && m.tp * m.dp != m.ranks) {
+    return error("plan: tp {} x dp {} = {} ranks, but the mesh has {}", m.tp, m.dp, m.tp * m.dp, m.ranks);
+  }
+  if (!m.mesh.axes.empty()) OASES_RETURN_IF_ERROR(m.mesh.validate().with_context("plan mesh"));
+  for (const PartLayout& l : m.parts) {
+    if (l.tp < 1) return error("plan: part '{}' has tp {}", l.part, l.tp);
+    if (m.ranks > 0 && m.ranks % l.tp != 0)
+      return error("plan: part '{}' has tp {}, which does not divide {} ranks", l.part, l.tp, m.ranks);
+  }
+  if (!m.parts.empty() && m.ranks <= 0) return Status::error("plan: a plan with \"parts\" needs \"mesh\": {\"ranks\": N}");
+  if (!m.schedule.empty()) OASES_RETURN_IF_ERROR(schedule_by_name(m.schedule).status());
+  if (m.chunks < 0) return error("plan: {} chunks", m.chunks);
+  if (dtype != "fp32" && dtype != "bf16" && dtype != "fp16") return error("plan: unknown dtype '{}' (fp32, bf16, fp16)", dtype);
+  if (dp_bucket_bytes < 0) return error("plan: dp bucket of {} bytes", dp_bucket_bytes);
+  if (batch < 0 || seq < 0) return error("plan: batch {} x seq {}", batch, seq);
+  return Status::ok();
+}
+
+nlohmann::json Plan::to_json() const {
+  const MeshPlan& m = mesh;
+  nlohmann::json j;
+  j["format"] = "oases-plan";
+  // version 1 unless the plan needs what version 2 added
+  bool v2 = !m.parts.empty() || batch > 0 || seq > 0 || !m.schedule.empty() || m.mesh.has_compound_axes();
+  j["version"] = v2 ? kPlanVersion : 1;
+  if (!m.mesh.axes.empty()) {
+    j["mesh"] = {{"axes", m.mesh.axes}, {"sizes", m.mesh.sizes}};
+    if (m.mesh.has_compound_axes()) {
+      nlohmann::json parts = nlohmann::json::array();
+      for (int a = 0; a < m.mesh.num_axes(); ++a)
+        parts.push_back(m.mesh.is_base(a) ? std::vector<int>{} : m.mesh.parts[static_cast<size_t>(a)]);
+      j["mesh"]["parts"] = parts;
+    }
+  } else if (m.tp > 0 && m.dp > 0 && m.parts.empty()) {
+    j["mesh"] = {{"axes", {"dp", "tp"}}, {"sizes", {m.dp, m.tp}}};
+  }
+  if (m.ranks > 0) j["mesh"]["ranks"] = m.ranks;
+  if (batch > 0) j["batch"] = batch;
+  if (seq > 0) j["seq"] = seq;
+  j["vocab_parallel"] = vocab_parallel;
+  // keys newer builds read; written only when they differ from the default, so older readers
+  // (which ignore them) see the same plan
+  if (sequence_parallel) j["sequence_parallel"] = true;
+  if (dtype != "fp32") j["dtype"] = dtype;
+  if (dp_bucket_bytes != (int64_t{25} << 20)) j["dp_bucket_bytes"] = dp_bucket_bytes;
+  if (!m.schedule.empty() || m.chunks > 0 || m.recompute) {
+    j["schedule"] = {{"name", m.schedule}, {"chunks", m.chunks}};
+    if (m.recompute) j["schedule"]["recompute"] = recompute_name(*m.recompute);
+  }
+  if (!m.parts.empty()) {
+    nlohmann::json parts = nlohmann::json::array();
+    for (const PartLayout& l : m.parts) {
+      nlohmann::json x = {{"part", l.part}, {"tp", l.tp}, {"sequence_parallel", l.sequence_parallel}};
+      if (m.ranks > 0) x["dp"] = m.ranks / l.tp;
+      parts.push_back(x);
+    }
+    j["parts"] = parts;
+  }
+  if (!parameters.empty()) {
+    j["parameters"] = nlohmann::json::array();
+    for (const auto& [name, spec] : parameters) j["parameters"].push_back({{"name", name}, {"spec", spec}});
+  }
+  return j;
+}
+
+Expected<Plan> Plan::from_json(const nlohmann::json& j, const std::string& path) {
+  Plan p;
+  MeshPlan& m = p.mesh;
   try {
     if (!j.is_object()) return error("{}: a plan is a JSON object", path);
     p.version = j.value("version", 1);
     if (p.version < 1 || p.version > kPlanVersion)
       return error("{}: plan version {} (this build reads 1 to {})", path, p.version, kPlanVersion);
     if (j.contains("mesh")) {
-      const auto& m = j["mesh"];
-      std::vector<std::string> axes = m.value("axes", std::vector<std::string>{});
-      std::vector<int64_t> sizes = m.value("sizes", std::vector<int64_t>{});
+      const auto& mj = j["mesh"];
+      m.mesh.axes = mj.value("axes", std::vector<std::string>{});
+      m.mesh.sizes = mj.value("sizes", std::vector<int64_t>{});
+      if (m.mesh.axes.size() != m.mesh.sizes.size())
+        return error("{}: \"mesh\" has {} axes but {} sizes", path, m.mesh.axes.size(), m.mesh.sizes.size());
       int64_t n = 1;
-      for (size_t i = 0; i < sizes.size(); ++i) {
-        bool compound = m.contains("parts") && i < m["parts"].size() && !m["parts"][i].empty();
-        if (!compound) n *= sizes[i];
+      for (size_t i = 0; i < m.mesh.sizes.size(); ++i) {
+        bool compound = mj.contains("parts") && i < mj["parts"].size() && !mj["parts"][i].empty();
+        if (!compound) n *= m.mesh.sizes[i];
       }
-      p.ranks = m.value("ranks", n);
-      if (axes == std::vector<std::string>{"dp", "tp"} && sizes.size() == 2) {
-        p.dp = sizes[0];
-        p.tp = sizes[1];
+      if (mj.contains("parts")) {
+        for (const auto& x : mj["parts"]) m.mesh.parts.push_back(x.get<std::vector<int>>());
+      }
+      m.ranks = mj.value("ranks", n);
+      if (m.mesh.axes == std::vector<std::string>{"dp", "tp"}) {
+        m.dp = m.mesh.sizes[0];
+        m.tp = m.mesh.sizes[1];
       }
     }
     p.batch = j.value("batch", int64_t{0});
     p.seq = j.value("seq", int64_t{0});
     p.vocab_parallel = j.value("vocab_parallel", true);
+    p.sequence_parallel = j.value("sequence_parallel", false);
+    p.dtype = j.value("dtype", std::string("fp32"));
+    p.dp_bucket_bytes = j.value("dp_bucket_bytes", int64_t{25} << 20);
     if (j.contains("schedule") && j["schedule"].is_object()) {
-      p.schedule = j["schedule"].value("name", "");
-      p.chunks = j["schedule"].value("chunks", int64_t{0});
+      m.schedule = j["schedule"].value("name", "");
+      m.chunks = j["schedule"].value("chunks", int64_t{0});
+      if (j["schedule"].contains("recompute")) {
+        auto r = recompute_by_name(j["schedule"]["recompute"].get<std::string>());
+        if (!r) return r.status().with_context(path);
+        m.recompute = *r;
+      }
     }
     if (j.contains("parts")) {
       for (const auto& x : j["parts"]) {
@@ -306,14 +444,22 @@ Expected<PlanSettings> read_plan_settings(const std::string& path) {
         l.tp = x.at("tp").get<int64_t>();
         l.sequence_parallel = x.value("sequence_parallel", false);
         if (l.tp < 1) return error("{}: part '{}' has tp {}", path, l.part, l.tp);
-        p.parts.push_back(l);
+        m.parts.push_back(l);
       }
-      if (!p.parts.empty() && p.ranks <= 0) return error("{}: a plan with \"parts\" needs \"mesh\": {{\"ranks\": N}}", path);
-      if (layouts_are_mixed(p.parts)) {
-        p.tp = p.dp = 0;
-      } else if (!p.parts.empty()) {
-        p.tp = p.parts[0].tp;
-        p.dp = p.ranks / p.tp;
+      if (!m.parts.empty() && m.ranks <= 0) return error("{}: a plan with \"parts\" needs \"mesh\": {{\"ranks\": N}}", path);
+      if (layouts_are_mixed(m.parts)) {
+        m.tp = m.dp = 0;
+      } else if (!m.parts.empty()) {
+        m.tp = m.parts[0].tp;
+        m.dp = m.ranks / m.tp;
+      }
+    }
+    if (j.contains("parameters")) {
+      const auto& pj = j["parameters"];
+      if (pj.is_object()) {
+        for (auto& [k, v] : pj.items()) p.parameters[k] = v.get<std::string>();
+      } else {
+        for (const auto& x : pj) p.parameters[x.at("name").get<std::string>()] = x.at("spec").get<std::string>();
       }
     }
   } catch (const nlohmann::json::exception& e) {
@@ -322,11 +468,45 @@ Expected<PlanSettings> read_plan_settings(const std::string& path) {
   return p;
 }
 
-Status adopt_plan_settings(const PlanSettings& p, const std::string& path, int64_t world, int64_t* tp, int64_t* dp, int64_t* batch,
-                           int64_t* seq, std::string* schedule, int64_t* chunks) {
-  if (p.ranks > 0 && p.ranks != world) {
-    return error("{}: the plan is for {} ranks, this run has {} (run it with --local-ranks {} or mpirun -np {})", path, p.ranks, world,
-                 p.ranks, p.ranks);
+Expected<Plan> Plan::read(const std::string& path) {
+  OASES_ASSIGN_OR_RETURN(nlohmann::json j, read_json_file(path));
+  return from_json(j, path);
+}
+
+bool Plan::operator==(const Plan& o) const {
+  return mesh == o.mesh && vocab_parallel == o.vocab_parallel && sequence_parallel == o.sequence_parallel && dtype == o.dtype &&
+         dp_bucket_bytes == o.dp_bucket_bytes && batch == o.batch && seq == o.seq && parameters == o.parameters;
+}
+
+std::string Plan::to_string() const {
+  const MeshPlan& m = mesh;
+  std::string out;
+  if (!m.parts.empty() && m.tp == 0) {
+    std::vector<std::string> degrees;
+    for (const PartLayout& l : m.parts) degrees.push_back(fmt::format("{}{}", l.tp, l.sequence_parallel ? "sp" : ""));
+    out = fmt::format("{} ranks, parts tp {}", m.ranks, fmt::join(degrees, "/"));
+  } else if (m.tp > 0 || m.dp > 0) {
+    out = fmt::format("tp {} x dp {}", m.tp, m.dp);
+  } else if (m.ranks > 0) {
+    out = fmt::format("{} ranks", m.ranks);
+  } else {
+    out = "any mesh";
+  }
+  out += fmt::format(", {} x {} chunks", m.schedule.empty() ? "in line" : m.schedule, m.chunk_count());
+  if (m.recompute) out += fmt::format(", recompute {}", recompute_name(*m.recompute));
+  out += ", " + dtype;
+  if (!vocab_parallel) out += ", vocabulary replicated";
+  if (sequence_parallel) out += ", sequence parallel";
+  if (batch > 0 || seq > 0) out += fmt::format(", batch {} x {}", batch, seq);
+  if (!parameters.empty()) out += fmt::format(", {} parameter specs", parameters.size());
+  return out;
+}
+
+Status adopt_plan(const Plan& p, const std::string& path, int64_t world, RunShape* run) {
+  const MeshPlan& m = p.mesh;
+  if (m.ranks > 0 && m.ranks != world) {
+    return error("{}: the plan is for {} ranks, this run has {} (run it with --local-ranks {} or mpirun -np {})", path, m.ranks, world,
+                 m.ranks, m.ranks);
   }
   auto adopt = [&](int64_t* mine, int64_t plan, const char* flag) -> Status {
     if (plan <= 0) return Status::ok();
@@ -335,75 +515,57 @@ Status adopt_plan_settings(const PlanSettings& p, const std::string& path, int64
     *mine = plan;
     return Status::ok();
   };
-  if (p.tp > 0) {
-    OASES_RETURN_IF_ERROR(adopt(tp, p.tp, "--tp"));
-    OASES_RETURN_IF_ERROR(adopt(dp, p.dp, "--dp"));
-  } else if (!p.parts.empty()) {
-    if (*tp > 0 || *dp > 0) return error("{}: the plan's parts use different tp degrees; leave --tp and --dp out", path);
+  if (m.tp > 0) {
+    OASES_RETURN_IF_ERROR(adopt(&run->tp, m.tp, "--tp"));
+    OASES_RETURN_IF_ERROR(adopt(&run->dp, m.dp, "--dp"));
+  } else if (!m.parts.empty()) {
+    if (run->tp > 0 || run->dp > 0) return error("{}: the plan's parts use different tp degrees; leave --tp and --dp out", path);
     // one rank grid for every part: the run's tp x dp are a placeholder the mesh replaces
-    *tp = 1;
-    *dp = world;
+    run->tp = 1;
+    run->dp = world;
   }
-  OASES_RETURN_IF_ERROR(adopt(batch, p.batch, "--batch"));
-  OASES_RETURN_IF_ERROR(adopt(seq, p.seq, "--seq"));
-  if (!p.schedule.empty()) {
-    if (!schedule->empty() && *schedule != p.schedule) {
-      return error("{}: the plan has --schedule {}, the command line {} (leave --schedule out)", path, p.schedule, *schedule);
+  OASES_RETURN_IF_ERROR(adopt(&run->batch, p.batch, "--batch"));
+  OASES_RETURN_IF_ERROR(adopt(&run->seq, p.seq, "--seq"));
+  if (!m.schedule.empty()) {
+    if (!run->schedule.empty() && run->schedule != m.schedule) {
+      return error("{}: the plan has --schedule {}, the command line {} (leave --schedule out)", path, m.schedule, run->schedule);
     }
-    *schedule = p.schedule;
-    OASES_RETURN_IF_ERROR(adopt(chunks, p.chunks, "--chunks"));
+    run->schedule = m.schedule;
+    OASES_RETURN_IF_ERROR(adopt(&run->chunks, m.chunks, "--chunks"));
   }
   return Status::ok();
 }
 
-Expected<Strategy> strategy_from_plan_file(const std::string& path, Graph& g, const StrategyOptions& opt) {
-  OASES_ASSIGN_OR_RETURN(nlohmann::json j, read_json_file(path));
-  if (j.is_object() && j.value("version", 1) >= 2 && j.contains("parts")) {
-    OASES_ASSIGN_OR_RETURN(PlanSettings ps, read_plan_settings(path));
+Expected<Strategy> strategy_for_plan(const Plan& p, const std::string& path, Graph& g, const StrategyOptions& opt) {
+  const MeshPlan& m = p.mesh;
+  if (p.version >= 2 && !m.parts.empty()) {
     StrategyOptions so = opt;
-    so.vocab_parallel = ps.vocab_parallel;
-    auto st = apply_part_layouts(g, ps.parts, ps.ranks, so);
+    so.vocab_parallel = p.vocab_parallel;
+    auto st = apply_part_layouts(g, m.parts, m.ranks, so);
     if (!st) return st.status().with_context(path);
     // the plan's own list of specs must be what the layouts give on this model
-    if (j.contains("parameters") && j["parameters"].is_array()) {
-      for (const auto& p : j["parameters"]) {
-        std::string name = p.value("name", ""), text = p.value("spec", "");
-        ValueId v = g.find_value(name);
-        if (v == kNoId || !g.value(v).is_initializer) return error("{}: the model has no initializer '{}'", path, name);
-        auto it = st->specs.find(v);
-        std::string mine = it != st->specs.end() ? it->second.to_string(&st->mesh)
-                                                 : ShardingSpec::replicated(g.value(v).shape.size()).to_string(&st->mesh);
-        if (mine != text) return error("{}: parameter '{}' is {} in the plan but its part's layout gives {}", path, name, text, mine);
-      }
+    for (const auto& [name, text] : p.parameters) {
+      ValueId v = g.find_value(name);
+      if (v == kNoId || !g.value(v).is_initializer) return error("{}: the model has no initializer '{}'", path, name);
+      auto it = st->specs.find(v);
+      std::string mine =
+          it != st->specs.end() ? it->second.to_string(&st->mesh) : ShardingSpec::replicated(g.value(v).shape.size()).to_string(&st->mesh);
+      if (mine != text) return error("{}: parameter '{}' is {} in the plan but its part's layout gives {}", path, name, text, mine);
     }
     return st;
   }
   Strategy st;
   st.mesh = Mesh::data_tensor(opt.dp, opt.tp);
   st.dp_bucket_bytes = opt.dp_bucket_bytes;
-  if (j.contains("mesh")) {
-    try {
-      Mesh pm{j["mesh"].at("axes").get<std::vector<std::string>>(), j["mesh"].at("sizes").get<std::vector<int64_t>>()};
-      if (!(pm == st.mesh)) {
-        return error("{}: the plan is for the mesh {}, this run has {} (give matching --tp/--dp or ranks)", path, pm.to_string(),
-                     st.mesh.to_string());
-      }
-    } catch (const nlohmann::json::exception& e) {
-      return error("{}: bad \"mesh\": {}", path, e.what());
+  if (!m.mesh.axes.empty()) {
+    Mesh pm{m.mesh.axes, m.mesh.sizes};
+    if (!(pm == st.mesh)) {
+      return error("{}: the plan is for the mesh {}, this run has {} (give matching --tp/--dp or ranks)", path, pm.to_string(),
+                   st.mesh.to_string());
     }
   }
-  if (!j.contains("parameters")) return error("{}: the plan has no \"parameters\"", path);
-  std::map<std::string, std::string> specs;
-  try {
-    if (j["parameters"].is_object()) {
-      for (auto& [k, v] : j["parameters"].items()) specs[k] = v.get<std::string>();
-    } else {
-      for (auto& p : j["parameters"]) specs[p.at("name").get<std::string>()] = p.at("spec").get<std::string>();
-    }
-  } catch (const nlohmann::json::exception& e) {
-    return error("{}: bad \"parameters\": {}", path, e.what());
-  }
-  for (const auto& [name, text] : specs) {
+  if (p.parameters.empty()) return error("{}: the plan has no \"parameters\"", path);
+  for (const auto& [name, text] : p.parameters) {
     ValueId v = g.find_value(name);
     if (v == kNoId || !g.value(v).is_initializer) return error("{}: the model has no initializer '{}'", path, name);
     auto sp = parse_spec(text, st.mesh);

@@ -4,12 +4,15 @@
 // a Strategy for `oases-train --plan`.
 #pragma once
 
+#include <map>
+#include <optional>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
 #include "planner/partition.h"
 #include "planner/propagation.h"
+#include "planner/schedule.h"
 #include "planner/strategy.h"
 
 namespace oases {
@@ -20,32 +23,75 @@ namespace oases {
 // (one tp x dp mesh) still read.
 constexpr int kPlanVersion = 2;
 
-// What a plan fixes about a run besides the weights' specs.
-struct PlanSettings {
-  int version = 1;
-  int64_t ranks = 0;           // 0: the plan does not say
-  int64_t tp = 0, dp = 0;      // one tp x dp mesh (v1, or v2 with one degree); 0 for mixed parts
-  int64_t batch = 0, seq = 0;  // 0: not fixed
-  std::string schedule;        // "" when not fixed
-  int64_t chunks = 0;
-  bool vocab_parallel = true;
-  std::vector<PartLayout> parts;  // v2
+// What one mesh of ranks runs: its shape, how each part of the model is laid out on it, and the
+// schedule. A later list of pipeline stages holds one of these per stage (each over its own ranks).
+struct MeshPlan {
+  int64_t ranks = 0;                        // ranks of the mesh; 0: the plan does not say (the run's world)
+  int64_t tp = 0, dp = 0;                   // one tp x dp grid for every part; 0: not fixed, or the parts differ
+  Mesh mesh;                                // the mesh a plan file names (empty: derived from tp x dp or the parts)
+  std::vector<PartLayout> parts;            // per-part layouts in chain order (empty: one tp x dp split)
+  std::string schedule;                     // planner/schedule.h names; "": in line (no schedule)
+  int64_t chunks = 0;                       // micro-batch chunks; 0: the schedule's default
+  std::optional<CheckpointMode> recompute;  // unset: what the schedule implies
+
+  // 2 with a schedule, else 1, unless fixed.
+  int64_t chunk_count() const { return chunks > 0 ? chunks : (schedule.empty() ? 1 : 2); }
+  // The recomputation this mesh runs: the field, else the schedule's (none without a schedule).
+  CheckpointMode recompute_mode() const;
+  bool operator==(const MeshPlan& o) const;
 };
-Expected<PlanSettings> read_plan_settings(const std::string& path);
-// Fills what the command line left open (<= 0 or empty) from the plan; errors name a conflict.
-Status adopt_plan_settings(const PlanSettings& p, const std::string& path, int64_t world, int64_t* tp, int64_t* dp, int64_t* batch,
-                           int64_t* seq, std::string* schedule, int64_t* chunks);
+
+// A parallel training plan, independent of any graph: the mesh and its layouts, the schedule, the
+// compute type, and optional per-parameter spec overrides by initializer name. Strategy (planner/
+// strategy.h) is what a Plan becomes on one graph (ValueIds -> specs): strategy_for_plan below.
+// Plan files are JSON (version 1: one tp x dp mesh and "parameters"; version 2 adds "parts",
+// "batch", "seq", "schedule"); a Plan's own keys are a subset of what oases-plan writes.
+struct Plan {
+  int version = kPlanVersion;  // what the file it came from said (to_json writes 1 or 2)
+  MeshPlan mesh;
+  bool vocab_parallel = true;
+  bool sequence_parallel = false;
+  std::string dtype = "fp32";  // compute type: fp32 | bf16 | fp16
+  int64_t dp_bucket_bytes = int64_t{25} << 20;
+  int64_t batch = 0, seq = 0;  // the shapes it was made for; 0: not fixed
+  // Spec text per initializer ("[S(tp), R]"): overrides of the layout (a version 1 plan), or, with
+  // "parts", what the layouts must give (checked).
+  std::map<std::string, std::string> parameters;
+
+  // Megatron's split over one tp x dp mesh.
+  static Plan megatron(int64_t tp, int64_t dp);
+  // Per-part layouts over `ranks` ranks (the planner's choice).
+  static Plan from_parts(std::vector<PartLayout> parts, int64_t ranks, std::string schedule, int64_t chunks);
+
+  // Degrees positive and consistent with the ranks, a known schedule and dtype, chunks >= 0.
+  Status validate() const;
+  nlohmann::json to_json() const;
+  // `path` names the file in errors; unknown versions and malformed keys are one-line errors.
+  static Expected<Plan> from_json(const nlohmann::json& j, const std::string& path);
+  static Expected<Plan> read(const std::string& path);
+  bool operator==(const Plan& o) const;
+  bool operator!=(const Plan& o) const { return !(*this == o); }
+  std::string to_string() const;  // "tp 2 x dp 2, oases x 2 chunks, fp32"
+};
+
+// What a run's command line leaves open, filled from a plan (0 or "" is open).
+struct RunShape {
+  int64_t tp = 0, dp = 0, batch = 0, seq = 0, chunks = 0;
+  std::string schedule;
+};
+// Fills what `run` leaves open from the plan; errors name a conflict with the command line, or a
+// plan for another number of ranks than `world`.
+Status adopt_plan(const Plan& p, const std::string& path, int64_t world, RunShape* run);
+
+// The strategy a plan gives on the forward graph `g` (per-part layouts insert their Layout markers
+// into `g`, planner/hybrid.h); `opt` carries tp x dp and the options when the plan has no parts.
+// Unknown parameter names are errors naming `path`.
+Expected<Strategy> strategy_for_plan(const Plan& p, const std::string& path, Graph& g, const StrategyOptions& opt);
 
 nlohmann::json plan_to_json(const Graph& global, const PartitionedGraph& pg, const ShardingResult& sr, const Strategy& s,
                             const std::string& model_path);
 
 // "[S(tp), R]", "[S(tp)/3, R] P(dp)" -> spec over `mesh`; errors name the text.
 Expected<ShardingSpec> parse_spec(const std::string& text, const Mesh& mesh);
-
-// Strategy from a plan file: its "parameters" (a list of {name, spec} or a map name -> spec) and
-// its mesh (which must agree with opt.tp/opt.dp). Unknown names are errors. A version 2 plan with
-// mixed "parts" lays them out on `g` (the forward graph; planner/hybrid.h inserts the Layout
-// markers) and checks its "parameters" against the specs that gives.
-Expected<Strategy> strategy_from_plan_file(const std::string& path, Graph& g, const StrategyOptions& opt);
 
 }  // namespace oases

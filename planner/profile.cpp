@@ -3,11 +3,13 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <thread>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include "graph/op_registry.h"
+#include "planner/link_model.h"
 
 namespace oases {
 
@@ -278,6 +280,49 @@ double profiled_collective_seconds(const Profile& p, CollectiveKind k, double by
   // collectives have a latency floor: below the smallest sample, its time
   if (bytes <= pts.front().first) return pts.front().second * 1e-6;
   return interpolate(pts, bytes) * 1e-6;
+}
+
+ClusterSpec this_machine(int64_t ranks, const Profile* profile, const std::string& emulate_link, int threads_per_rank) {
+  DeviceSpec cpu = profile && profile->has_device ? profile->device : *find_device("CPU");
+  LinkSpec shm{"shared-memory", 10, 2};
+  if (profile) {
+    // alpha-beta of the local communicator from the profile's all-reduces
+    double big_b = 0, big_t = 0, small_b = 1e300, small_t = 0;
+    int64_t p = 2;
+    for (const CollectiveSample& c : profile->collectives) {
+      if (c.kind != CollectiveKind::kAllReduce || c.link != "shared-memory") continue;
+      if (c.bytes > big_b) {
+        big_b = c.bytes;
+        big_t = c.us;
+        p = c.group;
+      }
+      if (c.bytes < small_b) {
+        small_b = c.bytes;
+        small_t = c.us;
+      }
+    }
+    if (big_t > 0) {
+      double f = 2.0 * static_cast<double>(p - 1) / static_cast<double>(p);
+      shm.bandwidth_gbps = f * big_b / (big_t * 1e-6) / 1e9;
+      shm.latency_us = std::max(0.1, small_t / (2.0 * static_cast<double>(p - 1)));
+    }
+  }
+  std::optional<LinkSpec> emu;
+  if (!emulate_link.empty()) {
+    auto lm = parse_link_model(emulate_link);
+    if (lm) emu = LinkSpec{"emulated", lm->bandwidth_gbps, lm->latency_us};
+  }
+  int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  return local_cluster(ranks, cpu, shm, emu ? &*emu : nullptr, cores, threads_per_rank);
+}
+
+OpTimeModel op_time_model(const ClusterSpec& cluster, const Profile* profile, int64_t ranks, int threads_per_rank) {
+  if (!profile) return OpTimeModel(nullptr, cluster.device, 1.0);
+  int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  if (profile->machine.contains("cores")) cores = profile->machine.value("cores", cores);
+  double now = std::max(1.0, static_cast<double>(ranks * threads_per_rank) / cores);
+  double then = std::max(1.0, static_cast<double>(profile->ranks * profile->threads_per_rank) / cores);
+  return OpTimeModel(profile, profile->has_device ? profile->device : cluster.device, now / then);
 }
 
 }  // namespace oases

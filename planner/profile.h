@@ -127,4 +127,13 @@ bool is_compute_bound_op(const std::string& op);
 // nearest group size otherwise); -1 when it has none for that kind and link.
 double profiled_collective_seconds(const Profile& p, CollectiveKind k, double bytes, int64_t group, const std::string& link);
 
+// The machine at hand as a cluster: `ranks` ranks of this host (cores shared), the local
+// communicator's link as the profile measured it (else a default), optionally behind an
+// emulated link.
+ClusterSpec this_machine(int64_t ranks, const Profile* profile, const std::string& emulate_link, int threads_per_rank);
+
+// An op-time model for a cluster: the profile's samples (scaled for cores shared differently than
+// when it was measured) or the device's roofline.
+OpTimeModel op_time_model(const ClusterSpec& cluster, const Profile* profile, int64_t ranks, int threads_per_rank);
+
 }  // namespace oases

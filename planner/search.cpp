@@ -385,4 +385,14 @@ SearchResult brute_force(CostModel& m, const SearchOptions& o) {
   return res;
 }
 
+std::vector<PartLayout> part_layouts_of(const ModelAnalysis& a, const std::vector<Layout>& layouts) {
+  std::vector<PartLayout> out;
+  for (size_t i = 0; i < a.parts.size() && i < layouts.size(); ++i) out.push_back(PartLayout{a.parts[i], layouts[i].tp, layouts[i].sp});
+  return out;
+}
+
+Plan plan_of_choice(const ModelAnalysis& a, const PlanChoice& p, int64_t ranks) {
+  return Plan::from_parts(part_layouts_of(a, p.layouts), ranks, p.schedule, p.chunks);
+}
+
 }  // namespace oases

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "planner/cost_model.h"
+#include "planner/plan.h"
 
 namespace oases {
 
@@ -40,5 +41,9 @@ SearchResult brute_force(CostModel& m, const SearchOptions& o);
 // Chain cost and memory of one plan under the search's objective.
 double plan_objective(CostModel& m, const PlanChoice& p);
 double plan_memory(CostModel& m, const PlanChoice& p);
+
+// The search's candidate (layouts by part index) as the plan it stands for on `ranks` ranks.
+std::vector<PartLayout> part_layouts_of(const ModelAnalysis& a, const std::vector<Layout>& layouts);
+Plan plan_of_choice(const ModelAnalysis& a, const PlanChoice& p, int64_t ranks);
 
 }  // namespace oases

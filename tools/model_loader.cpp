@@ -4,7 +4,7 @@
 #include <cmath>
 #include <cstdio>
 
-#include "executor/executor.h"
+#include "executor/cpu_evaluator.h"
 
 namespace oases {
 

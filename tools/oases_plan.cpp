@@ -17,10 +17,10 @@
 
 #include <fmt/format.h>
 
-#include "executor/emulated_link.h"
-#include "executor/training.h"
+#include "planner/link_model.h"
 #include "planner/plan.h"
-#include "planner/plan_render.h"
+#include "planner/plan_report.h"
+#include "planner/rank_program.h"
 #include "planner/search.h"
 #include "planner/strategy.h"
 #include "tools/plan_driver.h"
@@ -28,29 +28,6 @@
 using namespace oases;
 
 namespace {
-
-Status write_file(const std::string& path, const std::string& text) {
-  std::ofstream f(path);
-  if (!f) return error("{}: cannot open for writing", path);
-  f << text;
-  f.close();
-  if (!f) return error("{}: write failed", path);
-  return Status::ok();
-}
-
-// Writes the plan wherever asked: JSON, HTML page, Graphviz DOT (an empty path is skipped).
-Status write_plan_files(const nlohmann::json& plan, const std::string& out, const std::string& html, const std::string& dot) {
-  if (!out.empty()) {
-    if (Status s = write_file(out, plan.dump(2) + "\n"); !s.is_ok()) return s;
-  }
-  if (!html.empty()) {
-    if (Status s = write_file(html, plan_to_html(plan)); !s.is_ok()) return s;
-  }
-  if (!dot.empty()) {
-    if (Status s = write_file(dot, plan_to_dot(plan)); !s.is_ok()) return s;
-  }
-  return Status::ok();
-}
 
 std::vector<std::string> split_list(const std::string& s) {
   std::vector<std::string> out;
@@ -60,68 +37,6 @@ std::vector<std::string> split_list(const std::string& s) {
     if (!item.empty()) out.push_back(item);
   }
   return out;
-}
-
-// "embedding tp4 | layers 0-11 attn tp4 mlp tp2+sp | head tp4"
-std::string describe_layouts(const ModelAnalysis& a, const std::vector<Layout>& ls) {
-  std::vector<std::string> groups;
-  size_t i = 0;
-  auto block_of = [&](size_t k) { return a.parts[k].rfind("layer.", 0) == 0 ? std::atoi(a.parts[k].c_str() + 6) : -1; };
-  while (i < ls.size()) {
-    int b = block_of(i);
-    if (b < 0) {
-      groups.push_back(fmt::format("{} {}", a.parts[i], ls[i].to_string()));
-      ++i;
-      continue;
-    }
-    // a run of blocks laid out alike
-    auto block_text = [&](size_t k, size_t* next) {
-      std::string t;
-      int bb = block_of(k);
-      while (k < ls.size() && block_of(k) == bb) {
-        std::string sub = a.parts[k].substr(a.parts[k].rfind('.') + 1);
-        t += fmt::format("{}{} {}", t.empty() ? "" : " ", sub, ls[k].to_string());
-        ++k;
-      }
-      *next = k;
-      return t;
-    };
-    size_t next = 0;
-    std::string t = block_text(i, &next);
-    int first = b, last = b;
-    size_t j = next;
-    while (j < ls.size() && block_of(j) >= 0) {
-      size_t n2 = 0;
-      if (block_text(j, &n2) != t) break;
-      last = block_of(j);
-      j = n2;
-    }
-    groups.push_back(first == last ? fmt::format("layer {}: {}", first, t) : fmt::format("layers {}-{}: {}", first, last, t));
-    i = j;
-  }
-  return fmt::format("{}", fmt::join(groups, " | "));
-}
-
-nlohmann::json estimate_json(const PlanEstimate& e) {
-  return {{"step_ms", e.step_s * 1e3},           {"compute_ms", e.compute_s * 1e3}, {"comm_ms", e.comm_s * 1e3},
-          {"hidden_ms", e.hidden_s() * 1e3},     {"exposed_ms", e.exposed_s * 1e3}, {"optimizer_ms", e.optimizer_s * 1e3},
-          {"memory_bytes", e.memory_bytes},      {"static_bytes", e.static_bytes},  {"saved_activation_bytes", e.saved_bytes},
-          {"transient_bytes", e.transient_bytes}};
-}
-
-nlohmann::json sim_json(const Simulated& s) {
-  return {{"step_ms", s.sim.step_s * 1e3},         {"compute_ms", s.sim.compute_s * 1e3}, {"comm_ms", s.sim.comm_s * 1e3},
-          {"hidden_ms", s.sim.hidden_s() * 1e3},   {"exposed_ms", s.sim.exposed_s * 1e3}, {"optimizer_ms", s.sim.optimizer_s * 1e3},
-          {"executor_ms", s.sim.overhead_s * 1e3}, {"memory_bytes", s.memory_bytes},      {"collectives", s.sim.collectives}};
-}
-
-nlohmann::json choice_json(const ModelAnalysis& a, const PlanChoice& p, int64_t ranks) {
-  nlohmann::json parts = nlohmann::json::array();
-  for (size_t i = 0; i < p.layouts.size(); ++i) {
-    parts.push_back(
-        {{"part", a.parts[i]}, {"tp", p.layouts[i].tp}, {"dp", ranks / p.layouts[i].tp}, {"sequence_parallel", p.layouts[i].sp}});
-  }
-  return {{"parts", parts}, {"schedule", {{"name", p.schedule}, {"chunks", p.chunks}}}};
 }
 
 int legacy(const std::string& model, const std::string& out, const std::string& html, const std::string& dot, int64_t tp, int64_t dp,
@@ -142,60 +57,19 @@ int legacy(const std::string& model, const std::string& out, const std::string& 
   }
   auto loaded = load_model(model, opts);
   if (!loaded) return fail_with(loaded.status());
-  StrategyOptions so;
-  so.tp = tp;
-  so.dp = dp;
-  so.vocab_parallel = !no_vocab;
-  so.sequence_parallel = seq_par;
-  auto st = megatron_strategy(loaded->graph, so);
-  if (!st) return fail_with(st.status().with_context(model));
-  auto tg = build_training_graph(loaded->graph, TrainingSpec{});
-  if (!tg) return fail_with(tg.status().with_context(model));
-  if (Status s = split_batch_inputs(tg->graph, &*st); !s.is_ok()) return fail_with(s.with_context(model));
-  ShardingResult sr;
-  auto pg = partition_training(tg->graph, tg->params, *st, &sr);
-  if (!pg) return fail_with(pg.status().with_context(model));
-  nlohmann::json plan = plan_to_json(tg->graph, *pg, sr, *st, model);
+  Plan p = Plan::megatron(tp, dp);
+  p.vocab_parallel = !no_vocab;
+  p.sequence_parallel = seq_par;
+  auto report = plan_report(loaded->graph, p, model);
+  if (!report) return fail_with(report.status());
+  const nlohmann::json& plan = *report;
+  Mesh mesh{plan["mesh"]["axes"].get<std::vector<std::string>>(), plan["mesh"]["sizes"].get<std::vector<int64_t>>()};
   std::printf("%s: mesh %s, %lld collectives per step, %.3g MiB sent per rank per step, %.3g MiB of parameters per rank\n", model.c_str(),
-              st->mesh.to_string().c_str(), static_cast<long long>(plan["summary"]["collectives_per_step"].get<int64_t>()),
+              mesh.to_string().c_str(), static_cast<long long>(plan["summary"]["collectives_per_step"].get<int64_t>()),
               plan["summary"]["ring_bytes_per_rank_per_step"].get<double>() / (1 << 20),
               plan["memory"]["parameter_bytes_per_rank"].get<double>() / (1 << 20));
   if (Status s = write_plan_files(plan, out, html, dot); !s.is_ok()) return fail_with(s);
   return 0;
-}
-
-// The plan file of a choice: the partitioned training graph (one chunk) in the version 1 layout,
-// plus the parts, the schedule, the shapes and the predictions.
-Expected<nlohmann::json> plan_file(const PlanningModel& m, const ModelAnalysis& a, const PlanChoice& p, int64_t ranks) {
-  Graph fwd = m.forward;
-  auto st = apply_part_layouts(fwd, part_layouts_of(a, p.layouts), ranks, StrategyOptions{});
-  if (!st) return st.status().with_context(m.path);
-  auto tg = build_training_graph(std::move(fwd), TrainingSpec{});
-  if (!tg) return tg.status().with_context(m.path);
-  OASES_RETURN_IF_ERROR(split_batch_inputs(tg->graph, &*st).with_context(m.path));
-  ShardingResult sr;
-  auto pg = partition_training(tg->graph, tg->params, *st, &sr);
-  if (!pg) return pg.status().with_context(m.path);
-  nlohmann::json j = plan_to_json(tg->graph, *pg, sr, *st, m.path);
-  j["strategy"] = "oases-planner";
-  j["version"] = kPlanVersion;  // the per-part layouts are version 2
-  j["batch"] = m.batch;
-  j["seq"] = m.seq;
-  j["vocab_parallel"] = true;
-  nlohmann::json c = choice_json(a, p, ranks);
-  j["parts"] = c["parts"];
-  j["schedule"] = c["schedule"];
-  for (auto& part : j["parts"]) {
-    std::map<int64_t, PartAxes> axes;
-    std::set<int64_t> degrees;
-    for (const Layout& l : p.layouts) degrees.insert(l.tp);
-    if (auto mesh = mesh_for_degrees(ranks, degrees, &axes); mesh) {
-      const PartAxes& ax = axes[part["tp"].get<int64_t>()];
-      part["tp_axis"] = ax.tp >= 0 ? mesh->axes[static_cast<size_t>(ax.tp)] : "";
-      part["dp_axis"] = ax.dp >= 0 ? mesh->axes[static_cast<size_t>(ax.dp)] : "";
-    }
-  }
-  return j;
 }
 
 int plan_main(const std::string& model, int64_t gpus, const std::string& cluster_file, const std::string& profile_file, double memory_gib,
@@ -335,7 +209,7 @@ int plan_main(const std::string& model, int64_t gpus, const std::string& cluster
     for (auto [label, r] : {std::pair<const char*, const SearchResult*>{"plan", &best}, {"Megatron", &megatron}, {"data parallel", &dp}}) {
       if (!r->found) continue;
       bool want_trace = !trace.empty() && std::string(label) == "plan";
-      auto s = simulate_plan(*pm, a, r->best, cluster, ops, floor, want_trace);
+      auto s = simulate_plan(*pm, plan_of_choice(a, r->best, gpus), cluster, ops, floor, want_trace);
       if (!s) return fail_with(s.status());
       std::printf(
           "  %-15s step %9.3f ms  (compute %.3f, comm %.3f: hidden %.3f (%.0f%%), exposed %.3f; executor %.3f; optimizer %.3f)  memory "
@@ -343,24 +217,20 @@ int plan_main(const std::string& model, int64_t gpus, const std::string& cluster
           label, s->sim.step_s * 1e3, s->sim.compute_s * 1e3, s->sim.comm_s * 1e3, s->sim.hidden_s() * 1e3,
           s->sim.comm_s > 0 ? 100.0 * s->sim.hidden_s() / s->sim.comm_s : 0.0, s->sim.exposed_s * 1e3, s->sim.overhead_s * 1e3,
           s->sim.optimizer_s * 1e3, describe_bytes(s->memory_bytes).c_str());
-      sims[label] = sim_json(*s);
+      sims[label] = simulation_json(s->sim, s->memory_bytes);
       if (want_trace) {
-        nlohmann::json events = nlohmann::json::array();
-        events.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", 0}, {"args", {{"name", "rank 0 (predicted; every rank alike)"}}}});
-        events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", 0}, {"tid", 0}, {"args", {{"name", "compute"}}}});
-        events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", 0}, {"tid", 1}, {"args", {{"name", "communication"}}}});
-        for (auto& e : s->sim.trace) events.push_back(std::move(e));
-        nlohmann::json doc{
-            {"traceEvents", events},
-            {"displayTimeUnit", "ms"},
-            {"otherData", {{"model", model}, {"cluster", cluster.name}, {"schedule", r->best.schedule}, {"chunks", r->best.chunks}}}};
-        if (Status st = write_file(trace, doc.dump() + "\n"); !st.is_ok()) return fail_with(st);
+        nlohmann::json doc = predicted_trace(
+            s->sim, {{"model", model}, {"cluster", cluster.name}, {"schedule", r->best.schedule}, {"chunks", r->best.chunks}});
+        if (Status st = write_text_file(trace, doc.dump() + "\n"); !st.is_ok()) return fail_with(st);
         std::printf("  wrote predicted trace %s\n", trace.c_str());
       }
     }
   }
   if (!out.empty() || !html.empty() || !dot.empty()) {
-    auto j = plan_file(*pm, a, best.best, gpus);
+    Plan chosen = plan_of_choice(a, best.best, gpus);
+    chosen.batch = pm->batch;
+    chosen.seq = pm->seq;
+    auto j = plan_report(pm->forward, chosen, pm->path);
     if (!j) return fail_with(j.status());
     nlohmann::json preds{{"plan", estimate_json(cm.estimate(best.best))}};
     if (megatron.found) {

@@ -1,19 +1,20 @@
 // What oases-plan and oases-profile share: a model loaded at the shapes a plan is made for (shapes
 // only: external weights stay unread), its training graph and analysis, the cluster and op-time
-// model a plan is costed on, and the program one rank of a plan runs (built exactly as oases-train
-// builds it: layouts, micro-batch chunks, partition, recomputation, schedule), which the
-// simulator replays.
+// model a plan is costed on, and the program one rank of a plan runs (planner/rank_program.h, the
+// same as oases-train runs), which the simulator replays.
 #pragma once
 
 #include <optional>
 #include <string>
 #include <vector>
 
-#include "executor/training.h"
+#include "graph/training_graph.h"
 #include "planner/analysis.h"
 #include "planner/cost_model.h"
 #include "planner/hybrid.h"
 #include "planner/partition.h"
+#include "planner/rank_program.h"
+#include "planner/search.h"
 #include "planner/simulator.h"
 #include "tools/model_loader.h"
 
@@ -31,24 +32,9 @@ struct PlanningModel {
 // training graph.
 Expected<PlanningModel> load_planning_model(const std::string& path, ImportOptions opts, int64_t batch, int64_t seq);
 
-std::vector<PartLayout> part_layouts_of(const ModelAnalysis& a, const std::vector<Layout>& layouts);
-
-struct RankProgram {
-  Graph graph;                     // the rank's template (local shapes; constants unsliced)
-  std::vector<ScheduledOp> order;  // empty: no --schedule (in line)
-  // What the executor runs: the compiled program's graph (with its fused ops, executor/fusion.h)
-  // and its instructions in order (what the simulator replays and the profile timed).
-  Graph exec_graph;
-  std::vector<ScheduledOp> exec_order;
-  Strategy strategy;
-  Mesh mesh;
-  double param_bytes = 0;  // this rank's parameters
-  double arena_bytes = 0;  // the executor's activation arena for this order
-  int collectives = 0;
-};
-
-// The program rank 0 runs for `plan` on `ranks` ranks.
-Expected<RankProgram> build_rank_program(const PlanningModel& m, const ModelAnalysis& a, const PlanChoice& plan, int64_t ranks);
+// The program rank 0 runs for `plan` (its mesh over plan.mesh.ranks ranks), built as oases-train
+// builds it (planner/rank_program.h), constants unsliced.
+Expected<RankProgram> planned_rank_program(const PlanningModel& m, const Plan& plan);
 
 // Simulated step of a plan (and the memory the executor would need).
 struct Simulated {
@@ -56,16 +42,7 @@ struct Simulated {
   double memory_bytes = 0;  // parameters, gradients and AdamW moments kept by the trainer, plus the arena
   RankProgram program;
 };
-Expected<Simulated> simulate_plan(const PlanningModel& m, const ModelAnalysis& a, const PlanChoice& plan, const ClusterSpec& cluster,
-                                  const OpTimeModel& ops, const Profile* local_floor, bool trace);
-
-// The machine at hand as a cluster: `ranks` ranks of this host (cores shared), the local
-// communicator's link as the profile measured it (else a default), optionally behind an
-// emulated link.
-ClusterSpec this_machine(int64_t ranks, const Profile* profile, const std::string& emulate_link, int threads_per_rank);
-
-// An op-time model for a cluster: the profile's samples (scaled for cores shared differently than
-// when it was measured) or the device's roofline.
-OpTimeModel op_time_model(const ClusterSpec& cluster, const Profile* profile, int64_t ranks, int threads_per_rank);
+Expected<Simulated> simulate_plan(const PlanningModel& m, const Plan& plan, const ClusterSpec& cluster, const OpTimeModel& ops,
+                                  const Profile* local_floor, bool trace);
 
 }  // namespace oases

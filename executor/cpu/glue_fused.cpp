@@ -1,4 +1,4 @@
-// CPU glue for the executor's fused ops (executor/fusion.h), domain "oases.cpu":
+// CPU glue for the executor's fused ops (graph/passes/fusion.h), domain "oases.cpu":
 //   FusedMatMul(A, B[, bias[, residual]]) trans_a, trans_b, activation:
 //     Y = act(op(A) · op(B) + bias) or (op(A) · op(B) + bias) + residual, A [..., M, K] (or [..., K, M]
 //     with trans_a), B [..., K, N] (or [..., N, K] with trans_b), bias [N], residual shaped as Y;

@@ -22,7 +22,7 @@ struct AttentionShape {
 };
 // Element strides (batch, head, time) of q, k, v and out, the last dim contiguous; null layout:
 // all four contiguous [B, H, T, D]. Lets the kernel read heads straight out of a fused
-// [B, T, 3·H·D] projection and write [B, T, H, Dv] (executor/fusion.h).
+// [B, T, 3·H·D] projection and write [B, T, H, Dv] (graph/passes/fusion.h).
 struct AttentionLayout {
   int64_t q[3], k[3], v[3], o[3];
   static AttentionLayout contiguous(const AttentionShape& s);

@@ -1,4 +1,4 @@
-// Executor-level fusion (executor/fusion.h) and in-place outputs of the memory plan: programs with
+// Executor-level fusion (graph/passes/fusion.h) and in-place outputs of the memory plan: programs with
 // and without them compute the same outputs and gradients, the rewrites happen where expected, and
 // an input that is read later is never overwritten.
 #include <gtest/gtest.h>

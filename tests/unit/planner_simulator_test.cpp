@@ -31,7 +31,7 @@ Fixture make(const std::string& schedule, int64_t chunks) {
   plan.layouts.assign(f.a.parts.size(), Layout{2, false});
   plan.schedule = schedule;
   plan.chunks = chunks;
-  auto rp = build_rank_program(f.pm, f.a, plan, 2);
+  auto rp = planned_rank_program(f.pm, plan_of_choice(f.a, plan, 2));
   EXPECT_TRUE(rp) << rp.status().message();
   f.rp = std::move(*rp);
   return f;
@@ -48,31 +48,31 @@ Profile base_profile() {
 TEST(PlannerSimulator, ReplaysTheCompiledProgram) {
   Fixture f = make("oases", 2);
   int fused = 0, starts = 0;
-  for (NodeId id : f.rp.exec_graph.nodes()) fused += f.rp.exec_graph.node(id).op_type == "FusedMatMul";
-  for (const ScheduledOp& op : f.rp.exec_order) starts += op.kind == ScheduledOp::Kind::kCommStart;
+  for (NodeId id : f.rp.program.graph.nodes()) fused += f.rp.program.graph.node(id).op_type == "FusedMatMul";
+  for (const ScheduledOp& op : f.rp.program.order) starts += op.kind == ScheduledOp::Kind::kCommStart;
   EXPECT_GT(fused, 0) << "the executor fuses MatMul + bias; the simulator must see those nodes";
   EXPECT_GT(starts, 0);
   // a profile sample at a fused node's exact key is what the simulator charges for it
   NodeId some = kNoId;
-  for (NodeId id : f.rp.exec_graph.nodes()) {
-    if (f.rp.exec_graph.node(id).op_type == "FusedMatMul") some = id;
+  for (NodeId id : f.rp.program.graph.nodes()) {
+    if (f.rp.program.graph.node(id).op_type == "FusedMatMul") some = id;
   }
   Profile p = base_profile();
   OpSample s;
-  s.op = node_op_name(f.rp.exec_graph.node(some));
-  s.key = node_key(f.rp.exec_graph, f.rp.exec_graph.node(some));
+  s.op = node_op_name(f.rp.program.graph.node(some));
+  s.key = node_key(f.rp.program.graph, f.rp.program.graph.node(some));
   s.flops = 1;
   s.us = 12345;
   p.ops.push_back(s);
   OpTimeModel ops(&p, p.device, 1.0);
-  EXPECT_NEAR(ops.node_seconds(f.rp.exec_graph, f.rp.exec_graph.node(some)), 12345e-6, 1e-12);
+  EXPECT_NEAR(ops.node_seconds(f.rp.program.graph, f.rp.program.graph.node(some)), 12345e-6, 1e-12);
 }
 
 TEST(PlannerSimulator, ChargesDispatchAndHandOff) {
   for (const char* sched : {"plain", "oases"}) {
     Fixture f = make(sched, std::string(sched) == "plain" ? 1 : 2);
     int64_t starts = 0, others = 0;
-    for (const ScheduledOp& op : f.rp.exec_order) (op.kind == ScheduledOp::Kind::kCommStart ? starts : others)++;
+    for (const ScheduledOp& op : f.rp.program.order) (op.kind == ScheduledOp::Kind::kCommStart ? starts : others)++;
     Profile p0 = base_profile();
     Profile p1 = p0;
     p1.instr_us = 7;
@@ -82,9 +82,9 @@ TEST(PlannerSimulator, ChargesDispatchAndHandOff) {
     o.cluster = &f.cluster;
     o.param_bytes = f.rp.param_bytes;
     o.ops = &m0;
-    auto r0 = simulate_rank(f.rp.exec_graph, f.rp.exec_order, f.rp.mesh, o);
+    auto r0 = simulate_rank(f.rp.program.graph, f.rp.program.order, f.rp.mesh, o);
     o.ops = &m1;
-    auto r1 = simulate_rank(f.rp.exec_graph, f.rp.exec_order, f.rp.mesh, o);
+    auto r1 = simulate_rank(f.rp.program.graph, f.rp.program.order, f.rp.mesh, o);
     ASSERT_TRUE(r0 && r1);
     double charged = 7e-6 * static_cast<double>(others) + 900e-6 * static_cast<double>(starts);
     EXPECT_EQ(r0->overhead_s, 0);
@@ -110,11 +110,11 @@ TEST(PlannerSimulator, ChargesCollectivesBesideComputation) {
     SimOptions o;
     o.cluster = &f.cluster;
     o.ops = &m0;
-    auto r0 = simulate_rank(f.rp.exec_graph, f.rp.exec_order, f.rp.mesh, o);
+    auto r0 = simulate_rank(f.rp.program.graph, f.rp.program.order, f.rp.mesh, o);
     o.ops = &m1;
-    auto r1 = simulate_rank(f.rp.exec_graph, f.rp.exec_order, f.rp.mesh, o);
+    auto r1 = simulate_rank(f.rp.program.graph, f.rp.program.order, f.rp.mesh, o);
     o.ops = &m2;
-    auto r2 = simulate_rank(f.rp.exec_graph, f.rp.exec_order, f.rp.mesh, o);
+    auto r2 = simulate_rank(f.rp.program.graph, f.rp.program.order, f.rp.mesh, o);
     ASSERT_TRUE(r0 && r1 && r2);
     ASSERT_GT(r0->collectives, 0);
     double n = r0->collectives;

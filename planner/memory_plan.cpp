@@ -1,4 +1,4 @@
-#include "executor/memory_plan.h"
+#include "planner/memory_plan.h"
 
 #include <algorithm>
 #include <cstdlib>

@@ -1,4 +1,4 @@
-#include "executor/fusion.h"
+#include "graph/passes/fusion.h"
 
 #include <algorithm>
 #include <map>

@@ -1,0 +1,42 @@
+// What oases-train reports about its runs besides the per-op profile (executor/profile_report.h):
+// communication hidden behind computation and exposed per step and per block (--overlap-report),
+// and Chrome traces of the executor's timed events (--trace).
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "executor/executor.h"
+#include "graph/graph.h"
+
+namespace oases {
+
+// Per-step communication accounting from a run's events: total time of the collectives, the
+// part the compute thread waited for (exposed), the rest hidden behind computation.
+struct OverlapStats {
+  struct Acc {
+    double comm = 0, exposed = 0;
+  };
+  int steps = 0;
+  double step_ms = 0;
+  Acc total;
+  std::map<int, Acc> per_layer;
+  std::map<int, Acc> per_layer_bwd;
+
+  // Adds one step's events of `g` (the program's graph); `count` false skips it (the first step).
+  void add(const Graph& g, const std::vector<TraceEvent>& ev, double ms, bool count);
+  // Prints the mean per step and per layer; warns when almost nothing was hidden.
+  void print(bool overlap_asked, const std::string& schedule) const;
+};
+
+// Chrome trace events ("X" complete events, one pid per rank, tid 0 compute and 1 communication).
+void append_trace(const Graph& g, const std::vector<TraceEvent>& ev, int rank, nlohmann::json* out);
+
+// Writes every rank's events (`parts`, one JSON array per rank) as one trace document at `path`
+// (written to PATH.tmp and renamed); `about` goes to "otherData".
+Status write_trace_file(const std::vector<std::string>& parts, const nlohmann::json& about, const std::string& path, size_t* events);
+
+}  // namespace oases

@@ -1,0 +1,28 @@
+// Hooks the end-to-end tests use to make a rank fail on purpose (tests/e2e: peer failures, abort
+// and root-cause reporting). Set by the environment only:
+//   OASES_TEST_FAULT=RANK:STEP:MODE   at 0-based step STEP, rank RANK fails: MODE error (returns an
+//                                     error naming the step), exit (the process exits with 9 at
+//                                     once), hang (sleeps 4 s, so its peers time out or wait)
+#pragma once
+
+#include <cstdint>
+
+#include "graph/status.h"
+
+namespace oases {
+
+class TestFault {
+ public:
+  enum class Mode { kNone, kError, kExit, kHang };
+  // Reads OASES_TEST_FAULT (none when unset or malformed).
+  static TestFault from_env();
+  // Fires the fault when `rank` and `step` are the configured ones.
+  Status at_step(int rank, int64_t step) const;
+
+ private:
+  int rank_ = -1;
+  int64_t step_ = -1;
+  Mode mode_ = Mode::kNone;
+};
+
+}  // namespace oases

@@ -1,0 +1,101 @@
+// From model + plan + rank to the program one rank runs, in two phases so that N ranks of one
+// process share the global work:
+//
+//   build_global_program (once): the plan's layouts on the forward graph (Megatron's split, per-part
+//     layouts, or a plan file's specs) -> mixed precision and micro-batch chunks (before autodiff)
+//     -> training graph (graph/training_graph.h) -> batch split -> partition into the per-rank
+//     template (planner/partition.h);
+//   build_rank_program (per rank): the rank's local graph (constants sliced to its shards) ->
+//     recomputation -> schedule (planner/schedule.h) -> CPU fusion (graph/passes/fusion.h) ->
+//     memory plan (planner/memory_plan.h).
+//
+// oases-train runs the result (the executor binds kernels to it), oases-plan --simulate replays it,
+// oases-profile times it: all three run the same program.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "graph/passes/fusion.h"
+#include "graph/program_order.h"
+#include "graph/training_graph.h"
+#include "planner/memory_plan.h"
+#include "planner/partition.h"
+#include "planner/plan.h"
+#include "planner/schedule.h"
+#include "planner/strategy.h"
+
+namespace oases {
+
+// A graph with its instructions in order, fused for the CPU kernels and memory-planned: what the
+// executor binds kernels to (executor/executor.h compile_program).
+struct ProgramLayout {
+  Graph graph;                     // with the fused ops of the oases.cpu domain where fusion ran
+  std::vector<ScheduledOp> order;  // every live node once (collectives as a start and a wait)
+  MemoryPlan memory;
+  FusionStats fusion;
+};
+
+// Whether CPU fusion runs: asked for, on the CPU, and not turned off by OASES_NO_FUSION=1.
+bool cpu_fusion_enabled(bool fuse, const std::string& device);
+
+// Fuses (when `fuse`) and memory-plans `g` under `schedule` (empty: topological order, collectives
+// run in line); values in `keep` stay readable after a run. Errors name a node the schedule runs
+// other than once, or an output without a shape.
+Expected<ProgramLayout> lay_out_program(Graph g, std::vector<ScheduledOp> schedule, const std::set<ValueId>& keep, bool fuse);
+
+struct GlobalProgramOptions {
+  std::string model_path;  // names the model in errors
+  std::string plan_path;   // the plan's file, when it came from one: its specs rule, errors name it
+  bool partition = false;  // partition even a one-rank run (plan reports)
+};
+
+// What every rank of a run shares.
+struct GlobalProgram {
+  Plan plan;
+  int64_t world = 1;
+  TrainingGraph train;                          // global shapes, every chunk
+  Strategy strategy;                            // the plan on this model: mesh, parameter and input specs
+  std::optional<PartitionedGraph> partitioned;  // the per-rank template (world > 1, or asked for)
+  ShardingResult sharding;                      // every value's spec, with `partitioned`
+  std::vector<ShardingSpec> param_specs;        // per trainable parameter
+  std::vector<Shape> param_shapes;              // global
+  const Mesh& mesh() const { return strategy.mesh; }
+};
+
+// `plan` must name the mesh (tp x dp or parts over `world` ranks); its schedule's chunks and its
+// dtype shape the training graph.
+Expected<GlobalProgram> build_global_program(Graph forward, const TrainingSpec& spec, const Plan& plan, int64_t world,
+                                             const GlobalProgramOptions& opts);
+
+struct RankProgramOptions {
+  std::string device = "cpu";   // fusion is CPU-only
+  bool fuse = true;             // CPU fusion and in-place outputs
+  std::set<ValueId> keep;       // values readable after a run (besides the outputs)
+  bool slice_constants = true;  // false: constants keep the global tensors (shape-only programs)
+};
+
+struct RankProgram {
+  int64_t rank = 0;
+  Mesh mesh;                                // the mesh of the run
+  TrainingGraph train;                      // the rank's training graph: local shapes, recomputation applied
+  std::optional<ScheduleOptions> schedule;  // unset: no schedule, instructions in line
+  std::vector<ScheduledOp> order;           // the scheduler's order (empty without a schedule)
+  RecomputeReport recompute;
+  std::map<int, int64_t> saved_bytes;  // activations kept for backward per layer (with a schedule)
+  std::map<int, int> saved_count;
+  ProgramLayout program;   // what the executor runs (fused, memory-planned)
+  double param_bytes = 0;  // this rank's parameters
+  int collectives = 0;     // inserted by the partition
+};
+
+Expected<RankProgram> build_rank_program(const GlobalProgram& global, int64_t rank, const RankProgramOptions& opts = {});
+
+// One call: the global program and rank `rank`'s program of `forward` under `plan`.
+Expected<RankProgram> build_rank_program(const Graph& forward, const Plan& plan, int64_t rank, const TrainingSpec& spec = {},
+                                         const RankProgramOptions& opts = {});
+
+}  // namespace oases

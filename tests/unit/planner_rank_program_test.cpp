@@ -1,0 +1,101 @@
+// One rank program for every tool (planner/rank_program.h): the two phases agree with the one-call
+// form, every rank of a split gets its own shards, the plan's schedule, recomputation and dtype
+// shape the program, and the executor runs the program as built.
+#include <cstring>
+
+#include <gtest/gtest.h>
+
+#include "executor/executor.h"
+#include "planner/rank_program.h"
+#include "tools/plan_driver.h"
+
+namespace oases {
+namespace {
+
+Graph gpt2_forward() {
+  std::string path = std::string(OASES_SOURCE_DIR) + "/models/train/gpt2_bytes/model.onnx";
+  auto pm = load_planning_model(path, ImportOptions{}, 8, 16);
+  EXPECT_TRUE(pm) << pm.status().message();
+  return std::move(pm->forward);
+}
+
+int count_kind(const std::vector<ScheduledOp>& order, ScheduledOp::Kind k) {
+  int n = 0;
+  for (const ScheduledOp& op : order) n += op.kind == k;
+  return n;
+}
+
+TEST(RankProgram, TwoPhasesMatchTheOneCall) {
+  Graph fwd = gpt2_forward();
+  Plan plan = Plan::megatron(2, 1);
+  plan.mesh.schedule = "oases";
+  plan.mesh.chunks = 2;
+  auto gp = build_global_program(fwd, TrainingSpec{}, plan, 2, GlobalProgramOptions{});
+  ASSERT_TRUE(gp) << gp.status().message();
+  ASSERT_TRUE(gp->partitioned.has_value());
+  auto r0 = build_rank_program(*gp, 0);
+  auto r1 = build_rank_program(*gp, 1);
+  auto one = build_rank_program(fwd, plan, 1);
+  ASSERT_TRUE(r0 && r1 && one);
+  EXPECT_EQ(r1->program.order.size(), one->program.order.size());
+  EXPECT_EQ(r0->program.order.size(), r1->program.order.size());  // every rank derives the same order
+  EXPECT_GT(count_kind(r0->program.order, ScheduledOp::Kind::kCommStart), 0);
+  EXPECT_GT(r0->recompute.nodes, 0);  // oases recomputes the blocks
+  EXPECT_GT(r0->program.memory.arena_bytes, 0u);
+  // the constants are sliced for each rank: a column-split weight differs between the ranks
+  int differing = 0;
+  for (size_t i = 0; i < gp->train.params.size(); ++i) {
+    if (gp->param_specs[i].is_replicated()) continue;
+    ValueId p = gp->train.params[i];
+    const Tensor& a = r0->train.graph.value(p).constant;
+    const Tensor& b = r1->train.graph.value(p).constant;
+    ASSERT_EQ(a.shape(), b.shape());
+    EXPECT_NE(a.shape(), gp->param_shapes[i]);
+    differing += std::memcmp(a.raw(), b.raw(), a.nbytes()) != 0;
+  }
+  EXPECT_GT(differing, 0);
+}
+
+TEST(RankProgram, PlanFieldsShapeTheProgram) {
+  Graph fwd = gpt2_forward();
+  Plan plain = Plan::megatron(1, 1);
+  auto base = build_rank_program(fwd, plain, 0);
+  ASSERT_TRUE(base) << base.status().message();
+  EXPECT_FALSE(base->schedule.has_value());
+  EXPECT_TRUE(base->order.empty());
+  // recomputation as a field: the comm-optimised schedule without any recomputation
+  Plan no_recompute = plain;
+  no_recompute.mesh.schedule = "oases";
+  no_recompute.mesh.recompute = CheckpointMode::kNone;
+  auto nr = build_rank_program(fwd, no_recompute, 0);
+  ASSERT_TRUE(nr) << nr.status().message();
+  EXPECT_EQ(nr->recompute.nodes, 0);
+  // the compute dtype applies to every tool's program, not only the trainer's
+  Plan bf16 = plain;
+  bf16.dtype = "bf16";
+  auto mp = build_rank_program(fwd, bf16, 0);
+  ASSERT_TRUE(mp) << mp.status().message();
+  int casts = 0;
+  for (NodeId n : mp->train.graph.nodes()) casts += mp->train.graph.node(n).op_type == "Cast";
+  int base_casts = 0;
+  for (NodeId n : base->train.graph.nodes()) base_casts += base->train.graph.node(n).op_type == "Cast";
+  EXPECT_GT(casts, base_casts);
+}
+
+TEST(RankProgram, TheExecutorRunsTheProgramAsBuilt) {
+  Graph fwd = gpt2_forward();
+  Plan plan = Plan::megatron(1, 1);
+  plan.mesh.schedule = "optim_comm_checkpoint";
+  auto rp = build_rank_program(fwd, plan, 0);
+  ASSERT_TRUE(rp) << rp.status().message();
+  size_t instrs = rp->program.order.size();
+  size_t arena = rp->program.memory.arena_bytes;
+  auto prog = compile_program(std::move(rp->program));
+  ASSERT_TRUE(prog) << prog.status().message();
+  EXPECT_EQ(prog->instrs.size(), instrs);
+  EXPECT_EQ(prog->memory.arena_bytes, arena);
+  EXPECT_EQ(prog->kernels.size(), instrs);
+}
+
+}  // namespace
+}  // namespace oases

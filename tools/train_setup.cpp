@@ -1,0 +1,293 @@
+#include "tools/train_setup.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+
+#include <nlohmann/json.hpp>
+
+#include "executor/device.h"
+#include "executor/distributed.h"
+#include "planner/plan.h"
+
+namespace fs = std::filesystem;
+
+namespace oases {
+
+namespace {
+
+Status bind_token_shapes(const TrainArgs& a, ImportOptions* opts, int64_t* batch, int64_t* seq) {
+  ImportOptions probe_opts = *opts;
+  probe_opts.require_bound_dims = false;
+  OASES_ASSIGN_OR_RETURN(Graph probe, import_onnx_file(a.model, probe_opts));
+  int64_t b = a.batch, t = a.seq;
+  for (ValueId v : probe.inputs()) {
+    const Value& val = probe.value(v);
+    if (!is_integer(val.dtype) || val.shape.size() != 2 || opts->input_shapes.count(val.name)) continue;
+    for (int d = 0; d < 2; ++d) {
+      int64_t fixed = val.shape[d];
+      int64_t& want = d == 0 ? b : t;
+      if (fixed >= 0) {
+        if (want > 0 && want != fixed) {
+          return error("the model fixes input '{}' to {}; give --batch {} --seq {} or export it with dynamic axes", val.name,
+                       shape_str(val.shape), val.shape[0] >= 0 ? val.shape[0] : b, val.shape[1] >= 0 ? val.shape[1] : t);
+        }
+        want = fixed;
+      }
+    }
+  }
+  if (b <= 0) b = 8;
+  if (t <= 0) t = 64;
+  for (ValueId v : probe.inputs()) {
+    const Value& val = probe.value(v);
+    if (is_integer(val.dtype) && val.shape.size() == 2 && !opts->input_shapes.count(val.name)) opts->input_shapes[val.name] = {b, t};
+  }
+  *batch = b;
+  *seq = t;
+  return Status::ok();
+}
+
+// The run's layout: the plan file's (adopted where the command line left it open), tp x dp from
+// the world size.
+Expected<Plan> run_plan(TrainArgs& a, int64_t world) {
+  Plan plan;
+  if (!a.plan.empty()) {
+    OASES_ASSIGN_OR_RETURN(plan, Plan::read(a.plan));
+    RunShape run{a.tp, a.dp, a.batch, a.seq, a.chunks, a.schedule};
+    OASES_RETURN_IF_ERROR(adopt_plan(plan, a.plan, world, &run));
+    a.tp = run.tp;
+    a.dp = run.dp;
+    a.batch = run.batch;
+    a.seq = run.seq;
+    a.chunks = run.chunks;
+    a.schedule = run.schedule;
+  } else {
+    plan.vocab_parallel = !a.no_vocab_parallel;
+  }
+  if (a.tp <= 0 && a.dp <= 0) {
+    a.tp = 1;
+    a.dp = world;
+  } else if (a.tp <= 0) {
+    if (world % a.dp != 0) return error("dp {} does not divide the {} ranks of this run (world size must equal tp x dp)", a.dp, world);
+    a.tp = world / a.dp;
+  } else if (a.dp <= 0) {
+    if (world % a.tp != 0) return error("tp {} does not divide the {} ranks of this run (world size must equal tp x dp)", a.tp, world);
+    a.dp = world / a.tp;
+  }
+  if (a.tp * a.dp != world) {
+    return error("tp {} x dp {} = {} ranks, but the run has {} (world size must equal tp x dp)", a.tp, a.dp, a.tp * a.dp, world);
+  }
+  if (a.chunks <= 0) a.chunks = a.schedule.empty() ? 1 : 2;
+  plan.mesh.tp = a.tp;
+  plan.mesh.dp = a.dp;
+  if (plan.mesh.ranks <= 0) plan.mesh.ranks = world;
+  plan.mesh.schedule = a.schedule;
+  plan.mesh.chunks = a.chunks;
+  plan.sequence_parallel = plan.sequence_parallel || a.sequence_parallel;
+  plan.dp_bucket_bytes = static_cast<int64_t>(a.dp_bucket_mb * (1 << 20));
+  plan.dtype = a.dtype;
+  return plan;
+}
+
+// --inputs DIR: input_N.pb files by name (or position), their shapes bound.
+Status read_input_files(const TrainArgs& a, ImportOptions* opts, TrainSetup* s) {
+  if (!fs::is_directory(a.inputs_dir)) return error("{}: no such folder", a.inputs_dir);
+  std::vector<std::pair<int, std::string>> files;
+  std::regex re("input_([0-9]+)\\.pb");
+  for (const auto& e : fs::directory_iterator(a.inputs_dir)) {
+    std::smatch m;
+    std::string n = e.path().filename().string();
+    if (std::regex_match(n, m, re)) files.push_back({std::stoi(m[1]), e.path().string()});
+  }
+  std::sort(files.begin(), files.end());
+  if (files.empty()) return error("{}: no input_N.pb files", a.inputs_dir);
+  ImportOptions probe_opts = *opts;
+  probe_opts.require_bound_dims = false;
+  OASES_ASSIGN_OR_RETURN(Graph probe, import_onnx_file(a.model, probe_opts));
+  for (size_t i = 0; i < files.size(); ++i) {
+    OASES_ASSIGN_OR_RETURN(auto t, read_tensor_file(files[i].second));
+    std::string name = t.first;
+    bool known = false;
+    for (ValueId v : probe.inputs()) known |= probe.value(v).name == name;
+    if (!known) {
+      if (i >= probe.inputs().size()) return error("{} matches no model input", files[i].second);
+      name = probe.value(probe.inputs()[i]).name;
+    }
+    s->fixed_feeds[name] = t.second;
+    if (!opts->input_shapes.count(name)) opts->input_shapes[name] = t.second.shape();
+    if (is_integer(t.second.dtype()) && t.second.rank() == 2 && s->batch == 0) {
+      s->batch = t.second.shape()[0];
+      s->seq = t.second.shape()[1];
+    }
+  }
+  return Status::ok();
+}
+
+// How the batches feed the inputs, and the tokens (with the validation split).
+Status prepare_data(TrainSetup& s) {
+  const TrainArgs& a = s.a;
+  const TrainingGraph& train = s.gp.train;
+  if (s.fixed_feeds.empty()) {
+    auto roles = input_roles(train.graph, train.targets);
+    if (!roles) return roles.status().with_context(a.model);
+    s.roles = std::move(*roles);
+  } else if (train.appended_loss) {
+    auto token_roles = input_roles(train.graph, train.targets);
+    if (!token_roles) return token_roles.status().with_context(a.model);
+    // the decoder's input when there is one (an encoder-decoder model), else the token input
+    for (InputRole::Kind kind : {InputRole::kDecoderTokens, InputRole::kTokens}) {
+      for (const InputRole& r : *token_roles) {
+        if (r.kind == kind && s.fixed_feeds.count(r.name) && !s.fixed_feeds.count("oases_targets")) {
+          s.fixed_feeds["oases_targets"] = shifted_targets(s.fixed_feeds[r.name], a.ignore_index);
+        }
+      }
+    }
+    if (!s.fixed_feeds.count("oases_targets")) return Status::error("cannot derive next-token targets from --inputs");
+  }
+  if (!a.data.empty() || a.synthetic) {
+    if (a.synthetic) {
+      s.data = synthetic_tokens(std::max<int64_t>(1 << 20, (s.batch * (s.seq + 1)) * 16), std::max<int64_t>(s.vocab, 2), a.seed);
+    } else {
+      OASES_ASSIGN_OR_RETURN(s.data, load_tokens(a.data));
+    }
+    if (s.vocab > 0) OASES_RETURN_IF_ERROR(check_vocab(s.data, s.vocab));
+    int64_t n = static_cast<int64_t>(s.data.tokens.size());
+    s.split = n - static_cast<int64_t>(std::floor(static_cast<double>(n) * a.val_fraction));
+    if (s.split < s.seq + 1) {
+      return error("{}: {} tokens ({} after holding out {:.0f}% for validation) are fewer than one batch row of {} tokens",
+                   a.synthetic ? "synthetic data" : a.data, n, s.split, a.val_fraction * 100, s.seq + 1);
+    }
+    s.have_val = n - s.split >= s.seq + 1;
+  }
+  return Status::ok();
+}
+
+void print_schedule(const Graph& g, const std::vector<ScheduledOp>& order) {
+  for (const ScheduledOp& op : order) {
+    const Node& n = g.node(op.node);
+    const char* k = op.kind == ScheduledOp::Kind::kCompute ? "    " : op.kind == ScheduledOp::Kind::kCommStart ? "START" : "WAIT ";
+    std::fprintf(stderr, "%s c%-2d %-9s %-22s %s\n", k, n.chunk,
+                 n.phase == Node::Phase::kForward    ? "fwd"
+                 : n.phase == Node::Phase::kLoss     ? "loss"
+                 : n.phase == Node::Phase::kBackward ? "bwd"
+                                                     : "recompute",
+                 n.op_type.c_str(), n.scope.c_str());
+  }
+}
+
+}  // namespace
+
+Expected<TrainSetup> prepare_training(const TrainArgs& args, int64_t world) {
+  TrainSetup s;
+  s.a = args;
+  TrainArgs& a = s.a;
+  int sources = (!a.data.empty()) + (!a.inputs_dir.empty()) + a.synthetic;
+  if (sources != 1) return Status::error("give exactly one of --data FILE, --inputs DIR or --synthetic");
+  if (a.steps < 0 || a.grad_accum < 1) return Status::error("--steps must be >= 0 and --grad-accum >= 1");
+  if (a.steps == 0 && a.dump_grads.empty() && a.export_onnx.empty() && a.export_plan.empty()) {
+    return Status::error("--steps 0 does nothing without --dump-grads, --export-onnx or --export-plan");
+  }
+  // a plan fixes the layout, the shapes and the schedule where the command line does not
+  OASES_ASSIGN_OR_RETURN(Plan plan, run_plan(a, world));
+  ImportOptions opts;
+  OASES_RETURN_IF_ERROR(a.bind.apply(&opts));
+  if (!a.inputs_dir.empty()) {
+    OASES_RETURN_IF_ERROR(read_input_files(a, &opts, &s));
+  } else {
+    OASES_RETURN_IF_ERROR(bind_token_shapes(a, &opts, &s.batch, &s.seq));
+  }
+  plan.batch = s.batch;
+  plan.seq = s.seq;
+  OASES_ASSIGN_OR_RETURN(LoadedModel loaded, load_model(a.model, opts));
+  TrainingSpec spec;
+  spec.loss = a.loss;
+  spec.ignore_index = a.ignore_index;
+  spec.freeze = a.freeze;
+  spec.train = a.train;
+  GlobalProgramOptions go;
+  go.model_path = a.model;
+  go.plan_path = a.plan;
+  go.partition = !a.export_plan.empty();
+  OASES_ASSIGN_OR_RETURN(s.gp, build_global_program(std::move(loaded.graph), spec, plan, world, go));
+  const TrainingGraph& train = s.gp.train;
+  s.vocab = train.vocab;
+  if (s.vocab == 0) {
+    for (ValueId v : train.graph.initializers()) {
+      const Value& val = train.graph.value(v);
+      for (const Use& u : val.uses) {
+        const Node& n = train.graph.node(u.node);
+        if (n.op_type == "Gather" && u.slot == 0 && val.shape.size() == 2) s.vocab = std::max(s.vocab, val.shape[0]);
+      }
+    }
+  }
+  OASES_RETURN_IF_ERROR(prepare_data(s));
+  if (!a.export_plan.empty()) {
+    nlohmann::json j = plan_to_json(train.graph, *s.gp.partitioned, s.gp.sharding, s.gp.strategy, a.model);
+    std::ofstream f(a.export_plan);
+    if (!f) return error("{}: cannot open for writing", a.export_plan);
+    f << j.dump(2) << "\n";
+  }
+  s.oc.kind = a.optimizer;
+  s.oc.lr = a.lr;
+  s.oc.min_lr = a.min_lr;
+  s.oc.warmup = a.warmup;
+  s.oc.total_steps = a.steps;
+  s.oc.cosine = !a.no_cosine;
+  s.oc.weight_decay = a.weight_decay;
+  s.oc.momentum = a.momentum;
+  s.oc.nesterov = a.nesterov;
+  s.oc.beta1 = a.beta1;
+  s.oc.beta2 = a.beta2;
+  s.oc.eps = a.eps;
+  s.oc.clip = a.clip;
+  s.oc.decay_all = a.decay_all;
+  for (size_t i = 0; i < train.params.size(); ++i) {
+    const Value& v = train.graph.value(train.params[i]);
+    s.fingerprint += fmt::format("{}:{}{};", v.name, dtype_name(v.dtype), shape_str(v.shape));
+  }
+  s.model_hash = fnv1a(s.fingerprint + fmt::format("nodes={};tp={};dp={};", train.graph.num_nodes(), a.tp, a.dp) + binary_identity());
+  return s;
+}
+
+// This rank's program (planner/rank_program.h) bound to the executor in a Trainer.
+Expected<std::unique_ptr<Trainer>> make_trainer(const TrainSetup& s, RankRuntime& rt, std::vector<std::unique_ptr<CommGroup>>* nccl_groups,
+                                                std::optional<ScheduleOptions>* sched) {
+  const TrainArgs& a = s.a;
+  bool lead = rt.rank() == 0;
+  RankProgramOptions ro;
+  ro.device = a.device;
+  OASES_ASSIGN_OR_RETURN(RankProgram rp, build_rank_program(s.gp, rt.rank(), ro));
+  ExecOptions eo;
+  eo.threads = a.threads;
+  eo.groups = rt.axis_groups();
+  eo.device = a.device;
+  eo.order = rp.order;
+  if (a.device == "cuda") {
+    // one GPU per rank (the node-local rank picks it); collectives over NCCL, bootstrapped over
+    // this run's communicator
+    const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+    if (!local) local = std::getenv("SLURM_LOCALID");
+    OASES_RETURN_IF_ERROR(cuda_select_device(local ? std::atoi(local) : rt.rank()));
+    if (rt.distributed()) {
+      OASES_ASSIGN_OR_RETURN(*nccl_groups, make_nccl_groups(rt.communicator(), rt.mesh(), rt.rank(), a.comm_timeout));
+      eo.groups.clear();
+      for (auto& g : *nccl_groups) eo.groups.push_back(g.get());
+    }
+  }
+  *sched = rp.schedule;
+  if (lead && rp.schedule && std::getenv("OASES_DUMP_SCHEDULE")) print_schedule(rp.train.graph, rp.order);
+  if (lead && (a.memory_report || a.overlap_report) && rp.schedule) {
+    std::fprintf(stderr, "schedule %s, %lld chunks: %d recomputed nodes (%d collectives); activations kept for backward per block:\n",
+                 rp.schedule->name.c_str(), static_cast<long long>(a.chunks), rp.recompute.nodes, rp.recompute.collectives);
+    for (const auto& [layer, bytes] : rp.saved_bytes) {
+      std::string where = layer < 0 ? std::string("outside blocks") : fmt::format("layer {}", layer);
+      std::fprintf(stderr, "  %s: %d tensors, %.1f KiB\n", where.c_str(), rp.saved_count.at(layer), static_cast<double>(bytes) / 1024.0);
+    }
+  }
+  OASES_ASSIGN_OR_RETURN(Program compiled, compile_program(std::move(rp.program)));
+  return Trainer::create(std::move(rp.train), s.oc, eo, std::move(compiled));
+}
+
+}  // namespace oases

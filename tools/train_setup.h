@@ -1,0 +1,43 @@
+// oases-train's preparation, the same on every rank and done once per process: the command line
+// and the plan file made into one Plan, the model loaded at the run's shapes, the global program
+// (planner/rank_program.h), the data and how it feeds the model's inputs, the optimizer settings.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "executor/data.h"
+#include "executor/distributed.h"
+#include "executor/optimizer.h"
+#include "executor/training.h"
+#include "planner/rank_program.h"
+#include "tools/train_driver.h"
+
+namespace oases {
+
+struct TrainSetup {
+  TrainArgs a;       // with what the plan fixed filled in
+  GlobalProgram gp;  // training graph, strategy, partition (global shapes)
+  int64_t batch = 0, seq = 0, vocab = 0;
+  std::map<std::string, Tensor> fixed_feeds;  // --inputs DIR
+  std::vector<InputRole> roles;
+  TokenData data;
+  int64_t split = 0;  // tokens before it train, after it validate
+  bool have_val = false;
+  OptimizerConfig oc;
+  std::string fingerprint;  // names, dtypes and shapes of the trainable parameters
+  uint64_t model_hash = 0;  // every rank must run the same model, layout and binary
+};
+
+Expected<TrainSetup> prepare_training(const TrainArgs& args, int64_t world);
+
+// This rank's program (planner/rank_program.h) bound to the executor in a Trainer; the NCCL groups
+// of a GPU run are kept in `nccl_groups`, the schedule run in `sched`. Prints the schedule
+// (OASES_DUMP_SCHEDULE) and the memory report on rank 0.
+Expected<std::unique_ptr<Trainer>> make_trainer(const TrainSetup& s, RankRuntime& rt, std::vector<std::unique_ptr<CommGroup>>* nccl_groups,
+                                                std::optional<ScheduleOptions>* sched);
+
+}  // namespace oases
