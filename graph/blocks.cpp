@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdlib>
 #include <map>
 #include <set>
 
@@ -383,6 +384,11 @@ class FindBlocksPass : public Pass {
 
 std::unique_ptr<Pass> make_find_blocks_pass() {
   return std::make_unique<FindBlocksPass>();
+}
+
+int block_of_scope(const std::string& scope) {
+  if (scope.rfind("layer.", 0) != 0) return -1;
+  return std::atoi(scope.c_str() + 6);
 }
 
 }  // namespace oases

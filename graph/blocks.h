@@ -76,4 +76,8 @@ ModelStructure find_transformer_structure(const Graph& g);
 // Transpose; bias = an initializer added right after). Returns false for activation×activation.
 bool match_linear(const Graph& g, NodeId matmul, LinearInfo* out);
 
+// The block index of a node scope the block finder wrote ("layer.3", "layer.3.attn" -> 3), or -1
+// for scopes outside the blocks (embedding, head, loss).
+int block_of_scope(const std::string& scope);
+
 }  // namespace oases

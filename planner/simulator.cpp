@@ -5,6 +5,8 @@
 
 #include <fmt/format.h>
 
+#include "graph/blocks.h"
+
 #include "graph/op_registry.h"
 
 namespace oases {
@@ -12,8 +14,7 @@ namespace oases {
 namespace {
 
 int layer_of(const Node& n) {
-  if (n.scope.rfind("layer.", 0) != 0) return -1;
-  return std::atoi(n.scope.c_str() + 6);
+  return block_of_scope(n.scope);
 }
 
 }  // namespace
