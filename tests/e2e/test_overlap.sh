@@ -46,9 +46,12 @@ for sched in ("default_checkpoint", "oases"):
     hidden, total = hidden_collectives(ops)
     assert total > 0, f"{sched}: no collectives in the schedule"
     print(f"{sched}: {total} collectives, {hidden} with another chunk's compute between START and WAIT")
+base_hidden, _ = hidden_collectives(schedule("default_checkpoint"))
 ops = schedule("oases")
 hidden, total = hidden_collectives(ops)
-assert hidden > 0, "oases: no collective is started before another chunk's compute and waited for after it"
+# interleaved per sub-layer: every collective flies while the other chunk computes, unlike chunks in sequence
+assert hidden == total, f"oases: only {hidden} of {total} collectives have another chunk's compute between START and WAIT"
+assert hidden > base_hidden, (hidden, base_hidden)
 # every forward collective of chunk 0 is started before chunk 1's compute of the same phase has finished:
 # chunk 1's forward compute runs between chunk 0's forward START and WAIT for at least one collective
 fwd_hidden = sum(1 for i, (k, c, ph, op, sc) in enumerate(ops) if k == "START" and ph == "fwd" and c == 0
