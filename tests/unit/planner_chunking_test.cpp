@@ -27,7 +27,7 @@ Graph squared_loss_graph() {
   g.add_node("Mul", {y, y}, {sq}, {}, "square");
   AttrMap keep;
   keep.set_int("keepdims", 0);
-  // axes named: without them the ReduceMean sharding rule keeps rank 2 (a reduce-all it misreads)
+  // axes named, the canonical form shape inference writes (this graph is built without inference)
   keep.set_ints("axes", {0, 1});
   g.add_node("ReduceMean", {sq}, {loss}, keep, "mean");
   g.add_output(loss);
