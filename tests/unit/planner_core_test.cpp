@@ -193,5 +193,29 @@ TEST(PlannerMemoryPlan, KeptValuesAreNeverReused) {
   EXPECT_EQ(mp.arena_bytes, 3u * 1024u);
 }
 
+TEST(PlannerMemoryPlan, ACollectivesInputStaysLiveUntilItsWait) {
+  // a = Relu(x); r = AllReduce(a) started; b = Relu(x) while it flies; wait; c = Relu(r)
+  Graph g;
+  ValueId x = g.add_input("x", DType::kF32, {16, 16});
+  ValueId a = g.add_value("a", DType::kF32, {16, 16}, true);
+  ValueId r = g.add_value("r", DType::kF32, {16, 16}, true);
+  ValueId b = g.add_value("b", DType::kF32, {16, 16}, true);
+  ValueId c = g.add_value("c", DType::kF32, {16, 16}, true);
+  NodeId n1 = g.add_node("Relu", {x}, {a}, {}, "r1");
+  NodeId ar = g.add_node("AllReduce", {a}, {r}, {}, "all_reduce", kOasesDomain);
+  NodeId n2 = g.add_node("Relu", {x}, {b}, {}, "r2");
+  NodeId n3 = g.add_node("Relu", {r}, {c}, {}, "r3");
+  g.add_output(b);
+  g.add_output(c);
+  std::vector<PlanStep> steps{{n1, true, true}, {ar, true, false}, {n2, true, true}, {ar, false, true}, {n3, true, true}};
+  MemoryPlan mp = MemoryPlan::build(g, steps, {b, c});
+  // a is read by the collective until its wait, after b is defined: no sharing
+  EXPECT_FALSE(overlap(mp.slots[a], mp.slots[b]));
+  EXPECT_FALSE(overlap(mp.slots[a], mp.slots[r]));
+  EXPECT_FALSE(overlap(mp.slots[b], mp.slots[r]));
+  // after the wait a is dead: c reuses its space
+  EXPECT_TRUE(overlap(mp.slots[a], mp.slots[c]));
+}
+
 }  // namespace
 }  // namespace oases
