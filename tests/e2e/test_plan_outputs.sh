@@ -31,11 +31,16 @@ for b in p["blocks"]:
     assert b["attention"]["heads_per_rank"] * 2 == b["attention"]["heads"]
 print(sys.argv[2], "plan ok:", len(p["values"]), "values,", len(p["collectives"]), "collectives")
 PY
+  # graphviz is a required package (scripts/setup.sh): without `dot` the DOT file goes unchecked, a failure
   if command -v dot >/dev/null; then
     dot -Tsvg "$WORK/$model.dot" -o "$WORK/$model.svg" || fail "$model: dot rejects the DOT file"
+  else
+    fail "$model: graphviz 'dot' is missing (scripts/setup.sh installs it): the DOT file cannot be checked"
   fi
-  grep -q "http" "$WORK/$model.html" && ! grep -qE "(src|href)=\"https?:" "$WORK/$model.html" || true
-  if grep -qE "(src|href)=\"https?://" "$WORK/$model.html"; then fail "$model: the HTML page loads from the network"; fi
+  # self-contained: nothing is loaded from the network (src/href/CSS url()/@import to http(s) or protocol-relative //)
+  if grep -qiE "(src|href)[[:space:]]*=[[:space:]]*[\"']?(https?:)?//|url\([[:space:]]*[\"']?(https?:)?//|@import" "$WORK/$model.html"; then
+    fail "$model: the HTML page loads a remote resource: $(grep -oiE "(src|href)[[:space:]]*=[[:space:]]*[\"']?(https?:)?//[^\"' >]*|url\([^)]*\)|@import[^;]*" "$WORK/$model.html" | head -1)"
+  fi
 done
 BROWSER=$(command -v chromium || command -v chromium-browser || command -v google-chrome || true)
 if [[ -z $BROWSER ]]; then
