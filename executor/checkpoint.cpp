@@ -1,5 +1,6 @@
 #include "executor/checkpoint.h"
 
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -20,6 +21,14 @@ constexpr uint64_t kMaxHeader = uint64_t{1} << 30;
 }  // namespace
 
 Status save_checkpoint(const Checkpoint& c, const std::string& path) {
+  // a diverged run must not replace the last good checkpoint with NaN weights or moments
+  for (const auto& [name, t] : c.tensors) {
+    if (t.dtype() != DType::kF32) continue;
+    const float* p = t.data<float>();
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      if (!std::isfinite(p[i])) return error("{}: not written: tensor '{}' holds a non-finite value ({})", path, name, p[i]);
+    }
+  }
   nlohmann::json h;
   h["format"] = "oases-checkpoint";
   h["version"] = 1;

@@ -33,6 +33,7 @@ struct Checkpoint {
 };
 
 // Written to PATH.tmp, flushed, fsync'ed and renamed over PATH: a crash never leaves half a file.
+// Refused (PATH untouched) when a float32 tensor holds NaN or Inf.
 Status save_checkpoint(const Checkpoint& c, const std::string& path);
 Expected<Checkpoint> load_checkpoint(const std::string& path);
 

@@ -189,8 +189,11 @@ Expected<StepStats> Trainer::step(const std::vector<std::map<std::string, Tensor
   float scale = static_cast<float>(1.0 / (static_cast<double>(micro.size()) * (scaled ? loss_scale_ : 1.0)));
   if (before_update) OASES_RETURN_IF_ERROR(before_update());
   double norm = 0;
+  double loss = total / static_cast<double>(micro.size());
+  bool bad_loss = skip_nonfinite && !std::isfinite(loss);
   if (global_norm) {
     std::vector<double> ss = opt_.sum_squares(grads);
+    if (bad_loss) ss.assign(ss.size(), NAN);
     try {
       norm = global_norm(ss) * static_cast<double>(scale);
     } catch (const OasesError& e) {
@@ -198,6 +201,7 @@ Expected<StepStats> Trainer::step(const std::vector<std::map<std::string, Tensor
     }
   } else {
     norm = opt_.grad_norm(grads, scale);
+    if (bad_loss) norm = NAN;
   }
   if (skip_nonfinite && !std::isfinite(norm)) {
     st.skipped = true;
@@ -206,7 +210,7 @@ Expected<StepStats> Trainer::step(const std::vector<std::map<std::string, Tensor
     st.grad_norm = opt_.step_with_norm(grads, scale, norm);
   }
   st.lr = opt_.last_lr();
-  st.loss = total / static_cast<double>(micro.size());
+  st.loss = loss;
   train_->state().step++;
   st.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   return st;

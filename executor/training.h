@@ -56,7 +56,8 @@ class Trainer {
   // value instead of 1; reported losses, gradient() and the update divide it out again.
   void set_loss_scale(double s);
   double loss_scale() const { return loss_scale_; }
-  // Skip the update (parameters and optimizer state untouched) when the gradient norm is not finite.
+  // Skip the update (parameters and optimizer state untouched) when the gradient norm or the loss
+  // is not finite (a non-finite loss on any rank makes the global norm NaN: all ranks skip alike).
   bool skip_nonfinite = false;
 
   // One optimizer step over the given micro-batches (gradients averaged). `before_update` runs

@@ -2,54 +2,81 @@
 //   [--optimizer sgd|adamw --lr ...] [--save CKPT] [--resume CKPT] [--export-onnx OUT.onnx]
 //   [--dump-grads DIR] [--log-json FILE] [--tp T --dp D] [--local-ranks N] [--plan plan.json]
 // Trains an imported model on one rank, on N ranks as threads, or under mpirun/srun.
+#include <cmath>
+
 #include "tools/train_driver.h"
 
 namespace oases {
+
+namespace {
+
+// A number in [lo, hi] (lo_open/hi_open: the bound itself excluded), finite: CLI11's own ranges
+// accept nan and inf, which would reach the optimizer as a silent garbage schedule.
+CLI::Validator number_in(double lo, double hi, bool lo_open = false, bool hi_open = false) {
+  std::string range = fmt::format("{}{}, {}{}", lo_open ? "(" : "[", lo, hi == HUGE_VAL ? "inf" : fmt::format("{}", hi),
+                                  hi_open || hi == HUGE_VAL ? ")" : "]");
+  return CLI::Validator(
+      [=](std::string& text) -> std::string {
+        double v = 0;
+        if (!CLI::detail::lexical_cast(text, v)) return fmt::format("{} is not a number", text);
+        bool ok = std::isfinite(v) && (lo_open ? v > lo : v >= lo) && (hi_open ? v < hi : v <= hi);
+        return ok ? std::string() : fmt::format("{} is not in {}", text, range);
+      },
+      "in " + range);
+}
+
+const double kInf = HUGE_VAL;
+
+}  // namespace
 
 void add_train_options(CLI::App& app, TrainArgs& a) {
   app.add_option("model", a.model, "ONNX model file")->required();
   app.add_option("--data", a.data, "Token file: llm.c/nanoGPT uint16 .bin, int32 .i32, or UTF-8 text (bytes)");
   app.add_option("--inputs", a.inputs_dir, "Feed the graph inputs from input_N.pb files (ONNX test-data layout)");
   app.add_flag("--synthetic", a.synthetic, "Random tokens (benchmarks)");
-  app.add_option("--steps", a.steps, "Optimizer steps (0 with --dump-grads: gradients only)");
-  app.add_option("--batch", a.batch, "Sequences per micro-batch (the global batch under data parallelism)");
-  app.add_option("--seq", a.seq, "Tokens per sequence");
-  app.add_option("--grad-accum", a.grad_accum, "Micro-batches per optimizer step");
+  app.add_option("--steps", a.steps, "Optimizer steps (0 with --dump-grads: gradients only)")->check(number_in(0, kInf));
+  app.add_option("--batch", a.batch, "Sequences per micro-batch (the global batch under data parallelism)")->check(number_in(1, kInf));
+  app.add_option("--seq", a.seq, "Tokens per sequence")->check(number_in(1, kInf));
+  app.add_option("--grad-accum", a.grad_accum, "Micro-batches per optimizer step")->check(number_in(1, kInf));
   app.add_option("--optimizer", a.optimizer, "adamw | sgd")->check(CLI::IsMember({"adamw", "sgd"}));
-  app.add_option("--lr", a.lr, "Peak learning rate");
-  app.add_option("--min-lr", a.min_lr, "Learning rate at the end of the cosine decay (default lr/10)");
-  app.add_option("--warmup", a.warmup, "Steps of linear warm-up");
+  app.add_option("--lr", a.lr, "Peak learning rate")->check(number_in(0, kInf, true));
+  app.add_option("--min-lr", a.min_lr, "Learning rate at the end of the cosine decay (default lr/10)")->check(number_in(0, kInf));
+  app.add_option("--warmup", a.warmup, "Steps of linear warm-up")->check(number_in(0, kInf));
   app.add_flag("--no-cosine", a.no_cosine, "Constant learning rate after warm-up");
-  app.add_option("--weight-decay", a.weight_decay, "Decoupled weight decay (AdamW) or L2 (SGD)");
+  app.add_option("--weight-decay", a.weight_decay, "Decoupled weight decay (AdamW) or L2 (SGD)")->check(number_in(0, kInf));
   app.add_flag("--decay-all", a.decay_all, "Also decay rank-1 parameters (biases, norm scales)");
   app.add_option("--momentum", a.momentum, "SGD momentum");
   app.add_flag("--nesterov", a.nesterov, "Nesterov momentum (SGD)");
   app.add_option("--beta1", a.beta1, "AdamW beta1");
   app.add_option("--beta2", a.beta2, "AdamW beta2");
   app.add_option("--eps", a.eps, "AdamW epsilon");
-  app.add_option("--clip", a.clip, "Global gradient-norm clip (0: off)");
+  app.add_option("--clip", a.clip, "Global gradient-norm clip (0: off)")->check(number_in(0, kInf));
+  app.add_option("--on-nonfinite", a.on_nonfinite,
+                 "stop | skip: a step whose loss or gradient norm is NaN/Inf stops the run (exit 2, nothing saved) or is skipped")
+      ->check(CLI::IsMember({"stop", "skip"}));
   app.add_option("--loss", a.loss, "auto | cross_entropy")->check(CLI::IsMember({"auto", "cross_entropy"}));
   app.add_option("--ignore-index", a.ignore_index, "Target id the appended cross-entropy ignores");
   app.add_option("--freeze", a.freeze, "Hold initializers whose names match this regex fixed");
   app.add_option("--train", a.train, "Train initializers whose names match this regex though they look like buffers (--freeze wins)");
   app.add_option("--seed", a.seed, "Seed of batch sampling and dropout");
-  app.add_option("--val-every", a.val_every, "Validation loss every N steps (0: only at the end)");
-  app.add_option("--val-batches", a.val_batches, "Batches per validation");
-  app.add_option("--val-fraction", a.val_fraction, "Fraction of the data held out for validation");
+  app.add_option("--val-every", a.val_every, "Validation loss every N steps (0: only at the end)")->check(number_in(0, kInf));
+  app.add_option("--val-batches", a.val_batches, "Batches per validation")->check(number_in(1, kInf));
+  app.add_option("--val-fraction", a.val_fraction, "Fraction of the data held out for validation")->check(number_in(0, 1, false, true));
   app.add_option("--save", a.save, "Write a checkpoint to CKPT (at the end, and every --save-every steps)");
-  app.add_option("--save-every", a.save_every, "Checkpoint every N steps");
+  app.add_option("--save-every", a.save_every, "Checkpoint every N steps")->check(number_in(0, kInf));
   app.add_option("--resume", a.resume, "Continue from a checkpoint (also one written with another tp/dp layout)");
-  app.add_option("--stop-after", a.stop_after, "Stop (and save) after N steps of this run; --steps still sets the schedule");
+  app.add_option("--stop-after", a.stop_after, "Stop (and save) after N steps of this run; --steps still sets the schedule")
+      ->check(number_in(0, kInf));
   app.add_option("--export-onnx", a.export_onnx, "Write the model with the trained weights");
   app.add_option("--dump-grads", a.dump_grads, "Write the first step's gradients (one TensorProto per parameter, full tensors)");
   app.add_option("--log-json", a.log_json, "One JSON object per step");
-  app.add_option("--log-every", a.log_every, "Progress line every N steps (default: about 20 lines a run)");
+  app.add_option("--log-every", a.log_every, "Progress line every N steps (default: about 20 lines a run)")->check(number_in(0, kInf));
   app.add_option("--threads", a.threads, "Threads for BLAS and kernels per rank (0: the cores shared among ranks)");
   app.add_flag("-q,--quiet", a.quiet, "No progress lines");
   app.add_flag("--profile", a.profile, "Print the time per op type and the slowest nodes per step (rank 0, steps after the first)");
-  app.add_option("--tp", a.tp, "Tensor-parallel degree");
-  app.add_option("--dp", a.dp, "Data-parallel degree");
-  app.add_option("--local-ranks", a.local_ranks, "Run N ranks as threads of this process");
+  app.add_option("--tp", a.tp, "Tensor-parallel degree")->check(number_in(1, kInf));
+  app.add_option("--dp", a.dp, "Data-parallel degree")->check(number_in(1, kInf));
+  app.add_option("--local-ranks", a.local_ranks, "Run N ranks as threads of this process")->check(number_in(1, kInf));
   app.add_flag("--no-vocab-parallel", a.no_vocab_parallel, "Replicate the embedding and LM head instead of splitting the vocabulary");
   app.add_flag("--sequence-parallel", a.sequence_parallel, "Split norms and residuals over the sequence (reduce-scatter + all-gather)");
   app.add_option("--dp-bucket-mb", a.dp_bucket_mb, "MiB of gradients per data-parallel all-reduce (0: one all-reduce per gradient)")
@@ -57,12 +84,12 @@ void add_train_options(CLI::App& app, TrainArgs& a) {
   app.add_option("--export-plan", a.export_plan, "Write the partitioned plan as JSON");
   app.add_option("--plan", a.plan, "Run this plan (oases-plan output, or specs per initializer)");
   app.add_option("--comm-timeout", a.comm_timeout, "Seconds a collective waits for its peers before the run stops");
-  app.add_option("--chunks", a.chunks, "Micro-batch chunks per batch (default 2 with --schedule, else 1)");
+  app.add_option("--chunks", a.chunks, "Micro-batch chunks per batch (default 2 with --schedule, else 1)")->check(number_in(1, kInf));
   app.add_option("--schedule", a.schedule, "plain | default_checkpoint | optim_comm_checkpoint | overlap_checkpoint | oases")
       ->check(CLI::IsMember({"plain", "default_checkpoint", "optim_comm_checkpoint", "overlap_checkpoint", "oases"}));
   app.add_option("--emulate-link", a.emulate_link, "Delay collectives as a link of bw=GBPS,latency=US would (ring algorithm)");
   app.add_option("--trace", a.trace, "Write a Chrome trace (Perfetto) of the first --trace-steps steps after the first");
-  app.add_option("--trace-steps", a.trace_steps, "Steps in the trace");
+  app.add_option("--trace-steps", a.trace_steps, "Steps in the trace")->check(number_in(1, kInf));
   app.add_flag("--overlap-report", a.overlap_report, "Print total, hidden and exposed communication time per step and per block");
   app.add_flag("--memory-report", a.memory_report, "Print the bytes of activations each block keeps for the backward pass");
   app.add_option("--device", a.device, "cpu | cuda (the GPU backend: docs/GPU.md)")->check(CLI::IsMember({"cpu", "cuda"}));

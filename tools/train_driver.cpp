@@ -51,7 +51,8 @@ Status run_rank(const TrainSetup& s, RankRuntime& rt) {
   LossScalerConfig lsc;
   lsc.dynamic = a.dtype == "fp16";
   LossScaler scaler(lsc);
-  tr.skip_nonfinite = lsc.dynamic;
+  // never apply a non-finite update: fp16 then lowers its scale, otherwise --on-nonfinite decides
+  tr.skip_nonfinite = true;
   bool tracing = !a.trace.empty() || a.overlap_report;
   tr.executor().set_tracing(tracing);
   const std::vector<ShardingSpec>& pspecs = s.gp.param_specs;
@@ -200,7 +201,18 @@ Status run_rank(const TrainSetup& s, RankRuntime& rt) {
       overlap.add(run_graph, ev, st.ms, done_steps >= 1);
       if (!a.trace.empty() && done_steps >= 1 && done_steps <= a.trace_steps) append_trace(run_graph, ev, rt.rank(), &trace_json);
     }
-    if (!std::isfinite(st.loss)) return error("step {}: the loss is {} (lower --lr?)", step + 1, st.loss);
+    if (st.skipped && !lsc.dynamic) {
+      if (a.on_nonfinite == "stop") {
+        return error("step {}: the loss is {} and the gradient norm {}: stopped before the update, nothing saved (lower --lr?)", step + 1,
+                     st.loss, st.grad_norm);
+      }
+      if (lead) {
+        std::fprintf(stderr, "warning: step %lld: the loss is %g and the gradient norm %g: update skipped\n",
+                     static_cast<long long>(step + 1), st.loss, st.grad_norm);
+      }
+    } else if (!std::isfinite(st.loss)) {
+      return error("step {}: the loss is {} (lower --lr?)", step + 1, st.loss);
+    }
     if (a.profile && step > start) prof.add(tr.executor(), st.ms);
     double tps = static_cast<double>(tokens_per_step) / (st.ms / 1000.0);
     int64_t done = step + 1;

@@ -19,6 +19,7 @@ struct TrainArgs {
   bool synthetic = false, quiet = false, profile = false;
   int64_t steps = 100, batch = 0, seq = 0, grad_accum = 1, stop_after = 0;
   std::string optimizer = "adamw", loss = "auto", freeze, train;
+  std::string on_nonfinite = "stop";  // a step with a non-finite loss or gradient norm: stop | skip
   double lr = 1e-3, min_lr = -1, weight_decay = 0.0, momentum = 0.9, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, clip = 1.0;
   int64_t warmup = 0, ignore_index = -100, val_every = 0, val_batches = 4, save_every = 0, log_every = 0;
   double val_fraction = 0.1;

@@ -6,6 +6,8 @@
 #include <fstream>
 #include <regex>
 
+#include <unistd.h>
+
 #include <nlohmann/json.hpp>
 
 #include "executor/device.h"
@@ -164,6 +166,33 @@ Status prepare_data(TrainSetup& s) {
   return Status::ok();
 }
 
+// The files the run writes (at its end, for most) must be creatable now: a missing or read-only
+// folder found after hours of training loses them.
+Status check_output_paths(const TrainArgs& a) {
+  auto writable_dir = [](const fs::path& dir) { return fs::is_directory(dir) && ::access(dir.c_str(), W_OK | X_OK) == 0; };
+  std::pair<const char*, const std::string*> files[] = {{"--save", &a.save},
+                                                        {"--export-onnx", &a.export_onnx},
+                                                        {"--log-json", &a.log_json},
+                                                        {"--trace", &a.trace},
+                                                        {"--export-plan", &a.export_plan}};
+  for (const auto& [flag, path] : files) {
+    if (path->empty()) continue;
+    fs::path dir = fs::path(*path).parent_path();
+    if (dir.empty()) dir = ".";
+    if (!fs::is_directory(dir)) return error("{} {}: the folder {} does not exist", flag, *path, dir.string());
+    if (!writable_dir(dir)) return error("{} {}: the folder {} is not writable", flag, *path, dir.string());
+  }
+  if (!a.dump_grads.empty()) {
+    // created with its missing parents: the nearest existing ancestor must take new entries
+    fs::path dir = fs::absolute(a.dump_grads);
+    while (!fs::exists(dir) && dir.has_parent_path() && dir.parent_path() != dir) dir = dir.parent_path();
+    if (!writable_dir(dir)) {
+      return error("--dump-grads {}: {} is {}", a.dump_grads, dir.string(), fs::is_directory(dir) ? "not writable" : "not a folder");
+    }
+  }
+  return Status::ok();
+}
+
 void print_schedule(const Graph& g, const std::vector<ScheduledOp>& order) {
   for (const ScheduledOp& op : order) {
     const Node& n = g.node(op.node);
@@ -186,6 +215,7 @@ Expected<TrainSetup> prepare_training(const TrainArgs& args, int64_t world) {
   int sources = (!a.data.empty()) + (!a.inputs_dir.empty()) + a.synthetic;
   if (sources != 1) return Status::error("give exactly one of --data FILE, --inputs DIR or --synthetic");
   if (a.steps < 0 || a.grad_accum < 1) return Status::error("--steps must be >= 0 and --grad-accum >= 1");
+  OASES_RETURN_IF_ERROR(check_output_paths(a));
   if (a.steps == 0 && a.dump_grads.empty() && a.export_onnx.empty() && a.export_plan.empty()) {
     return Status::error("--steps 0 does nothing without --dump-grads, --export-onnx or --export-plan");
   }

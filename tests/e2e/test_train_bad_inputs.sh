@@ -44,4 +44,35 @@ expect_error "no loss" "no scalar output.*no logits" "$T" "$WORK/nologits.onnx" 
 expect_error "two sources" "exactly one of" "$T" "$MODEL" --data "$DATA" --synthetic --steps 1
 expect_error "missing data" "nope\.txt: no such data file" "$T" "$MODEL" --data "$WORK/nope.txt" --steps 1
 expect_error "bad regex" "not a valid regular expression" "$T" "$MODEL" --data "$DATA" --steps 1 --freeze "("
+# flag ranges: refused before any work (not given still means the default)
+for flag in --tp --dp --batch --seq --local-ranks --chunks --grad-accum --val-batches --trace-steps; do
+  expect_error "$flag 0" "^error: $flag: 0 is not in \\[1, inf\\)" "$T" "$MODEL" --data "$DATA" --steps 1 "$flag" 0
+done
+for flag in --steps --warmup --clip --min-lr --weight-decay --save-every --val-every --log-every --stop-after; do
+  expect_error "$flag -1" "^error: $flag: -1 is not in \\[0, inf\\)" "$T" "$MODEL" --data "$DATA" --steps 1 "$flag" -1
+done
+for v in 0 -1 nan inf; do
+  expect_error "--lr $v" "^error: --lr: $v is not in \\(0, inf\\)" "$T" "$MODEL" --data "$DATA" --steps 1 --lr "$v"
+done
+for v in -10000 -0.5 1 nan; do
+  expect_error "--val-fraction $v" "^error: --val-fraction: $v is not in \\[0, 1\\)" "$T" "$MODEL" --data "$DATA" --steps 1 --val-fraction "$v"
+done
+expect_error "--clip nan" "^error: --clip: nan is not in" "$T" "$MODEL" --data "$DATA" --steps 1 --clip nan
+# a diverging run (--lr 1e300 overflows every weight the first update touches): a checkpoint is never
+# written from that state, `stop` exits 2 before the next update, the last checkpoint stays as it was;
+# `skip` goes on with a warning per skipped step
+cp "$WORK/ck" "$WORK/ck_before"
+BOOM=("$T" "$MODEL" --data "$DATA" --steps 6 --batch 2 --seq 16 --lr 1e300 --warmup 0 --clip 0 --resume "$WORK/ck" --save "$WORK/ck" -q)
+expect_error "non-finite save" "^error: .*ck: not written: tensor '.*' holds a non-finite value" "${BOOM[@]}" --save-every 1
+expect_error "non-finite stop" "^error: step 3: the loss is .* stopped before the update" "${BOOM[@]}"
+cmp -s "$WORK/ck" "$WORK/ck_before" || fail "non-finite: the checkpoint was replaced"
+out=$("$T" "$MODEL" --data "$DATA" --steps 4 --batch 2 --seq 16 --lr 1e300 --clip 0 --on-nonfinite skip -q 2>&1)
+rc=$?
+if [[ $rc -eq 0 ]] && grep -q "^warning: step 2: .*update skipped" <<<"$out"; then echo "ok: non-finite skip warns"; else fail "non-finite skip: rc $rc: $out"; fi
+# output paths are checked before any work (a missing folder, or a file where a folder should be)
+for flag in --save --export-onnx --log-json --trace --export-plan; do
+  expect_error "$flag missing folder" "^error: $flag .*/nodir/out: the folder .*/nodir does not exist" \
+    "$T" "$MODEL" --data "$DATA" --steps 1 "$flag" "$WORK/nodir/out"
+done
+expect_error "--dump-grads under a file" "^error: --dump-grads .*short\.txt is not a folder" "$T" "$MODEL" --data "$DATA" --steps 1 --dump-grads "$WORK/short.txt/grads"
 finish
