@@ -1,6 +1,7 @@
 // Checkpoint files (executor/checkpoint.h): a save then a load gives back every tensor bit for bit,
 // the step, the optimizer state and the sampler's position; truncated or foreign files are errors
 // that name the file, never a crash.
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -42,7 +43,7 @@ TEST(Checkpoint, SaveThenLoadGivesEverythingBack) {
   TempDir dir;
   std::string path = (dir / "ck.oases").string();
   Checkpoint c = sample_checkpoint();
-  ASSERT_TRUE(save_checkpoint(c, path).ok());
+  ASSERT_TRUE(save_checkpoint(c, path).is_ok());
   auto back = load_checkpoint(path);
   ASSERT_TRUE(back) << back.status().message();
   EXPECT_EQ(back->fingerprint, c.fingerprint);
@@ -61,10 +62,31 @@ TEST(Checkpoint, SaveThenLoadGivesEverythingBack) {
   EXPECT_FALSE(std::filesystem::exists(path + ".tmp"));
 }
 
+// A diverged run must not replace the last good checkpoint: a NaN or Inf anywhere in a float32
+// tensor (weights or moments) is an error naming the file and the tensor, the old file untouched.
+TEST(Checkpoint, NonFiniteTensorsAreNeverWritten) {
+  TempDir dir;
+  std::string path = (dir / "ck.oases").string();
+  ASSERT_TRUE(save_checkpoint(sample_checkpoint(), path).is_ok());
+  std::string before = testutil::read_bytes(path);
+  for (float bad : {std::nanf(""), HUGE_VALF, -HUGE_VALF}) {
+    for (const char* name : {"w", "w.v"}) {
+      Checkpoint c = sample_checkpoint();
+      c.tensors[name].mutable_data<float>()[4] = bad;
+      Status st = save_checkpoint(c, path);
+      ASSERT_FALSE(st.is_ok()) << name << " holding " << bad << " was written";
+      EXPECT_NE(st.message().find(path), std::string::npos) << st.message();
+      EXPECT_NE(st.message().find(std::string("'") + name + "'"), std::string::npos) << st.message();
+      EXPECT_EQ(testutil::read_bytes(path), before);
+      EXPECT_FALSE(std::filesystem::exists(path + ".tmp"));
+    }
+  }
+}
+
 TEST(Checkpoint, TruncatedFilesAreErrorsNamingTheFile) {
   TempDir dir;
   std::string path = (dir / "ck.oases").string();
-  ASSERT_TRUE(save_checkpoint(sample_checkpoint(), path).ok());
+  ASSERT_TRUE(save_checkpoint(sample_checkpoint(), path).is_ok());
   std::string bytes = testutil::read_bytes(path);
   ASSERT_GT(bytes.size(), 64u);
   // cut in the tensor data, in the header, in the length field, and an empty file
