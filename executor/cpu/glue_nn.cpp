@@ -144,6 +144,20 @@ AttentionArgs cpu::attention_args(const KernelContext& c, int q_slot) {
   return a;
 }
 
+// The norm gradients' common part: x [rows, n] normalised over the trailing axes from `axis`,
+// the scale (input 2) broadcast to [n]; calls f.template operator()<T>(scale, rows, n).
+template <class F>
+static void with_norm_grad_rows(KernelContext& c, F&& f) {
+  const Shape& s = c.in[1].shape;
+  int64_t axis = normalize_axis(c.attrs().get_int("axis", -1), static_cast<int64_t>(s.size()));
+  int64_t rows = rows_before(s, axis), n = shape_numel(s) / std::max<int64_t>(1, rows);
+  dispatch_float(c, c.in[1].dtype, [&]<class T>() {
+    std::vector<T> scale(static_cast<size_t>(n));
+    k::broadcast_to(c.in[2].as<T>(), c.in[2].shape, scale.data(), Shape(s.begin() + axis, s.end()));
+    f.template operator()<T>(scale.data(), rows, n);
+  });
+}
+
 void register_cpu_nn(CpuKernelRegistry& r) {
   r.add("", "MatMul", [](KernelContext& c) {
     with_half_as_float(c, [&](KernelContext& f) {
@@ -348,29 +362,17 @@ void register_cpu_nn(CpuKernelRegistry& r) {
                    [&]<class T>() { k::softmax_grad<T>(c.in[0].as<T>(), c.in[1].as<T>(), c.out[0].as<T>(), outer, s[axis], inner, log); });
   });
   r.add("oases", "LayerNormGrad", [](KernelContext& c) {
-    const Shape& s = c.in[1].shape;
-    int64_t axis = normalize_axis(c.attrs().get_int("axis", -1), static_cast<int64_t>(s.size()));
-    int64_t rows = rows_before(s, axis), n = shape_numel(s) / std::max<int64_t>(1, rows);
-    dispatch_float(c, c.in[1].dtype, [&]<class T>() {
-      std::vector<T> scale(static_cast<size_t>(n));
-      Shape ns(s.begin() + axis, s.end());
-      k::broadcast_to(c.in[2].as<T>(), c.in[2].shape, scale.data(), ns);
+    with_norm_grad_rows(c, [&]<class T>(const T* scale, int64_t rows, int64_t n) {
       T* ds = c.out.size() > 1 && c.out[1].data ? c.out[1].as<T>() : nullptr;
       T* db = c.out.size() > 2 && c.out[2].data ? c.out[2].as<T>() : nullptr;
-      k::layernorm_grad<T>(c.in[0].as<T>(), c.in[1].as<T>(), scale.data(), c.in[3].as<float>(), c.in[4].as<float>(), c.out[0].as<T>(), ds,
-                           db, rows, n);
+      k::layernorm_grad<T>(c.in[0].as<T>(), c.in[1].as<T>(), scale, c.in[3].as<float>(), c.in[4].as<float>(), c.out[0].as<T>(), ds, db,
+                           rows, n);
     });
   });
   r.add("oases", "RMSNormGrad", [](KernelContext& c) {
-    const Shape& s = c.in[1].shape;
-    int64_t axis = normalize_axis(c.attrs().get_int("axis", -1), static_cast<int64_t>(s.size()));
-    int64_t rows = rows_before(s, axis), n = shape_numel(s) / std::max<int64_t>(1, rows);
-    dispatch_float(c, c.in[1].dtype, [&]<class T>() {
-      std::vector<T> scale(static_cast<size_t>(n));
-      Shape ns(s.begin() + axis, s.end());
-      k::broadcast_to(c.in[2].as<T>(), c.in[2].shape, scale.data(), ns);
+    with_norm_grad_rows(c, [&]<class T>(const T* scale, int64_t rows, int64_t n) {
       T* ds = c.out.size() > 1 && c.out[1].data ? c.out[1].as<T>() : nullptr;
-      k::rmsnorm_grad<T>(c.in[0].as<T>(), c.in[1].as<T>(), scale.data(), c.in[3].as<float>(), c.out[0].as<T>(), ds, rows, n);
+      k::rmsnorm_grad<T>(c.in[0].as<T>(), c.in[1].as<T>(), scale, c.in[3].as<float>(), c.out[0].as<T>(), ds, rows, n);
     });
   });
   r.add("oases", "AttentionGrad", [](KernelContext& c) {
