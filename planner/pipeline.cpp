@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <limits>
 #include <map>
+#include <sstream>
 #include <tuple>
 
 #include <fmt/format.h>
@@ -10,6 +11,76 @@
 #include "planner/reshard.h"
 
 namespace oases {
+
+Expected<std::vector<StageCut>> cut_stages(int blocks, int stages, const std::string& spec, const std::vector<double>& cost) {
+  if (stages < 1) return error("--pp {}: at least one stage", stages);
+  if (blocks < stages) return error("--pp {}: the model has {} transformer block(s), fewer than the stages", stages, blocks);
+  if (!cost.empty() && static_cast<int>(cost.size()) != blocks) return error("{} block costs for {} blocks", cost.size(), blocks);
+  std::vector<StageCut> cuts;
+  if (!spec.empty()) {
+    std::stringstream ss(spec);
+    std::string item;
+    int expect = 0;
+    while (std::getline(ss, item, ',')) {
+      int a = -1, b = -1;
+      char dash = 0, extra = 0;
+      std::istringstream is(item);
+      if (!(is >> a >> dash >> b) || dash != '-' || (is >> extra)) return error("--stages '{}': '{}' is not FIRST-LAST", spec, item);
+      if (b < a) return error("--stages '{}': stage {} ({}) is empty", spec, cuts.size(), item);
+      if (a != expect)
+        return error("--stages '{}': stage {} starts at block {}, expected {} (every block once, in order)", spec, cuts.size(), a, expect);
+      if (b >= blocks) return error("--stages '{}': block {} is past the model's last block {}", spec, b, blocks - 1);
+      cuts.push_back({a, b});
+      expect = b + 1;
+    }
+    if (expect != blocks) return error("--stages '{}': blocks {}-{} are in no stage", spec, expect, blocks - 1);
+    if (static_cast<int>(cuts.size()) != stages) return error("--stages '{}' gives {} stages, --pp {}", spec, cuts.size(), stages);
+    return cuts;
+  }
+  // linear partition: best[k][i] = the least max stage cost of the first i blocks in k stages
+  std::vector<double> prefix(static_cast<size_t>(blocks) + 1, 0);
+  for (int i = 0; i < blocks; ++i)
+    prefix[static_cast<size_t>(i) + 1] = prefix[static_cast<size_t>(i)] + (cost.empty() ? 1.0 : cost[static_cast<size_t>(i)]);
+  const double inf = std::numeric_limits<double>::infinity();
+  std::vector<std::vector<double>> best(static_cast<size_t>(stages) + 1, std::vector<double>(static_cast<size_t>(blocks) + 1, inf));
+  std::vector<std::vector<int>> from(best.size(), std::vector<int>(static_cast<size_t>(blocks) + 1, 0));
+  best[0][0] = 0;
+  for (int k = 1; k <= stages; ++k) {
+    for (int i = k; i <= blocks; ++i) {
+      for (int j = k - 1; j < i; ++j) {
+        double v = std::max(best[static_cast<size_t>(k) - 1][static_cast<size_t>(j)],
+                            prefix[static_cast<size_t>(i)] - prefix[static_cast<size_t>(j)]);
+        if (v <=
+            best[static_cast<size_t>(k)][static_cast<size_t>(i)] + 1e-12) {  // ties: later cuts, a lighter last stage (it holds the head)
+          best[static_cast<size_t>(k)][static_cast<size_t>(i)] = v;
+          from[static_cast<size_t>(k)][static_cast<size_t>(i)] = j;
+        }
+      }
+    }
+  }
+  cuts.resize(static_cast<size_t>(stages));
+  for (int k = stages, i = blocks; k > 0; --k) {
+    int j = from[static_cast<size_t>(k)][static_cast<size_t>(i)];
+    cuts[static_cast<size_t>(k) - 1] = {j, i - 1};
+    i = j;
+  }
+  return cuts;
+}
+
+std::string stages_string(const std::vector<StageCut>& cuts) {
+  std::string s;
+  for (const StageCut& c : cuts) s += fmt::format("{}{}-{}", s.empty() ? "" : ",", c.first, c.last);
+  return s;
+}
+
+Status check_pipeline_batch(int64_t batch, int64_t dp, int64_t micro_batches, int64_t chunks) {
+  if (dp < 1 || micro_batches < 1 || chunks < 1)
+    return error("dp {}, micro-batches {} and chunks {} must each be at least 1", dp, micro_batches, chunks);
+  if (batch % (dp * micro_batches * chunks) != 0)
+    return error("the batch of {} does not split into dp {} x {} micro-batches x {} chunks ({} pieces)", batch, dp, micro_batches, chunks,
+                 dp * micro_batches * chunks);
+  return Status::ok();
+}
 
 const char* pipeline_name(PipelineSchedule p) {
   switch (p) {

@@ -22,6 +22,24 @@
 
 namespace oases {
 
+// --- stages: contiguous block ranges -----------------------------------------------------------
+
+// Blocks first … last (inclusive) of a stage; stage 0 also holds the embeddings, the last stage the
+// final norm, the head and the loss.
+struct StageCut {
+  int first = 0, last = 0;
+  int blocks() const { return last - first + 1; }
+};
+// `stages` contiguous ranges over `blocks` blocks: from `spec` ("0-5,6-11", every block once, in
+// order) or, when it is empty, balanced so the costliest stage is as cheap as it can be (`cost`
+// per block; empty: every block costs the same). Errors (one line): fewer blocks than stages, an
+// empty or reversed range, a gap or overlap, a count of ranges other than `stages`.
+Expected<std::vector<StageCut>> cut_stages(int blocks, int stages, const std::string& spec = "", const std::vector<double>& cost = {});
+std::string stages_string(const std::vector<StageCut>& cuts);  // "0-5,6-11"
+// The global batch splits into dp × M micro-batches of K chunks each: an error names the numbers
+// when it does not.
+Status check_pipeline_batch(int64_t batch, int64_t dp, int64_t micro_batches, int64_t chunks);
+
 enum class PipelineSchedule { kGPipe, k1F1B, kEager1F1B };
 const char* pipeline_name(PipelineSchedule p);
 Expected<PipelineSchedule> parse_pipeline(const std::string& text);  // gpipe | 1f1b | eager-1f1b

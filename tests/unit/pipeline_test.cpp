@@ -101,5 +101,31 @@ TEST(Pipeline, SimulatorMatchesHandWorkedCases) {
   EXPECT_FALSE(parse_pipeline("zero-bubble"));
 }
 
+TEST(PipelineStages, CutsGivenOrBalanced) {
+  auto c = cut_stages(12, 2, "0-5,6-11").value();
+  EXPECT_EQ(stages_string(c), "0-5,6-11");
+  EXPECT_EQ(stages_string(cut_stages(12, 4).value()), "0-2,3-5,6-8,9-11");
+  EXPECT_EQ(stages_string(cut_stages(5, 2).value()), "0-2,3-4");
+  // a costly first block (the embedding's stage) gets fewer blocks
+  EXPECT_EQ(stages_string(cut_stages(4, 2, "", {3, 1, 1, 1}).value()), "0-0,1-3");
+  EXPECT_EQ(stages_string(cut_stages(3, 3).value()), "0-0,1-1,2-2");
+  struct Bad {
+    int blocks, stages;
+    std::string spec, words;
+  };
+  for (const Bad& b : {Bad{2, 3, "", "fewer than the stages"}, Bad{12, 2, "0-5,7-11", "starts at block 7, expected 6"},
+                       Bad{12, 2, "0-5,6-4", "is empty"}, Bad{12, 2, "0-5", "blocks 6-11 are in no stage"},
+                       Bad{12, 3, "0-5,6-11", "gives 2 stages, --pp 3"}, Bad{12, 2, "0-5,6-12", "past the model's last block 11"},
+                       Bad{12, 2, "0-5,6+11", "is not FIRST-LAST"}, Bad{12, 0, "", "at least one stage"}}) {
+    auto e = cut_stages(b.blocks, b.stages, b.spec);
+    ASSERT_FALSE(e) << b.spec;
+    EXPECT_NE(e.status().message().find(b.words), std::string::npos) << e.status().message();
+  }
+  EXPECT_TRUE(check_pipeline_batch(16, 2, 4, 2).is_ok());
+  Status st = check_pipeline_batch(12, 2, 4, 1);
+  ASSERT_FALSE(st.is_ok());
+  EXPECT_NE(st.message().find("does not split into dp 2 x 4 micro-batches x 1 chunks"), std::string::npos) << st.message();
+}
+
 }  // namespace
 }  // namespace oases
