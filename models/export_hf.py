@@ -354,7 +354,8 @@ def arch_grads(work):
     """PyTorch's gradients mapped onto each graph's initializers (grads/, one TensorProto per
     initializer that stands for a parameter) and params.json: PyTorch's trainable parameter names,
     and for each, the initializer holding it and how ("same": by name or equal value,
-    "transposed": an equal transpose, "rows": the exporter kept the first rows (a position table
+    "transposed": an equal transpose, "batch_copies": one copy per row of the static batch (a
+    class token; its gradient is the token's), "rows": the exporter kept the first rows (a position table
     sliced to the sequence), "plus_one": it stored 1 + w (Gemma's norm scales)), or null when the exporter folded it away."""
     import json
     import numpy as np
@@ -389,6 +390,11 @@ def arch_grads(work):
                         how = (iname, "same")
                     elif w.ndim == 2 and v.shape == w.shape[::-1] and np.array_equal(v, w.T):
                         how = (iname, "transposed")
+                    elif (w.ndim >= 2 and w.shape[0] == 1 and v.ndim == w.ndim and v.shape[0] > 1 and v.shape[1:] == w.shape[1:]
+                          and all(np.array_equal(v[b:b + 1], w) for b in range(v.shape[0]))):
+                        # ViT's class token expanded to the static batch and folded (dynamo): Oases
+                        # trains it as one token again (graph/passes/unfold_batch_copies.cpp)
+                        how = (iname, "batch_copies")
                     if how:
                         break
                 for iname, v in floats.items() if how is None else ():
