@@ -2,13 +2,16 @@
 // over every output and kernel position, the shape rule (resolved attributes, auto_pad, the errors
 // naming the node) and the opset versions read. Finite-difference gradients and the split states
 // come from the op's registry examples (grad_check_test.cpp, op_registry_test.cpp).
+// Also: an image classifier's inputs fed from token batches (InputRole::kImage).
 #include <gtest/gtest.h>
 #include <onnx/onnx_pb.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
+#include "executor/training.h"
 #include "graph/passes/pass.h"
 #include "importer/onnx_import.h"
 #include "kernels/cpu/conv.h"
@@ -212,6 +215,55 @@ TEST(ConvOp, WhatIsNotSupportedIsAnErrorNamingTheNode) {
     EXPECT_NE(msg.find(c.words), std::string::npos) << msg;
     EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
   }
+}
+
+}  // namespace
+}  // namespace oases
+
+namespace oases {
+namespace {
+
+// An image classifier fed from token batches (--synthetic, --data): pixels standard normal, drawn
+// per batch row from the row's tokens (the same batch gives the same images), one label per row.
+TEST(ImageInputs, ImagesAndLabelsFromATokenBatch) {
+  Graph g;
+  ValueId px = g.add_input("pixel_values", DType::kF32, {2, 3, 8, 8});
+  ValueId targets = g.add_input("oases_targets", DType::kI64, {2});
+  auto roles = input_roles(g, targets);
+  ASSERT_TRUE(roles) << roles.status().message();
+  ASSERT_EQ(roles->size(), 2u);
+  EXPECT_EQ((*roles)[0].kind, InputRole::kImage);
+  EXPECT_EQ((*roles)[1].kind, InputRole::kTargets);
+  (void)px;
+  Batch b;
+  b.batch = 2;
+  b.seq = 3;
+  b.inputs = {1, 2, 3, 4, 5, 6};
+  b.targets = {7, 8, 9, 2, 1, 0};
+  auto f1 = feeds_for_batch(g, *roles, b);
+  auto f2 = feeds_for_batch(g, *roles, b);
+  const Tensor& img = f1.at("pixel_values");
+  ASSERT_EQ(img.shape(), (Shape{2, 3, 8, 8}));
+  EXPECT_EQ(std::memcmp(img.raw(), f2.at("pixel_values").raw(), img.nbytes()), 0);
+  double sum = 0, sq = 0;
+  for (int64_t i = 0; i < img.numel(); ++i) {
+    double v = img.data<float>()[i];
+    sum += v;
+    sq += v * v;
+  }
+  double mean = sum / static_cast<double>(img.numel()), var = sq / static_cast<double>(img.numel()) - mean * mean;
+  EXPECT_LT(std::fabs(mean), 0.15);
+  EXPECT_NEAR(var, 1.0, 0.2);
+  // rows differ (their tokens do), and a row's pixels depend only on its own tokens
+  EXPECT_NE(std::memcmp(img.raw(), img.data<float>() + 192, 192 * sizeof(float)), 0);
+  Batch other = b;
+  other.inputs[5] = 9;
+  auto f3 = feeds_for_batch(g, *roles, other);
+  EXPECT_EQ(std::memcmp(img.raw(), f3.at("pixel_values").raw(), 192 * sizeof(float)), 0);
+  EXPECT_NE(std::memcmp(img.data<float>() + 192, f3.at("pixel_values").data<float>() + 192, 192 * sizeof(float)), 0);
+  const Tensor& labels = f1.at("oases_targets");
+  EXPECT_EQ(labels.data<int64_t>()[0], 7);
+  EXPECT_EQ(labels.data<int64_t>()[1], 2);
 }
 
 }  // namespace
