@@ -11,6 +11,8 @@
 #include "graph/ops/op_utils.h"
 #include "graph/sharding.h"
 
+#include <algorithm>
+
 namespace oases {
 
 using namespace ops;
@@ -218,7 +220,7 @@ void register_conv_ops(OpRegistry& r) {
     s.differentiable = false;  // backward ops: no second derivatives
     s.traits = kTraitComputeBound;
     s.cost = [](const Graph& g, const Node& n) {
-      // ConvGradInput: w [M, C, K...] at input 1; ConvGradWeight: 2·|dy|·C·K
+      // ConvGradInput: 2·|dy|·C·K (w [M, C, K...] at input 1)
       if (n.op_type == "ConvGradInput") {
         const Shape& dy = g.value(n.inputs[0]).shape;
         const Shape& w = g.value(n.inputs[1]).shape;
@@ -226,7 +228,10 @@ void register_conv_ops(OpRegistry& r) {
         for (size_t d = 1; d < w.size(); ++d) ck *= static_cast<double>(w[d]);
         return OpCost{2.0 * static_cast<double>(shape_numel(dy)) * ck, io_bytes(g, n)};
       }
-      return conv_cost(g, n, 0);
+      // dw [M, C, K...]: every element sums N·P products, |dy| / M of them
+      const Shape& dy = g.value(n.inputs[0]).shape;
+      double np = static_cast<double>(shape_numel(dy)) / static_cast<double>(std::max<int64_t>(dy[1], 1));
+      return OpCost{2.0 * out_numel(g, n) * np, io_bytes(g, n)};
     };
     return s;
   };
