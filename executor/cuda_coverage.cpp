@@ -23,6 +23,11 @@ const std::map<std::string, std::string>& cuda_exempt_ops() {
       {"GatherND", "not used by transformer training graphs"},
       {"ScatterND", "not used by transformer training graphs"},
       {"ScatterElements", "not used by transformer training graphs"},
+      // ViT's patch embedding: one small product per step on CPU so far; a CUDA version (cuDNN or
+      // im2col + cuBLAS) is to come
+      {"Conv", "no CUDA kernel yet (vision patch embeddings run on the CPU backend)"},
+      {"oases.ConvGradInput", "no CUDA kernel yet (Conv's backward, CPU backend only)"},
+      {"oases.ConvGradWeight", "no CUDA kernel yet (Conv's backward, CPU backend only)"},
       // executor-level CPU fusion (graph/passes/fusion.h): compile_program makes these only for
       // --device cpu; a CUDA program runs the canonical graph's MatMul, Add, Gelu, Attention, ...
       {"oases.cpu.FusedMatMul", "CPU executor fusion only; never made for a CUDA program"},

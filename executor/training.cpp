@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <fstream>
 #include <optional>
+#include <random>
 #include <regex>
 
 #include <fmt/ranges.h>
@@ -31,7 +32,7 @@ std::string lower(std::string s) {
 
 Expected<std::vector<InputRole>> input_roles(const Graph& g, ValueId appended_targets) {
   std::vector<InputRole> roles;
-  bool have_tokens = false;
+  bool have_tokens = false, have_images = false;
   for (ValueId v : g.inputs()) {
     const Value& val = g.value(v);
     InputRole r;
@@ -39,9 +40,15 @@ Expected<std::vector<InputRole>> input_roles(const Graph& g, ValueId appended_ta
     r.name = val.name;
     std::string n = lower(val.name);
     if (val.name == "oases_loss_scale") continue;  // fed by the Trainer (mixed precision)
+    if (is_floating(val.dtype) && val.shape.size() >= 3) {
+      r.kind = InputRole::kImage;
+      have_images = true;
+      roles.push_back(r);
+      continue;
+    }
     if (!is_integer(val.dtype)) {
-      return error("input '{}' is {}: token batches can only feed integer inputs (use --inputs DIR to feed it)", val.name,
-                   dtype_name(val.dtype));
+      return error("input '{}' is {} {}: token batches feed integer inputs and float images [B, C, H, W] (use --inputs DIR to feed it)",
+                   val.name, dtype_name(val.dtype), shape_str(val.shape));
     }
     if (v == appended_targets || n.find("label") != std::string::npos || n.find("target") != std::string::npos) {
       r.kind = InputRole::kTargets;
@@ -63,17 +70,45 @@ Expected<std::vector<InputRole>> input_roles(const Graph& g, ValueId appended_ta
     }
     roles.push_back(r);
   }
-  if (!have_tokens) return Status::error("the model has no integer input to feed token ids to");
+  if (!have_tokens && !have_images) return Status::error("the model has no integer input to feed token ids to, nor a float image input");
   return roles;
 }
+
+namespace {
+
+// Standard normal pixels for image input `t` [B, ...]: row r from a generator seeded by the
+// tokens of batch row r (see InputRole::kImage).
+void fill_images(Tensor& t, const Batch& b) {
+  int64_t rows = t.shape()[0], per = t.numel() / std::max<int64_t>(rows, 1);
+  int64_t width = b.seq > 0 ? b.seq : static_cast<int64_t>(b.inputs.size());
+  for (int64_t r = 0; r < rows; ++r) {
+    uint64_t seed = 0x9E3779B97F4A7C15ull ^ static_cast<uint64_t>(r);
+    for (int64_t j = 0; j < width && !b.inputs.empty(); ++j) {
+      uint64_t tok = static_cast<uint64_t>(b.inputs[static_cast<size_t>((r * width + j) % static_cast<int64_t>(b.inputs.size()))]);
+      seed = (seed ^ tok) * 0x100000001B3ull;
+    }
+    std::mt19937_64 gen(seed);
+    std::normal_distribution<double> normal(0.0, 1.0);
+    for (int64_t i = 0; i < per; ++i) store_from_double(t.raw_mutable(), t.dtype(), r * per + i, normal(gen));
+  }
+}
+
+}  // namespace
 
 std::map<std::string, Tensor> feeds_for_batch(const Graph& g, const std::vector<InputRole>& roles, const Batch& b) {
   std::map<std::string, Tensor> feeds;
   for (const InputRole& r : roles) {
     const Value& v = g.value(r.value);
     Tensor t(v.dtype, v.shape);
+    if (r.kind == InputRole::kImage) {
+      fill_images(t, b);
+      feeds[r.name] = t;
+      continue;
+    }
     int64_t n = t.numel();
     int64_t seq = v.shape.empty() ? 1 : v.shape.back();
+    // one label per row (an image classifier's [B] targets): the row's first target token
+    bool per_row = r.kind == InputRole::kTargets && v.shape.size() == 1 && b.seq > 0;
     for (int64_t i = 0; i < n; ++i) {
       double x = 0;
       switch (r.kind) {
@@ -81,9 +116,12 @@ std::map<std::string, Tensor> feeds_for_batch(const Graph& g, const std::vector<
         case InputRole::kDecoderTokens:
           x = static_cast<double>(b.inputs[static_cast<size_t>(i % static_cast<int64_t>(b.inputs.size()))]);
           break;
-        case InputRole::kTargets:
-          x = static_cast<double>(b.targets[static_cast<size_t>(i % static_cast<int64_t>(b.targets.size()))]);
+        case InputRole::kTargets: {
+          int64_t at = per_row ? i * b.seq : i;
+          x = static_cast<double>(b.targets[static_cast<size_t>(at % static_cast<int64_t>(b.targets.size()))]);
           break;
+        }
+        case InputRole::kImage: break;  // filled above
         case InputRole::kOnes: x = 1; break;
         case InputRole::kPositions: x = static_cast<double>(i % seq); break;
         case InputRole::kZeros: x = 0; break;

@@ -21,7 +21,12 @@ namespace oases {
 struct InputRole {
   // kDecoderTokens: an encoder-decoder model's decoder input, fed the batch's tokens as the
   // encoder is; the appended loss predicts its next token (as for kTokens in a decoder-only model)
-  enum Kind { kTokens, kTargets, kOnes, kPositions, kZeros, kDecoderTokens };
+  // kImage: a float input [B, C, H, W, ...] (a vision model's pixel_values): each image is drawn
+  // standard normal (the range an image processor's normalised pixels have), from a generator
+  // seeded by its batch row's tokens, so the same batch gives the same images on every rank, after
+  // a resume and under any chunking. An image classifier's targets (logits [B, classes]) are one
+  // label per row: the row's first target token, uniform over the classes with --synthetic.
+  enum Kind { kTokens, kTargets, kOnes, kPositions, kZeros, kDecoderTokens, kImage };
   ValueId value = kNoId;
   std::string name;
   Kind kind = kTokens;

@@ -19,6 +19,7 @@ const OpRegistry& OpRegistry::global() {
     register_elementwise_ops(r);
     register_activation_ops(r);
     register_matmul_ops(r);
+    register_conv_ops(r);
     register_reduce_ops(r);
     register_shape_ops(r);
     register_indexing_ops(r);

@@ -198,6 +198,7 @@ Expected<std::vector<int64_t>> normalize_axes(const InferContext& c, const std::
 void register_elementwise_ops(OpRegistry& r);
 void register_activation_ops(OpRegistry& r);
 void register_matmul_ops(OpRegistry& r);
+void register_conv_ops(OpRegistry& r);
 void register_reduce_ops(OpRegistry& r);
 void register_shape_ops(OpRegistry& r);
 void register_indexing_ops(OpRegistry& r);

@@ -124,6 +124,11 @@ class Classifier {
     if (op == "Gemm" && slot == 2 && other_dynamic()) return fmt::format("bias of {}", n.describe());
     if ((op == "Conv" || op == "ConvTranspose") && slot == 2 && other_dynamic()) return fmt::format("bias of {}", n.describe());
     if (op == "Gather" && slot == 0 && !is_static(n.input(1))) return fmt::format("embedding table read by {}", n.describe());
+    // ViT's class token, prepended to the patch embeddings along the sequence (a copy the exporter
+    // made per batch row is one token again: graph/passes/unfold_batch_copies.cpp)
+    if (op == "Concat" && n.attrs.get_int("axis", 0) != 0 && other_dynamic()) {
+      return fmt::format("learned token concatenated with activations at {}", n.describe());
+    }
     if (op.find("Normalization") != std::string::npos && slot >= 1) return fmt::format("scale or bias of {}", n.describe());
     if ((op == "Mul" || op == "Add" || op == "Sub" || op == "Div") && n.num_inputs() == 2 && slot <= 1) {
       ValueId other = n.inputs[1 - slot];

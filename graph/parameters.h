@@ -12,7 +12,8 @@
 //      Gemm or Conv operand beside a non-constant one; a Gather table read with non-constant
 //      indices (an embedding); a normalisation's scale or bias; a per-channel (1-D along the last
 //      axis) scale or shift of an activation (an unfused norm's weight, a projection's bias); a
-//      table added to a token embedding (a position embedding the exporter sliced to the sequence).
+//      table added to a token embedding (a position embedding the exporter sliced to the sequence);
+//      a token concatenated with activations along a non-batch axis (ViT's class token).
 //      Reads through Transpose, Reshape, (Un)Squeeze, Flatten, Cast, Identity and Expand count as
 //      reads of the initializer itself.
 //   3. Everything else is a buffer: scalars, and tables read only as masks, rotary factors or

@@ -1,6 +1,8 @@
 #include "importer/onnx_export.h"
 
+#include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -32,7 +34,23 @@ Status export_with_initializers(const std::string& source_model, const std::map<
     auto it = values.find(tp.name());
     if (it != values.end()) {
       Shape want(tp.dims().begin(), tp.dims().end());
-      if (it->second.shape() != want || dtype_to_onnx(it->second.dtype()) != tp.data_type()) {
+      const Shape& have = it->second.shape();
+      bool same_type = dtype_to_onnx(it->second.dtype()) == tp.data_type();
+      if (same_type && !want.empty() && have.size() == want.size() && have[0] == 1 && want[0] > 1 &&
+          std::equal(have.begin() + 1, have.end(), want.begin() + 1)) {
+        // a token the file holds once per row of its static batch (graph/passes/unfold_batch_copies.cpp):
+        // written back as that many copies, so the file's graph is unchanged
+        Tensor copies(it->second.dtype(), want);
+        for (int64_t b = 0; b < want[0]; ++b) {
+          std::memcpy(static_cast<char*>(copies.raw_mutable()) + static_cast<size_t>(b) * it->second.nbytes(), it->second.raw(),
+                      it->second.nbytes());
+        }
+        data[i] = copies;
+        replaced.insert(tp.name());
+        total += data[i].nbytes();
+        continue;
+      }
+      if (have != want || !same_type) {
         return error("{}: initializer '{}' is {}{} in the model but {}{} in the trained weights", source_model, tp.name(),
                      dtype_name(dtype_from_onnx(tp.data_type())), shape_str(want), dtype_name(it->second.dtype()),
                      shape_str(it->second.shape()));

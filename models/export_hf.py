@@ -241,6 +241,13 @@ def arch_feeds(name, kind):
     return {"input_ids": ids, "attention_mask": mask}
 
 
+def arch_labels(name):
+    """An image classifier's class labels at test_data_set_0 (int64 [2], written as labels.pb beside
+    the inputs: oases-train --inputs reads them as the targets of the loss it appends)."""
+    import numpy as np
+    return np.random.default_rng(sum(map(ord, name)) + 1).integers(0, 10, (2,)).astype(np.int64)
+
+
 def _wrapped(model, kind):
     import torch
 
@@ -326,15 +333,19 @@ def arch_reference(work):
         for k, n in enumerate(want):
             open(os.path.join(sd, f"input_{k}.pb"), "wb").write(numpy_helper.from_array(run_feeds[n], n).SerializeToString())
         open(os.path.join(sd, "output_0.pb"), "wb").write(numpy_helper.from_array(out, "logits").SerializeToString())
+        if kind == IMAGE:
+            open(os.path.join(sd, "labels.pb"), "wb").write(numpy_helper.from_array(arch_labels(name), "labels").SerializeToString())
 
 
-def _arch_loss(model, kind, feeds):
+def _arch_loss(name, model, kind, feeds):
     """The loss oases-train --inputs computes for the graph: the mean next-token cross-entropy of the
-    logits against the token input shifted left (decoder_input_ids for T5), the last position ignored."""
+    logits against the token input shifted left (decoder_input_ids for T5), the last position ignored;
+    for an image classifier (ViT), the mean cross-entropy of the logits [B, classes] against the
+    labels of labels.pb."""
     import torch
     logits = _wrapped(model, kind)(*[torch.from_numpy(v) for v in feeds.values()])
     if kind == IMAGE:
-        return None
+        return torch.nn.functional.cross_entropy(logits, torch.from_numpy(arch_labels(name)))
     ids = torch.from_numpy(feeds["decoder_input_ids" if kind == SEQ2SEQ else "input_ids"])
     return torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1))
 
@@ -343,7 +354,8 @@ def arch_grads(work):
     """PyTorch's gradients mapped onto each graph's initializers (grads/, one TensorProto per
     initializer that stands for a parameter) and params.json: PyTorch's trainable parameter names,
     and for each, the initializer holding it and how ("same": by name or equal value,
-    "transposed": an equal transpose, "rows": the exporter kept the first rows (a position table
+    "transposed": an equal transpose, "batch_copies": one copy per row of the static batch (a
+    class token; its gradient is the token's), "rows": the exporter kept the first rows (a position table
     sliced to the sequence), "plus_one": it stored 1 + w (Gemma's norm scales)), or null when the exporter folded it away."""
     import json
     import numpy as np
@@ -360,9 +372,7 @@ def arch_grads(work):
             if hasattr(mod, "padding_idx") and hasattr(mod, "weight") and mod.__class__.__name__ == "Embedding":
                 mod.padding_idx = None
         model.zero_grad()
-        loss = _arch_loss(model, kind, arch_feeds(name, kind))
-        if loss is None:
-            continue
+        loss = _arch_loss(name, model, kind, arch_feeds(name, kind))
         loss.backward()
         params = dict(model.named_parameters())
         graph = onnx.load(path).graph
@@ -380,6 +390,11 @@ def arch_grads(work):
                         how = (iname, "same")
                     elif w.ndim == 2 and v.shape == w.shape[::-1] and np.array_equal(v, w.T):
                         how = (iname, "transposed")
+                    elif (w.ndim >= 2 and w.shape[0] == 1 and v.ndim == w.ndim and v.shape[0] > 1 and v.shape[1:] == w.shape[1:]
+                          and all(np.array_equal(v[b:b + 1], w) for b in range(v.shape[0]))):
+                        # ViT's class token expanded to the static batch and folded (dynamo): Oases
+                        # trains it as one token again (graph/passes/unfold_batch_copies.cpp)
+                        how = (iname, "batch_copies")
                     if how:
                         break
                 for iname, v in floats.items() if how is None else ():

@@ -32,8 +32,11 @@ const double kInf = HUGE_VAL;
 void add_train_options(CLI::App& app, TrainArgs& a) {
   app.add_option("model", a.model, "ONNX model file")->required();
   app.add_option("--data", a.data, "Token file: llm.c/nanoGPT uint16 .bin, int32 .i32, or UTF-8 text (bytes)");
-  app.add_option("--inputs", a.inputs_dir, "Feed the graph inputs from input_N.pb files (ONNX test-data layout)");
-  app.add_flag("--synthetic", a.synthetic, "Random tokens (benchmarks)");
+  app.add_option(
+      "--inputs", a.inputs_dir,
+      "Feed the graph inputs from input_N.pb files (ONNX test-data layout; an image classifier's class labels from labels.pb, int64 [B])");
+  app.add_flag("--synthetic", a.synthetic,
+               "Random tokens (benchmarks); a vision model gets standard normal images and uniform class labels");
   app.add_option("--steps", a.steps, "Optimizer steps (0 with --dump-grads: gradients only)")->check(number_in(0, kInf));
   app.add_option("--batch", a.batch, "Sequences per micro-batch (the global batch under data parallelism)")->check(number_in(1, kInf));
   app.add_option("--seq", a.seq, "Tokens per sequence")->check(number_in(1, kInf));

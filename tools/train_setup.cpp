@@ -25,10 +25,20 @@ Status bind_token_shapes(const TrainArgs& a, ImportOptions* opts, int64_t* batch
   probe_opts.require_bound_dims = false;
   OASES_ASSIGN_OR_RETURN(Graph probe, import_onnx_file(a.model, probe_opts));
   int64_t b = a.batch, t = a.seq;
+  // token inputs [B, T]; images [B, C, H, W] (InputRole::kImage) take the batch size only
+  auto is_image = [](const Value& val) { return is_floating(val.dtype) && val.shape.size() >= 3; };
   for (ValueId v : probe.inputs()) {
     const Value& val = probe.value(v);
-    if (!is_integer(val.dtype) || val.shape.size() != 2 || opts->input_shapes.count(val.name)) continue;
-    for (int d = 0; d < 2; ++d) {
+    if (opts->input_shapes.count(val.name)) continue;
+    if (is_image(val)) {
+      for (size_t d = 1; d < val.shape.size(); ++d) {
+        if (val.shape[d] < 0)
+          return error("image input '{}' {} has a dynamic dim {}: give its shape with --dim", val.name, shape_str(val.shape), d);
+      }
+    } else if (!is_integer(val.dtype) || val.shape.size() != 2) {
+      continue;
+    }
+    for (int d = 0; d < (is_image(val) ? 1 : 2); ++d) {
       int64_t fixed = val.shape[d];
       int64_t& want = d == 0 ? b : t;
       if (fixed >= 0) {
@@ -44,7 +54,13 @@ Status bind_token_shapes(const TrainArgs& a, ImportOptions* opts, int64_t* batch
   if (t <= 0) t = 64;
   for (ValueId v : probe.inputs()) {
     const Value& val = probe.value(v);
-    if (is_integer(val.dtype) && val.shape.size() == 2 && !opts->input_shapes.count(val.name)) opts->input_shapes[val.name] = {b, t};
+    if (opts->input_shapes.count(val.name)) continue;
+    if (is_integer(val.dtype) && val.shape.size() == 2) opts->input_shapes[val.name] = {b, t};
+    if (is_image(val)) {
+      Shape image = val.shape;
+      image[0] = b;
+      opts->input_shapes[val.name] = image;
+    }
   }
   *batch = b;
   *seq = t;
@@ -105,6 +121,19 @@ Status read_input_files(const TrainArgs& a, ImportOptions* opts, TrainSetup* s) 
   }
   std::sort(files.begin(), files.end());
   if (files.empty()) return error("{}: no input_N.pb files", a.inputs_dir);
+  // an image classifier's targets (its logits [B, classes] give no tokens to shift)
+  fs::path labels = fs::path(a.inputs_dir) / "labels.pb";
+  if (fs::exists(labels)) {
+    OASES_ASSIGN_OR_RETURN(auto t, read_tensor_file(labels.string()));
+    if (!is_integer(t.second.dtype()) || t.second.rank() != 1) {
+      return error("{}: class labels must be one integer per image, [B]; got {} {}", labels.string(), dtype_name(t.second.dtype()),
+                   shape_str(t.second.shape()));
+    }
+    Tensor l(DType::kI64, t.second.shape());
+    for (int64_t i = 0; i < l.numel(); ++i)
+      l.mutable_data<int64_t>()[i] = static_cast<int64_t>(load_as_double(t.second.raw(), t.second.dtype(), i));
+    s->class_labels = l;
+  }
   ImportOptions probe_opts = *opts;
   probe_opts.require_bound_dims = false;
   OASES_ASSIGN_OR_RETURN(Graph probe, import_onnx_file(a.model, probe_opts));
@@ -138,6 +167,14 @@ Status prepare_data(TrainSetup& s) {
   } else if (train.appended_loss) {
     auto token_roles = input_roles(train.graph, train.targets);
     if (!token_roles) return token_roles.status().with_context(a.model);
+    const Shape& targets = train.graph.value(train.targets).shape;
+    if (s.class_labels) {
+      if (s.class_labels->shape() != targets) {
+        return error("{}/labels.pb: {} labels, the model's targets are {}", a.inputs_dir, shape_str(s.class_labels->shape()),
+                     shape_str(targets));
+      }
+      s.fixed_feeds["oases_targets"] = *s.class_labels;
+    }
     // the decoder's input when there is one (an encoder-decoder model), else the token input
     for (InputRole::Kind kind : {InputRole::kDecoderTokens, InputRole::kTokens}) {
       for (const InputRole& r : *token_roles) {
@@ -146,7 +183,15 @@ Status prepare_data(TrainSetup& s) {
         }
       }
     }
-    if (!s.fixed_feeds.count("oases_targets")) return Status::error("cannot derive next-token targets from --inputs");
+    if (!s.fixed_feeds.count("oases_targets")) {
+      if (targets.size() == 1) {
+        return error(
+            "{}: the logits are one row of class scores per input, so the loss needs class labels: put them in {}/labels.pb "
+            "(int64 {})",
+            a.model, a.inputs_dir, shape_str(targets));
+      }
+      return Status::error("cannot derive next-token targets from --inputs");
+    }
   }
   if (!a.data.empty() || a.synthetic) {
     if (a.synthetic) {

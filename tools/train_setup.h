@@ -23,6 +23,7 @@ struct TrainSetup {
   GlobalProgram gp;  // training graph, strategy, partition (global shapes)
   int64_t batch = 0, seq = 0, vocab = 0;
   std::map<std::string, Tensor> fixed_feeds;  // --inputs DIR
+  std::optional<Tensor> class_labels;         // --inputs DIR/labels.pb: an image classifier's targets [B]
   std::vector<InputRole> roles;
   TokenData data;
   int64_t split = 0;  // tokens before it train, after it validate

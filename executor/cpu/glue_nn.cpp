@@ -6,6 +6,7 @@
 
 #include "executor/cpu/common.h"
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/conv.h"
 #include "kernels/cpu/einsum.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/gemm.h"
@@ -100,6 +101,26 @@ int64_t loss_denominator_and_labels(KernelContext& c, int scores_slot, std::vect
   }
   *denom = red == "mean" ? (wsum > 0 ? wsum : 1.0) : 1.0;
   return counted;
+}
+
+// The geometry of a Conv or one of its backward ops from the shapes of x, w and y and the
+// canonical attributes (graph/ops/conv.cpp).
+k::ConvShape conv_shape(const KernelContext& c, const Shape& x, const Shape& w, const Shape& y) {
+  k::ConvShape s;
+  s.batch = x[0];
+  s.in_channels = x[1];
+  s.out_channels = w[0];
+  s.in.assign(x.begin() + 2, x.end());
+  s.kernel.assign(w.begin() + 2, w.end());
+  s.out.assign(y.begin() + 2, y.end());
+  s.strides = c.attrs().get_ints("strides");
+  s.pads = c.attrs().get_ints("pads");
+  s.dilations = c.attrs().get_ints("dilations");
+  size_t S = s.in.size();
+  if (w.size() != S + 2 || y.size() != S + 2 || s.strides.size() != S || s.dilations.size() != S || s.pads.size() != 2 * S) {
+    c.fail("convolution attributes not resolved for x {}, w {}, y {}", shape_str(x), shape_str(w), shape_str(y));
+  }
+  return s;
 }
 
 }  // namespace
@@ -346,7 +367,28 @@ void register_cpu_nn(CpuKernelRegistry& r) {
   r.add("", "SoftmaxCrossEntropyLoss", [](KernelContext& c) { loss_kernel(c, true); });
   r.add("", "NegativeLogLikelihoodLoss", [](KernelContext& c) { loss_kernel(c, false); });
 
+  r.add("", "Conv", [](KernelContext& c) {
+    with_half_as_float(c, [&](KernelContext& f) {
+      k::ConvShape s = conv_shape(f, f.in[0].shape, f.in[1].shape, f.out[0].shape);
+      dispatch_float(f, f.in[0].dtype, [&]<class T>() {
+        k::conv_forward<T>(s, f.in[0].as<T>(), f.in[1].as<T>(), f.has_input(2) ? f.in[2].as<T>() : nullptr, f.out[0].as<T>());
+      });
+    });
+  });
+
   // backward
+  r.add("oases", "ConvGradInput", [](KernelContext& c) {  // (dy, w) -> dx
+    with_half_as_float(c, [&](KernelContext& f) {
+      k::ConvShape s = conv_shape(f, f.out[0].shape, f.in[1].shape, f.in[0].shape);
+      dispatch_float(f, f.in[0].dtype, [&]<class T>() { k::conv_grad_input<T>(s, f.in[0].as<T>(), f.in[1].as<T>(), f.out[0].as<T>()); });
+    });
+  });
+  r.add("oases", "ConvGradWeight", [](KernelContext& c) {  // (dy, x) -> dw
+    with_half_as_float(c, [&](KernelContext& f) {
+      k::ConvShape s = conv_shape(f, f.in[1].shape, f.out[0].shape, f.in[0].shape);
+      dispatch_float(f, f.in[0].dtype, [&]<class T>() { k::conv_grad_weight<T>(s, f.in[0].as<T>(), f.in[1].as<T>(), f.out[0].as<T>()); });
+    });
+  });
   r.add("oases", "MatMulT", [](KernelContext& c) {
     bool ta = c.attrs().get_int("trans_a", 0) != 0, tb = c.attrs().get_int("trans_b", 0) != 0;
     dispatch_float(c, c.in[0].dtype, [&]<class T>() {

@@ -63,6 +63,9 @@ std::unique_ptr<Pass> make_batch_gather_pass();
 // An exporter-named initializer equal to the transpose of a named one (a tied head the exporter
 // folded) -> Transpose(the named one) (graph/passes/retie.cpp).
 std::unique_ptr<Pass> make_retie_pass();
+// An initializer of B equal slices read by Concats beside activations of batch B (a learned token
+// the exporter copied across a static batch) -> Expand(one slice) (graph/passes/unfold_batch_copies.cpp).
+std::unique_ptr<Pass> make_unfold_batch_copies_pass();
 // The canonicalising fusions (graph/passes/fuse_*.cpp).
 std::unique_ptr<Pass> make_fuse_layernorm_pass();
 std::unique_ptr<Pass> make_fuse_rmsnorm_pass();

@@ -8,6 +8,7 @@ Expected<std::vector<PassReport>> run_canonical_pipeline(Graph& g, const FoldOpt
   std::vector<std::unique_ptr<Pass>> passes;
   passes.push_back(make_retie_pass());
   passes.push_back(std::make_unique<InferShapesPass>(fold));
+  passes.push_back(make_unfold_batch_copies_pass());  // reads the Concats' shapes and axes
   passes.push_back(std::make_unique<DeadCodePass>());
   passes.push_back(make_simplify_pass());
   passes.push_back(make_batch_gather_pass());

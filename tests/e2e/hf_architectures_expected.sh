@@ -9,7 +9,4 @@ UNSUPPORTED=(
   [dynamo_falcon]="tp:does not divide its 1 key/value heads"
   [torchscript_falcon]="tp:does not divide its 1 key/value heads"
   [torchscript_gemma]="tp:does not divide its 1 key/value heads"
-  # the Conv of ViT's patch embedding has no rules yet
-  [dynamo_vit]="forward:unsupported node: [Conv]"
-  [torchscript_vit]="forward:unsupported node: [Conv]"
 )

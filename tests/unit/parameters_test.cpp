@@ -106,3 +106,35 @@ TEST(Parameters, SplitIsDescribedWithEachBuffer) {
 
 }  // namespace
 }  // namespace oases
+
+namespace oases {
+namespace {
+
+// ViT's class token as the dynamo exporter writes it with a static batch of 2: two equal copies
+// [2, 1, 4] concatenated before the patch embeddings. The pipeline makes it one token [1, 1, 4]
+// read through an Expand, and the classifier trains it; copies that differ stay as they are.
+TEST(Parameters, ATokenCopiedPerBatchRowIsOneLearnedToken) {
+  for (bool equal_rows : {true, false}) {
+    Net n;
+    n.g.opset_imports[""] = 18;
+    ValueId x = n.g.add_input("patches", DType::kF32, {2, 3, 4});
+    Tensor copies(DType::kF32, {2, 1, 4});
+    for (int64_t i = 0; i < 8; ++i)
+      copies.mutable_data<float>()[i] = 0.25f * static_cast<float>(i % 4) + (equal_rows ? 0.f : 0.5f * (i / 4));
+    n.g.add_initializer("expand", copies);
+    ValueId y = n.op("Concat", {n.g.find_value("expand"), x}, AttrMap{{"axis", Attribute::of_int(1)}});
+    n.g.set_outputs({y});
+    auto reports = run_canonical_pipeline(n.g, FoldOptions{});
+    ASSERT_TRUE(reports) << reports.status().message();
+    ValueId tok = n.g.find_value("expand");
+    ASSERT_NE(tok, kNoId);
+    EXPECT_EQ(n.g.value(tok).shape, (equal_rows ? Shape{1, 1, 4} : Shape{2, 1, 4}));
+    EXPECT_EQ(n.g.value(y).shape, (Shape{2, 4, 4}));
+    for (const InitializerRole& r : classify_initializers(n.g)) {
+      if (r.value == tok) EXPECT_TRUE(r.trainable) << r.reason;  // read by a Concat beside activations
+    }
+  }
+}
+
+}  // namespace
+}  // namespace oases

@@ -1,0 +1,1 @@
+B%m.vit.layers.0.layernorm_after.weightJ@S¦W»îÑ»Ù¼ºDÌ:Qù4;àT¹˜v9ğËÛµ¹X*º²»»^TË»uÈº'ºîòuºæÓ¹­;

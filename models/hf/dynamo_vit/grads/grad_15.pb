@@ -1,0 +1,1 @@
+B&m.vit.layers.0.layernorm_before.weightJ@`ù†:/.:º¯Õ(:÷â÷9¸MºµÙ’º®ÙÂº\}w:ª Ê9RÁ§:‘:t¬ºÈæ;<‘<ºM:ÿº3¯š8

@@ -1,0 +1,1 @@
+B$m.vit.layers.1.attention.o_proj.biasJ@\œ¾Zá‘>V«¾‘CÃ¾Ç+¾lÌ8>æÐH>žV;½Ü>Øˆ›½“B¾é/?šˆ£½iœE¾Î$Ã=]>O>

@@ -1,0 +1,1 @@
+Bm.vit.layernorm.biasJ@*g»¼±¦M<À¼Y¼Jˆ½·.¼(‹-<W|<›ËØ»VL<u§¼÷f¼zZ=s<¸<u<<¾ƒ~<:M=

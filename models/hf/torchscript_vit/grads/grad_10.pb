@@ -1,0 +1,1 @@
+B$m.vit.layers.0.attention.q_proj.biasJ@´#‹8ìm¸6Òs5·ÆâÅ·…×Í·©Ç8ø%9·ßz9Nm˜7Zä6¢<„¹º^œ8	V†8ù÷A9hÎ8èy	¹

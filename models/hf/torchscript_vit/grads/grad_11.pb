@@ -1,0 +1,1 @@
+B$m.vit.layers.0.attention.v_proj.biasJ@ºâˆ;e€À:Üµ¼5ª<#÷¼E“£<Œð_¼B"Š½ú-7½8à½Èò<ëz¼Ð¹d½!T=½µs%=é”†»

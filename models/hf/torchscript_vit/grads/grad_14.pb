@@ -1,0 +1,1 @@
+B$m.vit.layers.0.layernorm_before.biasJ@´¥¹;SÍ!;2¬¯»<Æ;Tb$»8‹0;RÞŒ»3YB»9€=;~ŽË;ß¸Ñºká:˜o£»è\«¹´è»°[È¹

@@ -1,0 +1,1 @@
+B$m.vit.layers.1.attention.q_proj.biasJ@b§Q¹àxµ8?*9ƒª¸(WÃ¹„ÄÒ¹øä[9û¹p±¸ªÆq7â-8YÚB¸£–7ÑÎ¸äù“8–4 ¸

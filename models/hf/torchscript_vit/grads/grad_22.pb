@@ -1,0 +1,1 @@
+B#m.vit.layers.1.layernorm_after.biasJ@0?P;]ò»ú¸H;Ú¬Z;²›ºhXÛ»¹Ù: ôv:P0 »Õ¡¾;-®¹§4Ú»w”Eº/;^;½t—»¤qµ;
