@@ -17,6 +17,7 @@
 #include "executor/device.h"
 #include "executor/machine_profile.h"
 #include "graph/atomic_file.h"
+#include "kernels/cpu/parallel.h"
 #include "planner/profile.h"
 #include "tools/plan_driver.h"
 
@@ -65,7 +66,8 @@ int main(int argc, char** argv) {
     app.add_option("--emulate-link", emulate, "Also time collectives behind an emulated link bw=GBPS,latency=US");
     app.add_option("--sizes", sizes_s, "Collective message sizes in bytes (comma list; default 4 KiB to 16 MiB)");
     app.add_option("--reps", reps, "Timed repetitions (the median is kept)");
-    app.add_option("--threads", threads, "Threads per rank (default: the cores shared among the ranks)");
+    app.add_option("--threads", threads, "Threads per rank (default: the cores shared among the ranks)")
+        ->check(CLI::Range(0, kernels::kMaxThreads));
     bind.add_to(app);
     if (int rc = parse_cli(app, argc, argv); rc >= 0) return rc;
     if (backend == "cuda" && cuda_built()) {
