@@ -70,7 +70,8 @@ void add_train_options(CLI::App& app, TrainArgs& a) {
       ->check(number_in(0, kInf));
   app.add_option("--export-onnx", a.export_onnx, "Write the model with the trained weights");
   app.add_option("--dump-grads", a.dump_grads, "Write the first step's gradients (one TensorProto per parameter, full tensors)");
-  app.add_option("--log-json", a.log_json, "One JSON object per step");
+  app.add_option("--log-json", a.log_json,
+                 "One JSON object per step, after FILE's old lines (grows in FILE.tmp, renamed over FILE when the run ends)");
   app.add_option("--log-every", a.log_every, "Progress line every N steps (default: about 20 lines a run)")->check(number_in(0, kInf));
   app.add_option("--threads", a.threads, "Threads for BLAS and kernels per rank (0: the cores shared among ranks)")
       ->check(number_in(0, kernels::kMaxThreads));
