@@ -8,6 +8,7 @@
 //   moment-size moment-missing                     a parameter's first optimizer moment one
 //                                                  element short, or gone (a valid file)
 //   v1                                             the old layout without checksums (loads)
+// or `oases_tamper_checkpoint - OUT tiny` writes a valid checkpoint of a few bytes (fuzz seeds).
 #include <cstdio>
 #include <string>
 
@@ -24,6 +25,21 @@ int main(int argc, char** argv) {
     return 2;
   }
   const std::string in = argv[1], out = argv[2], damage = argv[3];
+  if (damage == "tiny") {
+    Checkpoint c;
+    c.fingerprint = "tiny";
+    c.step = 3;
+    c.optimizer_t = 3;
+    c.optimizer_kind = "adamw";
+    c.sampler_state = "1 2 3";
+    c.tensors["w"] = Tensor::from_f32({1.5f, -2.f, 0.25f, 4.f}, {2, 2});
+    c.tensors["w.m"] = Tensor::from_f32({0.1f, 0.2f, 0.3f, 0.4f}, {2, 2});
+    c.tensors["w.v"] = Tensor::from_f32({0.01f, 0.02f, 0.03f, 0.04f}, {2, 2});
+    c.tensors["ids"] = Tensor::from_int64({7, -1}, {2});
+    Status st = save_checkpoint(c, out);
+    if (!st.is_ok()) std::fprintf(stderr, "error: %s\n", st.message().c_str());
+    return st.is_ok() ? 0 : 2;
+  }
   try {
     std::string bytes = testutil::read_bytes(in);
     CheckpointBytes ck = CheckpointBytes::parse(bytes);
