@@ -1,7 +1,9 @@
 #include "executor/checkpoint.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <set>
 
@@ -44,6 +46,32 @@ uint32_t header_crc(uint64_t length, const std::string& header) {
   return crc.checksum();
 }
 
+// Deepest nesting of arrays and objects in JSON text: refused past a bound before nlohmann
+// (whose dump() recurses) sees a hostile header of a million '['.
+int64_t json_depth(const std::string& text) {
+  int64_t depth = 0, deepest = 0;
+  bool in_string = false, escaped = false;
+  for (char ch : text) {
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (ch == '\\') {
+        escaped = true;
+      } else if (ch == '"') {
+        in_string = false;
+      }
+    } else if (ch == '"') {
+      in_string = true;
+    } else if (ch == '[' || ch == '{') {
+      deepest = std::max(deepest, ++depth);
+    } else if (ch == ']' || ch == '}') {
+      --depth;
+    }
+  }
+  return deepest;
+}
+constexpr int64_t kMaxHeaderDepth = 64;
+
 bool known_optimizer(const std::string& kind) {
   return kind == "adamw" || kind == "sgd";
 }
@@ -74,6 +102,7 @@ Status save_checkpoint(const Checkpoint& c, const std::string& path) {
   h["sampler_state"] = c.sampler_state;
   h["seed"] = c.seed;
   h["extra"] = nlohmann::json::parse(c.extra_json, nullptr, false);
+  if (h["extra"].is_discarded()) h["extra"] = c.extra_json;  // not JSON: kept as text
   h["tensors"] = nlohmann::json::array();
   uint64_t offset = 0;
   for (const auto& [name, t] : c.tensors) {
@@ -136,6 +165,8 @@ class HeaderReader {
 }  // namespace
 
 Expected<Checkpoint> load_checkpoint(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) return error("{}: is a folder, not a checkpoint", path);
   std::ifstream in(path, std::ios::binary);
   if (!in) return error("{}: no such checkpoint", path);
   in.seekg(0, std::ios::end);
@@ -161,6 +192,9 @@ Expected<Checkpoint> load_checkpoint(const std::string& path) {
   if (!in) return error("{}: truncated checkpoint (in the header)", path);
   if (!v1 && header_crc(hl, header) != stored_hcrc) {
     return error("{}: corrupt checkpoint: the header's checksum does not match (step, sampler state or tensor table damaged)", path);
+  }
+  if (int64_t depth = json_depth(header); depth > kMaxHeaderDepth) {
+    return error("{}: corrupt checkpoint header: nested {} levels deep (at most {})", path, depth, kMaxHeaderDepth);
   }
   nlohmann::json h = nlohmann::json::parse(header, nullptr, false);
   if (h.is_discarded()) return error("{}: corrupt checkpoint header: not JSON", path);
@@ -249,9 +283,11 @@ Expected<Checkpoint> load_checkpoint(const std::string& path) {
       stored_crc = static_cast<uint32_t>(crc);
     }
     Tensor t(dt, shape);
-    in.seekg(static_cast<std::streamoff>(base + expected_offset));
-    in.read(static_cast<char*>(t.raw_mutable()), static_cast<std::streamsize>(*nbytes));
-    if (!in) return error("{}: truncated checkpoint (tensor '{}')", path, name);
+    if (*nbytes > 0) {
+      in.seekg(static_cast<std::streamoff>(base + expected_offset));
+      in.read(static_cast<char*>(t.raw_mutable()), static_cast<std::streamsize>(*nbytes));
+      if (!in) return error("{}: truncated checkpoint (tensor '{}')", path, name);
+    }
     if (stored_crc && tensor_crc(tensor_metadata(name, dt, shape, expected_offset, *nbytes), t.raw(), *nbytes) != *stored_crc) {
       return error("{}: corrupt checkpoint: tensor '{}': its checksum does not match (data or metadata damaged)", path, name);
     }

@@ -211,6 +211,29 @@ TEST(Checkpoint, AHeaderThatIsJsonButNotAnObjectNamesTheFile) {
   }
 }
 
+// What the fuzz target (tests/fuzz/checkpoint_fuzz.cpp) pointed at: a header nested deep enough
+// to overflow a recursive dump, a folder, and empty tensors, which round-trip.
+TEST(Checkpoint, DeepHeadersFoldersAndEmptyTensors) {
+  TempDir dir;
+  auto ck = testutil::CheckpointBytes::parse(saved_sample(dir));
+  testutil::replace_once(ck.header, "\"extra\":{", "\"extra\":{\"deep\":" + std::string(100000, '[') + std::string(100000, ']') + ",");
+  ck.reseal();
+  std::string path = (dir / "deep").string();
+  testutil::write_bytes(path, ck.bytes());
+  expect_refused(path, "nested 100002 levels deep", "deep header");
+  expect_refused(dir.path().string(), "is a folder", "a folder");
+
+  Checkpoint c = sample_checkpoint();
+  c.tensors["empty"] = Tensor(DType::kF32, {0, 3});
+  c.extra_json = "not json";
+  std::string empty = (dir / "empty").string();
+  ASSERT_TRUE(save_checkpoint(c, empty).is_ok());
+  auto back = load_checkpoint(empty);
+  ASSERT_TRUE(back) << back.status().message();
+  EXPECT_EQ(back->tensors.at("empty").shape(), (Shape{0, 3}));
+  EXPECT_EQ(back->extra_json, "\"not json\"");
+}
+
 TEST(Checkpoint, TrailingBytesAreRefused) {
   TempDir dir;
   std::string path = (dir / "longer").string();
