@@ -23,8 +23,11 @@
 namespace {
 
 std::string scratch_dir() {
+  // in memory where the machine has it: every input that loads is saved, and a save fsyncs
   static const std::string dir = [] {
-    char tmpl[] = "/tmp/oases_ckpt_fuzz_XXXXXX";
+    char tmpl[] = "/dev/shm/oases_ckpt_fuzz_XXXXXX";
+    if (mkdtemp(tmpl)) return std::string(tmpl);
+    std::strcpy(tmpl, "/tmp/oases_ckpt_fuzz_XXXXXX");
     return std::string(mkdtemp(tmpl) ? tmpl : "/tmp");
   }();
   return dir;
