@@ -30,6 +30,9 @@ class CommRequest {
   // Blocks until the operation is done; after the communicator's timeout, throws (and stops the
   // job) with an error naming the operation and the peer.
   virtual void wait() = 0;
+  // Drives the operation forward without blocking (MPI progresses a non-blocking collective only
+  // inside MPI calls); true once it is done.
+  virtual bool test() { return false; }
 };
 
 class CommGroup {
@@ -75,6 +78,8 @@ class Communicator {
   // created on first use and cached. Only its members call it (MPI_Comm_create_group, not a
   // world-wide split), and ranks that share several groups create them in one order.
   CommGroup& channel_group(const std::vector<int>& ranks, int tag);
+  // The same, not cached: the caller owns it (a mesh's groups when meshes leave ranks out).
+  std::unique_ptr<CommGroup> make_member_group(const std::vector<int>& ranks, int tag);
 
   double timeout_s = 600;
 
