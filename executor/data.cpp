@@ -22,7 +22,9 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 
 Expected<TokenData> load_tokens(const std::string& path) {
   std::error_code ec;
-  if (!fs::is_regular_file(path, ec)) return error("{}: no such data file", path);
+  if (fs::is_directory(path, ec)) return error("{}: is a folder, not a data file (a token file: .bin, .i32 or text)", path);
+  if (!fs::exists(path, ec)) return error("{}: no such data file", path);
+  if (!fs::is_regular_file(path, ec)) return error("{}: not a regular file (a token file: .bin, .i32 or text)", path);
   uint64_t size = fs::file_size(path, ec);
   if (size > (uint64_t{16} << 30)) return error("{}: {} bytes is over the 16 GiB limit of the loader", path, size);
   std::ifstream in(path, std::ios::binary);

@@ -1,6 +1,7 @@
 #include "executor/optimizer.h"
 
 #include <cmath>
+#include <cstring>
 
 #include "kernels/cpu/optim.h"
 
@@ -76,20 +77,33 @@ std::map<std::string, Tensor> Optimizer::state() const {
   return s;
 }
 
-void Optimizer::set_state(const std::map<std::string, Tensor>& s, int64_t t) {
-  t_ = t;
+Status Optimizer::set_state(const std::map<std::string, Tensor>& s, int64_t t) {
+  // checked whole before anything is copied: a refused state leaves the optimizer as it was
+  auto find = [&](const Param& p, const char* suffix) -> Expected<const Tensor*> {
+    auto it = s.find(p.name + suffix);
+    if (it == s.end()) return error("optimizer state '{}{}' is missing", p.name, suffix);
+    if (it->second.dtype() != DType::kF32 || it->second.shape() != p.value.shape()) {
+      return error("optimizer state '{}{}' is {} {}, the parameter's shard is float32 {}", p.name, suffix, dtype_name(it->second.dtype()),
+                   shape_str(it->second.shape()), shape_str(p.value.shape()));
+    }
+    return &it->second;
+  };
+  std::vector<std::pair<const Tensor*, Tensor*>> copies;
   for (Param& p : params_) {
-    auto copy_into = [&](const std::string& key, Tensor& dst) {
-      auto it = s.find(key);
-      if (it != s.end() && it->second.nbytes() == dst.nbytes()) std::memcpy(dst.raw_mutable(), it->second.raw(), dst.nbytes());
-    };
     if (cfg_.kind == "adamw") {
-      copy_into(p.name + ".m", p.m);
-      copy_into(p.name + ".v", p.v);
+      OASES_ASSIGN_OR_RETURN(const Tensor* m, find(p, ".m"));
+      OASES_ASSIGN_OR_RETURN(const Tensor* v, find(p, ".v"));
+      copies.emplace_back(m, &p.m);
+      copies.emplace_back(v, &p.v);
     } else {
-      copy_into(p.name + ".momentum", p.m);
+      OASES_ASSIGN_OR_RETURN(const Tensor* m, find(p, ".momentum"));
+      copies.emplace_back(m, &p.m);
     }
   }
+  if (t < 0) return error("optimizer step {} is negative", t);
+  for (auto& [src, dst] : copies) std::memcpy(dst->raw_mutable(), src->raw(), dst->nbytes());
+  t_ = t;
+  return Status::ok();
 }
 
 }  // namespace oases

@@ -51,7 +51,9 @@ class Optimizer {
 
   // Checkpoint state: "<param>.m", "<param>.v" (adamw) or "<param>.momentum" (sgd), plus the step.
   std::map<std::string, Tensor> state() const;
-  void set_state(const std::map<std::string, Tensor>& s, int64_t t);
+  // Every parameter's state must be there with its shard's shape; otherwise an error naming the
+  // state, and the optimizer is left untouched.
+  Status set_state(const std::map<std::string, Tensor>& s, int64_t t);
 
  private:
   struct Param {

@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "graph/atomic_file.h"
 #include "graph/blocks.h"
 
 namespace oases {
@@ -92,16 +93,7 @@ Status write_trace_file(const std::vector<std::string>& parts, const nlohmann::j
   }
   *events = merged.size();
   nlohmann::json doc{{"traceEvents", merged}, {"displayTimeUnit", "ms"}, {"otherData", about}};
-  std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp);
-    if (!f) return error("{}: cannot open for writing", path);
-    f << doc.dump() << "\n";
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) return error("{}: cannot rename: {}", path, ec.message());
-  return Status::ok();
+  return write_file_atomically(path, doc.dump() + "\n");
 }
 
 }  // namespace oases

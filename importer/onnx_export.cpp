@@ -5,10 +5,12 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <set>
 
 #include <onnx/onnx_pb.h>
 
+#include "graph/atomic_file.h"
 #include "importer/onnx_import.h"
 
 namespace fs = std::filesystem;
@@ -68,10 +70,10 @@ Status export_with_initializers(const std::string& source_model, const std::map<
   bool external = total > kInlineLimit;
   std::string data_name = fs::path(out_path).filename().string() + ".data";
   std::string data_path = (fs::path(out_path).parent_path() / data_name).string();
-  std::ofstream ext;
+  std::optional<AtomicFile> ext;
   if (external) {
-    ext.open(data_path + ".tmp", std::ios::binary | std::ios::trunc);
-    if (!ext) return error("{}: cannot open for writing", data_path);
+    OASES_ASSIGN_OR_RETURN(AtomicFile f, AtomicFile::create(data_path));
+    ext.emplace(std::move(f));
   }
   uint64_t offset = 0;
   for (int i = 0; i < g->initializer_size(); ++i) {
@@ -79,8 +81,7 @@ Status export_with_initializers(const std::string& source_model, const std::map<
     std::string name = tp->name();
     tensor_to_proto(data[i], name, tp);
     if (external) {
-      const char* p = static_cast<const char*>(data[i].raw());
-      ext.write(p, static_cast<std::streamsize>(data[i].nbytes()));
+      OASES_RETURN_IF_ERROR(ext->write(data[i].raw(), data[i].nbytes()));
       tp->clear_raw_data();
       tp->set_data_location(onnx::TensorProto::EXTERNAL);
       auto add = [&](const std::string& k, const std::string& v) {
@@ -94,26 +95,10 @@ Status export_with_initializers(const std::string& source_model, const std::map<
       offset += data[i].nbytes();
     }
   }
-  if (external) {
-    ext.flush();
-    if (!ext) return error("{}: write failed", data_path);
-    ext.close();
-    std::error_code ec;
-    fs::rename(data_path + ".tmp", data_path, ec);
-    if (ec) return error("{}: cannot rename: {}", data_path, ec.message());
-  }
-  std::string tmp = out_path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) return error("{}: cannot open for writing", out_path);
-    if (!model.SerializeToOstream(&out)) return error("{}: serialisation failed", out_path);
-    out.flush();
-    if (!out) return error("{}: write failed", out_path);
-  }
-  std::error_code ec;
-  fs::rename(tmp, out_path, ec);
-  if (ec) return error("{}: cannot rename: {}", out_path, ec.message());
-  return Status::ok();
+  if (ext) OASES_RETURN_IF_ERROR(ext->commit());
+  std::string bytes;
+  if (!model.SerializeToString(&bytes)) return error("{}: serialisation failed", out_path);
+  return write_file_atomically(out_path, bytes);
 }
 
 }  // namespace oases

@@ -14,6 +14,7 @@
 #include <onnx/defs/schema.h>
 #include <onnx/onnx_pb.h>
 
+#include "graph/atomic_file.h"
 #include "graph/op_registry.h"
 
 namespace fs = std::filesystem;
@@ -245,18 +246,9 @@ void tensor_to_proto(const Tensor& t, const std::string& name, onnx::TensorProto
 Status write_tensor_file(const Tensor& t, const std::string& name, const std::string& path) {
   onnx::TensorProto tp;
   tensor_to_proto(t, name, &tp);
-  std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) return error("{}: cannot open for writing", path);
-    if (!tp.SerializeToOstream(&out)) return error("{}: write failed", path);
-    out.flush();
-    if (!out) return error("{}: write failed", path);
-  }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) return error("{}: cannot rename the temporary file: {}", path, ec.message());
-  return Status::ok();
+  std::string bytes;
+  if (!tp.SerializeToString(&bytes)) return error("{}: cannot serialise tensor '{}'", path, name);
+  return write_file_atomically(path, bytes);
 }
 
 namespace {

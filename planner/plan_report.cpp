@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "graph/atomic_file.h"
 #include "planner/hybrid.h"
 #include "planner/plan_render.h"
 #include "planner/rank_program.h"
@@ -14,12 +15,7 @@
 namespace oases {
 
 Status write_text_file(const std::string& path, const std::string& text) {
-  std::ofstream f(path);
-  if (!f) return error("{}: cannot open for writing", path);
-  f << text;
-  f.close();
-  if (!f) return error("{}: write failed", path);
-  return Status::ok();
+  return write_file_atomically(path, text);
 }
 
 // Writes the plan wherever asked: JSON, HTML page, Graphviz DOT (an empty path is skipped).

@@ -4,24 +4,30 @@
 # a target crashes, leaks, times out or runs out of memory (the input that did it is kept in
 # $BUILD_DIR/fuzz-artifacts/).
 #
-# Seeds: tests/fuzz/corpus/<target>/ (small ONNX node-test models) plus the broken models of
-# tests/e2e/make_bad_inputs.cpp and two transformer models (models/small/gpt2_tiny,
+# Targets: oases_importer_fuzz (ONNX bytes -> import -> canonical passes) and oases_checkpoint_fuzz
+# (bytes -> load_checkpoint -> save -> load).
+# Seeds: tests/fuzz/corpus/<target>/ (small ONNX node-test models; tiny valid and damaged
+# checkpoints, remade with tests/e2e/tamper_checkpoint.cpp), plus, for the importer, the broken
+# models of tests/e2e/make_bad_inputs.cpp and two transformer models (models/small/gpt2_tiny,
 # tests/data/models/gpt2_odd_sizes). Inputs the run finds go to a scratch corpus, not the repo.
+# CI (.ci/run) runs this with 30 s per target.
 #
 # Env: OASES_FUZZ_BUILD_DIR (default build-fuzz), OASES_FUZZ_RUN=1 also runs the graphs that import.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECONDS_PER_TARGET=${1:-60}
 BUILD_DIR=${OASES_FUZZ_BUILD_DIR:-build-fuzz}
-TARGETS=(oases_importer_fuzz)
+TARGETS=(oases_importer_fuzz oases_checkpoint_fuzz)
 
 if [[ ! -f "$BUILD_DIR/CMakeCache.txt" ]]; then
   GEN=()
   command -v ninja >/dev/null && GEN=(-G Ninja)
   command -v ccache >/dev/null && GEN+=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
-  # only what the harnesses link: no MPI, no CUDA
-  CC=clang CXX=clang++ cmake -S . -B "$BUILD_DIR" "${GEN[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DOASES_FUZZ=ON \
-    -DOASES_MPI=OFF -DOASES_CUDA=OFF
+  # only what the harnesses link: no MPI, no CUDA; -O1 with line tables (libFuzzer's usual
+  # choice: symbolised reports, and a cold build about a third faster than -O2 -g)
+  CC=clang CXX=clang++ cmake -S . -B "$BUILD_DIR" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Fuzz \
+    -DCMAKE_CXX_FLAGS_FUZZ="-O1 -gline-tables-only" -DCMAKE_C_FLAGS_FUZZ="-O1 -gline-tables-only" \
+    -DOASES_FUZZ=ON -DOASES_MPI=OFF -DOASES_CUDA=OFF
 fi
 cmake --build "$BUILD_DIR" -j "$(nproc)" --target "${TARGETS[@]}" oases_make_bad_inputs
 
@@ -38,10 +44,12 @@ for target in "${TARGETS[@]}"; do
   name=${target#oases_}
   name=${name%_fuzz}
   mkdir -p "$WORK/corpus_$name"
+  extra_seeds=()
+  [[ $name == importer ]] && extra_seeds=("$WORK/seeds")
   echo "== $target: ${SECONDS_PER_TARGET}s"
   # -rss_limit_mb/-malloc_limit_mb: a model may ask for anything, the importer must refuse it
   rc=0
-  "$BUILD_DIR/tests/bin/$target" "$WORK/corpus_$name" "tests/fuzz/corpus/$name" "$WORK/seeds" \
+  "$BUILD_DIR/tests/bin/$target" "$WORK/corpus_$name" "tests/fuzz/corpus/$name" "${extra_seeds[@]}" \
     -max_total_time="$SECONDS_PER_TARGET" -timeout=30 -rss_limit_mb=4096 -malloc_limit_mb=2048 \
     -print_final_stats=1 -artifact_prefix="$BUILD_DIR/fuzz-artifacts/$name-" >"$WORK/$name.log" 2>&1 || rc=$?
   grep -E '^#[0-9]+[[:space:]]+(INITED|DONE)|^stat::number_of_executed_units|^stat::peak_rss_mb' "$WORK/$name.log" || true

@@ -1,7 +1,8 @@
 // oases-import MODEL [--json FILE] [--dot FILE] [--verbose] [--dim NAME=N] [--shape INPUT=d0,..]
 // Reads and checks a model, makes it canonical and summarises it.
 #include <cstdio>
-#include <fstream>
+
+#include "graph/atomic_file.h"
 
 #include "tools/summary.h"
 
@@ -22,6 +23,13 @@ int main(int argc, char** argv) {
     if (int rc = parse_cli(app, argc, argv); rc >= 0) return rc;
     ImportOptions opts;
     if (Status s = bind.apply(&opts); !s.is_ok()) return fail_with(s);
+    // refused before the (possibly long) import: a path that cannot be written
+    if (json_out != "-" && !json_out.empty()) {
+      if (Status s = check_output_file(json_out, "--json " + json_out); !s.is_ok()) return fail_with(s);
+    }
+    if (!dot_out.empty()) {
+      if (Status s = check_output_file(dot_out, "--dot " + dot_out); !s.is_ok()) return fail_with(s);
+    }
     auto m = load_model(model, opts);
     if (!m) return fail_with(m.status());
     nlohmann::json s = model_summary_json(*m, model);
@@ -30,15 +38,11 @@ int main(int argc, char** argv) {
     } else {
       std::printf("%s", model_summary_text(s, verbose).c_str());
       if (!json_out.empty()) {
-        std::ofstream f(json_out);
-        if (!f) return fail_with(error("{}: cannot open for writing", json_out));
-        f << s.dump(2) << "\n";
+        if (Status st = write_file_atomically(json_out, s.dump(2) + "\n"); !st.is_ok()) return fail_with(st);
       }
     }
     if (!dot_out.empty()) {
-      std::ofstream f(dot_out);
-      if (!f) return fail_with(error("{}: cannot open for writing", dot_out));
-      f << graph_to_dot(raw_dot ? m->raw : m->graph);
+      if (Status st = write_file_atomically(dot_out, graph_to_dot(raw_dot ? m->raw : m->graph)); !st.is_ok()) return fail_with(st);
     }
     return 0;
   });

@@ -17,6 +17,7 @@
 
 #include <fmt/format.h>
 
+#include "graph/atomic_file.h"
 #include "planner/link_model.h"
 #include "planner/plan.h"
 #include "planner/plan_report.h"
@@ -292,11 +293,18 @@ int main(int argc, char** argv) {
     app.add_flag("--sequence-parallel", seq_par, "Split norms and residuals over the sequence (with --tp)");
     bind.add_to(app);
     if (int rc = parse_cli(app, argc, argv); rc >= 0) return rc;
+    // refused before the search (minutes on a large cluster): a path that cannot be written
+    for (const auto& [flag, path] :
+         {std::pair<const char*, const std::string*>{"--out", &out}, {"--html", &html}, {"--dot", &dot}, {"--trace", &trace}}) {
+      if (path->empty()) continue;
+      if (Status s = check_output_file(*path, fmt::format("{} {}", flag, *path)); !s.is_ok()) return fail_with(s);
+    }
     if (!render.empty()) {
       std::ifstream f(render);
       if (!f) return fail_with(error("{}: no such plan file", render));
       nlohmann::json plan = nlohmann::json::parse(f, nullptr, false);
-      if (plan.is_discarded() || plan.value("format", "") != "oases-plan") return fail_with(error("{}: not an Oases plan", render));
+      if (plan.is_discarded() || !plan.is_object() || plan.value("format", "") != "oases-plan")
+        return fail_with(error("{}: not an Oases plan", render));
       if (Status s = write_plan_files(plan, out, html, dot); !s.is_ok()) return fail_with(s);
       return 0;
     }

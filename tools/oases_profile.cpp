@@ -16,6 +16,8 @@
 
 #include "executor/device.h"
 #include "executor/machine_profile.h"
+#include "graph/atomic_file.h"
+#include "kernels/cpu/parallel.h"
 #include "planner/profile.h"
 #include "tools/plan_driver.h"
 
@@ -64,7 +66,8 @@ int main(int argc, char** argv) {
     app.add_option("--emulate-link", emulate, "Also time collectives behind an emulated link bw=GBPS,latency=US");
     app.add_option("--sizes", sizes_s, "Collective message sizes in bytes (comma list; default 4 KiB to 16 MiB)");
     app.add_option("--reps", reps, "Timed repetitions (the median is kept)");
-    app.add_option("--threads", threads, "Threads per rank (default: the cores shared among the ranks)");
+    app.add_option("--threads", threads, "Threads per rank (default: the cores shared among the ranks)")
+        ->check(CLI::Range(0, kernels::kMaxThreads));
     bind.add_to(app);
     if (int rc = parse_cli(app, argc, argv); rc >= 0) return rc;
     if (backend == "cuda" && cuda_built()) {
@@ -78,6 +81,7 @@ int main(int argc, char** argv) {
           "toolkit and a GPU are present) or profile with --backend cpu"));
     }
     if (ranks < 1) return fail_with(error("--ranks must be at least 1, not {}", ranks));
+    if (Status s = check_output_file(out, "--out " + out); !s.is_ok()) return fail_with(s);
     if (reps < 1) return fail_with(error("--reps must be at least 1, not {}", reps));
     int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     if (threads <= 0) threads = std::max(1, cores / static_cast<int>(ranks));
@@ -187,11 +191,7 @@ int main(int argc, char** argv) {
       p.model = {{"path", model}, {"batch", pm->batch}, {"seq", pm->seq}, {"ranks", ranks}, {"profiled", done}};
       std::printf("ops: %zu distinct op shapes of %s\n", p.ops.size(), model.c_str());
     }
-    std::ofstream f(out);
-    if (!f) return fail_with(error("{}: cannot open for writing", out));
-    f << p.to_json().dump(1) << "\n";
-    f.close();
-    if (!f) return fail_with(error("{}: write failed", out));
+    if (Status s = write_file_atomically(out, p.to_json().dump(1) + "\n"); !s.is_ok()) return fail_with(s);
     std::printf("wrote %s in %.1f s\n", out.c_str(), seconds_since(t_start));
     return 0;
   });

@@ -15,6 +15,7 @@
 
 #include "executor/executor.h"
 #include "executor/profile_report.h"
+#include "graph/atomic_file.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/parallel.h"
 #include "tools/data_set.h"
@@ -52,6 +53,9 @@ int main(int argc, char** argv) {
     if (int rc = parse_cli(app, argc, argv); rc >= 0) return rc;
     if (!fs::exists(data_set)) return fail_with(error("{}: no such folder", data_set));
     if (!fs::is_directory(data_set)) return fail_with(error("{}: not a folder (--data-set wants the folder of input_N.pb)", data_set));
+    if (!write_dir.empty()) {
+      if (Status s = check_output_folder(write_dir, "--write-outputs " + write_dir); !s.is_ok()) return fail_with(s);
+    }
 
     // inputs: matched to the model's inputs by name, else by position
     auto given = read_numbered_tensors(data_set, "input");
@@ -103,6 +107,7 @@ int main(int argc, char** argv) {
     if (!write_dir.empty()) {
       std::error_code ec;
       fs::create_directories(write_dir, ec);
+      if (ec) return fail_with(error("--write-outputs {}: cannot create the folder: {}", write_dir, ec.message()));
       for (size_t i = 0; i < outs.size(); ++i) {
         Status s = write_tensor_file(outs[i], g.value(g.outputs()[i]).name, fmt::format("{}/output_{}.pb", write_dir, i));
         if (!s.is_ok()) return fail_with(s);

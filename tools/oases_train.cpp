@@ -4,6 +4,7 @@
 // Trains an imported model on one rank, on N ranks as threads, or under mpirun/srun.
 #include <cmath>
 
+#include "kernels/cpu/parallel.h"
 #include "tools/train_driver.h"
 
 namespace oases {
@@ -72,9 +73,11 @@ void add_train_options(CLI::App& app, TrainArgs& a) {
       ->check(number_in(0, kInf));
   app.add_option("--export-onnx", a.export_onnx, "Write the model with the trained weights");
   app.add_option("--dump-grads", a.dump_grads, "Write the first step's gradients (one TensorProto per parameter, full tensors)");
-  app.add_option("--log-json", a.log_json, "One JSON object per step");
+  app.add_option("--log-json", a.log_json,
+                 "One JSON object per step, after FILE's old lines (grows in FILE.tmp, renamed over FILE when the run ends)");
   app.add_option("--log-every", a.log_every, "Progress line every N steps (default: about 20 lines a run)")->check(number_in(0, kInf));
-  app.add_option("--threads", a.threads, "Threads for BLAS and kernels per rank (0: the cores shared among ranks)");
+  app.add_option("--threads", a.threads, "Threads for BLAS and kernels per rank (0: the cores shared among ranks)")
+      ->check(number_in(0, kernels::kMaxThreads));
   app.add_flag("-q,--quiet", a.quiet, "No progress lines");
   app.add_flag("--profile", a.profile, "Print the time per op type and the slowest nodes per step (rank 0, steps after the first)");
   app.add_option("--tp", a.tp, "Tensor-parallel degree")->check(number_in(1, kInf));

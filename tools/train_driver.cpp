@@ -17,6 +17,7 @@
 #include "executor/profile_report.h"
 #include "executor/run_report.h"
 #include "executor/test_hooks.h"
+#include "graph/atomic_file.h"
 #include "importer/onnx_export.h"
 #include "tools/train_setup.h"
 
@@ -79,6 +80,7 @@ Status run_rank(const TrainSetup& s, RankRuntime& rt) {
   int64_t start = 0;
   if (!a.resume.empty()) {
     OASES_ASSIGN_OR_RETURN(Checkpoint ck, load_checkpoint(a.resume));
+    if (lead && !ck.warning.empty()) std::fprintf(stderr, "warning: %s\n", ck.warning.c_str());
     if (ck.fingerprint != s.fingerprint) {
       return error("{}: the checkpoint was written for another model (its parameters differ from {}'s)", a.resume, a.model);
     }
@@ -103,11 +105,20 @@ Status run_rank(const TrainSetup& s, RankRuntime& rt) {
     if (!lead) return Status::ok();
     return save_checkpoint(ck, a.save);
   };
-  std::unique_ptr<std::ofstream> log;
+  // The step log grows in LOG.tmp (after LOG's old lines: resumed runs append) and replaces LOG
+  // when the run ends, also when it stops with an error: a full disk is reported at the step it
+  // fills and never leaves an empty or cut LOG.
+  std::optional<AtomicFile> log;
   if (lead && !a.log_json.empty()) {
-    log = std::make_unique<std::ofstream>(a.log_json, std::ios::app);
-    if (!*log) return error("{}: cannot open for writing", a.log_json);
+    OASES_ASSIGN_OR_RETURN(AtomicFile f, AtomicFile::create(a.log_json, /*append=*/true));
+    log.emplace(std::move(f));
   }
+  struct CommitOnExit {
+    std::optional<AtomicFile>& log;
+    ~CommitOnExit() {
+      if (log && log->is_open()) (void)log->commit();
+    }
+  } commit_log_on_error{log};
   auto next_feeds = [&]() -> Expected<std::vector<std::map<std::string, Tensor>>> {
     std::vector<std::map<std::string, Tensor>> micro;
     for (int64_t i = 0; i < a.grad_accum; ++i) {
@@ -229,8 +240,8 @@ Status run_rank(const TrainSetup& s, RankRuntime& rt) {
         j["loss_scale"] = scaler.scale();
         j["skipped"] = st.skipped;
       }
-      *log << j.dump() << "\n";
-      log->flush();
+      OASES_RETURN_IF_ERROR(log->write(j.dump() + "\n"));
+      OASES_RETURN_IF_ERROR(log->flush());
     }
     if (lead && !a.quiet && (done % log_every == 0 || done == end || val)) {
       double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
@@ -268,6 +279,7 @@ Status run_rank(const TrainSetup& s, RankRuntime& rt) {
   if (lead && !a.quiet && std::isfinite(first_val) && std::isfinite(last_val)) {
     std::fprintf(stderr, "validation loss %.4f -> %.4f\n", first_val, last_val);
   }
+  if (log) OASES_RETURN_IF_ERROR(log->commit());
   return Status::ok();
 }
 

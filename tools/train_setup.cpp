@@ -12,6 +12,7 @@
 
 #include "executor/device.h"
 #include "executor/distributed.h"
+#include "graph/atomic_file.h"
 #include "planner/plan.h"
 
 namespace fs = std::filesystem;
@@ -214,27 +215,15 @@ Status prepare_data(TrainSetup& s) {
 // The files the run writes (at its end, for most) must be creatable now: a missing or read-only
 // folder found after hours of training loses them.
 Status check_output_paths(const TrainArgs& a) {
-  auto writable_dir = [](const fs::path& dir) { return fs::is_directory(dir) && ::access(dir.c_str(), W_OK | X_OK) == 0; };
   std::pair<const char*, const std::string*> files[] = {{"--save", &a.save},
                                                         {"--export-onnx", &a.export_onnx},
                                                         {"--log-json", &a.log_json},
                                                         {"--trace", &a.trace},
                                                         {"--export-plan", &a.export_plan}};
   for (const auto& [flag, path] : files) {
-    if (path->empty()) continue;
-    fs::path dir = fs::path(*path).parent_path();
-    if (dir.empty()) dir = ".";
-    if (!fs::is_directory(dir)) return error("{} {}: the folder {} does not exist", flag, *path, dir.string());
-    if (!writable_dir(dir)) return error("{} {}: the folder {} is not writable", flag, *path, dir.string());
+    if (!path->empty()) OASES_RETURN_IF_ERROR(check_output_file(*path, fmt::format("{} {}", flag, *path)));
   }
-  if (!a.dump_grads.empty()) {
-    // created with its missing parents: the nearest existing ancestor must take new entries
-    fs::path dir = fs::absolute(a.dump_grads);
-    while (!fs::exists(dir) && dir.has_parent_path() && dir.parent_path() != dir) dir = dir.parent_path();
-    if (!writable_dir(dir)) {
-      return error("--dump-grads {}: {} is {}", a.dump_grads, dir.string(), fs::is_directory(dir) ? "not writable" : "not a folder");
-    }
-  }
+  if (!a.dump_grads.empty()) OASES_RETURN_IF_ERROR(check_output_folder(a.dump_grads, "--dump-grads " + a.dump_grads));
   return Status::ok();
 }
 
@@ -300,9 +289,7 @@ Expected<TrainSetup> prepare_training(const TrainArgs& args, int64_t world) {
   OASES_RETURN_IF_ERROR(prepare_data(s));
   if (!a.export_plan.empty()) {
     nlohmann::json j = plan_to_json(train.graph, *s.gp.partitioned, s.gp.sharding, s.gp.strategy, a.model);
-    std::ofstream f(a.export_plan);
-    if (!f) return error("{}: cannot open for writing", a.export_plan);
-    f << j.dump(2) << "\n";
+    OASES_RETURN_IF_ERROR(write_file_atomically(a.export_plan, j.dump(2) + "\n"));
   }
   s.oc.kind = a.optimizer;
   s.oc.lr = a.lr;

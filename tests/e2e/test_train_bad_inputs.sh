@@ -43,6 +43,14 @@ PY
 expect_error "no loss" "no scalar output.*no logits" "$T" "$WORK/nologits.onnx" --data "$DATA" --steps 1
 expect_error "two sources" "exactly one of" "$T" "$MODEL" --data "$DATA" --synthetic --steps 1
 expect_error "missing data" "nope\.txt: no such data file" "$T" "$MODEL" --data "$WORK/nope.txt" --steps 1
+mkdir -p "$WORK/a_folder"
+expect_error "data path is a folder" "a_folder: is a folder, not a data file" "$T" "$MODEL" --data "$WORK/a_folder" --steps 1
+expect_error "data path is a device" "/dev/null: not a regular file" "$T" "$MODEL" --data /dev/null --steps 1
+for v in 100000 1025 -1; do
+  expect_error "--threads $v" "^error: --threads: $v is not in \\[0, 1024\\]" "$T" "$MODEL" --data "$DATA" --steps 1 --threads "$v"
+done
+expect_error "oases-profile --threads 100000" "^error: --threads: Value 100000 not in range 0 to 1024" \
+  "$OASES_BIN/oases-profile" --out "$WORK/profile.json" --threads 100000
 expect_error "bad regex" "not a valid regular expression" "$T" "$MODEL" --data "$DATA" --steps 1 --freeze "("
 # flag ranges: refused before any work (not given still means the default)
 for flag in --tp --dp --batch --seq --local-ranks --chunks --grad-accum --val-batches --trace-steps; do
