@@ -21,6 +21,13 @@ namespace oases {
 
 enum class ReduceOp { kSum, kMax };
 
+// Seconds a collective waits for its peers before the run stops (--comm-timeout): long enough for a
+// slow step of a large model on a loaded machine, short enough that a hung rank is found in
+// minutes, not after the 10-minute defaults of MPI/NCCL watchdogs. The flag accepts
+// (0, kMaxCommTimeoutS].
+inline constexpr double kDefaultCommTimeoutS = 120;
+inline constexpr double kMaxCommTimeoutS = 86400;
+
 class CommGroup {
  public:
   virtual ~CommGroup() = default;
@@ -49,7 +56,7 @@ class Communicator {
   virtual std::unique_ptr<CommGroup> make_group(const std::vector<int>& ranks) = 0;
   // Stops every rank's pending and future collectives with an error saying why.
   virtual void abort(const std::string& why) = 0;
-  double timeout_s = 600;
+  double timeout_s = kDefaultCommTimeoutS;
 };
 
 // --- local: N ranks as threads of one process --------------------------------------------------
@@ -57,7 +64,7 @@ class Communicator {
 class LocalWorld;
 
 // Shared state of N in-process ranks; make one, hand a communicator per thread.
-std::shared_ptr<LocalWorld> make_local_world(int size, double timeout_s = 600);
+std::shared_ptr<LocalWorld> make_local_world(int size, double timeout_s = kDefaultCommTimeoutS);
 std::unique_ptr<Communicator> local_communicator(const std::shared_ptr<LocalWorld>& world, int rank);
 
 // Element-wise reduction helpers shared by the implementations.
