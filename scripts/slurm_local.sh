@@ -26,10 +26,21 @@ die() {
 pid_alive() { [[ -f $1 ]] && kill -0 "$(cat "$1")" 2>/dev/null; }
 
 stop() {
+  # jobs first (their steps would keep slurmd busy), then the daemons: TERM, KILL after 5 s
+  if pid_alive "$DIR/slurmctld.pid"; then
+    SLURM_CONF=$CONF scancel --quiet --full --signal=KILL --user="$(id -un)" 2>/dev/null
+    for _ in $(seq 50); do
+      [[ -z $(SLURM_CONF=$CONF squeue -h 2>/dev/null) ]] && break
+      sleep 0.1
+    done
+  fi
   for d in slurmd slurmctld; do
     if pid_alive "$DIR/$d.pid"; then
-      kill "$(cat "$DIR/$d.pid")" 2>/dev/null
-      for _ in $(seq 50); do pid_alive "$DIR/$d.pid" || break; sleep 0.1; done
+      local pid
+      pid=$(cat "$DIR/$d.pid")
+      kill "$pid" 2>/dev/null
+      for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+      kill -9 "$pid" 2>/dev/null
     fi
     rm -f "$DIR/$d.pid"
   done
