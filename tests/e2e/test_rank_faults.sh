@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A rank that fails, hangs or dies in the middle of training, with thread ranks (--local-ranks) and
-# with mpirun. What the run must do, and the exit codes (docs/RANKS.md, "When a rank fails"):
+# with mpirun. What the run must do, and the exit codes (README.md, "When a rank fails"):
 #   failing rank (returns an error)    every launcher: exit 2, "error: rank R: <its error>"
 #   hung rank (sleeps inside a step)   after --comm-timeout: exit 2, one line naming the collective,
 #                                      its group and the rank(s) it waited for
