@@ -18,6 +18,14 @@ HUNG="all-reduce in group \[0, 1\] \(member 0 of 2\): waited 5 s \(--comm-timeou
 # elapsed SECONDS_START: whole seconds since then
 elapsed() { echo $(($(date +%s) - $1)); }
 
+# --comm-timeout: (0, 86400] seconds, default 120, in every tool that runs ranks
+for v in 0 -5 nan 1e6; do
+  expect_error "oases-train --comm-timeout $v" "--comm-timeout: $v is not in \(0, 86400\]" "$T" "$TINY" --synthetic --steps 1 --comm-timeout "$v"
+done
+expect_error "oases-profile --comm-timeout 0" "--comm-timeout must be in \(0, 86400\] seconds, not 0" \
+  "$OASES_BIN/oases-profile" --out "$WORK/p.json" --comm-timeout 0
+"$T" --help | grep -qE -- "--comm-timeout .*=120$" || fail "oases-train --help: no default 120 for --comm-timeout"
+
 # --- thread ranks
 expect_error "failing rank (threads)" "injected failure at step 4" env OASES_TEST_FAULT=1:3:error "$T" "$TINY" "${D[@]}" --local-ranks 2
 start=$(date +%s)
