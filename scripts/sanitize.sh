@@ -44,6 +44,12 @@ asan_env() {
   export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 }
 
+# Open MPI dlcloses its components (mca_*.so) in MPI_Finalize, so the allocations they never free
+# show as leaks from "<unknown module>" with the one or two frames the fast unwinder finds in
+# libraries built without frame pointers; with the slow (DWARF) unwinder every such stack reaches
+# MPI_Init/libopen-rte and the suppressions above recognise it. Only the runs under mpirun pay for it.
+MPI_ASAN_OPTIONS="detect_odr_violation=0:abort_on_error=0:halt_on_error=1:fast_unwind_on_malloc=0"
+
 tsan_env() {
   export TSAN_OPTIONS="suppressions=$ROOT/scripts/sanitizers/tsan.supp:halt_on_error=1:second_deadlock_stack=1"
 }
@@ -74,8 +80,11 @@ if [[ $WHAT == asan || $WHAT == all ]]; then
   configure "$ASAN_DIR" "-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
   cmake --build "$ASAN_DIR" -j "$JOBS"
   asan_env
-  echo "== ASan + UBSan: ctest in $ASAN_DIR"
-  (cd "$ASAN_DIR" && ctest -j "$(nproc)" --output-on-failure --timeout 1200 ${CTEST_ARGS:-}) || status=1
+  echo "== ASan + UBSan: ctest in $ASAN_DIR (unit, conformance)"
+  (cd "$ASAN_DIR" && ctest -j "$(nproc)" --output-on-failure --timeout 1200 -LE "e2e|mpi" ${CTEST_ARGS:-}) || status=1
+  echo "== ASan + UBSan: ctest in $ASAN_DIR (e2e, mpi: the slow unwinder, for Open MPI's leaks)"
+  (cd "$ASAN_DIR" && ASAN_OPTIONS=$MPI_ASAN_OPTIONS ctest -j "$(nproc)" --output-on-failure --timeout 1200 -L "e2e|mpi" ${CTEST_ARGS:-}) ||
+    status=1
 fi
 
 if [[ $WHAT == tsan || $WHAT == all ]]; then
@@ -105,8 +114,8 @@ if [[ $WHAT == ci ]]; then
   run "ASan: 4 thread ranks, tp 2 x dp 2, sequence parallel" \
     "$ASAN_DIR/bin/oases-train" "$TINY" --synthetic --steps 3 -q --local-ranks 4 --tp 2 --dp 2 --sequence-parallel
   if [[ -x $ASAN_DIR/tests/bin/oases_mpi_comm_suite ]]; then
-    run "ASan: MPI communicator suite, 2 ranks" "${MPIRUN[@]}" -np 2 "$ASAN_DIR/tests/bin/oases_mpi_comm_suite"
-    run "ASan: 2 MPI ranks, tp 2, overlap_checkpoint" \
+    run "ASan: MPI communicator suite, 2 ranks" env ASAN_OPTIONS=$MPI_ASAN_OPTIONS "${MPIRUN[@]}" -np 2 "$ASAN_DIR/tests/bin/oases_mpi_comm_suite"
+    run "ASan: 2 MPI ranks, tp 2, overlap_checkpoint" env ASAN_OPTIONS=$MPI_ASAN_OPTIONS \
       "${MPIRUN[@]}" -np 2 "$ASAN_DIR/bin/oases-train" "$TINY" --synthetic --steps 3 -q --tp 2 --schedule overlap_checkpoint --chunks 2
   fi
   t_tsan=$SECONDS
