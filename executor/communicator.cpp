@@ -98,12 +98,15 @@ namespace {
 // Rendezvous of the members of one group: each collective is a sequence of barriers; between them
 // members read each other's posted pointers.
 struct GroupState {
-  explicit GroupState(std::vector<int> m) : members(std::move(m)), ptrs(members.size(), nullptr) {}
+  explicit GroupState(std::vector<int> m) : members(std::move(m)), arrived_at(members.size(), kNever), ptrs(members.size(), nullptr) {}
+  static constexpr uint64_t kNever = ~uint64_t{0};
   std::vector<int> members;
   std::mutex mu;
   std::condition_variable cv;
   int arrived = 0;
   uint64_t generation = 0;
+  // per member: the generation it last arrived at, so a timeout can name who is missing
+  std::vector<uint64_t> arrived_at;
   std::vector<const void*> ptrs;
   std::vector<char> scratch;
 };
@@ -310,6 +313,7 @@ class LocalGroup : public CommGroup {
     std::string why;
     if (world_->aborted(&why)) throw OasesError(fmt::format("{} in {} stopped: {}", what, describe(), why));
     uint64_t gen = st_->generation;
+    st_->arrived_at[static_cast<size_t>(index_)] = gen;
     if (++st_->arrived == size()) {
       st_->arrived = 0;
       ++st_->generation;
@@ -320,8 +324,13 @@ class LocalGroup : public CommGroup {
     while (st_->generation == gen) {
       if (world_->aborted(&why)) throw OasesError(fmt::format("{} in {} stopped: {}", what, describe(), why));
       if (st_->cv.wait_until(lock, deadline) == std::cv_status::timeout && st_->generation == gen) {
+        std::vector<int> missing;
+        for (size_t j = 0; j < st_->members.size(); ++j) {
+          if (st_->arrived_at[j] != gen) missing.push_back(st_->members[j]);
+        }
         lock.unlock();
-        std::string msg = fmt::format("{} in {}: a peer did not arrive within {:.0f} s", what, describe(), timeout_);
+        std::string msg = fmt::format("{} in {}: waited {:g} s (--comm-timeout) for rank{} {}, which did not arrive", what, describe(),
+                                      timeout_, missing.size() == 1 ? "" : "s", fmt::join(missing, ", "));
         world_->abort(msg);
         throw OasesError(msg);
       }

@@ -23,6 +23,13 @@ namespace oases {
 
 enum class ReduceOp { kSum, kMax };
 
+// Seconds a collective waits for its peers before the run stops (--comm-timeout): long enough for a
+// slow step of a large model on a loaded machine, short enough that a hung rank is found in
+// minutes, not after the 10-minute defaults of MPI/NCCL watchdogs. The flag accepts
+// (0, kMaxCommTimeoutS].
+inline constexpr double kDefaultCommTimeoutS = 120;
+inline constexpr double kMaxCommTimeoutS = 86400;
+
 // A pending non-blocking operation (point to point, or a broadcast on a channel group).
 class CommRequest {
  public:
@@ -81,7 +88,7 @@ class Communicator {
   // The same, not cached: the caller owns it (a mesh's groups when meshes leave ranks out).
   std::unique_ptr<CommGroup> make_member_group(const std::vector<int>& ranks, int tag);
 
-  double timeout_s = 600;
+  double timeout_s = kDefaultCommTimeoutS;
 
  protected:
   virtual std::unique_ptr<CommGroup> make_channel_group(const std::vector<int>& ranks, int tag);
@@ -97,7 +104,7 @@ class Communicator {
 class LocalWorld;
 
 // Shared state of N in-process ranks; make one, hand a communicator per thread.
-std::shared_ptr<LocalWorld> make_local_world(int size, double timeout_s = 600);
+std::shared_ptr<LocalWorld> make_local_world(int size, double timeout_s = kDefaultCommTimeoutS);
 std::unique_ptr<Communicator> local_communicator(const std::shared_ptr<LocalWorld>& world, int rank);
 
 // Element-wise reduction helpers shared by the implementations.

@@ -1,7 +1,12 @@
 #include "executor/launcher.h"
 
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -59,8 +64,7 @@ int RankLauncher::run(const Mesh& mesh, const LinkModel& link, const RankBody& b
     if (!rt) return print_error(rt.status());
     Status st = body(**rt);
     if (!st.is_ok()) {
-      std::fprintf(stderr, "error: rank %d: %s\n", mpi_->rank(), st.message().c_str());
-      mpi_->abort(st.message());
+      mpi_->abort(st.message());  // prints "error: rank R: ..." once, then ends every process
       return 2;
     }
     return 0;
@@ -73,30 +77,97 @@ int RankLauncher::run(const Mesh& mesh, const LinkModel& link, const RankBody& b
   }
   // N ranks as threads: BLAS single-threaded per rank, the cores shared out
   int per_rank = opts_.threads > 0 ? opts_.threads : std::max(1, hardware_threads() / static_cast<int>(world_));
-  Status st = run_thread_ranks(world_, mesh, link, per_rank, opts_.comm_timeout, body);
-  return st.is_ok() ? 0 : print_error(st);
+  bool abandoned = false;
+  Status st = run_thread_ranks(world_, mesh, link, per_rank, opts_.comm_timeout, body, &abandoned);
+  if (st.is_ok()) return 0;
+  int rc = print_error(st);
+  if (abandoned) {
+    // a hung rank thread still runs this process's code: leave without destructors or atexit
+    // handlers, which it could race with
+    std::fflush(stdout);
+    std::fflush(stderr);
+    std::_Exit(rc);
+  }
+  return rc;
 }
 
-Status run_thread_ranks(int64_t n, const Mesh& mesh, const LinkModel& link, int threads, double comm_timeout, const RankBody& body) {
+Status run_thread_ranks(int64_t n, const Mesh& mesh, const LinkModel& link, int threads, double comm_timeout, const RankBody& body,
+                        bool* abandoned) {
+  if (abandoned) *abandoned = false;
+  // Shared with the rank threads, which may outlive this call: a rank hung in its own code (not in
+  // a collective, where an abort wakes it) cannot be stopped, so after an abort the others get a
+  // grace period to come back and a rank still out is left behind (detached), its error reported.
+  struct Shared {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::vector<Status> results;
+    std::vector<bool> finished;
+    int running = 0;
+    std::chrono::steady_clock::time_point first_failure{};
+    bool failed = false;
+  };
+  auto sh = std::make_shared<Shared>();
+  sh->results.resize(static_cast<size_t>(n));
+  sh->finished.assign(static_cast<size_t>(n), false);
+  sh->running = static_cast<int>(n);
   auto lw = make_local_world(static_cast<int>(n), comm_timeout);
-  std::vector<Status> results(static_cast<size_t>(n));
+  auto body_copy = std::make_shared<RankBody>(body);
+  auto mesh_copy = std::make_shared<Mesh>(mesh);
   std::vector<std::thread> workers;
   for (int64_t r = 0; r < n; ++r) {
-    workers.emplace_back([&, r] {
+    workers.emplace_back([sh, lw, body_copy, mesh_copy, link, threads, n, r] {
       kernels::set_num_threads(threads);
       auto comm = local_communicator(lw, static_cast<int>(r));
       Status st;
       try {
-        auto rt = RankRuntime::create(n > 1 ? comm.get() : nullptr, mesh, link);
-        st = rt ? body(**rt) : rt.status();
+        auto rt = RankRuntime::create(n > 1 ? comm.get() : nullptr, *mesh_copy, link);
+        st = rt ? (*body_copy)(**rt) : rt.status();
       } catch (const std::exception& e) {
         st = Status::error(e.what());
       }
       if (!st.is_ok()) comm->abort(fmt::format("rank {} failed: {}", r, st.message()));
-      results[static_cast<size_t>(r)] = st;
+      std::lock_guard<std::mutex> lock(sh->mu);
+      sh->results[static_cast<size_t>(r)] = st;
+      sh->finished[static_cast<size_t>(r)] = true;
+      if (!st.is_ok() && !sh->failed) {
+        sh->failed = true;
+        sh->first_failure = std::chrono::steady_clock::now();
+      }
+      --sh->running;
+      sh->cv.notify_all();
     });
   }
-  for (auto& t : workers) t.join();
+  // Ranks blocked in a collective return at once after an abort, ranks computing at their next
+  // collective; one not back within the grace is hung.
+  const auto grace = std::chrono::duration<double>(std::min(comm_timeout, 10.0));
+  std::vector<int64_t> hung;
+  {
+    std::unique_lock<std::mutex> lock(sh->mu);
+    while (sh->running > 0) {
+      if (!sh->failed) {
+        sh->cv.wait(lock);
+      } else if (sh->cv.wait_until(lock, sh->first_failure + grace) == std::cv_status::timeout && sh->running > 0) {
+        for (int64_t r = 0; r < n; ++r) {
+          if (!sh->finished[static_cast<size_t>(r)]) hung.push_back(r);
+        }
+        break;
+      }
+    }
+  }
+  for (int64_t r = 0; r < n; ++r) {
+    auto& t = workers[static_cast<size_t>(r)];
+    if (std::find(hung.begin(), hung.end(), r) != hung.end()) {
+      t.detach();
+    } else {
+      t.join();
+    }
+  }
+  if (abandoned) *abandoned = !hung.empty();
+  std::vector<Status> results;
+  {
+    std::lock_guard<std::mutex> lock(sh->mu);
+    results = sh->results;
+  }
   // the root cause: the first rank whose error is not a consequence of another's
   for (const Status& st : results) {
     if (!st.is_ok() && st.message().find("stopped: rank") == std::string::npos) return st;

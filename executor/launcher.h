@@ -18,9 +18,9 @@
 namespace oases {
 
 struct LaunchOptions {
-  int64_t local_ranks = 0;    // N > 0: N ranks as threads of this process
-  int threads = 0;            // kernel threads per rank; 0: the node's cores shared among its ranks
-  double comm_timeout = 600;  // seconds a collective waits for its peers
+  int64_t local_ranks = 0;                     // N > 0: N ranks as threads of this process
+  int threads = 0;                             // kernel threads per rank; 0: the node's cores shared among its ranks
+  double comm_timeout = kDefaultCommTimeoutS;  // seconds a collective waits for its peers
 };
 
 using RankBody = std::function<Status(RankRuntime&)>;
@@ -49,7 +49,10 @@ class RankLauncher {
 };
 
 // N ranks as threads of this process over `mesh` (each with `threads` kernel threads): the root-
-// cause error, or ok when every rank succeeded.
-Status run_thread_ranks(int64_t n, const Mesh& mesh, const LinkModel& link, int threads, double comm_timeout, const RankBody& body);
+// cause error, or ok when every rank succeeded. When a rank failed and another did not return
+// within min(comm_timeout, 10 s) after it (hung in its own code), that thread is detached and
+// `*abandoned` set: the caller must then end the process without running destructors.
+Status run_thread_ranks(int64_t n, const Mesh& mesh, const LinkModel& link, int threads, double comm_timeout, const RankBody& body,
+                        bool* abandoned = nullptr);
 
 }  // namespace oases

@@ -156,9 +156,10 @@ DeviceSpec measure_device(int threads, double mem_gib, int64_t ranks) {
 }
 
 // Collective times on the local communicator (threads), optionally behind an emulated link.
-std::vector<CollectiveSample> measure_collectives(int64_t group, const std::vector<int64_t>& sizes, const LinkModel* link, int reps) {
+std::vector<CollectiveSample> measure_collectives(int64_t group, const std::vector<int64_t>& sizes, const LinkModel* link, int reps,
+                                                  double comm_timeout) {
   std::vector<CollectiveSample> out;
-  auto world = make_local_world(static_cast<int>(group), 120);
+  auto world = make_local_world(static_cast<int>(group), comm_timeout);
   std::vector<std::vector<double>> times(sizes.size() * 3);
   std::vector<std::thread> th;
   std::vector<std::string> errors(static_cast<size_t>(group));
@@ -242,7 +243,8 @@ double measure_optimizer(int threads) {
 
 Status measure_model_ops(const Graph& forward, const std::string& model_path, const ModelAnalysis& a, int64_t ranks, int64_t tp,
                          int64_t chunks, int threads, int reps, const LinkModel& link, std::map<std::string, OpSample>* acc,
-                         ExecutorOverheads* overheads, std::vector<CalibrationRun>* calib, const std::string& schedule) {
+                         ExecutorOverheads* overheads, std::vector<CalibrationRun>* calib, const std::string& schedule,
+                         double comm_timeout) {
   Plan plan = Plan::from_parts(part_layouts_of(a, std::vector<Layout>(a.parts.size(), Layout{tp, false})), ranks, schedule, chunks);
   GlobalProgramOptions go;
   go.model_path = model_path;
@@ -264,7 +266,7 @@ Status measure_model_ops(const Graph& forward, const std::string& model_path, co
     global[val.name] = t;
   }
   // the ranks run as threads sharing the cores, as oases-train --local-ranks does
-  Status run = run_thread_ranks(ranks, gp.mesh(), link, threads, 600, [&](RankRuntime& rt) -> Status {
+  Status run = run_thread_ranks(ranks, gp.mesh(), link, threads, comm_timeout, [&](RankRuntime& rt) -> Status {
     const int64_t r = rt.rank();
     OASES_ASSIGN_OR_RETURN(RankProgram rp, build_rank_program(gp, r));
     ExecOptions eo;

@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "executor/communicator.h"
 #include "executor/executor.h"
 #include "graph/graph.h"
 #include "planner/analysis.h"
@@ -25,7 +26,8 @@ nlohmann::json machine_description(int64_t ranks, int threads);
 // Matrix-product rate (one rank's threads) and streaming bandwidth of this machine.
 DeviceSpec measure_device(int threads, double mem_gib, int64_t ranks);
 // Collective times on the local communicator (threads), optionally behind an emulated link.
-std::vector<CollectiveSample> measure_collectives(int64_t group, const std::vector<int64_t>& sizes, const LinkModel* link, int reps);
+std::vector<CollectiveSample> measure_collectives(int64_t group, const std::vector<int64_t>& sizes, const LinkModel* link, int reps,
+                                                  double comm_timeout = kDefaultCommTimeoutS);
 // AdamW's update time per MiB of parameters.
 double measure_optimizer(int threads);
 
@@ -70,7 +72,8 @@ struct CalibrationRun {
 // executor's costs into `overheads`, and (when `calib` is given) the runs the calibration fits.
 Status measure_model_ops(const Graph& forward, const std::string& model_path, const ModelAnalysis& a, int64_t ranks, int64_t tp,
                          int64_t chunks, int threads, int reps, const LinkModel& link, std::map<std::string, OpSample>* acc,
-                         ExecutorOverheads* overheads, std::vector<CalibrationRun>* calib, const std::string& schedule = "plain");
+                         ExecutorOverheads* overheads, std::vector<CalibrationRun>* calib, const std::string& schedule = "plain",
+                         double comm_timeout = kDefaultCommTimeoutS);
 
 // Fits the profile's executor terms (collective synchronisation, core share) so that the simulator
 // reproduces `runs`; `emulate` is the link they ran behind ("" for none).

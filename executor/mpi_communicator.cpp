@@ -2,10 +2,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <functional>
 #include <limits>
+#include <memory>
 #include <thread>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -107,8 +110,13 @@ int checked_count(int64_t bytes, const char* what) {
 class MpiGroup : public CommGroup {
  public:
   MpiGroup(MPI_Comm comm, std::vector<int> members, int index, double timeout)
-      : comm_(comm), members_(std::move(members)), index_(index), timeout_(timeout) {}
+      : comm_(comm), members_(std::move(members)), index_(index), timeout_(timeout), seen_(members_.size(), 0) {
+    // collective, and every member creates its groups in the same order
+    check(MPI_Comm_dup(comm_, &notes_), "MPI_Comm_dup");
+  }
   ~MpiGroup() override {
+    for (auto& n : sent_) MPI_Request_free(&n.req);
+    if (notes_ != MPI_COMM_NULL) MPI_Comm_free(&notes_);
     if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
   }
   int rank() const override { return index_; }
@@ -154,13 +162,80 @@ class MpiGroup : public CommGroup {
   }
 
  private:
+  // Polls with a deadline: a peer that died or hangs ends the job with an error, not a hang. A
+  // member that has waited a while tells the others (a note on notes_ with this collective's
+  // number), so that the member that times out can name the ranks that never arrived.
   void wait(MPI_Request& req, const char* what) {
-    mpi_wait(req, timeout_, [&] { return fmt::format("{} in {}", what, describe()); });
+    const auto start = std::chrono::steady_clock::now();
+    const auto deadline = start + std::chrono::duration<double>(timeout_);
+    const auto note_after = start + std::chrono::duration<double>(std::min(1.0, timeout_ / 4));
+    ++seq_;
+    read_notes();
+    bool noted = false;
+    int done = 0;
+    int spins = 0;
+    while (!done) {
+      check(MPI_Test(&req, &done, MPI_STATUS_IGNORE), "MPI_Test");
+      if (done) break;
+      auto now = std::chrono::steady_clock::now();
+      if (!noted && now > note_after) {
+        send_notes();
+        noted = true;
+      }
+      if (now > deadline) {
+        read_notes();
+        std::vector<int> missing;
+        for (size_t j = 0; j < members_.size(); ++j) {
+          if (static_cast<int>(j) != index_ && seen_[j] < seq_) missing.push_back(members_[j]);
+        }
+        std::string msg = fmt::format("{} in {}: waited {:g} s (--comm-timeout) for rank{} {}, which did not arrive; aborting the job",
+                                      what, describe(), timeout_, missing.size() == 1 ? "" : "s", fmt::join(missing, ", "));
+        std::fprintf(stderr, "error: rank %d: %s\n", members_[static_cast<size_t>(index_)], msg.c_str());
+        std::fflush(stderr);
+        MPI_Abort(MPI_COMM_WORLD, 2);
+        throw OasesError(msg);
+      }
+      if (++spins > 1000) std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
   }
+  // "I am waiting in collective seq_" to every other member; the buffers live until sent.
+  void send_notes() {
+    std::erase_if(sent_, [](Note& n) {
+      int flag = 0;
+      MPI_Test(&n.req, &flag, MPI_STATUS_IGNORE);
+      return flag != 0;
+    });
+    for (size_t j = 0; j < members_.size(); ++j) {
+      if (static_cast<int>(j) == index_) continue;
+      sent_.push_back(Note{std::make_unique<int64_t>(seq_), MPI_REQUEST_NULL});
+      check(MPI_Isend(sent_.back().seq.get(), 1, MPI_INT64_T, static_cast<int>(j), kNoteTag, notes_, &sent_.back().req), "MPI_Isend");
+    }
+  }
+  void read_notes() {
+    for (;;) {
+      int flag = 0;
+      MPI_Status st;
+      check(MPI_Iprobe(MPI_ANY_SOURCE, kNoteTag, notes_, &flag, &st), "MPI_Iprobe");
+      if (!flag) return;
+      int64_t seq = 0;
+      check(MPI_Recv(&seq, 1, MPI_INT64_T, st.MPI_SOURCE, kNoteTag, notes_, MPI_STATUS_IGNORE), "MPI_Recv");
+      seen_[static_cast<size_t>(st.MPI_SOURCE)] = std::max(seen_[static_cast<size_t>(st.MPI_SOURCE)], seq);
+    }
+  }
+
+  static constexpr int kNoteTag = 7;
+  struct Note {
+    std::unique_ptr<int64_t> seq;
+    MPI_Request req;
+  };
   MPI_Comm comm_;
   std::vector<int> members_;
   int index_;
   double timeout_;
+  MPI_Comm notes_ = MPI_COMM_NULL;  // a twin of comm_ for the waiting notes only
+  int64_t seq_ = 0;                 // collectives started on this group (the same on every member)
+  std::vector<int64_t> seen_;       // per member: the last collective it said it waits in
+  std::vector<Note> sent_;
 };
 
 class MpiCommunicator : public Communicator {

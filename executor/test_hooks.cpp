@@ -1,6 +1,7 @@
 #include "executor/test_hooks.h"
 
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -18,7 +19,7 @@ TestFault TestFault::from_env() {
       f.rank_ = rank;
       f.step_ = step;
       std::string m(mode);
-      f.mode_ = m == "exit" ? Mode::kExit : m == "hang" ? Mode::kHang : Mode::kError;
+      f.mode_ = m == "exit" ? Mode::kExit : m == "kill" ? Mode::kKill : m == "hang" ? Mode::kHang : Mode::kError;
     }
   }
   return f;
@@ -27,7 +28,10 @@ TestFault TestFault::from_env() {
 Status TestFault::at_step(int rank, int64_t step) const {
   if (mode_ == Mode::kNone || rank != rank_ || step != step_) return Status::ok();
   if (mode_ == Mode::kExit) std::_Exit(9);
-  if (mode_ == Mode::kHang) std::this_thread::sleep_for(std::chrono::seconds(4));
+  if (mode_ == Mode::kKill) std::raise(SIGKILL);
+  if (mode_ == Mode::kHang) {
+    for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
+  }
   if (mode_ == Mode::kError) return error("injected failure at step {} (OASES_TEST_FAULT)", step + 1);
   return Status::ok();
 }

@@ -2,7 +2,9 @@
 // and root-cause reporting). Set by the environment only:
 //   OASES_TEST_FAULT=RANK:STEP:MODE   at 0-based step STEP, rank RANK fails: MODE error (returns an
 //                                     error naming the step), exit (the process exits with 9 at
-//                                     once), hang (sleeps 4 s, so its peers time out or wait)
+//                                     once), kill (the process kills itself with SIGKILL, as the
+//                                     OOM killer or an operator would), hang (sleeps forever inside
+//                                     the step, so its peers time out)
 #pragma once
 
 #include <cstdint>
@@ -13,7 +15,7 @@ namespace oases {
 
 class TestFault {
  public:
-  enum class Mode { kNone, kError, kExit, kHang };
+  enum class Mode { kNone, kError, kExit, kKill, kHang };
   // Reads OASES_TEST_FAULT (none when unset or malformed).
   static TestFault from_env();
   // Fires the fault when `rank` and `step` are the configured ones.

@@ -15,7 +15,11 @@ PKGS=(
   libbenchmark-dev graphviz
   python3-numpy
   chromium
+  slurmctld slurmd slurm-client munge
 )
+# slurmctld slurmd slurm-client munge: a single-node Slurm cluster (scripts/slurm_local.sh) for the
+# e2e test of ranks under `srun --mpi=pmix` (tests/e2e/test_rank_faults_slurm.sh; ~20 s to install).
+# Their packages enable systemd units; nothing is started here (containers have no systemd).
 # chromium: headless, renders the plan HTML in tests/e2e/test_plan_outputs.sh (~12 s to install).
 # Optional extra: PyTorch for references and benchmarks (large; OASES_SETUP_EXTRA=1).
 EXTRA=(python3-torch)

@@ -54,6 +54,7 @@ int main(int argc, char** argv) {
     std::string backend = "cpu", out, model, degrees_s, chunks_s = "1,2,4", emulate, sizes_s;
     int64_t ranks = 2, batch = 0, seq = 0;
     int reps = 3, threads = 0;
+    double comm_timeout = kDefaultCommTimeoutS;
     BindingFlags bind;
     app.add_option("--backend", backend, "cpu | cuda")->check(CLI::IsMember({"cpu", "cuda"}));
     app.add_option("--out", out, "Write the profile (JSON)")->required();
@@ -68,6 +69,8 @@ int main(int argc, char** argv) {
     app.add_option("--reps", reps, "Timed repetitions (the median is kept)");
     app.add_option("--threads", threads, "Threads per rank (default: the cores shared among the ranks)")
         ->check(CLI::Range(0, kernels::kMaxThreads));
+    app.add_option("--comm-timeout", comm_timeout, "Seconds a collective of the thread ranks waits for its peers before the run stops")
+        ->capture_default_str();
     bind.add_to(app);
     if (int rc = parse_cli(app, argc, argv); rc >= 0) return rc;
     if (backend == "cuda" && cuda_built()) {
@@ -83,6 +86,9 @@ int main(int argc, char** argv) {
     if (ranks < 1) return fail_with(error("--ranks must be at least 1, not {}", ranks));
     if (Status s = check_output_file(out, "--out " + out); !s.is_ok()) return fail_with(s);
     if (reps < 1) return fail_with(error("--reps must be at least 1, not {}", reps));
+    if (!(comm_timeout > 0 && comm_timeout <= kMaxCommTimeoutS)) {
+      return fail_with(error("--comm-timeout must be in (0, {:g}] seconds, not {:g}", kMaxCommTimeoutS, comm_timeout));
+    }
     int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     if (threads <= 0) threads = std::max(1, cores / static_cast<int>(ranks));
     std::optional<LinkModel> link;
@@ -105,9 +111,9 @@ int main(int argc, char** argv) {
     std::printf("device: %.1f GFLOP/s sgemm, %.1f GB/s copy (%d thread(s) per rank)\n", p.device.fp32_tflops * 1e3, p.device.memory_gbps,
                 threads);
     for (int64_t g = 2; g <= std::max<int64_t>(ranks, 2); g *= 2) {
-      for (const CollectiveSample& s : measure_collectives(g, sizes, nullptr, reps)) p.collectives.push_back(s);
+      for (const CollectiveSample& s : measure_collectives(g, sizes, nullptr, reps, comm_timeout)) p.collectives.push_back(s);
       if (link) {
-        for (const CollectiveSample& s : measure_collectives(g, sizes, &*link, reps)) p.collectives.push_back(s);
+        for (const CollectiveSample& s : measure_collectives(g, sizes, &*link, reps, comm_timeout)) p.collectives.push_back(s);
       }
     }
     std::printf("collectives: %zu samples (group sizes 2..%lld, %zu sizes%s)\n", p.collectives.size(),
@@ -131,7 +137,7 @@ int main(int argc, char** argv) {
         std::map<std::string, OpSample> unused_ops;
         ExecutorOverheads unused_ovh;
         return measure_model_ops(pm->forward, pm->path, *a, ranks, t, k, threads, reps, link ? *link : LinkModel{}, &unused_ops,
-                                 &unused_ovh, &calib, "oases");
+                                 &unused_ovh, &calib, "oases", comm_timeout);
       };
       nlohmann::json done = nlohmann::json::array();
       for (int64_t t : degrees) {
@@ -142,8 +148,8 @@ int main(int argc, char** argv) {
         for (int64_t k : chunks) {
           if (k < 1 || pm->batch % (ranks / t * k) != 0) continue;
           auto t0 = Clock::now();
-          if (Status s =
-                  measure_model_ops(pm->forward, pm->path, *a, ranks, t, k, threads, reps, link ? *link : LinkModel{}, &acc, &ovh, &calib);
+          if (Status s = measure_model_ops(pm->forward, pm->path, *a, ranks, t, k, threads, reps, link ? *link : LinkModel{}, &acc, &ovh,
+                                           &calib, "plain", comm_timeout);
               !s.is_ok())
             return fail_with(s.with_context(model));
           if (k > 1 && t > 1) {  // with chunks, also the interleaved schedule
@@ -170,7 +176,8 @@ int main(int argc, char** argv) {
         auto t0 = Clock::now();
         auto a1 = analyze_model(pm->forward, pm->train.graph, pm->train.params, 1);
         if (!a1) return fail_with(a1.status().with_context(model));
-        if (Status s = measure_model_ops(pm->forward, pm->path, *a1, 1, 1, 1, threads, reps, LinkModel{}, &acc, &ovh_one, nullptr);
+        if (Status s = measure_model_ops(pm->forward, pm->path, *a1, 1, 1, 1, threads, reps, LinkModel{}, &acc, &ovh_one, nullptr, "plain",
+                                         comm_timeout);
             !s.is_ok())
           return fail_with(s.with_context(model));
         std::printf("ops: one rank, 1 chunk: %.1f s\n", seconds_since(t0));

@@ -102,7 +102,7 @@ int main(int argc, char** argv) {
     bool plan_only = false, compare = false, quiet = false;
     int hosts = 1, repeat = 3;
     int64_t local_ranks = 0;
-    double comm_timeout = 120;
+    double comm_timeout = kDefaultCommTimeoutS;
     app.add_option("--shape", shape_s, "The tensor's shape, e.g. 1024,1024,512")->required();
     app.add_option("--src-mesh", src_mesh_s, "Source mesh shape, e.g. 2x4")->required();
     app.add_option("--src", src_s, "Source layout, one token per dimension: R, S0, S1, S01 (e.g. S0RR)")->required();
@@ -125,8 +125,8 @@ int main(int argc, char** argv) {
     if (hosts < 1 || hosts > 4096) return fail_with(error("--hosts must be 1 … 4096, not {}", hosts));
     if (repeat < 1 || repeat > 1000) return fail_with(error("--repeat must be 1 … 1000, not {}", repeat));
     if (local_ranks < 0 || local_ranks > 1024) return fail_with(error("--local-ranks must be 0 … 1024, not {}", local_ranks));
-    if (!(comm_timeout > 0 && comm_timeout <= 86400))
-      return fail_with(error("--comm-timeout must be in (0, 86400] seconds, not {}", comm_timeout));
+    if (!(comm_timeout > 0 && comm_timeout <= kMaxCommTimeoutS))
+      return fail_with(error("--comm-timeout must be in (0, {:g}] seconds, not {:g}", kMaxCommTimeoutS, comm_timeout));
     auto strategy = parse_reshard_strategy(strategy_s);
     if (!strategy) return fail_with(strategy.status());
     auto shape = parse_list(shape_s, "--shape", 0, int64_t{1} << 40);

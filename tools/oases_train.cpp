@@ -89,7 +89,9 @@ void add_train_options(CLI::App& app, TrainArgs& a) {
       ->check(CLI::Range(0.0, 1e6));
   app.add_option("--export-plan", a.export_plan, "Write the partitioned plan as JSON");
   app.add_option("--plan", a.plan, "Run this plan (oases-plan output, or specs per initializer)");
-  app.add_option("--comm-timeout", a.comm_timeout, "Seconds a collective waits for its peers before the run stops");
+  app.add_option("--comm-timeout", a.comm_timeout, "Seconds a collective waits for its peers before the run stops (a hung rank)")
+      ->check(number_in(0, kMaxCommTimeoutS, true))
+      ->capture_default_str();
   app.add_option("--chunks", a.chunks, "Micro-batch chunks per batch (default 2 with --schedule, else 1)")->check(number_in(1, kInf));
   app.add_option("--schedule", a.schedule, "plain | default_checkpoint | optim_comm_checkpoint | overlap_checkpoint | oases")
       ->check(CLI::IsMember({"plain", "default_checkpoint", "optim_comm_checkpoint", "overlap_checkpoint", "oases"}));

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "executor/communicator.h"
 #include "tools/model_loader.h"
 
 namespace oases {
@@ -30,7 +31,7 @@ struct TrainArgs {
   int64_t tp = 0, dp = 0, local_ranks = 0;
   bool no_vocab_parallel = false, sequence_parallel = false;
   double dp_bucket_mb = 25;  // data-parallel gradient all-reduce buckets (0: one per gradient)
-  double comm_timeout = 600;
+  double comm_timeout = kDefaultCommTimeoutS;
   // overlapped schedules
   int64_t chunks = 0;        // 0: 2 with --schedule, else 1
   std::string schedule;      // plain | default_checkpoint | optim_comm_checkpoint | overlap_checkpoint | oases

@@ -313,7 +313,7 @@ void CudaRunner::run(const std::vector<const void*>& inputs, void* host_arena) {
   }
   OASES_CUDA_CHECK(cudaMemcpyAsync(fault_host_, fault_, sizeof(unsigned long long), cudaMemcpyDeviceToHost, cs));
   OASES_CUDA_CHECK(cudaEventRecord(done_, cs));
-  double timeout = 600;  // no NCCL group: the watchdog has nothing to abort and never fires
+  double timeout = kDefaultCommTimeoutS;  // no NCCL group: the watchdog has nothing to abort and never fires
   if (!nccl_.empty()) {
     timeout = 0;
     for (NcclGroup* ng : nccl_) timeout = std::max(timeout, ng->timeout());

@@ -96,7 +96,7 @@ void NcclGroup::barrier() {
   OASES_CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
   OASES_CUDA_CHECK(cudaEventRecord(ev, stream_));
   try {
-    wait_with_watchdog(ev, {this}, 600, "NCCL barrier of " + describe());
+    wait_with_watchdog(ev, {this}, timeout_s_, "NCCL barrier of " + describe());
   } catch (...) {
     cudaEventDestroy(ev);
     throw;

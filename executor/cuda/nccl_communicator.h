@@ -53,7 +53,7 @@ class NcclGroup : public CommGroup {
   cudaStream_t stream_ = nullptr;
   bool aborted_ = false;
   int batch_depth_ = 0;
-  double timeout_s_ = 600;
+  double timeout_s_ = kDefaultCommTimeoutS;
 };
 
 ncclDataType_t nccl_type(DType t);

@@ -3,10 +3,14 @@
 // peer that never arrives.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
+#include <memory>
 #include <thread>
 
 #include "../common/comm_suite.h"
 #include "executor/executor.h"
+#include "executor/launcher.h"
 #include "graph/autodiff.h"
 #include "graph/sharding.h"
 
@@ -48,8 +52,55 @@ TEST(LocalCommunicator, MissingPeerTimesOutWithAnError) {
     g->all_reduce(&x, 1, DType::kF32, ReduceOp::kSum);
     FAIL() << "no error";
   } catch (const OasesError& e) {
-    EXPECT_NE(std::string(e.what()).find("did not arrive"), std::string::npos) << e.what();
+    // names the collective, the group and the rank it waited for
+    EXPECT_NE(std::string(e.what()).find(
+                  "all-reduce in group [0, 1] (member 0 of 2): waited 0.5 s (--comm-timeout) for rank 1, which did not arrive"),
+              std::string::npos)
+        << e.what();
   }
+}
+
+TEST(LocalCommunicator, TimeoutNamesEveryMissingRank) {
+  auto world = make_local_world(4, 0.3);
+  std::string msg;
+  std::thread other([&] {
+    auto g = local_communicator(world, 2)->make_group({0, 1, 2, 3});
+    try {
+      g->barrier();
+    } catch (const OasesError&) {}
+  });
+  auto g = local_communicator(world, 0)->make_group({0, 1, 2, 3});
+  try {
+    g->barrier();
+  } catch (const OasesError& e) {
+    msg = e.what();
+  }
+  other.join();
+  EXPECT_NE(msg.find("for ranks 1, 3, which did not arrive"), std::string::npos) << msg;
+}
+
+TEST(ThreadRanks, HungRankIsLeftBehindAfterTheGrace) {
+  // rank 1 is stuck in its own code (no collective to wake it); rank 0 times out in a barrier
+  auto release = std::make_shared<std::atomic<bool>>(false);
+  auto t0 = std::chrono::steady_clock::now();
+  bool abandoned = false;
+  Status st = run_thread_ranks(
+      2, Mesh{{"tp"}, {2}}, LinkModel{}, 1, 0.3,
+      [release](RankRuntime& rt) -> Status {
+        if (rt.rank() == 1) {
+          while (!release->load()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+          return Status::ok();
+        }
+        rt.axis_groups()[0]->barrier();
+        return Status::ok();
+      },
+      &abandoned);
+  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  release->store(true);  // the detached thread ends (it holds its own state)
+  EXPECT_TRUE(abandoned);
+  EXPECT_FALSE(st.is_ok());
+  EXPECT_NE(st.message().find("for rank 1, which did not arrive"), std::string::npos) << st.message();
+  EXPECT_LT(s, 5.0);  // timeout 0.3 s + grace min(0.3 s, 10 s)
 }
 
 TEST(LocalCommunicator, AbortWakesWaiters) {
