@@ -16,18 +16,30 @@ using namespace ops;
 
 // Attention (q at slot q) and its gradient: batch and heads may be split (heads over the tensor-
 // parallel axis), sequence and head dims stay whole; a mask follows the dims it does not broadcast.
+// Grouped-query attention with fewer key/value heads than ranks (Megatron's rule, tp a multiple of
+// Hkv): q splits by heads while k and v stay whole on every rank, each rank's query heads reading
+// the K/V head they use (with Hkv > 1 the partition lowering selects it); the gradients of k and v
+// are then partial sums over the axis, each rank contributing its query heads' part.
 Status shard_attention(ShardContext& c, int q, bool grad) {
   DimSpec batch, heads;
   for (int i = q; i < q + 3 && batch.axis < 0; ++i) batch = c.in(i).dims[0];
   for (int i = q; i < q + 3 && heads.axis < 0; ++i) heads = c.in(i).dims[1];
   if (batch.axis >= 0 && batch.axis == heads.axis) heads = DimSpec{};
-  auto bhrr = [&](size_t rank) {
+  const int64_t h = c.in_shape(q)[1], hkv = c.in_shape(q + 1)[1];
+  if (heads.axis >= 0) {
+    int64_t n = c.mesh().axis_size(heads.axis);
+    if (h % n != 0 || (hkv % n != 0 && n % hkv != 0)) heads = DimSpec{};
+  }
+  // k and v keep their heads whole when the axis splitting the query heads exceeds them
+  bool kv_whole = heads.axis >= 0 && hkv % c.mesh().axis_size(heads.axis) != 0;
+  auto bhrr = [&](size_t rank, bool whole_heads = false) {
     ShardingSpec s = ShardingSpec::replicated(rank);
     s.dims[0] = batch;
-    s.dims[1] = heads;
+    if (!whole_heads) s.dims[1] = heads;
     return s;
   };
-  for (int i = q; i < q + 3; ++i) c.require(i, bhrr(4));
+  c.require(q, bhrr(4));
+  for (int i = q + 1; i < q + 3; ++i) c.require(i, bhrr(4, kv_whole));
   if (grad) {
     c.require(4, bhrr(4));  // O
     c.require(5, bhrr(3));  // lse
@@ -55,6 +67,7 @@ Status shard_attention(ShardContext& c, int q, bool grad) {
     for (int k = 0; k < 3; ++k) {
       ShardingSpec s = c.in(q + k);
       s.partial = p;
+      if (k > 0 && kv_whole) s = s.with_partial(heads.axis);
       c.set_out(k, s);
     }
   } else {
