@@ -218,6 +218,11 @@ Expected<Strategy> apply_part_layouts(Graph& g, const std::vector<PartLayout>& l
         OASES_RETURN_IF_ERROR(linear(a.qkv[i], true, segs[i], l.tp, what));
       }
       OASES_RETURN_IF_ERROR(linear(a.out, false, 1, l.tp, base + " attention output"));
+      if (a.alibi_slopes != kNoId && l.tp > 1) {
+        const ShardingSpec by_heads =
+            ShardingSpec::replicated(g.value(a.alibi_slopes).shape.size()).with_dim(a.alibi_heads_dim, axes[l.tp].tp);
+        OASES_RETURN_IF_ERROR(set(a.alibi_slopes, by_heads, base + " ALiBi slopes"));
+      }
       if (a.out.matmul != kNoId) OASES_RETURN_IF_ERROR(pin(g.node(a.out.matmul).outputs[0], l, base + " attention output"));
     }
     if (b.has_mlp) {

@@ -28,7 +28,9 @@ Expected<std::vector<int>> attention_projection_split(const AttentionInfo& a, in
     return error("{}: tp {} neither divides nor is a multiple of its {} key/value heads ({} query heads)", what, tp, a.kv_heads, a.heads);
   }
   if (a.qkv.size() == 1) {
-    // [q | k | v] in three equal parts split by heads each, unless the K/V parts are narrower
+    // [q | k | v] in three equal parts split by heads each, unless the K/V parts are narrower;
+    // laid out per head ([.., H, 3, D]), a plain column split hands out whole heads
+    if (a.qkv_per_head) return std::vector<int>{1};
     return std::vector<int>{a.kv_heads == a.heads ? 3 : 0};
   }
   std::vector<int> segs(a.qkv.size(), 1);
@@ -94,6 +96,11 @@ Expected<Strategy> megatron_strategy(const Graph& g, const StrategyOptions& opt)
         OASES_RETURN_IF_ERROR(linear(a.qkv[i], true, segs[i], what));
       }
       OASES_RETURN_IF_ERROR(linear(a.out, false, 1, base + " attention output"));
+      if (a.alibi_slopes != kNoId) {
+        // each rank's heads read their own ALiBi slopes
+        const ShardingSpec by_heads = ShardingSpec::replicated(g.value(a.alibi_slopes).shape.size()).with_dim(a.alibi_heads_dim, tp);
+        OASES_RETURN_IF_ERROR(set(a.alibi_slopes, by_heads, base + " ALiBi slopes"));
+      }
     }
     if (b.has_mlp) {
       for (size_t i = 0; i < b.mlp.up.size(); ++i) {
