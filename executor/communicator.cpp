@@ -5,9 +5,11 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
+#include <deque>
 #include <functional>
 #include <map>
 #include <mutex>
+#include <tuple>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -18,6 +20,48 @@ namespace oases {
 
 std::string CommGroup::describe() const {
   return fmt::format("group [{}] (member {} of {})", fmt::join(members(), ", "), rank(), size());
+}
+
+namespace {
+
+class DoneRequest : public CommRequest {
+ public:
+  void wait() override {}
+};
+
+void check_tag(int tag, const char* what) {
+  if (tag < 0 || tag > Communicator::kMaxChannelTag)
+    throw OasesError(fmt::format("{}: channel tag {} is outside 0 … {}", what, tag, Communicator::kMaxChannelTag));
+}
+
+}  // namespace
+
+std::unique_ptr<CommRequest> CommGroup::ibroadcast(void* data, int64_t bytes, int root) {
+  broadcast(data, bytes, root);
+  return std::make_unique<DoneRequest>();
+}
+
+std::unique_ptr<CommRequest> Communicator::isend(const void*, int64_t, int, int) {
+  throw OasesError(fmt::format("the {} communicator has no point-to-point transfers yet", kind()));
+}
+
+std::unique_ptr<CommRequest> Communicator::irecv(void*, int64_t, int, int) {
+  throw OasesError(fmt::format("the {} communicator has no point-to-point transfers yet", kind()));
+}
+
+std::unique_ptr<CommGroup> Communicator::make_channel_group(const std::vector<int>&, int) {
+  throw OasesError(fmt::format("the {} communicator has no channel groups yet", kind()));
+}
+
+CommGroup& Communicator::channel_group(const std::vector<int>& ranks, int tag) {
+  check_tag(tag, "channel group");
+  auto& g = channel_groups_[{ranks, tag}];
+  if (!g) {
+    if (std::find(ranks.begin(), ranks.end(), rank()) == ranks.end())
+      throw OasesError(fmt::format("rank {} is not in channel group [{}] (tag {})", rank(), fmt::join(ranks, ", "), tag));
+    g = make_channel_group(ranks, tag);
+  }
+  return *g;
 }
 
 void reduce_into(void* acc, const void* x, int64_t count, DType dt, ReduceOp op) {
@@ -63,11 +107,43 @@ class LocalWorld {
   LocalWorld(int size, double timeout) : size_(size), timeout_(timeout) {}
   int size() const { return size_; }
   double timeout() const { return timeout_; }
-  std::shared_ptr<GroupState> group(const std::vector<int>& ranks) {
+  // tag -1: the groups of make_group; other tags: channel groups.
+  std::shared_ptr<GroupState> group(const std::vector<int>& ranks, int tag = -1) {
     std::lock_guard<std::mutex> lock(mu_);
-    auto& g = groups_[ranks];
+    auto& g = groups_[{ranks, tag}];
     if (!g) g = std::make_shared<GroupState>(ranks);
     return g;
+  }
+
+  // Point to point: a message is copied into the mailbox of (from, to, tag) when sent, so a send
+  // completes at once and a receive waits for it (in order).
+  void post(int from, int to, int tag, const void* data, int64_t bytes) {
+    std::lock_guard<std::mutex> lock(mail_mu_);
+    const char* p = static_cast<const char*>(data);
+    mail_[{from, to, tag}].emplace_back(p, p + bytes);
+    mail_cv_.notify_all();
+  }
+  void take(int from, int to, int tag, void* data, int64_t bytes) {
+    std::unique_lock<std::mutex> lock(mail_mu_);
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_);
+    auto& box = mail_[{from, to, tag}];
+    std::string why;
+    while (box.empty()) {
+      if (aborted(&why)) throw OasesError(fmt::format("receive by rank {} from rank {} (tag {}) stopped: {}", to, from, tag, why));
+      if (mail_cv_.wait_until(lock, deadline) == std::cv_status::timeout && box.empty()) {
+        lock.unlock();
+        std::string msg = fmt::format("receive by rank {} from rank {} (tag {}): nothing arrived within {:.0f} s", to, from, tag, timeout_);
+        abort(msg);
+        throw OasesError(msg);
+      }
+    }
+    std::vector<char> m = std::move(box.front());
+    box.pop_front();
+    lock.unlock();
+    if (static_cast<int64_t>(m.size()) != bytes)
+      throw OasesError(
+          fmt::format("receive by rank {} from rank {} (tag {}): {} bytes arrived, {} expected", to, from, tag, m.size(), bytes));
+    if (bytes > 0) std::memcpy(data, m.data(), static_cast<size_t>(bytes));
   }
   void abort(const std::string& why) {
     {
@@ -86,6 +162,8 @@ class LocalWorld {
       std::lock_guard<std::mutex> gl(g->mu);
       g->cv.notify_all();
     }
+    std::lock_guard<std::mutex> ml(mail_mu_);
+    mail_cv_.notify_all();
   }
   // Cheap to call with a group lock held (takes no lock unless aborted).
   bool aborted(std::string* why) {
@@ -101,13 +179,34 @@ class LocalWorld {
   int size_;
   double timeout_;
   std::mutex mu_;
-  std::map<std::vector<int>, std::shared_ptr<GroupState>> groups_;
+  std::map<std::pair<std::vector<int>, int>, std::shared_ptr<GroupState>> groups_;
+  std::mutex mail_mu_;
+  std::condition_variable mail_cv_;
+  std::map<std::tuple<int, int, int>, std::deque<std::vector<char>>> mail_;
   std::atomic<bool> aborted_{false};
   std::mutex why_mu_;
   std::string why_;
 };
 
 namespace {
+
+class LocalRecv : public CommRequest {
+ public:
+  LocalRecv(std::shared_ptr<LocalWorld> w, int from, int to, int tag, void* data, int64_t bytes)
+      : world_(std::move(w)), from_(from), to_(to), tag_(tag), data_(data), bytes_(bytes) {}
+  void wait() override {
+    if (done_) return;
+    world_->take(from_, to_, tag_, data_, bytes_);
+    done_ = true;
+  }
+
+ private:
+  std::shared_ptr<LocalWorld> world_;
+  int from_, to_, tag_;
+  void* data_;
+  int64_t bytes_;
+  bool done_ = false;
+};
 
 class LocalGroup : public CommGroup {
  public:
@@ -167,6 +266,21 @@ class LocalGroup : public CommGroup {
 
   void barrier() override { sync("barrier"); }
 
+  // Non-blocking: the root posts one message per member (a mailbox tag of its own per channel
+  // group), the members take theirs when they wait.
+  std::unique_ptr<CommRequest> ibroadcast(void* data, int64_t bytes, int root) override {
+    int tag = mail_tag_;
+    const auto& m = st_->members;
+    if (index_ == root) {
+      for (int i = 0; i < size(); ++i) {
+        if (i != root) world_->post(m[static_cast<size_t>(root)], m[static_cast<size_t>(i)], tag, data, bytes);
+      }
+      return std::make_unique<DoneRequest>();
+    }
+    return std::make_unique<LocalRecv>(world_, m[static_cast<size_t>(root)], m[static_cast<size_t>(index_)], tag, data, bytes);
+  }
+  int mail_tag_ = Communicator::kMaxChannelTag + 1;
+
  private:
   // Posts this member's pointer and waits for all; `first` runs once (under the lock) by the last
   // to arrive, before anyone proceeds.
@@ -225,7 +339,32 @@ class LocalCommunicator : public Communicator {
   }
   void abort(const std::string& why) override { world_->abort(why); }
 
+  std::unique_ptr<CommRequest> isend(const void* data, int64_t bytes, int to, int tag) override {
+    check_tag(tag, "send");
+    check_peer(to, "send");
+    world_->post(rank_, to, tag, data, bytes);
+    return std::make_unique<DoneRequest>();
+  }
+  std::unique_ptr<CommRequest> irecv(void* data, int64_t bytes, int from, int tag) override {
+    check_tag(tag, "receive");
+    check_peer(from, "receive");
+    return std::make_unique<LocalRecv>(world_, from, rank_, tag, data, bytes);
+  }
+
+ protected:
+  std::unique_ptr<CommGroup> make_channel_group(const std::vector<int>& ranks, int tag) override {
+    auto it = std::find(ranks.begin(), ranks.end(), rank_);
+    auto g = std::make_unique<LocalGroup>(world_, world_->group(ranks, tag), static_cast<int>(it - ranks.begin()), timeout_s);
+    // broadcasts of this group use a mailbox tag no point-to-point message can have
+    g->mail_tag_ = Communicator::kMaxChannelTag + 1 + tag;
+    return g;
+  }
+
  private:
+  void check_peer(int peer, const char* what) const {
+    if (peer < 0 || peer >= world_->size() || peer == rank_)
+      throw OasesError(fmt::format("{} by rank {}: peer {} is not another rank of the {}-rank world", what, rank_, peer, world_->size()));
+  }
   std::shared_ptr<LocalWorld> world_;
   int rank_;
 };

@@ -11,8 +11,10 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "graph/dtype.h"
@@ -20,6 +22,15 @@
 namespace oases {
 
 enum class ReduceOp { kSum, kMax };
+
+// A pending non-blocking operation (point to point, or a broadcast on a channel group).
+class CommRequest {
+ public:
+  virtual ~CommRequest() = default;
+  // Blocks until the operation is done; after the communicator's timeout, throws (and stops the
+  // job) with an error naming the operation and the peer.
+  virtual void wait() = 0;
+};
 
 class CommGroup {
  public:
@@ -37,6 +48,9 @@ class CommGroup {
   virtual void all_to_all(const void* in, void* out, int64_t bytes) = 0;
   virtual void broadcast(void* data, int64_t bytes, int root) = 0;
   virtual void barrier() = 0;
+  // Non-blocking broadcast from member `root`; `data` must stay alive until the wait. The default
+  // runs the blocking broadcast.
+  virtual std::unique_ptr<CommRequest> ibroadcast(void* data, int64_t bytes, int root);
   std::string describe() const;  // "group [0, 1] (member 1 of 2)"
 };
 
@@ -49,7 +63,28 @@ class Communicator {
   virtual std::unique_ptr<CommGroup> make_group(const std::vector<int>& ranks) = 0;
   // Stops every rank's pending and future collectives with an error saying why.
   virtual void abort(const std::string& why) = 0;
+
+  // Channels: traffic between meshes (cross-mesh resharding) that must never mix with, or queue
+  // behind, a mesh's own collectives. Tags are 0 … kMaxChannelTag.
+  static constexpr int kMaxChannelTag = 32767;
+  // Non-blocking point to point between any two world ranks; messages of one (from, to, tag)
+  // arrive in the order sent. `data` must stay alive until the wait.
+  virtual std::unique_ptr<CommRequest> isend(const void* data, int64_t bytes, int to, int tag);
+  virtual std::unique_ptr<CommRequest> irecv(void* data, int64_t bytes, int from, int tag);
+  // The group of `ranks` (any world ranks; their order gives member indices) on channel `tag`,
+  // created on first use and cached. Only its members call it (MPI_Comm_create_group, not a
+  // world-wide split), and ranks that share several groups create them in one order.
+  CommGroup& channel_group(const std::vector<int>& ranks, int tag);
+
   double timeout_s = 600;
+
+ protected:
+  virtual std::unique_ptr<CommGroup> make_channel_group(const std::vector<int>& ranks, int tag);
+  // Frees the cached channel groups (an implementation that shuts its library down calls this first).
+  void drop_channel_groups() { channel_groups_.clear(); }
+
+ private:
+  std::map<std::pair<std::vector<int>, int>, std::unique_ptr<CommGroup>> channel_groups_;
 };
 
 // --- local: N ranks as threads of one process --------------------------------------------------

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <functional>
+#include <limits>
 #include <thread>
 
 #include <fmt/format.h>
@@ -50,6 +52,52 @@ void check(int rc, const char* what) {
   }
 }
 
+// Polls with a deadline: a peer that died or hangs ends the job with an error, not a hang.
+void mpi_wait(MPI_Request& req, double timeout, const std::function<std::string()>& what) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout);
+  int done = 0;
+  int spins = 0;
+  while (!done) {
+    check(MPI_Test(&req, &done, MPI_STATUS_IGNORE), "MPI_Test");
+    if (done) break;
+    if (std::chrono::steady_clock::now() > deadline) {
+      std::string msg = fmt::format("{}: a peer did not take part within {:.0f} s; aborting the job", what(), timeout);
+      std::fprintf(stderr, "error: %s\n", msg.c_str());
+      MPI_Abort(MPI_COMM_WORLD, 2);
+      throw OasesError(msg);
+    }
+    if (++spins > 1000) std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+}
+
+class MpiRequest : public CommRequest {
+ public:
+  MpiRequest(MPI_Request req, double timeout, std::string what) : req_(req), timeout_(timeout), what_(std::move(what)) {}
+  ~MpiRequest() override {
+    // a request dropped without a wait (an error unwinding) must not leave MPI writing into
+    // freed memory: cancel what can be cancelled
+    if (req_ != MPI_REQUEST_NULL) {
+      MPI_Cancel(&req_);
+      MPI_Request_free(&req_);
+    }
+  }
+  void wait() override {
+    if (req_ == MPI_REQUEST_NULL) return;
+    mpi_wait(req_, timeout_, [&] { return what_; });
+  }
+
+ private:
+  MPI_Request req_;
+  double timeout_;
+  std::string what_;
+};
+
+int checked_count(int64_t bytes, const char* what) {
+  if (bytes < 0 || bytes > std::numeric_limits<int>::max())
+    throw OasesError(fmt::format("MPI {} of {} bytes: more than one message carries (2^31 - 1)", what, bytes));
+  return static_cast<int>(bytes);
+}
+
 class MpiGroup : public CommGroup {
  public:
   MpiGroup(MPI_Comm comm, std::vector<int> members, int index, double timeout)
@@ -93,24 +141,15 @@ class MpiGroup : public CommGroup {
     check(MPI_Ibarrier(comm_, &req), "MPI_Ibarrier");
     wait(req, "barrier");
   }
+  std::unique_ptr<CommRequest> ibroadcast(void* data, int64_t bytes, int root) override {
+    MPI_Request req;
+    check(MPI_Ibcast(data, checked_count(bytes, "broadcast"), MPI_BYTE, root, comm_, &req), "MPI_Ibcast");
+    return std::make_unique<MpiRequest>(req, timeout_, fmt::format("broadcast in {}", describe()));
+  }
 
  private:
-  // Polls with a deadline: a peer that died or hangs ends the job with an error, not a hang.
   void wait(MPI_Request& req, const char* what) {
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_);
-    int done = 0;
-    int spins = 0;
-    while (!done) {
-      check(MPI_Test(&req, &done, MPI_STATUS_IGNORE), "MPI_Test");
-      if (done) break;
-      if (std::chrono::steady_clock::now() > deadline) {
-        std::string msg = fmt::format("{} in {}: a peer did not take part within {:.0f} s; aborting the job", what, describe(), timeout_);
-        std::fprintf(stderr, "error: %s\n", msg.c_str());
-        MPI_Abort(MPI_COMM_WORLD, 2);
-        throw OasesError(msg);
-      }
-      if (++spins > 1000) std::this_thread::sleep_for(std::chrono::microseconds(50));
-    }
+    mpi_wait(req, timeout_, [&] { return fmt::format("{} in {}", what, describe()); });
   }
   MPI_Comm comm_;
   std::vector<int> members_;
@@ -123,11 +162,16 @@ class MpiCommunicator : public Communicator {
   MpiCommunicator() {
     MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
     MPI_Comm_size(MPI_COMM_WORLD, &size_);
+    check(MPI_Comm_dup(MPI_COMM_WORLD, &p2p_), "MPI_Comm_dup");
   }
   ~MpiCommunicator() override {
     int fin = 0;
     MPI_Finalized(&fin);
-    if (!fin) MPI_Finalize();
+    if (!fin) {
+      drop_channel_groups();
+      if (p2p_ != MPI_COMM_NULL) MPI_Comm_free(&p2p_);
+      MPI_Finalize();
+    }
   }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
@@ -146,8 +190,47 @@ class MpiCommunicator : public Communicator {
     MPI_Abort(MPI_COMM_WORLD, 2);
   }
 
+  std::unique_ptr<CommRequest> isend(const void* data, int64_t bytes, int to, int tag) override {
+    check_peer(to, tag, "send");
+    MPI_Request req;
+    check(MPI_Isend(data, checked_count(bytes, "send"), MPI_BYTE, to, tag, p2p(), &req), "MPI_Isend");
+    return std::make_unique<MpiRequest>(req, timeout_s, fmt::format("send from rank {} to rank {} (tag {})", rank_, to, tag));
+  }
+  std::unique_ptr<CommRequest> irecv(void* data, int64_t bytes, int from, int tag) override {
+    check_peer(from, tag, "receive");
+    MPI_Request req;
+    check(MPI_Irecv(data, checked_count(bytes, "receive"), MPI_BYTE, from, tag, p2p(), &req), "MPI_Irecv");
+    return std::make_unique<MpiRequest>(req, timeout_s, fmt::format("receive by rank {} from rank {} (tag {})", rank_, from, tag));
+  }
+
+ protected:
+  std::unique_ptr<CommGroup> make_channel_group(const std::vector<int>& ranks, int tag) override {
+    // Only the members call MPI_Comm_create_group (the tag keeps concurrent creations apart).
+    MPI_Group world_group, group;
+    check(MPI_Comm_group(MPI_COMM_WORLD, &world_group), "MPI_Comm_group");
+    check(MPI_Group_incl(world_group, static_cast<int>(ranks.size()), ranks.data(), &group), "MPI_Group_incl");
+    MPI_Comm comm;
+    check(MPI_Comm_create_group(MPI_COMM_WORLD, group, tag, &comm), "MPI_Comm_create_group");
+    MPI_Group_free(&group);
+    MPI_Group_free(&world_group);
+    int index = static_cast<int>(std::find(ranks.begin(), ranks.end(), rank_) - ranks.begin());
+    return std::make_unique<MpiGroup>(comm, ranks, index, timeout_s);
+  }
+
  private:
+  // Point-to-point traffic has a communicator of its own, so its tags never meet a collective's.
+  MPI_Comm p2p() {
+    if (p2p_ == MPI_COMM_NULL) throw OasesError("MPI point-to-point used before the communicator was set up");
+    return p2p_;
+  }
+  void check_peer(int peer, int tag, const char* what) const {
+    if (tag < 0 || tag > kMaxChannelTag)
+      throw OasesError(fmt::format("MPI {}: channel tag {} is outside 0 … {}", what, tag, kMaxChannelTag));
+    if (peer < 0 || peer >= size_ || peer == rank_)
+      throw OasesError(fmt::format("MPI {} by rank {}: peer {} is not another rank of the {}-rank world", what, rank_, peer, size_));
+  }
   int rank_ = 0, size_ = 1;
+  MPI_Comm p2p_ = MPI_COMM_NULL;
 };
 
 }  // namespace

@@ -123,6 +123,40 @@ inline std::vector<std::string> run_comm_suite(Communicator& comm) {
       check(y == want, "all_reduce in a strided group");
     }
   }
+  // point to point on channels: a ring of sends, two tags between the same pair kept apart, and
+  // messages of one (from, to, tag) in order
+  if (n > 1) {
+    int next = (rank + 1) % n, prev = (rank + n - 1) % n;
+    std::vector<int32_t> out1(6), out2(3), in1(6, -1), in2(3, -1), in3(6, -1);
+    for (int i = 0; i < 6; ++i) out1[static_cast<size_t>(i)] = rank * 100 + i;
+    for (int i = 0; i < 3; ++i) out2[static_cast<size_t>(i)] = -(rank * 100 + i);
+    auto r2 = comm.irecv(in2.data(), 12, prev, 7);  // posted before the tag-5 receives
+    auto r1 = comm.irecv(in1.data(), 24, prev, 5);
+    auto r3 = comm.irecv(in3.data(), 24, prev, 5);
+    auto s1 = comm.isend(out1.data(), 24, next, 5);
+    auto s2 = comm.isend(out2.data(), 12, next, 7);
+    std::vector<int32_t> out3(out1.rbegin(), out1.rend());
+    auto s3 = comm.isend(out3.data(), 24, next, 5);
+    for (auto* r : {r1.get(), r2.get(), r3.get(), s1.get(), s2.get(), s3.get()}) r->wait();
+    bool ok = true;
+    for (int i = 0; i < 6; ++i) ok &= in1[static_cast<size_t>(i)] == prev * 100 + i && in3[static_cast<size_t>(i)] == prev * 100 + 5 - i;
+    for (int i = 0; i < 3; ++i) ok &= in2[static_cast<size_t>(i)] == -(prev * 100 + i);
+    check(ok, "isend/irecv around a ring, two tags, in order");
+    // channel groups over any rank set: [last, 0] (an order that is not ascending) broadcasting
+    // from its first member, then the same ranks on another channel
+    std::vector<int> duo{n - 1, 0};
+    if (rank == 0 || rank == n - 1) {
+      for (int tag : {3, 4}) {
+        CommGroup& g = comm.channel_group(duo, tag);
+        check(g.size() == 2 && g.members() == duo && g.rank() == (rank == n - 1 ? 0 : 1), "channel group members");
+        std::vector<float> b(5, rank == n - 1 ? 1.5f * static_cast<float>(tag) : 0.f);
+        auto req = g.ibroadcast(b.data(), 20, 0);
+        req->wait();
+        check(b[0] == 1.5f * static_cast<float>(tag) && b[4] == b[0], fmt::format("ibroadcast on channel {}", tag));
+        check(&comm.channel_group(duo, tag) == &g, "channel groups are cached");
+      }
+    }
+  }
   world->barrier();
   return failures;
 }

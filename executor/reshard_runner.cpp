@@ -1,0 +1,251 @@
+#include "executor/reshard_runner.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <set>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "graph/status.h"
+
+namespace oases {
+
+namespace {
+
+// Copies the part `region` between two dense boxes holding it (row-major, `es` bytes each).
+void copy_region(const Box& region, const Box& from_box, const char* from, const Box& to_box, char* to, int64_t es) {
+  size_t nd = region.offset.size();
+  if (region.empty()) return;
+  if (nd == 0) {
+    std::memcpy(to, from, static_cast<size_t>(es));
+    return;
+  }
+  auto strides = [&](const Box& b) {
+    std::vector<int64_t> s(nd, es);
+    for (size_t d = nd - 1; d > 0; --d) s[d - 1] = s[d] * b.extent[d];
+    return s;
+  };
+  std::vector<int64_t> fs = strides(from_box), ts = strides(to_box);
+  int64_t row = region.extent[nd - 1] * es;
+  std::vector<int64_t> i(nd, 0);
+  while (true) {
+    int64_t fo = 0, to_off = 0;
+    for (size_t d = 0; d < nd; ++d) {
+      fo += (region.offset[d] + i[d] - from_box.offset[d]) * fs[d];
+      to_off += (region.offset[d] + i[d] - to_box.offset[d]) * ts[d];
+    }
+    std::memcpy(to + to_off, from + fo, static_cast<size_t>(row));
+    size_t d = nd - 1;
+    while (d > 0 && ++i[d - 1] == region.extent[d - 1]) i[--d] = 0;
+    if (d == 0) break;
+  }
+}
+
+}  // namespace
+
+TileData TileData::zeros(const TileMap& tiles, int64_t r, int64_t element_bytes) {
+  TileData t;
+  t.element_bytes = element_bytes;
+  if (r < 0) return t;
+  t.boxes = tiles.boxes.at(static_cast<size_t>(r));
+  for (const Box& b : t.boxes) t.data.emplace_back(static_cast<size_t>(b.numel() * element_bytes), 0);
+  return t;
+}
+
+std::vector<char> TileData::pack(const Box& box) const {
+  std::vector<char> out(static_cast<size_t>(box.numel() * element_bytes));
+  for (size_t k = 0; k < boxes.size(); ++k) {
+    if (boxes[k].contains(box)) {
+      copy_region(box, boxes[k], data[k].data(), box, out.data(), element_bytes);
+      return out;
+    }
+  }
+  throw OasesError(fmt::format("resharding: this rank's tile holds no box containing {}", box.to_string()));
+}
+
+void TileData::unpack(const Box& box, const char* bytes) {
+  for (size_t k = 0; k < boxes.size(); ++k) {
+    if (boxes[k].contains(box)) {
+      copy_region(box, box, bytes, boxes[k], data[k].data(), element_bytes);
+      return;
+    }
+  }
+  throw OasesError(fmt::format("resharding: this rank's tile has no box for {}", box.to_string()));
+}
+
+void HostCards::hold(std::vector<int> hosts, double seconds, const std::function<void()>& work) const {
+  std::sort(hosts.begin(), hosts.end());
+  hosts.erase(std::unique(hosts.begin(), hosts.end()), hosts.end());
+  std::vector<int> fds;
+  if (hosts.size() > 1) {
+    for (int h : hosts) {
+      std::string path = fmt::format("{}/card{}", dir_, h);
+      int fd = ::open(path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0600);
+      if (fd < 0 || ::flock(fd, LOCK_EX) != 0) {
+        for (int f : fds) ::close(f);  // closing releases the locks taken so far
+        if (fd >= 0) ::close(fd);
+        throw OasesError(fmt::format("link emulation: cannot lock {}: {}", path, std::strerror(errno)));
+      }
+      fds.push_back(fd);
+    }
+  }
+  auto until = std::chrono::steady_clock::now() +
+               std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(seconds));
+  try {
+    work();
+  } catch (...) {
+    for (int f : fds) ::close(f);
+    throw;
+  }
+  std::this_thread::sleep_until(until);
+  for (int f : fds) ::close(f);
+}
+
+TileData run_reshard(const ReshardPlan& plan, const ReshardProblem& p, Communicator& comm, const TileData& src_in,
+                     const ReshardRunOptions& o, ReshardRunStats* stats) {
+  ReshardRunStats local_stats;
+  ReshardRunStats& st = stats ? *stats : local_stats;
+  const int me = comm.rank();
+  const int64_t es = p.element_bytes;
+  // A sender's part of a transfer, under emulation holding the cards it crosses for the modelled time.
+  auto emulate = [&](const Transfer& t, const std::function<void()>& work) {
+    if (!o.cards) return work();
+    std::vector<int> hosts;
+    if (t.sender >= 0) hosts.push_back(o.cluster.host_of.at(static_cast<size_t>(t.sender)));
+    for (int64_t r : t.receivers) hosts.push_back(o.cluster.host_of.at(static_cast<size_t>(r)));
+    o.cards->hold(hosts, transfer_seconds(t, o.cluster), work);
+  };
+  auto ints = [](const std::vector<int64_t>& v) { return std::vector<int>(v.begin(), v.end()); };
+
+  // 1. A partial source is summed over each partial group (in one order on every rank), then cut
+  // down to its tile of the effective layout.
+  TileData src = src_in;
+  int64_t src_rank = p.src.placed.mesh_rank(me);
+  if (!plan.pre.empty() && src_rank >= 0) {
+    for (const PreReduction& pr : plan.pre) {
+      for (const auto& g : pr.groups) {
+        if (std::find(g.begin(), g.end(), me) == g.end()) continue;
+        CommGroup& group = comm.channel_group(ints(g), o.tag);
+        for (auto& d : src.data)
+          group.all_reduce(d.data(), static_cast<int64_t>(d.size()) / static_cast<int64_t>(dtype_size(o.dtype)), o.dtype, ReduceOp::kSum);
+      }
+    }
+    auto eff = tile_boxes(plan.effective_src, p.shape, plan.effective_src_mesh);
+    if (!eff) throw OasesError(eff.status().message());
+    TileData cut = TileData::zeros(*eff, src_rank, es);
+    for (size_t k = 0; k < cut.boxes.size(); ++k) {
+      std::vector<char> b = src.pack(cut.boxes[k]);
+      cut.unpack(cut.boxes[k], b.data());
+    }
+    src = std::move(cut);
+  }
+
+  auto dst_tiles = tile_boxes(p.dst.spec, p.shape, p.dst.placed.mesh);
+  if (!dst_tiles) throw OasesError(dst_tiles.status().message());
+  TileData dst = TileData::zeros(*dst_tiles, p.dst.placed.mesh_rank(me), es);
+
+  // 2. Local copies: a destination rank that holds the box already.
+  for (const UnitTask& t : plan.tasks) {
+    if (std::find(t.local.begin(), t.local.end(), me) == t.local.end()) continue;
+    std::vector<char> b = src.pack(t.box);
+    dst.unpack(t.box, b.data());
+  }
+
+  // 3. The transfers, in the one global order.
+  struct Pending {
+    std::unique_ptr<CommRequest> req;
+    std::vector<char> buf;
+    Box box;
+    bool unpacked = false;
+  };
+  std::map<int, Pending> received;  // by transfer index (and slice: index * 1024 + member)
+  std::vector<std::pair<std::unique_ptr<CommRequest>, std::vector<char>>> sent;
+  auto finish = [&](Pending& pd) {
+    if (pd.unpacked) return;
+    pd.req->wait();
+    dst.unpack(pd.box, pd.buf.data());
+    st.bytes_received += static_cast<int64_t>(pd.buf.size());
+    pd.unpacked = true;
+  };
+  for (size_t i = 0; i < plan.order.size(); ++i) {
+    const Transfer& t = plan.order[i];
+    const int key = static_cast<int>(i) * 1024;
+    bool receiver = std::find(t.receivers.begin(), t.receivers.end(), me) != t.receivers.end();
+    if (t.kind == TransferKind::kSend) {
+      if (t.sender == me) {
+        emulate(t, [&] {
+          std::vector<char> b = src.pack(t.box);
+          auto req = comm.isend(b.data(), static_cast<int64_t>(b.size()), static_cast<int>(t.receivers.front()), o.tag);
+          st.bytes_sent += static_cast<int64_t>(b.size());
+          sent.emplace_back(std::move(req), std::move(b));
+        });
+        ++st.transfers;
+      } else if (receiver) {
+        Pending pd{nullptr, std::vector<char>(static_cast<size_t>(t.box.numel() * es)), t.box};
+        pd.req = comm.irecv(pd.buf.data(), static_cast<int64_t>(pd.buf.size()), static_cast<int>(t.sender), o.tag);
+        received.emplace(key, std::move(pd));
+        ++st.transfers;
+      }
+    } else if (t.kind == TransferKind::kBroadcast) {
+      if (t.sender != me && !receiver) continue;
+      std::vector<int> members{static_cast<int>(t.sender)};
+      for (int64_t r : t.receivers) members.push_back(static_cast<int>(r));
+      CommGroup& g = comm.channel_group(members, o.tag);
+      ++st.transfers;
+      if (t.sender == me) {
+        emulate(t, [&] {
+          std::vector<char> b = src.pack(t.box);
+          auto req = g.ibroadcast(b.data(), static_cast<int64_t>(b.size()), 0);
+          st.bytes_sent += static_cast<int64_t>(b.size());
+          sent.emplace_back(std::move(req), std::move(b));
+        });
+      } else {
+        Pending pd{nullptr, std::vector<char>(static_cast<size_t>(t.box.numel() * es)), t.box};
+        pd.req = g.ibroadcast(pd.buf.data(), static_cast<int64_t>(pd.buf.size()), 0);
+        received.emplace(key, std::move(pd));
+      }
+    } else {  // all-gather inside one host: each member broadcasts the slice it was sent
+      if (!receiver) continue;
+      if (t.receivers.size() > 1024) throw OasesError("resharding: an all-gather of more than 1024 ranks");
+      int index = static_cast<int>(std::find(t.receivers.begin(), t.receivers.end(), me) - t.receivers.begin());
+      for (int a : t.after) {
+        auto it = received.find(a * 1024);
+        if (it != received.end()) finish(it->second);
+      }
+      CommGroup& g = comm.channel_group(ints(t.receivers), o.tag);
+      for (size_t k = 0; k < t.slices.size(); ++k) {
+        const Box& s = t.slices[k];
+        if (s.empty()) continue;
+        ++st.transfers;
+        if (static_cast<int>(k) == index) {
+          double modelled =
+              o.cards && o.cluster.intra.enabled() ? o.cluster.intra.broadcast_s(static_cast<double>(s.numel() * es), g.size()) : 0.0;
+          HostCards none("");
+          none.hold({}, modelled, [&] {
+            std::vector<char> b = dst.pack(s);
+            auto req = g.ibroadcast(b.data(), static_cast<int64_t>(b.size()), static_cast<int>(k));
+            st.bytes_sent += static_cast<int64_t>(b.size());
+            sent.emplace_back(std::move(req), std::move(b));
+          });
+        } else {
+          Pending pd{nullptr, std::vector<char>(static_cast<size_t>(s.numel() * es)), s};
+          pd.req = g.ibroadcast(pd.buf.data(), static_cast<int64_t>(pd.buf.size()), static_cast<int>(k));
+          received.emplace(key + static_cast<int>(k) + 1, std::move(pd));
+        }
+      }
+    }
+  }
+  for (auto& [k, pd] : received) finish(pd);
+  for (auto& [req, buf] : sent) req->wait();
+  return dst;
+}
+
+}  // namespace oases

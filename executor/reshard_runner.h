@@ -1,0 +1,66 @@
+// Running a cross-mesh resharding plan (planner/reshard.h) on ranks: every rank walks the plan's
+// one global order and takes its part in each transfer (pack the box, send or broadcast on a
+// channel group, or post the receive), so no two ranks wait on each other in opposite orders.
+// Link emulation knows hosts: a transfer between hosts holds the network card of every host it
+// crosses (one lock per card, shared by threads and processes of the job alike) for the time the
+// link model gives, so contention between transfers is real and measurable on one machine.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "executor/communicator.h"
+#include "graph/dtype.h"
+#include "graph/tiles.h"
+#include "planner/reshard.h"
+
+namespace oases {
+
+// A rank's tile of a value: its boxes (graph/tiles.h), each stored densely in row-major order.
+struct TileData {
+  std::vector<Box> boxes;
+  std::vector<std::vector<char>> data;  // per box: numel × element bytes
+  int64_t element_bytes = 4;
+
+  // Empty boxes for the tile of mesh rank `r` under `tiles`.
+  static TileData zeros(const TileMap& tiles, int64_t r, int64_t element_bytes);
+  // The part `box` (inside one of this tile's boxes) as contiguous bytes, and its inverse.
+  std::vector<char> pack(const Box& box) const;
+  void unpack(const Box& box, const char* bytes);
+};
+
+// The emulated hosts' network cards: one lock file per card in `dir` (a folder every rank of the
+// job sees).
+class HostCards {
+ public:
+  explicit HostCards(std::string dir) : dir_(std::move(dir)) {}
+  // Holds the cards of `hosts` (taken in ascending order, so holders never deadlock) while `work`
+  // runs (the real data movement) and until `seconds` have passed since the cards were taken
+  // (sleeping); fewer than two hosts: no card, only the timing.
+  void hold(std::vector<int> hosts, double seconds, const std::function<void()>& work) const;
+  const std::string& dir() const { return dir_; }
+
+ private:
+  std::string dir_;
+};
+
+struct ReshardRunOptions {
+  int tag = 1;                       // the channel (Communicator::channel_group)
+  DType dtype = DType::kF32;         // for the pre-reductions of a partial source
+  const HostCards* cards = nullptr;  // emulate the cluster's links (null: run at full speed)
+  ReshardCluster cluster;            // hosts and link models the emulation follows
+};
+
+struct ReshardRunStats {
+  int64_t bytes_sent = 0, bytes_received = 0;
+  int transfers = 0;  // this rank's sends, broadcasts and receives
+};
+
+// This rank's part of `plan`: `src` is its source tile (ignored when it holds none) and the result
+// its destination tile (no boxes when it is not in the destination mesh).
+TileData run_reshard(const ReshardPlan& plan, const ReshardProblem& p, Communicator& comm, const TileData& src, const ReshardRunOptions& o,
+                     ReshardRunStats* stats = nullptr);
+
+}  // namespace oases

@@ -1,0 +1,72 @@
+// Tiles as boxes: where each rank's part of a value lies in the global tensor, for resharding
+// between meshes (cross-mesh resharding, pipeline stages).
+//
+// A PlacedMesh is a Mesh and the world ranks it occupies (mesh rank i is world rank ranks[i]); two
+// placed meshes may be disjoint or overlap. `tile_boxes` gives, per mesh rank, the boxes of its
+// tile under a ShardingSpec (one box per segment of a segmented dimension, e.g. fused QKV), the
+// replica groups (ranks holding equal data) and, for partial specs, the groups whose parts sum to
+// the value. Unlike ShardingSpec::validate, a dimension need not divide: a dimension of n split
+// k ways gives tiles of ceil(n / k), the last ones shorter (or empty).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "graph/mesh.h"
+#include "graph/sharding_spec.h"
+#include "graph/status.h"
+#include "graph/tensor.h"
+
+namespace oases {
+
+struct PlacedMesh {
+  Mesh mesh;
+  std::vector<int64_t> ranks;  // world rank of each mesh rank, in mesh-rank order
+
+  // The mesh on world ranks first, first + 1, ...
+  static PlacedMesh contiguous(Mesh mesh, int64_t first);
+  int64_t size() const { return static_cast<int64_t>(ranks.size()); }
+  // Mesh rank of world rank `w`, -1 when the mesh does not hold it.
+  int64_t mesh_rank(int64_t world_rank) const;
+  // One world rank per mesh rank, distinct, inside [0, world).
+  Status validate(int64_t world) const;
+  std::string to_string() const;  // "m0=2 x m1=4 on ranks 8-15"
+};
+
+// A box in a tensor: per dimension the first index and the length.
+struct Box {
+  std::vector<int64_t> offset, extent;
+
+  int64_t numel() const;
+  bool empty() const { return numel() == 0; }
+  // The common part of two boxes of one rank (empty extents when they do not meet).
+  Box intersect(const Box& o) const;
+  bool contains(const Box& o) const;
+  bool operator==(const Box& o) const { return offset == o.offset && extent == o.extent; }
+  bool operator<(const Box& o) const { return offset != o.offset ? offset < o.offset : extent < o.extent; }
+  std::string to_string() const;  // "[0:4, 8:16]" (half-open ranges)
+};
+
+struct TileMap {
+  std::vector<std::vector<Box>> boxes;               // per mesh rank; none for an empty tile
+  std::vector<std::vector<int64_t>> replica_groups;  // mesh ranks holding equal data, ascending
+  // Partial specs: mesh ranks whose parts sum to the value (same boxes, differing only in the
+  // partial axes), ascending; empty when the spec is not partial.
+  std::vector<std::vector<int64_t>> partial_groups;
+};
+
+// Every rank's tile of a value of `shape` laid out by `spec` on `mesh`. Errors: a spec of another
+// rank, an axis off the mesh or used twice, a segmented dimension that segments do not divide.
+Expected<TileMap> tile_boxes(const ShardingSpec& spec, const Shape& shape, const Mesh& mesh);
+
+// "2x4" → base axes m0=2, m1=4 ("8" → one axis). Sizes 1 … 2^20, at most 8 axes.
+Expected<Mesh> parse_mesh_shape(const std::string& text);
+// A layout written one token per tensor dimension: R, or S followed by mesh axes (S0, S1, S01:
+// sharded over axis 0, 1, or both, major first), optionally followed by ":P" and the axes the
+// value is a partial sum over ("S0R:P1"). An axis pair adds a compound axis to `mesh`.
+Expected<ShardingSpec> parse_layout(const std::string& text, size_t rank, Mesh* mesh);
+// The inverse of parse_layout for specs over base axes and compound axes of base axes.
+std::string layout_string(const ShardingSpec& spec, const Mesh& mesh);
+
+}  // namespace oases
