@@ -53,6 +53,13 @@ std::unique_ptr<CommGroup> Communicator::make_channel_group(const std::vector<in
   throw OasesError(fmt::format("the {} communicator has no channel groups yet", kind()));
 }
 
+std::unique_ptr<CommGroup> Communicator::make_member_group(const std::vector<int>& ranks, int tag) {
+  check_tag(tag, "mesh group");
+  if (std::find(ranks.begin(), ranks.end(), rank()) == ranks.end())
+    throw OasesError(fmt::format("rank {} is not in group [{}] (tag {})", rank(), fmt::join(ranks, ", "), tag));
+  return make_channel_group(ranks, tag);
+}
+
 CommGroup& Communicator::channel_group(const std::vector<int>& ranks, int tag) {
   check_tag(tag, "channel group");
   auto& g = channel_groups_[{ranks, tag}];

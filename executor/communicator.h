@@ -75,6 +75,8 @@ class Communicator {
   // created on first use and cached. Only its members call it (MPI_Comm_create_group, not a
   // world-wide split), and ranks that share several groups create them in one order.
   CommGroup& channel_group(const std::vector<int>& ranks, int tag);
+  // The same, not cached: the caller owns it (a mesh's groups when meshes leave ranks out).
+  std::unique_ptr<CommGroup> make_member_group(const std::vector<int>& ranks, int tag);
 
   double timeout_s = 600;
 

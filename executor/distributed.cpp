@@ -49,6 +49,35 @@ Expected<std::unique_ptr<RankRuntime>> RankRuntime::create(Communicator* comm, c
   return rt;
 }
 
+Expected<std::unique_ptr<RankRuntime>> RankRuntime::create(Communicator* comm, const PlacedMesh& placed, const LinkModel& link) {
+  if (!comm) return create(nullptr, placed.mesh, link);
+  if (Status st = placed.validate(comm->size()); !st) return st;
+  int64_t me = placed.mesh_rank(comm->rank());
+  if (me < 0) return error("world rank {} is not in the mesh {}", comm->rank(), placed.to_string());
+  auto rt = std::unique_ptr<RankRuntime>(new RankRuntime());
+  rt->mesh_ = placed.mesh;
+  rt->comm_ = comm;
+  rt->rank_ = static_cast<int>(me);
+  auto world_ranks = [&](const std::vector<int64_t>& mesh_ranks) {
+    std::vector<int> w;
+    for (int64_t r : mesh_ranks) w.push_back(static_cast<int>(placed.ranks[static_cast<size_t>(r)]));
+    return w;
+  };
+  try {
+    const Mesh& mesh = placed.mesh;
+    for (int a = 0; a < mesh.num_axes(); ++a) {
+      rt->axis_groups_.push_back(emulate_link(comm->make_member_group(world_ranks(mesh.group(me, a)), kMeshGroupTag + a), link));
+      rt->axis_raw_.push_back(rt->axis_groups_.back().get());
+    }
+    std::vector<int64_t> all(static_cast<size_t>(mesh.size()));
+    for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int64_t>(i);
+    rt->world_ = comm->make_member_group(world_ranks(all), kMeshGroupTag + mesh.num_axes());
+  } catch (const OasesError& e) {
+    return Status::error(e.what());
+  }
+  return rt;
+}
+
 Tensor RankRuntime::gather(const Tensor& local, const ShardingSpec& spec, const Shape& global) {
   if (!distributed() || spec.is_replicated()) return local.clone();
   std::vector<char> all(local.nbytes() * static_cast<size_t>(size()));

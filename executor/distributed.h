@@ -12,6 +12,7 @@
 #include "executor/emulated_link.h"
 #include "graph/sharding.h"
 #include "graph/tensor.h"
+#include "graph/tiles.h"
 
 namespace oases {
 
@@ -20,6 +21,11 @@ class RankRuntime {
   // Creates the groups (the same order on every rank: mesh axes, then the world). A single-rank
   // run passes comm = nullptr.
   static Expected<std::unique_ptr<RankRuntime>> create(Communicator* comm, const Mesh& mesh, const LinkModel& link = {});
+  // A rank of a mesh placed on some of the world's ranks (a pipeline stage; meshes may leave
+  // world ranks out): rank() is its mesh rank, and its groups are made by their members alone
+  // (channel groups, tags kMeshGroupTag + axis), so the other meshes' ranks need not take part.
+  static Expected<std::unique_ptr<RankRuntime>> create(Communicator* comm, const PlacedMesh& placed, const LinkModel& link = {});
+  static constexpr int kMeshGroupTag = 30000;
 
   int rank() const { return rank_; }
   int size() const { return static_cast<int>(mesh_.size()); }

@@ -12,6 +12,7 @@
 
 #include "executor/device.h"
 #include "executor/half_adapter.h"
+#include "executor/reshard_runner.h"
 #include "graph/op_registry.h"
 #include "graph/passes/fusion.h"
 #include "kernels/cpu/parallel.h"
@@ -24,6 +25,7 @@ Expected<Program> compile_program(ProgramLayout layout) {
   for (const ScheduledOp& op : layout.order) {
     const Node& n = layout.graph.node(op.node);
     const CpuKernelFn* fn = kr.find(n.domain, n.op_type);
+    if (!fn) fn = executor_kernel(n.domain, n.op_type);
     if (!fn) return error("{}: no CPU kernel for this op", n.describe());
     if (has_half_operand(layout.graph, n)) fn = half_adapted_kernel(n.domain, n.op_type, fn);  // mixed precision
     p.kernels.push_back(fn);
@@ -160,6 +162,7 @@ Expected<std::unique_ptr<Executor>> Executor::create(Program p, const ExecOption
     c.node = &n;
     c.state = &ex->state_;
     c.groups = &ex->groups_;
+    c.comm = opts.comm;
     for (ValueId v : n.inputs) {
       TensorView tv;
       if (v != kNoId) {
@@ -178,13 +181,20 @@ Expected<std::unique_ptr<Executor>> Executor::create(Program p, const ExecOption
     }
   }
   OASES_ASSIGN_OR_RETURN(ex->device_, make_device_runner(opts.device, ex->prog_, opts, &ex->state_));
-  if (async && !ex->device_) ex->comm_ = std::make_unique<CommThread>(ex->prog_.instrs.size());
+  if (async && !ex->device_) {
+    ex->comm_ = std::make_unique<CommThread>(ex->prog_.instrs.size());
+    bool second = false;
+    for (const Instr& ins : ex->prog_.instrs)
+      second |= ins.kind == Instr::Kind::kCommStart && gr.node(ins.node).attrs.get_int("channel", 0) > 0;
+    if (second) ex->channel_ = std::make_unique<CommThread>(ex->prog_.instrs.size());
+  }
   return ex;
 }
 
 Executor::~Executor() {
   device_.reset();
   comm_.reset();
+  channel_.reset();
   std::free(arena_);
 }
 
@@ -276,30 +286,34 @@ Status Executor::execute(const std::map<std::string, Tensor>& inputs) {
           KernelContext* c = &contexts_[i];
           const CpuKernelFn* fn = prog_.kernels[i];
           bool trace = tracing_;
-          comm_->submit(i, [this, c, fn, trace, i] {
+          CommThread* th = thread_of(*c->node);
+          int lane = th == comm_.get() ? 1 : 2;
+          th->submit(i, [this, c, fn, trace, i, lane] {
             double t0 = trace ? now_us() : 0;
             (*fn)(*c);
             if (trace) {
               double t1 = now_us();
               std::lock_guard<std::mutex> lock(comm_->mu);
-              comm_events_.push_back(TraceEvent{prog_.instrs[i].node, 1, "comm", t0, t1 - t0});
+              comm_events_.push_back(TraceEvent{prog_.instrs[i].node, lane, "comm", t0, t1 - t0});
             }
           });
           break;
         }
         case Instr::Kind::kCommWait: {
           double t0 = tracing_ ? now_us() : 0;
-          comm_->wait(start_of[static_cast<size_t>(ins.node)]);
+          thread_of(g.node(ins.node))->wait(start_of[static_cast<size_t>(ins.node)]);
           if (tracing_) events_.push_back(TraceEvent{ins.node, 0, "wait", t0, now_us() - t0});
           break;
         }
       }
     }
     if (comm_) comm_->wait_all();
+    if (channel_) channel_->wait_all();
   } catch (const OasesError& e) {
-    if (comm_) {
+    for (CommThread* th : {comm_.get(), channel_.get()}) {
+      if (!th) continue;
       try {
-        comm_->wait_all();
+        th->wait_all();
       } catch (...) {}
     }
     return Status::error(e.what());
@@ -310,6 +324,10 @@ Status Executor::execute(const std::map<std::string, Tensor>& inputs) {
     comm_events_.clear();
   }
   return Status::ok();
+}
+
+Executor::CommThread* Executor::thread_of(const Node& n) const {
+  return channel_ && n.attrs.get_int("channel", 0) > 0 ? channel_.get() : comm_.get();
 }
 
 TensorView Executor::view(ValueId v) const {

@@ -46,6 +46,7 @@ struct ExecOptions {
   int threads = 0;                 // kernel threads (kernels/cpu/parallel.h); 0: the default
   bool fuse = true;                // executor-level fusion and in-place outputs (graph/passes/fusion.h); OASES_NO_FUSION=1 turns both off
   std::vector<CommGroup*> groups;  // this rank's group per mesh axis (distributed programs)
+  Communicator* comm = nullptr;    // this rank's communicator (Reshard between meshes)
   // Instruction order from the scheduler (planner/schedule.h); empty: topological order with
   // collectives run in line by the compute thread.
   std::vector<ScheduledOp> order;
@@ -108,6 +109,10 @@ class Executor {
   std::vector<TraceEvent> comm_events_;  // recorded by the communication thread
   struct CommThread;
   std::unique_ptr<CommThread> comm_;
+  // The second channel: collectives with attribute channel >= 1 (Reshard between meshes) run on a
+  // thread of their own, so a pending receive never sits in front of the mesh's collectives.
+  std::unique_ptr<CommThread> channel_;
+  CommThread* thread_of(const Node& n) const;
   double t0_ = 0;
   std::unique_ptr<DeviceRunner> device_;  // set when the program runs on a device
 

@@ -13,6 +13,7 @@
 namespace oases {
 
 class CommGroup;
+class Communicator;
 
 struct TensorView {
   DType dtype = DType::kUndefined;
@@ -42,6 +43,8 @@ struct KernelContext {
   RunState* state = nullptr;
   // Communication groups of this rank, one per mesh axis (empty on a single rank).
   const std::vector<CommGroup*>* groups = nullptr;
+  // This rank's communicator, for traffic between meshes (Reshard); null on a single rank.
+  Communicator* comm = nullptr;
 
   const AttrMap& attrs() const { return node->attrs; }
   // The group of mesh axis `a`; throws naming the node when the program runs without one.

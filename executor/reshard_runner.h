@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "executor/communicator.h"
+#include "executor/kernel_context.h"
 #include "graph/dtype.h"
 #include "graph/tiles.h"
 #include "planner/reshard.h"
@@ -62,5 +63,15 @@ struct ReshardRunStats {
 // its destination tile (no boxes when it is not in the destination mesh).
 TileData run_reshard(const ReshardPlan& plan, const ReshardProblem& p, Communicator& comm, const TileData& src, const ReshardRunOptions& o,
                      ReshardRunStats* stats = nullptr);
+
+// The problem a Reshard node's attributes describe (graph/ops/collectives.cpp), with the cluster
+// its sender choice and order are planned for; the same on every rank.
+Expected<ReshardProblem> reshard_problem_of(const AttrMap& a, ReshardCluster* cluster);
+
+// Kernels that need the executor (communicators, the resharding runner): oases.Reshard. Null for
+// any other op.
+const CpuKernelFn* executor_kernel(const std::string& domain, const std::string& op);
+// Their names as CpuKernelRegistry::ops() writes them ("oases.Reshard").
+std::vector<std::string> executor_kernel_ops();
 
 }  // namespace oases

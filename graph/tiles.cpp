@@ -146,6 +146,22 @@ Expected<TileMap> tile_boxes(const ShardingSpec& spec, const Shape& shape, const
   return t;
 }
 
+Expected<PlacedLayout> placed_layout(const std::vector<int64_t>& sizes, const std::vector<int64_t>& ranks, const std::string& layout,
+                                     size_t tensor_rank) {
+  PlacedLayout pl;
+  if (sizes.empty() || sizes.size() > 8) return error("a mesh of {} axes (1 … 8)", sizes.size());
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    pl.placed.mesh.axes.push_back(fmt::format("m{}", i));
+    pl.placed.mesh.sizes.push_back(sizes[i]);
+  }
+  if (Status st = pl.placed.mesh.validate(); !st) return st;
+  auto spec = parse_layout(layout, tensor_rank, &pl.placed.mesh);
+  if (!spec) return spec.status();
+  pl.spec = *spec;
+  pl.placed.ranks = ranks;
+  return pl;
+}
+
 Expected<Mesh> parse_mesh_shape(const std::string& text) {
   Mesh m;
   size_t pos = 0;

@@ -60,6 +60,15 @@ struct TileMap {
 // rank, an axis off the mesh or used twice, a segmented dimension that segments do not divide.
 Expected<TileMap> tile_boxes(const ShardingSpec& spec, const Shape& shape, const Mesh& mesh);
 
+// A layout placed on world ranks, as the Reshard op's attributes write each side: the mesh's
+// sizes (base axes m0, m1, ...), its world ranks, and a layout string (parse_layout).
+struct PlacedLayout {
+  PlacedMesh placed;
+  ShardingSpec spec;
+};
+Expected<PlacedLayout> placed_layout(const std::vector<int64_t>& sizes, const std::vector<int64_t>& ranks, const std::string& layout,
+                                     size_t tensor_rank);
+
 // "2x4" → base axes m0=2, m1=4 ("8" → one axis). Sizes 1 … 2^20, at most 8 axes.
 Expected<Mesh> parse_mesh_shape(const std::string& text);
 // A layout written one token per tensor dimension: R, or S followed by mesh axes (S0, S1, S01:

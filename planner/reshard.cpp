@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <deque>
 #include <functional>
 #include <limits>
 #include <map>
@@ -563,6 +564,77 @@ std::string describe(const ReshardPlan& plan, const ReshardCluster& c) {
                                                      plan.search_complete ? ", optimal" : ", budget reached")
                                        : "");
   return s;
+}
+
+std::vector<int64_t> reshard_participants(const ReshardPlan& plan) {
+  std::set<int64_t> r;
+  for (const PreReduction& pr : plan.pre) {
+    for (const auto& g : pr.groups) r.insert(g.begin(), g.end());
+  }
+  for (const Transfer& t : plan.order) {
+    if (t.sender >= 0) r.insert(t.sender);
+    r.insert(t.receivers.begin(), t.receivers.end());
+  }
+  return {r.begin(), r.end()};
+}
+
+Status check_channel_programs(const std::vector<std::vector<ChannelInstr>>& programs, const Participants& participants) {
+  const size_t n = programs.size();
+  std::vector<size_t> pc(n, 0);
+  std::vector<std::map<int, std::deque<int>>> queues(n);  // per rank, per channel: started ops
+  std::vector<std::set<int>> begun(n), done(n);
+  std::map<int, std::vector<int64_t>> who;
+  auto members = [&](int op) -> const std::vector<int64_t>& {
+    auto it = who.find(op);
+    if (it == who.end()) it = who.emplace(op, participants(op)).first;
+    return it->second;
+  };
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (size_t r = 0; r < n; ++r) {
+      for (auto& [ch, q] : queues[r]) {
+        while (!q.empty()) {
+          int op = q.front();
+          if (begun[r].insert(op).second) progress = true;
+          bool all = true;
+          for (int64_t m : members(op)) all = all && m >= 0 && static_cast<size_t>(m) < n && begun[static_cast<size_t>(m)].count(op);
+          if (!all) break;
+          done[r].insert(op);
+          q.pop_front();
+          progress = true;
+        }
+      }
+      while (pc[r] < programs[r].size()) {
+        const ChannelInstr& in = programs[r][pc[r]];
+        if (in.start) {
+          queues[r][in.channel].push_back(in.op);
+        } else if (!done[r].count(in.op)) {
+          break;
+        }
+        ++pc[r];
+        progress = true;
+      }
+    }
+  }
+  std::vector<std::string> stuck;
+  for (size_t r = 0; r < n; ++r) {
+    std::string what;
+    if (pc[r] < programs[r].size()) {
+      what = fmt::format("rank {} waits for op {}", r, programs[r][pc[r]].op);
+    }
+    for (auto& [ch, q] : queues[r]) {
+      if (q.empty()) continue;
+      std::vector<int64_t> missing;
+      for (int64_t m : members(q.front())) {
+        if (m < 0 || static_cast<size_t>(m) >= n || !begun[static_cast<size_t>(m)].count(q.front())) missing.push_back(m);
+      }
+      what += fmt::format("{}rank {}'s channel {} is at op {}, not yet begun by rank(s) {}", what.empty() ? "" : "; ", r, ch, q.front(),
+                          fmt::join(missing, ","));
+    }
+    if (!what.empty()) stuck.push_back(what);
+  }
+  if (!stuck.empty()) return error("the ranks' programs deadlock: {}", fmt::join(stuck, "; "));
+  return Status::ok();
 }
 
 }  // namespace oases

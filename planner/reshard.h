@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -127,6 +128,25 @@ double transfer_seconds(const Transfer& t, const ReshardCluster& c);
 
 // The best broadcast order by exhaustive search (every order × every sender): tests only.
 double brute_force_broadcast_makespan(const std::vector<UnitTask>& tasks, const ReshardCluster& c);
+
+// --- checking that ranks' programs cannot deadlock ---------------------------------------------
+//
+// What the checker sees of a rank's program: the start or the wait of a communication op `op` (an
+// id its participants share) on `channel`. A rank's compute thread issues starts and blocks at
+// waits; each channel's thread runs the started ops in order; an op ends on a rank once every
+// participant has begun it (reached it on its channel thread) — the collective rule, which is
+// what a Reshard's sends (rendezvous) and receives need.
+struct ChannelInstr {
+  bool start = true;
+  int op = 0;
+  int channel = 0;
+};
+using Participants = std::function<std::vector<int64_t>(int op)>;
+// Replays every rank's program (indexed by world rank); an error names the blocked ranks, the op
+// each waits on, and who has not begun it.
+Status check_channel_programs(const std::vector<std::vector<ChannelInstr>>& programs, const Participants& participants);
+// The world ranks that take part in a resharding (send, receive, or pre-reduce).
+std::vector<int64_t> reshard_participants(const ReshardPlan& plan);
 
 // "task 3 [0:4, 0:8] 128 B: rank 2 → 9,10 (broadcast)" lines, the order, prediction and bound.
 std::string describe(const ReshardPlan& plan, const ReshardCluster& c);

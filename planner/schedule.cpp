@@ -299,7 +299,12 @@ Expected<std::vector<ScheduledOp>> schedule_program(const Graph& g, const Schedu
       out.push_back(ScheduledOp{ScheduledOp::Kind::kCompute, id});
       continue;
     }
-    // a collective reading another's output: the comm thread runs them in order, no wait needed
+    // a collective reading another's output on the same channel: that channel's thread runs them
+    // in order, no wait needed; across channels (Reshard on channel 1) the reader waits first
+    for (ValueId v : n.inputs) {
+      auto it = pending.find(v);
+      if (it != pending.end() && g.node(it->second).attrs.get_int("channel", 0) != n.attrs.get_int("channel", 0)) wait_for(it->second);
+    }
     out.push_back(ScheduledOp{ScheduledOp::Kind::kCommStart, id});
     for (ValueId o : n.outputs) {
       if (o != kNoId) pending[o] = id;

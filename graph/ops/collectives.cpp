@@ -12,6 +12,17 @@
 //   Broadcast        the root's value on every member           grad: AllReduce
 // AllReduce takes op = "sum" (default) or "max".
 //
+// Reshard(x?) -> y moves a value between two meshes placed anywhere in the world (cross-mesh
+// resharding, planner/reshard.h): x is this rank's tile of the source layout (absent on a rank
+// outside the source mesh), y its tile of the destination layout (shape [0] on a rank outside
+// the destination mesh). Attributes: shape (global), src_mesh/dst_mesh (sizes), src_ranks/
+// dst_ranks (world ranks), src_layout/dst_layout (R, S0, S01, ... per dimension; ":P<axes>" for a
+// partial-sum source), world_rank (whose program this is), dtype (ONNX type, for a rank without
+// x), hosts (host of each world rank, for sender choice and order), strategy, channel (the
+// communication channel, 1 by default, so a pending receive never queues in front of the
+// mesh's own collectives). Every attribute but world_rank is the same on every rank, so every
+// rank plans the same global order. Grad: the Reshard back (src and dst swapped).
+//
 // Local ops of partitioned graphs whose result depends on this rank's place in a group (the group
 // rank is read at run time, so every rank runs the same graph):
 //   ShardedGather(table, ids; mesh_axis)        rows of a vocabulary-split table; ids outside this
@@ -30,6 +41,7 @@
 #include "graph/autodiff.h"
 #include "graph/ops/op_utils.h"
 #include "graph/sharding.h"
+#include "graph/tiles.h"
 
 namespace oases {
 
@@ -75,6 +87,7 @@ double ring_bytes(const Graph& g, const Node& n, double factor_of_full) {
 }  // namespace
 
 void register_layout_op(OpRegistry& r);
+void register_reshard_op(OpRegistry& r);
 
 void register_collective_ops(OpRegistry& r) {
   {
@@ -251,12 +264,13 @@ void register_collective_ops(OpRegistry& r) {
     r.add(std::move(s));
   }
   register_layout_op(r);
-  for (const char* op : {"AllReduce", "ParallelIdentity", "AllGather", "ReduceScatter", "AllToAll", "Broadcast"}) {
+  register_reshard_op(r);
+  for (const char* op : {"AllReduce", "ParallelIdentity", "AllGather", "ReduceScatter", "AllToAll", "Broadcast", "Reshard"}) {
     r.find_mutable(kOasesDomain, op)->traits |= kTraitCollective;
   }
   // Made by the partitioner (collectives and rank-dependent local ops): never sharded themselves.
   for (const char* op : {"AllReduce", "ParallelIdentity", "AllGather", "ReduceScatter", "ShardSlice", "AllToAll", "Broadcast",
-                         "ShardedGather", "ShardedPick", "ShardedOneHotSub"}) {
+                         "ShardedGather", "ShardedPick", "ShardedOneHotSub", "Reshard"}) {
     r.find_mutable(kOasesDomain, op)->traits |= kTraitPostPartition;
   }
   // The lowering of vocabulary-parallel ops makes these after autodiff (graph/lowering.h).
@@ -280,6 +294,17 @@ void register_collective_ops(OpRegistry& r) {
         r, kOasesDomain, op,
         {example("one member", {ex_float({4, 6})}, group(AttrMap{{"dim", Attribute::of_int(1)}, {"segments", Attribute::of_int(1)}}))});
   }
+  // one rank holding both meshes: the resharding is a local copy
+  set_examples(r, kOasesDomain, "Reshard",
+               {example("one rank", {ex_float({4, 6})},
+                        AttrMap{{"shape", Attribute::of_ints({4, 6})},
+                                {"src_mesh", Attribute::of_ints({1})},
+                                {"src_ranks", Attribute::of_ints({0})},
+                                {"src_layout", Attribute::of_string("S0R")},
+                                {"dst_mesh", Attribute::of_ints({1})},
+                                {"dst_ranks", Attribute::of_ints({0})},
+                                {"dst_layout", Attribute::of_string("RS0")},
+                                {"world_rank", Attribute::of_int(0)}})});
   set_examples(r, kOasesDomain, "AllToAll",
                {example("one member", {ex_float({4, 6})},
                         group(AttrMap{{"split_dim", Attribute::of_int(1)}, {"concat_dim", Attribute::of_int(0)}}))});
@@ -325,6 +350,77 @@ void register_layout_op(OpRegistry& r) {
     return Status::ok();
   };
   s.cost = [](const Graph&, const Node&) { return OpCost{}; };
+  r.add(std::move(s));
+}
+
+void register_reshard_op(OpRegistry& r) {
+  OpSchema s;
+  s.domain = kOasesDomain;
+  s.op_type = "Reshard";
+  s.min_inputs = 0;
+  s.max_inputs = 1;
+  s.foldable = false;
+  s.doc = "cross-mesh resharding of a value between two placed meshes (planner/reshard.h)";
+  s.infer = [](InferContext& c) {
+    const AttrMap& a = c.attrs();
+    Shape shape = a.get_ints("shape");
+    int64_t me = a.get_int("world_rank", -1);
+    auto src = placed_layout(a.get_ints("src_mesh"), a.get_ints("src_ranks"), a.get_string("src_layout", ""), shape.size());
+    if (!src) return c.fail("source: {}", src.status().message());
+    auto dst = placed_layout(a.get_ints("dst_mesh"), a.get_ints("dst_ranks"), a.get_string("dst_layout", ""), shape.size());
+    if (!dst) return c.fail("destination: {}", dst.status().message());
+    int64_t sr = src->placed.mesh_rank(me), dr = dst->placed.mesh_rank(me);
+    if (sr < 0 && dr < 0) return c.fail("world rank {} is in neither mesh", me);
+    // the local tile of a side as one box (segmented tiles are not supported in programs)
+    auto tile_shape = [&](const PlacedLayout& pl, int64_t r, const char* side) -> Expected<Shape> {
+      auto t = tile_boxes(pl.spec, shape, pl.placed.mesh);
+      if (!t) return t.status();
+      const auto& boxes = t->boxes[static_cast<size_t>(r)];
+      if (boxes.size() > 1)
+        return error("the {} tile of rank {} is {} boxes (segments): not supported in programs", side, me, boxes.size());
+      if (boxes.empty()) return Shape(shape.size(), 0);
+      return boxes[0].extent;
+    };
+    DType dt = dtype_from_onnx(static_cast<int>(a.get_int("dtype", 1)));
+    if (sr >= 0) {
+      if (c.num_inputs() != 1) return c.fail("rank {} is in the source mesh: its tile is the input", me);
+      auto want = tile_shape(*src, sr, "source");
+      if (!want) return c.fail("{}", want.status().message());
+      if (c.shape(0) != *want) return c.fail("input {} is not rank {}'s source tile {}", shape_str(c.shape(0)), me, shape_str(*want));
+      dt = c.dtype(0);
+    } else if (c.num_inputs() != 0) {
+      return c.fail("rank {} is not in the source mesh: no input", me);
+    }
+    if (dr < 0) {
+      c.set_output(0, dt, Shape{0});
+      return Status::ok();
+    }
+    auto out = tile_shape(*dst, dr, "destination");
+    if (!out) return c.fail("{}", out.status().message());
+    c.set_output(0, dt, *out);
+    return Status::ok();
+  };
+  s.grad = [](GradContext& c) {
+    AttrMap a = c.attrs();
+    for (const char* k : {"_mesh", "_ranks", "_layout"}) {
+      std::string sk = std::string("src") + k, dk = std::string("dst") + k;
+      const Attribute* sv = c.attrs().find(sk);
+      const Attribute* dv = c.attrs().find(dk);
+      if (sv) a.set(dk, *sv);
+      if (dv) a.set(sk, *dv);
+    }
+    if (c.node().num_inputs() > 0) a.set_int("dtype", dtype_to_onnx(c.graph().value(c.input(0)).dtype));
+    std::vector<ValueId> ins;
+    if (c.grad_out(0) != kNoId && c.graph().value(c.grad_out(0)).numel() > 0) ins.push_back(c.grad_out(0));
+    ValueId back = c.op("Reshard", ins, a, kOasesDomain);
+    if (c.node().num_inputs() > 0) c.add_grad(0, back);
+    return Status::ok();
+  };
+  s.cost = [](const Graph& g, const Node& n) {
+    double bytes = 0;
+    for (ValueId v : n.outputs) bytes += static_cast<double>(g.value(v).nbytes());
+    return OpCost{0, bytes};
+  };
   r.add(std::move(s));
 }
 

@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "executor/communicator.h"
+#include "executor/distributed.h"
 
 namespace oases::testing {
 
@@ -155,6 +156,24 @@ inline std::vector<std::string> run_comm_suite(Communicator& comm) {
         check(b[0] == 1.5f * static_cast<float>(tag) && b[4] == b[0], fmt::format("ibroadcast on channel {}", tag));
         check(&comm.channel_group(duo, tag) == &g, "channel groups are cached");
       }
+    }
+  }
+  // meshes that leave world ranks out (pipeline stages): the first half of the world in order, the
+  // second half reversed; each mesh's groups are made by its members alone
+  if (n >= 2 && n % 2 == 0) {
+    int half = n / 2;
+    bool first = rank < half;
+    PlacedMesh pm;
+    pm.mesh = Mesh{{"tp"}, {half}, {}};
+    for (int i = 0; i < half; ++i) pm.ranks.push_back(first ? i : n - 1 - i);
+    auto rt = RankRuntime::create(&comm, pm);
+    check(static_cast<bool>(rt), rt ? "" : "placed mesh: " + rt.status().message());
+    if (rt) {
+      check((*rt)->rank() == (first ? rank : n - 1 - rank), "placed mesh: rank() is the mesh rank");
+      int64_t x = rank, want = 0;
+      for (int64_t r : pm.ranks) want += r;
+      (*rt)->axis_groups()[0]->all_reduce(&x, 1, DType::kI64, ReduceOp::kSum);
+      check(x == want, "placed mesh: all-reduce over its own members");
     }
   }
   world->barrier();
