@@ -30,6 +30,9 @@ class CommRequest {
   // Blocks until the operation is done; after the communicator's timeout, throws (and stops the
   // job) with an error naming the operation and the peer.
   virtual void wait() = 0;
+  // Drives the operation forward without blocking (MPI progresses a non-blocking collective only
+  // inside MPI calls); true once it is done.
+  virtual bool test() { return false; }
 };
 
 class CommGroup {

@@ -85,6 +85,12 @@ class MpiRequest : public CommRequest {
     if (req_ == MPI_REQUEST_NULL) return;
     mpi_wait(req_, timeout_, [&] { return what_; });
   }
+  bool test() override {
+    if (req_ == MPI_REQUEST_NULL) return true;
+    int done = 0;
+    check(MPI_Test(&req_, &done, MPI_STATUS_IGNORE), "MPI_Test");
+    return done != 0;
+  }
 
  private:
   MPI_Request req_;

@@ -84,7 +84,8 @@ void TileData::unpack(const Box& box, const char* bytes) {
   throw OasesError(fmt::format("resharding: this rank's tile has no box for {}", box.to_string()));
 }
 
-void HostCards::hold(std::vector<int> hosts, double seconds, const std::function<void()>& work) const {
+void HostCards::hold(std::vector<int> hosts, double seconds, const std::function<void()>& work,
+                     const std::function<void()>& progress) const {
   std::sort(hosts.begin(), hosts.end());
   hosts.erase(std::unique(hosts.begin(), hosts.end()), hosts.end());
   std::vector<int> fds;
@@ -108,6 +109,15 @@ void HostCards::hold(std::vector<int> hosts, double seconds, const std::function
     for (int f : fds) ::close(f);
     throw;
   }
+  try {
+    while (progress && std::chrono::steady_clock::now() < until) {
+      progress();
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+  } catch (...) {
+    for (int f : fds) ::close(f);
+    throw;
+  }
   std::this_thread::sleep_until(until);
   for (int f : fds) ::close(f);
 }
@@ -119,12 +129,16 @@ TileData run_reshard(const ReshardPlan& plan, const ReshardProblem& p, Communica
   const int me = comm.rank();
   const int64_t es = p.element_bytes;
   // A sender's part of a transfer, under emulation holding the cards it crosses for the modelled time.
+  std::vector<std::pair<std::unique_ptr<CommRequest>, std::vector<char>>> sent;  // kept alive until their wait
+  // The request the work started is driven while the cards are held.
   auto emulate = [&](const Transfer& t, const std::function<void()>& work) {
     if (!o.cards) return work();
     std::vector<int> hosts;
     if (t.sender >= 0) hosts.push_back(o.cluster.host_of.at(static_cast<size_t>(t.sender)));
     for (int64_t r : t.receivers) hosts.push_back(o.cluster.host_of.at(static_cast<size_t>(r)));
-    o.cards->hold(hosts, transfer_seconds(t, o.cluster), work);
+    o.cards->hold(hosts, transfer_seconds(t, o.cluster), work, [&] {
+      if (!sent.empty()) sent.back().first->test();
+    });
   };
   auto ints = [](const std::vector<int64_t>& v) { return std::vector<int>(v.begin(), v.end()); };
 
@@ -170,7 +184,6 @@ TileData run_reshard(const ReshardPlan& plan, const ReshardProblem& p, Communica
     bool unpacked = false;
   };
   std::map<int, Pending> received;  // by transfer index (and slice: index * 1024 + member)
-  std::vector<std::pair<std::unique_ptr<CommRequest>, std::vector<char>>> sent;
   auto finish = [&](Pending& pd) {
     if (pd.unpacked) return;
     pd.req->wait();

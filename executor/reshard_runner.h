@@ -40,7 +40,9 @@ class HostCards {
   // Holds the cards of `hosts` (taken in ascending order, so holders never deadlock) while `work`
   // runs (the real data movement) and until `seconds` have passed since the cards were taken
   // (sleeping); fewer than two hosts: no card, only the timing.
-  void hold(std::vector<int> hosts, double seconds, const std::function<void()>& work) const;
+  // `progress` (if given) is called while the time runs out, so the transfer `work` started can
+  // move (MPI progresses non-blocking operations only inside MPI calls).
+  void hold(std::vector<int> hosts, double seconds, const std::function<void()>& work, const std::function<void()>& progress = {}) const;
   const std::string& dir() const { return dir_; }
 
  private:

@@ -3,11 +3,14 @@
 // arange; the backward Reshard; and the channel checker catching crossed orders.
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <filesystem>
 #include <mutex>
 #include <thread>
 
 #include "executor/communicator.h"
 #include "executor/executor.h"
+#include "executor/reshard_runner.h"
 #include "graph/autodiff.h"
 #include "graph/op_registry.h"
 #include "planner/reshard.h"
@@ -171,6 +174,32 @@ TEST(ChannelChecker, ParticipantsOfAPlan) {
   p.dst = {PlacedMesh::contiguous(b, 2), parse_layout("RR", 2, &b).value()};
   auto plan = plan_reshard(p, ReshardCluster::spread(4, 2, LinkModel{1, 1}, LinkModel{10, 1}), {ReshardStrategy::kBroadcast}).value();
   EXPECT_EQ(reshard_participants(plan), (std::vector<int64_t>{0, 1, 2, 3}));
+}
+
+}  // namespace
+}  // namespace oases
+
+namespace oases {
+namespace {
+
+// Two transfers crossing the same card cannot overlap: together they take at least twice the
+// modelled time (a lower bound, so load on the machine cannot make it fail).
+TEST(HostCards, ASharedCardSerialisesTransfers) {
+  char tmpl[] = "/tmp/oases_cards_test_XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  HostCards cards(tmpl);
+  auto t0 = std::chrono::steady_clock::now();
+  std::thread a([&] { cards.hold({0, 1}, 0.05, [] {}); });
+  std::thread b([&] { cards.hold({1, 2}, 0.05, [] {}); });
+  a.join();
+  b.join();
+  double both = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_GE(both, 0.1);
+  // inside one host no card is held: only the time passes
+  t0 = std::chrono::steady_clock::now();
+  cards.hold({3}, 0.01, [] {});
+  EXPECT_GE(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 0.01);
+  std::filesystem::remove_all(tmpl);
 }
 
 }  // namespace

@@ -1,0 +1,263 @@
+#include "planner/pipeline.h"
+
+#include <algorithm>
+#include <limits>
+#include <map>
+#include <sstream>
+#include <tuple>
+
+#include <fmt/format.h>
+
+#include "planner/reshard.h"
+
+namespace oases {
+
+Expected<std::vector<StageCut>> cut_stages(int blocks, int stages, const std::string& spec, const std::vector<double>& cost) {
+  if (stages < 1) return error("--pp {}: at least one stage", stages);
+  if (blocks < stages) return error("--pp {}: the model has {} transformer block(s), fewer than the stages", stages, blocks);
+  if (!cost.empty() && static_cast<int>(cost.size()) != blocks) return error("{} block costs for {} blocks", cost.size(), blocks);
+  std::vector<StageCut> cuts;
+  if (!spec.empty()) {
+    std::stringstream ss(spec);
+    std::string item;
+    int expect = 0;
+    while (std::getline(ss, item, ',')) {
+      int a = -1, b = -1;
+      char dash = 0, extra = 0;
+      std::istringstream is(item);
+      if (!(is >> a >> dash >> b) || dash != '-' || (is >> extra)) return error("--stages '{}': '{}' is not FIRST-LAST", spec, item);
+      if (b < a) return error("--stages '{}': stage {} ({}) is empty", spec, cuts.size(), item);
+      if (a != expect)
+        return error("--stages '{}': stage {} starts at block {}, expected {} (every block once, in order)", spec, cuts.size(), a, expect);
+      if (b >= blocks) return error("--stages '{}': block {} is past the model's last block {}", spec, b, blocks - 1);
+      cuts.push_back({a, b});
+      expect = b + 1;
+    }
+    if (expect != blocks) return error("--stages '{}': blocks {}-{} are in no stage", spec, expect, blocks - 1);
+    if (static_cast<int>(cuts.size()) != stages) return error("--stages '{}' gives {} stages, --pp {}", spec, cuts.size(), stages);
+    return cuts;
+  }
+  // linear partition: best[k][i] = the least max stage cost of the first i blocks in k stages
+  std::vector<double> prefix(static_cast<size_t>(blocks) + 1, 0);
+  for (int i = 0; i < blocks; ++i)
+    prefix[static_cast<size_t>(i) + 1] = prefix[static_cast<size_t>(i)] + (cost.empty() ? 1.0 : cost[static_cast<size_t>(i)]);
+  const double inf = std::numeric_limits<double>::infinity();
+  std::vector<std::vector<double>> best(static_cast<size_t>(stages) + 1, std::vector<double>(static_cast<size_t>(blocks) + 1, inf));
+  std::vector<std::vector<int>> from(best.size(), std::vector<int>(static_cast<size_t>(blocks) + 1, 0));
+  best[0][0] = 0;
+  for (int k = 1; k <= stages; ++k) {
+    for (int i = k; i <= blocks; ++i) {
+      for (int j = k - 1; j < i; ++j) {
+        double v = std::max(best[static_cast<size_t>(k) - 1][static_cast<size_t>(j)],
+                            prefix[static_cast<size_t>(i)] - prefix[static_cast<size_t>(j)]);
+        if (v <=
+            best[static_cast<size_t>(k)][static_cast<size_t>(i)] + 1e-12) {  // ties: later cuts, a lighter last stage (it holds the head)
+          best[static_cast<size_t>(k)][static_cast<size_t>(i)] = v;
+          from[static_cast<size_t>(k)][static_cast<size_t>(i)] = j;
+        }
+      }
+    }
+  }
+  cuts.resize(static_cast<size_t>(stages));
+  for (int k = stages, i = blocks; k > 0; --k) {
+    int j = from[static_cast<size_t>(k)][static_cast<size_t>(i)];
+    cuts[static_cast<size_t>(k) - 1] = {j, i - 1};
+    i = j;
+  }
+  return cuts;
+}
+
+std::string stages_string(const std::vector<StageCut>& cuts) {
+  std::string s;
+  for (const StageCut& c : cuts) s += fmt::format("{}{}-{}", s.empty() ? "" : ",", c.first, c.last);
+  return s;
+}
+
+Status check_pipeline_batch(int64_t batch, int64_t dp, int64_t micro_batches, int64_t chunks) {
+  if (dp < 1 || micro_batches < 1 || chunks < 1)
+    return error("dp {}, micro-batches {} and chunks {} must each be at least 1", dp, micro_batches, chunks);
+  if (batch % (dp * micro_batches * chunks) != 0)
+    return error("the batch of {} does not split into dp {} x {} micro-batches x {} chunks ({} pieces)", batch, dp, micro_batches, chunks,
+                 dp * micro_batches * chunks);
+  return Status::ok();
+}
+
+const char* pipeline_name(PipelineSchedule p) {
+  switch (p) {
+    case PipelineSchedule::kGPipe: return "gpipe";
+    case PipelineSchedule::k1F1B: return "1f1b";
+    case PipelineSchedule::kEager1F1B: return "eager-1f1b";
+  }
+  return "?";
+}
+
+Expected<PipelineSchedule> parse_pipeline(const std::string& text) {
+  for (auto p : {PipelineSchedule::kGPipe, PipelineSchedule::k1F1B, PipelineSchedule::kEager1F1B}) {
+    if (text == pipeline_name(p)) return p;
+  }
+  return error("--pipeline '{}': use gpipe, 1f1b or eager-1f1b", text);
+}
+
+int warmup_forwards(PipelineSchedule p, int stage, int stages, int micro_batches) {
+  switch (p) {
+    case PipelineSchedule::kGPipe: return micro_batches;
+    case PipelineSchedule::k1F1B: return std::min(micro_batches, stages - stage - 1);
+    case PipelineSchedule::kEager1F1B: return std::min(micro_batches, 2 * (stages - stage) - 1);
+  }
+  return micro_batches;
+}
+
+std::vector<PipeStep> stage_steps(PipelineSchedule p, int stage, int stages, int micro_batches) {
+  int w = warmup_forwards(p, stage, stages, micro_batches);
+  std::vector<PipeStep> out;
+  for (int m = 0; m < w; ++m) out.push_back({true, m});
+  for (int i = 0; i < micro_batches; ++i) {
+    if (w + i < micro_batches) out.push_back({true, w + i});
+    out.push_back({false, i});
+  }
+  return out;
+}
+
+int peak_in_flight(const std::vector<PipeStep>& steps) {
+  int now = 0, peak = 0;
+  for (const PipeStep& s : steps) {
+    now += s.forward ? 1 : -1;
+    peak = std::max(peak, now);
+  }
+  return peak;
+}
+
+Expected<PipelineSim> simulate_pipeline(PipelineSchedule p, int micro_batches, const PipelineTimes& t) {
+  const int S = static_cast<int>(t.forward_s.size());
+  const int M = micro_batches;
+  if (S < 1 || t.backward_s.size() != t.forward_s.size() || static_cast<int>(t.transfer_s.size()) != S - 1)
+    return error("pipeline times: {} forward, {} backward and {} transfer times for {} stages", t.forward_s.size(), t.backward_s.size(),
+                 t.transfer_s.size(), S);
+  if (M < 1) return error("a pipeline needs at least one micro-batch, not {}", M);
+  const double unknown = -1;
+  // arrival of activation m at stage s (from s − 1) and of gradient m at stage s (from s + 1)
+  std::vector<std::vector<double>> act(static_cast<size_t>(S), std::vector<double>(static_cast<size_t>(M), unknown));
+  std::vector<std::vector<double>> grad = act, fwd_end = act;
+  std::vector<std::vector<PipeStep>> steps;
+  for (int s = 0; s < S; ++s) steps.push_back(stage_steps(p, s, S, M));
+  std::vector<size_t> next(static_cast<size_t>(S), 0);
+  std::vector<double> free(static_cast<size_t>(S), 0), link_fwd(static_cast<size_t>(S), 0), link_bwd(static_cast<size_t>(S), 0);
+  PipelineSim sim;
+  for (int s = 0; s < S; ++s) sim.peak_in_flight.push_back(peak_in_flight(steps[static_cast<size_t>(s)]));
+  size_t remaining = 0;
+  for (const auto& st : steps) remaining += st.size();
+  while (remaining > 0) {
+    bool moved = false;
+    for (int s = 0; s < S; ++s) {
+      auto& n = next[static_cast<size_t>(s)];
+      while (n < steps[static_cast<size_t>(s)].size()) {
+        const PipeStep& st = steps[static_cast<size_t>(s)][n];
+        const size_t su = static_cast<size_t>(s), mu = static_cast<size_t>(st.micro);
+        double ready = st.forward ? (s == 0 ? 0.0 : act[su][mu]) : (s == S - 1 ? fwd_end[su][mu] : grad[su][mu]);
+        if (ready == unknown) break;
+        double start = std::max(free[su], ready);
+        double end = start + (st.forward ? t.forward_s[su] : t.backward_s[su]);
+        free[su] = end;
+        sim.events.push_back({s, st.forward, st.micro, false, start, end});
+        if (st.forward) {
+          fwd_end[su][mu] = end;
+          if (s + 1 < S) {  // the activation leaves right after the forward that made it
+            double ts = std::max(end, link_fwd[su]);
+            link_fwd[su] = ts + t.transfer_s[su];
+            act[su + 1][mu] = link_fwd[su];
+            sim.events.push_back({s, true, st.micro, true, ts, link_fwd[su]});
+          }
+        } else if (s > 0) {
+          double ts = std::max(end, link_bwd[su - 1]);
+          link_bwd[su - 1] = ts + t.transfer_s[su - 1];
+          grad[su - 1][mu] = link_bwd[su - 1];
+          sim.events.push_back({s - 1, false, st.micro, true, ts, link_bwd[su - 1]});
+        }
+        sim.step_s = std::max(sim.step_s, end);
+        ++n;
+        --remaining;
+        moved = true;
+      }
+    }
+    if (!moved) return error("pipeline {}: the stages wait on each other (a schedule that cannot run)", pipeline_name(p));
+  }
+  double busiest = 0;
+  for (int s = 0; s < S; ++s) busiest = std::max(busiest, M * (t.forward_s[static_cast<size_t>(s)] + t.backward_s[static_cast<size_t>(s)]));
+  sim.bubble = sim.step_s > 0 ? 1.0 - busiest / sim.step_s : 0;
+  return sim;
+}
+
+std::vector<PipeTransfer> pipeline_transfer_order(const PipelineSim& sim) {
+  std::vector<PipeTransfer> out;
+  for (const PipelineEvent& e : sim.events) {
+    if (e.transfer) out.push_back({e.stage, e.forward, e.micro, e.start_s});
+  }
+  std::stable_sort(out.begin(), out.end(), [](const PipeTransfer& a, const PipeTransfer& b) {
+    if (a.issue_s != b.issue_s) return a.issue_s < b.issue_s;
+    if (a.boundary != b.boundary) return a.boundary < b.boundary;
+    if (a.forward != b.forward) return a.forward;
+    return a.micro < b.micro;
+  });
+  return out;
+}
+
+Status check_pipeline_order(PipelineSchedule p, int stages, int micro_batches, const PipelineTimes& given) {
+  const int S = stages, M = micro_batches;
+  PipelineTimes t = given;
+  if (t.forward_s.empty())
+    t = PipelineTimes{std::vector<double>(static_cast<size_t>(S), 1.0), std::vector<double>(static_cast<size_t>(S), 2.0),
+                      std::vector<double>(static_cast<size_t>(std::max(0, S - 1)), 0.5)};
+  auto sim = simulate_pipeline(p, M, t);
+  if (!sim) return sim.status();
+  std::vector<PipeTransfer> order = pipeline_transfer_order(*sim);
+  // op id of a transfer = its place in the global order; participants: the two stages
+  std::map<std::tuple<int, bool, int>, int> id;
+  for (size_t i = 0; i < order.size(); ++i) id[{order[i].boundary, order[i].forward, order[i].micro}] = static_cast<int>(i);
+  auto sender = [&](const PipeTransfer& x) { return x.forward ? x.boundary : x.boundary + 1; };
+  auto receiver = [&](const PipeTransfer& x) { return x.forward ? x.boundary + 1 : x.boundary; };
+  std::vector<std::vector<ChannelInstr>> programs(static_cast<size_t>(S));
+  for (int s = 0; s < S; ++s) {
+    std::vector<int> mine;  // this stage's transfers in the global order
+    for (size_t i = 0; i < order.size(); ++i) {
+      if (sender(order[i]) == s || receiver(order[i]) == s) mine.push_back(static_cast<int>(i));
+    }
+    auto& prog = programs[static_cast<size_t>(s)];
+    size_t issued = 0;  // mine[0 .. issued) started
+    std::vector<int> sends;
+    // starts every channel op of this stage up to global position `upto`; a send among them that
+    // its producer has not made yet means the order does not fit this stage
+    auto start_through = [&](int upto, int produced) -> Status {
+      while (issued < mine.size() && mine[issued] <= upto) {
+        const PipeTransfer& x = order[static_cast<size_t>(mine[issued])];
+        if (sender(x) == s && mine[issued] != produced)
+          return error("stage {} would start transfer {} before making it (the global order does not fit its steps)", s, mine[issued]);
+        prog.push_back({true, mine[issued], 1});
+        if (sender(x) == s) sends.push_back(mine[issued]);
+        ++issued;
+      }
+      return Status::ok();
+    };
+    for (const PipeStep& st : stage_steps(p, s, S, M)) {
+      bool reads = st.forward ? s > 0 : s + 1 < S;
+      if (reads) {
+        int x = id.at({st.forward ? s - 1 : s, st.forward, st.micro});
+        OASES_RETURN_IF_ERROR(start_through(x, -1));
+        prog.push_back({false, x, 1});
+      }
+      bool makes = st.forward ? s + 1 < S : s > 0;
+      if (makes) {
+        int y = id.at({st.forward ? s : s - 1, st.forward, st.micro});
+        OASES_RETURN_IF_ERROR(start_through(y, y));
+      }
+    }
+    for (int op : sends) prog.push_back({false, op, 1});  // the sends' buffers are freed at the end
+  }
+  return check_channel_programs(programs,
+                                [&](int op) {
+                                  const PipeTransfer& x = order[static_cast<size_t>(op)];
+                                  return std::vector<int64_t>{x.boundary, x.boundary + 1};
+                                })
+      .with_context(fmt::format("pipeline {} over {} stages, {} micro-batches", pipeline_name(p), S, M));
+}
+
+}  // namespace oases

@@ -1,0 +1,131 @@
+// Pipeline schedules (planner/pipeline.h): each schedule's order per stage, the peak micro-batches
+// in flight against the stated rule, deadlock-freedom of every stage's transfers replayed by the
+// channel checker, and the simulator's step time on cases worked by hand.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "planner/pipeline.h"
+
+namespace oases {
+namespace {
+
+const PipelineSchedule kAll[] = {PipelineSchedule::kGPipe, PipelineSchedule::k1F1B, PipelineSchedule::kEager1F1B};
+
+TEST(Pipeline, OrdersRunEveryMicroBatchOnceForwardBeforeBackward) {
+  for (auto p : kAll) {
+    for (int S : {1, 2, 3, 4, 8}) {
+      for (int M = 1; M <= 12; ++M) {
+        for (int s = 0; s < S; ++s) {
+          auto steps = stage_steps(p, s, S, M);
+          ASSERT_EQ(static_cast<int>(steps.size()), 2 * M);
+          std::vector<int> f(M, -1), b(M, -1);
+          for (size_t i = 0; i < steps.size(); ++i) (steps[i].forward ? f : b)[steps[i].micro] = static_cast<int>(i);
+          for (int m = 0; m < M; ++m) {
+            EXPECT_GE(f[m], 0);
+            EXPECT_GT(b[m], f[m]) << pipeline_name(p) << " S=" << S << " M=" << M << " s=" << s;
+            if (m) EXPECT_GT(f[m], f[m - 1]);
+            if (m) EXPECT_GT(b[m], b[m - 1]);
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(Pipeline, PeakInFlightFollowsTheRule) {
+  for (int S : {2, 3, 4, 8}) {
+    for (int M = 1; M <= 12; ++M) {
+      for (int s = 0; s < S; ++s) {
+        EXPECT_EQ(peak_in_flight(stage_steps(PipelineSchedule::kGPipe, s, S, M)), M);
+        EXPECT_EQ(peak_in_flight(stage_steps(PipelineSchedule::k1F1B, s, S, M)), std::min(M, S - s)) << S << " " << M << " " << s;
+        EXPECT_EQ(peak_in_flight(stage_steps(PipelineSchedule::kEager1F1B, s, S, M)), std::min(M, 2 * (S - s)));
+      }
+    }
+  }
+  // the example everyone draws: 4 stages, 8 micro-batches, 1F1B on stage 1
+  auto st = stage_steps(PipelineSchedule::k1F1B, 1, 4, 8);
+  std::string seq;
+  for (const PipeStep& x : st) seq += fmt::format("{}{} ", x.forward ? 'F' : 'B', x.micro);
+  EXPECT_EQ(seq, "F0 F1 F2 B0 F3 B1 F4 B2 F5 B3 F6 B4 F7 B5 B6 B7 ");
+}
+
+TEST(Pipeline, EveryScheduleIsDeadlockFree) {
+  for (auto p : kAll) {
+    for (int S : {1, 2, 3, 4, 8}) {
+      for (int M = 1; M <= 10; ++M) {
+        Status st = check_pipeline_order(p, S, M);
+        EXPECT_TRUE(st.is_ok()) << st.message();
+      }
+    }
+  }
+}
+
+TEST(Pipeline, DeadlockFreeForAnyStageAndLinkTimes) {
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<double> u(0.1, 3.0);
+  for (int it = 0; it < 200; ++it) {
+    int S = 2 + static_cast<int>(rng() % 4), M = 1 + static_cast<int>(rng() % 9);
+    PipelineTimes t;
+    for (int s = 0; s < S; ++s) {
+      t.forward_s.push_back(u(rng));
+      t.backward_s.push_back(u(rng));
+      if (s + 1 < S) t.transfer_s.push_back(rng() % 3 == 0 ? 0.0 : u(rng));
+    }
+    for (auto p : kAll) {
+      Status st = check_pipeline_order(p, S, M, t);
+      EXPECT_TRUE(st.is_ok()) << st.message();
+    }
+  }
+}
+
+TEST(Pipeline, SimulatorMatchesHandWorkedCases) {
+  // no transfer time, equal stages: 1F1B and GPipe both take (M + S − 1)(f + b)
+  PipelineTimes t{{1, 1, 1, 1}, {2, 2, 2, 2}, {0, 0, 0}};
+  for (auto p : kAll) {
+    auto sim = simulate_pipeline(p, 8, t).value();
+    EXPECT_DOUBLE_EQ(sim.step_s, (8 + 4 - 1) * 3.0) << pipeline_name(p);
+    EXPECT_NEAR(sim.bubble, 1 - 24.0 / 33.0, 1e-12);
+  }
+  // one stage: no pipeline, no bubble
+  auto one = simulate_pipeline(PipelineSchedule::k1F1B, 4, PipelineTimes{{1}, {2}, {}}).value();
+  EXPECT_DOUBLE_EQ(one.step_s, 12);
+  EXPECT_DOUBLE_EQ(one.bubble, 0);
+  // transfers as long as a forward: eager 1F1B hides them better than 1F1B
+  PipelineTimes slow{{1, 1, 1, 1}, {2, 2, 2, 2}, {1, 1, 1}};
+  double lazy = simulate_pipeline(PipelineSchedule::k1F1B, 8, slow).value().step_s;
+  double eager = simulate_pipeline(PipelineSchedule::kEager1F1B, 8, slow).value().step_s;
+  EXPECT_LT(eager, lazy);
+  EXPECT_FALSE(simulate_pipeline(PipelineSchedule::kGPipe, 0, t));
+  EXPECT_FALSE(simulate_pipeline(PipelineSchedule::kGPipe, 2, PipelineTimes{{1, 1}, {1}, {}}));
+  EXPECT_FALSE(parse_pipeline("zero-bubble"));
+}
+
+TEST(PipelineStages, CutsGivenOrBalanced) {
+  auto c = cut_stages(12, 2, "0-5,6-11").value();
+  EXPECT_EQ(stages_string(c), "0-5,6-11");
+  EXPECT_EQ(stages_string(cut_stages(12, 4).value()), "0-2,3-5,6-8,9-11");
+  EXPECT_EQ(stages_string(cut_stages(5, 2).value()), "0-2,3-4");
+  // a costly first block (the embedding's stage) gets fewer blocks
+  EXPECT_EQ(stages_string(cut_stages(4, 2, "", {3, 1, 1, 1}).value()), "0-0,1-3");
+  EXPECT_EQ(stages_string(cut_stages(3, 3).value()), "0-0,1-1,2-2");
+  struct Bad {
+    int blocks, stages;
+    std::string spec, words;
+  };
+  for (const Bad& b : {Bad{2, 3, "", "fewer than the stages"}, Bad{12, 2, "0-5,7-11", "starts at block 7, expected 6"},
+                       Bad{12, 2, "0-5,6-4", "is empty"}, Bad{12, 2, "0-5", "blocks 6-11 are in no stage"},
+                       Bad{12, 3, "0-5,6-11", "gives 2 stages, --pp 3"}, Bad{12, 2, "0-5,6-12", "past the model's last block 11"},
+                       Bad{12, 2, "0-5,6+11", "is not FIRST-LAST"}, Bad{12, 0, "", "at least one stage"}}) {
+    auto e = cut_stages(b.blocks, b.stages, b.spec);
+    ASSERT_FALSE(e) << b.spec;
+    EXPECT_NE(e.status().message().find(b.words), std::string::npos) << e.status().message();
+  }
+  EXPECT_TRUE(check_pipeline_batch(16, 2, 4, 2).is_ok());
+  Status st = check_pipeline_batch(12, 2, 4, 1);
+  ASSERT_FALSE(st.is_ok());
+  EXPECT_NE(st.message().find("does not split into dp 2 x 4 micro-batches x 1 chunks"), std::string::npos) << st.message();
+}
+
+}  // namespace
+}  // namespace oases
