@@ -77,6 +77,47 @@ NodeId linear_ahead(const Graph& g, ValueId v, int max_depth = 12) {
   return kNoId;
 }
 
+// A fused q/k/v projection whose output is viewed as [.., H, 3, D]: each head's q, k and v side
+// by side (Bloom), so whole heads are contiguous columns.
+bool fused_per_head(const Graph& g, const LinearInfo& l, int64_t heads, int64_t head_dim) {
+  ValueId out = g.node(l.bias_add != kNoId ? l.bias_add : l.matmul).outputs[0];
+  const auto& uses = g.uses(out);
+  if (uses.size() != 1) return false;
+  const Node& r = g.node(uses[0].node);
+  if (r.op_type != "Reshape" || !is_default_domain(r.domain)) return false;
+  const Shape& s = g.value(r.outputs[0]).shape;
+  return s.size() == 5 && s[2] == heads && s[3] == 3 && s[4] == head_dim;
+}
+
+// The ALiBi slopes behind an attention's mask input: a constant float tensor of `heads` elements
+// (one dimension of that size) multiplied into the bias a few ops before the mask.
+ValueId alibi_slopes_behind(const Graph& g, ValueId mask, int64_t heads, int* dim) {
+  std::vector<std::pair<ValueId, int>> stack{{mask, 0}};
+  std::set<ValueId> seen;
+  while (!stack.empty()) {
+    auto [v, depth] = stack.back();
+    stack.pop_back();
+    if (!seen.insert(v).second || depth > 8) continue;
+    NodeId p = g.value(v).producer;
+    if (p == kNoId) continue;
+    const Node& n = g.node(p);
+    for (ValueId in : n.inputs) {
+      if (in == kNoId) continue;
+      const Value& c = g.value(in);
+      if (n.op_type == "Mul" && c.is_constant() && c.dtype == DType::kF32 && c.numel() == heads && heads > 1) {
+        for (size_t d = 0; d < c.shape.size(); ++d) {
+          if (c.shape[d] == heads) {
+            *dim = static_cast<int>(d);
+            return in;
+          }
+        }
+      }
+      if (!c.is_constant()) stack.push_back({in, depth + 1});
+    }
+  }
+  return kNoId;
+}
+
 }  // namespace
 
 bool match_linear(const Graph& g, NodeId mm, LinearInfo* out) {
@@ -188,6 +229,8 @@ ModelStructure find_transformer_structure(const Graph& g) {
       ai.qkv.push_back(li);
       used_linears.insert(l);
     }
+    if (ai.qkv.size() == 1) ai.qkv_per_head = fused_per_head(g, ai.qkv[0], ai.heads, ai.head_dim);
+    if (a.has_input(3)) ai.alibi_slopes = alibi_slopes_behind(g, a.inputs[3], ai.heads, &ai.alibi_heads_dim);
     NodeId o = linear_ahead(g, a.outputs[0]);
     if (o != kNoId) {
       match_linear(g, o, &ai.out);

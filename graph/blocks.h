@@ -27,6 +27,13 @@ struct AttentionInfo {
   LinearInfo out;
   int64_t heads = 0, kv_heads = 0, head_dim = 0;
   bool causal = false;
+  // A fused projection laid out per head, [.., H, 3, D] (Bloom), rather than as [q | k | v] (GPT-2):
+  // a plain column split then gives each rank whole heads.
+  bool qkv_per_head = false;
+  // ALiBi: the constant per-head slopes [H, 1] (or any shape with one dimension of H) the mask
+  // input is made from, and that dimension; kNoId without ALiBi.
+  ValueId alibi_slopes = kNoId;
+  int alibi_heads_dim = -1;
 };
 
 struct MlpInfo {

@@ -208,13 +208,21 @@ Expected<Strategy> apply_part_layouts(Graph& g, const std::vector<PartLayout>& l
     if (b.has_attn) {
       const PartLayout& l = by_part[fmt::format("layer.{}.attn", b.index)];
       const AttentionInfo& a = b.attn;
-      if (a.heads % l.tp != 0) return error("{}: tp {} does not divide its {} attention heads", base, l.tp, a.heads);
-      if (a.kv_heads % l.tp != 0) return error("{}: tp {} does not divide its {} key/value heads", base, l.tp, a.kv_heads);
-      int segs = a.qkv.size() == 1 ? 3 : 1;
+      OASES_ASSIGN_OR_RETURN(std::vector<int> segs, attention_projection_split(a, l.tp, base));
       for (size_t i = 0; i < a.qkv.size(); ++i) {
-        OASES_RETURN_IF_ERROR(linear(a.qkv[i], true, segs, l.tp, base + (a.qkv.size() == 1 ? " qkv" : std::string(" ") + "qkv"[i])));
+        std::string what = base + (a.qkv.size() == 1 ? " qkv" : std::string(" ") + "qkv"[i]);
+        if (segs[i] == 0) {
+          if (l.tp > 1) st.layers.push_back(LayerSplit{what, "replicated", {a.qkv[i].weight}});
+          continue;
+        }
+        OASES_RETURN_IF_ERROR(linear(a.qkv[i], true, segs[i], l.tp, what));
       }
       OASES_RETURN_IF_ERROR(linear(a.out, false, 1, l.tp, base + " attention output"));
+      if (a.alibi_slopes != kNoId && l.tp > 1) {
+        const ShardingSpec by_heads =
+            ShardingSpec::replicated(g.value(a.alibi_slopes).shape.size()).with_dim(a.alibi_heads_dim, axes[l.tp].tp);
+        OASES_RETURN_IF_ERROR(set(a.alibi_slopes, by_heads, base + " ALiBi slopes"));
+      }
       if (a.out.matmul != kNoId) OASES_RETURN_IF_ERROR(pin(g.node(a.out.matmul).outputs[0], l, base + " attention output"));
     }
     if (b.has_mlp) {

@@ -21,6 +21,24 @@ ShardingSpec linear_spec(const Graph& g, const LinearInfo& l, bool column, int t
 
 }  // namespace
 
+Expected<std::vector<int>> attention_projection_split(const AttentionInfo& a, int64_t tp, const std::string& what) {
+  if (a.heads % tp != 0) return error("{}: tp {} does not divide its {} attention heads", what, tp, a.heads);
+  bool kv_split = a.kv_heads % tp == 0;
+  if (!kv_split && tp % a.kv_heads != 0) {
+    return error("{}: tp {} neither divides nor is a multiple of its {} key/value heads ({} query heads)", what, tp, a.kv_heads, a.heads);
+  }
+  if (a.qkv.size() == 1) {
+    // [q | k | v] in three equal parts split by heads each, unless the K/V parts are narrower;
+    // laid out per head ([.., H, 3, D]), a plain column split hands out whole heads
+    if (a.qkv_per_head) return std::vector<int>{1};
+    return std::vector<int>{a.kv_heads == a.heads ? 3 : 0};
+  }
+  std::vector<int> segs(a.qkv.size(), 1);
+  // q, then k and v: kept whole on every rank when tp exceeds the key/value heads
+  for (size_t i = 1; i < segs.size() && !kv_split; ++i) segs[i] = 0;
+  return segs;
+}
+
 Expected<Strategy> megatron_strategy(const Graph& g, const StrategyOptions& opt) {
   Strategy st;
   st.mesh = Mesh::data_tensor(opt.dp, opt.tp);
@@ -68,13 +86,21 @@ Expected<Strategy> megatron_strategy(const Graph& g, const StrategyOptions& opt)
     std::string base = fmt::format("block {}", b.index);
     if (b.has_attn) {
       const AttentionInfo& a = b.attn;
-      if (a.heads % opt.tp != 0) return error("{}: tp {} does not divide its {} attention heads", base, opt.tp, a.heads);
-      if (a.kv_heads % opt.tp != 0) return error("{}: tp {} does not divide its {} key/value heads", base, opt.tp, a.kv_heads);
-      int segs = a.qkv.size() == 1 ? 3 : 1;
+      OASES_ASSIGN_OR_RETURN(std::vector<int> segs, attention_projection_split(a, opt.tp, base));
       for (size_t i = 0; i < a.qkv.size(); ++i) {
-        OASES_RETURN_IF_ERROR(linear(a.qkv[i], true, segs, base + (a.qkv.size() == 1 ? " qkv" : std::string(" ") + "qkv"[i])));
+        std::string what = base + (a.qkv.size() == 1 ? " qkv" : std::string(" ") + "qkv"[i]);
+        if (segs[i] == 0) {
+          st.layers.push_back(LayerSplit{what, "replicated", {a.qkv[i].weight}});
+          continue;
+        }
+        OASES_RETURN_IF_ERROR(linear(a.qkv[i], true, segs[i], what));
       }
       OASES_RETURN_IF_ERROR(linear(a.out, false, 1, base + " attention output"));
+      if (a.alibi_slopes != kNoId) {
+        // each rank's heads read their own ALiBi slopes
+        const ShardingSpec by_heads = ShardingSpec::replicated(g.value(a.alibi_slopes).shape.size()).with_dim(a.alibi_heads_dim, tp);
+        OASES_RETURN_IF_ERROR(set(a.alibi_slopes, by_heads, base + " ALiBi slopes"));
+      }
     }
     if (b.has_mlp) {
       for (size_t i = 0; i < b.mlp.up.size(); ++i) {

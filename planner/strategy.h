@@ -50,6 +50,18 @@ struct Strategy {
   std::vector<PartLayout> part_layouts;
 };
 
+// How tp ranks split one attention's q/k/v projections (a.qkv, in order): per projection the
+// number of fused parts each split by heads over the columns (1 = a plain column split), or 0 =
+// kept whole on every rank. Megatron's rule for grouped-query and multi-query attention: tp must
+// divide the query heads; when it divides the key/value heads too they split like the queries,
+// and when it is a multiple of them (tp > kv heads) every rank keeps the K/V projections whole and
+// its attention reads the K/V head its query heads use (the gradients of the replicated K/V
+// weights are summed over the tp group, each rank contributing its heads' part). A fused
+// projection whose parts differ in width (Falcon's [q | k | v] with one K/V head) is kept whole:
+// the attention then runs whole on every rank and the output projection reads its rank's heads.
+// Errors name the block (`what`) and the head counts.
+Expected<std::vector<int>> attention_projection_split(const AttentionInfo& a, int64_t tp, const std::string& what);
+
 // Megatron's strategy for the model's parameters (ValueIds of `g`). Errors name the block and the
 // size that tp does not divide (heads, kv heads, hidden, MLP width, vocabulary).
 Expected<Strategy> megatron_strategy(const Graph& g, const StrategyOptions& opt);

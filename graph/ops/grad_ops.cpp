@@ -206,6 +206,7 @@ void register_grad_ops(OpRegistry& r) {
   r.find_mutable(kOasesDomain, "LayerNormGrad")->shard = norm_grad;
   r.find_mutable(kOasesDomain, "RMSNormGrad")->shard = norm_grad;
   r.find_mutable(kOasesDomain, "AttentionGrad")->shard = [](ShardContext& c) { return shard_attention(c, 1, true); };
+  r.find_mutable(kOasesDomain, "AttentionGrad")->lower = [](LowerContext& c) { return lower_attention_kv_heads(c, 1, true); };
   for (const char* op : {"SoftmaxCrossEntropyGrad", "NLLLossGrad"}) {
     r.find_mutable(kOasesDomain, op)->shard = [](ShardContext& c) { return shard_cross_entropy(c, 1, true); };
   }

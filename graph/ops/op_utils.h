@@ -23,9 +23,10 @@ void set_examples(OpRegistry& r, const std::string& domain, const std::string& o
 OpExample example(std::string name, std::vector<ExampleInput> inputs, AttrMap attrs = {}, int outputs = 1);
 
 // Partition lowering rules shared by a forward op and its gradient op (graph/lowering.h).
-Status lower_slice_lengths(LowerContext& c, bool grad);      // Slice, oases.SliceGrad
-Status lower_dropout_mask(LowerContext& c);                  // Dropout, oases.DropoutGrad
-Status lower_cross_entropy(LowerContext& c, bool nll);       // vocabulary-parallel loss
-Status lower_cross_entropy_grad(LowerContext& c, bool nll);  // and its gradient
+Status lower_slice_lengths(LowerContext& c, bool grad);              // Slice, oases.SliceGrad
+Status lower_dropout_mask(LowerContext& c);                          // Dropout, oases.DropoutGrad
+Status lower_cross_entropy(LowerContext& c, bool nll);               // vocabulary-parallel loss
+Status lower_cross_entropy_grad(LowerContext& c, bool nll);          // and its gradient
+Status lower_attention_kv_heads(LowerContext& c, int q, bool grad);  // Attention, AttentionGrad: tp > key/value heads
 
 }  // namespace oases::ops

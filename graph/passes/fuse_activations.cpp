@@ -1,6 +1,7 @@
 // Fuses activation decompositions:
 //   GELU (erf):  0.5 · x · (1 + erf(x / √2))                         → Gelu
 //   GELU (tanh): 0.5 · x · (1 + tanh(√(2/π) · (x + 0.044715 · x³)))  → Gelu(approximate="tanh")
+//                (or Bloom's tanh(√(2/π) · x · (1 + 0.044715 · x²)), the same function)
 //   SiLU:        x · sigmoid(x)                                      → oases.Silu
 //   SwiGLU:      silu(gate) · up                                     → oases.SwiGLU
 // The factors of "0.5 · x · (1 + f)" may come in any order exporters write them.
@@ -69,6 +70,49 @@ bool is_cube_of(const Graph& g, ValueId v, ValueId* x) {
   return false;
 }
 
+// coef · x² as (x · coef) · x, (coef · x) · x, x · (x · coef) or (x · x) · coef.
+bool is_scaled_square_of(const Graph& g, ValueId v, double coef, ValueId* x) {
+  const Node* m = producer_if(g, v, "Mul");
+  if (!m) return false;
+  for (int i = 0; i < 2; ++i) {
+    const Node* inner = producer_if(g, m->inputs[i], "Mul");
+    if (!inner) continue;
+    ValueId other = m->inputs[1 - i];
+    for (int j = 0; j < 2; ++j) {
+      if (inner->inputs[j] == other && is_scalar_near(g, inner->inputs[1 - j], coef)) {
+        *x = other;
+        return true;
+      }
+    }
+    if (inner->inputs[0] == inner->inputs[1] && is_scalar_near(g, other, coef)) {
+      *x = inner->inputs[0];
+      return true;
+    }
+  }
+  return false;
+}
+
+// Bloom's tanh argument: (√(2/π) · x) · (1 + 0.044715 · x²), the factors in either order.
+ValueId bloom_tanh_argument_of(const Graph& g, const Node& m) {
+  for (int i = 0; i < 2; ++i) {
+    const Node* cx = producer_if(g, m.inputs[i], "Mul");
+    const Node* one_plus = producer_if(g, m.inputs[1 - i], "Add");
+    if (!cx || !one_plus) continue;
+    for (int j = 0; j < 2; ++j) {
+      if (!is_scalar_near(g, cx->inputs[1 - j], std::sqrt(2.0 / M_PI))) continue;
+      ValueId x = cx->inputs[j];
+      for (int k = 0; k < 2; ++k) {
+        ValueId sq_x;
+        if (is_scalar_near(g, one_plus->inputs[1 - k], 1.0, 1e-6) && is_scaled_square_of(g, one_plus->inputs[k], 0.044715, &sq_x) &&
+            sq_x == x) {
+          return x;
+        }
+      }
+    }
+  }
+  return kNoId;
+}
+
 class FuseGeluPass : public Pass {
  public:
   std::string name() const override { return "fuse-gelu"; }
@@ -99,6 +143,15 @@ class FuseGeluPass : public Pass {
         // t = c · (x + 0.044715 · x³), c = √(2/π)
         const Node* m = producer_if(g, n.inputs[0], "Mul");
         if (!m) continue;
+        if (ValueId xb = bloom_tanh_argument_of(g, *m); xb != kNoId) {
+          ValueId one_plus = add_one(g, n.outputs[0]);
+          ValueId out = one_plus == kNoId ? kNoId : match_half_x(g, one_plus, xb);
+          if (out != kNoId) {
+            g.add_node("Gelu", {xb}, {out}, AttrMap{{"approximate", Attribute::of_string("tanh")}}, g.unique_name(n.name + "_gelu"));
+            ++n_tanh;
+          }
+          continue;
+        }
         ValueId inner = kNoId;
         for (int i = 0; i < 2; ++i) {
           if (is_scalar_near(g, m->inputs[1 - i], std::sqrt(2.0 / M_PI))) inner = m->inputs[i];

@@ -10,7 +10,12 @@ ODD=$OASES_SOURCE_DIR/tests/data/models/gpt2_odd_sizes/model.onnx
 D=(--synthetic --steps 10 -q)
 
 expect_error "heads" "block 0: tp 3 does not divide its 4 attention heads" "$T" "$TINY" "${D[@]}" --local-ranks 3 --tp 3
-expect_error "kv heads" "tp 4 does not divide its 2 key/value heads" "$T" "$OASES_SOURCE_DIR/models/small/llama_gqa/model.onnx" "${D[@]}" --local-ranks 4 --tp 4
+# tp 4 over 2 key/value heads is no error since Megatron's rule holds (the K/V heads replicated,
+# tests/unit/attention_heads_test.cpp checks its gradients); tp neither dividing nor a multiple of
+# the K/V heads is, with one line naming both counts (checked there: no committed model has such heads)
+out=$("$T" "$OASES_SOURCE_DIR/models/small/llama_gqa/model.onnx" "${D[@]}" --local-ranks 4 --tp 4 2>&1); rc=$?
+[[ $rc -eq 0 ]] || fail "kv heads: tp 4 over 2 key/value heads: exit $rc ($out)"
+echo "ok: kv heads: tp 4 over 2 key/value heads trains"
 expect_error "mlp width" "block 0 mlp up: tp 4 does not divide the 90 output features" "$T" "$ODD" "${D[@]}" --local-ranks 4 --tp 4
 expect_error "vocabulary" "tp 2 does not divide the vocabulary size 255" "$T" "$ODD" "${D[@]}" --local-ranks 2 --tp 2
 expect_error "world size" "tp 3 x dp 1 = 3 ranks, but the run has 4" "$T" "$TINY" "${D[@]}" --local-ranks 4 --tp 3 --dp 1

@@ -203,6 +203,145 @@ TEST(PassesOnModels, AttentionFusesThroughTheNanGuardOfSdpa) {
   }
 }
 
+// Fills every float feed with a smooth non-repeating pattern.
+void fill_feeds(std::map<std::string, Tensor>& feeds) {
+  for (auto& [name, t] : feeds) {
+    for (int64_t i = 0; i < t.numel(); ++i) t.mutable_data<float>()[i] = std::sin(0.7f * static_cast<float>(i) + name[0]);
+  }
+}
+
+// The dynamo exporter writes repeat_kv for kᵀ through a flattened transpose:
+// Reshape(Transpose(Reshape(Expand(Unsqueeze(k)), [B·H, T, D]), 0 2 1), [B, H, D, T]). The fused
+// op reads k before the repeat, as it does for the TorchScript exporter's form (one rule for both).
+TEST(PassesOnModels, AttentionReadsKeysBeforeTheDynamoRepeatOfKTransposed) {
+  Graph g;
+  g.opset_imports[""] = 18;
+  const int64_t B = 2, H = 4, KV = 1, T = 3, D = 2;
+  ValueId q = g.add_input("q", DType::kF32, {B, H, T, D});
+  ValueId k = g.add_input("k", DType::kF32, {B, KV, T, D});
+  ValueId v = g.add_input("v", DType::kF32, {B, KV, T, D});
+  auto op = [&](const std::string& type, std::vector<ValueId> ins, AttrMap a = {}) {
+    NodeId n = g.add_node_new_outputs(type, ins, 1, std::move(a));
+    return g.node(n).outputs[0];
+  };
+  auto expand = [&](ValueId x) {
+    ValueId u = op("Unsqueeze", {x, g.add_constant("axes", Tensor::from_int64({2}, {1}))});
+    return op("Expand", {u, g.add_constant("shape5", Tensor::from_int64({B, KV, H / KV, T, D}, {5}))});
+  };
+  ValueId flat = op("Reshape", {expand(k), g.add_constant("flat", Tensor::from_int64({B * H, T, D}, {3}))});
+  ValueId kt = op("Reshape", {op("Transpose", {flat}, AttrMap{{"perm", Attribute::of_ints({0, 2, 1})}}),
+                              g.add_constant("kt", Tensor::from_int64({B, H, D, T}, {4}))});
+  ValueId vr = op("Reshape", {expand(v), g.add_constant("shape4", Tensor::from_int64({B, H, T, D}, {4}))});
+  ValueId s = op("Mul", {op("MatMul", {q, kt}), g.add_constant("scale", Tensor::scalar_f32(0.5f))});
+  ValueId o = op("MatMul", {op("Softmax", {s}, AttrMap{{"axis", Attribute::of_int(-1)}}), vr});
+  g.add_output(o);
+  ASSERT_TRUE(InferShapesPass().run(g));
+  std::map<std::string, Tensor> feeds{
+      {"q", Tensor(DType::kF32, {B, H, T, D})}, {"k", Tensor(DType::kF32, {B, KV, T, D})}, {"v", Tensor(DType::kF32, {B, KV, T, D})}};
+  fill_feeds(feeds);
+  std::vector<Tensor> before = run_once(g, feeds);
+  auto r = make_fuse_attention_pass()->run(g);
+  ASSERT_TRUE(r) << r.status().message();
+  EXPECT_EQ(r->count, 1) << r->found;
+  ASSERT_TRUE(DeadCodePass().run(g));
+  const Node& a = g.node(g.value(o).producer);
+  ASSERT_EQ(a.op_type, "Attention");
+  EXPECT_EQ(a.inputs[1], k);
+  EXPECT_EQ(a.inputs[2], v);
+  EXPECT_EQ(count_ops(g, "Expand"), 0);
+  std::vector<Tensor> after = run_once(g, feeds);
+  ASSERT_EQ(after.size(), 1u);
+  for (int64_t i = 0; i < before[0].numel(); ++i) EXPECT_NEAR(after[0].data<float>()[i], before[0].data<float>()[i], 1e-6) << i;
+}
+
+// Bloom's attention (both exporters): scores on [B·H, T, T] as baddbmm writes them, the ALiBi term
+// (per-head slopes [H, 1] times key positions [B, 1, T], flattened to [B·H, 1, T]) added before
+// the view to [B, H, T, T] and the additive mask. It fuses into one Attention whose mask input is
+// the ALiBi bias viewed by heads plus the mask, with the same outputs.
+TEST(PassesOnModels, AlibiAttentionFusesWithItsBiasInTheMask) {
+  Graph g;
+  g.opset_imports[""] = 17;
+  const int64_t B = 2, H = 4, T = 3, D = 2;
+  ValueId q = g.add_input("q", DType::kF32, {B, H, T, D});
+  ValueId k = g.add_input("k", DType::kF32, {B, H, T, D});
+  ValueId v = g.add_input("v", DType::kF32, {B, H, T, D});
+  ValueId pos = g.add_input("pos", DType::kF32, {B, 1, T});
+  ValueId mask = g.add_input("mask", DType::kF32, {B, 1, T, T});
+  auto op = [&](const std::string& type, std::vector<ValueId> ins, AttrMap a = {}) {
+    NodeId n = g.add_node_new_outputs(type, ins, 1, std::move(a));
+    return g.node(n).outputs[0];
+  };
+  auto shape = [&](std::vector<int64_t> s) { return g.add_constant("shape", Tensor::from_int64(s, {static_cast<int64_t>(s.size())})); };
+  ValueId slopes = g.add_constant("slopes", Tensor::from_f32({0.25f, 0.0625f, 0.015625f, 0.00390625f}, {H, 1}));
+  ValueId alibi = op("Reshape", {op("Mul", {slopes, pos}), shape({B * H, 1, T})});
+  ValueId q3 = op("Reshape", {q, shape({B * H, T, D})});
+  ValueId kt3 = op("Transpose", {op("Reshape", {k, shape({B * H, T, D})})}, AttrMap{{"perm", Attribute::of_ints({0, 2, 1})}});
+  ValueId s3 = op("Add", {op("Mul", {op("MatMul", {q3, kt3}), g.add_constant("inv_norm", Tensor::scalar_f32(0.7071068f))}), alibi});
+  ValueId s = op("Add", {op("Reshape", {s3, shape({B, H, T, T})}), mask});
+  ValueId o = op("MatMul", {op("Softmax", {s}, AttrMap{{"axis", Attribute::of_int(-1)}}), v});
+  g.add_output(o);
+  ASSERT_TRUE(InferShapesPass().run(g));
+  std::map<std::string, Tensor> feeds{{"q", Tensor(DType::kF32, {B, H, T, D})},
+                                      {"k", Tensor(DType::kF32, {B, H, T, D})},
+                                      {"v", Tensor(DType::kF32, {B, H, T, D})},
+                                      {"pos", Tensor::from_f32({0, 1, 2, 0, 0, 1}, {B, 1, T})},
+                                      {"mask", Tensor(DType::kF32, {B, 1, T, T})}};
+  fill_feeds(feeds);
+  feeds["pos"] = Tensor::from_f32({0, 1, 2, 0, 0, 1}, {B, 1, T});
+  std::vector<float> mv(static_cast<size_t>(B * T * T), 0.f);
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t i = 0; i < T; ++i) {
+      for (int64_t j = i + 1; j < T; ++j) mv[static_cast<size_t>((b * T + i) * T + j)] = -3.4e38f;
+    }
+  }
+  feeds["mask"] = Tensor::from_f32(mv, {B, 1, T, T});
+  std::vector<Tensor> before = run_once(g, feeds);
+  auto r = make_fuse_attention_pass()->run(g);
+  ASSERT_TRUE(r) << r.status().message();
+  EXPECT_EQ(r->count, 1) << r->found;
+  EXPECT_NE(r->found.find("1 with ALiBi"), std::string::npos) << r->found;
+  ASSERT_TRUE(DeadCodePass().run(g));
+  EXPECT_EQ(count_ops(g, "Softmax"), 0);
+  const Node& a = g.node(g.value(o).producer);
+  ASSERT_EQ(a.op_type, "Attention");
+  EXPECT_EQ(a.inputs[0], q);
+  EXPECT_EQ(a.inputs[1], k);
+  ASSERT_EQ(a.inputs.size(), 4u);
+  EXPECT_EQ(g.value(a.inputs[3]).shape, (Shape{B, H, T, T}));
+  EXPECT_NEAR(a.attrs.get_float("scale", 0), 0.7071068, 1e-6);
+  std::vector<Tensor> after = run_once(g, feeds);
+  ASSERT_EQ(after.size(), 1u);
+  for (int64_t i = 0; i < before[0].numel(); ++i) EXPECT_NEAR(after[0].data<float>()[i], before[0].data<float>()[i], 1e-6) << i;
+}
+
+// Bloom's GELU: 0.5·x · (1 + tanh((√(2/π)·x) · (1 + 0.044715·x·x))), the tanh form regrouped.
+TEST(PassesOnModels, BloomGeluFusesAsTheTanhForm) {
+  Graph g;
+  g.opset_imports[""] = 17;
+  ValueId x = g.add_input("x", DType::kF32, {2, 5});
+  auto op = [&](const std::string& type, std::vector<ValueId> ins) { return g.node(g.add_node_new_outputs(type, ins, 1)).outputs[0]; };
+  auto c = [&](float f) { return g.add_constant("c", Tensor::scalar_f32(f)); };
+  ValueId half = op("Mul", {x, c(0.5f)});
+  ValueId cx = op("Mul", {x, c(0.7978846f)});
+  ValueId sq = op("Mul", {op("Mul", {x, c(0.044715f)}), x});
+  ValueId t = op("Tanh", {op("Mul", {cx, op("Add", {sq, c(1.f)})})});
+  ValueId y = op("Mul", {half, op("Add", {t, c(1.f)})});
+  g.add_output(y);
+  ASSERT_TRUE(InferShapesPass().run(g));
+  std::map<std::string, Tensor> feeds{{"x", Tensor(DType::kF32, {2, 5})}};
+  fill_feeds(feeds);
+  std::vector<Tensor> before = run_once(g, feeds);
+  auto r = make_fuse_gelu_pass()->run(g);
+  ASSERT_TRUE(r) << r.status().message();
+  EXPECT_EQ(r->count, 1) << r->found;
+  ASSERT_TRUE(DeadCodePass().run(g));
+  EXPECT_EQ(count_ops(g, "Tanh"), 0);
+  EXPECT_EQ(count_ops(g, "Gelu"), 1);
+  std::vector<Tensor> after = run_once(g, feeds);
+  ASSERT_EQ(after.size(), 1u);
+  for (int64_t i = 0; i < before[0].numel(); ++i) EXPECT_NEAR(after[0].data<float>()[i], before[0].data<float>()[i], 1e-6) << i;
+}
+
 // Hugging Face's padding-mask look-up as the TorchScript exporter traces it:
 // Gather(Flatten(mask [B, T]), b·T + j) becomes a per-row Gather(mask, j, axis 1); a look-up that
 // reads other rows stays as it is.
