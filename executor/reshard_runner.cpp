@@ -84,6 +84,22 @@ void TileData::unpack(const Box& box, const char* bytes) {
   throw OasesError(fmt::format("resharding: this rank's tile has no box for {}", box.to_string()));
 }
 
+namespace {
+
+// Runs `work`, then drives `progress` (if any) and sleeps until `seconds` have passed since the call.
+void settle(double seconds, const std::function<void()>& work, const std::function<void()>& progress) {
+  auto until = std::chrono::steady_clock::now() +
+               std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(seconds));
+  work();
+  while (progress && std::chrono::steady_clock::now() < until) {
+    progress();
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+  std::this_thread::sleep_until(until);
+}
+
+}  // namespace
+
 void HostCards::hold(std::vector<int> hosts, double seconds, const std::function<void()>& work,
                      const std::function<void()>& progress) const {
   std::sort(hosts.begin(), hosts.end());
@@ -101,24 +117,12 @@ void HostCards::hold(std::vector<int> hosts, double seconds, const std::function
       fds.push_back(fd);
     }
   }
-  auto until = std::chrono::steady_clock::now() +
-               std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(seconds));
   try {
-    work();
+    settle(seconds, work, progress);
   } catch (...) {
     for (int f : fds) ::close(f);
     throw;
   }
-  try {
-    while (progress && std::chrono::steady_clock::now() < until) {
-      progress();
-      std::this_thread::sleep_for(std::chrono::microseconds(100));
-    }
-  } catch (...) {
-    for (int f : fds) ::close(f);
-    throw;
-  }
-  std::this_thread::sleep_until(until);
   for (int f : fds) ::close(f);
 }
 
@@ -244,13 +248,14 @@ TileData run_reshard(const ReshardPlan& plan, const ReshardProblem& p, Communica
         if (static_cast<int>(k) == index) {
           double modelled =
               o.cards && o.cluster.intra.enabled() ? o.cluster.intra.broadcast_s(static_cast<double>(s.numel() * es), g.size()) : 0.0;
-          HostCards none("");
-          none.hold({}, modelled, [&] {
-            std::vector<char> b = dst.pack(s);
-            auto req = g.ibroadcast(b.data(), static_cast<int64_t>(b.size()), static_cast<int>(k));
-            st.bytes_sent += static_cast<int64_t>(b.size());
-            sent.emplace_back(std::move(req), std::move(b));
-          });
+          settle(modelled,
+                 [&] {
+                   std::vector<char> b = dst.pack(s);
+                   auto req = g.ibroadcast(b.data(), static_cast<int64_t>(b.size()), static_cast<int>(k));
+                   st.bytes_sent += static_cast<int64_t>(b.size());
+                   sent.emplace_back(std::move(req), std::move(b));
+                 },
+                 {});
         } else {
           Pending pd{nullptr, std::vector<char>(static_cast<size_t>(s.numel() * es)), s};
           pd.req = g.ibroadcast(pd.buf.data(), static_cast<int64_t>(pd.buf.size()), static_cast<int>(k));

@@ -9,6 +9,7 @@
 #include <limits>
 #include <map>
 #include <numeric>
+#include <optional>
 #include <set>
 
 namespace oases {
@@ -497,30 +498,13 @@ Expected<ReshardPlan> reshard_tasks(const ReshardProblem& p, const ReshardCluste
   return plan;
 }
 
-Expected<ReshardPlan> plan_reshard(const ReshardProblem& p, const ReshardCluster& c, const ReshardOptions& o) {
-  if (o.strategy == ReshardStrategy::kAuto) {
-    Expected<ReshardPlan> best = error("no strategy");
-    for (auto s : {ReshardStrategy::kBroadcast, ReshardStrategy::kSendRecv, ReshardStrategy::kAllGather}) {
-      ReshardOptions one = o;
-      one.strategy = s;
-      auto plan = plan_reshard(p, c, one);
-      if (!plan) return plan;
-      if (!best || plan->predicted_s < best->predicted_s) best = std::move(plan);
-    }
-    return best;
-  }
-  auto plan = reshard_tasks(p, c);
-  if (!plan) return plan;
-  plan->strategy = o.strategy;
-  switch (o.strategy) {
-    case ReshardStrategy::kSendRecv: plan_sendrecv(*plan, c); break;
-    case ReshardStrategy::kAllGather: plan_allgather(*plan, c); break;
-    default: order_broadcasts(*plan, c, o); break;
-  }
-  simulate_reshard(*plan, c);
-  // Lower bound: what each host's card must take in (a box its host has no replica of), once.
+namespace {
+
+// Lower bound: what each host's card must take in (a box its host has no replica of), once.
+double lower_bound_seconds(const std::vector<UnitTask>& tasks, const ReshardCluster& c) {
+  if (!c.inter.enabled()) return 0;
   std::map<int, int64_t> in;
-  for (const UnitTask& t : plan->tasks) {
+  for (const UnitTask& t : tasks) {
     std::set<int> sender_hosts, receiver_hosts;
     for (int64_t s : t.senders) sender_hosts.insert(c.host_of[static_cast<size_t>(s)]);
     for (int64_t r : t.receivers) receiver_hosts.insert(c.host_of[static_cast<size_t>(r)]);
@@ -529,9 +513,39 @@ Expected<ReshardPlan> plan_reshard(const ReshardProblem& p, const ReshardCluster
     }
   }
   double lb = 0;
-  for (auto [h, bytes] : in) lb = std::max(lb, c.inter.enabled() ? static_cast<double>(bytes) / (c.inter.bandwidth_gbps * 1e9) : 0.0);
-  plan->lower_bound_s = lb;
-  return plan;
+  for (auto [h, bytes] : in) lb = std::max(lb, static_cast<double>(bytes) / (c.inter.bandwidth_gbps * 1e9));
+  return lb;
+}
+
+// Transfers, order and prediction of one strategy for the tasks of `plan`.
+void fill_strategy(ReshardPlan& plan, ReshardStrategy s, const ReshardCluster& c, const ReshardOptions& o) {
+  plan.strategy = s;
+  switch (s) {
+    case ReshardStrategy::kSendRecv: plan_sendrecv(plan, c); break;
+    case ReshardStrategy::kAllGather: plan_allgather(plan, c); break;
+    default: order_broadcasts(plan, c, o); break;
+  }
+  simulate_reshard(plan, c);
+}
+
+}  // namespace
+
+Expected<ReshardPlan> plan_reshard(const ReshardProblem& p, const ReshardCluster& c, const ReshardOptions& o) {
+  auto tasks = reshard_tasks(p, c);
+  if (!tasks) return tasks;
+  tasks->lower_bound_s = lower_bound_seconds(tasks->tasks, c);
+  if (o.strategy != ReshardStrategy::kAuto) {
+    fill_strategy(*tasks, o.strategy, c, o);
+    return tasks;
+  }
+  // the fastest predicted of the three, from the one set of tasks
+  std::optional<ReshardPlan> best;
+  for (auto s : {ReshardStrategy::kBroadcast, ReshardStrategy::kSendRecv, ReshardStrategy::kAllGather}) {
+    ReshardPlan plan = *tasks;
+    fill_strategy(plan, s, c, o);
+    if (!best || plan.predicted_s < best->predicted_s) best = std::move(plan);
+  }
+  return std::move(*best);
 }
 
 std::string describe(const ReshardPlan& plan, const ReshardCluster& c) {

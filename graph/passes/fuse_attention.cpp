@@ -108,22 +108,32 @@ ValueId nan_guarded(const Graph& g, ValueId p) {
   return where->outputs[0];
 }
 
-// Grouped-query attention as LLaMA's repeat_kv writes it: the kv heads repeated to the query
-// heads by Reshape(Expand(Unsqueeze(x, axis 2), [B, Hkv, rep, T, D]), [B, Hkv·rep, T, D]).
-// Returns x [B, Hkv, T, D] and the repeat count, or kNoId when v is not such a repeat.
-ValueId unrepeat_kv(const Graph& g, ValueId v, int64_t* rep) {
-  const Node* r = producer_if(g, v, "Reshape");
-  if (!r) return kNoId;
-  const Node* e = producer_if(g, r->inputs[0], "Expand");
+// The kv heads repeated to the query heads: Expand(Unsqueeze(x, axis 2), [B, Hkv, rep, T, D]) with
+// x [B, Hkv, T, D]. Returns x and writes the Expand's output shape, or kNoId.
+ValueId repeated_heads(const Graph& g, ValueId expanded, Shape* es_out) {
+  const Node* e = producer_if(g, expanded, "Expand");
   if (!e) return kNoId;
   const Node* u = producer_if(g, e->inputs[0], "Unsqueeze");
   if (!u) return kNoId;
   std::vector<int64_t> axes = u->attrs.get_ints("axes");
   if (axes.size() != 1 || (axes[0] != 2 && axes[0] != -3)) return kNoId;
   ValueId x = u->inputs[0];
-  const Shape &xs = g.value(x).shape, &es = g.value(e->outputs[0]).shape, &rs = g.value(v).shape;
-  if (xs.size() != 4 || es.size() != 5 || rs.size() != 4) return kNoId;
+  const Shape &xs = g.value(x).shape, &es = g.value(e->outputs[0]).shape;
+  if (xs.size() != 4 || es.size() != 5) return kNoId;
   if (es[0] != xs[0] || es[1] != xs[1] || es[3] != xs[2] || es[4] != xs[3] || es[2] < 1) return kNoId;
+  *es_out = es;
+  return x;
+}
+
+// Grouped-query attention as LLaMA's repeat_kv writes it: the repeat above, then Reshape to
+// [B, Hkv·rep, T, D]. Returns x [B, Hkv, T, D] and the repeat count, or kNoId when v is not such a repeat.
+ValueId unrepeat_kv(const Graph& g, ValueId v, int64_t* rep) {
+  const Node* r = producer_if(g, v, "Reshape");
+  if (!r) return kNoId;
+  Shape es;
+  ValueId x = repeated_heads(g, r->inputs[0], &es);
+  if (x == kNoId) return kNoId;
+  const Shape &xs = g.value(x).shape, &rs = g.value(v).shape;
   if (rs != Shape{xs[0], xs[1] * es[2], xs[2], xs[3]}) return kNoId;
   if (g.value(x).dtype != g.value(v).dtype) return kNoId;
   *rep = es[2];
@@ -140,16 +150,10 @@ ValueId unrepeat_kv_transposed(const Graph& g, ValueId kt, int64_t* rep) {
   if (!t || t->attrs.get_ints("perm") != std::vector<int64_t>{0, 2, 1}) return kNoId;
   const Node* r1 = producer_if(g, t->inputs[0], "Reshape");
   if (!r1) return kNoId;
-  const Node* e = producer_if(g, r1->inputs[0], "Expand");
-  if (!e) return kNoId;
-  const Node* u = producer_if(g, e->inputs[0], "Unsqueeze");
-  if (!u) return kNoId;
-  std::vector<int64_t> axes = u->attrs.get_ints("axes");
-  if (axes.size() != 1 || (axes[0] != 2 && axes[0] != -3)) return kNoId;
-  ValueId x = u->inputs[0];
-  const Shape &xs = g.value(x).shape, &es = g.value(e->outputs[0]).shape, &fs = g.value(r1->outputs[0]).shape, &ks = g.value(kt).shape;
-  if (xs.size() != 4 || es.size() != 5 || fs.size() != 3 || ks.size() != 4) return kNoId;
-  if (es[0] != xs[0] || es[1] != xs[1] || es[3] != xs[2] || es[4] != xs[3] || es[2] < 1) return kNoId;
+  Shape es;
+  ValueId x = repeated_heads(g, r1->inputs[0], &es);
+  if (x == kNoId) return kNoId;
+  const Shape &xs = g.value(x).shape, &fs = g.value(r1->outputs[0]).shape, &ks = g.value(kt).shape;
   if (fs != Shape{xs[0] * xs[1] * es[2], xs[2], xs[3]}) return kNoId;
   if (ks != Shape{xs[0], xs[1] * es[2], xs[3], xs[2]}) return kNoId;
   if (g.value(x).dtype != g.value(kt).dtype) return kNoId;
