@@ -16,19 +16,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECONDS_PER_TARGET=${1:-60}
-BUILD_DIR=${OASES_FUZZ_BUILD_DIR:-build-fuzz}
 TARGETS=(oases_importer_fuzz oases_checkpoint_fuzz)
 
-if [[ ! -f "$BUILD_DIR/CMakeCache.txt" ]]; then
-  GEN=()
-  command -v ninja >/dev/null && GEN=(-G Ninja)
-  command -v ccache >/dev/null && GEN+=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
-  # only what the harnesses link: no MPI, no CUDA; -O1 with line tables (libFuzzer's usual
-  # choice: symbolised reports, and a cold build about a third faster than -O2 -g)
-  CC=clang CXX=clang++ cmake -S . -B "$BUILD_DIR" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Fuzz \
-    -DCMAKE_CXX_FLAGS_FUZZ="-O1 -gline-tables-only" -DCMAKE_C_FLAGS_FUZZ="-O1 -gline-tables-only" \
-    -DOASES_FUZZ=ON -DOASES_MPI=OFF -DOASES_CUDA=OFF
-fi
+# shellcheck source=scripts/fuzz_configure.sh
+source scripts/fuzz_configure.sh
+BUILD_DIR=$FUZZ_BUILD_DIR
 cmake --build "$BUILD_DIR" -j "$(nproc)" --target "${TARGETS[@]}" oases_make_bad_inputs
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/oases_fuzz_XXXXXX")

@@ -10,7 +10,8 @@
 #         and the communicator and thread-pool unit tests.
 #   ci    the lean pass CI runs (.ci/run): the ASan+UBSan unit tests, a few thread-rank and MPI
 #         runs of oases-train under ASan (and the MPI communicator suite), and one TSan run of
-#         thread ranks on the oases schedule; builds only the targets these need.
+#         thread ranks on the oases schedule; builds only the targets these need, the ASan ones in
+#         the fuzz targets' clang folder (build-fuzz, scripts/fuzz_configure.sh).
 # Env: OASES_ASAN_BUILD_DIR, OASES_TSAN_BUILD_DIR, CTEST_ARGS (extra ctest arguments, e.g. -L unit),
 #      OASES_SANITIZE_JOBS (build jobs, default nproc).
 set -euo pipefail
@@ -102,7 +103,11 @@ fi
 
 if [[ $WHAT == ci ]]; then
   t_start=$SECONDS
-  configure "$ASAN_DIR" "-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
+  # the clang ASan+UBSan folder the fuzz targets use (scripts/fuzz_configure.sh): .ci/run has
+  # built its libraries already, so only the unit tests and tools are left to compile
+  # shellcheck source=scripts/fuzz_configure.sh
+  source scripts/fuzz_configure.sh
+  ASAN_DIR=$FUZZ_BUILD_DIR
   targets=(oases_unit_tests oases-train)
   grep -q "^OASES_MPI:BOOL=ON" "$ASAN_DIR/CMakeCache.txt" && targets+=(oases_mpi_comm_suite)
   cmake --build "$ASAN_DIR" -j "$JOBS" --target "${targets[@]}"

@@ -16,10 +16,12 @@ PKGS=(
   python3-numpy
   chromium
   slurmctld slurmd slurm-client munge
+  clang libclang-rt-14-dev
 )
 # slurmctld slurmd slurm-client munge: a single-node Slurm cluster (scripts/slurm_local.sh) for the
 # e2e test of ranks under `srun --mpi=pmix` (tests/e2e/test_rank_faults_slurm.sh; ~20 s to install).
 # Their packages enable systemd units; nothing is started here (containers have no systemd).
+# clang libclang-rt-14-dev: the libFuzzer targets and CI's ASan+UBSan pass (scripts/fuzz_configure.sh).
 # chromium: headless, renders the plan HTML in tests/e2e/test_plan_outputs.sh (~12 s to install).
 # Optional extra: PyTorch for references and benchmarks (large; OASES_SETUP_EXTRA=1).
 EXTRA=(python3-torch)
