@@ -29,7 +29,10 @@ class DeviceRunner {
   // Runs the whole program once; `inputs` by ValueId (host pointers, null for non-inputs). Copies
   // the graph outputs and kept values into `host_arena`. Throws std::exception with the failing
   // node or call named.
-  virtual void run(const std::vector<const void*>& inputs, void* host_arena) = 0;
+  // With `node_ms`, also times each instruction on the device (events around its launches on its
+  // stream: the kernel time plus any gap while the stream waited for the host to enqueue) into
+  // (*node_ms)[instruction index].
+  virtual void run(const std::vector<const void*>& inputs, void* host_arena, std::vector<double>* node_ms) = 0;
 };
 
 // "cpu": nullptr (the Executor runs the program itself); "cuda": the CUDA runner or an error.

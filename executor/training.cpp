@@ -216,7 +216,9 @@ Expected<StepStats> Trainer::step(const std::vector<std::map<std::string, Tensor
   for (const auto& f : micro) {
     double l;
     train_->state().chunk = 0;
+    auto r0 = std::chrono::steady_clock::now();
     OASES_RETURN_IF_ERROR(run_micro(f, accumulate, &l));
+    st.run_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - r0).count();
     total += l;
   }
   std::vector<const float*> grads;
@@ -251,6 +253,7 @@ Expected<StepStats> Trainer::step(const std::vector<std::map<std::string, Tensor
   st.loss = loss;
   train_->state().step++;
   st.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  st.update_ms = st.ms - st.run_ms;
   return st;
 }
 

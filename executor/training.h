@@ -43,6 +43,9 @@ struct StepStats {
   double grad_norm = 0;
   double lr = 0;
   double ms = 0;
+  double run_ms = 0;     // of ms: running the training program (forward, backward, collectives; on a
+                         // GPU also the uploads and the copies back), summed over micro-batches
+  double update_ms = 0;  // of ms: the rest, gradient accumulation, norm and the optimizer update
   bool skipped = false;  // non-finite gradients with skip_nonfinite: nothing was updated
 };
 

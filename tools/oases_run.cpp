@@ -13,6 +13,7 @@
 
 #include <fmt/ranges.h>
 
+#include "executor/device.h"
 #include "executor/executor.h"
 #include "executor/profile_report.h"
 #include "graph/atomic_file.h"
@@ -30,6 +31,7 @@ int main(int argc, char** argv) {
     double rtol = 1e-4, atol = 1e-5;
     int repeat = 1, warmup = 0, threads = 0;
     bool verbose = false, profile = false;
+    std::string device = "cpu";
     BindingFlags bind;
     app.add_option("model", model, "ONNX model file")->required();
     app.add_option("--data-set", data_set, "Folder with input_N.pb (and output_N.pb to compare with)")->required();
@@ -47,10 +49,14 @@ int main(int argc, char** argv) {
     app.add_option("--warmup", warmup, "Untimed runs before the timed ones");
     app.add_option("--threads", threads, "Threads for BLAS and kernels (0: OpenMP/OpenBLAS defaults)")
         ->check(CLI::Range(0, kernels::kMaxThreads));
+    app.add_option("--device", device, "cpu | cuda (the GPU backend, GPU 0: docs/GPU.md)")->check(CLI::IsMember({"cpu", "cuda"}));
     app.add_flag("--profile", profile, "Print the time per op type (summed over the timed runs)");
     app.add_flag("-v,--verbose", verbose, "Say more");
     bind.add_to(app);
     if (int rc = parse_cli(app, argc, argv); rc >= 0) return rc;
+    if (device == "cuda") {
+      if (Status s = cuda_select_device(0); !s.is_ok()) return fail_with(s);
+    }
     if (!fs::exists(data_set)) return fail_with(error("{}: no such folder", data_set));
     if (!fs::is_directory(data_set)) return fail_with(error("{}: not a folder (--data-set wants the folder of input_N.pb)", data_set));
     if (!write_dir.empty()) {
@@ -70,6 +76,7 @@ int main(int argc, char** argv) {
     LoadedModel* m = &fed->model;
     ExecOptions eo;
     eo.threads = threads;
+    eo.device = device;
     auto ex = Executor::create(m->graph, eo);
     if (!ex) return fail_with((*&ex).status().with_context(model));
     (*ex)->set_profiling(profile);

@@ -234,7 +234,8 @@ Status run_rank(const TrainSetup& s, RankRuntime& rt) {
       last_val = v;
     }
     if (log) {
-      nlohmann::json j{{"step", done}, {"loss", st.loss}, {"lr", st.lr}, {"grad_norm", st.grad_norm}, {"tokens_per_s", tps}, {"ms", st.ms}};
+      nlohmann::json j{{"step", done}, {"loss", st.loss}, {"lr", st.lr}, {"grad_norm", st.grad_norm}, {"tokens_per_s", tps}, {"ms", st.ms},
+                         {"run_ms", st.run_ms}, {"update_ms", st.update_ms}};
       if (val) j["val_loss"] = *val;
       if (lsc.dynamic) {
         j["loss_scale"] = scaler.scale();

@@ -20,6 +20,8 @@
 # left out) and 12 L T C the attention scores and the weighted sum (Megatron/PaLM accounting, causal
 # masking not discounted). The peak is the device's dense tensor-core rate for bf16/fp16 and its
 # non-tensor-core rate for fp32 (TF32 is not used), from the device name, or --peak-tflops.
+# Python: $OASES_PYTHON (default /usr/bin/python3, Debian's PyTorch) exports the model and runs the
+# PyTorch side; point it at another interpreter whose torch has CUDA.
 # Timings: median step time of both sides after two warm-up steps (host-measured, step-synchronised).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -40,13 +42,14 @@ done
 [[ $DEVICE == cuda || $DEVICE == cpu ]] || { echo "error: --device must be cuda or cpu, got '$DEVICE'" >&2; exit 2; }
 (( HIDDEN % 64 == 0 )) || { echo "error: --hidden must be a multiple of 64 (heads = hidden/64), got $HIDDEN" >&2; exit 2; }
 [[ -z $PEAK || $PEAK =~ ^[0-9]*\.?[0-9]+$ ]] || { echo "error: --peak-tflops must be a number, got '$PEAK'" >&2; exit 2; }
-BIN=${OASES_BUILD_DIR:-build}/bin
+BIN=${OASES_BIN:-${OASES_BUILD_DIR:-build}/bin}
+PY=${OASES_PYTHON:-/usr/bin/python3}
 [[ -x $BIN/oases-train && -x $BIN/oases-gpu-info ]] || { echo "error: $BIN/oases-train or oases-gpu-info not found: build first (cmake -S . -B build && cmake --build build -j)" >&2; exit 2; }
 
 NAME="cpu"
 if [[ $DEVICE == cuda ]]; then
   INFO=$("$BIN/oases-gpu-info" --json)
-  read -r BUILT COUNT NAME REASON < <(/usr/bin/python3 -c '
+  read -r BUILT COUNT NAME REASON < <("$PY" -c '
 import json, sys
 j = json.loads(sys.stdin.read()); d = j["devices"]
 print(int(j["built"]), d["count"], (d.get("names") or ["-"])[0].replace(" ", "_"), (d.get("error") or "-").replace(" ", "_"))' <<<"$INFO")
@@ -58,8 +61,8 @@ print(int(j["built"]), d["count"], (d.get("names") or ["-"])[0].replace(" ", "_"
     echo "bench/gpu: no CUDA device here (${REASON//_/ }); nothing was measured"
     exit 0
   fi
-  /usr/bin/python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null || {
-    echo "error: a CUDA device is present but /usr/bin/python3's PyTorch cannot use it (install a CUDA build of torch); nothing was measured" >&2
+  "$PY" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null || {
+    echo "error: a CUDA device is present but $PY's PyTorch cannot use it (install a CUDA build of torch); nothing was measured" >&2
     exit 2
   }
 elif [[ -z $PEAK ]]; then
@@ -72,16 +75,16 @@ run_stack() {  # hidden layers batch
   local OUT=${OASES_BUILD_DIR:-build}/bench/gpu/h${C}_l${L}_v${VOCAB}_t${SEQ}
   mkdir -p "$OUT"
   if [[ ! -f $OUT/model.onnx ]]; then
-    /usr/bin/python3 models/export.py --family gpt2 --dynamic --hidden "$C" --layers "$L" --heads "$H" \
+    "$PY" models/export.py --family gpt2 --dynamic --hidden "$C" --layers "$L" --heads "$H" \
       --vocab "$VOCAB" --max-pos "$SEQ" --no-data --out "$OUT" >/dev/null
   fi
   rm -f "$OUT/oases.jsonl" "$OUT/torch.json"
   # the same optimizer on both sides: AdamW, no weight decay, global-norm clip 1, constant lr
   "$BIN/oases-train" "$OUT/model.onnx" --synthetic --batch "$B" --seq "$SEQ" --steps $((STEPS + 2)) --device "$DEVICE" \
     --dtype "$DTYPE" --lr 1e-4 --no-cosine --clip 1 -q --log-json "$OUT/oases.jsonl"
-  /usr/bin/python3 bench/gpu/pytorch_ref.py --hidden "$C" --layers "$L" --heads "$H" --batch "$B" --seq "$SEQ" \
+  "$PY" bench/gpu/pytorch_ref.py --hidden "$C" --layers "$L" --heads "$H" --batch "$B" --seq "$SEQ" \
     --vocab "$VOCAB" --dtype "$DTYPE" --device "$DEVICE" --steps $((STEPS + 2)) --out "$OUT/torch.json"
-  /usr/bin/python3 bench/gpu/report.py --out "$OUT" --hidden "$C" --layers "$L" --batch "$B" --seq "$SEQ" \
+  "$PY" bench/gpu/report.py --out "$OUT" --hidden "$C" --layers "$L" --batch "$B" --seq "$SEQ" \
     --vocab "$VOCAB" --dtype "$DTYPE" --device-name "${NAME//_/ }" --peak-tflops "$PEAK"
 }
 

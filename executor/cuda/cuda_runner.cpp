@@ -106,7 +106,7 @@ class CudaRunner : public DeviceRunner {
   CudaRunner(const Program& p, const ExecOptions& o, RunState* st) : prog_(p), opts_(o), state_(st) {}
   ~CudaRunner() override;
   Status init();
-  void run(const std::vector<const void*>& inputs, void* host_arena) override;
+  void run(const std::vector<const void*>& inputs, void* host_arena, std::vector<double>* node_ms) override;
 
  private:
   const Program& prog_;
@@ -115,6 +115,7 @@ class CudaRunner : public DeviceRunner {
   int device_ = 0;
   cudaStream_t streams_[2] = {nullptr, nullptr};
   std::vector<cudaEvent_t> events_;
+  std::vector<cudaEvent_t> timing_;  // profiling: a start and an end event per instruction, made on first use
   cudaEvent_t comm_end_ = nullptr, done_ = nullptr;
   StreamPlan plan_;
   void* arena_ = nullptr;
@@ -141,6 +142,7 @@ CudaRunner::~CudaRunner() {
   blas_.reset();
   if (cudnn_) cudnnDestroy(cudnn_);
   for (cudaEvent_t e : events_) cudaEventDestroy(e);
+  for (cudaEvent_t e : timing_) cudaEventDestroy(e);
   if (comm_end_) cudaEventDestroy(comm_end_);
   if (done_) cudaEventDestroy(done_);
   if (arena_) cudaFree(arena_);
@@ -250,9 +252,13 @@ Status CudaRunner::init() {
   return Status::ok();
 }
 
-void CudaRunner::run(const std::vector<const void*>& inputs, void* host_arena) {
+void CudaRunner::run(const std::vector<const void*>& inputs, void* host_arena, std::vector<double>* node_ms) {
   const Graph& g = prog_.graph;
   OASES_CUDA_CHECK(cudaSetDevice(device_));
+  if (node_ms && timing_.empty()) {
+    timing_.resize(2 * prog_.instrs.size());
+    for (cudaEvent_t& e : timing_) OASES_CUDA_CHECK(cudaEventCreate(&e));
+  }
   cudaStream_t cs = streams_[0];
   if (!registered_host_ && host_arena && prog_.memory.arena_bytes) {
     // page-locked, so the copies back are asynchronous and the only wait is the watched one below
@@ -292,8 +298,10 @@ void CudaRunner::run(const std::vector<const void*>& inputs, void* host_arena) {
                   op.stream == 0 ? cudnn_ : nullptr,
                   Fault{fault_, static_cast<unsigned long long>(op.instr) << kFaultShift},
                   {}};
+    if (node_ms) OASES_CUDA_CHECK(cudaEventRecord(timing_[2 * op.instr], s));
     try {
       (*fns_[op.instr])(c);
+      if (node_ms) OASES_CUDA_CHECK(cudaEventRecord(timing_[2 * op.instr + 1], s));
     } catch (const OasesError&) {
       c.release();
       throw;
@@ -325,6 +333,15 @@ void CudaRunner::run(const std::vector<const void*>& inputs, void* host_arena) {
     unsigned long long pos = f & ((1ull << kFaultShift) - 1);
     std::string who = instr < prog_.instrs.size() ? g.node(prog_.instrs[instr].node).describe() : "a kernel";
     throw OasesError(fmt::format("{}: index or label at position {} is outside its range (found on the GPU)", who, pos));
+  }
+  if (node_ms) {
+    node_ms->assign(prog_.instrs.size(), 0.0);
+    for (size_t i = 0; i < prog_.instrs.size(); ++i) {
+      if (prog_.instrs[i].kind == Instr::Kind::kCommWait) continue;  // no launch: the collective's start holds its time
+      float ms = 0;
+      OASES_CUDA_CHECK(cudaEventElapsedTime(&ms, timing_[2 * i], timing_[2 * i + 1]));
+      (*node_ms)[i] = ms;
+    }
   }
 }
 

@@ -1,7 +1,9 @@
 // CUDA glue for matrix products, reductions, softmax, normalisations, attention and losses, with
 // their backward ops (the CPU glue is executor/cpu/glue_nn.cpp).
 #include <cmath>
+#include <cstdlib>
 #include <limits>
+#include <string>
 
 #include "executor/cpu/common.h"
 #include "executor/cuda/cuda_context.h"
@@ -117,6 +119,14 @@ AttentionDesc attention_desc(CudaContext& c, int q_slot) {
   d.mask_is_bool = a.mask_bool;
   for (int i = 0; i < 4; ++i) d.mask_strides[i] = a.ms[i];
   return d;
+}
+
+// The batched-product path where it applies (on the compute stream, which has the cuBLAS handle),
+// unless OASES_CUDA_ATTENTION=own asks for the own fused kernels.
+bool use_attention_gemm(const CudaContext& c, const AttentionDesc& d, Elem t) {
+  const char* e = std::getenv("OASES_CUDA_ATTENTION");  // read per launch: tests switch it
+  bool own = e && std::string(e) == "own";
+  return !own && c.blas && attention_gemm_applies(d, t);
 }
 
 LossDesc loss_desc(CudaContext& c, int scores_slot) {
@@ -259,6 +269,11 @@ void register_cuda_nn(CudaKernelRegistry& r) {
         cudnn_attention_forward(c.cudnn, d, t, c.in(0).data, c.in(1).data, c.in(2).data, c.out(0).data, lse, c.stream)) {
       return;
     }
+    if (use_attention_gemm(c, d, t)) {
+      attention_gemm_forward(*c.blas, d, t, c.in(0).data, c.in(1).data, c.in(2).data, c.out(0).data, lse,
+                             c.scratch(attention_gemm_scratch_bytes(d, t, false)));
+      return;
+    }
     attention_forward(d, t, c.in(0).data, c.in(1).data, c.in(2).data, c.out(0).data, lse, c.stream);
   });
   r.add("oases", "AttentionGrad", [](CudaContext& c) {
@@ -267,6 +282,11 @@ void register_cuda_nn(CudaKernelRegistry& r) {
     if (c.cudnn && cudnn_attention_applies(d, t) &&
         cudnn_attention_backward(c.cudnn, d, t, c.in(0).data, c.in(1).data, c.in(2).data, c.in(3).data, c.in(4).data, c.in(5).as<float>(),
                                  c.out(0).data, c.out(1).data, c.out(2).data, c.stream)) {
+      return;
+    }
+    if (use_attention_gemm(c, d, t)) {
+      attention_gemm_backward(*c.blas, d, t, c.in(0).data, c.in(1).data, c.in(2).data, c.in(3).data, c.in(4).data, c.in(5).as<float>(),
+                              c.out(0).data, c.out(1).data, c.out(2).data, c.scratch(attention_gemm_scratch_bytes(d, t, true)));
       return;
     }
     attention_backward(d, t, c.in(0).data, c.in(1).data, c.in(2).data, c.in(3).data, c.in(4).data, c.in(5).as<float>(), c.out(0).data,

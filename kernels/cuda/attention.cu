@@ -13,6 +13,7 @@
 // the CPU). This is the fallback beside cuDNN, not a tuned flash kernel: K and V rows are read
 // through the cache once per query row.
 #include "kernels/cuda/attention.h"
+#include "kernels/cuda/attention_mask.cuh"
 #include "kernels/cuda/common.cuh"
 
 namespace oases::cuda {
@@ -29,17 +30,7 @@ struct Params {
 
 // Score with mask and causal limit applied; -inf where masked.
 __device__ __forceinline__ float masked(const Params& p, int64_t b, int64_t h, int64_t i, int64_t j, float s) {
-  const AttentionDesc& a = p.a;
-  if (a.causal && j > i + (a.tk - a.tq)) return -INFINITY;
-  if (a.mask) {
-    int64_t off = b * a.mask_strides[0] + h * a.mask_strides[1] + i * a.mask_strides[2] + j * a.mask_strides[3];
-    if (a.mask_is_bool) {
-      if (!static_cast<const uint8_t*>(a.mask)[off]) return -INFINITY;
-    } else {
-      s += static_cast<const float*>(a.mask)[off];
-    }
-  }
-  return s;
+  return attention_masked(p.a, b, h, i, j, s);
 }
 
 // Lane-sliced dot product of a register row with a global row of length n.

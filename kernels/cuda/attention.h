@@ -1,7 +1,7 @@
-// Scaled-dot-product attention: the project's own fused kernels (any float type, masks, grouped
-// query heads, causal), math in attention.cu. A hook for cuDNN's fused flash attention sits beside
-// them (attention_cudnn.cpp) but is not implemented yet: it never applies, so the own kernels are
-// the path every run takes (docs/GPU.md).
+// Scaled-dot-product attention: batched products through cuBLAS (attention_gemm.cu, the path runs
+// take) and the project's own fused kernels (any float type, masks, grouped query heads, causal;
+// math in attention.cu). A hook for cuDNN's fused flash attention sits beside them
+// (attention_cudnn.cpp) but is not implemented yet: it never applies (docs/GPU.md).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/check.h"
+#include "kernels/cuda/gemm.h"
 
 namespace oases::cuda {
 
@@ -31,6 +32,18 @@ void attention_forward(const AttentionDesc& a, Elem t, const void* q, const void
 size_t attention_scratch_floats(const AttentionDesc& a);
 void attention_backward(const AttentionDesc& a, Elem t, const void* dout, const void* q, const void* k, const void* v, const void* out,
                         const float* lse, void* dq, void* dk, void* dv, float* scratch, cudaStream_t s);
+
+// Batched-product attention (attention_gemm.cu): the score matrices through cuBLAS on the tensor
+// cores, softmax and its gradient in row kernels; fp32, fp16 and bf16. The path runs take where
+// it applies (docs/GPU.md); `scratch` holds attention_gemm_scratch_bytes() bytes (slices of the
+// (batch, key/value head) pairs keep it under 1 GiB). The own kernels above remain for the shapes
+// it does not take (fp64, one head's score matrix over the budget) and when OASES_CUDA_ATTENTION=own.
+bool attention_gemm_applies(const AttentionDesc& a, Elem t);
+size_t attention_gemm_scratch_bytes(const AttentionDesc& a, Elem t, bool backward);
+void attention_gemm_forward(BlasHandles& h, const AttentionDesc& a, Elem t, const void* q, const void* k, const void* v, void* out, float* lse,
+                            void* scratch);
+void attention_gemm_backward(BlasHandles& h, const AttentionDesc& a, Elem t, const void* dout, const void* q, const void* k, const void* v,
+                             const void* out, const float* lse, void* dq, void* dk, void* dv, void* scratch);
 
 // cuDNN fused attention (attention_cudnn.cpp), NOT IMPLEMENTED: `applies` returns false for every
 // shape. The contract an implementation must keep: `applies` says whether the shape and type are

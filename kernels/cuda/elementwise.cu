@@ -179,11 +179,13 @@ __device__ uint8_t compare(BinaryOp op, C a, C b) {
 }
 
 template <class T>
-__global__ void binary_kernel(BinaryOp op, const T* a, const T* b, void* out, Iter it, Affine mo, Affine ma, Affine mb) {
+__global__ void binary_kernel(BinaryOp op, const T* a, const T* b, void* out, Iter it, Maps<3> m) {
   using C = typename Acc<T>::type;
   OASES_GRID_STRIDE(i, it.numel) {
-    C x = static_cast<C>(load(a, affine_offset(it, ma, i))), y = static_cast<C>(load(b, affine_offset(it, mb, i)));
-    int64_t o = affine_offset(it, mo, i);
+    int64_t off[3];
+    affine_offsets(it, m, i, off);
+    C x = static_cast<C>(load(a, off[1])), y = static_cast<C>(load(b, off[2]));
+    int64_t o = off[0];
     if (op >= BinaryOp::kEqual) {
       static_cast<uint8_t*>(out)[o] = compare<C>(op, x, y);
     } else {
@@ -194,26 +196,32 @@ __global__ void binary_kernel(BinaryOp op, const T* a, const T* b, void* out, It
 
 // Pow with any exponent type: computed in double, with x*x for the common exponent 2.
 template <class T, class U>
-__global__ void pow_kernel(const T* a, const U* b, T* out, Iter it, Affine mo, Affine ma, Affine mb) {
+__global__ void pow_kernel(const T* a, const U* b, T* out, Iter it, Maps<3> m) {
   OASES_GRID_STRIDE(i, it.numel) {
-    double x = static_cast<double>(load(a, affine_offset(it, ma, i)));
-    double e = static_cast<double>(load(b, affine_offset(it, mb, i)));
+    int64_t off[3];
+    affine_offsets(it, m, i, off);
+    double x = static_cast<double>(load(a, off[1]));
+    double e = static_cast<double>(load(b, off[2]));
     double r = e == 2.0 ? x * x : pow(x, e);
-    store(out, affine_offset(it, mo, i), static_cast<typename Acc<T>::type>(r));
+    store(out, off[0], static_cast<typename Acc<T>::type>(r));
   }
 }
 
 template <class B>
-__global__ void where_kernel(const uint8_t* c, const B* a, const B* b, B* out, Iter it, Affine mo, Affine mc, Affine ma, Affine mb) {
+__global__ void where_kernel(const uint8_t* c, const B* a, const B* b, B* out, Iter it, Maps<4> m) {
   OASES_GRID_STRIDE(i, it.numel) {
-    out[affine_offset(it, mo, i)] = c[affine_offset(it, mc, i)] ? a[affine_offset(it, ma, i)] : b[affine_offset(it, mb, i)];
+    int64_t off[4];
+    affine_offsets(it, m, i, off);
+    out[off[0]] = c[off[1]] ? a[off[2]] : b[off[3]];
   }
 }
 
 template <class B>
-__global__ void copy_kernel(const B* src, B* dst, Iter it, Affine md, Affine ms) {
+__global__ void copy_kernel(const B* src, B* dst, Iter it, Maps<2> m) {
   OASES_GRID_STRIDE(i, it.numel) {
-    dst[affine_offset(it, md, i)] = src[affine_offset(it, ms, i)];
+    int64_t off[2];
+    affine_offsets(it, m, i, off);
+    dst[off[0]] = src[off[1]];
   }
 }
 
@@ -269,14 +277,14 @@ void binary(BinaryOp op, Elem t, Elem tb, const void* a, const void* b, void* ou
       dispatch_numeric("Pow exponent", tb, [&](auto tu) {
         using U = typename decltype(tu)::type;
         pow_kernel<T, U><<<grid, kThreads, 0, s>>>(static_cast<const T*>(a), static_cast<const U*>(b), static_cast<T*>(out), p.it,
-                                                   p.maps[0], p.maps[1], p.maps[2]);
+                                                   Maps<3>{{p.maps[0], p.maps[1], p.maps[2]}});
       });
     });
   } else {
     dispatch_numeric("binary", t, [&](auto tag) {
       using T = typename decltype(tag)::type;
       binary_kernel<T>
-          <<<grid, kThreads, 0, s>>>(op, static_cast<const T*>(a), static_cast<const T*>(b), out, p.it, p.maps[0], p.maps[1], p.maps[2]);
+          <<<grid, kThreads, 0, s>>>(op, static_cast<const T*>(a), static_cast<const T*>(b), out, p.it, Maps<3>{{p.maps[0], p.maps[1], p.maps[2]}});
     });
   }
   OASES_CUDA_CHECK_LAUNCH("binary_kernel");
@@ -287,7 +295,8 @@ void where(const uint8_t* cond, const void* a, const void* b, void* out, size_t 
   dispatch_bits(es, [&](auto tag) {
     using B = typename decltype(tag)::type;
     where_kernel<B><<<grid_for(p.it.numel, kThreads), kThreads, 0, s>>>(
-        cond, static_cast<const B*>(a), static_cast<const B*>(b), static_cast<B*>(out), p.it, p.maps[0], p.maps[1], p.maps[2], p.maps[3]);
+        cond, static_cast<const B*>(a), static_cast<const B*>(b), static_cast<B*>(out), p.it,
+        Maps<4>{{p.maps[0], p.maps[1], p.maps[2], p.maps[3]}});
   });
   OASES_CUDA_CHECK_LAUNCH("where_kernel");
 }
@@ -313,7 +322,7 @@ void copy(const void* src, void* dst, size_t es, const NdPlan& p, cudaStream_t s
   dispatch_bits(es, [&](auto tag) {
     using B = typename decltype(tag)::type;
     copy_kernel<B>
-        <<<grid_for(p.it.numel, kThreads), kThreads, 0, s>>>(static_cast<const B*>(src), static_cast<B*>(dst), p.it, p.maps[0], p.maps[1]);
+        <<<grid_for(p.it.numel, kThreads), kThreads, 0, s>>>(static_cast<const B*>(src), static_cast<B*>(dst), p.it, Maps<2>{{p.maps[0], p.maps[1]}});
   });
   OASES_CUDA_CHECK_LAUNCH("copy_kernel");
 }

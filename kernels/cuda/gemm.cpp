@@ -81,6 +81,20 @@ bool lt_matmul(BlasHandles& h, Elem t, const GemmDesc& d, const void* a, const v
   return ok;
 }
 
+// cuBLAS strided batches (also one matrix): operands of type ab, result of type ct.
+void strided_batched(BlasHandles& h, Elem ab, Elem ct, const GemmDesc& d, const void* a, const void* b, void* c) {
+  cudaDataType_t dt = data_type(ab), dc = data_type(ct);
+  double alpha64 = d.alpha, beta64 = d.beta;
+  float alpha32 = d.alpha, beta32 = d.beta;
+  const void* alpha = ab == Elem::kF64 ? static_cast<const void*>(&alpha64) : &alpha32;
+  const void* beta = ab == Elem::kF64 ? static_cast<const void*>(&beta64) : &beta32;
+  OASES_CUBLAS_CHECK(cublasGemmStridedBatchedEx(static_cast<cublasHandle_t>(h.blas()), d.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                                d.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, static_cast<int>(d.n), static_cast<int>(d.m),
+                                                static_cast<int>(d.k), alpha, b, dt, static_cast<int>(d.ldb), d.stride_b, a, dt,
+                                                static_cast<int>(d.lda), d.stride_a, beta, c, dc, static_cast<int>(d.ldc), d.stride_c,
+                                                static_cast<int>(d.batch), compute_type(ab, h.allow_tf32()), CUBLAS_GEMM_DEFAULT));
+}
+
 }  // namespace
 
 BlasHandles::BlasHandles(cudaStream_t s, size_t workspace_bytes, bool allow_tf32)
@@ -115,16 +129,17 @@ void gemm(BlasHandles& h, Elem t, const GemmDesc& d, const void* a, const void* 
     throw std::runtime_error("[cuda MatMul] k = 0 with beta != 0 is not supported");
   }
   if (d.batch == 1 && lt_matmul(h, t, d, a, b, c)) return;
-  cudaDataType_t dt = data_type(t);
-  double alpha64 = d.alpha, beta64 = d.beta;
-  float alpha32 = d.alpha, beta32 = d.beta;
-  const void* alpha = t == Elem::kF64 ? static_cast<const void*>(&alpha64) : &alpha32;
-  const void* beta = t == Elem::kF64 ? static_cast<const void*>(&beta64) : &beta32;
-  OASES_CUBLAS_CHECK(cublasGemmStridedBatchedEx(static_cast<cublasHandle_t>(h.blas()), d.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                                d.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, static_cast<int>(d.n), static_cast<int>(d.m),
-                                                static_cast<int>(d.k), alpha, b, dt, static_cast<int>(d.ldb), d.stride_b, a, dt,
-                                                static_cast<int>(d.lda), d.stride_a, beta, c, dt, static_cast<int>(d.ldc), d.stride_c,
-                                                static_cast<int>(d.batch), compute_type(t, h.allow_tf32()), CUBLAS_GEMM_DEFAULT));
+  strided_batched(h, t, t, d, a, b, c);
+}
+
+void gemm_ex(BlasHandles& h, Elem ab, Elem ct, const GemmDesc& d, const void* a, const void* b, void* c) {
+  if (d.m <= 0 || d.n <= 0 || d.batch <= 0) return;
+  if (ab == Elem::kF64 || ct == Elem::kF64 || d.k <= 0) {
+    if (ab != ct) throw std::runtime_error("[cuda gemm_ex] mixed types need float operands and k > 0");
+    gemm(h, ab, d, a, b, c);
+    return;
+  }
+  strided_batched(h, ab, ct, d, a, b, c);
 }
 
 }  // namespace oases::cuda

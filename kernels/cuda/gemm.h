@@ -46,5 +46,8 @@ struct GemmDesc {
 };
 
 void gemm(BlasHandles& h, Elem t, const GemmDesc& d, const void* a, const void* b, void* c);
+// The same product with operands of type `ab` (fp32, fp16 or bf16) and a result of type `ct`
+// (e.g. bf16 operands, fp32 scores), accumulated in fp32 (cuBLAS strided batches).
+void gemm_ex(BlasHandles& h, Elem ab, Elem ct, const GemmDesc& d, const void* a, const void* b, void* c);
 
 }  // namespace oases::cuda

@@ -131,11 +131,20 @@ INSTANTIATE_TEST_SUITE_P(Models, CommittedModelsOnGpu, ::testing::ValuesIn(small
                          [](const ::testing::TestParamInfo<std::string>& i) { return i.param; });
 
 // Attention with grouped-query heads, a causal limit with Tq < Tk, an additive mask, and its
-// backward pass through the generated gradient graph.
-TEST(CudaKernels, AttentionGqaCausalMaskForwardBackward) {
+// backward pass through the generated gradient graph, on both CUDA paths (the batched products
+// that runs take, and the own fused kernels), against the CPU.
+struct AttentionCase {
+  std::string path;  // OASES_CUDA_ATTENTION: "gemm" (the default) or "own"
+  int64_t B, H, Hk, Tq, Tk, D;
+};
+class AttentionOnGpu : public ::testing::TestWithParam<AttentionCase> {};
+
+TEST_P(AttentionOnGpu, GqaCausalMaskForwardBackward) {
   REQUIRE_GPU();
+  const AttentionCase& ac = GetParam();
+  ::setenv("OASES_CUDA_ATTENTION", ac.path.c_str(), 1);
   Graph g;
-  const int64_t B = 2, H = 4, Hk = 2, Tq = 5, Tk = 7, D = 40;
+  const int64_t B = ac.B, H = ac.H, Hk = ac.Hk, Tq = ac.Tq, Tk = ac.Tk, D = ac.D;
   ValueId q = g.add_input("q", DType::kF32, {B, H, Tq, D}), k = g.add_input("k", DType::kF32, {B, Hk, Tk, D});
   ValueId v = g.add_input("v", DType::kF32, {B, Hk, Tk, D}), dy = g.add_input("dy", DType::kF32, {B, H, Tq, D});
   Tensor mask(DType::kF32, {1, 1, Tq, Tk});
@@ -159,16 +168,28 @@ TEST(CudaKernels, AttentionGqaCausalMaskForwardBackward) {
     feeds[name] = t;
   }
   EXPECT_EQ(compare_devices(g, feeds, 1e-4), 5);
+  ::unsetenv("OASES_CUDA_ATTENTION");
 }
+
+INSTANTIATE_TEST_SUITE_P(Paths, AttentionOnGpu,
+                         ::testing::Values(AttentionCase{"gemm", 2, 4, 2, 5, 7, 40}, AttentionCase{"own", 2, 4, 2, 5, 7, 40},
+                                           AttentionCase{"gemm", 2, 8, 2, 64, 96, 64}, AttentionCase{"own", 2, 8, 2, 64, 96, 64},
+                                           AttentionCase{"gemm", 1, 2, 2, 33, 33, 16}),
+                         [](const ::testing::TestParamInfo<AttentionCase>& i) {
+                           const AttentionCase& c = i.param;
+                           return c.path + "_b" + std::to_string(c.B) + "h" + std::to_string(c.H) + "kv" + std::to_string(c.Hk) + "_q" +
+                                  std::to_string(c.Tq) + "k" + std::to_string(c.Tk) + "d" + std::to_string(c.D);
+                         });
 
 // Training on the GPU follows training on the CPU step by step (AdamW, fp32).
 TEST(CudaTraining, TwentyStepsFollowTheCpu) {
   REQUIRE_GPU();
-  Loaded m = load("gpt2_tiny", DType::kF32);
+  // two loads: a copied graph shares its parameters' storage, and each trainer updates its own
+  Loaded m = load("gpt2_tiny", DType::kF32), m2 = load("gpt2_tiny", DType::kF32);
   ExecOptions gpu;
   gpu.device = "cuda";
   auto a = Trainer::create(m.tg, OptimizerConfig{});
-  auto b = Trainer::create(m.tg, OptimizerConfig{}, gpu);
+  auto b = Trainer::create(m2.tg, OptimizerConfig{}, gpu);
   ASSERT_TRUE(a) << a.status().message();
   ASSERT_TRUE(b) << b.status().message();
   for (int s = 0; s < 20; ++s) {
