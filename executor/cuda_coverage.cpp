@@ -14,15 +14,10 @@ const std::map<std::string, std::string>& cuda_exempt_ops() {
       {"EyeLike", "not used by transformer training graphs"},
       {"OneHot", "not used by transformer training graphs (losses take class indices)"},
       {"Trilu", "causal masks are folded into constants or expressed as Attention(causal=1)"},
-      {"CumSum", "not used by transformer training graphs"},
       {"TopK", "inference-only op"},
       {"ArgMax", "inference-only op"},
       {"ArgMin", "inference-only op"},
       {"Einsum", "no canonical training graph keeps one (attention is fused; matmuls are MatMul)"},
-      {"GatherElements", "not used by transformer training graphs"},
-      {"GatherND", "not used by transformer training graphs"},
-      {"ScatterND", "not used by transformer training graphs"},
-      {"ScatterElements", "not used by transformer training graphs"},
       // ViT's patch embedding: one small product per step on CPU so far; a CUDA version (cuDNN or
       // im2col + cuBLAS) is to come
       {"Conv", "no CUDA kernel yet (vision patch embeddings run on the CPU backend)"},

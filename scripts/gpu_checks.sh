@@ -95,6 +95,8 @@ train_pair oases_chunks 1e-3 "$M" "${BASE[@]}" --schedule oases --chunks 2
 train_pair grad_accum 1e-3 "$M" "${BASE[@]}" --grad-accum 2
 train_pair fp16 3e-2 "$M" "${BASE[@]}" --dtype fp16
 train_pair llama 1e-3 models/hf/torchscript_llama/model.onnx --synthetic --batch 2 --seq 16 --lr 1e-3
+train_pair qwen2_dynamo 1e-3 models/hf/dynamo_qwen2/model.onnx --synthetic --batch 2 --seq 16 --lr 1e-3
+train_pair roberta 1e-3 models/hf/torchscript_roberta/model.onnx --synthetic --batch 2 --seq 16 --lr 1e-3
 train_pair dropout 1e-3 models/train/gpt2_dropout/model.onnx "${BASE[@]}"
 
 # a checkpoint written on the GPU, resumed on the GPU: the same losses as one run through

@@ -6,6 +6,7 @@
 #include "executor/communicator.h"
 #include "executor/cuda/cuda_context.h"
 #include "kernels/cuda/elementwise.h"
+#include "kernels/cuda/indexing.h"
 #include "kernels/cuda/loss.h"
 
 namespace oases::cuda {
@@ -22,9 +23,42 @@ int64_t rows_before(const Shape& s, int64_t axis) {
   return r;
 }
 
+
+// ScatterND/ScatterElements' reduction as indexing.h numbers it: 0 none, 1 add, 2 mul, 3 max, 4 min.
+int scatter_reduction(const CudaContext& c) {
+  std::string red = c.attrs().get_string("reduction", "none");
+  return red == "add" ? 1 : red == "mul" ? 2 : red == "max" ? 3 : red == "min" ? 4 : 0;
+}
 }  // namespace
 
 void register_cuda_layout(CudaKernelRegistry& r) {
+  r.add("", "GatherND", [](CudaContext& c) {
+    if (c.in(1).dtype != DType::kI64) c.k.fail("GatherND indices must be int64 on CUDA");
+    gather_nd(dtype_size(c.in(0).dtype), c.in(0).data, c.in(0).shape, c.in(1).as<int64_t>(), c.in(1).shape,
+              c.attrs().get_int("batch_dims", 0), c.out(0).data, c.fault, c.stream);
+  });
+  r.add("", "ScatterND", [](CudaContext& c) {
+    if (c.in(1).dtype != DType::kI64) c.k.fail("ScatterND indices must be int64 on CUDA");
+    scatter_nd(elem(c.in(0).dtype), c.in(0).data, c.in(0).shape, c.in(1).as<int64_t>(), c.in(1).shape, c.in(2).data, scatter_reduction(c),
+               c.out(0).data, c.fault, c.stream);
+  });
+  r.add("", "GatherElements", [](CudaContext& c) {
+    gather_elements(dtype_size(c.in(0).dtype), c.in(0).data, c.in(0).shape, c.in(1).data, c.in(1).dtype == DType::kI64, c.in(1).shape,
+                    c.attrs().get_int("axis", 0), c.out(0).data, c.fault, c.stream);
+  });
+  r.add("", "ScatterElements", [](CudaContext& c) {
+    scatter_elements(elem(c.in(0).dtype), c.in(0).data, c.in(0).shape, c.in(1).data, c.in(1).dtype == DType::kI64, c.in(1).shape,
+                     c.in(2).data, c.attrs().get_int("axis", 0), scatter_reduction(c), c.out(0).data, c.fault, c.stream);
+  });
+  r.add("", "CumSum", [](CudaContext& c) {
+    int64_t axis = c.attrs().get_int("axis", 0);
+    const Shape& s = c.in(0).shape;
+    int64_t outer = 1, inner = 1, n = s[static_cast<size_t>(axis)];
+    for (int64_t d = 0; d < axis; ++d) outer *= s[static_cast<size_t>(d)];
+    for (size_t d = static_cast<size_t>(axis) + 1; d < s.size(); ++d) inner *= s[d];
+    cumsum(elem(c.in(0).dtype), c.in(0).data, c.out(0).data, outer, n, inner, c.attrs().get_int("exclusive", 0) != 0,
+           c.attrs().get_int("reverse", 0) != 0, c.stream);
+  });
   for (const char* op : {"Reshape", "Flatten", "Squeeze", "Unsqueeze"}) r.add("", op, copy_view);
   r.add("", "Transpose", [](CudaContext& c) {
     copy(c.in(0).data, c.out(0).data, dtype_size(c.in(0).dtype), transpose_plan(dims(c.in(0).shape), c.attrs().get_ints("perm")), c.stream);

@@ -181,6 +181,65 @@ INSTANTIATE_TEST_SUITE_P(Paths, AttentionOnGpu,
                                   std::to_string(c.Tq) + "k" + std::to_string(c.Tk) + "d" + std::to_string(c.D);
                          });
 
+// GatherND (batch_dims 0 and 1, negative indices), ScatterND (none; add with a repeated index),
+// CumSum (inclusive, exclusive and reverse), GatherElements and ScatterElements (add, repeated
+// indices) on the GPU against the CPU; a bad index is reported.
+Tensor ramp(DType t, const Shape& shape, double scale) {
+  Tensor x(t, shape);
+  for (int64_t i = 0; i < x.numel(); ++i) store_from_double(x.raw_mutable(), t, i, scale * static_cast<double>((i * 37) % 23) - 3.0);
+  return x;
+}
+Tensor index_tensor(const Shape& shape, const std::vector<int64_t>& v) {
+  Tensor x(DType::kI64, shape);
+  for (size_t i = 0; i < v.size(); ++i) x.mutable_data<int64_t>()[i] = v[i];
+  return x;
+}
+
+TEST(CudaKernels, GatherNdScatterNdCumSumMatchTheCpu) {
+  REQUIRE_GPU();
+  Graph g;
+  ValueId data = g.add_input("data", DType::kF32, {2, 3, 4});
+  ValueId i0 = g.add_initializer("i0", index_tensor({3, 2}, {0, 1, 1, -1, 0, 0}));
+  ValueId i1 = g.add_initializer("i1", index_tensor({2, 2, 1}, {2, 0, -1, 1}));
+  ValueId gn0 = g.add_value("gn0", DType::kF32, {3, 4}, true), gn1 = g.add_value("gn1", DType::kF32, {2, 2, 4}, true);
+  g.add_node("GatherND", {data, i0}, {gn0}, AttrMap{}, "gnd0");
+  g.add_node("GatherND", {data, i1}, {gn1}, AttrMap{{"batch_dims", Attribute::of_int(1)}}, "gnd1");
+  ValueId si = g.add_initializer("si", index_tensor({3, 1}, {1, 0, 1}));
+  ValueId upd = g.add_initializer("upd", ramp(DType::kF32, {3, 3, 4}, 0.5));
+  ValueId sc0 = g.add_value("sc0", DType::kF32, {2, 3, 4}, true), sc1 = g.add_value("sc1", DType::kF32, {2, 3, 4}, true);
+  ValueId si2 = g.add_initializer("si2", index_tensor({2, 1}, {1, 0}));
+  ValueId upd2 = g.add_initializer("upd2", ramp(DType::kF32, {2, 3, 4}, 0.25));
+  g.add_node("ScatterND", {data, si2, upd2}, {sc0}, AttrMap{}, "snd0");
+  g.add_node("ScatterND", {data, si, upd}, {sc1}, AttrMap{{"reduction", Attribute::of_string("add")}}, "snd1");
+  ValueId cs0 = g.add_value("cs0", DType::kF32, {2, 3, 4}, true), cs1 = g.add_value("cs1", DType::kF32, {2, 3, 4}, true);
+  g.add_node("CumSum", {data}, {cs0}, AttrMap{{"axis", Attribute::of_int(1)}}, "cums0");
+  g.add_node("CumSum", {data}, {cs1}, AttrMap{{"axis", Attribute::of_int(2)}, {"exclusive", Attribute::of_int(1)}, {"reverse", Attribute::of_int(1)}},
+             "cums1");
+  ValueId ge = g.add_initializer("ge", index_tensor({2, 2, 4}, {0, 2, 1, -1, 2, 2, 0, 1, 1, 0, 0, 2, -3, 1, 2, 0}));
+  ValueId go = g.add_value("go", DType::kF32, {2, 2, 4}, true), so = g.add_value("so", DType::kF32, {2, 3, 4}, true);
+  ValueId supd = g.add_initializer("supd", ramp(DType::kF32, {2, 2, 4}, 0.75));
+  g.add_node("GatherElements", {data, ge}, {go}, AttrMap{{"axis", Attribute::of_int(1)}}, "gel");
+  g.add_node("ScatterElements", {data, ge, supd}, {so}, AttrMap{{"axis", Attribute::of_int(1)}, {"reduction", Attribute::of_string("add")}},
+             "sel");
+  g.set_outputs({gn0, gn1, sc0, sc1, cs0, cs1, go, so});
+  std::map<std::string, Tensor> feeds{{"data", ramp(DType::kF32, {2, 3, 4}, 1.0)}};
+  EXPECT_EQ(compare_devices(g, feeds, 1e-6), 8);
+
+  Graph bad;
+  ValueId d2 = bad.add_input("data", DType::kF32, {2, 3, 4});
+  ValueId ib = bad.add_initializer("ib", index_tensor({1, 2}, {0, 3}));
+  ValueId ob = bad.add_value("ob", DType::kF32, {1, 4}, true);
+  bad.add_node("GatherND", {d2, ib}, {ob}, AttrMap{}, "gnd_bad");
+  bad.set_outputs({ob});
+  ExecOptions gpu;
+  gpu.device = "cuda";
+  auto ex = Executor::create(bad, gpu);
+  ASSERT_TRUE(ex) << ex.status().message();
+  Status st = (*ex)->execute(feeds);
+  EXPECT_FALSE(st.is_ok());
+  EXPECT_NE(st.message().find("gnd_bad"), std::string::npos) << st.message();
+}
+
 // Training on the GPU follows training on the CPU step by step (AdamW, fp32).
 TEST(CudaTraining, TwentyStepsFollowTheCpu) {
   REQUIRE_GPU();
