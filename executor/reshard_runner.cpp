@@ -86,6 +86,54 @@ void TileData::unpack(const Box& box, const char* bytes) {
 
 namespace {
 
+// Byte offset of `region` inside the dense `box` when it is one contiguous run, else -1.
+int64_t contiguous_offset(const Box& region, const Box& box, int64_t es) {
+  size_t nd = region.offset.size();
+  if (!box.contains(region)) return -1;
+  size_t d = nd;  // dims d.. are whole; dims before the first partial one must be single
+  while (d > 0 && region.extent[d - 1] == box.extent[d - 1]) --d;
+  if (d > 0) --d;  // the one partial (or first) dim may cover any range
+  for (size_t k = 0; k < d; ++k) {
+    if (region.extent[k] != 1) return -1;
+  }
+  int64_t off = 0, stride = es;
+  for (size_t k = nd; k-- > 0;) {
+    off += (region.offset[k] - box.offset[k]) * stride;
+    stride *= box.extent[k];
+  }
+  return off;
+}
+
+}  // namespace
+
+const char* TileData::contiguous(const Box& box) const {
+  for (size_t k = 0; k < boxes.size(); ++k) {
+    int64_t off = contiguous_offset(box, boxes[k], element_bytes);
+    if (off >= 0) return data[k].data() + off;
+  }
+  return nullptr;
+}
+
+char* TileData::contiguous(const Box& box) {
+  return const_cast<char*>(static_cast<const TileData&>(*this).contiguous(box));
+}
+
+void TileData::copy_from(const TileData& from, const Box& box) {
+  for (size_t j = 0; j < from.boxes.size(); ++j) {
+    if (!from.boxes[j].contains(box)) continue;
+    for (size_t k = 0; k < boxes.size(); ++k) {
+      if (boxes[k].contains(box)) {
+        copy_region(box, from.boxes[j], from.data[j].data(), boxes[k], data[k].data(), element_bytes);
+        return;
+      }
+    }
+    throw OasesError(fmt::format("resharding: this rank's tile has no box for {}", box.to_string()));
+  }
+  throw OasesError(fmt::format("resharding: this rank's tile holds no box containing {}", box.to_string()));
+}
+
+namespace {
+
 // Runs `work`, then drives `progress` (if any) and sleeps until `seconds` have passed since the call.
 void settle(double seconds, const std::function<void()>& work, const std::function<void()>& progress) {
   auto until = std::chrono::steady_clock::now() +
@@ -148,9 +196,11 @@ TileData run_reshard(const ReshardPlan& plan, const ReshardProblem& p, Communica
 
   // 1. A partial source is summed over each partial group (in one order on every rank), then cut
   // down to its tile of the effective layout.
-  TileData src = src_in;
+  TileData reduced;  // the source after its pre-reductions (a partial source only)
   int64_t src_rank = p.src.placed.mesh_rank(me);
-  if (!plan.pre.empty() && src_rank >= 0) {
+  bool pre = !plan.pre.empty() && src_rank >= 0;
+  if (pre) {
+    TileData src = src_in;
     for (const PreReduction& pr : plan.pre) {
       for (const auto& g : pr.groups) {
         if (std::find(g.begin(), g.end(), me) == g.end()) continue;
@@ -162,12 +212,10 @@ TileData run_reshard(const ReshardPlan& plan, const ReshardProblem& p, Communica
     auto eff = tile_boxes(plan.effective_src, p.shape, plan.effective_src_mesh);
     if (!eff) throw OasesError(eff.status().message());
     TileData cut = TileData::zeros(*eff, src_rank, es);
-    for (size_t k = 0; k < cut.boxes.size(); ++k) {
-      std::vector<char> b = src.pack(cut.boxes[k]);
-      cut.unpack(cut.boxes[k], b.data());
-    }
-    src = std::move(cut);
+    for (const Box& b : cut.boxes) cut.copy_from(src, b);
+    reduced = std::move(cut);
   }
+  const TileData& src = pre ? reduced : src_in;  // no copy of the tile otherwise
 
   auto dst_tiles = tile_boxes(p.dst.spec, p.shape, p.dst.placed.mesh);
   if (!dst_tiles) throw OasesError(dst_tiles.status().message());
@@ -176,24 +224,50 @@ TileData run_reshard(const ReshardPlan& plan, const ReshardProblem& p, Communica
   // 2. Local copies: a destination rank that holds the box already.
   for (const UnitTask& t : plan.tasks) {
     if (std::find(t.local.begin(), t.local.end(), me) == t.local.end()) continue;
-    std::vector<char> b = src.pack(t.box);
-    dst.unpack(t.box, b.data());
+    dst.copy_from(src, t.box);
   }
 
   // 3. The transfers, in the one global order.
+  // A receive lands in the destination tile itself when its box is contiguous there, else in a
+  // buffer unpacked at its wait.
   struct Pending {
     std::unique_ptr<CommRequest> req;
     std::vector<char> buf;
     Box box;
+    char* direct = nullptr;
     bool unpacked = false;
+    int64_t bytes = 0;
   };
   std::map<int, Pending> received;  // by transfer index (and slice: index * 1024 + member)
+  auto expect = [&](const Box& box) {
+    Pending pd;
+    pd.box = box;
+    pd.bytes = box.numel() * es;
+    pd.direct = dst.contiguous(box);
+    if (!pd.direct) pd.buf.resize(static_cast<size_t>(pd.bytes));
+    return pd;
+  };
+  auto target = [](Pending& pd) { return pd.direct ? pd.direct : pd.buf.data(); };
   auto finish = [&](Pending& pd) {
     if (pd.unpacked) return;
     pd.req->wait();
-    dst.unpack(pd.box, pd.buf.data());
-    st.bytes_received += static_cast<int64_t>(pd.buf.size());
+    if (!pd.direct) dst.unpack(pd.box, pd.buf.data());
+    st.bytes_received += pd.bytes;
     pd.unpacked = true;
+  };
+  // A send goes from the source tile itself when the box is contiguous there, else from a packed
+  // buffer kept until its wait.
+  auto send_bytes = [&](const TileData& from, const Box& box, const std::function<std::unique_ptr<CommRequest>(const char*, int64_t)>& post) {
+    int64_t bytes = box.numel() * es;
+    std::vector<char> b;
+    const char* data = from.contiguous(box);
+    if (!data) {
+      b = from.pack(box);
+      data = b.data();
+    }
+    auto req = post(data, bytes);
+    st.bytes_sent += bytes;
+    sent.emplace_back(std::move(req), std::move(b));
   };
   for (size_t i = 0; i < plan.order.size(); ++i) {
     const Transfer& t = plan.order[i];
@@ -202,15 +276,12 @@ TileData run_reshard(const ReshardPlan& plan, const ReshardProblem& p, Communica
     if (t.kind == TransferKind::kSend) {
       if (t.sender == me) {
         emulate(t, [&] {
-          std::vector<char> b = src.pack(t.box);
-          auto req = comm.isend(b.data(), static_cast<int64_t>(b.size()), static_cast<int>(t.receivers.front()), o.tag);
-          st.bytes_sent += static_cast<int64_t>(b.size());
-          sent.emplace_back(std::move(req), std::move(b));
+          send_bytes(src, t.box, [&](const char* d, int64_t n) { return comm.isend(d, n, static_cast<int>(t.receivers.front()), o.tag); });
         });
         ++st.transfers;
       } else if (receiver) {
-        Pending pd{nullptr, std::vector<char>(static_cast<size_t>(t.box.numel() * es)), t.box};
-        pd.req = comm.irecv(pd.buf.data(), static_cast<int64_t>(pd.buf.size()), static_cast<int>(t.sender), o.tag);
+        Pending pd = expect(t.box);
+        pd.req = comm.irecv(target(pd), pd.bytes, static_cast<int>(t.sender), o.tag);
         received.emplace(key, std::move(pd));
         ++st.transfers;
       }
@@ -221,15 +292,11 @@ TileData run_reshard(const ReshardPlan& plan, const ReshardProblem& p, Communica
       CommGroup& g = comm.channel_group(members, o.tag);
       ++st.transfers;
       if (t.sender == me) {
-        emulate(t, [&] {
-          std::vector<char> b = src.pack(t.box);
-          auto req = g.ibroadcast(b.data(), static_cast<int64_t>(b.size()), 0);
-          st.bytes_sent += static_cast<int64_t>(b.size());
-          sent.emplace_back(std::move(req), std::move(b));
-        });
+        // the root's buffer is only read
+        emulate(t, [&] { send_bytes(src, t.box, [&](const char* d, int64_t n) { return g.ibroadcast(const_cast<char*>(d), n, 0); }); });
       } else {
-        Pending pd{nullptr, std::vector<char>(static_cast<size_t>(t.box.numel() * es)), t.box};
-        pd.req = g.ibroadcast(pd.buf.data(), static_cast<int64_t>(pd.buf.size()), 0);
+        Pending pd = expect(t.box);
+        pd.req = g.ibroadcast(target(pd), pd.bytes, 0);
         received.emplace(key, std::move(pd));
       }
     } else {  // all-gather inside one host: each member broadcasts the slice it was sent
@@ -250,15 +317,12 @@ TileData run_reshard(const ReshardPlan& plan, const ReshardProblem& p, Communica
               o.cards && o.cluster.intra.enabled() ? o.cluster.intra.broadcast_s(static_cast<double>(s.numel() * es), g.size()) : 0.0;
           settle(modelled,
                  [&] {
-                   std::vector<char> b = dst.pack(s);
-                   auto req = g.ibroadcast(b.data(), static_cast<int64_t>(b.size()), static_cast<int>(k));
-                   st.bytes_sent += static_cast<int64_t>(b.size());
-                   sent.emplace_back(std::move(req), std::move(b));
+                   send_bytes(dst, s, [&](const char* d, int64_t n) { return g.ibroadcast(const_cast<char*>(d), n, static_cast<int>(k)); });
                  },
                  {});
         } else {
-          Pending pd{nullptr, std::vector<char>(static_cast<size_t>(s.numel() * es)), s};
-          pd.req = g.ibroadcast(pd.buf.data(), static_cast<int64_t>(pd.buf.size()), static_cast<int>(k));
+          Pending pd = expect(s);
+          pd.req = g.ibroadcast(target(pd), pd.bytes, static_cast<int>(k));
           received.emplace(key + static_cast<int>(k) + 1, std::move(pd));
         }
       }

@@ -30,6 +30,13 @@ struct TileData {
   // The part `box` (inside one of this tile's boxes) as contiguous bytes, and its inverse.
   std::vector<char> pack(const Box& box) const;
   void unpack(const Box& box, const char* bytes);
+  // Where `box` lies as one contiguous run of bytes inside one of this tile's boxes (a slab: the
+  // trailing dims whole, the leading ones single), else null: such a box is sent from and received
+  // into the tile itself, with no packing copy.
+  const char* contiguous(const Box& box) const;
+  char* contiguous(const Box& box);
+  // Copies the part `box` from `from` (which holds it in one of its boxes) into this tile.
+  void copy_from(const TileData& from, const Box& box);
 };
 
 // The emulated hosts' network cards: one lock file per card in `dir` (a folder every rank of the
