@@ -117,27 +117,21 @@ __device__ __forceinline__ int64_t element_offset(const ElemMaps& m, const I* id
   return off;
 }
 
-template <class B, class I>
-__global__ void gather_elements_kernel(const B* data, const I* idx, B* out, ElemMaps m, int64_t n, Fault f) {
+// GatherElements (kScatter false: out[i] = in[off]) and ScatterElements without a reduction
+// (kScatter true: out[off] = in[i]), i over the indices.
+template <bool kScatter, class B, class I>
+__global__ void elements_kernel(const B* in, const I* idx, B* out, ElemMaps m, int64_t n, Fault f) {
   OASES_GRID_STRIDE(i, n) {
     int64_t off = element_offset(m, idx, i);
     if (off < 0) {
       report(f, i);
       continue;
     }
-    out[i] = data[off];
-  }
-}
-
-template <class B, class I>
-__global__ void scatter_elements_none_kernel(const I* idx, const B* upd, B* out, ElemMaps m, int64_t n, Fault f) {
-  OASES_GRID_STRIDE(i, n) {
-    int64_t off = element_offset(m, idx, i);
-    if (off < 0) {
-      report(f, i);
-      continue;
+    if constexpr (kScatter) {
+      out[off] = in[i];
+    } else {
+      out[i] = in[off];
     }
-    out[off] = upd[i];
   }
 }
 
@@ -291,11 +285,11 @@ void gather_elements(size_t es, const void* data, const std::vector<int64_t>& ds
     using B = typename decltype(tb)::type;
     by_index_type(idx64, [&](auto ti) {
       using I = typename decltype(ti)::type;
-      gather_elements_kernel<B, I><<<grid(n), kThreads, 0, s>>>(static_cast<const B*>(data), static_cast<const I*>(idx), static_cast<B*>(out),
-                                                                m, n, f);
+      elements_kernel<false, B, I><<<grid(n), kThreads, 0, s>>>(static_cast<const B*>(data), static_cast<const I*>(idx),
+                                                                 static_cast<B*>(out), m, n, f);
     });
   });
-  OASES_CUDA_CHECK_LAUNCH("gather_elements_kernel");
+  OASES_CUDA_CHECK_LAUNCH("elements_kernel");
 }
 
 void scatter_elements(Elem t, const void* data, const std::vector<int64_t>& dshape, const void* idx, bool idx64,
@@ -311,11 +305,11 @@ void scatter_elements(Elem t, const void* data, const std::vector<int64_t>& dsha
       using B = typename decltype(tb)::type;
       by_index_type(idx64, [&](auto ti) {
         using I = typename decltype(ti)::type;
-        scatter_elements_none_kernel<B, I>
-            <<<grid(n), kThreads, 0, s>>>(static_cast<const I*>(idx), static_cast<const B*>(updates), static_cast<B*>(out), m, n, f);
+        elements_kernel<true, B, I>
+            <<<grid(n), kThreads, 0, s>>>(static_cast<const B*>(updates), static_cast<const I*>(idx), static_cast<B*>(out), m, n, f);
       });
     });
-    OASES_CUDA_CHECK_LAUNCH("scatter_elements_none_kernel");
+    OASES_CUDA_CHECK_LAUNCH("elements_kernel");
     return;
   }
   int64_t inner = product(ishape, static_cast<size_t>(axis) + 1, ishape.size()), lines = n / std::max<int64_t>(1, ishape[static_cast<size_t>(axis)]);
