@@ -38,7 +38,8 @@ class CommRequest {
   // job) with an error naming the operation and the peer.
   virtual void wait() = 0;
   // Drives the operation forward without blocking (MPI progresses a non-blocking collective only
-  // inside MPI calls); true once it is done.
+  // inside MPI calls); true once it is done. Requests that move without being driven (thread
+  // ranks' mailboxes) may answer false until wait().
   virtual bool test() { return false; }
 };
 

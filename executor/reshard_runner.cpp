@@ -63,8 +63,17 @@ TileData TileData::zeros(const TileMap& tiles, int64_t r, int64_t element_bytes)
   return t;
 }
 
-std::vector<char> TileData::pack(const Box& box) const {
-  std::vector<char> out(static_cast<size_t>(box.numel() * element_bytes));
+TileData TileData::uninitialised(const TileMap& tiles, int64_t r, int64_t element_bytes) {
+  TileData t;
+  t.element_bytes = element_bytes;
+  if (r < 0) return t;
+  t.boxes = tiles.boxes.at(static_cast<size_t>(r));
+  for (const Box& b : t.boxes) t.data.emplace_back(static_cast<size_t>(b.numel() * element_bytes));
+  return t;
+}
+
+TileBytes TileData::pack(const Box& box) const {
+  TileBytes out(static_cast<size_t>(box.numel() * element_bytes));
   for (size_t k = 0; k < boxes.size(); ++k) {
     if (boxes[k].contains(box)) {
       copy_region(box, boxes[k], data[k].data(), box, out.data(), element_bytes);
@@ -134,13 +143,14 @@ void TileData::copy_from(const TileData& from, const Box& box) {
 
 namespace {
 
-// Runs `work`, then drives `progress` (if any) and sleeps until `seconds` have passed since the call.
-void settle(double seconds, const std::function<void()>& work, const std::function<void()>& progress) {
+// Runs `work`, then drives `progress` (if any) until it says the transfer is done, and sleeps until
+// `seconds` have passed since the call.
+void settle(double seconds, const std::function<void()>& work, const std::function<bool()>& progress) {
   auto until = std::chrono::steady_clock::now() +
                std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(seconds));
   work();
   while (progress && std::chrono::steady_clock::now() < until) {
-    progress();
+    if (progress()) break;
     std::this_thread::sleep_for(std::chrono::microseconds(100));
   }
   std::this_thread::sleep_until(until);
@@ -149,7 +159,7 @@ void settle(double seconds, const std::function<void()>& work, const std::functi
 }  // namespace
 
 void HostCards::hold(std::vector<int> hosts, double seconds, const std::function<void()>& work,
-                     const std::function<void()>& progress) const {
+                     const std::function<bool()>& progress) const {
   std::sort(hosts.begin(), hosts.end());
   hosts.erase(std::unique(hosts.begin(), hosts.end()), hosts.end());
   std::vector<int> fds;
@@ -181,16 +191,14 @@ TileData run_reshard(const ReshardPlan& plan, const ReshardProblem& p, Communica
   const int me = comm.rank();
   const int64_t es = p.element_bytes;
   // A sender's part of a transfer, under emulation holding the cards it crosses for the modelled time.
-  std::vector<std::pair<std::unique_ptr<CommRequest>, std::vector<char>>> sent;  // kept alive until their wait
+  std::vector<std::pair<std::unique_ptr<CommRequest>, TileBytes>> sent;  // kept alive until their wait
   // The request the work started is driven while the cards are held.
   auto emulate = [&](const Transfer& t, const std::function<void()>& work) {
     if (!o.cards) return work();
     std::vector<int> hosts;
     if (t.sender >= 0) hosts.push_back(o.cluster.host_of.at(static_cast<size_t>(t.sender)));
     for (int64_t r : t.receivers) hosts.push_back(o.cluster.host_of.at(static_cast<size_t>(r)));
-    o.cards->hold(hosts, transfer_seconds(t, o.cluster), work, [&] {
-      if (!sent.empty()) sent.back().first->test();
-    });
+    o.cards->hold(hosts, transfer_seconds(t, o.cluster), work, [&] { return sent.empty() || sent.back().first->test(); });
   };
   auto ints = [](const std::vector<int64_t>& v) { return std::vector<int>(v.begin(), v.end()); };
 
@@ -211,7 +219,7 @@ TileData run_reshard(const ReshardPlan& plan, const ReshardProblem& p, Communica
     }
     auto eff = tile_boxes(plan.effective_src, p.shape, plan.effective_src_mesh);
     if (!eff) throw OasesError(eff.status().message());
-    TileData cut = TileData::zeros(*eff, src_rank, es);
+    TileData cut = TileData::uninitialised(*eff, src_rank, es);
     for (const Box& b : cut.boxes) cut.copy_from(src, b);
     reduced = std::move(cut);
   }
@@ -219,7 +227,7 @@ TileData run_reshard(const ReshardPlan& plan, const ReshardProblem& p, Communica
 
   auto dst_tiles = tile_boxes(p.dst.spec, p.shape, p.dst.placed.mesh);
   if (!dst_tiles) throw OasesError(dst_tiles.status().message());
-  TileData dst = TileData::zeros(*dst_tiles, p.dst.placed.mesh_rank(me), es);
+  TileData dst = TileData::uninitialised(*dst_tiles, p.dst.placed.mesh_rank(me), es);
 
   // 2. Local copies: a destination rank that holds the box already.
   for (const UnitTask& t : plan.tasks) {
@@ -232,7 +240,7 @@ TileData run_reshard(const ReshardPlan& plan, const ReshardProblem& p, Communica
   // buffer unpacked at its wait.
   struct Pending {
     std::unique_ptr<CommRequest> req;
-    std::vector<char> buf;
+    TileBytes buf;
     Box box;
     char* direct = nullptr;
     bool unpacked = false;
@@ -259,7 +267,7 @@ TileData run_reshard(const ReshardPlan& plan, const ReshardProblem& p, Communica
   // buffer kept until its wait.
   auto send_bytes = [&](const TileData& from, const Box& box, const std::function<std::unique_ptr<CommRequest>(const char*, int64_t)>& post) {
     int64_t bytes = box.numel() * es;
-    std::vector<char> b;
+    TileBytes b;
     const char* data = from.contiguous(box);
     if (!data) {
       b = from.pack(box);

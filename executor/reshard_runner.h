@@ -8,7 +8,10 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
+#include <new>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "executor/communicator.h"
@@ -19,16 +22,40 @@
 
 namespace oases {
 
+// Bytes whose resize leaves new elements uninitialised (a destination tile is written whole by
+// the transfers; zeroing it first would cost a pass over memory on every rank).
+template <class T>
+struct UninitAllocator : std::allocator<T> {
+  template <class U>
+  struct rebind {
+    using other = UninitAllocator<U>;
+  };
+  UninitAllocator() = default;
+  template <class U>
+  UninitAllocator(const UninitAllocator<U>&) {}
+  template <class U>
+  void construct(U* p) noexcept {
+    ::new (static_cast<void*>(p)) U;
+  }
+  template <class U, class... A>
+  void construct(U* p, A&&... a) {
+    ::new (static_cast<void*>(p)) U(std::forward<A>(a)...);
+  }
+};
+using TileBytes = std::vector<char, UninitAllocator<char>>;
+
 // A rank's tile of a value: its boxes (graph/tiles.h), each stored densely in row-major order.
 struct TileData {
   std::vector<Box> boxes;
-  std::vector<std::vector<char>> data;  // per box: numel × element bytes
+  std::vector<TileBytes> data;  // per box: numel × element bytes
   int64_t element_bytes = 4;
 
-  // Empty boxes for the tile of mesh rank `r` under `tiles`.
+  // Zero-filled boxes for the tile of mesh rank `r` under `tiles`.
   static TileData zeros(const TileMap& tiles, int64_t r, int64_t element_bytes);
+  // The same boxes left uninitialised, for a tile that is then written whole.
+  static TileData uninitialised(const TileMap& tiles, int64_t r, int64_t element_bytes);
   // The part `box` (inside one of this tile's boxes) as contiguous bytes, and its inverse.
-  std::vector<char> pack(const Box& box) const;
+  TileBytes pack(const Box& box) const;
   void unpack(const Box& box, const char* bytes);
   // Where `box` lies as one contiguous run of bytes inside one of this tile's boxes (a slab: the
   // trailing dims whole, the leading ones single), else null: such a box is sent from and received
@@ -47,9 +74,10 @@ class HostCards {
   // Holds the cards of `hosts` (taken in ascending order, so holders never deadlock) while `work`
   // runs (the real data movement) and until `seconds` have passed since the cards were taken
   // (sleeping); fewer than two hosts: no card, only the timing.
-  // `progress` (if given) is called while the time runs out, so the transfer `work` started can
-  // move (MPI progresses non-blocking operations only inside MPI calls).
-  void hold(std::vector<int> hosts, double seconds, const std::function<void()>& work, const std::function<void()>& progress = {}) const;
+  // `progress` (if given) is called while the time runs out, until it returns true (the transfer
+  // `work` started is done), so that transfer can move (MPI progresses non-blocking operations
+  // only inside MPI calls).
+  void hold(std::vector<int> hosts, double seconds, const std::function<void()>& work, const std::function<bool()>& progress = {}) const;
   const std::string& dir() const { return dir_; }
 
  private:
