@@ -37,7 +37,6 @@ __device__ __forceinline__ void row_coords(const Rows& r, int64_t local, int64_t
   *h = bh % r.a.heads;
 }
 
-// Forward: one block per row. S (fp32, scaled) -> P in the operand type, lse.
 // x as hi (+ lo when lo is not null: the rounding error of hi, in the same type).
 template <class T>
 __device__ __forceinline__ void store_split(T* hi, T* lo, int64_t j, float x) {
@@ -46,6 +45,7 @@ __device__ __forceinline__ void store_split(T* hi, T* lo, int64_t j, float x) {
   if (lo) lo[j] = from_float<T>(x - to_float(h));
 }
 
+// Forward: one block per row. S (fp32, scaled) -> P in the operand type, lse.
 template <class T>
 __global__ void softmax_rows_kernel(Rows r, const float* s, T* p, T* plo, float* lse) {
   __shared__ float red[32];

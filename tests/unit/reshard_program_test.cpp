@@ -3,6 +3,7 @@
 // arange; the backward Reshard; and the channel checker catching crossed orders.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <mutex>
@@ -184,6 +185,46 @@ namespace {
 
 // Two transfers crossing the same card cannot overlap: together they take at least twice the
 // modelled time (a lower bound, so load on the machine cannot make it fail).
+// A box is sent from / received into a tile without packing exactly when it is one contiguous run
+// there: the trailing dims whole, at most one partial dim, single elements before it.
+TEST(TileData, ContiguousBoxesAreAddressedInPlaceOthersArePacked) {
+  TileData t;
+  t.element_bytes = 4;
+  t.boxes = {Box{{2, 0, 0}, {4, 3, 5}}};  // rows 2..5 of a [*, 3, 5] tensor
+  t.data.emplace_back(static_cast<size_t>(t.boxes[0].numel() * 4));
+  auto* v = reinterpret_cast<int32_t*>(t.data[0].data());
+  for (int64_t i = 0; i < t.boxes[0].numel(); ++i) v[i] = static_cast<int32_t>(i);
+  auto at = [&](const Box& b) -> int64_t {
+    const char* p = t.contiguous(b);
+    return p ? (p - t.data[0].data()) / 4 : -1;
+  };
+  EXPECT_EQ(at(Box{{2, 0, 0}, {4, 3, 5}}), 0);   // the whole box
+  EXPECT_EQ(at(Box{{3, 0, 0}, {2, 3, 5}}), 15);  // whole rows: a slab
+  EXPECT_EQ(at(Box{{4, 1, 0}, {1, 2, 5}}), 35);  // one row, whole last dim, partial middle dim
+  EXPECT_EQ(at(Box{{5, 2, 1}, {1, 1, 3}}), 56);  // a run inside one line
+  EXPECT_EQ(at(Box{{3, 1, 0}, {2, 2, 5}}), -1);  // two rows, partial middle dim: strided
+  EXPECT_EQ(at(Box{{2, 0, 1}, {1, 3, 2}}), -1);  // partial last dim over several lines
+  EXPECT_EQ(at(Box{{1, 0, 0}, {2, 3, 5}}), -1);  // outside the tile
+  // packing the strided box and unpacking it into a zeroed copy moves exactly its elements
+  Box strided{{3, 1, 0}, {2, 2, 5}};
+  TileBytes packed = t.pack(strided);
+  ASSERT_EQ(static_cast<int64_t>(packed.size()), strided.numel() * 4);
+  EXPECT_EQ(reinterpret_cast<const int32_t*>(packed.data())[0], 15 + 5);
+  EXPECT_EQ(reinterpret_cast<const int32_t*>(packed.data())[10], 30 + 5);
+  TileData u = t;
+  std::fill(u.data[0].begin(), u.data[0].end(), 0);
+  u.copy_from(t, strided);
+  const auto* w = reinterpret_cast<const int32_t*>(u.data[0].data());
+  int64_t moved = 0;
+  for (int64_t i = 0; i < t.boxes[0].numel(); ++i) {
+    int64_t r = 2 + i / 15, c = (i / 5) % 3;
+    bool inside = r >= 3 && r < 5 && c >= 1 && c < 3;
+    EXPECT_EQ(w[i], inside ? v[i] : 0) << i;
+    moved += inside;
+  }
+  EXPECT_EQ(moved, strided.numel());
+}
+
 TEST(HostCards, ASharedCardSerialisesTransfers) {
   char tmpl[] = "/tmp/oases_cards_test_XXXXXX";
   ASSERT_NE(mkdtemp(tmpl), nullptr);
