@@ -8,6 +8,7 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <set>
 #include <mutex>
 #include <tuple>
 
@@ -176,6 +177,50 @@ class LocalWorld {
     std::lock_guard<std::mutex> ml(mail_mu_);
     mail_cv_.notify_all();
   }
+  // Who waits where: a rank inside a collective's rendezvous, the group and the generation it
+  // waits to complete, so a timeout can follow the chain to the rank that holds everyone up.
+  struct Waiting {
+    std::shared_ptr<GroupState> group;
+    uint64_t generation = 0;
+    std::string what;  // "all-reduce in group [0, 1] (member 0 of 2)"
+  };
+  void set_waiting(int rank, Waiting w) {
+    std::lock_guard<std::mutex> lock(wait_mu_);
+    waiting_[rank] = std::move(w);
+  }
+  void clear_waiting(int rank) {
+    std::lock_guard<std::mutex> lock(wait_mu_);
+    waiting_.erase(rank);
+  }
+  // From the ranks `missing` a timed-out wait names: the chain of ranks each waiting for the next
+  // ("rank 0 waits for rank 1 in all-reduce in group [0, 1] ..."), ending at one that waits in no
+  // collective. Empty when the first missing rank is not waiting. Call with no group lock held.
+  std::string waiting_chain(std::vector<int> missing) {
+    std::string out;
+    std::set<int> seen;
+    for (int step = 0; step < size_ && missing.size() == 1 && seen.insert(missing[0]).second; ++step) {
+      Waiting w;
+      {
+        std::lock_guard<std::mutex> lock(wait_mu_);
+        auto it = waiting_.find(missing[0]);
+        if (it == waiting_.end()) break;
+        w = it->second;
+      }
+      std::vector<int> next;
+      {
+        std::lock_guard<std::mutex> lock(w.group->mu);
+        if (w.group->generation != w.generation) break;  // that wait has completed meanwhile
+        for (size_t j = 0; j < w.group->members.size(); ++j) {
+          if (w.group->arrived_at[j] != w.generation) next.push_back(w.group->members[j]);
+        }
+      }
+      if (next.empty()) break;
+      out += fmt::format("; rank {} waits for rank{} {} in {}", missing[0], next.size() == 1 ? "" : "s", fmt::join(next, ", "), w.what);
+      missing = next;
+    }
+    return out;
+  }
+
   // Cheap to call with a group lock held (takes no lock unless aborted).
   bool aborted(std::string* why) {
     if (!aborted_.load()) return false;
@@ -196,6 +241,8 @@ class LocalWorld {
   std::map<std::tuple<int, int, int>, std::deque<std::vector<char>>> mail_;
   std::atomic<bool> aborted_{false};
   std::mutex why_mu_;
+  std::mutex wait_mu_;
+  std::map<int, Waiting> waiting_;
   std::string why_;
 };
 
@@ -321,6 +368,13 @@ class LocalGroup : public CommGroup {
       return;
     }
     auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_);
+    int me = st_->members[static_cast<size_t>(index_)];
+    world_->set_waiting(me, LocalWorld::Waiting{st_, gen, fmt::format("{} in {}", what, describe())});
+    struct Clear {
+      LocalWorld* w;
+      int r;
+      ~Clear() { w->clear_waiting(r); }
+    } clear{world_.get(), me};
     while (st_->generation == gen) {
       if (world_->aborted(&why)) throw OasesError(fmt::format("{} in {} stopped: {}", what, describe(), why));
       if (st_->cv.wait_until(lock, deadline) == std::cv_status::timeout && st_->generation == gen) {
@@ -329,8 +383,9 @@ class LocalGroup : public CommGroup {
           if (st_->arrived_at[j] != gen) missing.push_back(st_->members[j]);
         }
         lock.unlock();
-        std::string msg = fmt::format("{} in {}: waited {:g} s (--comm-timeout) for rank{} {}, which did not arrive", what, describe(),
-                                      timeout_, missing.size() == 1 ? "" : "s", fmt::join(missing, ", "));
+        // a missing rank may itself be stuck in another collective: name the chain to the culprit
+        std::string msg = fmt::format("{} in {}: waited {:g} s (--comm-timeout) for rank{} {}, which did not arrive{}", what, describe(),
+                                      timeout_, missing.size() == 1 ? "" : "s", fmt::join(missing, ", "), world_->waiting_chain(missing));
         world_->abort(msg);
         throw OasesError(msg);
       }

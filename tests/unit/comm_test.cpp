@@ -79,6 +79,31 @@ TEST(LocalCommunicator, TimeoutNamesEveryMissingRank) {
   EXPECT_NE(msg.find("for ranks 1, 3, which did not arrive"), std::string::npos) << msg;
 }
 
+// Rank 2 waits for rank 1 in [1, 2], while rank 1 waits for rank 0 (absent) in [0, 1]: rank 2's
+// timeout names the chain down to rank 0, not only the rank it waited for.
+TEST(LocalCommunicator, TimeoutFollowsTheChainOfWaitingRanks) {
+  auto world = make_local_world(3, 1.0);
+  std::thread first([&] {
+    auto g = local_communicator(world, 1)->make_group({0, 1});
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));  // rank 2's wait starts first
+    try {
+      g->barrier();
+    } catch (const OasesError&) {}
+  });
+  std::string msg;
+  auto g = local_communicator(world, 2)->make_group({1, 2});
+  try {
+    g->barrier();
+  } catch (const OasesError& e) {
+    msg = e.what();
+  }
+  first.join();
+  EXPECT_NE(msg.find("barrier in group [1, 2] (member 1 of 2): waited 1 s (--comm-timeout) for rank 1, which did not arrive; "
+                     "rank 1 waits for rank 0 in barrier in group [0, 1] (member 1 of 2)"),
+            std::string::npos)
+      << msg;
+}
+
 TEST(ThreadRanks, HungRankIsLeftBehindAfterTheGrace) {
   // rank 1 is stuck in its own code (no collective to wake it); rank 0 times out in a barrier
   auto release = std::make_shared<std::atomic<bool>>(false);
