@@ -266,7 +266,6 @@ Status Executor::execute(const std::map<std::string, Tensor>& inputs) {
     input_ptrs_[v] = t.raw();
   }
   if (device_) {
-    if (profiling_) node_ms_.assign(prog_.instrs.size(), 0.0);
     try {
       device_->run(input_ptrs_, arena_, profiling_ ? &node_ms_ : nullptr);
     } catch (const std::exception& e) {

@@ -139,6 +139,29 @@ DimSpec plain(const DimSpec& d) {
   return d.segments == 1 ? d : DimSpec{};
 }
 
+uint32_t axis_bit(const DimSpec& d) {
+  return d.axis >= 0 ? 1u << d.axis : 0u;
+}
+
+// Both Conv gradients: dy [N, M, ...] split (n, channels), the other operand (w or x) split `other`
+// on its first dim; the result split `out` on its first dim, a partial sum over `summed`'s axis
+// (plus dy's own partial sums, the gradient being linear in dy).
+Status conv_grad_shard(ShardContext& c, DimSpec n, DimSpec channels, DimSpec other, DimSpec out, DimSpec summed) {
+  size_t rank = c.in(0).rank();
+  ShardingSpec dy = ShardingSpec::replicated(rank), second = ShardingSpec::replicated(rank);
+  dy.dims[0] = n;
+  dy.dims[1] = channels;
+  second.dims[0] = other;
+  dy.partial = c.in(0).partial & ~(axis_bit(n) | axis_bit(channels));
+  c.require(0, dy);
+  c.require(1, second);
+  ShardingSpec result = ShardingSpec::replicated(rank);
+  result.dims[0] = out;
+  result.partial = dy.partial | axis_bit(summed);
+  c.set_out(0, result);
+  return Status::ok();
+}
+
 }  // namespace
 
 void register_conv_ops(OpRegistry& r) {
@@ -252,24 +275,11 @@ void register_conv_ops(OpRegistry& r) {
     // contraction over M: split dy channels with w rows make dx a partial sum; batch follows dy
     s.shard = [](ShardContext& c) {
       c.require(1, c.in(1).without_partial());
-      size_t rank = c.in(0).rank();
       DimSpec k = plain(c.in(1).dims[0]);
       if (k.axis < 0) k = plain(c.in(0).dims[1]);
       DimSpec n = plain(c.in(0).dims[0]);
       if (n.axis >= 0 && n.axis == k.axis) n = DimSpec{};
-      ShardingSpec dy = ShardingSpec::replicated(rank), w = ShardingSpec::replicated(rank);
-      dy.dims[0] = n;
-      dy.dims[1] = k;
-      w.dims[0] = k;
-      uint32_t used = (n.axis >= 0 ? 1u << n.axis : 0u) | (k.axis >= 0 ? 1u << k.axis : 0u);
-      dy.partial = c.in(0).partial & ~used;  // linear in dy
-      c.require(0, dy);
-      c.require(1, w);
-      ShardingSpec dx = ShardingSpec::replicated(rank);
-      dx.dims[0] = n;
-      dx.partial = dy.partial | (k.axis >= 0 ? 1u << k.axis : 0u);
-      c.set_out(0, dx);
-      return Status::ok();
+      return conv_grad_shard(c, n, k, k, n, k);
     };
     r.add(std::move(s));
   }
@@ -289,24 +299,11 @@ void register_conv_ops(OpRegistry& r) {
     // output channels follow dy's; a split batch (dy and x alike) makes dw a partial sum
     s.shard = [](ShardContext& c) {
       c.require(1, c.in(1).without_partial());
-      size_t rank = c.in(0).rank();
       DimSpec m = plain(c.in(0).dims[1]);
       DimSpec n = plain(c.in(0).dims[0]);
       if (n.axis < 0) n = plain(c.in(1).dims[0]);
       if (n.axis >= 0 && n.axis == m.axis) n = DimSpec{};
-      ShardingSpec dy = ShardingSpec::replicated(rank), x = ShardingSpec::replicated(rank);
-      dy.dims[0] = n;
-      dy.dims[1] = m;
-      x.dims[0] = n;
-      uint32_t used = (n.axis >= 0 ? 1u << n.axis : 0u) | (m.axis >= 0 ? 1u << m.axis : 0u);
-      dy.partial = c.in(0).partial & ~used;  // linear in dy
-      c.require(0, dy);
-      c.require(1, x);
-      ShardingSpec dw = ShardingSpec::replicated(rank);
-      dw.dims[0] = m;
-      dw.partial = dy.partial | (n.axis >= 0 ? 1u << n.axis : 0u);
-      c.set_out(0, dw);
-      return Status::ok();
+      return conv_grad_shard(c, n, m, n, m, n);
     };
     r.add(std::move(s));
   }

@@ -39,31 +39,33 @@ expect_error "hung rank (threads, tp x dp)" "waited 5 s \(--comm-timeout\) for r
   env OASES_TEST_FAULT=1:3:hang timeout 60 "$T" "$TINY" --synthetic --steps 10 -q --tp 2 --dp 2 --local-ranks 4 --comm-timeout 5
 
 # --- mpirun
-out=$(OASES_TEST_FAULT=1:3:error timeout 60 "${MPIRUN[@]}" -np 2 "$T" "$TINY" "${D[@]}" 2>&1); rc=$?
+# mpi_fault KIND TIMEOUT: 2 MPI ranks, rank 1 failing as KIND at step 4; sets out, rc and t (seconds)
+mpi_fault() {
+  local start
+  start=$(date +%s)
+  out=$(OASES_TEST_FAULT=1:3:$1 timeout 60 "${MPIRUN[@]}" -np 2 "$T" "$TINY" "${D[@]}" --comm-timeout "$2" 2>&1)
+  rc=$?
+  t=$(elapsed "$start")
+}
+mpi_fault error 120  # the default --comm-timeout
 [[ $rc -eq 2 ]] || fail "failing rank (mpi): exit $rc ($out)"
 [[ $(grep -c "^error:" <<<"$out") -eq 1 ]] || fail "failing rank (mpi): expected one error line: $out"
 grep -q "^error: rank 1: injected failure at step 4" <<<"$out" || fail "failing rank (mpi) message: $out"
 echo "ok: failing rank (mpi) -> exit $rc"
 
-start=$(date +%s)
-out=$(OASES_TEST_FAULT=1:3:hang timeout 60 "${MPIRUN[@]}" -np 2 "$T" "$TINY" "${D[@]}" --comm-timeout 5 2>&1); rc=$?
-t=$(elapsed "$start")
+mpi_fault hang 5
 [[ $rc -eq 2 ]] || fail "hung rank (mpi): exit $rc ($out)"
 grep -qE "^error: rank 0: $HUNG; aborting the job" <<<"$out" || fail "hung rank (mpi) message: $out"
 ((t >= 5 && t < 20)) || fail "hung rank (mpi): stopped after $t s, expected 5 to 20"
 echo "ok: hung rank (mpi) -> exit $rc after $t s"
 
-start=$(date +%s)
-out=$(OASES_TEST_FAULT=1:3:kill timeout 60 "${MPIRUN[@]}" -np 2 "$T" "$TINY" "${D[@]}" --comm-timeout 60 2>&1); rc=$?
-t=$(elapsed "$start")
+mpi_fault kill 60
 [[ $rc -eq 137 ]] || fail "killed rank (mpi): exit $rc, expected 137 ($out)"
 grep -q "process rank 1 with PID .* exited on signal 9" <<<"$out" || fail "killed rank (mpi) message: $out"
 ((t < 15)) || fail "killed rank (mpi): stopped after $t s (the timeout is 60 s: the launcher must see the death)"
 echo "ok: killed rank (mpi) -> exit $rc after $t s"
 
-start=$(date +%s)
-out=$(OASES_TEST_FAULT=1:3:exit timeout 60 "${MPIRUN[@]}" -np 2 "$T" "$TINY" "${D[@]}" --comm-timeout 60 2>&1); rc=$?
-t=$(elapsed "$start")
+mpi_fault exit 60
 [[ $rc -eq 9 ]] || fail "exiting rank (mpi): exit $rc, expected 9 ($out)"
 grep -qE "Process name: +\[\[[0-9]+,1\],1\]" <<<"$out" || fail "exiting rank (mpi) message: $out"
 ((t < 15)) || fail "exiting rank (mpi): stopped after $t s"
