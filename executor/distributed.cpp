@@ -152,6 +152,61 @@ std::vector<std::string> RankRuntime::gather_strings(const std::string& mine) {
   return out;
 }
 
+double RankRuntime::sum(double x) {
+  if (!distributed()) return x;
+  world_->all_reduce(&x, 1, DType::kF64, ReduceOp::kSum);
+  return x;
+}
+
+namespace {
+
+template <class T>
+void put(std::string& out, const T& v) {
+  out.append(reinterpret_cast<const char*>(&v), sizeof(T));
+}
+
+template <class T>
+T take(const std::string& in, size_t* at) {
+  T v{};
+  if (*at + sizeof(T) > in.size()) throw OasesError("merge_tensors: a rank sent a cut message");
+  std::memcpy(&v, in.data() + *at, sizeof(T));
+  *at += sizeof(T);
+  return v;
+}
+
+}  // namespace
+
+std::map<std::string, Tensor> RankRuntime::merge_tensors(const std::map<std::string, Tensor>& mine) {
+  std::string msg;
+  for (const auto& [name, t] : mine) {
+    put<int64_t>(msg, static_cast<int64_t>(name.size()));
+    msg += name;
+    put<int32_t>(msg, static_cast<int32_t>(t.dtype()));
+    put<int64_t>(msg, static_cast<int64_t>(t.shape().size()));
+    for (int64_t d : t.shape()) put<int64_t>(msg, d);
+    msg.append(static_cast<const char*>(t.raw()), t.nbytes());
+  }
+  std::map<std::string, Tensor> out;
+  for (const std::string& m : gather_strings(msg)) {
+    size_t at = 0;
+    while (at < m.size()) {
+      int64_t len = take<int64_t>(m, &at);
+      if (len < 0 || at + static_cast<size_t>(len) > m.size()) throw OasesError("merge_tensors: a rank sent a cut message");
+      std::string name = m.substr(at, static_cast<size_t>(len));
+      at += static_cast<size_t>(len);
+      DType dt = static_cast<DType>(take<int32_t>(m, &at));
+      Shape shape(static_cast<size_t>(take<int64_t>(m, &at)));
+      for (int64_t& d : shape) d = take<int64_t>(m, &at);
+      Tensor t(dt, shape);
+      if (at + t.nbytes() > m.size()) throw OasesError("merge_tensors: a rank sent a cut message");
+      std::memcpy(t.raw_mutable(), m.data() + at, t.nbytes());
+      at += t.nbytes();
+      out.emplace(name, std::move(t));
+    }
+  }
+  return out;
+}
+
 void RankRuntime::abort(const std::string& why) {
   if (comm_) comm_->abort(why);
 }

@@ -4,6 +4,7 @@
 // binary.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -43,6 +44,11 @@ class RankRuntime {
   void abort(const std::string& why);
   // Every rank's string, on every rank (collective).
   std::vector<std::string> gather_strings(const std::string& mine);
+  // The sum of every rank's `x` in rank order, on every rank (collective).
+  double sum(double x);
+  // Every rank's named tensors merged, on every rank (collective; a name given by two ranks must
+  // carry equal tensors: the lower rank's is kept). Pipeline stages pool their parameters so.
+  std::map<std::string, Tensor> merge_tensors(const std::map<std::string, Tensor>& mine);
 
  private:
   Communicator* comm_ = nullptr;

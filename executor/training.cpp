@@ -180,12 +180,15 @@ const std::map<std::string, Tensor>& with_loss_scale(const Graph& g, const std::
 }
 }  // namespace
 
-Status Trainer::run_micro(const std::map<std::string, Tensor>& feeds, bool accumulate, double* loss) {
-  train_->state().training = true;
+Status Trainer::run_micro(const std::map<std::string, Tensor>& feeds, bool accumulate, double* loss, bool training) {
+  train_->state().training = training;
   std::map<std::string, Tensor> buf;
   OASES_RETURN_IF_ERROR(train_->execute(with_loss_scale(train_->graph(), feeds, loss_scale_, &buf)));
-  TensorView lv = train_->view(tg_.loss);
-  *loss = load_as_double(lv.data, lv.dtype, 0) / (buf.empty() ? 1.0 : loss_scale_);
+  *loss = 0;  // a pipeline stage before the last has no loss
+  if (tg_.loss != kNoId) {
+    TensorView lv = train_->view(tg_.loss);
+    *loss = load_as_double(lv.data, lv.dtype, 0) / (buf.empty() ? 1.0 : loss_scale_);
+  }
   if (accumulate) {
     if (accum_.empty()) {
       for (ValueId gv : tg_.grads) accum_.emplace_back(DType::kF32, tg_.graph.value(gv).shape);
@@ -269,7 +272,16 @@ Expected<double> Trainer::compute_gradients(const std::map<std::string, Tensor>&
   return l;
 }
 
+Expected<double> Trainer::program_loss(const std::map<std::string, Tensor>& feeds) {
+  double l;
+  micro_in_accum_ = 0;
+  accum_.clear();
+  OASES_RETURN_IF_ERROR(run_micro(feeds, false, &l, false));
+  return l;
+}
+
 Expected<double> Trainer::eval_loss(const std::map<std::string, Tensor>& feeds) {
+  if (tg_.loss == kNoId) return Status::error("this program has no loss (a pipeline stage before the last): use program_loss");
   if (!eval_) {
     // the training graph cut down to the loss; its parameters share storage with the trainer's
     Graph eval = tg_.graph;

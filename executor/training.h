@@ -76,6 +76,9 @@ class Trainer {
   Expected<double> compute_gradients(const std::map<std::string, Tensor>& feeds);
   // Forward-only loss (validation).
   Expected<double> eval_loss(const std::map<std::string, Tensor>& feeds);
+  // The loss of the whole training program run without dropout and without any update (a
+  // pipeline stage's validation: every stage runs its part, the last has the loss; others 0).
+  Expected<double> program_loss(const std::map<std::string, Tensor>& feeds);
 
   const TrainingGraph& training_graph() const { return tg_; }
   Executor& executor() { return *train_; }
@@ -90,7 +93,7 @@ class Trainer {
 
  private:
   explicit Trainer(OptimizerConfig opt) : opt_(std::move(opt)) {}
-  Status run_micro(const std::map<std::string, Tensor>& feeds, bool accumulate, double* loss);
+  Status run_micro(const std::map<std::string, Tensor>& feeds, bool accumulate, double* loss, bool training = true);
 
   TrainingGraph tg_;
   std::unique_ptr<Executor> train_, eval_;  // eval_: made by the first eval_loss

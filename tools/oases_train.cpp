@@ -82,6 +82,14 @@ void add_train_options(CLI::App& app, TrainArgs& a) {
   app.add_flag("--profile", a.profile, "Print the time per op type and the slowest nodes per step (rank 0, steps after the first)");
   app.add_option("--tp", a.tp, "Tensor-parallel degree")->check(number_in(1, kInf));
   app.add_option("--dp", a.dp, "Data-parallel degree")->check(number_in(1, kInf));
+  app.add_option("--pp", a.pp, "Pipeline stages, each on its own mesh of tp x dp ranks (the world is pp x tp x dp)")
+      ->check(number_in(1, kInf));
+  app.add_option("--micro-batches", a.micro_batches, "Micro-batches per step flowing through the pipeline stages (default: --pp)")
+      ->check(number_in(1, kInf));
+  app.add_option("--stages", a.stages, "Blocks of each stage, e.g. 0-5,6-11 (default: balanced); stage 0 also holds the embedding, "
+                                       "the last the head and loss");
+  app.add_option("--pipeline", a.pipeline, "gpipe | 1f1b | eager-1f1b: the order of micro-batch forwards and backwards per stage")
+      ->check(CLI::IsMember({"gpipe", "1f1b", "eager-1f1b"}));
   app.add_option("--local-ranks", a.local_ranks, "Run N ranks as threads of this process")->check(number_in(1, kInf));
   app.add_flag("--no-vocab-parallel", a.no_vocab_parallel, "Replicate the embedding and LM head instead of splitting the vocabulary");
   app.add_flag("--sequence-parallel", a.sequence_parallel, "Split norms and residuals over the sequence (reduce-scatter + all-gather)");

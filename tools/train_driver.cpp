@@ -39,14 +39,29 @@ std::string sanitize(const std::string& name) {
   return r;
 }
 
-// One rank's training loop.
-Status run_rank(const TrainSetup& s, RankRuntime& rt) {
+// One rank's training loop. Under --pp, `rt` is the rank's stage (its mesh, groups and rank in
+// the stage) and `world` every rank of the run: the loss comes from the last stage, the gradient
+// norm sums the stages (a tied weight counted once), and checkpoints, gradient dumps and exports
+// pool every stage's parameters on world rank 0.
+Status run_rank(const TrainSetup& s, RankRuntime& rt, RankRuntime* world = nullptr) {
   const TrainArgs& a = s.a;
-  bool lead = rt.rank() == 0;
+  const bool piped = s.pipe.has_value();
+  if (piped && !world) return Status::error("internal: a pipeline rank needs the world's runtime");
+  const int world_rank = piped ? world->rank() : rt.rank();
+  bool lead = world_rank == 0;
   std::vector<std::unique_ptr<CommGroup>> nccl_groups;
   std::optional<ScheduleOptions> sched;
-  OASES_ASSIGN_OR_RETURN(auto trainer, make_trainer(s, rt, &nccl_groups, &sched));
+  StageProgramInfo stage;
+  OASES_ASSIGN_OR_RETURN(auto trainer, make_trainer(s, rt, &nccl_groups, &sched, piped ? &stage : nullptr));
   Trainer& tr = *trainer;
+  RankRuntime& everyone = piped ? *world : rt;
+  const bool last_stage = !piped || stage.stage == s.pipe->stages - 1;
+  // the loss (and anything only the last stage has) on every rank
+  auto from_last_stage = [&](double x) { return piped ? world->sum(last_stage && rt.rank() == 0 ? x : 0.0) : x; };
+  // each stage's full tensors pooled on every rank (one copy per stage sends)
+  auto pooled = [&](const std::map<std::string, Tensor>& full) {
+    return piped ? world->merge_tensors(rt.rank() == 0 ? full : std::map<std::string, Tensor>{}) : full;
+  };
   tr.executor().state().seed = a.seed;
   // fp16: dynamic loss scaling (a step with non-finite gradients is skipped and the scale halves)
   LossScalerConfig lsc;
@@ -56,11 +71,28 @@ Status run_rank(const TrainSetup& s, RankRuntime& rt) {
   tr.skip_nonfinite = true;
   bool tracing = !a.trace.empty() || a.overlap_report;
   tr.executor().set_tracing(tracing);
-  const std::vector<ShardingSpec>& pspecs = s.gp.param_specs;
-  if (rt.distributed()) {
+  // this rank's parameters: their layouts and global shapes
+  std::vector<ShardingSpec> pspecs = s.gp.param_specs;
+  std::vector<Shape> pshapes = s.gp.param_shapes;
+  if (piped) {
+    pspecs.clear();
+    pshapes.clear();
+    for (size_t i : stage.param_index) {
+      pspecs.push_back(s.gp.param_specs[i]);
+      pshapes.push_back(s.gp.param_shapes[i]);
+    }
+    tr.global_norm = [&](const std::vector<double>& ss) {
+      std::vector<double> counted = ss;
+      for (size_t i = 0; i < counted.size(); ++i) {
+        if (!stage.counts_in_norm[i]) counted[i] = 0;
+      }
+      double mine = rt.global_sum_squares(counted, pspecs);
+      return std::sqrt(world->sum(rt.rank() == 0 ? mine : 0.0));
+    };
+  } else if (rt.distributed()) {
     tr.global_norm = [&rt, &pspecs](const std::vector<double>& ss) { return std::sqrt(rt.global_sum_squares(ss, pspecs)); };
   }
-  OASES_RETURN_IF_ERROR(rt.check_same("model or binary", s.model_hash));
+  OASES_RETURN_IF_ERROR(everyone.check_same("model or binary", s.model_hash));
   const Graph& lg = tr.training_graph().graph;
   const bool sharded = s.gp.world > 1;
   auto slice_feeds = [&](const std::map<std::string, Tensor>& global) {
@@ -73,7 +105,7 @@ Status run_rank(const TrainSetup& s, RankRuntime& rt) {
     }
     return local;
   };
-  auto gathered_params = [&]() { return gather_training_state(tr, rt, pspecs, s.gp.param_shapes, false); };
+  auto gathered_params = [&]() { return pooled(gather_training_state(tr, rt, pspecs, pshapes, false)); };
 
   BatchSampler sampler(&s.data.tokens, 0, s.split, a.seed);
   BatchSampler val_sampler(&s.data.tokens, s.split, static_cast<int64_t>(s.data.tokens.size()), a.seed + 1);
@@ -87,7 +119,7 @@ Status run_rank(const TrainSetup& s, RankRuntime& rt) {
     if (ck.optimizer_kind != a.optimizer) {
       return error("{}: the checkpoint holds {} state, this run uses --optimizer {}", a.resume, ck.optimizer_kind, a.optimizer);
     }
-    OASES_RETURN_IF_ERROR(restore_training_state(ck, a.resume, tr, rt, pspecs, s.gp.param_shapes));
+    OASES_RETURN_IF_ERROR(restore_training_state(ck, a.resume, tr, rt, pspecs, pshapes));
     if (!ck.sampler_state.empty()) OASES_RETURN_IF_ERROR(sampler.set_state(ck.sampler_state).with_context(a.resume));
     start = ck.step;
     tr.executor().state().step = static_cast<uint64_t>(start);
@@ -101,7 +133,7 @@ Status run_rank(const TrainSetup& s, RankRuntime& rt) {
     ck.optimizer_t = tr.optimizer().steps_taken();
     ck.sampler_state = sampler.state();
     ck.seed = a.seed;
-    ck.tensors = gather_training_state(tr, rt, pspecs, s.gp.param_shapes, true);
+    ck.tensors = pooled(gather_training_state(tr, rt, pspecs, pshapes, true));
     if (!lead) return Status::ok();
     return save_checkpoint(ck, a.save);
   };
@@ -131,12 +163,18 @@ Status run_rank(const TrainSetup& s, RankRuntime& rt) {
     }
     return micro;
   };
+  // a pipeline evaluates by running every stage's program without dropout or update
+  auto eval = [&](const std::map<std::string, Tensor>& feeds) -> Expected<double> {
+    if (!piped) return tr.eval_loss(feeds);
+    OASES_ASSIGN_OR_RETURN(double l, tr.program_loss(feeds));
+    return from_last_stage(l);
+  };
   auto validate = [&]() -> Expected<double> {
-    if (!s.fixed_feeds.empty()) return tr.eval_loss(slice_feeds(s.fixed_feeds));
+    if (!s.fixed_feeds.empty()) return eval(slice_feeds(s.fixed_feeds));
     double sum = 0;
     for (int64_t i = 0; i < a.val_batches; ++i) {
       Batch b = val_sampler.at(i, s.batch, s.seq);
-      OASES_ASSIGN_OR_RETURN(double l, tr.eval_loss(slice_feeds(feeds_for_batch(s.gp.train.graph, s.roles, b))));
+      OASES_ASSIGN_OR_RETURN(double l, eval(slice_feeds(feeds_for_batch(s.gp.train.graph, s.roles, b))));
       sum += l;
     }
     return sum / static_cast<double>(a.val_batches);
@@ -146,12 +184,18 @@ Status run_rank(const TrainSetup& s, RankRuntime& rt) {
       std::error_code ec;
       fs::create_directories(a.dump_grads, ec);
     }
-    for (size_t i = 0; i < tr.training_graph().params.size(); ++i) {
-      std::string name = tr.param_name(i);
-      Tensor full = rt.gather(tr.gradient(i), pspecs[i], s.gp.param_shapes[i]);
-      if (lead) OASES_RETURN_IF_ERROR(write_tensor_file(full, name, fmt::format("{}/grad_{:04d}_{}.pb", a.dump_grads, i, sanitize(name))));
+    std::map<std::string, Tensor> full;
+    for (size_t i = 0; i < tr.training_graph().params.size(); ++i) full[tr.param_name(i)] = rt.gather(tr.gradient(i), pspecs[i], pshapes[i]);
+    full = pooled(full);
+    // numbered in the whole model's parameter order
+    const TrainingGraph& whole = s.gp.train;
+    for (size_t i = 0; lead && i < whole.params.size(); ++i) {
+      std::string name = whole.graph.value(whole.params[i]).name;
+      auto it = full.find(name);
+      if (it == full.end()) return error("internal: no stage holds the gradient of '{}'", name);
+      OASES_RETURN_IF_ERROR(write_tensor_file(it->second, name, fmt::format("{}/grad_{:04d}_{}.pb", a.dump_grads, i, sanitize(name))));
     }
-    if (lead && !a.quiet) std::fprintf(stderr, "wrote %zu gradients to %s\n", tr.training_graph().params.size(), a.dump_grads.c_str());
+    if (lead && !a.quiet) std::fprintf(stderr, "wrote %zu gradients to %s\n", whole.params.size(), a.dump_grads.c_str());
     return Status::ok();
   };
 
@@ -162,6 +206,7 @@ Status run_rank(const TrainSetup& s, RankRuntime& rt) {
   if (a.steps == 0 && !a.dump_grads.empty()) {
     OASES_ASSIGN_OR_RETURN(auto micro, next_feeds());
     OASES_ASSIGN_OR_RETURN(double l, tr.compute_gradients(micro[0]));
+    l = from_last_stage(l);
     if (lead) std::printf("loss %.6f\n", l);
     OASES_RETURN_IF_ERROR(dump());
   }
@@ -173,10 +218,14 @@ Status run_rank(const TrainSetup& s, RankRuntime& rt) {
     std::fprintf(stderr, "training %s: %zu parameters (%lld values), batch %lld x %lld tokens%s, %lld steps%s\n", a.model.c_str(),
                  s.gp.param_shapes.size(), static_cast<long long>(values), static_cast<long long>(s.batch), static_cast<long long>(s.seq),
                  a.grad_accum > 1 ? fmt::format(" x {} micro-batches", a.grad_accum).c_str() : "", static_cast<long long>(a.steps),
-                 rt.size() > 1 ? fmt::format(", {} ranks (tp {} x dp {}, {})", rt.size(), a.tp, a.dp,
-                                             rt.communicator() ? rt.communicator()->kind() : "local")
-                                     .c_str()
-                               : "");
+                 piped ? fmt::format(", {} ranks (pp {} x tp {} x dp {}, {}, {} micro-batches, stages {}, {})", everyone.size(), a.pp, a.tp,
+                                     a.dp, a.pipeline, a.micro_batches, stages_string(s.pipe->cuts),
+                                     rt.communicator() ? rt.communicator()->kind() : "local")
+                             .c_str()
+                 : rt.size() > 1 ? fmt::format(", {} ranks (tp {} x dp {}, {})", rt.size(), a.tp, a.dp,
+                                               rt.communicator() ? rt.communicator()->kind() : "local")
+                                       .c_str()
+                                 : "");
   }
   auto run_start = std::chrono::steady_clock::now();
   double first_val = NAN, last_val = NAN;
@@ -192,11 +241,12 @@ Status run_rank(const TrainSetup& s, RankRuntime& rt) {
   ProfileReport prof;
   tr.executor().set_profiling(a.profile);
   for (int64_t step = start; step < end; ++step) {
-    OASES_RETURN_IF_ERROR(fault.at_step(rt.rank(), step));
+    OASES_RETURN_IF_ERROR(fault.at_step(world_rank, step));
     OASES_ASSIGN_OR_RETURN(auto micro, next_feeds());
     bool dump_now = !a.dump_grads.empty() && step == start;
     if (lsc.dynamic) tr.set_loss_scale(scaler.scale());
     OASES_ASSIGN_OR_RETURN(StepStats st, tr.step(micro, dump_now ? std::function<Status()>(dump) : std::function<Status()>()));
+    st.loss = from_last_stage(st.loss);
     if (lsc.dynamic) {
       double used = scaler.scale();
       scaler.update(!st.skipped);
@@ -210,7 +260,7 @@ Status run_rank(const TrainSetup& s, RankRuntime& rt) {
       int64_t done_steps = step - start;
       const Graph& run_graph = tr.executor().graph();  // the program's graph (with the executor's fused nodes)
       overlap.add(run_graph, ev, st.ms, done_steps >= 1);
-      if (!a.trace.empty() && done_steps >= 1 && done_steps <= a.trace_steps) append_trace(run_graph, ev, rt.rank(), &trace_json);
+      if (!a.trace.empty() && done_steps >= 1 && done_steps <= a.trace_steps) append_trace(run_graph, ev, world_rank, &trace_json);
     }
     if (st.skipped && !lsc.dynamic) {
       if (a.on_nonfinite == "stop") {
@@ -254,11 +304,17 @@ Status run_rank(const TrainSetup& s, RankRuntime& rt) {
     if (!a.save.empty() && a.save_every > 0 && done % a.save_every == 0 && done != end) OASES_RETURN_IF_ERROR(save(done));
   }
   if (!a.trace.empty()) {
-    std::vector<std::string> all = rt.gather_strings(trace_json.dump());
+    std::vector<std::string> all = everyone.gather_strings(trace_json.dump());
     if (lead) {
       nlohmann::json about{{"model", a.model},   {"schedule", a.schedule.empty() ? "plain (in line)" : a.schedule},
                            {"chunks", a.chunks}, {"tp", a.tp},
                            {"dp", a.dp},         {"emulated_link", a.emulate_link}};
+      if (piped) {
+        about["pp"] = a.pp;
+        about["pipeline"] = a.pipeline;
+        about["micro_batches"] = a.micro_batches;
+        about["stages"] = stages_string(s.pipe->cuts);
+      }
       size_t events = 0;
       OASES_RETURN_IF_ERROR(write_trace_file(all, about, a.trace, &events));
       if (!a.quiet) std::fprintf(stderr, "wrote trace %s (%zu events; open in https://ui.perfetto.dev)\n", a.trace.c_str(), events);
@@ -310,7 +366,15 @@ int run_training(TrainArgs& a, int argc, char** argv) {
     if (!lm) return fail_with(lm.status());
     link = *lm;
   }
-  return l.run(setup->gp.mesh(), link, [&](RankRuntime& rt) { return run_rank(*setup, rt); });
+  if (!setup->pipe) return l.run(setup->gp.mesh(), link, [&](RankRuntime& rt) { return run_rank(*setup, rt); });
+  // a pipeline: the world's ranks, each running its stage on the stage's own mesh
+  const PipelineLayout& pl = *setup->pipe;
+  Mesh everyone{{"world"}, {pl.world()}, {}};
+  return l.run(everyone, link, [&](RankRuntime& world) -> Status {
+    PlacedMesh placed = PlacedMesh::contiguous(setup->gp.mesh(), pl.first_rank(pl.stage_of_rank(world.rank())));
+    OASES_ASSIGN_OR_RETURN(auto stage_rt, RankRuntime::create(world.communicator(), placed, link));
+    return run_rank(*setup, *stage_rt, &world);
+  });
 }
 
 }  // namespace oases

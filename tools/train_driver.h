@@ -29,6 +29,10 @@ struct TrainArgs {
   bool nesterov = false, no_cosine = false, decay_all = false;
   // parallelism
   int64_t tp = 0, dp = 0, local_ranks = 0;
+  // pipeline stages (planner/pipeline_program.h): --pp S stages of tp x dp ranks each
+  int64_t pp = 1, micro_batches = 0;  // micro_batches 0: S (1 without stages)
+  std::string stages;                 // "0-5,6-11": blocks per stage; "": balanced
+  std::string pipeline = "1f1b";      // gpipe | 1f1b | eager-1f1b
   bool no_vocab_parallel = false, sequence_parallel = false;
   double dp_bucket_mb = 25;  // data-parallel gradient all-reduce buckets (0: one per gradient)
   double comm_timeout = kDefaultCommTimeoutS;

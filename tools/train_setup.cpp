@@ -253,8 +253,20 @@ Expected<TrainSetup> prepare_training(const TrainArgs& args, int64_t world) {
   if (a.steps == 0 && a.dump_grads.empty() && a.export_onnx.empty() && a.export_plan.empty()) {
     return Status::error("--steps 0 does nothing without --dump-grads, --export-onnx or --export-plan");
   }
+  // pipeline stages: the world is pp meshes of tp x dp ranks
+  const bool piped = a.pp > 1;
+  if (!piped && (a.micro_batches > 0 || !a.stages.empty())) return Status::error("--micro-batches and --stages need --pp 2 or more");
+  if (piped) {
+    if (world % a.pp != 0) return error("--pp {} does not divide the {} ranks of this run (world size must equal pp x tp x dp)", a.pp, world);
+    if (!a.plan.empty()) return Status::error("--plan with --pp: pipeline plans are not read yet; give --tp/--dp per stage on the command line");
+    if (a.grad_accum > 1) return Status::error("--grad-accum with --pp: the pipeline's --micro-batches accumulate the gradients");
+    if (a.device != "cpu") return Status::error("--pp runs on the CPU only: cross-stage transfers have no GPU path yet");
+    if (a.micro_batches <= 0) a.micro_batches = a.pp;
+  }
+  const int64_t stage_world = piped ? world / a.pp : world;
   // a plan fixes the layout, the shapes and the schedule where the command line does not
-  OASES_ASSIGN_OR_RETURN(Plan plan, run_plan(a, world));
+  OASES_ASSIGN_OR_RETURN(Plan plan, run_plan(a, stage_world));
+  if (piped) plan.mesh.chunks = a.chunks * a.micro_batches;  // every micro-batch's chunks, cut into stages later
   ImportOptions opts;
   OASES_RETURN_IF_ERROR(a.bind.apply(&opts));
   if (!a.inputs_dir.empty()) {
@@ -264,6 +276,7 @@ Expected<TrainSetup> prepare_training(const TrainArgs& args, int64_t world) {
   }
   plan.batch = s.batch;
   plan.seq = s.seq;
+  if (piped) OASES_RETURN_IF_ERROR(check_pipeline_batch(s.batch, a.dp, a.micro_batches, a.chunks));
   OASES_ASSIGN_OR_RETURN(LoadedModel loaded, load_model(a.model, opts));
   TrainingSpec spec;
   spec.loss = a.loss;
@@ -274,8 +287,22 @@ Expected<TrainSetup> prepare_training(const TrainArgs& args, int64_t world) {
   go.model_path = a.model;
   go.plan_path = a.plan;
   go.partition = !a.export_plan.empty();
-  OASES_ASSIGN_OR_RETURN(s.gp, build_global_program(std::move(loaded.graph), spec, plan, world, go));
+  OASES_ASSIGN_OR_RETURN(s.gp, build_global_program(std::move(loaded.graph), spec, plan, stage_world, go));
   const TrainingGraph& train = s.gp.train;
+  if (piped) {
+    PipelineLayout pl;
+    pl.stages = static_cast<int>(a.pp);
+    pl.micro_batches = static_cast<int>(a.micro_batches);
+    pl.chunks = static_cast<int>(a.chunks);
+    pl.stage_ranks = stage_world;
+    OASES_ASSIGN_OR_RETURN(pl.schedule, parse_pipeline(a.pipeline));
+    int blocks = count_blocks(train.graph);
+    if (blocks == 0) return error("{}: no transformer blocks found; pipeline stages are cut at block boundaries", a.model);
+    auto cuts = cut_stages(blocks, pl.stages, a.stages);
+    if (!cuts) return cuts.status().with_context(a.stages.empty() ? "--pp" : "--stages " + a.stages);
+    pl.cuts = std::move(*cuts);
+    s.pipe = pl;
+  }
   s.vocab = train.vocab;
   if (s.vocab == 0) {
     for (ValueId v : train.graph.initializers()) {
@@ -309,21 +336,32 @@ Expected<TrainSetup> prepare_training(const TrainArgs& args, int64_t world) {
     const Value& v = train.graph.value(train.params[i]);
     s.fingerprint += fmt::format("{}:{}{};", v.name, dtype_name(v.dtype), shape_str(v.shape));
   }
-  s.model_hash = fnv1a(s.fingerprint + fmt::format("nodes={};tp={};dp={};", train.graph.num_nodes(), a.tp, a.dp) + binary_identity());
+  s.model_hash = fnv1a(s.fingerprint +
+                           fmt::format("nodes={};tp={};dp={};pp={};stages={};", train.graph.num_nodes(), a.tp, a.dp, a.pp,
+                                       s.pipe ? stages_string(s.pipe->cuts) : "") +
+                       binary_identity());
   return s;
 }
 
 // This rank's program (planner/rank_program.h) bound to the executor in a Trainer.
 Expected<std::unique_ptr<Trainer>> make_trainer(const TrainSetup& s, RankRuntime& rt, std::vector<std::unique_ptr<CommGroup>>* nccl_groups,
-                                                std::optional<ScheduleOptions>* sched) {
+                                                std::optional<ScheduleOptions>* sched, StageProgramInfo* stage) {
   const TrainArgs& a = s.a;
-  bool lead = rt.rank() == 0;
+  const int64_t world_rank = rt.communicator() ? rt.communicator()->rank() : 0;
+  bool lead = world_rank == 0;
   RankProgramOptions ro;
   ro.device = a.device;
-  OASES_ASSIGN_OR_RETURN(RankProgram rp, build_rank_program(s.gp, rt.rank(), ro));
+  RankProgram rp;
+  if (s.pipe) {
+    if (!stage) return Status::error("internal: a pipeline rank's trainer needs its stage record");
+    OASES_ASSIGN_OR_RETURN(rp, build_stage_program(s.gp, *s.pipe, world_rank, ro, stage));
+  } else {
+    OASES_ASSIGN_OR_RETURN(rp, build_rank_program(s.gp, rt.rank(), ro));
+  }
   ExecOptions eo;
   eo.threads = a.threads;
   eo.groups = rt.axis_groups();
+  eo.comm = rt.communicator();
   eo.device = a.device;
   eo.order = rp.order;
   if (a.device == "cuda") {
@@ -341,8 +379,9 @@ Expected<std::unique_ptr<Trainer>> make_trainer(const TrainSetup& s, RankRuntime
   *sched = rp.schedule;
   if (lead && rp.schedule && std::getenv("OASES_DUMP_SCHEDULE")) print_schedule(rp.train.graph, rp.order);
   if (lead && (a.memory_report || a.overlap_report) && rp.schedule) {
-    std::fprintf(stderr, "schedule %s, %lld chunks: %d recomputed nodes (%d collectives); activations kept for backward per block:\n",
-                 rp.schedule->name.c_str(), static_cast<long long>(a.chunks), rp.recompute.nodes, rp.recompute.collectives);
+    std::fprintf(stderr, "schedule %s, %lld chunks: %d recomputed nodes (%d collectives); activations kept for backward per block%s:\n",
+                 rp.schedule->name.c_str(), static_cast<long long>(a.chunks), rp.recompute.nodes, rp.recompute.collectives,
+                 s.pipe ? " (stage 0, every micro-batch)" : "");
     for (const auto& [layer, bytes] : rp.saved_bytes) {
       std::string where = layer < 0 ? std::string("outside blocks") : fmt::format("layer {}", layer);
       std::fprintf(stderr, "  %s: %d tensors, %.1f KiB\n", where.c_str(), rp.saved_count.at(layer), static_cast<double>(bytes) / 1024.0);

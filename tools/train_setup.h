@@ -13,6 +13,7 @@
 #include "executor/distributed.h"
 #include "executor/optimizer.h"
 #include "executor/training.h"
+#include "planner/pipeline_program.h"
 #include "planner/rank_program.h"
 #include "tools/train_driver.h"
 
@@ -31,6 +32,8 @@ struct TrainSetup {
   OptimizerConfig oc;
   std::string fingerprint;  // names, dtypes and shapes of the trainable parameters
   uint64_t model_hash = 0;  // every rank must run the same model, layout and binary
+  // --pp S > 1: the stages (gp is then one stage's tp x dp program, chunked into M x K chunks)
+  std::optional<PipelineLayout> pipe;
 };
 
 Expected<TrainSetup> prepare_training(const TrainArgs& args, int64_t world);
@@ -38,7 +41,8 @@ Expected<TrainSetup> prepare_training(const TrainArgs& args, int64_t world);
 // This rank's program (planner/rank_program.h) bound to the executor in a Trainer; the NCCL groups
 // of a GPU run are kept in `nccl_groups`, the schedule run in `sched`. Prints the schedule
 // (OASES_DUMP_SCHEDULE) and the memory report on rank 0.
+// Under --pp, `rt` is the rank's stage runtime and `stage` receives what its program holds.
 Expected<std::unique_ptr<Trainer>> make_trainer(const TrainSetup& s, RankRuntime& rt, std::vector<std::unique_ptr<CommGroup>>* nccl_groups,
-                                                std::optional<ScheduleOptions>* sched);
+                                                std::optional<ScheduleOptions>* sched, StageProgramInfo* stage = nullptr);
 
 }  // namespace oases

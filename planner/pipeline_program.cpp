@@ -1,0 +1,522 @@
+#include "planner/pipeline_program.h"
+
+#include <algorithm>
+#include <functional>
+#include <map>
+#include <set>
+#include <tuple>
+
+#include "graph/autodiff.h"
+#include "graph/blocks.h"
+#include "graph/op_registry.h"
+#include "graph/tiles.h"
+
+namespace oases {
+
+namespace {
+
+bool forward_side(const Node& n) {
+  return n.phase == Node::Phase::kForward || n.phase == Node::Phase::kLoss;
+}
+
+bool contains(const std::vector<int>& v, int x) {
+  return std::find(v.begin(), v.end(), x) != v.end();
+}
+
+}  // namespace
+
+int count_blocks(const Graph& g) {
+  int b = -1;
+  for (NodeId id : g.nodes()) b = std::max(b, block_of_scope(g.node(id).scope));
+  return b + 1;
+}
+
+Expected<StageAssignment> assign_stages(const Graph& g, const std::vector<ValueId>& params, const std::vector<StageCut>& cuts, int S) {
+  StageAssignment a;
+  a.blocks = count_blocks(g);
+  if (static_cast<int>(cuts.size()) != S) return error("{} stage ranges for {} stages", cuts.size(), S);
+  std::vector<int> stage_of_block(static_cast<size_t>(a.blocks), -1);
+  for (int s = 0; s < S; ++s) {
+    for (int b = cuts[static_cast<size_t>(s)].first; b <= cuts[static_cast<size_t>(s)].last; ++b) {
+      if (b < 0 || b >= a.blocks) return error("stage {} names block {}; the model has {} blocks", s, b, a.blocks);
+      stage_of_block[static_cast<size_t>(b)] = s;
+    }
+  }
+  for (int b = 0; b < a.blocks; ++b) {
+    if (stage_of_block[static_cast<size_t>(b)] < 0) return error("block {} is in no stage", b);
+  }
+  OASES_ASSIGN_OR_RETURN(std::vector<NodeId> topo, g.topo_order());
+  const size_t N = static_cast<size_t>(g.max_node_id());
+  std::vector<int> stage(N, -1);
+  std::vector<char> copied(N, 0);
+  // forward nodes outside the blocks that read only inputs, constants and other such nodes: copied
+  for (NodeId id : topo) {
+    const Node& n = g.node(id);
+    if (n.phase != Node::Phase::kForward || is_collective(n) || block_of_scope(n.scope) >= 0) continue;
+    bool only_inputs = true;
+    for (ValueId v : n.inputs) {
+      NodeId p = v == kNoId ? kNoId : g.producer(v);
+      if (p != kNoId && !copied[static_cast<size_t>(p)]) only_inputs = false;
+    }
+    copied[static_cast<size_t>(id)] = only_inputs;
+  }
+  // the other forward nodes: their block's stage; the loss the last; else after their producers
+  for (NodeId id : topo) {
+    const Node& n = g.node(id);
+    if (!forward_side(n) || copied[static_cast<size_t>(id)]) continue;
+    int s = 0;
+    int b = block_of_scope(n.scope);
+    if (n.phase == Node::Phase::kLoss) {
+      s = S - 1;
+    } else if (b >= 0) {
+      s = stage_of_block[static_cast<size_t>(b)];
+    } else {
+      for (ValueId v : n.inputs) {
+        NodeId p = v == kNoId ? kNoId : g.producer(v);
+        if (p != kNoId && !copied[static_cast<size_t>(p)]) s = std::max(s, stage[static_cast<size_t>(p)]);
+      }
+    }
+    stage[static_cast<size_t>(id)] = s;
+  }
+  // copied nodes: the stages of their forward readers; their backward goes to the first of them
+  std::vector<std::set<int>> sets(N);
+  auto reader_stages = [&](NodeId id, bool backward_too) {
+    std::set<int>& out = sets[static_cast<size_t>(id)];
+    for (ValueId o : g.node(id).outputs) {
+      if (o == kNoId) continue;
+      for (const Use& u : g.uses(o)) {
+        const Node& c = g.node(u.node);
+        if (!backward_too && !forward_side(c)) continue;
+        if (copied[static_cast<size_t>(u.node)]) {
+          out.insert(sets[static_cast<size_t>(u.node)].begin(), sets[static_cast<size_t>(u.node)].end());
+        } else {
+          out.insert(stage[static_cast<size_t>(u.node)]);
+        }
+      }
+    }
+  };
+  for (auto it = topo.rbegin(); it != topo.rend(); ++it) {
+    if (copied[static_cast<size_t>(*it)]) reader_stages(*it, false);
+  }
+  auto first_of = [&](NodeId p) {
+    const std::set<int>& s = sets[static_cast<size_t>(p)];
+    return s.empty() ? 0 : *s.begin();
+  };
+  // backward and recompute nodes: with their origin; without one, the first stage among the
+  // producers that are not copies (else among the copies)
+  for (NodeId id : topo) {
+    const Node& n = g.node(id);
+    if (forward_side(n)) continue;
+    int s = -1;
+    if (n.origin != kNoId && g.alive(n.origin)) {
+      s = copied[static_cast<size_t>(n.origin)] ? first_of(n.origin) : stage[static_cast<size_t>(n.origin)];
+    }
+    if (s < 0) {
+      int from_copies = -1;
+      for (ValueId v : n.inputs) {
+        NodeId p = v == kNoId ? kNoId : g.producer(v);
+        if (p == kNoId) continue;
+        if (copied[static_cast<size_t>(p)]) {
+          int c = first_of(p);
+          from_copies = from_copies < 0 ? c : std::min(from_copies, c);
+        } else if (stage[static_cast<size_t>(p)] >= 0) {
+          s = s < 0 ? stage[static_cast<size_t>(p)] : std::min(s, stage[static_cast<size_t>(p)]);
+        }
+      }
+      if (s < 0) s = std::max(0, from_copies);
+    }
+    stage[static_cast<size_t>(id)] = s;
+  }
+  // copies also go where backward nodes read them
+  for (auto it = topo.rbegin(); it != topo.rend(); ++it) {
+    if (copied[static_cast<size_t>(*it)]) reader_stages(*it, true);
+  }
+  a.stages.assign(N, {});
+  for (NodeId id : topo) {
+    auto& out = a.stages[static_cast<size_t>(id)];
+    if (copied[static_cast<size_t>(id)]) {
+      out.assign(sets[static_cast<size_t>(id)].begin(), sets[static_cast<size_t>(id)].end());
+      if (out.empty()) out.push_back(0);
+    } else {
+      out.push_back(stage[static_cast<size_t>(id)]);
+    }
+  }
+  for (ValueId p : params) {
+    std::set<int> holders;
+    for (const Use& u : g.uses(p)) {
+      for (int s : a.stages[static_cast<size_t>(u.node)]) holders.insert(s);
+    }
+    a.param_holders.emplace_back(holders.begin(), holders.end());
+  }
+  return a;
+}
+
+namespace {
+
+// One value crossing from one stage to another.
+struct Transfer {
+  ValueId value = kNoId;
+  int from = 0, to = 0;
+  bool forward = true;
+  int micro = 0;
+  double issue = 0;  // in the unit-time pipeline
+  auto key() const { return std::make_tuple(issue, from, !forward, micro, value, to); }
+};
+
+// The global shape of a local tile laid out by `spec` on `mesh` (even splits).
+Shape global_shape_of(const Shape& local, const ShardingSpec& spec, const Mesh& mesh) {
+  Shape s = local;
+  for (size_t d = 0; d < spec.dims.size() && d < s.size(); ++d) {
+    if (spec.dims[d].axis >= 0) s[d] *= mesh.axis_size(spec.dims[d].axis);
+  }
+  return s;
+}
+
+}  // namespace
+
+Expected<RankProgram> build_stage_program(const GlobalProgram& global, const PipelineLayout& pl, int64_t world_rank,
+                                          const RankProgramOptions& opts, StageProgramInfo* info) {
+  const int S = pl.stages, M = pl.micro_batches, K = std::max(1, pl.chunks);
+  if (S < 1 || M < 1 || pl.stage_ranks < 1) return error("a pipeline of {} stages, {} micro-batches, {} ranks a stage", S, M, pl.stage_ranks);
+  if (world_rank < 0 || world_rank >= pl.world()) return error("world rank {} of a {}-rank pipeline", world_rank, pl.world());
+  const int me = pl.stage_of_rank(world_rank);
+  const int64_t local = world_rank % pl.stage_ranks;
+  if (global.world != pl.stage_ranks) return error("the program was partitioned over {} ranks, a stage has {}", global.world, pl.stage_ranks);
+  RankProgram rp;
+  rp.rank = local;
+  rp.mesh = global.mesh();
+  Graph g;
+  const std::vector<ShardingSpec>* specs = nullptr;
+  if (global.partitioned) {
+    g = opts.slice_constants ? local_graph_for_rank(*global.partitioned, local) : global.partitioned->local;
+    specs = &global.partitioned->specs;
+    rp.collectives = global.partitioned->collectives;
+  } else {
+    g = global.train.graph;
+  }
+  const std::vector<ValueId>& params = global.train.params;
+  if (g.outputs().size() != params.size() + 1) return error("the training graph has {} outputs for {} parameters", g.outputs().size(), params.size());
+  const ValueId loss = g.outputs()[0];
+  const std::vector<ValueId> grads(g.outputs().begin() + 1, g.outputs().end());
+
+  // recomputation on the whole graph (its copies carry their origin, so they follow it)
+  const MeshPlan& mp = global.plan.mesh;
+  OASES_ASSIGN_OR_RETURN(ScheduleOptions so, schedule_by_name(mp.schedule.empty() ? "plain" : mp.schedule));
+  so.checkpoint = mp.recompute_mode();
+  rp.schedule = so;
+  OASES_ASSIGN_OR_RETURN(rp.recompute, apply_recompute(g, so.checkpoint));
+  OASES_ASSIGN_OR_RETURN(StageAssignment sa, assign_stages(g, params, pl.cuts, S));
+  auto in_stage = [&](NodeId id, int s) { return contains(sa.stages[static_cast<size_t>(id)], s); };
+  auto home = [&](NodeId id) { return sa.stages[static_cast<size_t>(id)].front(); };
+  auto micro_of = [&](const Node& n) { return n.chunk < 0 ? -1 : n.chunk / K; };
+
+  // the pipeline in unit times: when each stage's steps end
+  PipelineTimes unit{std::vector<double>(static_cast<size_t>(S), 1.0), std::vector<double>(static_cast<size_t>(S), 2.0),
+                     std::vector<double>(static_cast<size_t>(S - 1), 0.0)};
+  OASES_ASSIGN_OR_RETURN(PipelineSim sim, simulate_pipeline(pl.schedule, M, unit));
+  std::map<std::tuple<int, bool, int>, double> step_end;
+  std::vector<double> stage_end(static_cast<size_t>(S), 0);
+  for (const PipelineEvent& e : sim.events) {
+    if (e.transfer) continue;
+    step_end[{e.stage, e.forward, e.micro}] = e.end_s;
+    stage_end[static_cast<size_t>(e.stage)] = std::max(stage_end[static_cast<size_t>(e.stage)], e.end_s);
+  }
+
+  // every transfer this rank takes part in
+  std::map<std::pair<ValueId, int>, Transfer> found;
+  auto add_transfer = [&](ValueId v, int to) -> Status {
+    NodeId p = g.producer(v);
+    if (p == kNoId) return Status::ok();
+    if (sa.stages[static_cast<size_t>(p)].size() != 1) return error("{} is copied into several stages, yet stage {} lacks it", g.node(p).describe(), to);
+    int from = home(p);
+    if (from != me && to != me) return Status::ok();
+    Transfer t;
+    t.value = v;
+    t.from = from;
+    t.to = to;
+    const Node& pn = g.node(p);
+    t.forward = forward_side(pn);
+    t.micro = micro_of(pn);
+    if (t.micro < 0) {
+      t.micro = t.forward ? -1 : M;
+      t.issue = t.forward ? -1.0 : stage_end[static_cast<size_t>(from)];
+    } else {
+      auto it = step_end.find({from, t.forward, t.micro});
+      if (it == step_end.end()) return error("{} works on micro-batch {}, which stage {} never runs", pn.describe(), t.micro, from);
+      t.issue = it->second;
+    }
+    found.emplace(std::make_pair(v, to), t);
+    return Status::ok();
+  };
+  for (NodeId id : g.nodes()) {
+    for (int t : sa.stages[static_cast<size_t>(id)]) {
+      for (ValueId v : g.node(id).inputs) {
+        if (v == kNoId) continue;
+        NodeId p = g.producer(v);
+        if (p != kNoId && !in_stage(p, t)) OASES_RETURN_IF_ERROR(add_transfer(v, t));
+      }
+    }
+  }
+  for (size_t i = 0; i < params.size(); ++i) {
+    NodeId p = g.producer(grads[i]);
+    for (int t : sa.param_holders[i]) {
+      if (p != kNoId && !in_stage(p, t)) OASES_RETURN_IF_ERROR(add_transfer(grads[i], t));
+    }
+  }
+  if (g.producer(loss) != kNoId && !in_stage(g.producer(loss), S - 1)) OASES_RETURN_IF_ERROR(add_transfer(loss, S - 1));
+  std::vector<Transfer> transfers;
+  for (const auto& [k, t] : found) transfers.push_back(t);
+  std::sort(transfers.begin(), transfers.end(), [](const Transfer& a, const Transfer& b) { return a.key() < b.key(); });
+
+  // the stage's graph: the other stages' nodes out, the transfers in
+  std::vector<NodeId> all = g.nodes();
+  for (NodeId id : all) {
+    if (!in_stage(id, me)) g.remove_node(id);
+  }
+  const Mesh& mesh = global.mesh();
+  std::vector<int64_t> base_sizes;
+  for (int ax = 0; ax < mesh.num_axes(); ++ax) {
+    if (mesh.is_base(ax)) base_sizes.push_back(mesh.sizes[static_cast<size_t>(ax)]);
+  }
+  if (base_sizes.empty()) base_sizes.push_back(1);
+  auto stage_ranks = [&](int s) {
+    std::vector<int64_t> r;
+    for (int64_t i = 0; i < pl.stage_ranks; ++i) r.push_back(pl.first_rank(s) + i);
+    return r;
+  };
+  std::vector<NodeId> channel_ops;  // this rank's transfers in the global order
+  std::map<NodeId, double> recv_issue;
+  std::map<NodeId, ValueId> send_input;
+  for (const Transfer& t : transfers) {
+    const Value& val = g.value(t.value);
+    ShardingSpec spec = ShardingSpec::replicated(val.shape.size());
+    if (specs) {
+      if (static_cast<size_t>(t.value) >= specs->size())
+        return error("'{}' crosses from stage {} to {} but has no layout", val.name, t.from, t.to);
+      spec = (*specs)[static_cast<size_t>(t.value)];
+    }
+    AttrMap a;
+    a.set_ints("shape", specs ? global_shape_of(val.shape, spec, mesh) : val.shape);
+    a.set_ints("src_mesh", base_sizes);
+    a.set_ints("dst_mesh", base_sizes);
+    a.set_ints("src_ranks", stage_ranks(t.from));
+    a.set_ints("dst_ranks", stage_ranks(t.to));
+    std::string layout = specs ? layout_string(spec, mesh) : std::string(val.shape.size(), 'R');
+    a.set_string("src_layout", layout);
+    a.set_string("dst_layout", layout.find(":P") == std::string::npos ? layout : layout.substr(0, layout.find(":P")));
+    if (layout.find(":P") != std::string::npos)
+      return error("'{}' crosses from stage {} to {} as a partial sum; cut the stages where values are whole", val.name, t.from, t.to);
+    a.set_int("world_rank", world_rank);
+    a.set_int("dtype", dtype_to_onnx(val.dtype));
+    a.set_int("channel", 1);
+    std::string name = g.unique_name(fmt::format("pipe/{}/{}to{}", val.name, t.from, t.to));
+    NodeId n = kNoId;
+    if (t.to == me) {
+      n = g.add_node("Reshard", {}, {t.value}, a, name, kOasesDomain);
+      recv_issue[n] = t.issue;
+    } else {
+      n = g.add_node_new_outputs("Reshard", {t.value}, 1, a, name, kOasesDomain);
+      send_input[n] = t.value;
+    }
+    Node& nn = g.node(n);
+    nn.phase = t.forward ? Node::Phase::kForward : Node::Phase::kBackward;
+    nn.chunk = -1;
+    if (Status st = infer_node(g, n); !st) return st.with_context(fmt::format("stage {} of world rank {}", me, world_rank));
+    channel_ops.push_back(n);
+    if (info) ++(t.to == me ? info->receives : info->sends);
+  }
+  for (ValueId v : std::vector<ValueId>(g.inputs())) {
+    if (g.uses(v).empty()) g.remove_input(v);
+  }
+  // outputs: the loss on the last stage, the gradients of the stage's parameters
+  TrainingGraph& tg = rp.train;
+  std::vector<ValueId> outs;
+  if (me == S - 1) {
+    outs.push_back(loss);
+    tg.loss = loss;
+  }
+  if (info) {
+    info->stage = me;
+    info->param_index.clear();
+    info->counts_in_norm.clear();
+  }
+  for (size_t i = 0; i < params.size(); ++i) {
+    const auto& holders = sa.param_holders[i];
+    if (!contains(holders, me)) {
+      if (g.value(params[i]).is_initializer) g.remove_initializer(params[i]);
+      continue;
+    }
+    // updated in place: every rank owns its copy (ranks as threads share the template's tensors)
+    if (!global.partitioned) g.value(params[i]).constant = g.value(params[i]).constant.clone();
+    tg.params.push_back(params[i]);
+    tg.grads.push_back(grads[i]);
+    outs.push_back(grads[i]);
+    if (info) {
+      info->param_index.push_back(i);
+      info->counts_in_norm.push_back(holders.front() == me);
+    }
+  }
+  g.set_outputs(outs);
+  tg.targets = global.train.targets;
+  tg.appended_loss = global.train.appended_loss;
+  tg.vocab = global.train.vocab;
+  tg.frozen = global.train.frozen;
+  for (ValueId p : tg.params) rp.param_bytes += static_cast<double>(g.value(p).nbytes());
+
+  // the order: the intra-stage schedule's, cut into the pipeline's steps
+  OASES_ASSIGN_OR_RETURN(std::vector<ScheduledOp> base, schedule_program(g, so));
+  std::set<NodeId> channel_set(channel_ops.begin(), channel_ops.end());
+  std::vector<NodeId> seq;
+  for (const ScheduledOp& op : base) {
+    if (op.kind != ScheduledOp::Kind::kCommWait && !channel_set.count(op.node)) seq.push_back(op.node);
+  }
+  std::vector<ScheduledOp> order;
+  std::vector<char> emitted(static_cast<size_t>(g.max_node_id()), 0);
+  std::vector<char> ready(g.num_values(), 0);
+  for (ValueId v = 0; v < static_cast<ValueId>(g.num_values()); ++v) ready[static_cast<size_t>(v)] = g.producer(v) == kNoId;
+  std::map<ValueId, NodeId> pending;  // made by a started collective not yet waited for
+  std::set<NodeId> waited;
+  std::vector<NodeId> started;
+  auto emit = [&](NodeId id) {
+    const Node& n = g.node(id);
+    bool comm = is_collective(n);
+    for (ValueId v : n.inputs) {
+      auto it = pending.find(v);
+      if (it == pending.end()) continue;
+      bool same_channel = comm && g.node(it->second).attrs.get_int("channel", 0) == n.attrs.get_int("channel", 0);
+      if (!same_channel && waited.insert(it->second).second) order.push_back({ScheduledOp::Kind::kCommWait, it->second});
+    }
+    order.push_back({comm ? ScheduledOp::Kind::kCommStart : ScheduledOp::Kind::kCompute, id});
+    emitted[static_cast<size_t>(id)] = 1;
+    for (ValueId o : n.outputs) {
+      if (o == kNoId) continue;
+      ready[static_cast<size_t>(o)] = 1;
+      if (comm) pending[o] = id;
+    }
+    if (comm) started.push_back(id);
+  };
+  size_t next_channel = 0;
+  auto pump_channel = [&]() {
+    while (next_channel < channel_ops.size()) {
+      NodeId c = channel_ops[next_channel];
+      auto s = send_input.find(c);
+      if (s != send_input.end() && !ready[static_cast<size_t>(s->second)]) return;
+      emit(c);
+      ++next_channel;
+    }
+  };
+  double now = -0.5;  // end of the last step run, in the unit-time pipeline
+  auto inputs_ready = [&](NodeId id, bool in_time) {
+    for (ValueId v : g.node(id).inputs) {
+      if (v == kNoId) continue;
+      if (!ready[static_cast<size_t>(v)]) return false;
+      NodeId p = g.producer(v);
+      if (in_time && p != kNoId) {
+        auto r = recv_issue.find(p);
+        if (r != recv_issue.end() && r->second > now) return false;
+      }
+    }
+    return true;
+  };
+  // Nodes that read only inputs and constants (the loss's token count, masks, slices of the
+  // targets) run as soon as they can, whatever micro-batch they name: a backward may need them
+  // (the mean's divisor counts every micro-batch's tokens) before their micro-batch's forward.
+  // Every other node runs in the first step at or after its own in which all its inputs exist
+  // (a sum over the micro-batches' losses waits for the last of them).
+  const size_t NN = static_cast<size_t>(g.max_node_id());
+  std::vector<char> input_only(NN, 0);
+  for (NodeId id : seq) {
+    const Node& n = g.node(id);
+    if (!forward_side(n) || is_collective(n)) continue;
+    bool only = true;
+    for (ValueId v : n.inputs) {
+      NodeId p = v == kNoId ? kNoId : g.producer(v);
+      if (p != kNoId && !input_only[static_cast<size_t>(p)]) only = false;
+    }
+    input_only[static_cast<size_t>(id)] = only;
+  }
+  std::vector<PipeStep> steps = stage_steps(pl.schedule, me, S, M);
+  std::map<std::pair<bool, int>, int> step_index;
+  for (size_t i = 0; i < steps.size(); ++i) step_index[{steps[i].forward, steps[i].micro}] = static_cast<int>(i);
+  std::vector<int> target(NN, -1);  // the step a node runs in; -1: none (as soon as it can)
+  std::vector<NodeId> untagged;
+  for (NodeId id : seq) {
+    const Node& n = g.node(id);
+    int t = -1;
+    for (ValueId v : n.inputs) {
+      NodeId p = v == kNoId ? kNoId : g.producer(v);
+      if (p != kNoId && !channel_set.count(p)) t = std::max(t, target[static_cast<size_t>(p)]);
+    }
+    int m = input_only[static_cast<size_t>(id)] ? -1 : micro_of(n);
+    if (m >= 0) {
+      auto it = step_index.find({forward_side(n), m});
+      if (it == step_index.end()) return error("stage {}: {} works on micro-batch {} of {}", me, n.describe(), m, M);
+      t = std::max(t, it->second);
+    } else {
+      untagged.push_back(id);
+    }
+    target[static_cast<size_t>(id)] = t;
+  }
+  std::vector<char> tagged(NN, 0);
+  for (NodeId id : seq) tagged[static_cast<size_t>(id)] = !input_only[static_cast<size_t>(id)] && micro_of(g.node(id)) >= 0;
+  auto emit_ready_untagged = [&](bool in_time) {
+    for (bool changed = true; changed;) {
+      changed = false;
+      for (NodeId id : untagged) {
+        if (emitted[static_cast<size_t>(id)] || !inputs_ready(id, in_time)) continue;
+        emit(id);
+        pump_channel();
+        changed = true;
+      }
+    }
+  };
+  // an untagged node a step needs now: with its untagged inputs first
+  std::function<Status(NodeId)> emit_with_inputs = [&](NodeId id) -> Status {
+    for (ValueId v : g.node(id).inputs) {
+      if (v == kNoId || ready[static_cast<size_t>(v)]) continue;
+      NodeId p = g.producer(v);
+      if (p == kNoId || channel_set.count(p) || tagged[static_cast<size_t>(p)] || emitted[static_cast<size_t>(p)])
+        return error("stage {}: {} needs '{}' before the pipeline order makes it", me, g.node(id).describe(), g.value(v).name);
+      OASES_RETURN_IF_ERROR(emit_with_inputs(p));
+    }
+    emit(id);
+    pump_channel();
+    return Status::ok();
+  };
+  pump_channel();
+  emit_ready_untagged(true);
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const PipeStep& st = steps[i];
+    for (NodeId id : seq) {
+      if (emitted[static_cast<size_t>(id)] || !tagged[static_cast<size_t>(id)] || target[static_cast<size_t>(id)] != static_cast<int>(i)) continue;
+      OASES_RETURN_IF_ERROR(emit_with_inputs(id));
+    }
+    now = step_end.at({me, st.forward, st.micro});
+    emit_ready_untagged(true);
+  }
+  emit_ready_untagged(false);
+  for (NodeId id : seq) {
+    if (!emitted[static_cast<size_t>(id)]) OASES_RETURN_IF_ERROR(emit_with_inputs(id));
+  }
+  pump_channel();
+  if (next_channel < channel_ops.size())
+    return error("stage {}: transfer {} cannot start in the global order", me, g.node(channel_ops[next_channel]).describe());
+  for (NodeId c : started) {
+    if (waited.insert(c).second) order.push_back({ScheduledOp::Kind::kCommWait, c});
+  }
+  if (info) {
+    info->steps = steps;
+    info->peak_in_flight = peak_in_flight(steps);
+  }
+  rp.order = order;
+  rp.saved_bytes = saved_activation_bytes(g, rp.order);
+  rp.saved_count = saved_activation_count(g, rp.order);
+  // the sends' outputs are empty and read by nobody: kept, so no pass drops the sends
+  std::set<ValueId> keep = opts.keep;
+  for (const auto& [n, v] : send_input) keep.insert(g.node(n).outputs[0]);
+  OASES_ASSIGN_OR_RETURN(rp.program, lay_out_program(g, rp.order, keep, cpu_fusion_enabled(opts.fuse, opts.device)));
+  tg.graph = std::move(g);
+  return rp;
+}
+
+}  // namespace oases
