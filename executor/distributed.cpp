@@ -201,7 +201,10 @@ std::map<std::string, Tensor> RankRuntime::merge_tensors(const std::map<std::str
       if (at + t.nbytes() > m.size()) throw OasesError("merge_tensors: a rank sent a cut message");
       std::memcpy(t.raw_mutable(), m.data() + at, t.nbytes());
       at += t.nbytes();
-      out.emplace(name, std::move(t));
+      auto [it, fresh] = out.emplace(name, t);
+      if (!fresh && (it->second.shape() != t.shape() || it->second.dtype() != t.dtype() ||
+                     std::memcmp(it->second.raw(), t.raw(), t.nbytes()) != 0))
+        throw OasesError(fmt::format("'{}' differs between two ranks that both hold it (a tied weight's copies drifted apart)", name));
     }
   }
   return out;

@@ -46,8 +46,8 @@ class RankRuntime {
   std::vector<std::string> gather_strings(const std::string& mine);
   // The sum of every rank's `x` in rank order, on every rank (collective).
   double sum(double x);
-  // Every rank's named tensors merged, on every rank (collective; a name given by two ranks must
-  // carry equal tensors: the lower rank's is kept). Pipeline stages pool their parameters so.
+  // Every rank's named tensors merged, on every rank (collective). A name given by two ranks must
+  // carry bit-equal tensors (a tied weight's copies on two pipeline stages), else it throws.
   std::map<std::string, Tensor> merge_tensors(const std::map<std::string, Tensor>& mine);
 
  private:

@@ -10,6 +10,7 @@
 
 #include "graph/atomic_file.h"
 #include "graph/blocks.h"
+#include "graph/op_registry.h"
 
 namespace oases {
 
@@ -64,16 +65,25 @@ void OverlapStats::print(bool overlap_asked, const std::string& schedule) const 
   }
 }
 
-void append_trace(const Graph& g, const std::vector<TraceEvent>& ev, int rank, nlohmann::json* out) {
+void append_trace(const Graph& g, const std::vector<TraceEvent>& ev, int rank, nlohmann::json* out, int stage) {
   if (out->empty()) {
-    out->push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", rank}, {"args", {{"name", fmt::format("rank {}", rank)}}}});
+    std::string pname = stage >= 0 ? fmt::format("rank {} (stage {})", rank, stage) : fmt::format("rank {}", rank);
+    out->push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", rank}, {"args", {{"name", pname}}}});
     out->push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", rank}, {"tid", 0}, {"args", {{"name", "compute"}}}});
     out->push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", rank}, {"tid", 1}, {"args", {{"name", "communication"}}}});
+    out->push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", rank}, {"tid", 2}, {"args", {{"name", "transfers between meshes"}}}});
   }
   for (const TraceEvent& e : ev) {
     if (e.node == kNoId || !g.alive(e.node)) continue;
     const Node& n = g.node(e.node);
     std::string name = e.category == "wait" ? "wait " + n.op_type : n.op_type;
+    if (n.domain == kOasesDomain && n.op_type == "Reshard" && e.category != "wait") {
+      // a cross-mesh transfer: which way, and the other side's first world rank
+      bool sends = n.has_input(0);
+      std::vector<int64_t> peer = n.attrs.get_ints(sends ? "dst_ranks" : "src_ranks");
+      std::string what = n.has_input(0) ? g.value(n.inputs[0]).name : g.value(n.outputs[0]).name;
+      name = fmt::format("{} {} {} rank {}", sends ? "send" : "recv", what, sends ? "to" : "from", peer.empty() ? -1 : peer[0]);
+    }
     if (n.chunk >= 0) name += fmt::format(" (chunk {})", n.chunk);
     out->push_back({{"name", name},
                     {"cat", e.category == "wait" ? "comm" : e.category},

@@ -32,8 +32,10 @@ struct OverlapStats {
   void print(bool overlap_asked, const std::string& schedule) const;
 };
 
-// Chrome trace events ("X" complete events, one pid per rank, tid 0 compute and 1 communication).
-void append_trace(const Graph& g, const std::vector<TraceEvent>& ev, int rank, nlohmann::json* out);
+// Chrome trace events ("X" complete events, one pid per rank, tid 0 compute, 1 communication and
+// 2 the transfers between meshes: "send VALUE to rank R" / "recv VALUE from rank R"). `stage` >= 0
+// names the rank's pipeline stage in its process name.
+void append_trace(const Graph& g, const std::vector<TraceEvent>& ev, int rank, nlohmann::json* out, int stage = -1);
 
 // Writes every rank's events (`parts`, one JSON array per rank) as one trace document at `path`
 // (written to PATH.tmp and renamed); `about` goes to "otherData".

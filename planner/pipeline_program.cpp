@@ -52,7 +52,8 @@ Expected<StageAssignment> assign_stages(const Graph& g, const std::vector<ValueI
   // forward nodes outside the blocks that read only inputs, constants and other such nodes: copied
   for (NodeId id : topo) {
     const Node& n = g.node(id);
-    if (n.phase != Node::Phase::kForward || is_collective(n) || block_of_scope(n.scope) >= 0) continue;
+    // (collectives too, e.g. the data-parallel ShardSlice of the targets: each copy runs in its stage's groups)
+    if (n.phase != Node::Phase::kForward || block_of_scope(n.scope) >= 0) continue;
     bool only_inputs = true;
     for (ValueId v : n.inputs) {
       NodeId p = v == kNoId ? kNoId : g.producer(v);
@@ -108,7 +109,11 @@ Expected<StageAssignment> assign_stages(const Graph& g, const std::vector<ValueI
     const Node& n = g.node(id);
     if (forward_side(n)) continue;
     int s = -1;
-    if (n.origin != kNoId && g.alive(n.origin)) {
+    // autodiff's sums of a value's gradient contributions (graph/autodiff.cpp names them
+    // ".../grad/accumulate") go where the contributions are, so a value read in the next stage
+    // sends back one summed gradient, not one per reader
+    bool fan_in_sum = n.op_type == "Add" && n.name.find("/grad/accumulate") != std::string::npos;
+    if (n.origin != kNoId && g.alive(n.origin) && !fan_in_sum) {
       s = copied[static_cast<size_t>(n.origin)] ? first_of(n.origin) : stage[static_cast<size_t>(n.origin)];
     }
     if (s < 0) {
@@ -427,7 +432,7 @@ Expected<RankProgram> build_stage_program(const GlobalProgram& global, const Pip
   std::vector<char> input_only(NN, 0);
   for (NodeId id : seq) {
     const Node& n = g.node(id);
-    if (!forward_side(n) || is_collective(n)) continue;
+    if (!forward_side(n)) continue;
     bool only = true;
     for (ValueId v : n.inputs) {
       NodeId p = v == kNoId ? kNoId : g.producer(v);

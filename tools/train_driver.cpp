@@ -260,7 +260,7 @@ Status run_rank(const TrainSetup& s, RankRuntime& rt, RankRuntime* world = nullp
       int64_t done_steps = step - start;
       const Graph& run_graph = tr.executor().graph();  // the program's graph (with the executor's fused nodes)
       overlap.add(run_graph, ev, st.ms, done_steps >= 1);
-      if (!a.trace.empty() && done_steps >= 1 && done_steps <= a.trace_steps) append_trace(run_graph, ev, world_rank, &trace_json);
+      if (!a.trace.empty() && done_steps >= 1 && done_steps <= a.trace_steps) append_trace(run_graph, ev, world_rank, &trace_json, piped ? stage.stage : -1);
     }
     if (st.skipped && !lsc.dynamic) {
       if (a.on_nonfinite == "stop") {

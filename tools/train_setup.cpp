@@ -299,7 +299,7 @@ Expected<TrainSetup> prepare_training(const TrainArgs& args, int64_t world) {
     int blocks = count_blocks(train.graph);
     if (blocks == 0) return error("{}: no transformer blocks found; pipeline stages are cut at block boundaries", a.model);
     auto cuts = cut_stages(blocks, pl.stages, a.stages);
-    if (!cuts) return cuts.status().with_context(a.stages.empty() ? "--pp" : "--stages " + a.stages);
+    if (!cuts) return cuts.status();
     pl.cuts = std::move(*cuts);
     s.pipe = pl;
   }
