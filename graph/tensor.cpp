@@ -48,6 +48,18 @@ uint64_t max_tensor_bytes() {
   return std::min(max_memory_bytes(), kMaxTensorBytes);
 }
 
+namespace {
+std::atomic<bool> g_shapes_only{false};
+}
+
+void set_shapes_only(bool on) {
+  g_shapes_only.store(on, std::memory_order_relaxed);
+}
+
+uint64_t max_inferred_bytes() {
+  return g_shapes_only.load(std::memory_order_relaxed) ? kMaxShapeOnlyBytes : max_tensor_bytes();
+}
+
 std::optional<uint64_t> checked_nbytes(const Shape& s, DType t) {
   bool empty = false;
   for (int64_t d : s) {

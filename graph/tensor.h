@@ -38,6 +38,13 @@ uint64_t max_memory_bytes();
 void set_max_memory_bytes(uint64_t bytes);
 // The largest single tensor: min(max_memory_bytes(), kMaxTensorBytes).
 uint64_t max_tensor_bytes();
+// Shapes-only work (oases-plan --gpus: the global graph is analysed, never run) may infer values
+// far larger than any one machine holds (GPT-3's embedding output at batch 1536 x 2048 is 154 GB);
+// with it on, shape inference bounds an output by kMaxShapeOnlyBytes instead. Allocations keep
+// max_tensor_bytes().
+constexpr uint64_t kMaxShapeOnlyBytes = uint64_t{1} << 50;
+void set_shapes_only(bool on);
+uint64_t max_inferred_bytes();
 // Bytes of a tensor of this shape and dtype, or nullopt when a dim is negative or the product
 // overflows 64 bits: shapes read from files are checked with it before anything is allocated.
 std::optional<uint64_t> checked_nbytes(const Shape& s, DType t);

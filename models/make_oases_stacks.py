@@ -162,12 +162,12 @@ def build_stack(hidden, layers, data_file, vocab=VOCAB, seq=SEQ, eps=1e-5):
     return model, b.offset, b.params
 
 
-def write_stack(out, hidden, layers, vocab=VOCAB):
-    name = f"gpt_h{hidden}_l{layers}" + ("" if vocab == VOCAB else f"_v{vocab}")
+def write_stack(out, hidden, layers, vocab=VOCAB, seq=SEQ):
+    name = f"gpt_h{hidden}_l{layers}" + ("" if vocab == VOCAB else f"_v{vocab}") + ("" if seq == SEQ else f"_s{seq}")
     d = os.path.join(out, name)
     os.makedirs(d, exist_ok=True)
     data_file = "weights.bin"
-    model, nbytes, params = build_stack(hidden, layers, data_file, vocab=vocab)
+    model, nbytes, params = build_stack(hidden, layers, data_file, vocab=vocab, seq=seq)
     path = os.path.join(d, "model.onnx")
     with open(path, "wb") as f:
         f.write(model.SerializeToString())
@@ -177,10 +177,10 @@ def write_stack(out, hidden, layers, vocab=VOCAB):
     onnx.checker.check_model(path)  # by path: checks that the external data file is there; reads no weights
     heads = hidden // HEAD_DIM
     info = {"name": name, "family": "gpt2", "hidden": hidden, "layers": layers, "heads": heads, "head_dim": HEAD_DIM,
-            "ffn": 4 * hidden, "sequence": SEQ, "vocab": vocab, "tied_head": True, "opset": OPSET, "ir_version": model.ir_version,
+            "ffn": 4 * hidden, "sequence": seq, "vocab": vocab, "tied_head": True, "opset": OPSET, "ir_version": model.ir_version,
             "parameters": params, "weights_bytes": nbytes, "weights_file": data_file,
             "weights": "zero-filled sparse external data: shapes for planning, not values to run",
-            "inputs": {"input_ids": ["batch", "sequence"]}, "import": f"oases-import {name}/model.onnx --dim batch=B --dim sequence={SEQ}"}
+            "inputs": {"input_ids": ["batch", "sequence"]}, "import": f"oases-import {name}/model.onnx --dim batch=B --dim sequence={seq}"}
     with open(os.path.join(d, "info.json"), "w") as f:
         json.dump(info, f, indent=2)
     disk = os.stat(data_path).st_blocks * 512
@@ -198,6 +198,7 @@ def main():
     ap.add_argument("--vocab", type=int, default=VOCAB,
                     help=f"vocabulary (default {VOCAB}, GPT-2's; Megatron pads it to 50304, a multiple of 128, so that "
                          "the vocabulary-parallel embedding and head divide over the tensor-parallel ranks)")
+    ap.add_argument("--seq", type=int, default=SEQ, help=f"maximum positions (default {SEQ}; GPT-3 used 2048)")
     a = ap.parse_args()
     if a.stack:
         for s in a.stack:
@@ -207,7 +208,7 @@ def main():
                 sys.exit(f"make_oases_stacks: --stack {s}: expected HIDDENxLAYERS")
             if hidden % HEAD_DIM:
                 sys.exit(f"make_oases_stacks: --stack {s}: hidden must be a multiple of {HEAD_DIM}")
-            write_stack(a.out, hidden, layers, a.vocab)
+            write_stack(a.out, hidden, layers, a.vocab, a.seq)
         return
     known = {h for h, _ in STACKS}
     for h in a.only:
@@ -216,7 +217,7 @@ def main():
     for hidden, layers in STACKS:
         if a.only and hidden not in a.only:
             continue
-        write_stack(a.out, hidden, layers, a.vocab)
+        write_stack(a.out, hidden, layers, a.vocab, a.seq)
 
 
 if __name__ == "__main__":

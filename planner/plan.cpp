@@ -387,6 +387,10 @@ nlohmann::json Plan::to_json() const {
     }
     j["parts"] = parts;
   }
+  if (pipeline.stages > 1) {
+    j["version"] = kPlanVersionPipeline;
+    j["pipeline"] = {{"stages", pipeline.stages}, {"micro_batches", pipeline.micro_batches}, {"cuts", pipeline.cuts}, {"schedule", pipeline.schedule}};
+  }
   if (!parameters.empty()) {
     j["parameters"] = nlohmann::json::array();
     for (const auto& [name, spec] : parameters) j["parameters"].push_back({{"name", name}, {"spec", spec}});
@@ -400,8 +404,8 @@ Expected<Plan> Plan::from_json(const nlohmann::json& j, const std::string& path)
   try {
     if (!j.is_object()) return error("{}: a plan is a JSON object", path);
     p.version = j.value("version", 1);
-    if (p.version < 1 || p.version > kPlanVersion)
-      return error("{}: plan version {} (this build reads 1 to {})", path, p.version, kPlanVersion);
+    if (p.version < 1 || p.version > kPlanVersionPipeline)
+      return error("{}: plan version {} (this build reads 1 to {})", path, p.version, kPlanVersionPipeline);
     if (j.contains("mesh")) {
       const auto& mj = j["mesh"];
       m.mesh.axes = mj.value("axes", std::vector<std::string>{});
@@ -454,6 +458,15 @@ Expected<Plan> Plan::from_json(const nlohmann::json& j, const std::string& path)
         m.dp = m.ranks / m.tp;
       }
     }
+    if (j.contains("pipeline") && j["pipeline"].is_object()) {
+      const auto& pj = j["pipeline"];
+      p.pipeline.stages = pj.value("stages", int64_t{1});
+      p.pipeline.micro_batches = pj.value("micro_batches", int64_t{0});
+      p.pipeline.cuts = pj.value("cuts", std::string());
+      p.pipeline.schedule = pj.value("schedule", std::string("1f1b"));
+      if (p.pipeline.stages < 1 || p.pipeline.micro_batches < 0)
+        return error("{}: pipeline of {} stages and {} micro-batches", path, p.pipeline.stages, p.pipeline.micro_batches);
+    }
     if (j.contains("parameters")) {
       const auto& pj = j["parameters"];
       if (pj.is_object()) {
@@ -475,7 +488,7 @@ Expected<Plan> Plan::read(const std::string& path) {
 
 bool Plan::operator==(const Plan& o) const {
   return mesh == o.mesh && vocab_parallel == o.vocab_parallel && sequence_parallel == o.sequence_parallel && dtype == o.dtype &&
-         dp_bucket_bytes == o.dp_bucket_bytes && batch == o.batch && seq == o.seq && parameters == o.parameters;
+         dp_bucket_bytes == o.dp_bucket_bytes && batch == o.batch && seq == o.seq && parameters == o.parameters && pipeline == o.pipeline;
 }
 
 std::string Plan::to_string() const {

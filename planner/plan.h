@@ -22,6 +22,9 @@ namespace oases {
 // schedule the plan was made for ("batch", "seq", "schedule") and the predictions; version 1 files
 // (one tp x dp mesh) still read.
 constexpr int kPlanVersion = 2;
+// A pipeline plan (a "pipeline" object: stages, micro-batches, block cuts, schedule) is version 3;
+// readers take 1 to 3.
+constexpr int kPlanVersionPipeline = 3;
 
 // What one mesh of ranks runs: its shape, how each part of the model is laid out on it, and the
 // schedule. A later list of pipeline stages holds one of these per stage (each over its own ranks).
@@ -57,6 +60,15 @@ struct Plan {
   // Spec text per initializer ("[S(tp), R]"): overrides of the layout (a version 1 plan), or, with
   // "parts", what the layouts must give (checked).
   std::map<std::string, std::string> parameters;
+  // Pipeline stages (version 3): the mesh above is one stage's; stages > 1 runs S of them.
+  struct Pipeline {
+    int64_t stages = 1, micro_batches = 0;
+    std::string cuts;      // "0-47,48-95"
+    std::string schedule;  // gpipe | 1f1b | eager-1f1b
+    bool operator==(const Pipeline& o) const {
+      return stages == o.stages && micro_batches == o.micro_batches && cuts == o.cuts && schedule == o.schedule;
+    }
+  } pipeline;
 
   // Megatron's split over one tp x dp mesh.
   static Plan megatron(int64_t tp, int64_t dp);

@@ -208,8 +208,9 @@ OpTimeModel::OpTimeModel(const Profile* profile, const DeviceSpec& device, doubl
 }
 
 double OpTimeModel::roofline(const std::string& op, double flops, double bytes) const {
-  double peak = device_.fp32_tflops * 1e12 * (is_compute_bound_op(op) ? device_.matmul_efficiency : 0.5 * device_.matmul_efficiency);
-  double bw = device_.memory_gbps * 1e9 * device_.memory_efficiency;
+  double tflops = half_ && device_.fp16_tflops > 0 && is_compute_bound_op(op) ? device_.fp16_tflops : device_.fp32_tflops;
+  double peak = tflops * 1e12 * (is_compute_bound_op(op) ? device_.matmul_efficiency : 0.5 * device_.matmul_efficiency);
+  double bw = device_.memory_gbps * 1e9 * device_.memory_efficiency * (half_ ? 2.0 : 1.0);
   double t = std::max(peak > 0 ? flops / peak : 0.0, bw > 0 ? bytes / bw : 0.0);
   return t + device_.launch_us * 1e-6;
 }

@@ -104,6 +104,11 @@ class OpTimeModel {
   bool covers(const std::string& op) const { return by_op_.count(op) > 0; }
   bool has_profile() const { return profile_ != nullptr; }
   double optimizer_seconds(double param_bytes) const;
+  // Roofline times for a bf16/fp16 run: products at the tensor cores' half-precision peak and
+  // half the bytes through memory (profiles are measured as they are). Memory and communication
+  // sizes stay fp32's in the cost model, which is conservative for them.
+  void set_half_precision(bool on) { half_ = on; }
+  bool half_precision() const { return half_; }
   // The executor's overheads on the compute thread (profile's "executor"; 0 without a profile).
   double instr_seconds() const;
   double comm_start_seconds() const;
@@ -114,6 +119,7 @@ class OpTimeModel {
   const Profile* profile_ = nullptr;
   DeviceSpec device_;
   double scale_ = 1.0;
+  bool half_ = false;
   std::map<std::string, double> exact_;                                  // key -> us
   std::map<std::string, std::vector<std::pair<double, double>>> by_op_;  // op -> (work, us) sorted
   double roofline(const std::string& op, double flops, double bytes) const;

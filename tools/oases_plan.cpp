@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -20,6 +21,7 @@
 #include "graph/atomic_file.h"
 #include "planner/link_model.h"
 #include "planner/plan.h"
+#include "planner/pipeline_search.h"
 #include "planner/plan_report.h"
 #include "planner/rank_program.h"
 #include "planner/search.h"
@@ -76,7 +78,8 @@ int legacy(const std::string& model, const std::string& out, const std::string& 
 int plan_main(const std::string& model, int64_t gpus, const std::string& cluster_file, const std::string& profile_file, double memory_gib,
               int64_t batch, int64_t seq, const std::string& out, const std::string& html, const std::string& dot, bool simulate,
               const std::string& trace, const std::string& schedules, const std::string& chunks, bool uniform, bool no_sp,
-              const std::string& emulate_link, const std::string& degrees, const BindingFlags& bind) {
+              const std::string& emulate_link, const std::string& degrees, const BindingFlags& bind, bool no_pipeline,
+              const std::string& reference_pipeline, const std::string& dtype, const std::string& pp_list) {
   auto t_start = std::chrono::steady_clock::now();
   ImportOptions opts;
   if (Status s = bind.apply(&opts); !s.is_ok()) return fail_with(s);
@@ -109,6 +112,10 @@ int plan_main(const std::string& model, int64_t gpus, const std::string& cluster
     cluster = this_machine(gpus, profile ? &*profile : nullptr, emulate_link, threads);
   }
   OpTimeModel ops = op_time_model(cluster, profile ? &*profile : nullptr, gpus, at_hand ? threads : 1);
+  // the search reads shapes only: global activations bigger than this machine are fine, unless a
+  // plan file (the partitioned program) or a simulation is asked for
+  set_shapes_only(out.empty() && html.empty() && dot.empty() && !simulate && trace.empty());
+  ops.set_half_precision(dtype != "fp32");
   auto pm = load_planning_model(model, opts, batch, seq);
   if (!pm) return fail_with(pm.status());
   auto an = analyze_model(pm->forward, pm->train.graph, pm->train.params, gpus);
@@ -153,7 +160,25 @@ int plan_main(const std::string& model, int64_t gpus, const std::string& cluster
   auto t_search = std::chrono::steady_clock::now();
   SearchResult best = search_plan(cm, so);
   double search_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_search).count();
-  if (!best.found) {
+  // pipeline stages: S meshes of N/S GPUs, each with the inner search's layout
+  PipelinePlan pipe;
+  if (!no_pipeline && gpus >= 2) {
+    PipelinePlanOptions po;
+    po.memory_limit = limit;
+    po.inner = so;
+    for (const std::string& x : split_list(pp_list)) {
+      try {
+        po.stage_counts.push_back(std::stoll(x));
+      } catch (const std::exception&) {
+        return fail_with(error("--pp '{}': '{}' is not a number", pp_list, x));
+      }
+      if (po.stage_counts.back() < 2) return fail_with(error("--pp '{}': stage counts must be at least 2", pp_list));
+    }
+    auto pr = search_pipeline(pm->forward, pm->train.graph, pm->train.params, cluster, ops, gpus, po);
+    if (!pr) return fail_with(pr.status().with_context(model));
+    pipe = std::move(*pr);
+  }
+  if (!best.found && !pipe.found) {
     if (best.least_memory > limit) {
       double gib = best.least_memory / (1024.0 * 1024 * 1024);
       double step = gib < 0.01 ? 1e-4 : 1e-2;  // round up to a --memory that fits
@@ -178,7 +203,7 @@ int plan_main(const std::string& model, int64_t gpus, const std::string& cluster
               a.mixed_ok ? "layouts may differ per part" : ("one layout for all: " + a.mixed_why).c_str(), static_cast<long long>(a.batch),
               static_cast<long long>(a.seq), static_cast<long long>(gpus), cluster.name.c_str());
   std::printf("  op times: %s; memory limit %s per GPU\n",
-              profile ? fmt::format("profile {}", profile_file).c_str() : fmt::format("roofline of {}", cluster.device.name).c_str(),
+              profile ? fmt::format("profile {}", profile_file).c_str() : fmt::format("roofline of {}, {}", cluster.device.name, dtype).c_str(),
               describe_bytes(limit).c_str());
   auto line = [&](const char* label, const SearchResult& r) {
     if (!r.found) {
@@ -199,8 +224,44 @@ int plan_main(const std::string& model, int64_t gpus, const std::string& cluster
   line("plan", best);
   line("Megatron", megatron);
   line("data parallel", dp);
-  if (megatron.found)
+  if (megatron.found && best.found)
     std::printf("  predicted speed-up over Megatron: %.2fx\n", cm.estimate(megatron.best).step_s / cm.estimate(best.best).step_s);
+  if (!no_pipeline && gpus >= 2) {
+    if (pipe.found) {
+      std::printf("  %-15s step %9.3f ms  (stages: forward %.3f, backward %.3f per micro-batch at the slowest; bubble %.0f%%; optimizer %.3f)  memory %s\n",
+                  "pipeline", pipe.step_s * 1e3,
+                  std::max_element(pipe.stage.begin(), pipe.stage.end(), [](auto& x, auto& y) { return x.forward_s < y.forward_s; })->forward_s * 1e3,
+                  std::max_element(pipe.stage.begin(), pipe.stage.end(), [](auto& x, auto& y) { return x.backward_s < y.backward_s; })->backward_s * 1e3,
+                  pipe.bubble * 100, pipe.optimizer_s * 1e3, describe_bytes(pipe.memory_bytes).c_str());
+      std::printf("  %-15s %s\n", "", describe_pipeline(pipe).c_str());
+      if (best.found) std::printf("  pipeline vs the best one-mesh plan: %.2fx\n", cm.estimate(best.best).step_s / pipe.step_s);
+    } else {
+      std::printf("  %-15s %s\n", "pipeline", describe_pipeline(pipe).c_str());
+    }
+    std::printf("  pipeline search: %lld candidates priced in %.1f ms\n", static_cast<long long>(pipe.candidates), pipe.search_ms);
+  }
+  if (!reference_pipeline.empty()) {
+    // a hand-made pipeline (e.g. Megatron-LM's published configuration), priced the same way
+    std::vector<std::string> f = split_list(reference_pipeline);
+    if (f.size() < 3 || f.size() > 5)
+      return fail_with(error("--reference-pipeline '{}': give PP,TP,MICRO[,SCHEDULE[,INNER]]", reference_pipeline));
+    int64_t rpp = 0, rtp = 0, rm = 0;
+    try {
+      rpp = std::stoll(f[0]);
+      rtp = std::stoll(f[1]);
+      rm = std::stoll(f[2]);
+    } catch (const std::exception&) {
+      return fail_with(error("--reference-pipeline '{}': PP, TP and MICRO must be numbers", reference_pipeline));
+    }
+    auto sched = parse_pipeline(f.size() > 3 ? f[3] : "1f1b");
+    if (!sched) return fail_with(sched.status().with_context("--reference-pipeline"));
+    auto ref = price_pipeline(pm->forward, pm->train.graph, pm->train.params, cluster, ops, gpus, static_cast<int>(rpp), rtp,
+                              static_cast<int>(rm), *sched, f.size() > 4 ? f[4] : "default_checkpoint");
+    if (!ref) return fail_with(ref.status().with_context("--reference-pipeline " + reference_pipeline));
+    std::printf("  %-15s step %9.3f ms  (bubble %.0f%%)  memory %s%s\n", "reference", ref->step_s * 1e3, ref->bubble * 100,
+                describe_bytes(ref->memory_bytes).c_str(), limit > 0 && ref->memory_bytes > limit ? " (over the limit)" : "");
+    std::printf("  %-15s %s\n", "", describe_pipeline(*ref).c_str());
+  }
   std::printf("  search: %lld transitions priced in %.1f ms%s\n", static_cast<long long>(best.transitions), search_ms,
               best.restriction.empty() ? "" : ("; " + best.restriction).c_str());
   nlohmann::json sims = nlohmann::json::object();
@@ -227,13 +288,41 @@ int plan_main(const std::string& model, int64_t gpus, const std::string& cluster
       }
     }
   }
+  // asked for stages (--pp): the pipeline, when one fits; else the faster
+  const bool pipeline_wins = pipe.found && (!pp_list.empty() || !best.found || pipe.step_s < cm.estimate(best.best).step_s);
+  if (pipe.found) std::printf("  chosen: %s\n", pipeline_wins ? "the pipeline" : "one mesh");
   if (!out.empty() || !html.empty() || !dot.empty()) {
-    Plan chosen = plan_of_choice(a, best.best, gpus);
+    // a pipeline's file: its stages' inner plan (one stage's mesh) and the stages (plan version 3)
+    std::optional<ModelAnalysis> stage_a;
+    Plan chosen;
+    if (pipeline_wins) {
+      auto sa = analyze_model(pm->forward, pm->train.graph, pm->train.params, pipe.stage_ranks);
+      if (!sa) return fail_with(sa.status().with_context(model));
+      stage_a = std::move(*sa);
+      chosen = plan_of_choice(*stage_a, pipe.inner, pipe.stage_ranks);
+      chosen.pipeline.stages = pipe.stages;
+      chosen.pipeline.micro_batches = pipe.micro_batches;
+      std::vector<StageCut> cuts;
+      for (const auto& st : pipe.stage) cuts.push_back(st.blocks);
+      chosen.pipeline.cuts = stages_string(cuts);
+      chosen.pipeline.schedule = pipeline_name(pipe.schedule);
+      chosen.mesh.chunks = pipe.micro_batches > 0 ? pipe.inner.chunks / pipe.micro_batches : 1;
+    } else {
+      chosen = plan_of_choice(a, best.best, gpus);
+    }
     chosen.batch = pm->batch;
     chosen.seq = pm->seq;
     auto j = plan_report(pm->forward, chosen, pm->path);
     if (!j) return fail_with(j.status());
-    nlohmann::json preds{{"plan", estimate_json(cm.estimate(best.best))}};
+    nlohmann::json preds = nlohmann::json::object();
+    if (best.found) preds["plan"] = estimate_json(cm.estimate(best.best));
+    if (pipeline_wins) {
+      preds["plan"] = {{"step_s", pipe.step_s}, {"memory_bytes", pipe.memory_bytes}, {"bubble", pipe.bubble}};
+      if (best.found) {
+        preds["one_mesh"] = estimate_json(cm.estimate(best.best));
+        preds["one_mesh"]["choice"] = choice_json(a, best.best, gpus);
+      }
+    }
     if (megatron.found) {
       preds["megatron"] = estimate_json(cm.estimate(megatron.best));
       preds["megatron"]["choice"] = choice_json(a, megatron.best, gpus);
@@ -244,8 +333,16 @@ int plan_main(const std::string& model, int64_t gpus, const std::string& cluster
     }
     (*j)["prediction"] = preds;
     if (!sims.empty()) (*j)["simulation"] = sims;
+    if (pipeline_wins) {
+      (*j)["pipeline"] = pipeline_plan_json(pipe, &*stage_a);
+      (*j)["version"] = kPlanVersionPipeline;
+    } else if (pipe.found) {
+      (*j)["pipeline_candidate"] = pipeline_plan_json(pipe);
+    }
     (*j)["cluster"] = cluster.to_json();
     (*j)["search"] = {{"transitions", best.transitions},
+                      {"pipeline_candidates", pipe.candidates},
+                      {"pipeline_ms", pipe.search_ms},
                       {"ms", search_ms},
                       {"memory_limit_bytes", limit},
                       {"op_times", profile ? "profile " + profile_file : "roofline"},
@@ -265,7 +362,8 @@ int main(int argc, char** argv) {
     std::string model, out, html, dot, strategy, render, cluster, profile, trace, schedules, chunks, emulate, degrees;
     int64_t tp = 0, dp = 0, batch = 0, seq = 0, gpus = 0;
     double memory = 0;
-    bool no_vocab = false, seq_par = false, simulate = false, uniform = false, no_sp = false;
+    bool no_vocab = false, seq_par = false, simulate = false, uniform = false, no_sp = false, no_pipeline = false;
+    std::string reference_pipeline, dtype = "fp32", pp_list;
     BindingFlags bind;
     app.add_option("model", model, "ONNX model file");
     CLI::Option* gpus_opt = app.add_option("--gpus", gpus, "Plan for this many GPUs (ranks): per-part tp x dp, schedule and chunks");
@@ -279,6 +377,12 @@ int main(int argc, char** argv) {
     app.add_flag("--uniform", uniform, "One layout for every part");
     app.add_option("--degrees", degrees, "tp degrees to consider (comma list; default every one dividing the model)");
     app.add_flag("--no-sequence-parallel", no_sp, "Never split norms and residuals over the sequence");
+    app.add_option("--dtype", dtype, "fp32 | bf16 | fp16: compute type the op times are priced for (roofline)")
+        ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
+    app.add_option("--pp", pp_list, "Pipeline stage counts to consider (comma list); the plan is then a pipeline when one fits");
+    app.add_flag("--no-pipeline", no_pipeline, "Plan one mesh only (no pipeline stages)");
+    app.add_option("--reference-pipeline", reference_pipeline,
+                   "Also price a given pipeline PP,TP,MICRO[,gpipe|1f1b|eager-1f1b[,INNER_SCHEDULE]] (e.g. Megatron-LM's published one)");
     app.add_option("--emulate-link", emulate, "The machine at hand behind an emulated link bw=GBPS,latency=US (as oases-train)");
     app.add_option("--tp", tp, "Tensor-parallel degree (a given Megatron split instead of a search)");
     app.add_option("--dp", dp, "Data-parallel degree (with --tp)");
@@ -313,7 +417,7 @@ int main(int argc, char** argv) {
       if (tp > 0 || dp > 0 || !strategy.empty())
         return fail_with(Status::error("--gpus searches the split; leave out --tp, --dp and --strategy"));
       return plan_main(model, gpus, cluster, profile, memory, batch, seq, out, html, dot, simulate, trace, schedules, chunks, uniform,
-                       no_sp, emulate, degrees, bind);
+                       no_sp, emulate, degrees, bind, no_pipeline, reference_pipeline, dtype, pp_list);
     }
     if (tp <= 0 && dp <= 0)
       return fail_with(Status::error("give --gpus N to search a plan, or --tp T [--dp D] for a given Megatron split"));

@@ -253,12 +253,23 @@ Expected<TrainSetup> prepare_training(const TrainArgs& args, int64_t world) {
   if (a.steps == 0 && a.dump_grads.empty() && a.export_onnx.empty() && a.export_plan.empty()) {
     return Status::error("--steps 0 does nothing without --dump-grads, --export-onnx or --export-plan");
   }
-  // pipeline stages: the world is pp meshes of tp x dp ranks
+  // pipeline stages: the world is pp meshes of tp x dp ranks; a version-3 plan names them
+  if (!a.plan.empty()) {
+    OASES_ASSIGN_OR_RETURN(Plan from_file, Plan::read(a.plan));
+    const Plan::Pipeline& fp = from_file.pipeline;
+    if (fp.stages > 1 && a.pp <= 1) {
+      a.pp = fp.stages;
+      if (a.micro_batches <= 0) a.micro_batches = fp.micro_batches;
+      if (a.stages.empty()) a.stages = fp.cuts;
+      if (!fp.schedule.empty()) a.pipeline = fp.schedule;
+    } else if (fp.stages > 1 && a.pp != fp.stages) {
+      return error("{}: the plan has {} pipeline stages, --pp says {}", a.plan, fp.stages, a.pp);
+    }
+  }
   const bool piped = a.pp > 1;
   if (!piped && (a.micro_batches > 0 || !a.stages.empty())) return Status::error("--micro-batches and --stages need --pp 2 or more");
   if (piped) {
     if (world % a.pp != 0) return error("--pp {} does not divide the {} ranks of this run (world size must equal pp x tp x dp)", a.pp, world);
-    if (!a.plan.empty()) return Status::error("--plan with --pp: pipeline plans are not read yet; give --tp/--dp per stage on the command line");
     if (a.grad_accum > 1) return Status::error("--grad-accum with --pp: the pipeline's --micro-batches accumulate the gradients");
     if (a.device != "cpu") return Status::error("--pp runs on the CPU only: cross-stage transfers have no GPU path yet");
     if (a.micro_batches <= 0) a.micro_batches = a.pp;

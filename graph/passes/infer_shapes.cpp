@@ -116,10 +116,10 @@ Expected<PassReport> InferShapesPass::run(Graph& g) {
         return error("{}: output '{}' would have a negative dimension in {}", n->describe(), ov.name, shape_str(ov.shape));
       }
       std::optional<uint64_t> nbytes = checked_nbytes(ov.shape, ov.dtype);
-      if (!nbytes || *nbytes > max_tensor_bytes()) {
+      if (!nbytes || *nbytes > max_inferred_bytes()) {
         std::string size = nbytes ? fmt::format("{} bytes", *nbytes) : std::string("more than 2^64 bytes");
         return error("{}: output '{}' would be {} {} ({}), over the limit of {} bytes per tensor (--max-memory)", n->describe(), ov.name,
-                     dtype_name(ov.dtype), shape_str(ov.shape), size, max_tensor_bytes());
+                     dtype_name(ov.dtype), shape_str(ov.shape), size, max_inferred_bytes());
       }
     }
 

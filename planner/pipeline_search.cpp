@@ -1,0 +1,362 @@
+#include "planner/pipeline_search.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+#include <map>
+#include <memory>
+
+#include <fmt/format.h>
+
+#include "planner/analysis.h"
+#include "planner/pipeline_program.h"
+#include "planner/plan_report.h"
+#include "planner/reshard.h"
+#include "planner/schedule.h"
+
+namespace oases {
+
+namespace {
+
+// The cluster one stage's mesh of n GPUs sees: whole hosts, or n GPUs of one host.
+ClusterSpec stage_cluster(const ClusterSpec& c, int64_t n) {
+  ClusterSpec s = c;
+  if (n >= c.gpus_per_node) {
+    s.nodes = n / c.gpus_per_node;
+  } else {
+    s.gpus_per_node = n;
+    s.nodes = 1;
+  }
+  s.nvlink_island = std::min(s.nvlink_island, s.gpus_per_node);
+  return s;
+}
+
+// -1: the embedding, -2: the head, else the block of "layer.N.attn" / "layer.N.mlp".
+int block_of_part(const std::string& name) {
+  if (name.rfind("layer.", 0) == 0) return std::atoi(name.c_str() + 6);
+  return name == "embedding" ? -1 : -2;
+}
+
+struct StageMeshModel {
+  ClusterSpec cluster;
+  std::unique_ptr<ModelAnalysis> analysis;
+  std::unique_ptr<CostModel> cost;
+};
+
+// Per part of the chain under one inner choice: time of one micro-batch, bytes.
+struct PartFigures {
+  std::vector<double> fwd, bwd, static_bytes, saved_all, transient;
+  std::vector<int> block;  // -1 embedding, -2 head
+};
+
+PartFigures part_figures(CostModel& cm, const PlanChoice& p, int micro_batches) {
+  PartFigures f;
+  auto so = schedule_by_name(p.schedule);
+  ScheduleOptions s = so ? *so : ScheduleOptions{};
+  const ModelAnalysis& a = cm.analysis();
+  for (int i = 0; i < cm.num_parts(); ++i) {
+    const Layout& cur = p.layouts[static_cast<size_t>(i)];
+    const Layout& prev = i > 0 ? p.layouts[static_cast<size_t>(i - 1)] : cur;
+    PartTime pt = cm.part_time(i, prev, cur, s, p.chunks);
+    const PartCost& pc = cm.part(i, cur, p.chunks);
+    double fw = pc.fwd_chunk * static_cast<double>(p.chunks) + pc.fwd_once;
+    double bw = pc.bwd_chunk * static_cast<double>(p.chunks) + pc.bwd_once;
+    double share = fw + bw > 0 ? fw / (fw + bw) : 1.0 / 3.0;
+    f.fwd.push_back(pt.total() * share / micro_batches);
+    f.bwd.push_back(pt.total() * (1 - share) / micro_batches);
+    double st = 4.0 * pc.param_bytes;
+    f.static_bytes.push_back(st);
+    f.saved_all.push_back(std::max(0.0, cm.part_memory(i, cur, s, p.chunks) - st));
+    f.transient.push_back(cm.part_transient(i, cur, s, p.chunks));
+    f.block.push_back(block_of_part(a.parts[static_cast<size_t>(i)]));
+  }
+  return f;
+}
+
+// Blocks cut into S contiguous ranges so the costliest stage (stage 0 also pays `first`, the last
+// `last`) is as cheap as it can be.
+std::vector<StageCut> balanced_cut(const std::vector<double>& block_cost, int S, double first, double last) {
+  const int L = static_cast<int>(block_cost.size());
+  std::vector<double> pre(static_cast<size_t>(L) + 1, 0);
+  for (int b = 0; b < L; ++b) pre[static_cast<size_t>(b) + 1] = pre[static_cast<size_t>(b)] + block_cost[static_cast<size_t>(b)];
+  const double inf = std::numeric_limits<double>::infinity();
+  // best[s][j]: stages 0..s-1 over blocks [0, j)
+  std::vector<std::vector<double>> best(static_cast<size_t>(S) + 1, std::vector<double>(static_cast<size_t>(L) + 1, inf));
+  std::vector<std::vector<int>> from(best.size(), std::vector<int>(static_cast<size_t>(L) + 1, -1));
+  best[0][0] = 0;
+  for (int s = 1; s <= S; ++s) {
+    for (int j = s; j <= L - (S - s); ++j) {
+      for (int i = s - 1; i < j; ++i) {
+        if (best[static_cast<size_t>(s) - 1][static_cast<size_t>(i)] == inf) continue;
+        double c = pre[static_cast<size_t>(j)] - pre[static_cast<size_t>(i)] + (s == 1 ? first : 0) + (s == S ? last : 0);
+        double v = std::max(best[static_cast<size_t>(s) - 1][static_cast<size_t>(i)], c);
+        if (v < best[static_cast<size_t>(s)][static_cast<size_t>(j)]) {
+          best[static_cast<size_t>(s)][static_cast<size_t>(j)] = v;
+          from[static_cast<size_t>(s)][static_cast<size_t>(j)] = i;
+        }
+      }
+    }
+  }
+  std::vector<StageCut> cuts(static_cast<size_t>(S));
+  int j = L;
+  for (int s = S; s >= 1; --s) {
+    int i = from[static_cast<size_t>(s)][static_cast<size_t>(j)];
+    cuts[static_cast<size_t>(s) - 1] = {i, j - 1};
+    j = i;
+  }
+  return cuts;
+}
+
+// One micro-batch's activation [B/M, T, H] crossing from one stage mesh to the next, laid out as
+// the inner plan leaves it (batch over dp, sequence over tp with sequence parallelism, else
+// replicated over tp), priced by the resharding planner on the whole cluster.
+double boundary_seconds(const ClusterSpec& cluster, int64_t gpus, int64_t n, const Layout& l, int64_t batch, int64_t seq, int64_t hidden,
+                        int micro_batches) {
+  int64_t tp = l.tp, dp = n / l.tp;
+  Shape shape{batch / micro_batches, seq, hidden};
+  Mesh mesh{{"dp", "tp"}, {dp, tp}, {}};
+  ShardingSpec spec = ShardingSpec::replicated(3);
+  if (dp > 1 && shape[0] % dp == 0) spec.dims[0] = DimSpec{0, 1};
+  if (l.sp && tp > 1 && seq % tp == 0) spec.dims[1] = DimSpec{1, 1};
+  ReshardProblem p;
+  p.shape = shape;
+  p.element_bytes = 4;
+  p.src = {PlacedMesh::contiguous(mesh, 0), spec};
+  p.dst = {PlacedMesh::contiguous(mesh, n), spec};
+  int hosts = static_cast<int>(std::max<int64_t>(1, gpus / std::max<int64_t>(1, cluster.gpus_per_node)));
+  ReshardCluster rc = ReshardCluster::spread(std::max<int64_t>(gpus, 2 * n), hosts, LinkModel{cluster.inter.bandwidth_gbps, cluster.inter.latency_us},
+                                             LinkModel{cluster.intra.bandwidth_gbps, cluster.intra.latency_us});
+  ReshardOptions ro;
+  ro.search_max_tasks = 0;  // the greedy: boundaries of hundreds of ranks
+  auto plan = plan_reshard(p, rc, ro);
+  return plan ? plan->predicted_s : std::numeric_limits<double>::infinity();
+}
+
+// Prices one pipeline of S stages on n GPUs each under the inner choice `inner`.
+PipelinePlan price(CostModel& cm, const ClusterSpec& cluster, const OpTimeModel& ops, int64_t gpus, int S, int M, const PlanChoice& inner,
+                   PipelineSchedule sched, int blocks) {
+  PipelinePlan pp;
+  pp.stages = S;
+  pp.stage_ranks = gpus / S;
+  pp.micro_batches = M;
+  pp.schedule = sched;
+  pp.inner = inner;
+  PartFigures f = part_figures(cm, inner, M);
+  std::vector<double> block_cost(static_cast<size_t>(blocks), 0);
+  double first = 0, last = 0;
+  for (size_t i = 0; i < f.block.size(); ++i) {
+    double c = f.fwd[i] + f.bwd[i];
+    if (f.block[i] == -1) {
+      first += c;
+    } else if (f.block[i] == -2) {
+      last += c;
+    } else if (f.block[i] < blocks) {
+      block_cost[static_cast<size_t>(f.block[i])] += c;
+    }
+  }
+  std::vector<StageCut> cuts = balanced_cut(block_cost, S, first, last);
+  PipelineTimes t;
+  for (int s = 0; s < S; ++s) {
+    PipelineStagePlan st;
+    st.blocks = cuts[static_cast<size_t>(s)];
+    st.embedding = s == 0;
+    st.head = s == S - 1;
+    st.first_rank = s * pp.stage_ranks;
+    st.ranks = pp.stage_ranks;
+    st.peak_in_flight = peak_in_flight(stage_steps(sched, s, S, M));
+    double saved = 0, transient = 0, statics = 0;
+    for (size_t i = 0; i < f.block.size(); ++i) {
+      int b = f.block[i];
+      bool mine = (b == -1 && st.embedding) || (b == -2 && st.head) || (b >= st.blocks.first && b <= st.blocks.last);
+      if (!mine) continue;
+      st.forward_s += f.fwd[i];
+      st.backward_s += f.bwd[i];
+      statics += f.static_bytes[i];
+      saved += f.saved_all[i];
+      transient = std::max(transient, f.transient[i]);
+    }
+    st.memory_bytes = statics + saved * st.peak_in_flight / M + transient;
+    pp.optimizer_s = std::max(pp.optimizer_s, ops.optimizer_seconds(statics / 4.0));
+    pp.memory_bytes = std::max(pp.memory_bytes, st.memory_bytes);
+    t.forward_s.push_back(st.forward_s);
+    t.backward_s.push_back(st.backward_s);
+    pp.stage.push_back(st);
+  }
+  // the boundary's layout: the first part of the next stage's (an attention part)
+  const ModelAnalysis& a = cm.analysis();
+  for (int s = 0; s + 1 < S; ++s) {
+    Layout l = inner.layouts.front();
+    std::string want = fmt::format("layer.{}.attn", cuts[static_cast<size_t>(s) + 1].first);
+    auto it = a.part_index.find(want);
+    if (it != a.part_index.end()) l = inner.layouts[static_cast<size_t>(it->second)];
+    double x = s == 0 || pp.transfer_s.empty() ? boundary_seconds(cluster, gpus, pp.stage_ranks, l, a.batch, a.seq, a.hidden, M)
+                                                : pp.transfer_s.back();
+    pp.transfer_s.push_back(x);
+    t.transfer_s.push_back(x);
+  }
+  auto sim = simulate_pipeline(sched, M, t);
+  if (!sim) {
+    pp.why = sim.status().message();
+    return pp;
+  }
+  pp.sim = *sim;
+  pp.step_s = sim->step_s + pp.optimizer_s;
+  pp.bubble = sim->bubble;
+  pp.found = true;
+  return pp;
+}
+
+bool aligned(const ClusterSpec& c, int64_t n) {
+  return n % c.gpus_per_node == 0 || c.gpus_per_node % n == 0;
+}
+
+}  // namespace
+
+Expected<PipelinePlan> search_pipeline(const Graph& forward, const Graph& train, const std::vector<ValueId>& params, const ClusterSpec& cluster,
+                                       const OpTimeModel& ops, int64_t gpus, const PipelinePlanOptions& o) {
+  auto t0 = std::chrono::steady_clock::now();
+  PipelinePlan best;
+  const int blocks = count_blocks(train);
+  if (blocks < 2) {
+    best.why = "the model has fewer than 2 blocks";
+    return best;
+  }
+  std::vector<int64_t> counts = o.stage_counts;
+  if (counts.empty()) {
+    for (int64_t S = 2; S <= std::min<int64_t>(gpus, blocks); ++S) {
+      if (gpus % S == 0 && aligned(cluster, gpus / S)) counts.push_back(S);
+    }
+  }
+  std::map<int64_t, StageMeshModel> meshes;
+  std::string last_why = "no stage count divides the GPUs into host-aligned meshes";
+  for (int64_t S : counts) {
+    if (S < 2 || S > blocks || gpus % S != 0) continue;
+    int64_t n = gpus / S;
+    auto& mm = meshes[n];
+    if (!mm.cost) {
+      mm.cluster = stage_cluster(cluster, n);
+      auto an = analyze_model(forward, train, params, n);
+      if (!an) return an.status();
+      mm.analysis = std::make_unique<ModelAnalysis>(std::move(*an));
+      mm.cost = std::make_unique<CostModel>(*mm.analysis, mm.cluster, ops);
+    }
+    for (int64_t f : o.micro_factors) {
+      int64_t M = f * S;
+      if (M > mm.analysis->batch || mm.analysis->batch % M != 0) continue;
+      SearchOptions so = o.inner;
+      so.chunks.clear();
+      for (int64_t k : o.inner_chunks) so.chunks.push_back(M * k);
+      // The inner search prices the whole model on one stage's GPUs with every micro-batch's
+      // activations kept; a stage keeps only its blocks and the micro-batches in flight. So the
+      // fastest inner plan is priced first with no limit, and, when a stage of it does not fit,
+      // the fastest whose whole-model memory fits the stages' memory together.
+      std::vector<double> limits{0.0};
+      if (o.memory_limit > 0) limits.push_back(o.memory_limit * static_cast<double>(S));
+      for (double lim : limits) {
+        so.memory_limit = lim;
+        SearchResult r = search_plan(*mm.cost, so);
+        if (!r.found) {
+          last_why = fmt::format("{} stages of {} GPUs, {} micro-batches: no inner plan", S, n, M);
+          continue;
+        }
+        bool fits_somewhere = false;
+        for (PipelineSchedule sched : o.schedules) {
+          PipelinePlan c = price(*mm.cost, cluster, ops, gpus, static_cast<int>(S), static_cast<int>(M), r.best, sched, blocks);
+          ++best.candidates;
+          if (!c.found) continue;
+          if (std::getenv("OASES_DEBUG_PIPE_SEARCH"))
+            fmt::print(stderr, "S={} n={} M={} {}: step {:.3f} s memory {} inner {} K={} tp {}\n", S, n, M, pipeline_name(sched), c.step_s,
+                       describe_bytes(c.memory_bytes), r.best.schedule, r.best.chunks / M, r.best.layouts[1].tp);
+          if (o.memory_limit > 0 && c.memory_bytes > o.memory_limit) {
+            last_why = fmt::format("{} stages of {} GPUs, {} micro-batches, {}: {} per GPU", S, n, M, pipeline_name(sched),
+                                   describe_bytes(c.memory_bytes));
+            continue;
+          }
+          fits_somewhere = true;
+          if (!best.found || c.step_s < best.step_s) {
+            int64_t cand = best.candidates;
+            best = c;
+            best.candidates = cand;
+          }
+        }
+        if (fits_somewhere) break;
+      }
+    }
+  }
+  if (!best.found) best.why = last_why;
+  best.search_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  return best;
+}
+
+Expected<PipelinePlan> price_pipeline(const Graph& forward, const Graph& train, const std::vector<ValueId>& params, const ClusterSpec& cluster,
+                                      const OpTimeModel& ops, int64_t gpus, int stages, int64_t tp, int micro_batches,
+                                      PipelineSchedule schedule, const std::string& inner_schedule) {
+  const int blocks = count_blocks(train);
+  if (stages < 1 || gpus % stages != 0 || stages > blocks) return error("{} stages of {} blocks on {} GPUs", stages, blocks, gpus);
+  int64_t n = gpus / stages;
+  if (tp < 1 || n % tp != 0) return error("tp {} does not divide a stage of {} GPUs", tp, n);
+  ClusterSpec sc = stage_cluster(cluster, n);
+  OASES_ASSIGN_OR_RETURN(ModelAnalysis a, analyze_model(forward, train, params, n));
+  CostModel cm(a, sc, ops);
+  PlanChoice p;
+  p.schedule = inner_schedule;
+  p.chunks = micro_batches;
+  p.layouts.assign(a.parts.size(), Layout{tp, false});
+  for (int i = 0; i < cm.num_parts(); ++i) {
+    const PartCost& pc = cm.part(i, p.layouts[static_cast<size_t>(i)], p.chunks);
+    if (!pc.feasible) return error("tp {} with {} micro-batches: {}: {}", tp, micro_batches, a.parts[static_cast<size_t>(i)], pc.why);
+  }
+  PipelinePlan pp = price(cm, cluster, ops, gpus, stages, micro_batches, p, schedule, blocks);
+  if (!pp.found) return Status::error(pp.why);
+  return pp;
+}
+
+nlohmann::json pipeline_plan_json(const PipelinePlan& p, const ModelAnalysis* inner) {
+  nlohmann::json j;
+  j["stages"] = p.stages;
+  j["stage_ranks"] = p.stage_ranks;
+  j["micro_batches"] = p.micro_batches;
+  j["schedule"] = pipeline_name(p.schedule);
+  std::vector<StageCut> cuts;
+  for (const auto& s : p.stage) cuts.push_back(s.blocks);
+  j["cuts"] = stages_string(cuts);
+  j["inner"] = {{"schedule", p.inner.schedule}, {"chunks_per_micro_batch", p.micro_batches > 0 ? p.inner.chunks / p.micro_batches : 0}};
+  if (inner) j["inner"]["layouts"] = describe_layouts(*inner, p.inner.layouts);
+  j["step_s"] = p.step_s;
+  j["bubble"] = p.bubble;
+  j["optimizer_s"] = p.optimizer_s;
+  j["memory_bytes"] = p.memory_bytes;
+  j["transfer_s"] = p.transfer_s;
+  nlohmann::json stages = nlohmann::json::array();
+  for (const auto& s : p.stage) {
+    stages.push_back({{"blocks", fmt::format("{}-{}", s.blocks.first, s.blocks.last)},
+                      {"embedding", s.embedding},
+                      {"head", s.head},
+                      {"ranks", fmt::format("{}-{}", s.first_rank, s.first_rank + s.ranks - 1)},
+                      {"forward_s", s.forward_s},
+                      {"backward_s", s.backward_s},
+                      {"memory_bytes", s.memory_bytes},
+                      {"peak_in_flight", s.peak_in_flight}});
+  }
+  j["stage"] = stages;
+  nlohmann::json ev = nlohmann::json::array();
+  for (const PipelineEvent& e : p.sim.events) {
+    ev.push_back({{"stage", e.stage}, {"forward", e.forward}, {"micro", e.micro}, {"transfer", e.transfer}, {"start_s", e.start_s}, {"end_s", e.end_s}});
+  }
+  j["timeline"] = ev;
+  return j;
+}
+
+std::string describe_pipeline(const PipelinePlan& p) {
+  if (!p.found) return "no pipeline plan: " + p.why;
+  std::vector<StageCut> cuts;
+  for (const auto& s : p.stage) cuts.push_back(s.blocks);
+  double xfer = p.transfer_s.empty() ? 0 : p.transfer_s.front();
+  return fmt::format("pp {} x {} GPUs, {} micro-batches, {}, blocks {} ; inner {} K={} ; bubble {:.0f}%, transfer {:.3f} ms per micro-batch",
+                     p.stages, p.stage_ranks, p.micro_batches, pipeline_name(p.schedule), stages_string(cuts), p.inner.schedule,
+                     p.micro_batches > 0 ? p.inner.chunks / p.micro_batches : 0, p.bubble * 100, xfer * 1e3);
+}
+
+}  // namespace oases

@@ -1,0 +1,70 @@
+// Planning pipeline stages (issue 15): for N GPUs, every stage count S whose stage mesh of N/S GPUs
+// lines up with the hosts (whole hosts, or an equal share of one), every micro-batch count M (a
+// multiple of S dividing the batch) and every pipeline schedule, the stages' inner plan is the
+// one-mesh search's (planner/search.h) on N/S GPUs with M x K chunks, every stage taking the same
+// layout (what oases-train runs); the model's blocks are cut so the slowest stage (the embedding
+// on the first, the head on the last) is as fast as it can be; each stage's memory counts its own
+// parameters and the activations of the micro-batches it keeps in flight; the activation crossing
+// each boundary is priced by the cross-mesh resharding planner (planner/reshard.h) on the
+// cluster's hosts and links; and the pipeline simulator (planner/pipeline.h) gives the step time
+// and the bubble. The fastest candidate under the memory limit wins.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "planner/cost_model.h"
+#include "planner/pipeline.h"
+#include "planner/search.h"
+
+namespace oases {
+
+struct PipelinePlanOptions {
+  std::vector<PipelineSchedule> schedules{PipelineSchedule::kGPipe, PipelineSchedule::k1F1B, PipelineSchedule::kEager1F1B};
+  std::vector<int64_t> micro_factors{1, 2, 4, 8, 12, 16};  // M = factor x S
+  std::vector<int64_t> inner_chunks{1, 2};         // K per micro-batch
+  double memory_limit = 0;                         // bytes per GPU (0: none)
+  SearchOptions inner;                             // schedules, degrees, mixed layouts of the stages' search
+  std::vector<int64_t> stage_counts;               // S to consider (empty: every divisor of the GPUs fitting hosts and blocks)
+};
+
+struct PipelineStagePlan {
+  StageCut blocks;
+  bool embedding = false, head = false;
+  int64_t first_rank = 0, ranks = 0;
+  double forward_s = 0, backward_s = 0;  // one micro-batch
+  double memory_bytes = 0;
+  int peak_in_flight = 0;
+};
+
+struct PipelinePlan {
+  bool found = false;
+  int stages = 0;
+  int64_t stage_ranks = 0;
+  int micro_batches = 0;
+  PipelineSchedule schedule = PipelineSchedule::k1F1B;
+  PlanChoice inner;  // the stages' layout (chunks = M x K)
+  std::vector<PipelineStagePlan> stage;
+  std::vector<double> transfer_s;  // per boundary, one micro-batch's activation
+  double step_s = 0, bubble = 0, optimizer_s = 0, memory_bytes = 0;
+  PipelineSim sim;
+  int64_t candidates = 0;  // (S, M, K, schedule) priced
+  double search_ms = 0;
+  std::string why;  // when nothing was found
+};
+
+// `forward`/`train`/`params`: the model as the one-mesh search plans it (planner/analysis.h).
+// `ops`: op times on the cluster's device.
+Expected<PipelinePlan> search_pipeline(const Graph& forward, const Graph& train, const std::vector<ValueId>& params, const ClusterSpec& cluster,
+                                       const OpTimeModel& ops, int64_t gpus, const PipelinePlanOptions& o);
+
+// The same model laid out by hand: S stages of tp x (N / S / tp) with M micro-batches (Megatron-LM's
+// configurations), priced as the search prices its candidates; the inner schedule is `inner_schedule`.
+Expected<PipelinePlan> price_pipeline(const Graph& forward, const Graph& train, const std::vector<ValueId>& params, const ClusterSpec& cluster,
+                                      const OpTimeModel& ops, int64_t gpus, int stages, int64_t tp, int micro_batches,
+                                      PipelineSchedule schedule, const std::string& inner_schedule);
+
+nlohmann::json pipeline_plan_json(const PipelinePlan& p, const ModelAnalysis* inner = nullptr);
+std::string describe_pipeline(const PipelinePlan& p);
+
+}  // namespace oases
