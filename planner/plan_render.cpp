@@ -64,6 +64,60 @@ std::string coll_summary(const nlohmann::json& block, const std::string& part, c
 
 }  // namespace
 
+// The pipeline section: a card per figure, the stages (blocks, ranks, times, memory) and the
+// simulated timeline of one step (forwards light, backwards dark, transfers thin, per stage).
+std::string pipeline_html(const nlohmann::json& pp) {
+  std::ostringstream o;
+  double step = pp.value("step_s", 0.0);
+  o << "<h2>Pipeline stages</h2><div class=\"cards\">";
+  o << fmt::format("<div class=\"card\">stages<b>{}</b>of {} ranks each</div>", pp.value("stages", 0), pp.value("stage_ranks", 0));
+  o << fmt::format("<div class=\"card\">micro-batches<b>{}</b>{}</div>", pp.value("micro_batches", 0), esc(jstr(pp, "schedule")));
+  o << fmt::format("<div class=\"card\">predicted step<b>{:.4g} ms</b>bubble {:.0f}%</div>", step * 1e3, pp.value("bubble", 0.0) * 100);
+  o << fmt::format("<div class=\"card\">memory per GPU<b>{}</b>the fullest stage</div>", bytes_str(pp.value("memory_bytes", 0.0)));
+  o << "</div><table><tr><th>stage</th><th>blocks</th><th>ranks</th><th>holds</th><th>forward / micro-batch</th><th>backward / micro-batch</th>"
+       "<th>micro-batches in flight</th><th>memory</th></tr>";
+  int i = 0;
+  for (const auto& st : pp["stage"]) {
+    std::string holds = st.value("embedding", false) ? "embedding" : "";
+    if (st.value("head", false)) holds += std::string(holds.empty() ? "" : ", ") + "head, loss";
+    o << fmt::format("<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.4g} ms</td><td>{:.4g} ms</td><td>{}</td><td>{}</td></tr>", i++,
+                     esc(jstr(st, "blocks")), esc(jstr(st, "ranks")), holds, st.value("forward_s", 0.0) * 1e3, st.value("backward_s", 0.0) * 1e3,
+                     st.value("peak_in_flight", 0), bytes_str(st.value("memory_bytes", 0.0)));
+  }
+  o << "</table>";
+  const int stages = pp.value("stages", 0);
+  double end = 0;
+  for (const auto& e : pp.value("timeline", nlohmann::json::array())) end = std::max(end, e.value("end_s", 0.0));
+  if (stages > 0 && end > 0) {
+    const double W = 900, row = 26, left = 70;
+    o << fmt::format("<div class=\"lane\"><div class=\"title\">one step, simulated</div><svg width=\"{}\" height=\"{}\">", W + left + 10,
+                     row * stages + 24);
+    for (int s = 0; s < stages; ++s)
+      o << fmt::format("<text x=\"0\" y=\"{}\" font-size=\"11\">stage {}</text>", row * s + 17, s);
+    for (const auto& e : pp["timeline"]) {
+      int s = e.value("stage", 0);
+      double x = left + W * e.value("start_s", 0.0) / end, w = std::max(1.0, W * (e.value("end_s", 0.0) - e.value("start_s", 0.0)) / end);
+      bool fwd = e.value("forward", true), xfer = e.value("transfer", false);
+      if (xfer) {
+        // a transfer on the boundary below the sending stage (forward) or above it (backward)
+        double y = row * (s + 1) - 3;
+        o << fmt::format("<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"4\" fill=\"{}\"><title>{} micro-batch {}</title></rect>", x, y, w,
+                         fwd ? "#f59e0b" : "#7c3aed", fwd ? "activation" : "gradient", e.value("micro", 0));
+      } else {
+        o << fmt::format("<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{}\" fill=\"{}\" stroke=\"#fff\"><title>{} {}</title></rect>", x,
+                         row * s + 4, w, row - 10, fwd ? "#93c5fd" : "#1d4ed8", fwd ? "forward" : "backward", e.value("micro", 0));
+        if (w > 14)
+          o << fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" font-size=\"9\" fill=\"{}\">{}{}</text>", x + 2, row * s + 17, fwd ? "#111" : "#fff",
+                           fwd ? "F" : "B", e.value("micro", 0));
+      }
+    }
+    o << fmt::format("<text x=\"{}\" y=\"{}\" font-size=\"11\">{:.4g} ms</text></svg>", left + W - 50, row * stages + 18, end * 1e3);
+    o << "<div class=\"notes\">light: forward, dark: backward (per micro-batch); orange: activations sent to the next stage, purple: "
+         "gradients sent back</div></div>";
+  }
+  return o.str();
+}
+
 std::string plan_to_html(const nlohmann::json& p) {
   std::ostringstream o;
   std::string mesh;
@@ -83,13 +137,16 @@ code{font-size:12px}</style></head><body>)";
     << esc(jstr(p, "strategy")) << "</div>";
   const auto& mem = p["memory"];
   o << "<div class=\"cards\">";
-  o << fmt::format("<div class=\"card\">ranks<b>{}</b></div>", p["mesh"]["ranks"].get<int64_t>());
+  bool piped = p.contains("pipeline") && p["pipeline"].is_object() && p["pipeline"].value("stages", 1) > 1;
+  o << fmt::format("<div class=\"card\">{}<b>{}</b>{}</div>", piped ? "ranks per stage" : "ranks", p["mesh"]["ranks"].get<int64_t>(),
+                   piped ? fmt::format("{} in all", p["mesh"]["ranks"].get<int64_t>() * p["pipeline"].value("stages", 1)) : "");
   o << fmt::format("<div class=\"card\">parameters per rank<b>{}</b>of {} in all</div>",
                    bytes_str(mem["parameter_bytes_per_rank"].get<double>()), bytes_str(mem["parameter_bytes_total"].get<double>()));
   o << fmt::format("<div class=\"card\">collectives per step<b>{}</b></div>", p["summary"]["collectives_per_step"].get<int64_t>());
   o << fmt::format("<div class=\"card\">sent per rank per step<b>{}</b>(ring algorithm)</div>",
                    bytes_str(p["summary"]["ring_bytes_per_rank_per_step"].get<double>()));
   o << "</div>";
+  if (p.contains("pipeline") && p["pipeline"].is_object() && p["pipeline"].contains("stage")) o << pipeline_html(p["pipeline"]);
   o << "<h2>Transformer blocks</h2><div class=\"legend\">";
   for (const char* s : {"column", "row", "vocabulary", "replicated"}) {
     o << fmt::format("<span><i class=\"sw\" style=\"background:{}\"></i>{}-split</span>", color(s), s);

@@ -1,0 +1,232 @@
+// Pipeline stage programs (planner/pipeline_program.h) and the pipeline search
+// (planner/pipeline_search.h): where nodes go, that every rank's transfers pair up in one order and
+// replay without deadlock under each schedule, the micro-batches in flight per stage, the planner's
+// choice on a small cluster and plan files of version 3.
+#include <map>
+#include <set>
+
+#include <gtest/gtest.h>
+
+#include "graph/blocks.h"
+#include "graph/op_registry.h"
+#include "planner/device.h"
+#include "planner/pipeline_program.h"
+#include "planner/pipeline_search.h"
+#include "planner/profile.h"
+#include "planner/reshard.h"
+#include "tools/plan_driver.h"
+
+namespace oases {
+namespace {
+
+PlanningModel tied_model(int64_t batch = 8) {
+  std::string path = std::string(OASES_SOURCE_DIR) + "/models/train/gpt2_4l/model.onnx";
+  auto pm = load_planning_model(path, ImportOptions{}, batch, 16);
+  EXPECT_TRUE(pm) << pm.status().message();
+  return std::move(*pm);
+}
+
+struct Built {
+  GlobalProgram gp;
+  PipelineLayout pl;
+};
+
+Built build(int S, int64_t tp, int M, int K, PipelineSchedule sched, const std::string& schedule = "") {
+  PlanningModel pm = tied_model();
+  Plan plan = Plan::megatron(tp, 1);
+  plan.mesh.schedule = schedule;
+  plan.mesh.chunks = M * K;
+  auto gp = build_global_program(pm.forward, TrainingSpec{}, plan, tp, GlobalProgramOptions{});
+  EXPECT_TRUE(gp) << gp.status().message();
+  Built b{std::move(*gp), {}};
+  b.pl.stages = S;
+  b.pl.micro_batches = M;
+  b.pl.chunks = K;
+  b.pl.stage_ranks = tp;
+  b.pl.schedule = sched;
+  auto cuts = cut_stages(count_blocks(b.gp.train.graph), S);
+  EXPECT_TRUE(cuts) << cuts.status().message();
+  b.pl.cuts = *cuts;
+  return b;
+}
+
+TEST(PipelineProgram, NodesGoToTheirBlocksStageAndTheTiedWeightToBoth) {
+  Built b = build(2, 1, 2, 1, PipelineSchedule::k1F1B);
+  const Graph& g = b.gp.train.graph;
+  auto sa = assign_stages(g, b.gp.train.params, b.pl.cuts, 2);
+  ASSERT_TRUE(sa) << sa.status().message();
+  EXPECT_EQ(sa->blocks, 4);
+  int tied_holders = 0;
+  for (size_t i = 0; i < b.gp.train.params.size(); ++i) {
+    const std::string& name = g.value(b.gp.train.params[i]).name;
+    const auto& h = sa->param_holders[i];
+    ASSERT_FALSE(h.empty()) << name;
+    if (h.size() == 2) {
+      ++tied_holders;
+      EXPECT_NE(name.find("wte"), std::string::npos) << name << " is held by two stages";
+    }
+    if (name.find("h.0.") != std::string::npos) EXPECT_EQ(h, std::vector<int>{0}) << name;
+    if (name.find("h.3.") != std::string::npos) EXPECT_EQ(h, std::vector<int>{1}) << name;
+  }
+  EXPECT_EQ(tied_holders, 1);
+  for (NodeId id : g.nodes()) {
+    const Node& n = g.node(id);
+    ASSERT_FALSE(sa->stages[static_cast<size_t>(id)].empty()) << n.describe();
+    int blk = block_of_scope(n.scope);
+    if (n.phase == Node::Phase::kForward && blk >= 0) EXPECT_EQ(sa->stages[static_cast<size_t>(id)], std::vector<int>{blk / 2}) << n.describe();
+    if (n.phase == Node::Phase::kLoss) EXPECT_EQ(sa->stages[static_cast<size_t>(id)], std::vector<int>{1}) << n.describe();
+  }
+}
+
+// Every rank's program: its transfers (oases.Reshard) in start order, and their starts and waits as
+// the channel checker sees them.
+struct RankTransfers {
+  std::vector<std::string> order;  // "value from>to"
+  std::vector<ChannelInstr> channel;
+};
+
+void check_pipeline_programs(int S, int64_t tp, int M, int K, PipelineSchedule sched, const std::string& schedule) {
+  SCOPED_TRACE(fmt::format("pp {} tp {} M {} K {} {} {}", S, tp, M, K, pipeline_name(sched), schedule));
+  Built b = build(S, tp, M, K, sched, schedule);
+  const int64_t world = b.pl.world();
+  std::map<std::string, int> ids;  // transfer -> op id shared by its participants
+  std::vector<RankTransfers> ranks(static_cast<size_t>(world));
+  for (int64_t r = 0; r < world; ++r) {
+    RankProgramOptions ro;
+    ro.slice_constants = false;
+    StageProgramInfo info;
+    auto rp = build_stage_program(b.gp, b.pl, r, ro, &info);
+    ASSERT_TRUE(rp) << rp.status().message();
+    const int s = info.stage;
+    EXPECT_EQ(info.peak_in_flight, peak_in_flight(stage_steps(sched, s, S, M)));
+    if (sched == PipelineSchedule::k1F1B) EXPECT_EQ(info.peak_in_flight, std::min(M, S - s));
+    if (sched == PipelineSchedule::kEager1F1B) EXPECT_EQ(info.peak_in_flight, std::min(M, 2 * (S - s)));
+    EXPECT_GT(info.sends + info.receives, 0);
+    const Graph& g = rp->program.graph;
+    for (const ScheduledOp& op : rp->program.order) {
+      const Node& n = g.node(op.node);
+      if (!(n.domain == kOasesDomain && n.op_type == "Reshard")) continue;
+      auto src = n.attrs.get_ints("src_ranks"), dst = n.attrs.get_ints("dst_ranks");
+      std::string key = fmt::format("{} {}>{}", n.has_input(0) ? g.value(n.inputs[0]).name : g.value(n.outputs[0]).name, src.front() / tp,
+                                    dst.front() / tp);
+      int id = ids.emplace(key, static_cast<int>(ids.size())).first->second;
+      if (op.kind == ScheduledOp::Kind::kCommStart) ranks[static_cast<size_t>(r)].order.push_back(key);
+      ranks[static_cast<size_t>(r)].channel.push_back({op.kind == ScheduledOp::Kind::kCommStart, id, 1});
+    }
+  }
+  // the transfers between two stages come in the same order on both sides
+  for (int64_t a = 0; a < world; ++a) {
+    for (int64_t c = 0; c < world; ++c) {
+      int sa = static_cast<int>(a / tp), sc = static_cast<int>(c / tp);
+      if (sa == sc) continue;
+      auto between = [&](int64_t r) {
+        std::vector<std::string> out;
+        for (const std::string& k : ranks[static_cast<size_t>(r)].order) {
+          if (k.find(fmt::format(" {}>{}", sa, sc)) != std::string::npos || k.find(fmt::format(" {}>{}", sc, sa)) != std::string::npos)
+            out.push_back(k);
+        }
+        return out;
+      };
+      EXPECT_EQ(between(a), between(c)) << "ranks " << a << " and " << c;
+    }
+  }
+  // replayed with every rank of both stages taking part in each transfer: nobody waits forever
+  std::map<int, std::vector<int64_t>> who;
+  for (const auto& [key, id] : ids) {
+    int from = std::stoi(key.substr(key.rfind(' ') + 1)), to = std::stoi(key.substr(key.rfind('>') + 1));
+    for (int64_t i = 0; i < tp; ++i) {
+      who[id].push_back(from * tp + i);
+      who[id].push_back(to * tp + i);
+    }
+  }
+  std::vector<std::vector<ChannelInstr>> programs;
+  for (const auto& r : ranks) programs.push_back(r.channel);
+  Status st = check_channel_programs(programs, [&](int op) { return who.at(op); });
+  EXPECT_TRUE(st.is_ok()) << st.message();
+}
+
+TEST(PipelineProgram, TransfersPairUpAndReplayWithoutDeadlock) {
+  for (PipelineSchedule sched : {PipelineSchedule::kGPipe, PipelineSchedule::k1F1B, PipelineSchedule::kEager1F1B}) {
+    check_pipeline_programs(2, 1, 4, 1, sched, "");
+    check_pipeline_programs(4, 1, 4, 1, sched, "");
+    check_pipeline_programs(2, 2, 2, 2, sched, "oases");
+  }
+}
+
+TEST(PipelineProgram, ErrorsNameTheProblem) {
+  Built b = build(2, 1, 2, 1, PipelineSchedule::k1F1B);
+  StageProgramInfo info;
+  auto bad_rank = build_stage_program(b.gp, b.pl, 5, RankProgramOptions{}, &info);
+  ASSERT_FALSE(bad_rank);
+  EXPECT_NE(bad_rank.status().message().find("world rank 5"), std::string::npos) << bad_rank.status().message();
+  b.pl.stage_ranks = 2;
+  auto bad_mesh = build_stage_program(b.gp, b.pl, 0, RankProgramOptions{}, &info);
+  ASSERT_FALSE(bad_mesh);
+  EXPECT_NE(bad_mesh.status().message().find("partitioned over 1 ranks"), std::string::npos) << bad_mesh.status().message();
+}
+
+TEST(PipelineSearch, PlansStagesOnAClusterAndPricesAGivenPipeline) {
+  PlanningModel pm = tied_model(32);
+  auto cluster = load_cluster_file(std::string(OASES_SOURCE_DIR) + "/clusters/a100_dgx_64.json");
+  ASSERT_TRUE(cluster) << cluster.status().message();
+  cluster->nodes = 2;  // 16 GPUs on 2 hosts
+  OpTimeModel ops = op_time_model(*cluster, nullptr, 16, 1);
+  PipelinePlanOptions o;
+  o.memory_limit = 80.0 * (1 << 30);
+  auto p = search_pipeline(pm.forward, pm.train.graph, pm.train.params, *cluster, ops, 16, o);
+  ASSERT_TRUE(p) << p.status().message();
+  ASSERT_TRUE(p->found) << p->why;
+  EXPECT_GE(p->stages, 2);
+  EXPECT_EQ(p->stages * p->stage_ranks, 16);
+  EXPECT_TRUE(p->stage_ranks % 8 == 0 || 8 % p->stage_ranks == 0) << "stage meshes line up with the hosts";
+  EXPECT_EQ(p->micro_batches % p->stages, 0);
+  ASSERT_EQ(static_cast<int>(p->stage.size()), p->stages);
+  int next = 0;
+  for (const auto& st : p->stage) {  // every block once, in order
+    EXPECT_EQ(st.blocks.first, next);
+    next = st.blocks.last + 1;
+    EXPECT_GT(st.forward_s, 0);
+    EXPECT_GT(st.backward_s, 0);
+    EXPECT_LE(st.memory_bytes, o.memory_limit);
+  }
+  EXPECT_EQ(next, 4);
+  EXPECT_TRUE(p->stage.front().embedding && p->stage.back().head);
+  EXPECT_GT(p->step_s, 0);
+  EXPECT_GE(p->bubble, 0);
+  EXPECT_EQ(static_cast<int>(p->transfer_s.size()), p->stages - 1);
+  auto j = pipeline_plan_json(*p);
+  EXPECT_EQ(j["stages"], p->stages);
+  EXPECT_FALSE(j["timeline"].empty());
+  // a given pipeline, priced the same way: more micro-batches, a smaller bubble
+  auto few = price_pipeline(pm.forward, pm.train.graph, pm.train.params, *cluster, ops, 16, 2, 4, 2, PipelineSchedule::k1F1B, "plain");
+  auto many = price_pipeline(pm.forward, pm.train.graph, pm.train.params, *cluster, ops, 16, 2, 4, 8, PipelineSchedule::k1F1B, "plain");
+  ASSERT_TRUE(few && many) << (few ? many.status().message() : few.status().message());
+  EXPECT_LT(many->bubble, few->bubble);
+  auto bad = price_pipeline(pm.forward, pm.train.graph, pm.train.params, *cluster, ops, 16, 3, 4, 2, PipelineSchedule::k1F1B, "plain");
+  EXPECT_FALSE(bad);
+}
+
+TEST(PipelinePlanFile, VersionThreeRoundTripsAndOlderVersionsStillLoad) {
+  Plan p = Plan::megatron(2, 1);
+  p.pipeline.stages = 4;
+  p.pipeline.micro_batches = 8;
+  p.pipeline.cuts = "0-0,1-1,2-2,3-3";
+  p.pipeline.schedule = "eager-1f1b";
+  nlohmann::json j = p.to_json();
+  EXPECT_EQ(j["version"], kPlanVersionPipeline);
+  auto back = Plan::from_json(j, "plan.json");
+  ASSERT_TRUE(back) << back.status().message();
+  Plan q = *back;
+  q.mesh.mesh = p.mesh.mesh;  // a file's mesh comes back as axes: compare what a run uses
+  EXPECT_TRUE(q == p);
+  EXPECT_EQ(back->to_json(), j);
+  auto old = Plan::from_json(Plan::megatron(2, 1).to_json(), "old.json");
+  ASSERT_TRUE(old);
+  EXPECT_EQ(old->pipeline.stages, 1);
+  nlohmann::json future = j;
+  future["version"] = kPlanVersionPipeline + 1;
+  EXPECT_FALSE(Plan::from_json(future, "future.json"));
+}
+
+}  // namespace
+}  // namespace oases
