@@ -37,7 +37,8 @@ Expected<std::unique_ptr<RankRuntime>> RankRuntime::create(Communicator* comm, c
   try {
     for (int a = 0; a < mesh.num_axes(); ++a) {
       std::vector<int64_t> g = mesh.group(rt->rank_, a);
-      rt->axis_groups_.push_back(emulate_link(comm->make_group(std::vector<int>(g.begin(), g.end())), link));
+      std::vector<int> members(g.begin(), g.end());
+      rt->axis_groups_.push_back(emulate_link(comm->make_group(members), link_for_members(members, link)));
       rt->axis_raw_.push_back(rt->axis_groups_.back().get());
     }
     std::vector<int> all(static_cast<size_t>(mesh.size()));
@@ -66,7 +67,8 @@ Expected<std::unique_ptr<RankRuntime>> RankRuntime::create(Communicator* comm, c
   try {
     const Mesh& mesh = placed.mesh;
     for (int a = 0; a < mesh.num_axes(); ++a) {
-      rt->axis_groups_.push_back(emulate_link(comm->make_member_group(world_ranks(mesh.group(me, a)), kMeshGroupTag + a), link));
+      std::vector<int> members = world_ranks(mesh.group(me, a));
+      rt->axis_groups_.push_back(emulate_link(comm->make_member_group(members, kMeshGroupTag + a), link_for_members(members, link)));
       rt->axis_raw_.push_back(rt->axis_groups_.back().get());
     }
     std::vector<int64_t> all(static_cast<size_t>(mesh.size()));

@@ -65,4 +65,28 @@ std::unique_ptr<CommGroup> emulate_link(std::unique_ptr<CommGroup> inner, const 
   return std::make_unique<EmulatedGroup>(std::move(inner), link);
 }
 
+namespace {
+std::vector<int>& hosts_storage() {
+  static std::vector<int> h;
+  return h;
+}
+}  // namespace
+
+void set_emulated_hosts(std::vector<int> host_of) {
+  hosts_storage() = std::move(host_of);
+}
+
+const std::vector<int>& emulated_hosts() {
+  return hosts_storage();
+}
+
+LinkModel link_for_members(const std::vector<int>& members, const LinkModel& link) {
+  const std::vector<int>& h = emulated_hosts();
+  if (h.empty() || members.empty()) return link;
+  for (int m : members) {
+    if (m < 0 || static_cast<size_t>(m) >= h.size() || h[static_cast<size_t>(m)] != h[static_cast<size_t>(members.front())]) return link;
+  }
+  return LinkModel{};  // one host: not through the emulated link
+}
+
 }  // namespace oases

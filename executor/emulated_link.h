@@ -5,6 +5,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "executor/communicator.h"
 #include "graph/status.h"
@@ -13,5 +14,13 @@
 namespace oases {
 
 std::unique_ptr<CommGroup> emulate_link(std::unique_ptr<CommGroup> inner, const LinkModel& link);
+
+// Emulated hosts (oases-train --hosts N): the host of each world rank, set once per process before
+// the ranks make their groups. A group whose members share one host then runs at the speed of the
+// machine (the link emulated is the one between hosts); empty: every group is emulated.
+void set_emulated_hosts(std::vector<int> host_of);
+const std::vector<int>& emulated_hosts();
+// The link a group of these world ranks is emulated with: none when they share an emulated host.
+LinkModel link_for_members(const std::vector<int>& members, const LinkModel& link);
 
 }  // namespace oases

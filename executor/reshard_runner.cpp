@@ -1,5 +1,7 @@
 #include "executor/reshard_runner.h"
 
+#include <optional>
+
 #include <fcntl.h>
 #include <sys/file.h>
 #include <unistd.h>
@@ -360,7 +362,7 @@ Expected<ReshardProblem> reshard_problem_of(const AttrMap& a, ReshardCluster* cl
     return error("hosts names {} ranks, the meshes use {}", hosts.size(), world);
   cluster->host_of.clear();
   for (int64_t r = 0; r < world; ++r) cluster->host_of.push_back(hosts.empty() ? 0 : static_cast<int>(hosts[static_cast<size_t>(r)]));
-  cluster->inter = LinkModel{1.25, 50};
+  cluster->inter = LinkModel{a.get_float("inter_gbps", 1.25), a.get_float("inter_latency_us", 50)};
   cluster->intra = LinkModel{10, 5};
   return p;
 }
@@ -420,6 +422,13 @@ void reshard_kernel(KernelContext& c) {
   o.tag = static_cast<int>(c.attrs().get_int("channel", 1));
   o.dtype = c.out[0].dtype;
   o.cluster = cluster;
+  // emulated hosts (oases-train --hosts): a transfer between hosts holds their cards for the time
+  // the link between hosts takes
+  std::optional<HostCards> cards;
+  if (!emulated_cards_dir().empty() && !c.attrs().get_ints("hosts").empty()) {
+    cards.emplace(emulated_cards_dir());
+    o.cards = &*cards;
+  }
   TileData dst = run_reshard(*plan, *p, *comm, src, o);
   if (!dst.data.empty()) {
     if (dst.data[0].size() != c.out[0].nbytes()) c.fail("received {} bytes for an output of {}", dst.data[0].size(), c.out[0].nbytes());
@@ -428,6 +437,21 @@ void reshard_kernel(KernelContext& c) {
 }
 
 }  // namespace
+
+namespace {
+std::mutex g_cards_mu;
+std::string g_cards_dir;
+}  // namespace
+
+void set_emulated_cards_dir(const std::string& dir) {
+  std::lock_guard<std::mutex> lock(g_cards_mu);
+  g_cards_dir = dir;
+}
+
+std::string emulated_cards_dir() {
+  std::lock_guard<std::mutex> lock(g_cards_mu);
+  return g_cards_dir;
+}
 
 const CpuKernelFn* executor_kernel(const std::string& domain, const std::string& op) {
   static const CpuKernelFn reshard = reshard_kernel;

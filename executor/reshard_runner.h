@@ -105,6 +105,12 @@ TileData run_reshard(const ReshardPlan& plan, const ReshardProblem& p, Communica
 // its sender choice and order are planned for; the same on every rank.
 Expected<ReshardProblem> reshard_problem_of(const AttrMap& a, ReshardCluster* cluster);
 
+// The folder of the emulated hosts' network cards that Reshard kernels of this process hold while
+// a transfer crosses hosts (oases-train --hosts with --emulate-link; a node needs its "hosts"
+// attribute too); empty: transfers run at the machine's speed.
+void set_emulated_cards_dir(const std::string& dir);
+std::string emulated_cards_dir();
+
 // Kernels that need the executor (communicators, the resharding runner): oases.Reshard. Null for
 // any other op.
 const CpuKernelFn* executor_kernel(const std::string& domain, const std::string& op);

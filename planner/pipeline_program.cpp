@@ -314,6 +314,13 @@ Expected<RankProgram> build_stage_program(const GlobalProgram& global, const Pip
     a.set_int("world_rank", world_rank);
     a.set_int("dtype", dtype_to_onnx(val.dtype));
     a.set_int("channel", 1);
+    if (!pl.hosts.empty()) {
+      a.set_ints("hosts", pl.hosts);
+      if (pl.inter_gbps > 0) {
+        a.set_float("inter_gbps", static_cast<float>(pl.inter_gbps));
+        a.set_float("inter_latency_us", static_cast<float>(pl.inter_latency_us));
+      }
+    }
     std::string name = g.unique_name(fmt::format("pipe/{}/{}to{}", val.name, t.from, t.to));
     NodeId n = kNoId;
     if (t.to == me) {

@@ -44,6 +44,11 @@ struct PipelineLayout {
   int64_t stage_ranks = 1;      // ranks of one stage's mesh (tp x dp)
   PipelineSchedule schedule = PipelineSchedule::k1F1B;
   std::vector<StageCut> cuts;   // block ranges, one per stage
+  // Emulated hosts (oases-train --hosts): the host of each world rank and the link between hosts,
+  // written on the transfers ("hosts", "inter_gbps", "inter_latency_us") so their sender choice,
+  // order and emulation know them; empty: one machine.
+  std::vector<int64_t> hosts;
+  double inter_gbps = 0, inter_latency_us = 0;
   int64_t world() const { return stages * stage_ranks; }
   int stage_of_rank(int64_t world_rank) const { return static_cast<int>(world_rank / stage_ranks); }
   int64_t first_rank(int stage) const { return stage * stage_ranks; }

@@ -79,7 +79,7 @@ int plan_main(const std::string& model, int64_t gpus, const std::string& cluster
               int64_t batch, int64_t seq, const std::string& out, const std::string& html, const std::string& dot, bool simulate,
               const std::string& trace, const std::string& schedules, const std::string& chunks, bool uniform, bool no_sp,
               const std::string& emulate_link, const std::string& degrees, const BindingFlags& bind, bool no_pipeline,
-              const std::string& reference_pipeline, const std::string& dtype, const std::string& pp_list) {
+              const std::string& reference_pipeline, const std::string& dtype, const std::string& pp_list, int64_t hosts) {
   auto t_start = std::chrono::steady_clock::now();
   ImportOptions opts;
   if (Status s = bind.apply(&opts); !s.is_ok()) return fail_with(s);
@@ -110,7 +110,17 @@ int plan_main(const std::string& model, int64_t gpus, const std::string& cluster
       if (auto lm = parse_link_model(emulate_link); !lm) return fail_with(lm.status());
     }
     cluster = this_machine(gpus, profile ? &*profile : nullptr, emulate_link, threads);
+    if (hosts > 1) {
+      // emulated hosts (as oases-train --hosts): the machine's own speed inside one, the emulated link between
+      if (gpus % hosts != 0) return fail_with(error("--hosts {} does not divide --gpus {}", hosts, gpus));
+      ClusterSpec shm = this_machine(gpus, profile ? &*profile : nullptr, "", threads);
+      cluster.nodes = hosts;
+      cluster.gpus_per_node = gpus / hosts;
+      cluster.intra = shm.intra;
+      cluster.name += fmt::format(" between {} emulated hosts", hosts);
+    }
   }
+  if (!at_hand && hosts > 0) return fail_with(Status::error("--hosts describes the machine at hand; a --cluster file names its own nodes"));
   OpTimeModel ops = op_time_model(cluster, profile ? &*profile : nullptr, gpus, at_hand ? threads : 1);
   // the search reads shapes only: global activations bigger than this machine are fine, unless a
   // plan file (the partitioned program) or a simulation is asked for
@@ -360,7 +370,7 @@ int main(int argc, char** argv) {
   return run_tool([&] {
     CLI::App app{"oases-plan: choose how to split a model's training over a cluster, or describe a given split"};
     std::string model, out, html, dot, strategy, render, cluster, profile, trace, schedules, chunks, emulate, degrees;
-    int64_t tp = 0, dp = 0, batch = 0, seq = 0, gpus = 0;
+    int64_t tp = 0, dp = 0, batch = 0, seq = 0, gpus = 0, hosts = 0;
     double memory = 0;
     bool no_vocab = false, seq_par = false, simulate = false, uniform = false, no_sp = false, no_pipeline = false;
     std::string reference_pipeline, dtype = "fp32", pp_list;
@@ -384,6 +394,7 @@ int main(int argc, char** argv) {
     app.add_option("--reference-pipeline", reference_pipeline,
                    "Also price a given pipeline PP,TP,MICRO[,gpipe|1f1b|eager-1f1b[,INNER_SCHEDULE]] (e.g. Megatron-LM's published one)");
     app.add_option("--emulate-link", emulate, "The machine at hand behind an emulated link bw=GBPS,latency=US (as oases-train)");
+    app.add_option("--hosts", hosts, "The machine at hand as N emulated hosts (with --emulate-link: the link between them; as oases-train --hosts)");
     app.add_option("--tp", tp, "Tensor-parallel degree (a given Megatron split instead of a search)");
     app.add_option("--dp", dp, "Data-parallel degree (with --tp)");
     app.add_option("--strategy", strategy, "megatron (with --tp/--dp)")->check(CLI::IsMember({"megatron"}));
@@ -417,7 +428,7 @@ int main(int argc, char** argv) {
       if (tp > 0 || dp > 0 || !strategy.empty())
         return fail_with(Status::error("--gpus searches the split; leave out --tp, --dp and --strategy"));
       return plan_main(model, gpus, cluster, profile, memory, batch, seq, out, html, dot, simulate, trace, schedules, chunks, uniform,
-                       no_sp, emulate, degrees, bind, no_pipeline, reference_pipeline, dtype, pp_list);
+                       no_sp, emulate, degrees, bind, no_pipeline, reference_pipeline, dtype, pp_list, hosts);
     }
     if (tp <= 0 && dp <= 0)
       return fail_with(Status::error("give --gpus N to search a plan, or --tp T [--dp D] for a given Megatron split"));

@@ -90,6 +90,10 @@ void add_train_options(CLI::App& app, TrainArgs& a) {
                                        "the last the head and loss");
   app.add_option("--pipeline", a.pipeline, "gpipe | 1f1b | eager-1f1b: the order of micro-batch forwards and backwards per stage")
       ->check(CLI::IsMember({"gpipe", "1f1b", "eager-1f1b"}));
+  app.add_option("--hosts", a.hosts,
+                 "Emulate N hosts (the ranks spread over them in order): --emulate-link is then the link between hosts only, "
+                 "groups and transfers inside a host run at the machine's speed")
+      ->check(number_in(1, kInf));
   app.add_option("--local-ranks", a.local_ranks, "Run N ranks as threads of this process")->check(number_in(1, kInf));
   app.add_flag("--no-vocab-parallel", a.no_vocab_parallel, "Replicate the embedding and LM head instead of splitting the vocabulary");
   app.add_flag("--sequence-parallel", a.sequence_parallel, "Split norms and residuals over the sequence (reduce-scatter + all-gather)");

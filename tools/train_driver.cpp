@@ -12,6 +12,8 @@
 
 #include "executor/checkpoint.h"
 #include "executor/device.h"
+#include "executor/emulated_link.h"
+#include "executor/reshard_runner.h"
 #include "executor/launcher.h"
 #include "executor/loss_scaler.h"
 #include "executor/profile_report.h"
@@ -366,15 +368,40 @@ int run_training(TrainArgs& a, int argc, char** argv) {
     if (!lm) return fail_with(lm.status());
     link = *lm;
   }
+  if (a.hosts > 1) {
+    // groups inside one emulated host are not slowed; the link emulated is the one between hosts
+    std::vector<int> host_of;
+    for (int64_t r = 0; r < l.world(); ++r) host_of.push_back(static_cast<int>(r / (l.world() / a.hosts)));
+    set_emulated_hosts(host_of);
+  }
   if (!setup->pipe) return l.run(setup->gp.mesh(), link, [&](RankRuntime& rt) { return run_rank(*setup, rt); });
   // a pipeline: the world's ranks, each running its stage on the stage's own mesh
   const PipelineLayout& pl = *setup->pipe;
   Mesh everyone{{"world"}, {pl.world()}, {}};
-  return l.run(everyone, link, [&](RankRuntime& world) -> Status {
+  const bool cards = a.hosts > 1 && link.enabled();
+  int rc = l.run(everyone, link, [&](RankRuntime& world) -> Status {
+    if (cards) {
+      // the emulated hosts' network cards: lock files in a folder world rank 0 makes
+      std::string dir;
+      if (world.rank() == 0) {
+        std::string tmpl = (fs::temp_directory_path() / "oases_cards_XXXXXX").string();
+        std::vector<char> buf(tmpl.begin(), tmpl.end());
+        buf.push_back('\0');
+        if (mkdtemp(buf.data())) dir = buf.data();
+      }
+      dir = world.gather_strings(dir)[0];
+      if (dir.empty()) return error("cannot make a folder for the emulated hosts' cards in {}", fs::temp_directory_path().string());
+      set_emulated_cards_dir(dir);
+    }
     PlacedMesh placed = PlacedMesh::contiguous(setup->gp.mesh(), pl.first_rank(pl.stage_of_rank(world.rank())));
     OASES_ASSIGN_OR_RETURN(auto stage_rt, RankRuntime::create(world.communicator(), placed, link));
     return run_rank(*setup, *stage_rt, &world);
   });
+  if (cards && l.process_rank() == 0 && !emulated_cards_dir().empty()) {
+    std::error_code ec;
+    fs::remove_all(emulated_cards_dir(), ec);
+  }
+  return rc;
 }
 
 }  // namespace oases

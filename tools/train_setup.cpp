@@ -275,6 +275,7 @@ Expected<TrainSetup> prepare_training(const TrainArgs& args, int64_t world) {
     if (a.micro_batches <= 0) a.micro_batches = a.pp;
   }
   const int64_t stage_world = piped ? world / a.pp : world;
+  if (a.hosts > 0 && world % a.hosts != 0) return error("--hosts {} does not divide the {} ranks of this run", a.hosts, world);
   // a plan fixes the layout, the shapes and the schedule where the command line does not
   OASES_ASSIGN_OR_RETURN(Plan plan, run_plan(a, stage_world));
   if (piped) plan.mesh.chunks = a.chunks * a.micro_batches;  // every micro-batch's chunks, cut into stages later
@@ -312,6 +313,14 @@ Expected<TrainSetup> prepare_training(const TrainArgs& args, int64_t world) {
     auto cuts = cut_stages(blocks, pl.stages, a.stages);
     if (!cuts) return cuts.status();
     pl.cuts = std::move(*cuts);
+    if (a.hosts > 1) {
+      for (int64_t r = 0; r < pl.world(); ++r) pl.hosts.push_back(r / (pl.world() / a.hosts));
+      if (!a.emulate_link.empty()) {
+        OASES_ASSIGN_OR_RETURN(LinkModel lm, parse_link_model(a.emulate_link));
+        pl.inter_gbps = lm.bandwidth_gbps;
+        pl.inter_latency_us = lm.latency_us;
+      }
+    }
     s.pipe = pl;
   }
   s.vocab = train.vocab;

@@ -30,7 +30,7 @@ for ((r = 0; r < RUNS; ++r)); do
   t1=$(date +%s.%N)
   choose+=("$(echo "($t1 - $t0) * 1000" | bc -l)")
   t0=$(date +%s.%N)
-  "$BUILD/bin/oases-plan" "$M" --gpus "$GPUS" --cluster clusters/a100_dgx_64.json --batch 64 --seq 1024 --out "$OUT/plan.json" >"$OUT/plan.txt"
+  "$BUILD/bin/oases-plan" "$M" --gpus "$GPUS" --cluster clusters/a100_dgx_64.json --batch 64 --seq 1024 --max-memory 64G --out "$OUT/plan.json" >"$OUT/plan.txt"
   t1=$(date +%s.%N)
   walls+=("$(echo "($t1 - $t0) * 1000" | bc -l)")
   searches+=("$(sed -nE 's/.*priced in ([0-9.]+) ms.*/\1/p' "$OUT/plan.txt")")
