@@ -65,16 +65,24 @@ TEST(PipelineProgram, NodesGoToTheirBlocksStageAndTheTiedWeightToBoth) {
       ++tied_holders;
       EXPECT_NE(name.find("wte"), std::string::npos) << name << " is held by two stages";
     }
-    if (name.find("h.0.") != std::string::npos) EXPECT_EQ(h, std::vector<int>{0}) << name;
-    if (name.find("h.3.") != std::string::npos) EXPECT_EQ(h, std::vector<int>{1}) << name;
+    if (name.find("h.0.") != std::string::npos) {
+      EXPECT_EQ(h, std::vector<int>{0}) << name;
+    }
+    if (name.find("h.3.") != std::string::npos) {
+      EXPECT_EQ(h, std::vector<int>{1}) << name;
+    }
   }
   EXPECT_EQ(tied_holders, 1);
   for (NodeId id : g.nodes()) {
     const Node& n = g.node(id);
     ASSERT_FALSE(sa->stages[static_cast<size_t>(id)].empty()) << n.describe();
     int blk = block_of_scope(n.scope);
-    if (n.phase == Node::Phase::kForward && blk >= 0) EXPECT_EQ(sa->stages[static_cast<size_t>(id)], std::vector<int>{blk / 2}) << n.describe();
-    if (n.phase == Node::Phase::kLoss) EXPECT_EQ(sa->stages[static_cast<size_t>(id)], std::vector<int>{1}) << n.describe();
+    if (n.phase == Node::Phase::kForward && blk >= 0) {
+      EXPECT_EQ(sa->stages[static_cast<size_t>(id)], std::vector<int>{blk / 2}) << n.describe();
+    }
+    if (n.phase == Node::Phase::kLoss) {
+      EXPECT_EQ(sa->stages[static_cast<size_t>(id)], std::vector<int>{1}) << n.describe();
+    }
   }
 }
 
@@ -99,8 +107,12 @@ void check_pipeline_programs(int S, int64_t tp, int M, int K, PipelineSchedule s
     ASSERT_TRUE(rp) << rp.status().message();
     const int s = info.stage;
     EXPECT_EQ(info.peak_in_flight, peak_in_flight(stage_steps(sched, s, S, M)));
-    if (sched == PipelineSchedule::k1F1B) EXPECT_EQ(info.peak_in_flight, std::min(M, S - s));
-    if (sched == PipelineSchedule::kEager1F1B) EXPECT_EQ(info.peak_in_flight, std::min(M, 2 * (S - s)));
+    if (sched == PipelineSchedule::k1F1B) {
+      EXPECT_EQ(info.peak_in_flight, std::min(M, S - s));
+    }
+    if (sched == PipelineSchedule::kEager1F1B) {
+      EXPECT_EQ(info.peak_in_flight, std::min(M, 2 * (S - s)));
+    }
     EXPECT_GT(info.sends + info.receives, 0);
     const Graph& g = rp->program.graph;
     for (const ScheduledOp& op : rp->program.order) {
