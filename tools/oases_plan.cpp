@@ -42,6 +42,20 @@ std::vector<std::string> split_list(const std::string& s) {
   return out;
 }
 
+// A comma list of numbers of at least `least` (--chunks 1,2,4; --pp 2,4).
+Expected<std::vector<int64_t>> int_list(const std::string& text, const char* flag, int64_t least, const char* what) {
+  std::vector<int64_t> out;
+  for (const std::string& x : split_list(text)) {
+    try {
+      out.push_back(std::stoll(x));
+    } catch (const std::exception&) {
+      return error("{} '{}': '{}' is not a number", flag, text, x);
+    }
+    if (out.back() < least) return error("{} '{}': {} must be at least {}", flag, text, what, least);
+  }
+  return out;
+}
+
 int legacy(const std::string& model, const std::string& out, const std::string& html, const std::string& dot, int64_t tp, int64_t dp,
            int64_t batch, int64_t seq, bool no_vocab, bool seq_par, const BindingFlags& bind) {
   ImportOptions opts;
@@ -147,15 +161,9 @@ int plan_main(const std::string& model, int64_t gpus, const std::string& cluster
     if (!schedule_by_name(s)) return fail_with(schedule_by_name(s).status());
   }
   if (!chunks.empty()) {
-    so.chunks.clear();
-    for (const std::string& c : split_list(chunks)) {
-      try {
-        so.chunks.push_back(std::stoll(c));
-      } catch (const std::exception&) {
-        return fail_with(error("--chunks '{}': '{}' is not a number", chunks, c));
-      }
-      if (so.chunks.back() < 1) return fail_with(error("--chunks '{}': counts must be at least 1", chunks));
-    }
+    auto c = int_list(chunks, "--chunks", 1, "counts");
+    if (!c) return fail_with(c.status());
+    so.chunks = *c;
   }
   for (const std::string& d : split_list(degrees)) {
     try {
@@ -176,14 +184,9 @@ int plan_main(const std::string& model, int64_t gpus, const std::string& cluster
     PipelinePlanOptions po;
     po.memory_limit = limit;
     po.inner = so;
-    for (const std::string& x : split_list(pp_list)) {
-      try {
-        po.stage_counts.push_back(std::stoll(x));
-      } catch (const std::exception&) {
-        return fail_with(error("--pp '{}': '{}' is not a number", pp_list, x));
-      }
-      if (po.stage_counts.back() < 2) return fail_with(error("--pp '{}': stage counts must be at least 2", pp_list));
-    }
+    auto counts = int_list(pp_list, "--pp", 2, "stage counts");
+    if (!counts) return fail_with(counts.status());
+    po.stage_counts = *counts;
     auto pr = search_pipeline(pm->forward, pm->train.graph, pm->train.params, cluster, ops, gpus, po);
     if (!pr) return fail_with(pr.status().with_context(model));
     pipe = std::move(*pr);
