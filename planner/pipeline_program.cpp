@@ -389,6 +389,17 @@ Expected<RankProgram> build_stage_program(const GlobalProgram& global, const Pip
   std::map<ValueId, NodeId> pending;  // made by a started collective not yet waited for
   std::set<NodeId> waited;
   std::vector<NodeId> started;
+  // A send's buffer is released at its wait: each send is awaited at the start of the second step
+  // after the one that started it, so its transfer has the whole next step's compute to hide
+  // behind and a stage keeps at most two steps' sends (every wait follows its start, and every
+  // rank starts its transfers in the global order, so a wait never blocks a transfer it needs).
+  int current_step = -1;
+  std::vector<std::pair<int, NodeId>> sends_started;
+  auto wait_sends_before = [&](int step) {
+    for (const auto& [at, id] : sends_started) {
+      if (at <= step - 2 && waited.insert(id).second) order.push_back({ScheduledOp::Kind::kCommWait, id});
+    }
+  };
   auto emit = [&](NodeId id) {
     const Node& n = g.node(id);
     bool comm = is_collective(n);
@@ -406,6 +417,7 @@ Expected<RankProgram> build_stage_program(const GlobalProgram& global, const Pip
       if (comm) pending[o] = id;
     }
     if (comm) started.push_back(id);
+    if (send_input.count(id)) sends_started.push_back({current_step, id});
   };
   size_t next_channel = 0;
   auto pump_channel = [&]() {
@@ -437,13 +449,16 @@ Expected<RankProgram> build_stage_program(const GlobalProgram& global, const Pip
   // (a sum over the micro-batches' losses waits for the last of them).
   const size_t NN = static_cast<size_t>(g.max_node_id());
   std::vector<char> input_only(NN, 0);
+  std::set<ValueId> param_set(params.begin(), params.end());
   for (NodeId id : seq) {
     const Node& n = g.node(id);
     if (!forward_side(n)) continue;
     bool only = true;
     for (ValueId v : n.inputs) {
-      NodeId p = v == kNoId ? kNoId : g.producer(v);
-      if (p != kNoId && !input_only[static_cast<size_t>(p)]) only = false;
+      if (v == kNoId) continue;
+      NodeId p = g.producer(v);
+      // a trainable parameter is no input: what reads one is the model's own computation
+      if (p == kNoId ? param_set.count(v) > 0 : !input_only[static_cast<size_t>(p)]) only = false;
     }
     input_only[static_cast<size_t>(id)] = only;
   }
@@ -499,6 +514,8 @@ Expected<RankProgram> build_stage_program(const GlobalProgram& global, const Pip
   emit_ready_untagged(true);
   for (size_t i = 0; i < steps.size(); ++i) {
     const PipeStep& st = steps[i];
+    current_step = static_cast<int>(i);
+    wait_sends_before(current_step);
     for (NodeId id : seq) {
       if (emitted[static_cast<size_t>(id)] || !tagged[static_cast<size_t>(id)] || target[static_cast<size_t>(id)] != static_cast<int>(i)) continue;
       OASES_RETURN_IF_ERROR(emit_with_inputs(id));

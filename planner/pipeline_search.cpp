@@ -246,6 +246,9 @@ Expected<PipelinePlan> search_pipeline(const Graph& forward, const Graph& train,
       int64_t M = f * S;
       if (M > mm.analysis->batch || mm.analysis->batch % M != 0) continue;
       SearchOptions so = o.inner;
+      // one tp x dp layout for every part: what oases-train's stages run (per-part layouts inside
+      // stages are not cut into stage programs yet)
+      so.allow_mixed = false;
       so.chunks.clear();
       for (int64_t k : o.inner_chunks) so.chunks.push_back(M * k);
       // The inner search prices the whole model on one stage's GPUs with every micro-batch's

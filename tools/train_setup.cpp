@@ -375,6 +375,12 @@ Expected<std::unique_ptr<Trainer>> make_trainer(const TrainSetup& s, RankRuntime
   if (s.pipe) {
     if (!stage) return Status::error("internal: a pipeline rank's trainer needs its stage record");
     OASES_ASSIGN_OR_RETURN(rp, build_stage_program(s.gp, *s.pipe, world_rank, ro, stage));
+    if (a.memory_report && rt.rank() == 0) {
+      std::fprintf(stderr, "stage %d (%s): blocks %d-%d, %d sends and %d receives a step, at most %d micro-batches in flight, arena %.1f KiB\n",
+                   stage->stage, a.pipeline.c_str(), s.pipe->cuts[static_cast<size_t>(stage->stage)].first,
+                   s.pipe->cuts[static_cast<size_t>(stage->stage)].last, stage->sends, stage->receives, stage->peak_in_flight,
+                   static_cast<double>(rp.program.memory.arena_bytes) / 1024.0);
+    }
   } else {
     OASES_ASSIGN_OR_RETURN(rp, build_rank_program(s.gp, rt.rank(), ro));
   }

@@ -115,6 +115,19 @@ void check_pipeline_programs(int S, int64_t tp, int M, int K, PipelineSchedule s
     }
     EXPECT_GT(info.sends + info.receives, 0);
     const Graph& g = rp->program.graph;
+    // the blocks' work runs in the schedule's steps: forward and backward of each micro-batch in turn
+    std::vector<PipeStep> seen;
+    for (const ScheduledOp& op : rp->program.order) {
+      const Node& n = g.node(op.node);
+      if (op.kind != ScheduledOp::Kind::kCompute || n.chunk < 0 || block_of_scope(n.scope) < 0) continue;
+      PipeStep st{n.phase == Node::Phase::kForward, n.chunk / K};
+      if (seen.empty() || !(seen.back() == st)) seen.push_back(st);
+    }
+    EXPECT_EQ(seen.size(), info.steps.size());
+    for (size_t i = 0; i < seen.size() && i < info.steps.size(); ++i) {
+      EXPECT_TRUE(seen[i] == info.steps[i]) << "stage " << s << " step " << i << ": ran " << (seen[i].forward ? "F" : "B") << seen[i].micro
+                                            << ", the schedule says " << (info.steps[i].forward ? "F" : "B") << info.steps[i].micro;
+    }
     for (const ScheduledOp& op : rp->program.order) {
       const Node& n = g.node(op.node);
       if (!(n.domain == kOasesDomain && n.op_type == "Reshard")) continue;
