@@ -164,11 +164,95 @@ class HeaderReader {
 
 }  // namespace
 
+namespace {
+constexpr char kStageManifestMagic[] = "OASESPP1";  // 8 bytes, then a newline and the JSON manifest
+Expected<Checkpoint> load_checkpoint_file(const std::string& path, bool manifest_ok);
+}  // namespace
+
+std::string stage_checkpoint_path(const std::string& path, int stage, int stages) {
+  return fmt::format("{}.stage{}-of-{}", path, stage, stages);
+}
+
+Status save_stage_manifest(const std::string& path, int stages, int64_t step, const std::string& fingerprint, int64_t save_id) {
+  nlohmann::json m{{"format", "oases-pipeline-checkpoint"}, {"version", 1},           {"stages", stages},
+                   {"step", step},                        {"fingerprint", fingerprint}, {"save_id", save_id}};
+  m["files"] = nlohmann::json::array();
+  for (int s = 0; s < stages; ++s) m["files"].push_back(std::filesystem::path(stage_checkpoint_path(path, s, stages)).filename().string());
+  return write_file_atomically(path, std::string(kStageManifestMagic) + "\n" + m.dump(2) + "\n");
+}
+
+namespace {
+
+// A pipeline run's checkpoint: the manifest's stage files (regular checkpoints beside it, each
+// with its stage's tensors) merged into one.
+Expected<Checkpoint> load_stage_checkpoints(const std::string& path, const std::string& text) {
+  nlohmann::json m = nlohmann::json::parse(text.substr(8), nullptr, false);
+  if (m.is_discarded() || !m.is_object() || m.value("format", "") != "oases-pipeline-checkpoint" || !m.contains("files") ||
+      !m["files"].is_array() || m["files"].empty())
+    return error("{}: a damaged pipeline checkpoint manifest", path);
+  const int64_t step = m.value("step", int64_t{-1});
+  const std::string fingerprint = m.value("fingerprint", "");
+  std::filesystem::path dir = std::filesystem::path(path).parent_path();
+  Checkpoint merged;
+  bool first = true;
+  for (size_t stage = 0; stage < m["files"].size(); ++stage) {
+    const nlohmann::json& f = m["files"][stage];
+    if (!f.is_string()) return error("{}: a damaged pipeline checkpoint manifest", path);
+    std::string name = f.get<std::string>();
+    // stage files live beside the manifest: a name is never a path
+    if (name.empty() || name.find('/') != std::string::npos || name == "." || name == "..")
+      return error("{}: stage file '{}' is not a file name beside the manifest", path, name);
+    std::string stage_path = (dir / name).string();
+    auto ck = load_checkpoint_file(stage_path, /*manifest_ok=*/false);
+    if (!ck) return ck.status().with_context(path);
+    nlohmann::json extra = nlohmann::json::parse(ck->extra_json, nullptr, false);
+    bool same_save = extra.is_object() && extra.value("pipeline_save", int64_t{-1}) == m.value("save_id", int64_t{-2}) &&
+                     extra.value("stage", -1) == static_cast<int>(stage);
+    if (ck->step != step || ck->fingerprint != fingerprint || !same_save)
+      return error("{}: {} is not this save's stage file (another save's, or another stage's)", path, stage_path);
+    if (first) {
+      Checkpoint head = *ck;
+      head.tensors.clear();
+      merged = head;
+      first = false;
+    }
+    for (auto& [tname, t] : ck->tensors) {
+      auto [it, fresh] = merged.tensors.emplace(tname, t);
+      if (!fresh) return error("{}: tensor '{}' is in two stage files", path, tname);
+    }
+    if (!ck->warning.empty()) merged.warning = ck->warning;
+  }
+  return merged;
+}
+
+}  // namespace
+
 Expected<Checkpoint> load_checkpoint(const std::string& path) {
+  return load_checkpoint_file(path, /*manifest_ok=*/true);
+}
+
+namespace {
+
+Expected<Checkpoint> load_checkpoint_file(const std::string& path, bool manifest_ok) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) return error("{}: is a folder, not a checkpoint", path);
   std::ifstream in(path, std::ios::binary);
   if (!in) return error("{}: no such checkpoint", path);
+  {
+    char head[8] = {0};
+    in.read(head, 8);
+    if (in && std::memcmp(head, kStageManifestMagic, 8) == 0) {
+      // a stage file is a checkpoint, never another manifest (which could name itself)
+      if (!manifest_ok) return error("{}: a pipeline manifest where a stage's checkpoint file belongs", path);
+      in.seekg(0, std::ios::end);
+      if (in.tellg() > (1 << 20)) return error("{}: a pipeline checkpoint manifest over 1 MiB", path);
+      in.seekg(0);
+      std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      return load_stage_checkpoints(path, text);
+    }
+    in.clear();
+    in.seekg(0);
+  }
   in.seekg(0, std::ios::end);
   const uint64_t file_size = static_cast<uint64_t>(in.tellg());
   in.seekg(0);
@@ -306,6 +390,8 @@ Expected<Checkpoint> load_checkpoint(const std::string& path) {
   }
   return c;
 }
+
+}  // namespace
 
 std::map<std::string, Tensor> gather_training_state(Trainer& tr, RankRuntime& rt, const std::vector<ShardingSpec>& specs,
                                                     const std::vector<Shape>& shapes, bool with_optimizer) {

@@ -47,6 +47,15 @@ struct Checkpoint {
 Status save_checkpoint(const Checkpoint& c, const std::string& path);
 Expected<Checkpoint> load_checkpoint(const std::string& path);
 
+// Pipeline runs save per stage: stage s's tensors in PATH.stage<s>-of-<S> (a checkpoint of the
+// layout above, written by the stage), and PATH a manifest naming them (8 bytes "OASESPP1", a
+// newline, JSON {format "oases-pipeline-checkpoint", version, stages, step, fingerprint, save_id, files}),
+// written last. load_checkpoint(PATH) merges the stage files (each checked whole, of the manifest's
+// step and model, no tensor twice), so any layout resumes from it.
+std::string stage_checkpoint_path(const std::string& path, int stage, int stages);
+// `save_id` is in each stage file's extra JSON ("pipeline_save", "stage") too.
+Status save_stage_manifest(const std::string& path, int stages, int64_t step, const std::string& fingerprint, int64_t save_id);
+
 // The optimizer state a checkpoint keeps per parameter, by suffix of the parameter's name.
 inline constexpr const char* kOptimizerStateSuffixes[] = {".m", ".v", ".momentum"};
 

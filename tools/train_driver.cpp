@@ -135,9 +135,30 @@ Status run_rank(const TrainSetup& s, RankRuntime& rt, RankRuntime* world = nullp
     ck.optimizer_t = tr.optimizer().steps_taken();
     ck.sampler_state = sampler.state();
     ck.seed = a.seed;
-    ck.tensors = pooled(gather_training_state(tr, rt, pspecs, pshapes, true));
-    if (!lead) return Status::ok();
-    return save_checkpoint(ck, a.save);
+    if (!piped) {
+      ck.tensors = gather_training_state(tr, rt, pspecs, pshapes, true);
+      if (!lead) return Status::ok();
+      return save_checkpoint(ck, a.save);
+    }
+    // a pipeline saves per stage (executor/checkpoint.h): each stage's full tensors (a tied weight
+    // by its first holder) in its own file, then the manifest once every stage file is written
+    ck.tensors = gather_training_state(tr, rt, pspecs, pshapes, true);
+    for (size_t i = 0; i < stage.counts_in_norm.size(); ++i) {
+      if (stage.counts_in_norm[i]) continue;
+      std::string name = tr.param_name(i);
+      ck.tensors.erase(name);
+      for (const char* suffix : kOptimizerStateSuffixes) ck.tensors.erase(name + suffix);
+    }
+    const int S = s.pipe->stages;
+    // one id per save, in every stage file and the manifest: a stage file left from another save is refused
+    const int64_t save_id = static_cast<int64_t>(world->sum(
+        lead ? static_cast<double>(std::chrono::steady_clock::now().time_since_epoch().count() % (int64_t{1} << 50)) : 0.0));
+    ck.extra_json = nlohmann::json{{"pipeline_save", save_id}, {"stage", stage.stage}, {"stages", S}}.dump();
+    Status st = rt.rank() == 0 ? save_checkpoint(ck, stage_checkpoint_path(a.save, stage.stage, S)) : Status::ok();
+    double failed = world->sum(st.is_ok() ? 0.0 : 1.0);
+    if (!st.is_ok()) return st;
+    if (failed > 0) return error("{}: not written: another stage could not write its file", a.save);
+    return lead ? save_stage_manifest(a.save, S, step, s.fingerprint, save_id) : Status::ok();
   };
   // The step log grows in LOG.tmp (after LOG's old lines: resumed runs append) and replaces LOG
   // when the run ends, also when it stops with an error: a full disk is reported at the step it

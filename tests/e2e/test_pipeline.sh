@@ -72,15 +72,25 @@ for pid in range(4):
 print(f"ok trace: {len(transfers)} cross-stage transfers on 4 ranks")
 EOF
 
-# a checkpoint of pp 2 x tp 2 resumes under pp 4 (and under no pipeline) with every tensor bit for bit
+# a checkpoint of pp 2 x tp 2 (one file per stage and a manifest) resumes under pp 4 (and under no
+# pipeline) with every tensor bit for bit
 "$T" "$M" "${common[@]}" --steps 20 --stop-after 10 --local-ranks 4 --pp 2 --tp 2 --save "$WORK/pp.ckpt" || fail "pp save"
 "$T" "$M" "${common[@]}" --steps 10 --local-ranks 4 --pp 4 --resume "$WORK/pp.ckpt" --save "$WORK/pp4.ckpt" || fail "pp4 resave"
 "$T" "$M" "${common[@]}" --steps 10 --resume "$WORK/pp.ckpt" --save "$WORK/one.ckpt" || fail "one-rank resave"
 for c in pp4 one; do
   /usr/bin/python3 - "$WORK/pp.ckpt" "$WORK/$c.ckpt" <<'EOF' || fail "checkpoint resaved under $c differs"
 import json, struct, sys
+import os
 def tensors(path):  # executor/checkpoint.h: magic, header length, crc, JSON header, tensor bytes
     raw = open(path, "rb").read()
+    if raw[:8] == b"OASESPP1":  # a pipeline's manifest: the stage files beside it, merged
+        m = json.loads(raw[9:])
+        out = {}
+        for f in m["files"]:
+            step, t = tensors(os.path.join(os.path.dirname(path), f))
+            assert step == m["step"] and not set(t) & set(out), (f, step)
+            out.update(t)
+        return m["step"], out
     n = struct.unpack("<Q", raw[8:16])[0]
     head = json.loads(raw[20:20 + n])
     return head["step"], {t["name"]: raw[20 + n + t["offset"]:20 + n + t["offset"] + t["bytes"]] for t in head["tensors"]}
@@ -103,6 +113,18 @@ worst = max(abs(x - y) / abs(x) for x, y in zip(a, b))
 assert worst <= 1e-6, (worst, list(zip(a, b)))
 print(f"ok resumed under pp 4: steps 11-20 within {worst:.1e} of the straight run")
 EOF
+
+# a pipeline checkpoint missing a stage file, or holding one of another save, is refused
+[[ -f $WORK/pp.ckpt.stage0-of-2 && -f $WORK/pp.ckpt.stage1-of-2 ]] || fail "pp 2 checkpoint: no file per stage"
+mv "$WORK/pp.ckpt.stage1-of-2" "$WORK/held"
+expect_error "missing stage file" "pp.ckpt.stage1-of-2: no such checkpoint" "$T" "$M" "${common[@]}" --steps 12 --resume "$WORK/pp.ckpt"
+cp "$WORK/pp4.ckpt.stage3-of-4" "$WORK/pp.ckpt.stage1-of-2"
+expect_error "stage file of another save" "not this save.s stage file" "$T" "$M" "${common[@]}" --steps 12 --resume "$WORK/pp.ckpt"
+mv "$WORK/held" "$WORK/pp.ckpt.stage1-of-2"
+printf 'OASESPP1\n{"format": "oases-pipeline-checkpoint", "files": ["self.ckpt"], "step": 1}' >"$WORK/self.ckpt"
+expect_error "manifest naming itself" "a pipeline manifest where a stage" "$T" "$M" "${common[@]}" --steps 2 --resume "$WORK/self.ckpt"
+printf 'OASESPP1\n{"format": "oases-pipeline-checkpoint", "files": ["../etc.ckpt"], "step": 1}' >"$WORK/out.ckpt"
+expect_error "stage file outside the folder" "not a file name beside the manifest" "$T" "$M" "${common[@]}" --steps 2 --resume "$WORK/out.ckpt"
 
 # bad settings: one line, exit 2
 expect_error "more stages than blocks" "4 transformer block" "$T" "$M" --synthetic --steps 1 --batch 5 --seq 16 --pp 5 --local-ranks 5
