@@ -1,12 +1,13 @@
 #include "planner/pipeline_search.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
-#include <cstdlib>
 #include <limits>
 #include <map>
 #include <memory>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -214,6 +215,72 @@ bool aligned(const ClusterSpec& c, int64_t n) {
 
 }  // namespace
 
+namespace {
+
+// The best pipeline of S stages (every micro-batch count and schedule), with what was priced.
+struct StageCountResult {
+  PipelinePlan best;
+  int64_t candidates = 0;
+  std::string why;
+  Status status;
+};
+
+StageCountResult search_stage_count(const Graph& forward, const Graph& train, const std::vector<ValueId>& params, const ClusterSpec& cluster,
+                                    const OpTimeModel& ops, int64_t gpus, int64_t S, int blocks, const PipelinePlanOptions& o) {
+  StageCountResult out;
+  const int64_t n = gpus / S;
+  StageMeshModel mm;
+  mm.cluster = stage_cluster(cluster, n);
+  auto an = analyze_model(forward, train, params, n);
+  if (!an) {
+    out.status = an.status();
+    return out;
+  }
+  mm.analysis = std::make_unique<ModelAnalysis>(std::move(*an));
+  mm.cost = std::make_unique<CostModel>(*mm.analysis, mm.cluster, ops);
+  for (int64_t f : o.micro_factors) {
+    int64_t M = f * S;
+    if (M > mm.analysis->batch || mm.analysis->batch % M != 0) continue;
+    SearchOptions so = o.inner;
+    // one tp x dp layout for every part: what oases-train's stages run (per-part layouts inside
+    // stages are not cut into stage programs yet)
+    so.allow_mixed = false;
+    so.chunks.clear();
+    for (int64_t k : o.inner_chunks) so.chunks.push_back(M * k);
+    // The inner search prices the whole model on one stage's GPUs with every micro-batch's
+    // activations kept; a stage keeps only its blocks and the micro-batches in flight. So the
+    // fastest inner plan is priced first with no limit, and, when a stage of it does not fit,
+    // the fastest whose whole-model memory fits the stages' memory together.
+    std::vector<double> limits{0.0};
+    if (o.memory_limit > 0) limits.push_back(o.memory_limit * static_cast<double>(S));
+    for (double lim : limits) {
+      so.memory_limit = lim;
+      SearchResult r = search_plan(*mm.cost, so);
+      if (!r.found) {
+        out.why = fmt::format("{} stages of {} GPUs, {} micro-batches: no inner plan", S, n, M);
+        continue;
+      }
+      bool fits_somewhere = false;
+      for (PipelineSchedule sched : o.schedules) {
+        PipelinePlan c = price(*mm.cost, cluster, ops, gpus, static_cast<int>(S), static_cast<int>(M), r.best, sched, blocks);
+        ++out.candidates;
+        if (!c.found) continue;
+        if (o.memory_limit > 0 && c.memory_bytes > o.memory_limit) {
+          out.why = fmt::format("{} stages of {} GPUs, {} micro-batches, {}: {} per GPU", S, n, M, pipeline_name(sched),
+                                describe_bytes(c.memory_bytes));
+          continue;
+        }
+        fits_somewhere = true;
+        if (!out.best.found || c.step_s < out.best.step_s) out.best = std::move(c);
+      }
+      if (fits_somewhere) break;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
 Expected<PipelinePlan> search_pipeline(const Graph& forward, const Graph& train, const std::vector<ValueId>& params, const ClusterSpec& cluster,
                                        const OpTimeModel& ops, int64_t gpus, const PipelinePlanOptions& o) {
   auto t0 = std::chrono::steady_clock::now();
@@ -223,72 +290,37 @@ Expected<PipelinePlan> search_pipeline(const Graph& forward, const Graph& train,
     best.why = "the model has fewer than 2 blocks";
     return best;
   }
-  std::vector<int64_t> counts = o.stage_counts;
-  if (counts.empty()) {
+  std::vector<int64_t> counts;
+  for (int64_t S : o.stage_counts.empty() ? std::vector<int64_t>{} : o.stage_counts) {
+    if (S >= 2 && S <= blocks && gpus % S == 0) counts.push_back(S);
+  }
+  if (o.stage_counts.empty()) {
     for (int64_t S = 2; S <= std::min<int64_t>(gpus, blocks); ++S) {
       if (gpus % S == 0 && aligned(cluster, gpus / S)) counts.push_back(S);
     }
   }
-  std::map<int64_t, StageMeshModel> meshes;
-  std::string last_why = "no stage count divides the GPUs into host-aligned meshes";
-  for (int64_t S : counts) {
-    if (S < 2 || S > blocks || gpus % S != 0) continue;
-    int64_t n = gpus / S;
-    auto& mm = meshes[n];
-    if (!mm.cost) {
-      mm.cluster = stage_cluster(cluster, n);
-      auto an = analyze_model(forward, train, params, n);
-      if (!an) return an.status();
-      mm.analysis = std::make_unique<ModelAnalysis>(std::move(*an));
-      mm.cost = std::make_unique<CostModel>(*mm.analysis, mm.cluster, ops);
-    }
-    for (int64_t f : o.micro_factors) {
-      int64_t M = f * S;
-      if (M > mm.analysis->batch || mm.analysis->batch % M != 0) continue;
-      SearchOptions so = o.inner;
-      // one tp x dp layout for every part: what oases-train's stages run (per-part layouts inside
-      // stages are not cut into stage programs yet)
-      so.allow_mixed = false;
-      so.chunks.clear();
-      for (int64_t k : o.inner_chunks) so.chunks.push_back(M * k);
-      // The inner search prices the whole model on one stage's GPUs with every micro-batch's
-      // activations kept; a stage keeps only its blocks and the micro-batches in flight. So the
-      // fastest inner plan is priced first with no limit, and, when a stage of it does not fit,
-      // the fastest whose whole-model memory fits the stages' memory together.
-      std::vector<double> limits{0.0};
-      if (o.memory_limit > 0) limits.push_back(o.memory_limit * static_cast<double>(S));
-      for (double lim : limits) {
-        so.memory_limit = lim;
-        SearchResult r = search_plan(*mm.cost, so);
-        if (!r.found) {
-          last_why = fmt::format("{} stages of {} GPUs, {} micro-batches: no inner plan", S, n, M);
-          continue;
-        }
-        bool fits_somewhere = false;
-        for (PipelineSchedule sched : o.schedules) {
-          PipelinePlan c = price(*mm.cost, cluster, ops, gpus, static_cast<int>(S), static_cast<int>(M), r.best, sched, blocks);
-          ++best.candidates;
-          if (!c.found) continue;
-          if (std::getenv("OASES_DEBUG_PIPE_SEARCH"))
-            fmt::print(stderr, "S={} n={} M={} {}: step {:.3f} s memory {} inner {} K={} tp {}\n", S, n, M, pipeline_name(sched), c.step_s,
-                       describe_bytes(c.memory_bytes), r.best.schedule, r.best.chunks / M, r.best.layouts[1].tp);
-          if (o.memory_limit > 0 && c.memory_bytes > o.memory_limit) {
-            last_why = fmt::format("{} stages of {} GPUs, {} micro-batches, {}: {} per GPU", S, n, M, pipeline_name(sched),
-                                   describe_bytes(c.memory_bytes));
-            continue;
-          }
-          fits_somewhere = true;
-          if (!best.found || c.step_s < best.step_s) {
-            int64_t cand = best.candidates;
-            best = c;
-            best.candidates = cand;
-          }
-        }
-        if (fits_somewhere) break;
-      }
-    }
+  // each stage count on a thread of its own (its own analysis and cost model), merged in order
+  std::vector<StageCountResult> results(counts.size());
+  std::atomic<size_t> next{0};
+  auto worker = [&] {
+    for (size_t i = next++; i < counts.size(); i = next++)
+      results[i] = search_stage_count(forward, train, params, cluster, ops, gpus, counts[i], blocks, o);
+  };
+  size_t threads = std::min<size_t>(counts.size(), std::max(1u, std::thread::hardware_concurrency()));
+  std::vector<std::thread> pool;
+  for (size_t t = 1; t < threads; ++t) pool.emplace_back(worker);
+  worker();
+  for (auto& t : pool) t.join();
+  std::string why = "no stage count divides the GPUs into host-aligned meshes";
+  int64_t candidates = 0;
+  for (StageCountResult& r : results) {
+    if (!r.status.is_ok()) return r.status;
+    candidates += r.candidates;
+    if (!r.why.empty()) why = r.why;
+    if (r.best.found && (!best.found || r.best.step_s < best.step_s)) best = std::move(r.best);
   }
-  if (!best.found) best.why = last_why;
+  if (!best.found) best.why = why;
+  best.candidates = candidates;
   best.search_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   return best;
 }
