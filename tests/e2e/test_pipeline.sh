@@ -4,7 +4,8 @@
 # eager-1f1b) over pp in {2, 4} x tp in {1, 2} x dp in {1, 2} (at most 8 ranks) gives the
 # single-rank losses over 20 steps and its gradients (fp32, 1e-6 relative), as threads
 # (--local-ranks) and under mpirun; nested with the oases schedule inside the stages; the tied
-# embedding's copies on the first and last stage stay bit-equal (an export checks it); a
+# embedding's copies on the first and last stage stay bit-equal (an export checks it); dropout
+# masks and sequence parallelism inside stages match one rank too; a
 # checkpoint saved under one pp/tp/dp layout resumes under another with the tensors bit for bit;
 # bad stage and batch settings are one-line errors (exit 2).
 source "$(dirname "$0")/lib.sh"
@@ -53,6 +54,16 @@ for model in gpt2_4l llama_4l; do
   run "$model pp2 dp2 1f1b optim_comm_checkpoint" "$model" "$T" "$M" --local-ranks 4 -- --pp 2 --dp 2 --micro-batches 2 --pipeline 1f1b \
     --schedule optim_comm_checkpoint --chunks 2
 done
+
+# dropout: every stage replays the single-rank masks (with recomputation inside the stages too);
+# sequence parallelism inside the stages
+D=$OASES_SOURCE_DIR/models/train/gpt2_dropout/model.onnx
+"$T" "$D" "${common[@]}" --steps 20 --log-json "$WORK/dropout.jsonl" || fail "dropout single rank"
+"$T" "$D" "${common[@]}" --steps 0 --dump-grads "$WORK/dropout.grads" || fail "dropout single-rank gradients"
+run "gpt2_dropout pp2 tp2 eager-1f1b oases" dropout "$T" "$D" --local-ranks 4 -- --pp 2 --tp 2 --micro-batches 4 --pipeline eager-1f1b \
+  --schedule oases --chunks 2
+run "gpt2_4l pp2 tp2 sequence-parallel" gpt2_4l "$T" "$OASES_SOURCE_DIR/models/train/gpt2_4l/model.onnx" --local-ranks 4 -- --pp 2 --tp 2 \
+  --sequence-parallel
 
 # the issue's command: mpirun -np 4, pp 2 x tp 2, 4 micro-batches, eager 1F1B, oases with 2 chunks, a trace
 M=$OASES_SOURCE_DIR/models/train/gpt2_4l/model.onnx
