@@ -336,6 +336,14 @@ Expected<TrainSetup> prepare_training(const TrainArgs& args, int64_t world) {
   OASES_RETURN_IF_ERROR(prepare_data(s));
   if (!a.export_plan.empty()) {
     nlohmann::json j = plan_to_json(train.graph, *s.gp.partitioned, s.gp.sharding, s.gp.strategy, a.model);
+    if (s.pipe) {
+      // one stage's layout (every stage's) and the stages: oases-train --plan runs it again
+      j["version"] = kPlanVersionPipeline;
+      j["pipeline"] = {{"stages", s.pipe->stages},
+                       {"micro_batches", s.pipe->micro_batches},
+                       {"cuts", stages_string(s.pipe->cuts)},
+                       {"schedule", pipeline_name(s.pipe->schedule)}};
+    }
     OASES_RETURN_IF_ERROR(write_file_atomically(a.export_plan, j.dump(2) + "\n"));
   }
   s.oc.kind = a.optimizer;

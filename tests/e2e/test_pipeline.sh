@@ -65,6 +65,15 @@ run "gpt2_dropout pp2 tp2 eager-1f1b oases" dropout "$T" "$D" --local-ranks 4 --
 run "gpt2_4l pp2 tp2 sequence-parallel" gpt2_4l "$T" "$OASES_SOURCE_DIR/models/train/gpt2_4l/model.onnx" --local-ranks 4 -- --pp 2 --tp 2 \
   --sequence-parallel
 
+# --export-plan writes the stages into the plan (version 3); --plan alone runs them again
+G=$OASES_SOURCE_DIR/models/train/gpt2_4l/model.onnx
+"$T" "$G" "${common[@]}" --steps 0 --local-ranks 4 --pp 2 --tp 2 --pipeline eager-1f1b --stages 0-0,1-3 --export-plan "$WORK/pp.plan.json" \
+  || fail "export a pipeline plan"
+/usr/bin/python3 -c "import json,sys; p=json.load(open(sys.argv[1])); assert p['version'] == 3 and p['pipeline'] == \
+{'stages': 2, 'micro_batches': 2, 'cuts': '0-0,1-3', 'schedule': 'eager-1f1b'}, p.get('pipeline')" "$WORK/pp.plan.json" \
+  || fail "exported plan lacks its pipeline"
+run "gpt2_4l from an exported pipeline plan" gpt2_4l "$T" "$G" --local-ranks 4 -- --plan "$WORK/pp.plan.json"
+
 # the issue's command: mpirun -np 4, pp 2 x tp 2, 4 micro-batches, eager 1F1B, oases with 2 chunks, a trace
 M=$OASES_SOURCE_DIR/models/train/gpt2_4l/model.onnx
 "${MPIRUN[@]}" -np 4 "$T" "$M" "${common[@]}" --steps 4 --pp 2 --tp 2 --micro-batches 4 --pipeline eager-1f1b --schedule oases --chunks 2 \
