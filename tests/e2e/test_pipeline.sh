@@ -7,7 +7,7 @@
 # embedding's copies on the first and last stage stay bit-equal (an export checks it); dropout
 # masks and sequence parallelism inside stages match one rank too; a
 # checkpoint saved under one pp/tp/dp layout resumes under another with the tensors bit for bit;
-# bad stage and batch settings are one-line errors (exit 2).
+# a failing or hung rank stops every stage; bad stage and batch settings are one-line errors (exit 2).
 source "$(dirname "$0")/lib.sh"
 T=$OASES_BIN/oases-train
 MPIRUN=(mpirun --allow-run-as-root --oversubscribe --bind-to none)
@@ -145,6 +145,14 @@ printf 'OASESPP1\n{"format": "oases-pipeline-checkpoint", "files": ["self.ckpt"]
 expect_error "manifest naming itself" "a pipeline manifest where a stage" "$T" "$M" "${common[@]}" --steps 2 --resume "$WORK/self.ckpt"
 printf 'OASESPP1\n{"format": "oases-pipeline-checkpoint", "files": ["../etc.ckpt"], "step": 1}' >"$WORK/out.ckpt"
 expect_error "stage file outside the folder" "not a file name beside the manifest" "$T" "$M" "${common[@]}" --steps 2 --resume "$WORK/out.ckpt"
+
+# a failing or hung rank of a later stage stops every stage (no rank waits forever on a transfer)
+out=$(OASES_TEST_FAULT=3:1:error timeout 120 "$T" "$M" "${common[@]}" --steps 3 --local-ranks 4 --pp 2 --tp 2 --comm-timeout 5 2>&1)
+rc=$?
+[[ $rc -eq 2 && $out == *"injected failure"* ]] || fail "pipeline rank failure: exit $rc: $out"
+out=$(OASES_TEST_FAULT=3:1:hang timeout 120 "$T" "$M" "${common[@]}" --steps 3 --local-ranks 4 --pp 2 --tp 2 --comm-timeout 5 2>&1)
+rc=$?
+[[ $rc -eq 2 && $out == *"for rank 3, which did not arrive"* ]] || fail "pipeline hung rank: exit $rc: $out"
 
 # bad settings: one line, exit 2
 expect_error "more stages than blocks" "4 transformer block" "$T" "$M" --synthetic --steps 1 --batch 5 --seq 16 --pp 5 --local-ranks 5
