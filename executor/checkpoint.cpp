@@ -194,7 +194,6 @@ Expected<Checkpoint> load_stage_checkpoints(const std::string& path, const std::
   const std::string fingerprint = m.value("fingerprint", "");
   std::filesystem::path dir = std::filesystem::path(path).parent_path();
   Checkpoint merged;
-  bool first = true;
   for (size_t stage = 0; stage < m["files"].size(); ++stage) {
     const nlohmann::json& f = m["files"][stage];
     if (!f.is_string()) return error("{}: a damaged pipeline checkpoint manifest", path);
@@ -210,13 +209,9 @@ Expected<Checkpoint> load_stage_checkpoints(const std::string& path, const std::
                      extra.value("stage", -1) == static_cast<int>(stage);
     if (ck->step != step || ck->fingerprint != fingerprint || !same_save)
       return error("{}: {} is not this save's stage file (another save's, or another stage's)", path, stage_path);
-    if (first) {
-      Checkpoint head = *ck;
-      head.tensors.clear();
-      merged = head;
-      first = false;
-    }
-    for (auto& [tname, t] : ck->tensors) {
+    std::map<std::string, Tensor> tensors = std::move(ck->tensors);
+    if (stage == 0) merged = std::move(*ck);  // step, optimizer, sampler and seed: stage 0's
+    for (auto& [tname, t] : tensors) {
       auto [it, fresh] = merged.tensors.emplace(tname, t);
       if (!fresh) return error("{}: tensor '{}' is in two stage files", path, tname);
     }

@@ -7,7 +7,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -159,6 +161,13 @@ void settle(double seconds, const std::function<void()>& work, const std::functi
 }
 
 }  // namespace
+
+std::string make_cards_folder() {
+  std::string tmpl = (std::filesystem::temp_directory_path() / "oases_cards_XXXXXX").string();
+  std::vector<char> buf(tmpl.begin(), tmpl.end());
+  buf.push_back('\0');
+  return mkdtemp(buf.data()) ? std::string(buf.data()) : std::string();
+}
 
 void HostCards::hold(std::vector<int> hosts, double seconds, const std::function<void()>& work,
                      const std::function<bool()>& progress) const {

@@ -83,6 +83,8 @@ class HostCards {
  private:
   std::string dir_;
 };
+// A fresh folder for the cards' lock files in the temporary directory; empty when none can be made.
+std::string make_cards_folder();
 
 struct ReshardRunOptions {
   int tag = 1;                       // the channel (Communicator::channel_group)

@@ -159,7 +159,7 @@ Expected<StageAssignment> assign_stages(const Graph& g, const std::vector<ValueI
 namespace {
 
 // One value crossing from one stage to another.
-struct Transfer {
+struct Crossing {
   ValueId value = kNoId;
   int from = 0, to = 0;
   bool forward = true;
@@ -228,14 +228,14 @@ Expected<RankProgram> build_stage_program(const GlobalProgram& global, const Pip
   }
 
   // every transfer this rank takes part in
-  std::map<std::pair<ValueId, int>, Transfer> found;
+  std::map<std::pair<ValueId, int>, Crossing> found;
   auto add_transfer = [&](ValueId v, int to) -> Status {
     NodeId p = g.producer(v);
     if (p == kNoId) return Status::ok();
     if (sa.stages[static_cast<size_t>(p)].size() != 1) return error("{} is copied into several stages, yet stage {} lacks it", g.node(p).describe(), to);
     int from = home(p);
     if (from != me && to != me) return Status::ok();
-    Transfer t;
+    Crossing t;
     t.value = v;
     t.from = from;
     t.to = to;
@@ -269,9 +269,9 @@ Expected<RankProgram> build_stage_program(const GlobalProgram& global, const Pip
     }
   }
   if (g.producer(loss) != kNoId && !in_stage(g.producer(loss), S - 1)) OASES_RETURN_IF_ERROR(add_transfer(loss, S - 1));
-  std::vector<Transfer> transfers;
+  std::vector<Crossing> transfers;
   for (const auto& [k, t] : found) transfers.push_back(t);
-  std::sort(transfers.begin(), transfers.end(), [](const Transfer& a, const Transfer& b) { return a.key() < b.key(); });
+  std::sort(transfers.begin(), transfers.end(), [](const Crossing& a, const Crossing& b) { return a.key() < b.key(); });
 
   // the stage's graph: the other stages' nodes out, the transfers in
   std::vector<NodeId> all = g.nodes();
@@ -292,7 +292,7 @@ Expected<RankProgram> build_stage_program(const GlobalProgram& global, const Pip
   std::vector<NodeId> channel_ops;  // this rank's transfers in the global order
   std::map<NodeId, double> recv_issue;
   std::map<NodeId, ValueId> send_input;
-  for (const Transfer& t : transfers) {
+  for (const Crossing& t : transfers) {
     const Value& val = g.value(t.value);
     ShardingSpec spec = ShardingSpec::replicated(val.shape.size());
     if (specs) {
@@ -306,11 +306,11 @@ Expected<RankProgram> build_stage_program(const GlobalProgram& global, const Pip
     a.set_ints("dst_mesh", base_sizes);
     a.set_ints("src_ranks", stage_ranks(t.from));
     a.set_ints("dst_ranks", stage_ranks(t.to));
+    if (spec.any_partial())
+      return error("'{}' crosses from stage {} to {} as a partial sum; cut the stages where values are whole", val.name, t.from, t.to);
     std::string layout = specs ? layout_string(spec, mesh) : std::string(val.shape.size(), 'R');
     a.set_string("src_layout", layout);
-    a.set_string("dst_layout", layout.find(":P") == std::string::npos ? layout : layout.substr(0, layout.find(":P")));
-    if (layout.find(":P") != std::string::npos)
-      return error("'{}' crosses from stage {} to {} as a partial sum; cut the stages where values are whole", val.name, t.from, t.to);
+    a.set_string("dst_layout", layout);
     a.set_int("world_rank", world_rank);
     a.set_int("dtype", dtype_to_onnx(val.dtype));
     a.set_int("channel", 1);
@@ -466,6 +466,7 @@ Expected<RankProgram> build_stage_program(const GlobalProgram& global, const Pip
   std::map<std::pair<bool, int>, int> step_index;
   for (size_t i = 0; i < steps.size(); ++i) step_index[{steps[i].forward, steps[i].micro}] = static_cast<int>(i);
   std::vector<int> target(NN, -1);  // the step a node runs in; -1: none (as soon as it can)
+  std::vector<char> tagged(NN, 0);  // runs in a step (else: as soon as its inputs are there)
   std::vector<NodeId> untagged;
   for (NodeId id : seq) {
     const Node& n = g.node(id);
@@ -479,13 +480,12 @@ Expected<RankProgram> build_stage_program(const GlobalProgram& global, const Pip
       auto it = step_index.find({forward_side(n), m});
       if (it == step_index.end()) return error("stage {}: {} works on micro-batch {} of {}", me, n.describe(), m, M);
       t = std::max(t, it->second);
+      tagged[static_cast<size_t>(id)] = 1;
     } else {
       untagged.push_back(id);
     }
     target[static_cast<size_t>(id)] = t;
   }
-  std::vector<char> tagged(NN, 0);
-  for (NodeId id : seq) tagged[static_cast<size_t>(id)] = !input_only[static_cast<size_t>(id)] && micro_of(g.node(id)) >= 0;
   auto emit_ready_untagged = [&](bool in_time) {
     for (bool changed = true; changed;) {
       changed = false;

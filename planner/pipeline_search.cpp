@@ -6,7 +6,6 @@
 #include <cmath>
 #include <limits>
 #include <map>
-#include <memory>
 #include <thread>
 
 #include <fmt/format.h>
@@ -39,12 +38,6 @@ int block_of_part(const std::string& name) {
   if (name.rfind("layer.", 0) == 0) return std::atoi(name.c_str() + 6);
   return name == "embedding" ? -1 : -2;
 }
-
-struct StageMeshModel {
-  ClusterSpec cluster;
-  std::unique_ptr<ModelAnalysis> analysis;
-  std::unique_ptr<CostModel> cost;
-};
 
 // Per part of the chain under one inner choice: time of one micro-batch, bytes.
 struct PartFigures {
@@ -185,18 +178,16 @@ PipelinePlan price(CostModel& cm, const ClusterSpec& cluster, const OpTimeModel&
     t.backward_s.push_back(st.backward_s);
     pp.stage.push_back(st);
   }
-  // the boundary's layout: the first part of the next stage's (an attention part)
-  const ModelAnalysis& a = cm.analysis();
-  for (int s = 0; s + 1 < S; ++s) {
+  // every boundary joins two alike stage meshes under one layout (the inner plan's for all
+  // parts): priced once, with the layout of the second stage's first part
+  if (S > 1) {
+    const ModelAnalysis& a = cm.analysis();
     Layout l = inner.layouts.front();
-    std::string want = fmt::format("layer.{}.attn", cuts[static_cast<size_t>(s) + 1].first);
-    auto it = a.part_index.find(want);
+    auto it = a.part_index.find(fmt::format("layer.{}.attn", cuts[1].first));
     if (it != a.part_index.end()) l = inner.layouts[static_cast<size_t>(it->second)];
-    double x = s == 0 || pp.transfer_s.empty() ? boundary_seconds(cluster, gpus, pp.stage_ranks, l, a.batch, a.seq, a.hidden, M)
-                                                : pp.transfer_s.back();
-    pp.transfer_s.push_back(x);
-    t.transfer_s.push_back(x);
+    pp.transfer_s.assign(static_cast<size_t>(S - 1), boundary_seconds(cluster, gpus, pp.stage_ranks, l, a.batch, a.seq, a.hidden, M));
   }
+  t.transfer_s = pp.transfer_s;
   auto sim = simulate_pipeline(sched, M, t);
   if (!sim) {
     pp.why = sim.status().message();
@@ -229,18 +220,15 @@ StageCountResult search_stage_count(const Graph& forward, const Graph& train, co
                                     const OpTimeModel& ops, int64_t gpus, int64_t S, int blocks, const PipelinePlanOptions& o) {
   StageCountResult out;
   const int64_t n = gpus / S;
-  StageMeshModel mm;
-  mm.cluster = stage_cluster(cluster, n);
   auto an = analyze_model(forward, train, params, n);
   if (!an) {
     out.status = an.status();
     return out;
   }
-  mm.analysis = std::make_unique<ModelAnalysis>(std::move(*an));
-  mm.cost = std::make_unique<CostModel>(*mm.analysis, mm.cluster, ops);
+  CostModel cm(*an, stage_cluster(cluster, n), ops);
   for (int64_t f : o.micro_factors) {
     int64_t M = f * S;
-    if (M > mm.analysis->batch || mm.analysis->batch % M != 0) continue;
+    if (M > an->batch || an->batch % M != 0) continue;
     SearchOptions so = o.inner;
     // one tp x dp layout for every part: what oases-train's stages run (per-part layouts inside
     // stages are not cut into stage programs yet)
@@ -255,14 +243,14 @@ StageCountResult search_stage_count(const Graph& forward, const Graph& train, co
     if (o.memory_limit > 0) limits.push_back(o.memory_limit * static_cast<double>(S));
     for (double lim : limits) {
       so.memory_limit = lim;
-      SearchResult r = search_plan(*mm.cost, so);
+      SearchResult r = search_plan(cm, so);
       if (!r.found) {
         out.why = fmt::format("{} stages of {} GPUs, {} micro-batches: no inner plan", S, n, M);
         continue;
       }
       bool fits_somewhere = false;
       for (PipelineSchedule sched : o.schedules) {
-        PipelinePlan c = price(*mm.cost, cluster, ops, gpus, static_cast<int>(S), static_cast<int>(M), r.best, sched, blocks);
+        PipelinePlan c = price(cm, cluster, ops, gpus, static_cast<int>(S), static_cast<int>(M), r.best, sched, blocks);
         ++out.candidates;
         if (!c.found) continue;
         if (o.memory_limit > 0 && c.memory_bytes > o.memory_limit) {

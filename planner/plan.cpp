@@ -347,6 +347,10 @@ Status Plan::validate() const {
   return Status::ok();
 }
 
+nlohmann::json Plan::Pipeline::to_json() const {
+  return {{"stages", stages}, {"micro_batches", micro_batches}, {"cuts", cuts}, {"schedule", schedule}};
+}
+
 nlohmann::json Plan::to_json() const {
   const MeshPlan& m = mesh;
   nlohmann::json j;
@@ -389,7 +393,7 @@ nlohmann::json Plan::to_json() const {
   }
   if (pipeline.stages > 1) {
     j["version"] = kPlanVersionPipeline;
-    j["pipeline"] = {{"stages", pipeline.stages}, {"micro_batches", pipeline.micro_batches}, {"cuts", pipeline.cuts}, {"schedule", pipeline.schedule}};
+    j["pipeline"] = pipeline.to_json();
   }
   if (!parameters.empty()) {
     j["parameters"] = nlohmann::json::array();

@@ -68,6 +68,7 @@ struct Plan {
     bool operator==(const Pipeline& o) const {
       return stages == o.stages && micro_batches == o.micro_batches && cuts == o.cuts && schedule == o.schedule;
     }
+    nlohmann::json to_json() const;  // the plan file's "pipeline" object
   } pipeline;
 
   // Megatron's split over one tp x dp mesh.

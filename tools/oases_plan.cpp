@@ -258,14 +258,9 @@ int plan_main(const std::string& model, int64_t gpus, const std::string& cluster
     std::vector<std::string> f = split_list(reference_pipeline);
     if (f.size() < 3 || f.size() > 5)
       return fail_with(error("--reference-pipeline '{}': give PP,TP,MICRO[,SCHEDULE[,INNER]]", reference_pipeline));
-    int64_t rpp = 0, rtp = 0, rm = 0;
-    try {
-      rpp = std::stoll(f[0]);
-      rtp = std::stoll(f[1]);
-      rm = std::stoll(f[2]);
-    } catch (const std::exception&) {
-      return fail_with(error("--reference-pipeline '{}': PP, TP and MICRO must be numbers", reference_pipeline));
-    }
+    auto nums = int_list(fmt::format("{},{},{}", f[0], f[1], f[2]), "--reference-pipeline", 1, "PP, TP and MICRO");
+    if (!nums) return fail_with(nums.status());
+    const int64_t rpp = (*nums)[0], rtp = (*nums)[1], rm = (*nums)[2];
     auto sched = parse_pipeline(f.size() > 3 ? f[3] : "1f1b");
     if (!sched) return fail_with(sched.status().with_context("--reference-pipeline"));
     auto ref = price_pipeline(pm->forward, pm->train.graph, pm->train.params, cluster, ops, gpus, static_cast<int>(rpp), rtp,

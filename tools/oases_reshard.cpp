@@ -244,12 +244,9 @@ int main(int argc, char** argv) {
       if (inter.enabled() && !emulate.empty()) {
         char path[256] = {0};
         if (me == 0) {
-          std::string tmpl = (std::filesystem::temp_directory_path() / "oases_cards_XXXXXX").string();
-          std::vector<char> buf(tmpl.begin(), tmpl.end());
-          buf.push_back('\0');
-          if (!mkdtemp(buf.data()))
-            return error("cannot make a folder for the emulated cards in {}", std::filesystem::temp_directory_path().string());
-          std::snprintf(path, sizeof path, "%s", buf.data());
+          std::string made = make_cards_folder();
+          if (made.empty()) return error("cannot make a folder for the emulated cards in {}", std::filesystem::temp_directory_path().string());
+          std::snprintf(path, sizeof path, "%s", made.c_str());
         }
         all.broadcast(path, sizeof path, 0);
         std::lock_guard<std::mutex> lock(mu);

@@ -135,14 +135,10 @@ Status run_rank(const TrainSetup& s, RankRuntime& rt, RankRuntime* world = nullp
     ck.optimizer_t = tr.optimizer().steps_taken();
     ck.sampler_state = sampler.state();
     ck.seed = a.seed;
-    if (!piped) {
-      ck.tensors = gather_training_state(tr, rt, pspecs, pshapes, true);
-      if (!lead) return Status::ok();
-      return save_checkpoint(ck, a.save);
-    }
+    ck.tensors = gather_training_state(tr, rt, pspecs, pshapes, true);
+    if (!piped) return lead ? save_checkpoint(ck, a.save) : Status::ok();
     // a pipeline saves per stage (executor/checkpoint.h): each stage's full tensors (a tied weight
     // by its first holder) in its own file, then the manifest once every stage file is written
-    ck.tensors = gather_training_state(tr, rt, pspecs, pshapes, true);
     for (size_t i = 0; i < stage.counts_in_norm.size(); ++i) {
       if (stage.counts_in_norm[i]) continue;
       std::string name = tr.param_name(i);
@@ -389,12 +385,8 @@ int run_training(TrainArgs& a, int argc, char** argv) {
     if (!lm) return fail_with(lm.status());
     link = *lm;
   }
-  if (a.hosts > 1) {
-    // groups inside one emulated host are not slowed; the link emulated is the one between hosts
-    std::vector<int> host_of;
-    for (int64_t r = 0; r < l.world(); ++r) host_of.push_back(static_cast<int>(r / (l.world() / a.hosts)));
-    set_emulated_hosts(host_of);
-  }
+  // groups inside one emulated host are not slowed; the link emulated is the one between hosts
+  if (!setup->host_of.empty()) set_emulated_hosts(setup->host_of);
   if (!setup->pipe) return l.run(setup->gp.mesh(), link, [&](RankRuntime& rt) { return run_rank(*setup, rt); });
   // a pipeline: the world's ranks, each running its stage on the stage's own mesh
   const PipelineLayout& pl = *setup->pipe;
@@ -403,14 +395,7 @@ int run_training(TrainArgs& a, int argc, char** argv) {
   int rc = l.run(everyone, link, [&](RankRuntime& world) -> Status {
     if (cards) {
       // the emulated hosts' network cards: lock files in a folder world rank 0 makes
-      std::string dir;
-      if (world.rank() == 0) {
-        std::string tmpl = (fs::temp_directory_path() / "oases_cards_XXXXXX").string();
-        std::vector<char> buf(tmpl.begin(), tmpl.end());
-        buf.push_back('\0');
-        if (mkdtemp(buf.data())) dir = buf.data();
-      }
-      dir = world.gather_strings(dir)[0];
+      std::string dir = world.gather_strings(world.rank() == 0 ? make_cards_folder() : "")[0];
       if (dir.empty()) return error("cannot make a folder for the emulated hosts' cards in {}", fs::temp_directory_path().string());
       set_emulated_cards_dir(dir);
     }

@@ -276,6 +276,9 @@ Expected<TrainSetup> prepare_training(const TrainArgs& args, int64_t world) {
   }
   const int64_t stage_world = piped ? world / a.pp : world;
   if (a.hosts > 0 && world % a.hosts != 0) return error("--hosts {} does not divide the {} ranks of this run", a.hosts, world);
+  if (a.hosts > 1) {
+    for (int64_t r = 0; r < world; ++r) s.host_of.push_back(static_cast<int>(r / (world / a.hosts)));
+  }
   // a plan fixes the layout, the shapes and the schedule where the command line does not
   OASES_ASSIGN_OR_RETURN(Plan plan, run_plan(a, stage_world));
   if (piped) plan.mesh.chunks = a.chunks * a.micro_batches;  // every micro-batch's chunks, cut into stages later
@@ -313,8 +316,8 @@ Expected<TrainSetup> prepare_training(const TrainArgs& args, int64_t world) {
     auto cuts = cut_stages(blocks, pl.stages, a.stages);
     if (!cuts) return cuts.status();
     pl.cuts = std::move(*cuts);
-    if (a.hosts > 1) {
-      for (int64_t r = 0; r < pl.world(); ++r) pl.hosts.push_back(r / (pl.world() / a.hosts));
+    if (!s.host_of.empty()) {
+      pl.hosts.assign(s.host_of.begin(), s.host_of.end());
       if (!a.emulate_link.empty()) {
         OASES_ASSIGN_OR_RETURN(LinkModel lm, parse_link_model(a.emulate_link));
         pl.inter_gbps = lm.bandwidth_gbps;
@@ -339,10 +342,7 @@ Expected<TrainSetup> prepare_training(const TrainArgs& args, int64_t world) {
     if (s.pipe) {
       // one stage's layout (every stage's) and the stages: oases-train --plan runs it again
       j["version"] = kPlanVersionPipeline;
-      j["pipeline"] = {{"stages", s.pipe->stages},
-                       {"micro_batches", s.pipe->micro_batches},
-                       {"cuts", stages_string(s.pipe->cuts)},
-                       {"schedule", pipeline_name(s.pipe->schedule)}};
+      j["pipeline"] = Plan::Pipeline{s.pipe->stages, s.pipe->micro_batches, stages_string(s.pipe->cuts), pipeline_name(s.pipe->schedule)}.to_json();
     }
     OASES_RETURN_IF_ERROR(write_file_atomically(a.export_plan, j.dump(2) + "\n"));
   }

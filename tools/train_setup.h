@@ -34,6 +34,7 @@ struct TrainSetup {
   uint64_t model_hash = 0;  // every rank must run the same model, layout and binary
   // --pp S > 1: the stages (gp is then one stage's tp x dp program, chunked into M x K chunks)
   std::optional<PipelineLayout> pipe;
+  std::vector<int> host_of;  // --hosts N: the emulated host of each world rank (empty: one machine)
 };
 
 Expected<TrainSetup> prepare_training(const TrainArgs& args, int64_t world);
