@@ -160,13 +160,26 @@ namespace {
 
 // One value crossing from one stage to another.
 struct Crossing {
-  ValueId value = kNoId;
+  ValueId value = kNoId;  // in this rank's graph
+  int64_t ident = 0;      // the same on every stage: the value's id, or (outputs) the values' count + its output slot
   int from = 0, to = 0;
   bool forward = true;
   int micro = 0;
   double issue = 0;  // in the unit-time pipeline
-  auto key() const { return std::make_tuple(issue, from, !forward, micro, value, to); }
+  auto key() const { return std::make_tuple(issue, from, !forward, micro, ident, to); }
 };
+
+// One stage's partition as the other side of a transfer sees it.
+struct StageSide {
+  const Graph* graph = nullptr;
+  const std::vector<ShardingSpec>* specs = nullptr;  // null: one rank, every value whole
+  const Mesh* mesh = nullptr;
+};
+
+StageSide side_of(const GlobalProgram& gp) {
+  if (gp.partitioned) return {&gp.partitioned->local, &gp.partitioned->specs, &gp.partitioned->mesh};
+  return {&gp.train.graph, nullptr, &gp.mesh()};
+}
 
 // The global shape of a local tile laid out by `spec` on `mesh` (even splits).
 Shape global_shape_of(const Shape& local, const ShardingSpec& spec, const Mesh& mesh) {
@@ -179,22 +192,88 @@ Shape global_shape_of(const Shape& local, const ShardingSpec& spec, const Mesh& 
 
 }  // namespace
 
+int64_t PipelineLayout::world() const {
+  int64_t w = 0;
+  for (int64_t r : stage_ranks) w += r;
+  return w;
+}
+
+int PipelineLayout::stage_of_rank(int64_t world_rank) const {
+  int64_t first = 0;
+  for (size_t s = 0; s < stage_ranks.size(); ++s) {
+    if (world_rank >= first && world_rank < first + stage_ranks[s]) return static_cast<int>(s);
+    first += stage_ranks[s];
+  }
+  return -1;
+}
+
+int64_t PipelineLayout::first_rank(int stage) const {
+  int64_t first = 0;
+  for (int s = 0; s < stage; ++s) first += stage_ranks.at(static_cast<size_t>(s));
+  return first;
+}
+
+Status check_stage_transfers(const std::vector<int>& stage_of, const std::vector<std::vector<std::string>>& transfers) {
+  auto between = [&](size_t r, int a, int b) {
+    std::vector<std::string> out;
+    std::string ab = fmt::format("{}>{} ", a, b), ba = fmt::format("{}>{} ", b, a);
+    for (const std::string& t : transfers[r]) {
+      if (t.rfind(ab, 0) == 0 || t.rfind(ba, 0) == 0) out.push_back(t);
+    }
+    return out;
+  };
+  // the first rank of each stage speaks for it; every other rank is compared with it and with the other stages' first
+  std::map<int, size_t> first;
+  for (size_t r = 0; r < stage_of.size() && r < transfers.size(); ++r) first.emplace(stage_of[r], r);
+  for (size_t r = 0; r < stage_of.size() && r < transfers.size(); ++r) {
+    for (const auto& [t, f] : first) {
+      const int a = stage_of[r];
+      if (f == r) continue;
+      std::vector<std::string> mine = between(r, a, t), theirs = between(f, a, t);
+      if (mine == theirs) continue;
+      size_t i = 0;
+      while (i < mine.size() && i < theirs.size() && mine[i] == theirs[i]) ++i;
+      return error("world ranks {} (stage {}) and {} (stage {}) disagree on their transfers between stages {} and {}: transfer {} is '{}' on one, '{}' on the other",
+                   r, a, f, t, std::min(a, t), std::max(a, t), i + 1, i < mine.size() ? mine[i] : "(none)",
+                   i < theirs.size() ? theirs[i] : "(none)");
+    }
+  }
+  return Status::ok();
+}
+
 Expected<RankProgram> build_stage_program(const GlobalProgram& global, const PipelineLayout& pl, int64_t world_rank,
                                           const RankProgramOptions& opts, StageProgramInfo* info) {
+  std::vector<const GlobalProgram*> all(static_cast<size_t>(std::max(pl.stages, 0)), &global);
+  return build_stage_program(all, pl, world_rank, opts, info);
+}
+
+Expected<RankProgram> build_stage_program(const std::vector<const GlobalProgram*>& stage_globals, const PipelineLayout& pl,
+                                          int64_t world_rank, const RankProgramOptions& opts, StageProgramInfo* info) {
   const int S = pl.stages, M = pl.micro_batches, K = std::max(1, pl.chunks);
-  if (S < 1 || M < 1 || pl.stage_ranks < 1) return error("a pipeline of {} stages, {} micro-batches, {} ranks a stage", S, M, pl.stage_ranks);
+  if (S < 1 || M < 1 || pl.stage_ranks.size() != static_cast<size_t>(S) || stage_globals.size() != static_cast<size_t>(S))
+    return error("a pipeline of {} stages, {} micro-batches, {} stage meshes, {} stage programs", S, M, pl.stage_ranks.size(), stage_globals.size());
+  for (int s = 0; s < S; ++s) {
+    if (pl.ranks_of(s) < 1) return error("stage {} has {} ranks", s, pl.ranks_of(s));
+    if (stage_globals[static_cast<size_t>(s)]->world != pl.ranks_of(s))
+      return error("stage {}'s program was partitioned over {} ranks, the stage has {}", s, stage_globals[static_cast<size_t>(s)]->world, pl.ranks_of(s));
+  }
   if (world_rank < 0 || world_rank >= pl.world()) return error("world rank {} of a {}-rank pipeline", world_rank, pl.world());
   const int me = pl.stage_of_rank(world_rank);
-  const int64_t local = world_rank % pl.stage_ranks;
-  if (global.world != pl.stage_ranks) return error("the program was partitioned over {} ranks, a stage has {}", global.world, pl.stage_ranks);
+  const int64_t local = world_rank - pl.first_rank(me);
+  const GlobalProgram& global = *stage_globals[static_cast<size_t>(me)];
+  // the model's own values: ids below this are the same in every stage's partition
+  const size_t base_values = global.train.graph.num_values();
+  for (const GlobalProgram* other : stage_globals) {
+    if (other->train.graph.num_values() != base_values || other->train.graph.outputs().size() != global.train.graph.outputs().size())
+      return error("the stages' programs are of different training graphs ({} and {} values): every stage needs the same model, micro-batches, chunks and dtype",
+                   base_values, other->train.graph.num_values());
+  }
   RankProgram rp;
   rp.rank = local;
   rp.mesh = global.mesh();
   Graph g;
-  const std::vector<ShardingSpec>* specs = nullptr;
   if (global.partitioned) {
     g = opts.slice_constants ? local_graph_for_rank(*global.partitioned, local) : global.partitioned->local;
-    specs = &global.partitioned->specs;
     rp.collectives = global.partitioned->collectives;
   } else {
     g = global.train.graph;
@@ -229,6 +308,8 @@ Expected<RankProgram> build_stage_program(const GlobalProgram& global, const Pip
 
   // every transfer this rank takes part in
   std::map<std::pair<ValueId, int>, Crossing> found;
+  std::map<ValueId, size_t> out_slot;  // the loss and the gradients: known by their slot on every stage
+  for (size_t k = 0; k < g.outputs().size(); ++k) out_slot.emplace(g.outputs()[k], k);
   auto add_transfer = [&](ValueId v, int to) -> Status {
     NodeId p = g.producer(v);
     if (p == kNoId) return Status::ok();
@@ -237,6 +318,8 @@ Expected<RankProgram> build_stage_program(const GlobalProgram& global, const Pip
     if (from != me && to != me) return Status::ok();
     Crossing t;
     t.value = v;
+    auto slot = out_slot.find(v);
+    t.ident = slot != out_slot.end() ? static_cast<int64_t>(base_values + slot->second) : static_cast<int64_t>(v);
     t.from = from;
     t.to = to;
     const Node& pn = g.node(p);
@@ -278,39 +361,71 @@ Expected<RankProgram> build_stage_program(const GlobalProgram& global, const Pip
   for (NodeId id : all) {
     if (!in_stage(id, me)) g.remove_node(id);
   }
-  const Mesh& mesh = global.mesh();
-  std::vector<int64_t> base_sizes;
-  for (int ax = 0; ax < mesh.num_axes(); ++ax) {
-    if (mesh.is_base(ax)) base_sizes.push_back(mesh.sizes[static_cast<size_t>(ax)]);
-  }
-  if (base_sizes.empty()) base_sizes.push_back(1);
   auto stage_ranks = [&](int s) {
     std::vector<int64_t> r;
-    for (int64_t i = 0; i < pl.stage_ranks; ++i) r.push_back(pl.first_rank(s) + i);
+    for (int64_t i = 0; i < pl.ranks_of(s); ++i) r.push_back(pl.first_rank(s) + i);
     return r;
+  };
+  auto base_sizes = [](const Mesh& mesh) {
+    std::vector<int64_t> sizes;
+    for (int ax = 0; ax < mesh.num_axes(); ++ax) {
+      if (mesh.is_base(ax)) sizes.push_back(mesh.sizes[static_cast<size_t>(ax)]);
+    }
+    if (sizes.empty()) sizes.push_back(1);
+    return sizes;
+  };
+  // a crossing value's global shape and layout on stage `s`'s mesh, from that stage's partition
+  struct Laid {
+    Shape shape;
+    std::string layout;
+    std::vector<int64_t> mesh;
+  };
+  auto laid_out_on = [&](int s, const Crossing& t) -> Expected<Laid> {
+    const GlobalProgram& gp = *stage_globals[static_cast<size_t>(s)];
+    const StageSide side = side_of(gp);
+    const std::string& name = g.value(t.value).name;
+    ValueId v = t.value;
+    if (&gp != &global) {
+      if (t.ident >= static_cast<int64_t>(base_values)) {
+        size_t k = static_cast<size_t>(t.ident - static_cast<int64_t>(base_values));
+        if (k >= side.graph->outputs().size()) return error("'{}' crosses as output {}, which stage {} lacks", name, k, s);
+        v = side.graph->outputs()[k];
+      } else if (static_cast<size_t>(v) >= base_values) {
+        return error("'{}' crosses from stage {} to {} as a value the partition made; stages of different layouts exchange only the model's own values",
+                     name, t.from, t.to);
+      }
+    }
+    if (static_cast<size_t>(v) >= side.graph->num_values()) return error("'{}' crossing to stage {} is not in stage {}'s program", name, t.to, s);
+    const Value& val = side.graph->value(v);
+    ShardingSpec spec = ShardingSpec::replicated(val.shape.size());
+    if (side.specs) {
+      if (static_cast<size_t>(v) >= side.specs->size()) return error("'{}' crosses from stage {} to {} but has no layout", name, t.from, t.to);
+      spec = (*side.specs)[static_cast<size_t>(v)];
+    }
+    if (spec.any_partial())
+      return error("'{}' crosses from stage {} to {} as a partial sum on stage {}'s mesh; cut the stages where values are whole", name, t.from,
+                   t.to, s);
+    return Laid{side.specs ? global_shape_of(val.shape, spec, *side.mesh) : val.shape,
+                side.specs ? layout_string(spec, *side.mesh) : std::string(val.shape.size(), 'R'), base_sizes(*side.mesh)};
   };
   std::vector<NodeId> channel_ops;  // this rank's transfers in the global order
   std::map<NodeId, double> recv_issue;
   std::map<NodeId, ValueId> send_input;
+  if (info) info->transfers.clear();
   for (const Crossing& t : transfers) {
     const Value& val = g.value(t.value);
-    ShardingSpec spec = ShardingSpec::replicated(val.shape.size());
-    if (specs) {
-      if (static_cast<size_t>(t.value) >= specs->size())
-        return error("'{}' crosses from stage {} to {} but has no layout", val.name, t.from, t.to);
-      spec = (*specs)[static_cast<size_t>(t.value)];
-    }
+    OASES_ASSIGN_OR_RETURN(Laid src, laid_out_on(t.from, t));
+    OASES_ASSIGN_OR_RETURN(Laid dst, laid_out_on(t.to, t));
+    if (src.shape != dst.shape)
+      return error("'{}' is {} on stage {} and {} on stage {}", val.name, shape_str(src.shape), t.from, shape_str(dst.shape), t.to);
     AttrMap a;
-    a.set_ints("shape", specs ? global_shape_of(val.shape, spec, mesh) : val.shape);
-    a.set_ints("src_mesh", base_sizes);
-    a.set_ints("dst_mesh", base_sizes);
+    a.set_ints("shape", src.shape);
+    a.set_ints("src_mesh", src.mesh);
+    a.set_ints("dst_mesh", dst.mesh);
     a.set_ints("src_ranks", stage_ranks(t.from));
     a.set_ints("dst_ranks", stage_ranks(t.to));
-    if (spec.any_partial())
-      return error("'{}' crosses from stage {} to {} as a partial sum; cut the stages where values are whole", val.name, t.from, t.to);
-    std::string layout = specs ? layout_string(spec, mesh) : std::string(val.shape.size(), 'R');
-    a.set_string("src_layout", layout);
-    a.set_string("dst_layout", layout);
+    a.set_string("src_layout", src.layout);
+    a.set_string("dst_layout", dst.layout);
     a.set_int("world_rank", world_rank);
     a.set_int("dtype", dtype_to_onnx(val.dtype));
     a.set_int("channel", 1);
@@ -321,6 +436,9 @@ Expected<RankProgram> build_stage_program(const GlobalProgram& global, const Pip
         a.set_float("inter_latency_us", static_cast<float>(pl.inter_latency_us));
       }
     }
+    if (info)
+      info->transfers.push_back(fmt::format("{}>{} {}{} #{} {} {} -> {}", t.from, t.to, t.forward ? "F" : "B", t.micro, t.ident,
+                                            shape_str(src.shape), src.layout, dst.layout));
     std::string name = g.unique_name(fmt::format("pipe/{}/{}to{}", val.name, t.from, t.to));
     NodeId n = kNoId;
     if (t.to == me) {

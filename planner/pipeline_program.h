@@ -1,6 +1,10 @@
 // The program of one rank of a pipeline (issue 15): the training graph of the whole model,
-// chunked into M micro-batches of K chunks each and partitioned over one stage's tp x dp mesh
-// (every stage has the same inner layout), is cut at block boundaries into stage graphs.
+// chunked into M micro-batches of K chunks each and partitioned over a stage's own mesh (its tp x dp
+// layout and intra-stage schedule; stages may differ), is cut at block boundaries into stage graphs.
+// Every stage's partition is of the same training graph, so the model's own values have the same
+// ids in all of them: a value crossing between stages of different layouts is found by its id (a
+// gradient, by its output slot), laid out as its sender's partition says on the sending mesh and as
+// its receiver's says on the receiving one.
 //
 // Where nodes go:
 //   * forward nodes of block b go to the stage holding b; the loss to the last stage; other forward
@@ -29,6 +33,7 @@
 // no two ranks wait on each other in opposite orders.
 #pragma once
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -41,7 +46,7 @@ struct PipelineLayout {
   int stages = 1;
   int micro_batches = 1;
   int chunks = 1;               // K: chunks of one micro-batch (the intra-stage schedule's)
-  int64_t stage_ranks = 1;      // ranks of one stage's mesh (tp x dp)
+  std::vector<int64_t> stage_ranks;  // ranks of each stage's mesh (its tp x dp), in world-rank order
   PipelineSchedule schedule = PipelineSchedule::k1F1B;
   std::vector<StageCut> cuts;   // block ranges, one per stage
   // Emulated hosts (oases-train --hosts): the host of each world rank and the link between hosts,
@@ -49,9 +54,12 @@ struct PipelineLayout {
   // order and emulation know them; empty: one machine.
   std::vector<int64_t> hosts;
   double inter_gbps = 0, inter_latency_us = 0;
-  int64_t world() const { return stages * stage_ranks; }
-  int stage_of_rank(int64_t world_rank) const { return static_cast<int>(world_rank / stage_ranks); }
-  int64_t first_rank(int stage) const { return stage * stage_ranks; }
+  // every stage on `ranks` ranks
+  void set_uniform(int64_t ranks) { stage_ranks.assign(static_cast<size_t>(std::max(stages, 0)), ranks); }
+  int64_t ranks_of(int stage) const { return stage_ranks.at(static_cast<size_t>(stage)); }
+  int64_t world() const;
+  int stage_of_rank(int64_t world_rank) const;  // -1 past the world
+  int64_t first_rank(int stage) const;
 };
 
 // Every node's stages (usually one; copied forward nodes several), by NodeId; errors name a node
@@ -73,12 +81,24 @@ struct StageProgramInfo {
   int sends = 0, receives = 0;       // cross-stage transfers of this rank per step
   int peak_in_flight = 0;            // micro-batches whose forward ran and backward has not, at most
   std::vector<PipeStep> steps;
+  // This rank's transfers, one line each in the global order ("from>to micro value shape src-layout
+  // -> dst-layout"): every rank of two stages must list the same transfers between them, or the
+  // run would wait forever (compared across the world before the first step).
+  std::vector<std::string> transfers;
 };
 
 // The program world rank `world_rank` runs: its stage's graph, recomputation applied, ordered as
-// above, fused and memory-planned. `global` must be chunked into micro_batches x chunks chunks and
-// partitioned over one stage's mesh (or be a one-rank stage).
+// above, fused and memory-planned. `stage_globals[s]` is stage s's program: the same model and
+// training spec chunked into micro_batches x chunks chunks, partitioned over that stage's mesh of
+// pl.ranks_of(s) ranks (or a one-rank stage); stages may share one.
+Expected<RankProgram> build_stage_program(const std::vector<const GlobalProgram*>& stage_globals, const PipelineLayout& pl,
+                                          int64_t world_rank, const RankProgramOptions& opts, StageProgramInfo* info);
+// Every stage with the layout of `global`.
 Expected<RankProgram> build_stage_program(const GlobalProgram& global, const PipelineLayout& pl, int64_t world_rank,
                                           const RankProgramOptions& opts, StageProgramInfo* info);
+
+// Compares what every rank says of its transfers (StageProgramInfo::transfers, with its stage, by
+// world rank): an error names the first two ranks of a pair of stages whose lists differ.
+Status check_stage_transfers(const std::vector<int>& stage_of, const std::vector<std::vector<std::string>>& transfers);
 
 }  // namespace oases

@@ -2,6 +2,7 @@
 
 #include <fstream>
 #include <map>
+#include <regex>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -347,8 +348,56 @@ Status Plan::validate() const {
   return Status::ok();
 }
 
+Expected<std::vector<Plan::Pipeline::StageMesh>> parse_stage_meshes(const std::string& text, int64_t stages) {
+  std::vector<Plan::Pipeline::StageMesh> out;
+  std::regex re("([0-9]+)x([0-9]+)(:([a-z_]+))?");
+  size_t start = 0;
+  while (start <= text.size()) {
+    size_t comma = text.find(',', start);
+    std::string item = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    std::smatch m;
+    if (!std::regex_match(item, m, re))
+      return error("--stage-meshes {}: '{}' is not TPxDP or TPxDP:SCHEDULE (e.g. 2x1,1x2:oases)", text, item);
+    Plan::Pipeline::StageMesh sm;
+    try {
+      sm.tp = std::stoll(m[1]);
+      sm.dp = std::stoll(m[2]);
+    } catch (const std::exception&) {
+      return error("--stage-meshes {}: '{}' is out of range", text, item);
+    }
+    if (sm.tp < 1 || sm.dp < 1 || sm.tp > (int64_t{1} << 20) || sm.dp > (int64_t{1} << 20))
+      return error("--stage-meshes {}: '{}' needs tp and dp from 1 to 2^20", text, item);
+    sm.schedule = m[4];
+    if (!sm.schedule.empty() && !schedule_by_name(sm.schedule)) return error("--stage-meshes {}: schedule '{}' is unknown", text, sm.schedule);
+    out.push_back(sm);
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  if (static_cast<int64_t>(out.size()) != stages) return error("--stage-meshes {} names {} meshes for {} stages", text, out.size(), stages);
+  return out;
+}
+
+std::string stage_meshes_string(const std::vector<Plan::Pipeline::StageMesh>& meshes) {
+  std::string s;
+  for (const auto& m : meshes) {
+    if (!s.empty()) s += ",";
+    s += fmt::format("{}x{}", m.tp, m.dp);
+    if (!m.schedule.empty()) s += ":" + m.schedule;
+  }
+  return s;
+}
+
 nlohmann::json Plan::Pipeline::to_json() const {
-  return {{"stages", stages}, {"micro_batches", micro_batches}, {"cuts", cuts}, {"schedule", schedule}};
+  nlohmann::json j{{"stages", stages}, {"micro_batches", micro_batches}, {"cuts", cuts}, {"schedule", schedule}};
+  if (!meshes.empty()) {
+    j["meshes"] = nlohmann::json::array();
+    for (const StageMesh& m : meshes) {
+      nlohmann::json mj{{"tp", m.tp}, {"dp", m.dp}};
+      if (!m.schedule.empty()) mj["schedule"] = m.schedule;
+      j["meshes"].push_back(mj);
+    }
+  }
+  return j;
 }
 
 nlohmann::json Plan::to_json() const {
@@ -470,6 +519,21 @@ Expected<Plan> Plan::from_json(const nlohmann::json& j, const std::string& path)
       p.pipeline.schedule = pj.value("schedule", std::string("1f1b"));
       if (p.pipeline.stages < 1 || p.pipeline.micro_batches < 0)
         return error("{}: pipeline of {} stages and {} micro-batches", path, p.pipeline.stages, p.pipeline.micro_batches);
+      if (pj.contains("meshes")) {
+        const auto& mj = pj["meshes"];
+        if (!mj.is_array() || static_cast<int64_t>(mj.size()) != p.pipeline.stages)
+          return error("{}: \"pipeline\": \"meshes\" must list one mesh per stage ({})", path, p.pipeline.stages);
+        for (const auto& x : mj) {
+          Pipeline::StageMesh sm;
+          sm.tp = x.value("tp", int64_t{1});
+          sm.dp = x.value("dp", int64_t{1});
+          sm.schedule = x.value("schedule", std::string());
+          if (sm.tp < 1 || sm.dp < 1) return error("{}: stage {} has tp {} x dp {}", path, p.pipeline.meshes.size(), sm.tp, sm.dp);
+          if (!sm.schedule.empty() && !schedule_by_name(sm.schedule))
+            return error("{}: stage {}'s schedule '{}' is unknown", path, p.pipeline.meshes.size(), sm.schedule);
+          p.pipeline.meshes.push_back(sm);
+        }
+      }
     }
     if (j.contains("parameters")) {
       const auto& pj = j["parameters"];

@@ -65,8 +65,16 @@ struct Plan {
     int64_t stages = 1, micro_batches = 0;
     std::string cuts;      // "0-47,48-95"
     std::string schedule;  // gpipe | 1f1b | eager-1f1b
+    // Each stage's own mesh ("meshes": [{"tp": 2, "dp": 1, "schedule": "oases"}, ...]); empty: every
+    // stage runs the plan's mesh. A stage's schedule "" is the plan's; the chunks are the plan's.
+    struct StageMesh {
+      int64_t tp = 1, dp = 1;
+      std::string schedule;
+      bool operator==(const StageMesh& o) const { return tp == o.tp && dp == o.dp && schedule == o.schedule; }
+    };
+    std::vector<StageMesh> meshes;
     bool operator==(const Pipeline& o) const {
-      return stages == o.stages && micro_batches == o.micro_batches && cuts == o.cuts && schedule == o.schedule;
+      return stages == o.stages && micro_batches == o.micro_batches && cuts == o.cuts && schedule == o.schedule && meshes == o.meshes;
     }
     nlohmann::json to_json() const;  // the plan file's "pipeline" object
   } pipeline;
@@ -86,6 +94,10 @@ struct Plan {
   bool operator!=(const Plan& o) const { return !(*this == o); }
   std::string to_string() const;  // "tp 2 x dp 2, oases x 2 chunks, fp32"
 };
+
+// "2x1,1x2:oases" (tp x dp[:schedule] per stage, `stages` of them) and back.
+Expected<std::vector<Plan::Pipeline::StageMesh>> parse_stage_meshes(const std::string& text, int64_t stages);
+std::string stage_meshes_string(const std::vector<Plan::Pipeline::StageMesh>& meshes);
 
 // What a run's command line leaves open, filled from a plan (0 or "" is open).
 struct RunShape {

@@ -88,6 +88,9 @@ void add_train_options(CLI::App& app, TrainArgs& a) {
       ->check(number_in(1, kInf));
   app.add_option("--stages", a.stages, "Blocks of each stage, e.g. 0-5,6-11 (default: balanced); stage 0 also holds the embedding, "
                                        "the last the head and loss");
+  app.add_option("--stage-meshes", a.stage_meshes,
+                 "Each stage its own mesh, TPxDP[:SCHEDULE] per stage, e.g. 2x1,1x2:oases (the world is the sum; "
+                 "the chunks are --chunks on every stage)");
   app.add_option("--pipeline", a.pipeline, "gpipe | 1f1b | eager-1f1b: the order of micro-batch forwards and backwards per stage")
       ->check(CLI::IsMember({"gpipe", "1f1b", "eager-1f1b"}));
   app.add_option("--hosts", a.hosts,

@@ -74,14 +74,30 @@ Status run_rank(const TrainSetup& s, RankRuntime& rt, RankRuntime* world = nullp
   bool tracing = !a.trace.empty() || a.overlap_report;
   tr.executor().set_tracing(tracing);
   // this rank's parameters: their layouts and global shapes
-  std::vector<ShardingSpec> pspecs = s.gp.param_specs;
-  std::vector<Shape> pshapes = s.gp.param_shapes;
+  // (a pipeline rank: its stage's program, whose mesh may not be the first stage's)
+  const GlobalProgram& gp = piped ? s.stage_program(stage.stage) : s.gp;
+  std::vector<ShardingSpec> pspecs = gp.param_specs;
+  std::vector<Shape> pshapes = gp.param_shapes;
   if (piped) {
+    // every rank of two stages must agree on the transfers between them (else both would wait forever)
+    std::string mine;
+    for (const std::string& t : stage.transfers) mine += t + "\n";
+    std::vector<std::vector<std::string>> all;
+    std::vector<int> stage_of;
+    for (const std::string& text : world->gather_strings(mine)) {
+      all.emplace_back();
+      for (size_t b = 0, e; b < text.size(); b = e + 1) {
+        e = text.find('\n', b);
+        all.back().push_back(text.substr(b, e - b));
+      }
+      stage_of.push_back(s.pipe->stage_of_rank(static_cast<int64_t>(stage_of.size())));
+    }
+    OASES_RETURN_IF_ERROR(check_stage_transfers(stage_of, all));
     pspecs.clear();
     pshapes.clear();
     for (size_t i : stage.param_index) {
-      pspecs.push_back(s.gp.param_specs[i]);
-      pshapes.push_back(s.gp.param_shapes[i]);
+      pspecs.push_back(gp.param_specs[i]);
+      pshapes.push_back(gp.param_shapes[i]);
     }
     tr.global_norm = [&](const std::vector<double>& ss) {
       std::vector<double> counted = ss;
@@ -96,14 +112,14 @@ Status run_rank(const TrainSetup& s, RankRuntime& rt, RankRuntime* world = nullp
   }
   OASES_RETURN_IF_ERROR(everyone.check_same("model or binary", s.model_hash));
   const Graph& lg = tr.training_graph().graph;
-  const bool sharded = s.gp.world > 1;
+  const bool sharded = gp.world > 1;
   auto slice_feeds = [&](const std::map<std::string, Tensor>& global) {
     if (!sharded) return global;
     std::map<std::string, Tensor> local;
     for (const auto& [name, t] : global) {
       ValueId v = lg.find_value(name);
       if (v == kNoId) continue;
-      local[name] = slice_for_rank(t, s.gp.partitioned->specs[static_cast<size_t>(v)], rt.mesh(), rt.rank());
+      local[name] = slice_for_rank(t, gp.partitioned->specs[static_cast<size_t>(v)], rt.mesh(), rt.rank());
     }
     return local;
   };
@@ -237,8 +253,8 @@ Status run_rank(const TrainSetup& s, RankRuntime& rt, RankRuntime* world = nullp
     std::fprintf(stderr, "training %s: %zu parameters (%lld values), batch %lld x %lld tokens%s, %lld steps%s\n", a.model.c_str(),
                  s.gp.param_shapes.size(), static_cast<long long>(values), static_cast<long long>(s.batch), static_cast<long long>(s.seq),
                  a.grad_accum > 1 ? fmt::format(" x {} micro-batches", a.grad_accum).c_str() : "", static_cast<long long>(a.steps),
-                 piped ? fmt::format(", {} ranks (pp {} x tp {} x dp {}, {}, {} micro-batches, stages {}, {})", everyone.size(), a.pp, a.tp,
-                                     a.dp, a.pipeline, a.micro_batches, stages_string(s.pipe->cuts),
+                 piped ? fmt::format(", {} ranks (pp {} x {}, {}, {} micro-batches, stages {}, {})", everyone.size(), a.pp,
+                                     a.stage_meshes.empty() ? fmt::format("tp {} x dp {}", a.tp, a.dp) : "meshes " + a.stage_meshes, a.pipeline, a.micro_batches, stages_string(s.pipe->cuts),
                                      rt.communicator() ? rt.communicator()->kind() : "local")
                              .c_str()
                  : rt.size() > 1 ? fmt::format(", {} ranks (tp {} x dp {}, {})", rt.size(), a.tp, a.dp,
@@ -399,7 +415,8 @@ int run_training(TrainArgs& a, int argc, char** argv) {
       if (dir.empty()) return error("cannot make a folder for the emulated hosts' cards in {}", fs::temp_directory_path().string());
       set_emulated_cards_dir(dir);
     }
-    PlacedMesh placed = PlacedMesh::contiguous(setup->gp.mesh(), pl.first_rank(pl.stage_of_rank(world.rank())));
+    const int st = pl.stage_of_rank(world.rank());
+    PlacedMesh placed = PlacedMesh::contiguous(setup->stage_program(st).mesh(), pl.first_rank(st));
     OASES_ASSIGN_OR_RETURN(auto stage_rt, RankRuntime::create(world.communicator(), placed, link));
     return run_rank(*setup, *stage_rt, &world);
   });

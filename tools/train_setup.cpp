@@ -262,19 +262,34 @@ Expected<TrainSetup> prepare_training(const TrainArgs& args, int64_t world) {
       if (a.micro_batches <= 0) a.micro_batches = fp.micro_batches;
       if (a.stages.empty()) a.stages = fp.cuts;
       if (!fp.schedule.empty()) a.pipeline = fp.schedule;
+      if (a.stage_meshes.empty()) a.stage_meshes = stage_meshes_string(fp.meshes);
     } else if (fp.stages > 1 && a.pp != fp.stages) {
       return error("{}: the plan has {} pipeline stages, --pp says {}", a.plan, fp.stages, a.pp);
     }
   }
   const bool piped = a.pp > 1;
-  if (!piped && (a.micro_batches > 0 || !a.stages.empty())) return Status::error("--micro-batches and --stages need --pp 2 or more");
+  if (!piped && (a.micro_batches > 0 || !a.stages.empty() || !a.stage_meshes.empty()))
+    return Status::error("--micro-batches, --stages and --stage-meshes need --pp 2 or more");
+  // --stage-meshes: each stage its own tp x dp (and schedule); the world is the sum of the meshes
+  std::vector<Plan::Pipeline::StageMesh> meshes;
+  if (piped && !a.stage_meshes.empty()) {
+    OASES_ASSIGN_OR_RETURN(meshes, parse_stage_meshes(a.stage_meshes, a.pp));
+    if (a.tp > 0 || a.dp > 0) return Status::error("give --tp/--dp (every stage) or --stage-meshes (each stage), not both");
+    int64_t sum = 0;
+    for (const auto& m : meshes) sum += m.tp * m.dp;
+    if (sum != world) return error("--stage-meshes {} needs {} ranks, the run has {}", a.stage_meshes, sum, world);
+    a.tp = meshes[0].tp;
+    a.dp = meshes[0].dp;
+    if (!meshes[0].schedule.empty()) a.schedule = meshes[0].schedule;
+  }
   if (piped) {
-    if (world % a.pp != 0) return error("--pp {} does not divide the {} ranks of this run (world size must equal pp x tp x dp)", a.pp, world);
+    if (meshes.empty() && world % a.pp != 0)
+      return error("--pp {} does not divide the {} ranks of this run (world size must equal pp x tp x dp)", a.pp, world);
     if (a.grad_accum > 1) return Status::error("--grad-accum with --pp: the pipeline's --micro-batches accumulate the gradients");
     if (a.device != "cpu") return Status::error("--pp runs on the CPU only: cross-stage transfers have no GPU path yet");
     if (a.micro_batches <= 0) a.micro_batches = a.pp;
   }
-  const int64_t stage_world = piped ? world / a.pp : world;
+  const int64_t stage_world = !piped ? world : meshes.empty() ? world / a.pp : meshes[0].tp * meshes[0].dp;
   if (a.hosts > 0 && world % a.hosts != 0) return error("--hosts {} does not divide the {} ranks of this run", a.hosts, world);
   if (a.hosts > 1) {
     for (int64_t r = 0; r < world; ++r) s.host_of.push_back(static_cast<int>(r / (world / a.hosts)));
@@ -292,6 +307,7 @@ Expected<TrainSetup> prepare_training(const TrainArgs& args, int64_t world) {
   plan.batch = s.batch;
   plan.seq = s.seq;
   if (piped) OASES_RETURN_IF_ERROR(check_pipeline_batch(s.batch, a.dp, a.micro_batches, a.chunks));
+  for (const auto& m : meshes) OASES_RETURN_IF_ERROR(check_pipeline_batch(s.batch, m.dp, a.micro_batches, a.chunks));
   OASES_ASSIGN_OR_RETURN(LoadedModel loaded, load_model(a.model, opts));
   TrainingSpec spec;
   spec.loss = a.loss;
@@ -302,14 +318,44 @@ Expected<TrainSetup> prepare_training(const TrainArgs& args, int64_t world) {
   go.model_path = a.model;
   go.plan_path = a.plan;
   go.partition = !a.export_plan.empty();
+  // stages with another mesh than the first: their own program of the same training graph, laid
+  // out by Megatron's rules on their tp x dp (a plan file's per-parameter specs are the first's)
+  std::optional<Graph> forward;
+  if (!meshes.empty()) forward = loaded.graph;
   OASES_ASSIGN_OR_RETURN(s.gp, build_global_program(std::move(loaded.graph), spec, plan, stage_world, go));
+  for (size_t k = 0; k < meshes.size(); ++k) {
+    const auto& m = meshes[k];
+    const std::string sched = m.schedule.empty() ? a.schedule : m.schedule;
+    s.stage_gp.emplace_back();
+    if (m.tp == a.tp && m.dp == a.dp && sched == a.schedule) continue;
+    for (size_t j = 1; j < k; ++j) {
+      if (meshes[j].tp == m.tp && meshes[j].dp == m.dp && (meshes[j].schedule.empty() ? a.schedule : meshes[j].schedule) == sched)
+        s.stage_gp.back() = s.stage_gp[j];
+    }
+    if (s.stage_gp.back()) continue;
+    Plan ps = plan;
+    ps.mesh.tp = m.tp;
+    ps.mesh.dp = m.dp;
+    ps.mesh.ranks = m.tp * m.dp;
+    ps.mesh.mesh = Mesh{};
+    ps.mesh.parts.clear();
+    ps.mesh.schedule = sched;
+    ps.mesh.recompute.reset();
+    ps.parameters.clear();
+    GlobalProgramOptions gs = go;
+    gs.plan_path.clear();
+    auto gk = build_global_program(*forward, spec, ps, m.tp * m.dp, gs);
+    if (!gk) return gk.status().with_context(fmt::format("stage {} (tp {} x dp {})", k, m.tp, m.dp));
+    s.stage_gp.back() = std::make_shared<const GlobalProgram>(std::move(*gk));
+  }
   const TrainingGraph& train = s.gp.train;
   if (piped) {
     PipelineLayout pl;
     pl.stages = static_cast<int>(a.pp);
     pl.micro_batches = static_cast<int>(a.micro_batches);
     pl.chunks = static_cast<int>(a.chunks);
-    pl.stage_ranks = stage_world;
+    pl.set_uniform(stage_world);
+    for (size_t k = 0; k < meshes.size(); ++k) pl.stage_ranks[k] = meshes[k].tp * meshes[k].dp;
     OASES_ASSIGN_OR_RETURN(pl.schedule, parse_pipeline(a.pipeline));
     int blocks = count_blocks(train.graph);
     if (blocks == 0) return error("{}: no transformer blocks found; pipeline stages are cut at block boundaries", a.model);
@@ -342,7 +388,7 @@ Expected<TrainSetup> prepare_training(const TrainArgs& args, int64_t world) {
     if (s.pipe) {
       // one stage's layout (every stage's) and the stages: oases-train --plan runs it again
       j["version"] = kPlanVersionPipeline;
-      j["pipeline"] = Plan::Pipeline{s.pipe->stages, s.pipe->micro_batches, stages_string(s.pipe->cuts), pipeline_name(s.pipe->schedule)}.to_json();
+      j["pipeline"] = Plan::Pipeline{s.pipe->stages, s.pipe->micro_batches, stages_string(s.pipe->cuts), pipeline_name(s.pipe->schedule), meshes}.to_json();
     }
     OASES_RETURN_IF_ERROR(write_file_atomically(a.export_plan, j.dump(2) + "\n"));
   }
@@ -365,8 +411,8 @@ Expected<TrainSetup> prepare_training(const TrainArgs& args, int64_t world) {
     s.fingerprint += fmt::format("{}:{}{};", v.name, dtype_name(v.dtype), shape_str(v.shape));
   }
   s.model_hash = fnv1a(s.fingerprint +
-                           fmt::format("nodes={};tp={};dp={};pp={};stages={};", train.graph.num_nodes(), a.tp, a.dp, a.pp,
-                                       s.pipe ? stages_string(s.pipe->cuts) : "") +
+                           fmt::format("nodes={};tp={};dp={};pp={};stages={};meshes={};", train.graph.num_nodes(), a.tp, a.dp, a.pp,
+                                       s.pipe ? stages_string(s.pipe->cuts) : "", a.stage_meshes) +
                        binary_identity());
   return s;
 }
@@ -382,7 +428,9 @@ Expected<std::unique_ptr<Trainer>> make_trainer(const TrainSetup& s, RankRuntime
   RankProgram rp;
   if (s.pipe) {
     if (!stage) return Status::error("internal: a pipeline rank's trainer needs its stage record");
-    OASES_ASSIGN_OR_RETURN(rp, build_stage_program(s.gp, *s.pipe, world_rank, ro, stage));
+    std::vector<const GlobalProgram*> stages;
+    for (int k = 0; k < s.pipe->stages; ++k) stages.push_back(&s.stage_program(k));
+    OASES_ASSIGN_OR_RETURN(rp, build_stage_program(stages, *s.pipe, world_rank, ro, stage));
     if (a.memory_report && rt.rank() == 0) {
       std::fprintf(stderr, "stage %d (%s): blocks %d-%d, %d sends and %d receives a step, at most %d micro-batches in flight, arena %.1f KiB\n",
                    stage->stage, a.pipeline.c_str(), s.pipe->cuts[static_cast<size_t>(stage->stage)].first,

@@ -34,6 +34,11 @@ struct TrainSetup {
   uint64_t model_hash = 0;  // every rank must run the same model, layout and binary
   // --pp S > 1: the stages (gp is then one stage's tp x dp program, chunked into M x K chunks)
   std::optional<PipelineLayout> pipe;
+  // --stage-meshes: the program of each stage whose mesh is not the first's (null: gp's)
+  std::vector<std::shared_ptr<const GlobalProgram>> stage_gp;
+  const GlobalProgram& stage_program(int stage) const {
+    return static_cast<size_t>(stage) < stage_gp.size() && stage_gp[static_cast<size_t>(stage)] ? *stage_gp[static_cast<size_t>(stage)] : gp;
+  }
   std::vector<int> host_of;  // --hosts N: the emulated host of each world rank (empty: one machine)
 };
 

@@ -7,7 +7,8 @@
 # embedding's copies on the first and last stage stay bit-equal (an export checks it); dropout
 # masks and sequence parallelism inside stages match one rank too; a
 # checkpoint saved under one pp/tp/dp layout resumes under another with the tensors bit for bit;
-# a failing or hung rank stops every stage; bad stage and batch settings are one-line errors (exit 2).
+# each stage on its own tp x dp mesh (--stage-meshes) matches one rank too; a failing or hung rank
+# stops every stage; bad stage and batch settings are one-line errors (exit 2).
 source "$(dirname "$0")/lib.sh"
 T=$OASES_BIN/oases-train
 MPIRUN=(mpirun --allow-run-as-root --oversubscribe --bind-to none)
@@ -55,6 +56,33 @@ for model in gpt2_4l llama_4l; do
     --schedule optim_comm_checkpoint --chunks 2
 done
 
+# each stage its own mesh (--stage-meshes TPxDP[:SCHEDULE]): a tied weight laid out differently on
+# the first and last stage, activations resharded between meshes of other shapes and sizes, the
+# world the sum of the meshes, sequence parallelism on one side only, MPI
+for model in gpt2_4l llama_4l; do
+  M=$OASES_SOURCE_DIR/models/train/$model/model.onnx
+  run "$model meshes 1x2,2x1 1f1b" "$model" "$T" "$M" --local-ranks 4 -- --pp 2 --stage-meshes 1x2,2x1
+  run "$model meshes 2x2,1x1 gpipe" "$model" "$T" "$M" --local-ranks 5 -- --pp 2 --stage-meshes 2x2,1x1 --pipeline gpipe
+  run "$model meshes 2x1,1x2,1x1,1x1 eager-1f1b" "$model" "$T" "$M" --local-ranks 6 -- --pp 4 --stage-meshes 2x1,1x2,1x1,1x1 \
+    --pipeline eager-1f1b
+done
+G=$OASES_SOURCE_DIR/models/train/gpt2_4l/model.onnx
+run "gpt2_4l meshes sequence-parallel" gpt2_4l "$T" "$G" --local-ranks 4 -- --pp 2 --stage-meshes 2x1,1x2 --sequence-parallel
+run "gpt2_4l meshes schedules" gpt2_4l "$T" "$G" --local-ranks 4 -- --pp 2 --stage-meshes 2x1:oases,1x2:default_checkpoint --chunks 2 \
+  --micro-batches 2 --pipeline eager-1f1b
+run "gpt2_4l mpi meshes 1x1,2x1" gpt2_4l "${MPIRUN[@]}" -np 3 "$T" "$G" -- --pp 2 --stage-meshes 1x1,2x1:oases --chunks 2 --micro-batches 4
+"$T" "$G" "${common[@]}" --steps 0 --local-ranks 4 --pp 2 --stage-meshes 2x1,1x2 --export-plan "$WORK/meshes.plan.json" \
+  || fail "export a pipeline plan with stage meshes"
+/usr/bin/python3 -c "import json,sys; p=json.load(open(sys.argv[1]))['pipeline']; assert p['meshes'] == \
+[{'tp': 2, 'dp': 1}, {'tp': 1, 'dp': 2}], p" "$WORK/meshes.plan.json" || fail "exported plan lacks the stage meshes"
+run "gpt2_4l from a plan with stage meshes" gpt2_4l "$T" "$G" --local-ranks 4 -- --plan "$WORK/meshes.plan.json"
+expect_error "stage meshes and --tp" "not both" "$T" "$G" --synthetic --steps 1 --pp 2 --local-ranks 4 --stage-meshes 2x1,1x2 --tp 2
+expect_error "stage meshes off the world" "needs 4 ranks, the run has 5" "$T" "$G" --synthetic --steps 1 --pp 2 --local-ranks 5 \
+  --stage-meshes 2x1,1x2
+expect_error "stage meshes malformed" "not TPxDP" "$T" "$G" --synthetic --steps 1 --pp 2 --local-ranks 4 --stage-meshes 2x1,2y2
+expect_error "stage meshes too few" "names 1 meshes for 2 stages" "$T" "$G" --synthetic --steps 1 --pp 2 --local-ranks 2 --stage-meshes 2x1
+expect_error "stage meshes and the batch" "dp 3" "$T" "$G" --synthetic --steps 1 --batch 16 --pp 2 --local-ranks 4 --stage-meshes 1x1,1x3
+
 # dropout: every stage replays the single-rank masks (with recomputation inside the stages too);
 # sequence parallelism inside the stages
 D=$OASES_SOURCE_DIR/models/train/gpt2_dropout/model.onnx
@@ -97,7 +125,10 @@ EOF
 "$T" "$M" "${common[@]}" --steps 20 --stop-after 10 --local-ranks 4 --pp 2 --tp 2 --save "$WORK/pp.ckpt" || fail "pp save"
 "$T" "$M" "${common[@]}" --steps 10 --local-ranks 4 --pp 4 --resume "$WORK/pp.ckpt" --save "$WORK/pp4.ckpt" || fail "pp4 resave"
 "$T" "$M" "${common[@]}" --steps 10 --resume "$WORK/pp.ckpt" --save "$WORK/one.ckpt" || fail "one-rank resave"
-for c in pp4 one; do
+# (and under stage meshes of other shapes, resaved there and read back by one rank)
+"$T" "$M" "${common[@]}" --steps 10 --local-ranks 4 --pp 2 --stage-meshes 1x2,2x1 --resume "$WORK/pp.ckpt" --save "$WORK/meshes.ckpt" \
+  || fail "stage meshes resave"
+for c in pp4 one meshes; do
   /usr/bin/python3 - "$WORK/pp.ckpt" "$WORK/$c.ckpt" <<'EOF' || fail "checkpoint resaved under $c differs"
 import json, struct, sys
 import os

@@ -27,26 +27,50 @@ PlanningModel tied_model(int64_t batch = 8) {
 }
 
 struct Built {
-  GlobalProgram gp;
+  GlobalProgram gp;  // stage 0's
   PipelineLayout pl;
+  std::vector<std::shared_ptr<GlobalProgram>> stage_gp;  // per stage (with stage meshes)
+  std::vector<const GlobalProgram*> stages() const {
+    std::vector<const GlobalProgram*> out;
+    for (int s = 0; s < pl.stages; ++s) out.push_back(stage_gp.empty() ? &gp : stage_gp[static_cast<size_t>(s)].get());
+    return out;
+  }
 };
+
+Expected<GlobalProgram> program_on(const PlanningModel& pm, int64_t tp, int64_t dp, int chunks, const std::string& schedule) {
+  Plan plan = Plan::megatron(tp, dp);
+  plan.mesh.schedule = schedule;
+  plan.mesh.chunks = chunks;
+  return build_global_program(pm.forward, TrainingSpec{}, plan, tp * dp, GlobalProgramOptions{});
+}
 
 Built build(int S, int64_t tp, int M, int K, PipelineSchedule sched, const std::string& schedule = "") {
   PlanningModel pm = tied_model();
-  Plan plan = Plan::megatron(tp, 1);
-  plan.mesh.schedule = schedule;
-  plan.mesh.chunks = M * K;
-  auto gp = build_global_program(pm.forward, TrainingSpec{}, plan, tp, GlobalProgramOptions{});
+  auto gp = program_on(pm, tp, 1, M * K, schedule);
   EXPECT_TRUE(gp) << gp.status().message();
-  Built b{std::move(*gp), {}};
+  Built b{std::move(*gp), {}, {}};
   b.pl.stages = S;
   b.pl.micro_batches = M;
   b.pl.chunks = K;
-  b.pl.stage_ranks = tp;
+  b.pl.set_uniform(tp);
   b.pl.schedule = sched;
   auto cuts = cut_stages(count_blocks(b.gp.train.graph), S);
   EXPECT_TRUE(cuts) << cuts.status().message();
   b.pl.cuts = *cuts;
+  return b;
+}
+
+// Each stage on its own tp x dp mesh.
+Built build_meshes(const std::vector<std::pair<int64_t, int64_t>>& meshes, int M, PipelineSchedule sched) {
+  const int S = static_cast<int>(meshes.size());
+  Built b = build(S, 1, M, 1, sched);  // the layout and cuts; the stages get their own programs below
+  PlanningModel pm = tied_model();
+  for (int s = 0; s < S; ++s) {
+    auto gp = program_on(pm, meshes[static_cast<size_t>(s)].first, meshes[static_cast<size_t>(s)].second, M, "");
+    EXPECT_TRUE(gp) << gp.status().message();
+    b.stage_gp.push_back(std::make_shared<GlobalProgram>(std::move(*gp)));
+    b.pl.stage_ranks[static_cast<size_t>(s)] = meshes[static_cast<size_t>(s)].first * meshes[static_cast<size_t>(s)].second;
+  }
   return b;
 }
 
@@ -93,19 +117,24 @@ struct RankTransfers {
   std::vector<ChannelInstr> channel;
 };
 
-void check_pipeline_programs(int S, int64_t tp, int M, int K, PipelineSchedule sched, const std::string& schedule) {
-  SCOPED_TRACE(fmt::format("pp {} tp {} M {} K {} {} {}", S, tp, M, K, pipeline_name(sched), schedule));
-  Built b = build(S, tp, M, K, sched, schedule);
+void check_built_programs(const Built& b, int K, PipelineSchedule sched) {
+  const int S = b.pl.stages, M = b.pl.micro_batches;
   const int64_t world = b.pl.world();
+  auto stage_of = [&](int64_t r) { return b.pl.stage_of_rank(r); };
+  std::vector<std::vector<std::string>> listed(static_cast<size_t>(world));
+  std::vector<int> stage_of_rank;
   std::map<std::string, int> ids;  // transfer -> op id shared by its participants
   std::vector<RankTransfers> ranks(static_cast<size_t>(world));
   for (int64_t r = 0; r < world; ++r) {
     RankProgramOptions ro;
     ro.slice_constants = false;
     StageProgramInfo info;
-    auto rp = build_stage_program(b.gp, b.pl, r, ro, &info);
+    auto rp = build_stage_program(b.stages(), b.pl, r, ro, &info);
     ASSERT_TRUE(rp) << rp.status().message();
     const int s = info.stage;
+    EXPECT_EQ(s, stage_of(r));
+    listed[static_cast<size_t>(r)] = info.transfers;
+    stage_of_rank.push_back(s);
     EXPECT_EQ(info.peak_in_flight, peak_in_flight(stage_steps(sched, s, S, M)));
     if (sched == PipelineSchedule::k1F1B) {
       EXPECT_EQ(info.peak_in_flight, std::min(M, S - s));
@@ -132,8 +161,8 @@ void check_pipeline_programs(int S, int64_t tp, int M, int K, PipelineSchedule s
       const Node& n = g.node(op.node);
       if (!(n.domain == kOasesDomain && n.op_type == "Reshard")) continue;
       auto src = n.attrs.get_ints("src_ranks"), dst = n.attrs.get_ints("dst_ranks");
-      std::string key = fmt::format("{} {}>{}", n.has_input(0) ? g.value(n.inputs[0]).name : g.value(n.outputs[0]).name, src.front() / tp,
-                                    dst.front() / tp);
+      std::string key = fmt::format("{} {}>{}", n.has_input(0) ? g.value(n.inputs[0]).name : g.value(n.outputs[0]).name, stage_of(src.front()),
+                                    stage_of(dst.front()));
       int id = ids.emplace(key, static_cast<int>(ids.size())).first->second;
       if (op.kind == ScheduledOp::Kind::kCommStart) ranks[static_cast<size_t>(r)].order.push_back(key);
       ranks[static_cast<size_t>(r)].channel.push_back({op.kind == ScheduledOp::Kind::kCommStart, id, 1});
@@ -142,7 +171,7 @@ void check_pipeline_programs(int S, int64_t tp, int M, int K, PipelineSchedule s
   // the transfers between two stages come in the same order on both sides
   for (int64_t a = 0; a < world; ++a) {
     for (int64_t c = 0; c < world; ++c) {
-      int sa = static_cast<int>(a / tp), sc = static_cast<int>(c / tp);
+      int sa = stage_of(a), sc = stage_of(c);
       if (sa == sc) continue;
       auto between = [&](int64_t r) {
         std::vector<std::string> out;
@@ -159,15 +188,28 @@ void check_pipeline_programs(int S, int64_t tp, int M, int K, PipelineSchedule s
   std::map<int, std::vector<int64_t>> who;
   for (const auto& [key, id] : ids) {
     int from = std::stoi(key.substr(key.rfind(' ') + 1)), to = std::stoi(key.substr(key.rfind('>') + 1));
-    for (int64_t i = 0; i < tp; ++i) {
-      who[id].push_back(from * tp + i);
-      who[id].push_back(to * tp + i);
+    for (int s : {from, to}) {
+      for (int64_t i = 0; i < b.pl.ranks_of(s); ++i) who[id].push_back(b.pl.first_rank(s) + i);
     }
   }
   std::vector<std::vector<ChannelInstr>> programs;
   for (const auto& r : ranks) programs.push_back(r.channel);
   Status st = check_channel_programs(programs, [&](int op) { return who.at(op); });
   EXPECT_TRUE(st.is_ok()) << st.message();
+  // what the ranks list of their transfers agrees, and a rank whose list differs is named
+  Status agree = check_stage_transfers(stage_of_rank, listed);
+  EXPECT_TRUE(agree.is_ok()) << agree.message();
+  if (world > 2 && !listed.back().empty()) {
+    listed.back().pop_back();
+    Status off = check_stage_transfers(stage_of_rank, listed);
+    ASSERT_FALSE(off.is_ok());
+    EXPECT_NE(off.message().find("disagree on their transfers"), std::string::npos) << off.message();
+  }
+}
+
+void check_pipeline_programs(int S, int64_t tp, int M, int K, PipelineSchedule sched, const std::string& schedule) {
+  SCOPED_TRACE(fmt::format("pp {} tp {} M {} K {} {} {}", S, tp, M, K, pipeline_name(sched), schedule));
+  check_built_programs(build(S, tp, M, K, sched, schedule), K, sched);
 }
 
 TEST(PipelineProgram, TransfersPairUpAndReplayWithoutDeadlock) {
@@ -178,13 +220,44 @@ TEST(PipelineProgram, TransfersPairUpAndReplayWithoutDeadlock) {
   }
 }
 
+// Stages on meshes of other shapes: the transfers carry each side's layout and mesh, pair up and
+// replay without deadlock.
+TEST(PipelineProgram, StagesOnTheirOwnMeshes) {
+  for (PipelineSchedule sched : {PipelineSchedule::kGPipe, PipelineSchedule::k1F1B, PipelineSchedule::kEager1F1B}) {
+    SCOPED_TRACE(pipeline_name(sched));
+    Built b = build_meshes({{2, 1}, {1, 2}}, 2, sched);
+    EXPECT_EQ(b.pl.world(), 4);
+    check_built_programs(b, 1, sched);
+    check_built_programs(build_meshes({{1, 1}, {2, 2}, {1, 2}, {2, 1}}, 4, sched), 1, sched);
+  }
+  // a transfer from the tp 2 stage to the dp 2 stage: its source laid out on a 2-rank tp mesh,
+  // its destination on the other stage's ranks
+  Built b = build_meshes({{2, 1}, {1, 2}}, 2, PipelineSchedule::k1F1B);
+  RankProgramOptions ro;
+  ro.slice_constants = false;
+  StageProgramInfo info;
+  auto rp = build_stage_program(b.stages(), b.pl, 2, ro, &info);
+  ASSERT_TRUE(rp) << rp.status().message();
+  EXPECT_EQ(info.stage, 1);
+  int seen = 0;
+  for (NodeId id : rp->program.graph.nodes()) {
+    const Node& n = rp->program.graph.node(id);
+    if (n.op_type != "Reshard") continue;
+    ++seen;
+    auto src = n.attrs.get_ints("src_ranks"), dst = n.attrs.get_ints("dst_ranks");
+    bool from0 = src == std::vector<int64_t>{0, 1};
+    EXPECT_EQ(from0 ? dst : src, (std::vector<int64_t>{2, 3})) << n.describe();
+  }
+  EXPECT_GT(seen, 0);
+}
+
 TEST(PipelineProgram, ErrorsNameTheProblem) {
   Built b = build(2, 1, 2, 1, PipelineSchedule::k1F1B);
   StageProgramInfo info;
   auto bad_rank = build_stage_program(b.gp, b.pl, 5, RankProgramOptions{}, &info);
   ASSERT_FALSE(bad_rank);
   EXPECT_NE(bad_rank.status().message().find("world rank 5"), std::string::npos) << bad_rank.status().message();
-  b.pl.stage_ranks = 2;
+  b.pl.set_uniform(2);
   auto bad_mesh = build_stage_program(b.gp, b.pl, 0, RankProgramOptions{}, &info);
   ASSERT_FALSE(bad_mesh);
   EXPECT_NE(bad_mesh.status().message().find("partitioned over 1 ranks"), std::string::npos) << bad_mesh.status().message();
@@ -251,6 +324,24 @@ TEST(PipelinePlanFile, VersionThreeRoundTripsAndOlderVersionsStillLoad) {
   nlohmann::json future = j;
   future["version"] = kPlanVersionPipeline + 1;
   EXPECT_FALSE(Plan::from_json(future, "future.json"));
+  // each stage its own mesh
+  p.pipeline.meshes = {{2, 1, "oases"}, {1, 2, ""}, {1, 1, ""}, {2, 2, "plain"}};
+  auto meshes = Plan::from_json(p.to_json(), "meshes.json");
+  ASSERT_TRUE(meshes) << meshes.status().message();
+  EXPECT_TRUE(meshes->pipeline == p.pipeline);
+  EXPECT_EQ(stage_meshes_string(meshes->pipeline.meshes), "2x1:oases,1x2,1x1,2x2:plain");
+  auto parsed = parse_stage_meshes("2x1:oases,1x2,1x1,2x2:plain", 4);
+  ASSERT_TRUE(parsed) << parsed.status().message();
+  EXPECT_TRUE(*parsed == p.pipeline.meshes);
+  nlohmann::json short_list = p.to_json();
+  short_list["pipeline"]["meshes"].erase(3);
+  auto bad = Plan::from_json(short_list, "short.json");
+  ASSERT_FALSE(bad);
+  EXPECT_NE(bad.status().message().find("one mesh per stage"), std::string::npos) << bad.status().message();
+  EXPECT_FALSE(parse_stage_meshes("2x1,0x2,1x1,1x1", 4));
+  EXPECT_FALSE(parse_stage_meshes("2x1,1x2", 4));
+  EXPECT_FALSE(parse_stage_meshes("2x1,,1x1,1x1", 4));
+  EXPECT_FALSE(parse_stage_meshes("99999999999999999999x1,1x1,1x1,1x1", 4));
 }
 
 }  // namespace
