@@ -106,19 +106,22 @@ std::vector<StageCut> balanced_cut(const std::vector<double>& block_cost, int S,
 // One micro-batch's activation [B/M, T, H] crossing from one stage mesh to the next, laid out as
 // the inner plan leaves it (batch over dp, sequence over tp with sequence parallelism, else
 // replicated over tp), priced by the resharding planner on the whole cluster.
-double boundary_seconds(const ClusterSpec& cluster, int64_t gpus, int64_t n, const Layout& l, int64_t batch, int64_t seq, int64_t hidden,
-                        int micro_batches) {
-  int64_t tp = l.tp, dp = n / l.tp;
+double boundary_seconds(const ClusterSpec& cluster, int64_t gpus, int64_t n, const Layout& from, const Layout& to, int64_t batch, int64_t seq,
+                        int64_t hidden, int micro_batches) {
   Shape shape{batch / micro_batches, seq, hidden};
-  Mesh mesh{{"dp", "tp"}, {dp, tp}, {}};
-  ShardingSpec spec = ShardingSpec::replicated(3);
-  if (dp > 1 && shape[0] % dp == 0) spec.dims[0] = DimSpec{0, 1};
-  if (l.sp && tp > 1 && seq % tp == 0) spec.dims[1] = DimSpec{1, 1};
+  auto side = [&](const Layout& l, int64_t first) {
+    int64_t tp = l.tp, dp = n / l.tp;
+    Mesh mesh{{"dp", "tp"}, {dp, tp}, {}};
+    ShardingSpec spec = ShardingSpec::replicated(3);
+    if (dp > 1 && shape[0] % dp == 0) spec.dims[0] = DimSpec{0, 1};
+    if (l.sp && tp > 1 && seq % tp == 0) spec.dims[1] = DimSpec{1, 1};
+    return ReshardSide{PlacedMesh::contiguous(mesh, first), spec};
+  };
   ReshardProblem p;
   p.shape = shape;
   p.element_bytes = 4;
-  p.src = {PlacedMesh::contiguous(mesh, 0), spec};
-  p.dst = {PlacedMesh::contiguous(mesh, n), spec};
+  p.src = side(from, 0);
+  p.dst = side(to, n);
   int hosts = static_cast<int>(std::max<int64_t>(1, gpus / std::max<int64_t>(1, cluster.gpus_per_node)));
   ReshardCluster rc = ReshardCluster::spread(std::max<int64_t>(gpus, 2 * n), hosts, LinkModel{cluster.inter.bandwidth_gbps, cluster.inter.latency_us},
                                              LinkModel{cluster.intra.bandwidth_gbps, cluster.intra.latency_us});
@@ -128,37 +131,36 @@ double boundary_seconds(const ClusterSpec& cluster, int64_t gpus, int64_t n, con
   return plan ? plan->predicted_s : std::numeric_limits<double>::infinity();
 }
 
-// Prices one pipeline of S stages on n GPUs each under the inner choice `inner`.
-PipelinePlan price(CostModel& cm, const ClusterSpec& cluster, const OpTimeModel& ops, int64_t gpus, int S, int M, const PlanChoice& inner,
-                   PipelineSchedule sched, int blocks) {
+// The layout a stage's activations leave and enter it in: its first block's (one layout a stage).
+Layout stage_layout(const ModelAnalysis& a, const PlanChoice& p, const StageCut& cut) {
+  Layout l = p.layouts.front();
+  auto it = a.part_index.find(fmt::format("layer.{}.attn", cut.first));
+  if (it != a.part_index.end()) l = p.layouts[static_cast<size_t>(it->second)];
+  return l;
+}
+
+// Prices S stages cut at `cuts`, stage s running the parts it holds as `fig[s]` (one inner choice's
+// figures) says, with `layout[s]` at its boundaries.
+PipelinePlan price_stages(CostModel& cm, const ClusterSpec& cluster, const OpTimeModel& ops, int64_t gpus, int M, const PlanChoice& inner,
+                          PipelineSchedule sched, const std::vector<StageCut>& cuts, const std::vector<const PartFigures*>& fig,
+                          const std::vector<Layout>& layout) {
+  const int S = static_cast<int>(cuts.size());
   PipelinePlan pp;
   pp.stages = S;
   pp.stage_ranks = gpus / S;
   pp.micro_batches = M;
   pp.schedule = sched;
   pp.inner = inner;
-  PartFigures f = part_figures(cm, inner, M);
-  std::vector<double> block_cost(static_cast<size_t>(blocks), 0);
-  double first = 0, last = 0;
-  for (size_t i = 0; i < f.block.size(); ++i) {
-    double c = f.fwd[i] + f.bwd[i];
-    if (f.block[i] == -1) {
-      first += c;
-    } else if (f.block[i] == -2) {
-      last += c;
-    } else if (f.block[i] < blocks) {
-      block_cost[static_cast<size_t>(f.block[i])] += c;
-    }
-  }
-  std::vector<StageCut> cuts = balanced_cut(block_cost, S, first, last);
   PipelineTimes t;
   for (int s = 0; s < S; ++s) {
+    const PartFigures& f = *fig[static_cast<size_t>(s)];
     PipelineStagePlan st;
     st.blocks = cuts[static_cast<size_t>(s)];
     st.embedding = s == 0;
     st.head = s == S - 1;
     st.first_rank = s * pp.stage_ranks;
     st.ranks = pp.stage_ranks;
+    st.layout = layout[static_cast<size_t>(s)];
     st.peak_in_flight = peak_in_flight(stage_steps(sched, s, S, M));
     double saved = 0, transient = 0, statics = 0;
     for (size_t i = 0; i < f.block.size(); ++i) {
@@ -176,16 +178,18 @@ PipelinePlan price(CostModel& cm, const ClusterSpec& cluster, const OpTimeModel&
     pp.memory_bytes = std::max(pp.memory_bytes, st.memory_bytes);
     t.forward_s.push_back(st.forward_s);
     t.backward_s.push_back(st.backward_s);
+    if (s > 0 && !(layout[static_cast<size_t>(s)] == layout[0])) pp.per_stage = true;
     pp.stage.push_back(st);
   }
-  // every boundary joins two alike stage meshes under one layout (the inner plan's for all
-  // parts): priced once, with the layout of the second stage's first part
-  if (S > 1) {
-    const ModelAnalysis& a = cm.analysis();
-    Layout l = inner.layouts.front();
-    auto it = a.part_index.find(fmt::format("layer.{}.attn", cuts[1].first));
-    if (it != a.part_index.end()) l = inner.layouts[static_cast<size_t>(it->second)];
-    pp.transfer_s.assign(static_cast<size_t>(S - 1), boundary_seconds(cluster, gpus, pp.stage_ranks, l, a.batch, a.seq, a.hidden, M));
+  // each boundary between the two stages' layouts (alike boundaries priced once)
+  const ModelAnalysis& a = cm.analysis();
+  std::map<std::pair<Layout, Layout>, double> priced;
+  for (int s = 0; s + 1 < S; ++s) {
+    auto key = std::make_pair(layout[static_cast<size_t>(s)], layout[static_cast<size_t>(s) + 1]);
+    auto it = priced.find(key);
+    if (it == priced.end())
+      it = priced.emplace(key, boundary_seconds(cluster, gpus, pp.stage_ranks, key.first, key.second, a.batch, a.seq, a.hidden, M)).first;
+    pp.transfer_s.push_back(it->second);
   }
   t.transfer_s = pp.transfer_s;
   auto sim = simulate_pipeline(sched, M, t);
@@ -198,6 +202,97 @@ PipelinePlan price(CostModel& cm, const ClusterSpec& cluster, const OpTimeModel&
   pp.bubble = sim->bubble;
   pp.found = true;
   return pp;
+}
+
+// Prices one pipeline of S stages on n GPUs each under the inner choice `inner`.
+PipelinePlan price(CostModel& cm, const ClusterSpec& cluster, const OpTimeModel& ops, int64_t gpus, int S, int M, const PlanChoice& inner,
+                   PipelineSchedule sched, int blocks) {
+  PartFigures f = part_figures(cm, inner, M);
+  std::vector<double> block_cost(static_cast<size_t>(blocks), 0);
+  double first = 0, last = 0;
+  for (size_t i = 0; i < f.block.size(); ++i) {
+    double c = f.fwd[i] + f.bwd[i];
+    if (f.block[i] == -1) {
+      first += c;
+    } else if (f.block[i] == -2) {
+      last += c;
+    } else if (f.block[i] < blocks) {
+      block_cost[static_cast<size_t>(f.block[i])] += c;
+    }
+  }
+  std::vector<StageCut> cuts = balanced_cut(block_cost, S, first, last);
+  std::vector<Layout> layouts;
+  for (const StageCut& c : cuts) layouts.push_back(stage_layout(cm.analysis(), inner, c));
+  return price_stages(cm, cluster, ops, gpus, M, inner, sched, cuts, std::vector<const PartFigures*>(static_cast<size_t>(S), &f), layouts);
+}
+
+// The pipeline `uniform` with each stage on its own tp (the sequence parallelism, schedule and
+// chunks of `uniform`'s inner plan, its cuts): every stage takes the tp its parts run fastest
+// under within the memory limit. Not found when no stage would change.
+PipelinePlan price_own_meshes(CostModel& cm, const ClusterSpec& cluster, const OpTimeModel& ops, int64_t gpus, const PipelinePlan& uniform,
+                              const PipelinePlanOptions& o) {
+  PipelinePlan none;
+  const int S = uniform.stages, M = uniform.micro_batches;
+  const int64_t n = uniform.stage_ranks;
+  const PlanChoice& inner = uniform.inner;
+  if (inner.layouts.empty()) return none;
+  const bool sp = inner.layouts.front().sp;
+  for (const Layout& l : inner.layouts) {
+    if (!(l == inner.layouts.front())) return none;  // per-part layouts: not cut into stages
+  }
+  // the alternatives: every tp the model divides by (heads, widths, vocabulary) that divides the
+  // stage mesh and the inner search allows, all parts feasible
+  std::vector<PlanChoice> alts;
+  std::vector<PartFigures> figs;
+  for (int64_t tp : cm.analysis().tp_candidates) {
+    if (tp < 1 || n % tp != 0 ||
+        (!o.inner.degrees.empty() && std::find(o.inner.degrees.begin(), o.inner.degrees.end(), tp) == o.inner.degrees.end()))
+      continue;
+    PlanChoice c = inner;
+    c.layouts.assign(inner.layouts.size(), Layout{tp, sp && tp > 1});
+    bool ok = true;
+    for (int i = 0; i < cm.num_parts() && ok; ++i) ok = cm.part(i, c.layouts[static_cast<size_t>(i)], c.chunks).feasible;
+    if (!ok) continue;
+    figs.push_back(part_figures(cm, c, M));
+    alts.push_back(std::move(c));
+  }
+  if (alts.size() < 2) return none;
+  std::vector<StageCut> cuts;
+  for (const auto& st : uniform.stage) cuts.push_back(st.blocks);
+  std::vector<const PartFigures*> fig;
+  std::vector<Layout> layouts;
+  for (int s = 0; s < S; ++s) {
+    const PipelineStagePlan& u = uniform.stage[static_cast<size_t>(s)];
+    size_t pick = alts.size();
+    double best = 0;
+    for (size_t k = 0; k < alts.size(); ++k) {
+      // this stage's parts under the alternative: their time, and memory as price_stages counts it
+      double time = 0, memory = 0;
+      const PartFigures& f = figs[k];
+      double saved = 0, transient = 0, statics = 0;
+      for (size_t i = 0; i < f.block.size(); ++i) {
+        int b = f.block[i];
+        bool mine = (b == -1 && s == 0) || (b == -2 && s == S - 1) || (b >= u.blocks.first && b <= u.blocks.last);
+        if (!mine) continue;
+        time += f.fwd[i] + f.bwd[i];
+        statics += f.static_bytes[i];
+        saved += f.saved_all[i];
+        transient = std::max(transient, f.transient[i]);
+      }
+      memory = statics + saved * u.peak_in_flight / M + transient;
+      if (o.memory_limit > 0 && memory > o.memory_limit) continue;
+      if (pick == alts.size() || time < best) {
+        pick = k;
+        best = time;
+      }
+    }
+    if (pick == alts.size()) return none;
+    fig.push_back(&figs[pick]);
+    layouts.push_back(alts[pick].layouts.front());
+  }
+  PipelinePlan p = price_stages(cm, cluster, ops, gpus, M, inner, uniform.schedule, cuts, fig, layouts);
+  if (!p.per_stage) return none;
+  return p;
 }
 
 bool aligned(const ClusterSpec& c, int64_t n) {
@@ -253,6 +348,15 @@ StageCountResult search_stage_count(const Graph& forward, const Graph& train, co
         PipelinePlan c = price(cm, cluster, ops, gpus, static_cast<int>(S), static_cast<int>(M), r.best, sched, blocks);
         ++out.candidates;
         if (!c.found) continue;
+        // each stage on the tp its own parts prefer (which may also fit where one tp for all does not)
+        PipelinePlan own = price_own_meshes(cm, cluster, ops, gpus, c, o);
+        if (own.found) {
+          ++out.candidates;
+          if (o.memory_limit <= 0 || own.memory_bytes <= o.memory_limit) {
+            fits_somewhere = true;
+            if (!out.best.found || own.step_s < out.best.step_s) out.best = own;
+          }
+        }
         if (o.memory_limit > 0 && c.memory_bytes > o.memory_limit) {
           out.why = fmt::format("{} stages of {} GPUs, {} micro-batches, {}: {} per GPU", S, n, M, pipeline_name(sched),
                                 describe_bytes(c.memory_bytes));
@@ -347,6 +451,12 @@ nlohmann::json pipeline_plan_json(const PipelinePlan& p, const ModelAnalysis* in
   j["cuts"] = stages_string(cuts);
   j["inner"] = {{"schedule", p.inner.schedule}, {"chunks_per_micro_batch", p.micro_batches > 0 ? p.inner.chunks / p.micro_batches : 0}};
   if (inner) j["inner"]["layouts"] = describe_layouts(*inner, p.inner.layouts);
+  if (p.per_stage) {
+    // each stage's mesh, as Plan::Pipeline reads it (oases-train runs them with --plan)
+    nlohmann::json meshes = nlohmann::json::array();
+    for (const auto& s : p.stage) meshes.push_back({{"tp", s.layout.tp}, {"dp", s.ranks / std::max<int64_t>(1, s.layout.tp)}});
+    j["meshes"] = meshes;
+  }
   j["step_s"] = p.step_s;
   j["bubble"] = p.bubble;
   j["optimizer_s"] = p.optimizer_s;
@@ -358,6 +468,8 @@ nlohmann::json pipeline_plan_json(const PipelinePlan& p, const ModelAnalysis* in
                       {"embedding", s.embedding},
                       {"head", s.head},
                       {"ranks", fmt::format("{}-{}", s.first_rank, s.first_rank + s.ranks - 1)},
+                      {"tp", s.layout.tp},
+                      {"sequence_parallel", s.layout.sp},
                       {"forward_s", s.forward_s},
                       {"backward_s", s.backward_s},
                       {"memory_bytes", s.memory_bytes},
@@ -376,10 +488,14 @@ std::string describe_pipeline(const PipelinePlan& p) {
   if (!p.found) return "no pipeline plan: " + p.why;
   std::vector<StageCut> cuts;
   for (const auto& s : p.stage) cuts.push_back(s.blocks);
-  double xfer = p.transfer_s.empty() ? 0 : p.transfer_s.front();
-  return fmt::format("pp {} x {} GPUs, {} micro-batches, {}, blocks {} ; inner {} K={} ; bubble {:.0f}%, transfer {:.3f} ms per micro-batch",
+  double xfer = p.transfer_s.empty() ? 0 : *std::max_element(p.transfer_s.begin(), p.transfer_s.end());
+  std::string tps;
+  if (p.per_stage) {
+    for (const auto& s : p.stage) tps += fmt::format("{}{}", tps.empty() ? " ; stage tp " : ",", s.layout.tp);
+  }
+  return fmt::format("pp {} x {} GPUs, {} micro-batches, {}, blocks {} ; inner {} K={}{} ; bubble {:.0f}%, transfer {:.3f} ms per micro-batch",
                      p.stages, p.stage_ranks, p.micro_batches, pipeline_name(p.schedule), stages_string(cuts), p.inner.schedule,
-                     p.micro_batches > 0 ? p.inner.chunks / p.micro_batches : 0, p.bubble * 100, xfer * 1e3);
+                     p.micro_batches > 0 ? p.inner.chunks / p.micro_batches : 0, tps, p.bubble * 100, xfer * 1e3);
 }
 
 }  // namespace oases

@@ -2,7 +2,8 @@
 // lines up with the hosts (whole hosts, or an equal share of one), every micro-batch count M (a
 // multiple of S dividing the batch) and every pipeline schedule, the stages' inner plan is the
 // one-mesh search's (planner/search.h) on N/S GPUs with M x K chunks, every stage taking the same
-// layout (what oases-train runs); the model's blocks are cut so the slowest stage (the embedding
+// layout, and then each stage its own tp where its parts run faster so (oases-train --stage-meshes);
+// the model's blocks are cut so the slowest stage (the embedding
 // on the first, the head on the last) is as fast as it can be; each stage's memory counts its own
 // parameters and the activations of the micro-batches it keeps in flight; the activation crossing
 // each boundary is priced by the cross-mesh resharding planner (planner/reshard.h) on the
@@ -32,6 +33,7 @@ struct PipelineStagePlan {
   StageCut blocks;
   bool embedding = false, head = false;
   int64_t first_rank = 0, ranks = 0;
+  Layout layout;  // the stage's tp (and sequence parallelism), dp = ranks / tp
   double forward_s = 0, backward_s = 0;  // one micro-batch
   double memory_bytes = 0;
   int peak_in_flight = 0;
@@ -43,7 +45,8 @@ struct PipelinePlan {
   int64_t stage_ranks = 0;
   int micro_batches = 0;
   PipelineSchedule schedule = PipelineSchedule::k1F1B;
-  PlanChoice inner;  // the stages' layout (chunks = M x K)
+  PlanChoice inner;  // the stages' layout (chunks = M x K); with per_stage, its schedule and chunks
+  bool per_stage = false;  // the stages differ in tp (PipelineStagePlan::layout)
   std::vector<PipelineStagePlan> stage;
   std::vector<double> transfer_s;  // per boundary, one micro-batch's activation
   double step_s = 0, bubble = 0, optimizer_s = 0, memory_bytes = 0;

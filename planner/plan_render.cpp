@@ -74,14 +74,18 @@ std::string pipeline_html(const nlohmann::json& pp) {
   o << fmt::format("<div class=\"card\">micro-batches<b>{}</b>{}</div>", pp.value("micro_batches", 0), esc(jstr(pp, "schedule")));
   o << fmt::format("<div class=\"card\">predicted step<b>{:.4g} ms</b>bubble {:.0f}%</div>", step * 1e3, pp.value("bubble", 0.0) * 100);
   o << fmt::format("<div class=\"card\">memory per GPU<b>{}</b>the fullest stage</div>", bytes_str(pp.value("memory_bytes", 0.0)));
-  o << "</div><table><tr><th>stage</th><th>blocks</th><th>ranks</th><th>holds</th><th>forward / micro-batch</th><th>backward / micro-batch</th>"
-       "<th>micro-batches in flight</th><th>memory</th></tr>";
+  o << "</div><table><tr><th>stage</th><th>blocks</th><th>ranks</th><th>mesh</th><th>holds</th><th>forward / micro-batch</th>"
+       "<th>backward / micro-batch</th><th>micro-batches in flight</th><th>memory</th></tr>";
   int i = 0;
   for (const auto& st : pp["stage"]) {
     std::string holds = st.value("embedding", false) ? "embedding" : "";
     if (st.value("head", false)) holds += std::string(holds.empty() ? "" : ", ") + "head, loss";
-    o << fmt::format("<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.4g} ms</td><td>{:.4g} ms</td><td>{}</td><td>{}</td></tr>", i++,
-                     esc(jstr(st, "blocks")), esc(jstr(st, "ranks")), holds, st.value("forward_s", 0.0) * 1e3, st.value("backward_s", 0.0) * 1e3,
+    // the stage's mesh: tp x dp (dp the ranks over tp), "+sp" with sequence parallelism
+    std::string mesh = "-";
+    int64_t tp = st.value("tp", int64_t{0}), ranks = pp.value("stage_ranks", int64_t{0});
+    if (tp > 0 && ranks > 0) mesh = fmt::format("tp {} × dp {}{}", tp, ranks / tp, st.value("sequence_parallel", false) ? " +sp" : "");
+    o << fmt::format("<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.4g} ms</td><td>{:.4g} ms</td><td>{}</td><td>{}</td></tr>", i++,
+                     esc(jstr(st, "blocks")), esc(jstr(st, "ranks")), esc(mesh), holds, st.value("forward_s", 0.0) * 1e3, st.value("backward_s", 0.0) * 1e3,
                      st.value("peak_in_flight", 0), bytes_str(st.value("memory_bytes", 0.0)));
   }
   o << "</table>";

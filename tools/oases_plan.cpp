@@ -307,7 +307,10 @@ int plan_main(const std::string& model, int64_t gpus, const std::string& cluster
       auto sa = analyze_model(pm->forward, pm->train.graph, pm->train.params, pipe.stage_ranks);
       if (!sa) return fail_with(sa.status().with_context(model));
       stage_a = std::move(*sa);
-      chosen = plan_of_choice(*stage_a, pipe.inner, pipe.stage_ranks);
+      // (stages on their own tp: the file's mesh is the first stage's, "meshes" lists them all)
+      PlanChoice first = pipe.inner;
+      if (pipe.per_stage) first.layouts.assign(first.layouts.size(), pipe.stage.front().layout);
+      chosen = plan_of_choice(*stage_a, first, pipe.stage_ranks);
       chosen.pipeline.stages = pipe.stages;
       chosen.pipeline.micro_batches = pipe.micro_batches;
       std::vector<StageCut> cuts;
