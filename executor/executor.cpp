@@ -283,6 +283,8 @@ Status Executor::execute(const std::map<std::string, Tensor>& inputs) {
         case Instr::Kind::kCommStart: {
           bind(i);
           start_of[static_cast<size_t>(ins.node)] = i;
+          // when the compute thread hands it over (the comm thread may start it later)
+          if (tracing_) events_.push_back(TraceEvent{ins.node, 0, "issue", now_us(), 0});
           KernelContext* c = &contexts_[i];
           const CpuKernelFn* fn = prog_.kernels[i];
           bool trace = tracing_;

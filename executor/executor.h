@@ -29,7 +29,7 @@ using Instr = ScheduledOp;
 struct TraceEvent {
   NodeId node = kNoId;
   int thread = 0;        // 0 compute, 1 communication
-  std::string category;  // "compute" | "comm" | "wait"
+  std::string category;  // "compute" | "comm" | "wait" | "issue" (a collective handed to its thread, no duration)
   double start_us = 0, dur_us = 0;
 };
 

@@ -60,7 +60,7 @@ void add_collectives(const std::vector<TraceEvent>& ev, CalibrationRun* c) {
 void add_overheads(const Program& p, const std::vector<TraceEvent>& ev, ExecutorOverheads* o) {
   std::vector<const TraceEvent*> compute;  // thread 0, in instruction order
   for (const TraceEvent& e : ev) {
-    if (e.thread == 0) compute.push_back(&e);
+    if (e.thread == 0 && e.category != "issue") compute.push_back(&e);  // (an issue marks a start, which has no instruction time)
   }
   size_t j = 0;
   int starts_between = 0;

@@ -25,6 +25,18 @@ struct OverlapStats {
   Acc total;
   std::map<int, Acc> per_layer;
   std::map<int, Acc> per_layer_bwd;
+  // Per group of collectives (embedding, layer N attention/MLP forward or backward, head, loss,
+  // data-parallel gradients, transfers between meshes): what ran, what hid, and what could have.
+  // A collective's room is the compute the compute thread ran between handing it over and waiting
+  // for it: at most that much of it can hide under this order ("could hide" = min(its time, room)).
+  // What is exposed beyond that could not hide (too little compute beside it); what is exposed
+  // within it did not hide though compute was there (it started late: queued behind other
+  // collectives, its peers late, the cores shared).
+  struct Group {
+    int count = 0;
+    double comm = 0, exposed = 0, could = 0, late = 0;  // us summed over steps; late: issue to start
+  };
+  std::map<std::string, Group> groups;
 
   // Adds one step's events of `g` (the program's graph); `count` false skips it (the first step).
   void add(const Graph& g, const std::vector<TraceEvent>& ev, double ms, bool count);

@@ -64,6 +64,10 @@ def train(a, model, tp, schedule, chunks, link, steps, workdir, env):
     m = re.search(r"communication ([\d.]+) ms: hidden ([\d.]+) ms", p.stderr)
     if m:
         out["comm_ms"], out["hidden_ms"] = float(m.group(1)), float(m.group(2))
+    # per collective: the compute its order put between its start and its wait (what could hide)
+    m = re.search(r"all: ([\d.]+) ms of collectives; could hide ([\d.]+) \(\d+%\), hid ([\d.]+)", p.stderr)
+    if m:
+        out["groups_comm_ms"], out["could_ms"], out["groups_hid_ms"] = float(m.group(1)), float(m.group(2)), float(m.group(3))
     return out
 
 
@@ -92,7 +96,7 @@ def main():
           f"head dim {a.head_dim}, batch {a.batch} x {a.seq}, K = {a.chunks}, median of {a.steps - a.warmup} steps, {os.cpu_count()} cores",
           flush=True)
     hdr = (f"{'stack (full)':>14} {'scaled':>10} {'tp':>3} {'link GB/s':>10} {'lat ms':>7} "
-           + " ".join(f"{s[:12]:>12}" for s in SCHEDULES) + f" {'comm %':>7} {'oases/dflt':>10} {'oases/plain':>11} {'hidden':>7} {'bound':>6}")
+           + " ".join(f"{s[:12]:>12}" for s in SCHEDULES) + f" {'comm %':>7} {'oases/dflt':>10} {'oases/plain':>11} {'hidden':>7} {'bound':>6} {'could':>6} {'hid/could':>9}")
     print(hdr)
     for h, layers in stacks:
         hs, ls = h // a.scale, max(1, layers // a.layer_scale)
@@ -129,14 +133,20 @@ def main():
             # (step - exposed communication) / communication of it
             exposed = oc - S["oases"].get("hidden_ms", 0.0)
             row["oases_hidden_bound"] = min(1.0, max(0.0, S["oases"]["ms"] - exposed) / oc) if oc else 1.0
+            gc, could = S["oases"].get("groups_comm_ms", 0.0), S["oases"].get("could_ms", 0.0)
+            row["oases_could"] = could / gc if gc else 0.0
+            row["oases_hid_of_could"] = S["oases"].get("groups_hid_ms", 0.0) / could if could else 0.0
             results.append(row)
             print(f"{row['stack']:>14} {name:>10} {tp:>3} {bw / 1e9:>10.4f} {lat * 1e3:>7.2f} "
                   + " ".join(f"{S[s]['ms']:>12.1f}" for s in SCHEDULES)
                   + f" {100 * row['comm_share_plain']:>6.0f}% {row['speedup_vs_default']:>10.2f} {row['speedup_vs_plain']:>11.2f}"
-                  f" {100 * row['oases_hidden']:>6.0f}% {100 * row['oases_hidden_bound']:>5.0f}%", flush=True)
+                  f" {100 * row['oases_hidden']:>6.0f}% {100 * row['oases_hidden_bound']:>5.0f}%"
+                  f" {100 * row['oases_could']:>5.0f}% {100 * row['oases_hid_of_could']:>8.0f}%", flush=True)
     print("columns: ms/step (median) per schedule; comm % = communication share of the plain step; "
           "oases/dflt and oases/plain = speed-up of oases; hidden = share of oases' communication hidden behind compute; "
-          "bound = the most that could hide: the compute thread's time in the oases step (step - exposed comm) over its comm")
+          "bound = the most that could hide: the compute thread's time in the oases step (step - exposed comm) over its comm; "
+          "could = per collective (--overlap-report), the compute its order put between its start and its wait, over all collectives' time; "
+          "hid/could = what hid of that")
     g = [r for r in results if r["comm_share_plain"] >= 0.3]
     if g:
         print(f"where comm >= 30% of the plain step ({len(g)} of {len(results)}): oases over default_checkpoint "

@@ -67,5 +67,24 @@ assert any("(chunk 1)" in e["name"] for e in ev)
 assert any(e["pid"] == 0 and e["tid"] == 1 and e["cat"] == "comm" for e in ev), "no collective on the comm thread"
 assert all(e["tid"] == 0 for e in ev if e["cat"] == "compute"), "compute off the main thread"
 print(f"ok overlap: oases starts {hidden} of {total} collectives before another chunk's compute ({fwd_hidden} forward)")
+# --overlap-report's groups: every collective in one, hidden + exposed = its time, hidden within what
+# could hide, and exposed told apart into could not + did not
+rows, in_table = {}, False
+for line in open(f"{w}/overlap.oases"):
+    if line.startswith("  group ") and "could hide" in line:
+        in_table = True
+    elif in_table and line.startswith("  all:"):
+        break
+    elif in_table and not line.startswith("  ..."):
+        f = line.split()
+        rows[" ".join(f[:-8])] = [float(x) for x in f[-8:]]
+assert rows, "oases: --overlap-report printed no collective groups"
+assert any(k.startswith("layer 0 attn forward") for k in rows) and any("backward" in k for k in rows), sorted(rows)
+for name, (count, comm, hid, could, exposed, could_not, did_not, late) in rows.items():
+    assert count >= 1 and abs(hid + exposed - comm) <= 0.02, (name, comm, hid, exposed)
+    assert hid <= could + 0.02 and could <= comm + 0.02, (name, hid, could, comm)
+    assert abs(could_not + did_not - exposed) <= 0.02 and could_not >= -0.02 and did_not >= -0.02, (name, exposed, could_not, did_not)
+assert any("all:" in l and "could hide" in l for l in open(f"{w}/overlap.oases")), "no summary line"
+print(f"ok overlap report: {len(rows)} collective groups, each hidden + exposed = its time, exposed split into could not + did not")
 PY
 finish
