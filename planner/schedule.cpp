@@ -36,6 +36,8 @@ namespace {
 
 // After the last block (final norm, LM head, loss): a stage no block reaches.
 constexpr int kTailStage = 1 << 20;
+// Interleaved schedules number backward steps from here down (past every forward and loss stage).
+constexpr int kBackwardSteps = 4 * kTailStage;
 
 int scope_stage(const std::string& scope) {
   if (scope == "head" || scope == "final_norm" || scope == "loss") return kTailStage;
@@ -261,7 +263,18 @@ Expected<std::vector<ScheduledOp>> schedule_program(const Graph& g, const Schedu
     int s = ph == 2 ? -bst[static_cast<size_t>(id)] : fst[static_cast<size_t>(id)];
     int sb = ph == 2 ? sub[static_cast<size_t>(id)] : 0;
     int cls = is_collective(n) ? 0 : 1;  // a ready collective starts at once
-    if (opt.interleave) return Key{cls, ph, s, sb, chunk, 0, pos[static_cast<size_t>(id)]};
+    // Interleaved: one chain of steps from the embedding through the head and the loss into the
+    // backward pass (forward and loss steps by their forward stage, backward steps after every
+    // forward one), each step run for every chunk in turn, so a chunk's collective flies while the
+    // other chunks compute the same step also across the forward/loss/backward boundaries (no
+    // drain at the head: the loss's all-reduces of one chunk overlap another's, and its backward).
+    if (opt.interleave) {
+      // (backward nodes whose origin precedes every stage, e.g. the loss gradient's softmax, take
+      // the first backward steps, one more after each of their collectives, as before)
+      int b = bst[static_cast<size_t>(id)];
+      int v = ph != 2 ? s : b > 2 * kTailStage ? 2 * kTailStage + (INT_MAX - 1 - b) : kBackwardSteps - b;
+      return Key{cls, v, sb, chunk, ph, 0, pos[static_cast<size_t>(id)]};
+    }
     return Key{cls, ph == 1 ? 1 : 0, ph == 1 ? 0 : chunk, ph, s, sb, pos[static_cast<size_t>(id)]};
   };
   // list scheduling: Kahn's algorithm, smallest key first among ready nodes
