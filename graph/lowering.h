@@ -10,6 +10,7 @@
 // lower rule that rewrites its shape attributes).
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -39,6 +40,10 @@ class LowerContext {
   virtual void set_global_shape(ValueId v, const Shape& global) = 0;
   // Counts communicating nodes the rule added (PartitionedGraph::collectives).
   virtual void add_collectives(int n) = 0;
+  // Values one rule leaves for a later one, by a key the rules agree on (the vocabulary-parallel
+  // loss leaves its all-reduced row max and sum of exponentials for its gradient, which then needs
+  // no collective of its own).
+  virtual std::map<std::string, ValueId>& shared() = 0;
 
   // Attributes of a collective over mesh axis `a`: mesh_axis, group_size.
   AttrMap collective_attrs(int a) const {

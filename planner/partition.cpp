@@ -42,6 +42,7 @@ class Partitioner {
   const ShardingResult& sr_;
   PartitionedGraph pg_;
   std::map<std::pair<ValueId, size_t>, ValueId> converted_;  // (value, hash of target spec) -> value
+  std::map<std::string, ValueId> shared_;                      // LowerContext::shared
 
   ShardingSpec& spec(ValueId v) {
     if (static_cast<size_t>(v) >= pg_.specs.size()) pg_.specs.resize(static_cast<size_t>(v) + 1);
@@ -233,6 +234,7 @@ class Partitioner {
       return p_.emit(op, ins, std::move(attrs), dt, global_shape, out_spec, base, id_, domain);
     }
     void add_collectives(int n) override { p_.pg_.collectives += n; }
+    std::map<std::string, ValueId>& shared() override { return p_.shared_; }
 
    private:
     Partitioner& p_;

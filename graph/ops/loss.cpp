@@ -82,6 +82,11 @@ Status shard_cross_entropy(ShardContext& c, int scores, bool grad) {
 
 namespace {
 
+// Where the forward loss leaves its all-reduced row statistics of `scores` for the gradient.
+std::string softmax_stats_key(ValueId scores, ValueId labels, const char* what) {
+  return fmt::format("vocab_parallel_softmax/{}/{}/{}", scores, labels, what);
+}
+
 // A scalar constant in the scores' type (float64 graphs stay float64).
 ValueId scalar_constant(Graph& g, const std::string& name, double v, DType dt) {
   Tensor t(dt, {});
@@ -124,6 +129,9 @@ Status lower_cross_entropy(LowerContext& c, bool nll) {
                            rows_spec.with_partial(a, false), base + "/sum_exp");
     s = c.emit("AllReduce", {s_loc}, c.collective_attrs(a), dt, rows_g, rows_spec, base + "/all_reduce_sum", kOasesDomain);
     c.add_collectives(2);
+    // for the gradient: the same statistics, so its backward repeats no collective
+    c.shared()[softmax_stats_key(scores, labels, "max")] = m;
+    c.shared()[softmax_stats_key(scores, labels, "sum")] = s;
   }
   ValueId t_loc = c.emit("ShardedPick", {z, labels}, c.collective_attrs(a), dt, rows_g, rows_spec, base + "/pick", kOasesDomain);
   ValueId t = c.emit("AllReduce", {t_loc}, c.collective_attrs(a), dt, rows_g, rows_spec, base + "/all_reduce_pick", kOasesDomain);
@@ -196,8 +204,17 @@ Status lower_cross_entropy_grad(LowerContext& c, bool nll) {
   DType dt = g.value(scores).dtype;
   std::string base = n.name + "/vocab_parallel";
   ValueId p;
+  auto fwd_max = c.shared().find(softmax_stats_key(scores, labels, "max"));
+  auto fwd_sum = c.shared().find(softmax_stats_key(scores, labels, "sum"));
   if (nll) {
     p = c.emit("Mul", {scores, scalar_constant(g, "partition_const", 0.0, dt)}, {}, dt, gs, ss, base + "/zeros");
+  } else if (fwd_max != c.shared().end() && fwd_sum != c.shared().end() && g.value(fwd_max->second).producer != kNoId &&
+             g.value(fwd_sum->second).producer != kNoId) {
+    // the forward's all-reduced max and sum of exponentials (the same values a recomputation would
+    // all-reduce again): softmax = exp(scores - max) / sum, no collective
+    ValueId e = c.emit("Exp", {c.emit("Sub", {scores, fwd_max->second}, {}, dt, gs, ss, base + "/shift")}, {}, dt, gs, ss, base + "/exp");
+    ValueId s = c.emit("Unsqueeze", {fwd_sum->second}, AttrMap{{"axes", Attribute::of_ints({1})}}, dt, stat_g, stat_spec, base + "/sum_exp");
+    p = c.emit("Div", {e, s}, {}, dt, gs, ss, base + "/softmax");
   } else {
     ValueId m_loc = c.emit("ReduceMax", {scores}, AttrMap{{"axes", Attribute::of_ints({1})}, {"keepdims", Attribute::of_int(1)}}, dt,
                            stat_g, stat_spec, base + "/max");
