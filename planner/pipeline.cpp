@@ -146,40 +146,49 @@ Expected<PipelineSim> simulate_pipeline(PipelineSchedule p, int micro_batches, c
   for (int s = 0; s < S; ++s) sim.peak_in_flight.push_back(peak_in_flight(steps[static_cast<size_t>(s)]));
   size_t remaining = 0;
   for (const auto& st : steps) remaining += st.size();
+  // Steps run in the order they start (the earliest-starting ready step of any stage next), so the
+  // transfers take their links in time order.
   while (remaining > 0) {
-    bool moved = false;
-    for (int s = 0; s < S; ++s) {
-      auto& n = next[static_cast<size_t>(s)];
-      while (n < steps[static_cast<size_t>(s)].size()) {
-        const PipeStep& st = steps[static_cast<size_t>(s)][n];
-        const size_t su = static_cast<size_t>(s), mu = static_cast<size_t>(st.micro);
-        double ready = st.forward ? (s == 0 ? 0.0 : act[su][mu]) : (s == S - 1 ? fwd_end[su][mu] : grad[su][mu]);
-        if (ready == unknown) break;
-        double start = std::max(free[su], ready);
-        double end = start + (st.forward ? t.forward_s[su] : t.backward_s[su]);
-        free[su] = end;
-        sim.events.push_back({s, st.forward, st.micro, false, start, end});
-        if (st.forward) {
-          fwd_end[su][mu] = end;
-          if (s + 1 < S) {  // the activation leaves right after the forward that made it
-            double ts = std::max(end, link_fwd[su]);
-            link_fwd[su] = ts + t.transfer_s[su];
-            act[su + 1][mu] = link_fwd[su];
-            sim.events.push_back({s, true, st.micro, true, ts, link_fwd[su]});
-          }
-        } else if (s > 0) {
-          double ts = std::max(end, link_bwd[su - 1]);
-          link_bwd[su - 1] = ts + t.transfer_s[su - 1];
-          grad[su - 1][mu] = link_bwd[su - 1];
-          sim.events.push_back({s - 1, false, st.micro, true, ts, link_bwd[su - 1]});
-        }
-        sim.step_s = std::max(sim.step_s, end);
-        ++n;
-        --remaining;
-        moved = true;
+    int s = -1;
+    double best = 0;
+    for (int c = 0; c < S; ++c) {
+      size_t n = next[static_cast<size_t>(c)];
+      if (n >= steps[static_cast<size_t>(c)].size()) continue;
+      const PipeStep& st = steps[static_cast<size_t>(c)][n];
+      const size_t cu = static_cast<size_t>(c), mu = static_cast<size_t>(st.micro);
+      double ready = st.forward ? (c == 0 ? 0.0 : act[cu][mu]) : (c == S - 1 ? fwd_end[cu][mu] : grad[cu][mu]);
+      if (ready == unknown) continue;
+      double start = std::max(free[cu], ready);
+      if (s < 0 || start < best) {
+        s = c;
+        best = start;
       }
     }
-    if (!moved) return error("pipeline {}: the stages wait on each other (a schedule that cannot run)", pipeline_name(p));
+    if (s < 0) return error("pipeline {}: the stages wait on each other (a schedule that cannot run)", pipeline_name(p));
+    const size_t su = static_cast<size_t>(s);
+    const PipeStep& st = steps[su][next[su]];
+    const size_t mu = static_cast<size_t>(st.micro);
+    const double start = best, end = start + (st.forward ? t.forward_s[su] : t.backward_s[su]);
+    free[su] = end;
+    sim.events.push_back({s, st.forward, st.micro, false, start, end});
+    if (st.forward) {
+      fwd_end[su][mu] = end;
+      if (s + 1 < S) {  // the activation leaves right after the forward that made it
+        double ts = std::max(end, link_fwd[su]);
+        link_fwd[su] = ts + t.transfer_s[su];
+        act[su + 1][mu] = link_fwd[su];
+        sim.events.push_back({s, true, st.micro, true, ts, link_fwd[su]});
+      }
+    } else if (s > 0) {
+      double& lane = t.half_duplex ? link_fwd[su - 1] : link_bwd[su - 1];
+      double ts = std::max(end, lane);
+      lane = ts + t.transfer_s[su - 1];
+      grad[su - 1][mu] = lane;
+      sim.events.push_back({s - 1, false, st.micro, true, ts, lane});
+    }
+    sim.step_s = std::max(sim.step_s, end);
+    ++next[su];
+    --remaining;
   }
   double busiest = 0;
   for (int s = 0; s < S; ++s) busiest = std::max(busiest, M * (t.forward_s[static_cast<size_t>(s)] + t.backward_s[static_cast<size_t>(s)]));

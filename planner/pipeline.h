@@ -59,6 +59,9 @@ int peak_in_flight(const std::vector<PipeStep>& steps);
 struct PipelineTimes {
   std::vector<double> forward_s, backward_s;  // per stage, one micro-batch
   std::vector<double> transfer_s;             // per boundary s → s+1 (activation; its gradient the same)
+  // A boundary's link carries one transfer at a time in both directions together (the emulated
+  // hosts' network cards: one token per card); false: each direction its own lane (real links).
+  bool half_duplex = false;
 };
 
 struct PipelineEvent {

@@ -192,6 +192,8 @@ PipelinePlan price_stages(CostModel& cm, const ClusterSpec& cluster, const OpTim
     pp.transfer_s.push_back(it->second);
   }
   t.transfer_s = pp.transfer_s;
+  // emulated hosts (oases-train --hosts): a card carries one transfer at a time, either way
+  t.half_duplex = cluster.nodes > 1 && cluster.inter.kind == "emulated";
   auto sim = simulate_pipeline(sched, M, t);
   if (!sim) {
     pp.why = sim.status().message();

@@ -24,8 +24,8 @@ TEST(Pipeline, OrdersRunEveryMicroBatchOnceForwardBeforeBackward) {
           for (int m = 0; m < M; ++m) {
             EXPECT_GE(f[m], 0);
             EXPECT_GT(b[m], f[m]) << pipeline_name(p) << " S=" << S << " M=" << M << " s=" << s;
-            if (m) EXPECT_GT(f[m], f[m - 1]);
-            if (m) EXPECT_GT(b[m], b[m - 1]);
+            if (m) { EXPECT_GT(f[m], f[m - 1]); }
+            if (m) { EXPECT_GT(b[m], b[m - 1]); }
           }
         }
       }
@@ -88,6 +88,27 @@ TEST(Pipeline, SimulatorMatchesHandWorkedCases) {
     EXPECT_NEAR(sim.bubble, 1 - 24.0 / 33.0, 1e-12);
   }
   // one stage: no pipeline, no bubble
+  // a half-duplex link (the emulated hosts' cards) carries activations and gradients one after
+  // the other, never faster. Hand-worked: stages of forward 1 / 0.5 s and backward 2 / 0.5 s,
+  // transfers 3 s, 1F1B with 2 micro-batches. Stage 0: F0 0-1, F1 1-2; activations cross 1-4 and
+  // 4-7; stage 1: F0 4-4.5, B0 4.5-5, F1 7-7.5, B1 7.5-8. Own lanes: gradients cross 5-8 and 8-11,
+  // stage 0 runs B0 8-10, B1 11-13: 13 s. One lane: gradient 0 waits for activation 1 (7-10),
+  // gradient 1 crosses 10-13, B0 10-12, B1 13-15: 15 s.
+  {
+    PipelineTimes two{{1, 0.5}, {2, 0.5}, {3}};
+    auto full = simulate_pipeline(PipelineSchedule::k1F1B, 2, two).value();
+    two.half_duplex = true;
+    auto half = simulate_pipeline(PipelineSchedule::k1F1B, 2, two).value();
+    EXPECT_DOUBLE_EQ(full.step_s, 13.0);
+    EXPECT_DOUBLE_EQ(half.step_s, 15.0);
+    EXPECT_GE(half.step_s, full.step_s);
+    for (PipelineSchedule p : {PipelineSchedule::kGPipe, PipelineSchedule::k1F1B, PipelineSchedule::kEager1F1B}) {
+      PipelineTimes t4{{1, 2, 1, 1}, {2, 3, 2, 2}, {1.5, 0.5, 2}};
+      double f = simulate_pipeline(p, 8, t4).value().step_s;
+      t4.half_duplex = true;
+      EXPECT_GE(simulate_pipeline(p, 8, t4).value().step_s, f) << pipeline_name(p);
+    }
+  }
   auto one = simulate_pipeline(PipelineSchedule::k1F1B, 4, PipelineTimes{{1}, {2}, {}}).value();
   EXPECT_DOUBLE_EQ(one.step_s, 12);
   EXPECT_DOUBLE_EQ(one.bubble, 0);
