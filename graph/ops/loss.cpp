@@ -116,26 +116,49 @@ Status lower_cross_entropy(LowerContext& c, bool nll) {
   DType dt = g.value(scores).dtype;
   std::string base = n.name + "/vocab_parallel";
   ValueId z = scores;
-  ValueId s = kNoId;
+  ValueId s = kNoId, m = kNoId;
   if (!nll) {
     ValueId m_loc = c.emit("ReduceMax", {scores}, AttrMap{{"axes", Attribute::of_ints({1})}, {"keepdims", Attribute::of_int(1)}}, dt,
                            stat_g, stat_spec, base + "/max");
     AttrMap mx = c.collective_attrs(a);
     mx.set_string("op", "max");
-    ValueId m = c.emit("AllReduce", {m_loc}, mx, dt, stat_g, stat_spec, base + "/all_reduce_max", kOasesDomain);
+    m = c.emit("AllReduce", {m_loc}, mx, dt, stat_g, stat_spec, base + "/all_reduce_max", kOasesDomain);
     z = c.emit("Sub", {scores, m}, {}, dt, gs, ss, base + "/shift");
     ValueId e = c.emit("Exp", {z}, {}, dt, gs, ss, base + "/exp");
     ValueId s_loc = c.emit("ReduceSum", {e}, AttrMap{{"axes", Attribute::of_ints({1})}, {"keepdims", Attribute::of_int(0)}}, dt, rows_g,
                            rows_spec.with_partial(a, false), base + "/sum_exp");
-    s = c.emit("AllReduce", {s_loc}, c.collective_attrs(a), dt, rows_g, rows_spec, base + "/all_reduce_sum", kOasesDomain);
+    s = s_loc;  // all-reduced below, with the target logit
+  }
+  ValueId t_loc = c.emit("ShardedPick", {z, labels}, c.collective_attrs(a), dt, rows_g, rows_spec, base + "/pick", kOasesDomain);
+  ValueId t = kNoId;
+  if (nll) {
+    t = c.emit("AllReduce", {t_loc}, c.collective_attrs(a), dt, rows_g, rows_spec, base + "/all_reduce_pick", kOasesDomain);
+    c.add_collectives(1);
+  } else {
+    // the sum of exponentials and the target logit are both row sums over the axis: one
+    // all-reduce of the two side by side (each element summed as its own all-reduce would)
+    const int64_t last = static_cast<int64_t>(rows_g.size());
+    Shape one_g = rows_g, pair_g = rows_g;
+    one_g.push_back(1);
+    pair_g.push_back(2);
+    ShardingSpec pair_spec = rows_spec;
+    pair_spec.dims.push_back(DimSpec{});
+    AttrMap at_end{{"axes", Attribute::of_ints({last})}};
+    ValueId su = c.emit("Unsqueeze", {s}, at_end, dt, one_g, pair_spec, base + "/sum_exp_col");
+    ValueId tu = c.emit("Unsqueeze", {t_loc}, at_end, dt, one_g, pair_spec, base + "/pick_col");
+    ValueId both_loc = c.emit("Concat", {su, tu}, AttrMap{{"axis", Attribute::of_int(last)}}, dt, pair_g, pair_spec, base + "/sum_and_pick");
+    ValueId both = c.emit("AllReduce", {both_loc}, c.collective_attrs(a), dt, pair_g, pair_spec, base + "/all_reduce_sum_pick", kOasesDomain);
+    auto column = [&](int64_t k, const char* name) {
+      ValueId idx = g.add_constant(base + "/column", Tensor::from_int64({k}, {}));
+      return c.emit("Gather", {both, idx}, AttrMap{{"axis", Attribute::of_int(last)}}, dt, rows_g, rows_spec, base + name);
+    };
+    s = column(0, "/sum_exp_all");
+    t = column(1, "/pick_all");
     c.add_collectives(2);
     // for the gradient: the same statistics, so its backward repeats no collective
     c.shared()[softmax_stats_key(scores, labels, "max")] = m;
     c.shared()[softmax_stats_key(scores, labels, "sum")] = s;
   }
-  ValueId t_loc = c.emit("ShardedPick", {z, labels}, c.collective_attrs(a), dt, rows_g, rows_spec, base + "/pick", kOasesDomain);
-  ValueId t = c.emit("AllReduce", {t_loc}, c.collective_attrs(a), dt, rows_g, rows_spec, base + "/all_reduce_pick", kOasesDomain);
-  c.add_collectives(1);
   ValueId per_row = nll ? c.emit("Neg", {t}, {}, dt, rows_g, rows_spec, base + "/nll")
                         : c.emit("Sub", {c.emit("Log", {s}, {}, dt, rows_g, rows_spec, base + "/log_sum"), t}, {}, dt, rows_g, rows_spec,
                                  base + "/loss_rows");
