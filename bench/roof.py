@@ -15,7 +15,7 @@ library does on these shapes):
          the sustained rate, without the per-product hand-off a framework pays.
 A shape with batch > 1 (the attention products, one per sequence and head) is that many products.
 Each way: one untimed run, then timed runs until at least 3 and min_time seconds (at most 50); the
-median counts. Prints one JSON line: the library, its core and T, each shape's ms both ways and
+fastest counts (other processes on a shared machine only ever slow a run down: a roof is a best case). Prints one JSON line: the library, its core and T, each shape's ms both ways and
 GFLOP/s, and "gflops" = all FLOPs (x count) / all best times (x count): the rate at which OpenBLAS
 alone computes this model's products on T threads."""
 import ctypes
@@ -35,18 +35,13 @@ except ImportError:
 ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112
 
 
-def median(xs):
-    s = sorted(xs)
-    return s[len(s) // 2] if len(s) % 2 else 0.5 * (s[len(s) // 2 - 1] + s[len(s) // 2])
-
-
 def timed(run, min_time):
-    """Median seconds of run() (which returns its own time) after one untimed run."""
+    """Fastest seconds of run() (which returns its own time) after one untimed run."""
     run()
     times, start = [], time.perf_counter()
     while len(times) < 50 and (len(times) < 3 or time.perf_counter() - start < min_time):
         times.append(run())
-    return median(times)
+    return min(times)
 
 
 def main():
