@@ -22,6 +22,71 @@ SHAPES = {
 }
 
 
+def die(msg):
+    """A missing dependency or an unusable setup: one line on stderr, exit status 2."""
+    print(f"bench: {msg}", file=sys.stderr)
+    sys.exit(2)
+
+
+def gemms(name, batch, seq, train=False):
+    """The matrix products of one forward (train: forward and backward) of SHAPES[name] at batch x
+    seq, as dicts {what, count, batch, m, n, k, ta, tb}: C[m, n] = op(A)[m, k] @ op(B)[k, n] in
+    row-major storage, A transposed when ta, B when tb, `batch` independent products per call (the
+    attention products, one per sequence and head), `count` calls per step. GPT-2 family only:
+    fused c_attn [H, 3H], c_proj [H, H], c_fc [H, F], MLP c_proj [F, H] (Conv1D, stored [in, out]),
+    the LM head x @ wte^T, attention scores Q K^T and context P V; biases, norms, softmax and the
+    embedding gather are not products and not counted. Backward: every product's two operand
+    gradients (the token embedding is trained, so even the first layer's input gradient is needed),
+    so a training step has exactly 3x the forward's product FLOPs."""
+    c = SHAPES[name]
+    if c["family"] != "gpt2":
+        raise ValueError(f"gemms: {name} is not a GPT-2 model")
+    H, L, V, nh = c["hidden"], c["layers"], c["vocab"], c["heads"]
+    F, hd, M = c.get("ffn") or 4 * H, H // nh, batch * seq
+    fwd = [("c_attn", L, 1, M, 3 * H, H, False, False), ("attn c_proj", L, 1, M, H, H, False, False),
+           ("c_fc", L, 1, M, F, H, False, False), ("mlp c_proj", L, 1, M, H, F, False, False),
+           ("lm_head", 1, 1, M, V, H, False, True),
+           ("scores QK^T", L, batch * nh, seq, seq, hd, False, True), ("context PV", L, batch * nh, seq, hd, seq, False, False)]
+    out = []
+    for what, count, nb, m, n, k, ta, tb in fwd:
+        out.append((what, count, nb, m, n, k, ta, tb))
+        if not train:
+            continue
+        # d op(A) [m, k] = dC [m, n] @ op(B)^T; stored transposed (ta): dA [k, m] = op(B) @ dC^T
+        out.append((f"{what} dA", count, nb) + ((k, m, n, tb, True) if ta else (m, k, n, False, not tb)))
+        # d op(B) [k, n] = op(A)^T @ dC; stored transposed (tb): dB [n, k] = dC^T @ op(A)
+        out.append((f"{what} dB", count, nb) + ((n, k, m, True, ta) if tb else (k, n, m, not ta, False)))
+    return [dict(what=w, count=cn, batch=nb, m=m, n=n, k=k, ta=ta, tb=tb) for w, cn, nb, m, n, k, ta, tb in out]
+
+
+def gemm_flops(gs):
+    """2 m n k per product, summed over a gemms() list."""
+    return sum(2.0 * g["m"] * g["n"] * g["k"] * g["batch"] * g["count"] for g in gs)
+
+
+def openblas_of(binary):
+    """The OpenBLAS library file the binary loads (ldd), symbolic links resolved."""
+    try:
+        text = subprocess.run(["ldd", binary], capture_output=True, text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError) as e:
+        die(f"ldd {binary} failed: {e}")
+    for line in text.splitlines():
+        parts = line.split("=>")
+        if len(parts) == 2 and "openblas" in parts[0] and parts[1].split():
+            path = parts[1].split()[0]
+            if os.path.exists(path):
+                return os.path.realpath(path)
+    die(f"{binary} does not link OpenBLAS (ldd finds no libopenblas): no sgemm roof to measure")
+
+
+def measure_roof(lib, gs, env, log_path, min_time=0.2):
+    """bench/roof.py in its own process with the peers' environment: cblas_sgemm of LIB on every
+    shape of gs; returns its JSON (per-shape times, 'gflops' = sum of FLOPs / sum of times)."""
+    cmd = [EXPORT_PY, os.path.join(REPO, "bench", "roof.py"), lib, json.dumps(dict(gemms=gs, min_time=min_time))]
+    text, _ = run_rss(cmd, env, log_path)
+    return json.loads(text.strip().splitlines()[-1])
+
+
 def describe(name, batch, seq):
     c = SHAPES[name]
     return (f"{name}: {c['layers']} layers, hidden {c['hidden']}, {c['heads']} heads, vocab {c['vocab']}, "
@@ -38,6 +103,8 @@ def add_common_args(ap, peer, rounds):
     ap.add_argument("--cache", default="", help="folder for exported models (default build/bench-models)")
     ap.add_argument("--bin", default=os.path.join(REPO, "build", "bin"))
     ap.add_argument("--keep-blas-env", action="store_true", help="keep OPENBLAS_CORETYPE from the environment")
+    ap.add_argument("--blas-core", default="", help="set OPENBLAS_CORETYPE for every peer and the roof (e.g. SkylakeX "
+                    "where OpenBLAS does not know the CPU and falls back to its Prescott kernels)")
     ap.add_argument("--profile", action="store_true", help="also print Oases' time per op type")
     ap.add_argument("--json", default="", help="write the results here")
 
@@ -68,18 +135,38 @@ def export(name, batch, seq, cache):
     return model
 
 
-def peer_env(threads, keep_blas_env=False):
+def peer_env(threads, keep_blas_env=False, blas_core=""):
     """The environment of every peer: T threads for OpenMP, OpenBLAS (the PyTorch peer's BLAS) and
     ONNX Runtime (set through its session options). OPENBLAS_CORETYPE is removed unless asked to
     keep it, so OpenBLAS uses the kernels it detects for this CPU (a forced older core, e.g.
-    Haswell on an AVX-512 machine, slows every OpenBLAS user: Oases and PyTorch alike)."""
+    Haswell on an AVX-512 machine, slows every OpenBLAS user: Oases and PyTorch alike); blas_core
+    sets it for all of them."""
     env = dict(os.environ)
     env["OMP_NUM_THREADS"] = str(threads)
     env["OPENBLAS_NUM_THREADS"] = str(threads)
     env["MKL_NUM_THREADS"] = str(threads)
     if not keep_blas_env:
         env.pop("OPENBLAS_CORETYPE", None)
+    if blas_core:
+        env["OPENBLAS_CORETYPE"] = blas_core
     return env
+
+
+def blas_warning(core, users="Oases and the roof"):
+    """A line for the table's notes when OpenBLAS runs its generic Prescott (SSE3) kernels on a CPU
+    with AVX2/AVX-512: OpenBLAS does not know the CPU model (0.3.21 and e.g. Emerald Rapids, family
+    6 model 207) and falls back, which slows Oases and every other OpenBLAS user several times."""
+    try:
+        info = open("/proc/cpuinfo").read()
+    except OSError:
+        return ""
+    flags = next((ln.split(":", 1)[1].split() for ln in info.splitlines() if ln.startswith("flags")), [])
+    model = next((ln.split(":", 1)[1].strip() for ln in info.splitlines() if ln.startswith("model\t")), "?")
+    best = "SkylakeX" if "avx512f" in flags else "Haswell" if "avx2" in flags else ""
+    if core != "Prescott" or not best:
+        return ""
+    return (f"WARNING: OpenBLAS runs its Prescott (SSE3) kernels: it does not know this CPU (model {model}) and fell "
+            f"back; {users} run OpenBLAS so (--blas-core {best} forces its {best} kernels)")
 
 
 def run_rss(cmd, env, log_path):

@@ -1,5 +1,7 @@
-"""Forward time of oases-run's executor against ONNX Runtime on GPT-2-family models, side by side.
-See bench/README.md. Run through bench/forward/run.sh."""
+"""Forward time of oases-run's executor against ONNX Runtime on GPT-2-family models, side by side,
+and each one's GFLOP/s as a share of the OpenBLAS sgemm roof measured in the same run (bench/roof.py
+on the model's matrix products, each round after the peers). See bench/README.md. Run through
+bench/forward/run.sh."""
 import argparse
 import json
 import os
@@ -22,8 +24,10 @@ def main():
     a = ap.parse_args()
 
     cache = common.cache_dir(a.cache)
-    env = common.peer_env(a.threads, a.keep_blas_env)
+    env = common.peer_env(a.threads, a.keep_blas_env, a.blas_core)
+    lib = common.openblas_of(os.path.join(a.bin, "oases-run"))
     results = []
+    roof_info = {}
     blas = "?"
     load_start = common.load()
     for name in a.shapes.split(","):
@@ -33,7 +37,9 @@ def main():
         ids = np.random.RandomState(0).randint(0, common.SHAPES[name]["vocab"], size=(a.batch, a.seq)).astype(np.int64)
         with open(os.path.join(work, "input_0.pb"), "wb") as f:
             f.write(numpy_helper.from_array(ids, "input_ids").SerializeToString())
-        oases_t, ort_t, rss = [], [], {"oases": 0.0, "ort": 0.0}
+        gs = common.gemms(name, a.batch, a.seq)
+        flops = common.gemm_flops(gs)
+        oases_t, ort_t, rss, roofs = [], [], {"oases": 0.0, "ort": 0.0}, []
         max_diff, ort_version = None, "?"
         print(f"{common.describe(name, a.batch, a.seq)}: {a.rounds} rounds x {a.repeat} runs each ...", file=sys.stderr,
               flush=True)
@@ -72,21 +78,36 @@ def main():
                 scale = float(np.abs(ref).max())
                 os.remove(os.path.join(work, "ort_out.npy"))
                 shutil.rmtree(os.path.join(work, "oases_out"), ignore_errors=True)
-        mo, mr = common.median(oases_t), common.median(ort_t)
+            roof_info = common.measure_roof(lib, gs, env, os.path.join(work, "roof.log"))
+            roofs.append(roof_info["gflops"])
+        mo, mr, roof = common.median(oases_t), common.median(ort_t), max(roofs)
         results.append(dict(model=name, config=common.SHAPES[name], batch=a.batch, seq=a.seq, threads=a.threads,
                             oases_ms=mo, ort_ms=mr, ratio=mo / mr, oases_runs=oases_t, ort_runs=ort_t,
+                            gflop=flops / 1e9, roof_gflops=roof, roof_rounds=roofs, roof_shapes=roof_info["shapes"],
+                            oases_gflops=flops / mo / 1e6, ort_gflops=flops / mr / 1e6,
+                            oases_roof_pct=100 * flops / mo / 1e6 / roof, ort_roof_pct=100 * flops / mr / 1e6 / roof,
                             oases_rss_mib=rss["oases"], ort_rss_mib=rss["ort"], max_abs_diff=max_diff,
                             max_abs_logit=scale, ort_version=ort_version))
     print(f"\nforward, {a.threads} threads, median of {a.rounds}x{a.repeat} runs per peer ({common.stamp()}); "
           f"onnxruntime {results[0]['ort_version']}; OpenBLAS core: {blas}; load average {load_start} -> {common.load()}")
+    print(f"roof: cblas_sgemm of {roof_info['lib']} ({roof_info['core']}; {roof_info['threads']} OpenBLAS threads or as many single-threaded calls on blocks, the "
+          f"faster per product) on the model's "
+          f"products, the best of {a.rounds} rounds; GFLOP/s = GFLOP of the products / median ms (bench/README.md)")
     rows = []
     for r in results:
         rows.append([r["model"], f"{r['batch']}x{r['seq']}", f"{r['oases_ms']:.1f}", f"{r['ort_ms']:.1f}", f"{r['ratio']:.2f}",
+                     f"{r['gflop']:.2f}", f"{r['roof_gflops']:.1f}", f"{r['oases_gflops']:.1f} / {r['ort_gflops']:.1f}",
+                     f"{r['oases_roof_pct']:.0f}% / {r['ort_roof_pct']:.0f}%",
                      f"{r['oases_rss_mib']:.0f} / {r['ort_rss_mib']:.0f}", f"{r['max_abs_diff']:.1e}"])
-    common.print_table(["model", "batch x seq", "Oases ms", "ORT ms", "ratio Oases/ORT", "peak RSS MiB Oases / ORT",
-                        "max abs logit diff"], rows)
+    common.print_table(["model", "batch x seq", "Oases ms", "ORT ms", "ratio Oases/ORT", "GFLOP", "roof GFLOP/s",
+                        "GFLOP/s Oases / ORT", "of roof Oases / ORT", "peak RSS MiB Oases / ORT", "max abs logit diff"], rows)
+    for w in {common.blas_warning(roof_info["core"]), common.blas_warning(blas.split()[0] if blas != "?" else "")} - {""}:
+        print(w)
+    if blas != "?" and blas.split()[0] != roof_info["core"]:
+        print(f"WARNING: Oases ran OpenBLAS core {blas.split()[0]}, the roof {roof_info['core']}")
     if a.json:
-        json.dump(dict(blas=blas, results=results), open(a.json, "w"), indent=1)
+        json.dump(dict(blas=blas, roof_core=roof_info["core"], roof_lib=roof_info["lib"], results=results), open(a.json, "w"),
+                  indent=1)
 
 
 if __name__ == "__main__":
