@@ -139,6 +139,25 @@ Layout stage_layout(const ModelAnalysis& a, const PlanChoice& p, const StageCut&
   return l;
 }
 
+// Fills `st`'s forward and backward time and memory from the parts it holds (its blocks, the
+// embedding on the first stage, the head on the last) under one inner choice's figures; returns the
+// bytes of its parameters' static state (the optimizer step's size).
+double add_stage_parts(const PartFigures& f, int M, PipelineStagePlan* st) {
+  double saved = 0, transient = 0, statics = 0;
+  for (size_t i = 0; i < f.block.size(); ++i) {
+    int b = f.block[i];
+    bool mine = (b == -1 && st->embedding) || (b == -2 && st->head) || (b >= st->blocks.first && b <= st->blocks.last);
+    if (!mine) continue;
+    st->forward_s += f.fwd[i];
+    st->backward_s += f.bwd[i];
+    statics += f.static_bytes[i];
+    saved += f.saved_all[i];
+    transient = std::max(transient, f.transient[i]);
+  }
+  st->memory_bytes = statics + saved * st->peak_in_flight / M + transient;
+  return statics;
+}
+
 // Prices S stages cut at `cuts`, stage s running the parts it holds as `fig[s]` (one inner choice's
 // figures) says, with `layout[s]` at its boundaries.
 PipelinePlan price_stages(CostModel& cm, const ClusterSpec& cluster, const OpTimeModel& ops, int64_t gpus, int M, const PlanChoice& inner,
@@ -162,18 +181,7 @@ PipelinePlan price_stages(CostModel& cm, const ClusterSpec& cluster, const OpTim
     st.ranks = pp.stage_ranks;
     st.layout = layout[static_cast<size_t>(s)];
     st.peak_in_flight = peak_in_flight(stage_steps(sched, s, S, M));
-    double saved = 0, transient = 0, statics = 0;
-    for (size_t i = 0; i < f.block.size(); ++i) {
-      int b = f.block[i];
-      bool mine = (b == -1 && st.embedding) || (b == -2 && st.head) || (b >= st.blocks.first && b <= st.blocks.last);
-      if (!mine) continue;
-      st.forward_s += f.fwd[i];
-      st.backward_s += f.bwd[i];
-      statics += f.static_bytes[i];
-      saved += f.saved_all[i];
-      transient = std::max(transient, f.transient[i]);
-    }
-    st.memory_bytes = statics + saved * st.peak_in_flight / M + transient;
+    const double statics = add_stage_parts(f, M, &st);
     pp.optimizer_s = std::max(pp.optimizer_s, ops.optimizer_seconds(statics / 4.0));
     pp.memory_bytes = std::max(pp.memory_bytes, st.memory_bytes);
     t.forward_s.push_back(st.forward_s);
@@ -244,7 +252,7 @@ PipelinePlan price_own_meshes(CostModel& cm, const ClusterSpec& cluster, const O
   }
   // the alternatives: every tp the model divides by (heads, widths, vocabulary) that divides the
   // stage mesh and the inner search allows, all parts feasible
-  std::vector<PlanChoice> alts;
+  std::vector<Layout> alts;
   std::vector<PartFigures> figs;
   for (int64_t tp : cm.analysis().tp_candidates) {
     if (tp < 1 || n % tp != 0 ||
@@ -256,7 +264,7 @@ PipelinePlan price_own_meshes(CostModel& cm, const ClusterSpec& cluster, const O
     for (int i = 0; i < cm.num_parts() && ok; ++i) ok = cm.part(i, c.layouts[static_cast<size_t>(i)], c.chunks).feasible;
     if (!ok) continue;
     figs.push_back(part_figures(cm, c, M));
-    alts.push_back(std::move(c));
+    alts.push_back(c.layouts.front());
   }
   if (alts.size() < 2) return none;
   std::vector<StageCut> cuts;
@@ -268,21 +276,15 @@ PipelinePlan price_own_meshes(CostModel& cm, const ClusterSpec& cluster, const O
     size_t pick = alts.size();
     double best = 0;
     for (size_t k = 0; k < alts.size(); ++k) {
-      // this stage's parts under the alternative: their time, and memory as price_stages counts it
-      double time = 0, memory = 0;
-      const PartFigures& f = figs[k];
-      double saved = 0, transient = 0, statics = 0;
-      for (size_t i = 0; i < f.block.size(); ++i) {
-        int b = f.block[i];
-        bool mine = (b == -1 && s == 0) || (b == -2 && s == S - 1) || (b >= u.blocks.first && b <= u.blocks.last);
-        if (!mine) continue;
-        time += f.fwd[i] + f.bwd[i];
-        statics += f.static_bytes[i];
-        saved += f.saved_all[i];
-        transient = std::max(transient, f.transient[i]);
-      }
-      memory = statics + saved * u.peak_in_flight / M + transient;
-      if (o.memory_limit > 0 && memory > o.memory_limit) continue;
+      // this stage's parts under the alternative, counted as price_stages counts them
+      PipelineStagePlan st;
+      st.blocks = u.blocks;
+      st.embedding = u.embedding;
+      st.head = u.head;
+      st.peak_in_flight = u.peak_in_flight;
+      add_stage_parts(figs[k], M, &st);
+      const double time = st.forward_s + st.backward_s;
+      if (o.memory_limit > 0 && st.memory_bytes > o.memory_limit) continue;
       if (pick == alts.size() || time < best) {
         pick = k;
         best = time;
@@ -290,7 +292,7 @@ PipelinePlan price_own_meshes(CostModel& cm, const ClusterSpec& cluster, const O
     }
     if (pick == alts.size()) return none;
     fig.push_back(&figs[pick]);
-    layouts.push_back(alts[pick].layouts.front());
+    layouts.push_back(alts[pick]);
   }
   PipelinePlan p = price_stages(cm, cluster, ops, gpus, M, inner, uniform.schedule, cuts, fig, layouts);
   if (!p.per_stage) return none;

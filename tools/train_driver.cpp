@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <optional>
+#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -86,10 +87,8 @@ Status run_rank(const TrainSetup& s, RankRuntime& rt, RankRuntime* world = nullp
     std::vector<int> stage_of;
     for (const std::string& text : world->gather_strings(mine)) {
       all.emplace_back();
-      for (size_t b = 0, e; b < text.size(); b = e + 1) {
-        e = text.find('\n', b);
-        all.back().push_back(text.substr(b, e - b));
-      }
+      std::istringstream lines(text);
+      for (std::string line; std::getline(lines, line);) all.back().push_back(line);
       stage_of.push_back(s.pipe->stage_of_rank(static_cast<int64_t>(stage_of.size())));
     }
     OASES_RETURN_IF_ERROR(check_stage_transfers(stage_of, all));

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 #include <regex>
+#include <tuple>
 
 #include <unistd.h>
 
@@ -323,16 +324,16 @@ Expected<TrainSetup> prepare_training(const TrainArgs& args, int64_t world) {
   std::optional<Graph> forward;
   if (!meshes.empty()) forward = loaded.graph;
   OASES_ASSIGN_OR_RETURN(s.gp, build_global_program(std::move(loaded.graph), spec, plan, stage_world, go));
+  // one program per distinct (tp, dp, schedule); the first stage's is s.gp (null here)
+  std::map<std::tuple<int64_t, int64_t, std::string>, std::shared_ptr<const GlobalProgram>> built{{{a.tp, a.dp, a.schedule}, nullptr}};
   for (size_t k = 0; k < meshes.size(); ++k) {
     const auto& m = meshes[k];
     const std::string sched = m.schedule.empty() ? a.schedule : m.schedule;
-    s.stage_gp.emplace_back();
-    if (m.tp == a.tp && m.dp == a.dp && sched == a.schedule) continue;
-    for (size_t j = 1; j < k; ++j) {
-      if (meshes[j].tp == m.tp && meshes[j].dp == m.dp && (meshes[j].schedule.empty() ? a.schedule : meshes[j].schedule) == sched)
-        s.stage_gp.back() = s.stage_gp[j];
+    auto same = built.find({m.tp, m.dp, sched});
+    if (same != built.end()) {
+      s.stage_gp.push_back(same->second);
+      continue;
     }
-    if (s.stage_gp.back()) continue;
     Plan ps = plan;
     ps.mesh.tp = m.tp;
     ps.mesh.dp = m.dp;
@@ -346,7 +347,8 @@ Expected<TrainSetup> prepare_training(const TrainArgs& args, int64_t world) {
     gs.plan_path.clear();
     auto gk = build_global_program(*forward, spec, ps, m.tp * m.dp, gs);
     if (!gk) return gk.status().with_context(fmt::format("stage {} (tp {} x dp {})", k, m.tp, m.dp));
-    s.stage_gp.back() = std::make_shared<const GlobalProgram>(std::move(*gk));
+    s.stage_gp.push_back(std::make_shared<const GlobalProgram>(std::move(*gk)));
+    built.emplace(std::make_tuple(m.tp, m.dp, sched), s.stage_gp.back());
   }
   const TrainingGraph& train = s.gp.train;
   if (piped) {
