@@ -38,6 +38,14 @@ void check_tag(int tag, const char* what) {
 
 }  // namespace
 
+void CommGroup::shift(const void* in, void* out, int64_t bytes, int offset) {
+  int n = size();
+  std::vector<char> all(static_cast<size_t>(bytes) * static_cast<size_t>(n));
+  all_gather(in, all.data(), bytes);
+  int from = ((rank() - offset) % n + n) % n;
+  std::memcpy(out, all.data() + static_cast<size_t>(from) * static_cast<size_t>(bytes), static_cast<size_t>(bytes));
+}
+
 std::unique_ptr<CommRequest> CommGroup::ibroadcast(void* data, int64_t bytes, int root) {
   broadcast(data, bytes, root);
   return std::make_unique<DoneRequest>();
@@ -306,6 +314,13 @@ class LocalGroup : public CommGroup {
     for (int m = 1; m < size(); ++m) reduce_into(acc.data(), static_cast<const char*>(st_->ptrs[m]) + index_ * bytes, count, dt, op);
     sync("reduce-scatter");
     std::memcpy(out, acc.data(), bytes);
+  }
+
+  void shift(const void* in, void* out, int64_t bytes, int offset) override {
+    post(in, "ring shift", nullptr);
+    int n = size(), from = ((index_ - offset) % n + n) % n;
+    std::memcpy(out, st_->ptrs[static_cast<size_t>(from)], static_cast<size_t>(bytes));
+    sync("ring shift");
   }
 
   void all_to_all(const void* in, void* out, int64_t bytes) override {

@@ -58,6 +58,10 @@ class CommGroup {
   // in holds size() chunks of `bytes`; chunk j goes to member j; out gets chunk i of every member.
   virtual void all_to_all(const void* in, void* out, int64_t bytes) = 0;
   virtual void broadcast(void* data, int64_t bytes, int root) = 0;
+  // One step of a ring: out = the `bytes` of `in` of member (rank - offset) mod size, while this
+  // member's go to member (rank + offset) mod size (the decomposed all-gather and reduce-scatter
+  // of collective matmuls). The default runs an all-gather and keeps one part.
+  virtual void shift(const void* in, void* out, int64_t bytes, int offset);
   virtual void barrier() = 0;
   // Non-blocking broadcast from member `root`; `data` must stay alive until the wait. The default
   // runs the blocking broadcast.

@@ -37,6 +37,11 @@ class EmulatedGroup : public CommGroup {
     inner_->all_to_all(in, out, bytes);
     settle(t0, link_.gather_like_s(static_cast<double>(bytes) * size(), size()));
   }
+  void shift(const void* in, void* out, int64_t bytes, int offset) override {
+    auto t0 = std::chrono::steady_clock::now();
+    inner_->shift(in, out, bytes, offset);
+    settle(t0, link_.shift_s(static_cast<double>(bytes)));
+  }
   void broadcast(void* data, int64_t bytes, int root) override {
     auto t0 = std::chrono::steady_clock::now();
     inner_->broadcast(data, bytes, root);

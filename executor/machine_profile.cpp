@@ -321,7 +321,12 @@ Status measure_model_ops(const Graph& forward, const std::string& model_path, co
         for (ValueId v : n.inputs) {
           if (v != kNoId) bytes += static_cast<double>(p.graph.value(v).nbytes());
         }
-        overheads->accounted_us += 1e6 * (n.op_type == "AllReduce" ? link.all_reduce_s(bytes, gs) : link.gather_like_s(bytes * gs, gs));
+        // (the link model's n: the whole tensor; an all-gather's input is one part, a reduce-scatter's all)
+        double s = n.op_type == "AllReduce"       ? link.all_reduce_s(bytes, gs)
+                   : n.op_type == "RingShift"     ? link.shift_s(bytes)
+                   : n.op_type == "ReduceScatter" ? link.gather_like_s(bytes, gs)
+                                                  : link.gather_like_s(bytes * gs, gs);
+        overheads->accounted_us += 1e6 * s;
       }
       const auto& ms = ex->node_ms();
       for (size_t i = 0; i < p.instrs.size() && i < ms.size(); ++i) {

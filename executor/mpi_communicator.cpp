@@ -145,6 +145,15 @@ class MpiGroup : public CommGroup {
     check(MPI_Ialltoall(in, static_cast<int>(bytes), MPI_BYTE, out, static_cast<int>(bytes), MPI_BYTE, comm_, &req), "MPI_Ialltoall");
     wait(req, "all-to-all");
   }
+  void shift(const void* in, void* out, int64_t bytes, int offset) override {
+    int n = size(), to = ((index_ + offset) % n + n) % n, from = ((index_ - offset) % n + n) % n;
+    MPI_Request send, recv;
+    int count = checked_count(bytes, "ring shift");
+    check(MPI_Irecv(out, count, MPI_BYTE, from, kShiftTag, comm_, &recv), "MPI_Irecv");
+    check(MPI_Isend(in, count, MPI_BYTE, to, kShiftTag, comm_, &send), "MPI_Isend");
+    wait(recv, "ring shift (receive)");
+    wait(send, "ring shift (send)");
+  }
   void broadcast(void* data, int64_t bytes, int root) override {
     MPI_Request req;
     check(MPI_Ibcast(data, static_cast<int>(bytes), MPI_BYTE, root, comm_, &req), "MPI_Ibcast");
@@ -224,6 +233,7 @@ class MpiGroup : public CommGroup {
   }
 
   static constexpr int kNoteTag = 7;
+  static constexpr int kShiftTag = 11;  // point to point on comm_ (collectives have their own context)
   struct Note {
     std::unique_ptr<int64_t> seq;
     MPI_Request req;

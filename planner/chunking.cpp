@@ -14,6 +14,7 @@ namespace {
 class Unroller {
  public:
   Unroller(Graph& g, int k, std::vector<ShardingSpec> specs) : g_(g), K_(k), specs_(std::move(specs)) {}
+  const std::map<ValueId, std::vector<ValueId>>& versions() const { return versions_; }
 
   Status run(const std::vector<ValueId>& inputs, const std::vector<Shape>& global_input_shapes) {
     OASES_ASSIGN_OR_RETURN(std::vector<NodeId> order, g_.topo_order());
@@ -200,7 +201,7 @@ class Unroller {
 
 }  // namespace
 
-Expected<Graph> chunk_batch(const Graph& g, int chunks) {
+Expected<Graph> chunk_batch(const Graph& g, int chunks, std::map<ValueId, std::vector<ValueId>>* versions) {
   if (chunks <= 1) return g;
   Mesh mesh{{"chunk"}, {chunks}};
   std::map<ValueId, ShardingSpec> seeds;
@@ -220,6 +221,7 @@ Expected<Graph> chunk_batch(const Graph& g, int chunks) {
   Graph u = pg.local;
   Unroller un(u, chunks, pg.specs);
   OASES_RETURN_IF_ERROR(un.run(inputs, shapes));
+  if (versions) *versions = un.versions();
   // check: every node's shapes still infer
   OASES_ASSIGN_OR_RETURN(std::vector<NodeId> order, u.topo_order());
   for (NodeId id : order) {

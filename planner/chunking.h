@@ -10,11 +10,17 @@
 // order.
 #pragma once
 
+#include <map>
+#include <vector>
+
 #include "graph/graph.h"
 
 namespace oases {
 
 // K == 1 returns the graph unchanged. Errors name an input whose batch does not divide by K.
-Expected<Graph> chunk_batch(const Graph& g, int chunks);
+// `versions` (optional) receives, per value of `g` that depends on the batch, its value in each
+// chunk (chunk 0 keeps the value's id), so that what was decided per value of the unchunked graph
+// (sequence-parallel pins) can be applied to every chunk.
+Expected<Graph> chunk_batch(const Graph& g, int chunks, std::map<ValueId, std::vector<ValueId>>* versions = nullptr);
 
 }  // namespace oases

@@ -131,6 +131,16 @@ Status hybrid_inputs_supported(const Graph& forward) {
   return Status::ok();
 }
 
+void select_collective_matmuls(const std::vector<PartLayout>& layouts, Strategy* st) {
+  st->collective_matmul = false;
+  st->collective_matmul_parts.clear();
+  for (const PartLayout& l : layouts) {
+    if (!l.collective_matmul || !l.sequence_parallel || l.tp < 2) continue;
+    st->collective_matmul = true;
+    st->collective_matmul_parts.insert(l.part);
+  }
+}
+
 bool layouts_are_mixed(const std::vector<PartLayout>& layouts) {
   for (const PartLayout& l : layouts) {
     if (l.tp != layouts[0].tp || l.sequence_parallel != layouts[0].sequence_parallel) return true;
@@ -155,7 +165,9 @@ Expected<Strategy> apply_part_layouts(Graph& g, const std::vector<PartLayout>& l
     so.tp = layouts[0].tp;
     so.dp = ranks / layouts[0].tp;
     so.sequence_parallel = layouts[0].sequence_parallel;
-    return megatron_strategy(g, so);
+    auto st = megatron_strategy(g, so);
+    if (st) select_collective_matmuls(layouts, &*st);
+    return st;
   }
   if (parts.front() != "embedding" || parts.back() != "head") {
     return Status::error("parts with different layouts need a recognised token embedding and LM head");
@@ -310,8 +322,10 @@ Expected<Strategy> apply_part_layouts(Graph& g, const std::vector<PartLayout>& l
   }
   st.part_layouts = layouts;
   std::vector<std::string> text;
-  for (const PartLayout& l : layouts) text.push_back(fmt::format("{}:tp{}{}", l.part, l.tp, l.sequence_parallel ? "+sp" : ""));
+  for (const PartLayout& l : layouts)
+    text.push_back(fmt::format("{}:tp{}{}{}", l.part, l.tp, l.sequence_parallel ? "+sp" : "", l.collective_matmul ? "+cm" : ""));
   st.layers.push_back(LayerSplit{fmt::format("parts {}", fmt::join(text, " ")), "per-part", {}});
+  select_collective_matmuls(layouts, &st);
   return st;
 }
 

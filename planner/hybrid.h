@@ -57,5 +57,7 @@ bool layouts_are_mixed(const std::vector<PartLayout>& layouts);
 // The planner's part of a node scope: "embedding", "head" (final norm, head, loss),
 // "layer.N.attn", "layer.N.mlp", or "" for scopes outside any part.
 std::string part_of_scope(const std::string& scope);
+// The parts whose collective matmuls the layouts ask for (sequence parallel over tp >= 2 only).
+void select_collective_matmuls(const std::vector<PartLayout>& layouts, Strategy* st);
 
 }  // namespace oases

@@ -21,6 +21,10 @@ double LinkModel::broadcast_s(double bytes, int p) const {
   return bytes / (bandwidth_gbps * 1e9) + (p - 1) * latency_us * 1e-6;
 }
 
+double LinkModel::shift_s(double bytes) const {
+  return bytes / (bandwidth_gbps * 1e9) + latency_us * 1e-6;
+}
+
 Expected<LinkModel> parse_link_model(const std::string& text) {
   LinkModel m;
   std::stringstream ss(text);

@@ -5,6 +5,7 @@
 //   reduce-scatter,
 //   all-to-all        (p-1)/p · n / bw +   (p-1) · latency      (n = bytes of the whole tensor)
 //   broadcast                  n / bw +   (p-1) · latency
+//   ring shift                 n / bw +           latency      (n = bytes each rank sends)
 #pragma once
 
 #include <string>
@@ -21,6 +22,7 @@ struct LinkModel {
   double all_reduce_s(double bytes, int p) const;
   double gather_like_s(double bytes, int p) const;
   double broadcast_s(double bytes, int p) const;
+  double shift_s(double bytes) const;
 };
 
 // Sane bounds for an emulated link: a collective's emulated time stays finite and short enough

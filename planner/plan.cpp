@@ -425,6 +425,7 @@ nlohmann::json Plan::to_json() const {
   // keys newer builds read; written only when they differ from the default, so older readers
   // (which ignore them) see the same plan
   if (sequence_parallel) j["sequence_parallel"] = true;
+  if (collective_matmul) j["collective_matmul"] = true;
   if (dtype != "fp32") j["dtype"] = dtype;
   if (dp_bucket_bytes != (int64_t{25} << 20)) j["dp_bucket_bytes"] = dp_bucket_bytes;
   if (!m.schedule.empty() || m.chunks > 0 || m.recompute) {
@@ -435,6 +436,7 @@ nlohmann::json Plan::to_json() const {
     nlohmann::json parts = nlohmann::json::array();
     for (const PartLayout& l : m.parts) {
       nlohmann::json x = {{"part", l.part}, {"tp", l.tp}, {"sequence_parallel", l.sequence_parallel}};
+      if (l.collective_matmul) x["collective_matmul"] = true;
       if (m.ranks > 0) x["dp"] = m.ranks / l.tp;
       parts.push_back(x);
     }
@@ -483,6 +485,7 @@ Expected<Plan> Plan::from_json(const nlohmann::json& j, const std::string& path)
     p.seq = j.value("seq", int64_t{0});
     p.vocab_parallel = j.value("vocab_parallel", true);
     p.sequence_parallel = j.value("sequence_parallel", false);
+    p.collective_matmul = j.value("collective_matmul", false);
     p.dtype = j.value("dtype", std::string("fp32"));
     p.dp_bucket_bytes = j.value("dp_bucket_bytes", int64_t{25} << 20);
     if (j.contains("schedule") && j["schedule"].is_object()) {
@@ -500,6 +503,7 @@ Expected<Plan> Plan::from_json(const nlohmann::json& j, const std::string& path)
         l.part = x.at("part").get<std::string>();
         l.tp = x.at("tp").get<int64_t>();
         l.sequence_parallel = x.value("sequence_parallel", false);
+        l.collective_matmul = x.value("collective_matmul", false);
         if (l.tp < 1) return error("{}: part '{}' has tp {}", path, l.part, l.tp);
         m.parts.push_back(l);
       }
@@ -555,7 +559,8 @@ Expected<Plan> Plan::read(const std::string& path) {
 }
 
 bool Plan::operator==(const Plan& o) const {
-  return mesh == o.mesh && vocab_parallel == o.vocab_parallel && sequence_parallel == o.sequence_parallel && dtype == o.dtype &&
+  return mesh == o.mesh && vocab_parallel == o.vocab_parallel && sequence_parallel == o.sequence_parallel &&
+         collective_matmul == o.collective_matmul && dtype == o.dtype &&
          dp_bucket_bytes == o.dp_bucket_bytes && batch == o.batch && seq == o.seq && parameters == o.parameters && pipeline == o.pipeline;
 }
 
@@ -564,7 +569,8 @@ std::string Plan::to_string() const {
   std::string out;
   if (!m.parts.empty() && m.tp == 0) {
     std::vector<std::string> degrees;
-    for (const PartLayout& l : m.parts) degrees.push_back(fmt::format("{}{}", l.tp, l.sequence_parallel ? "sp" : ""));
+    for (const PartLayout& l : m.parts)
+      degrees.push_back(fmt::format("{}{}{}", l.tp, l.sequence_parallel ? "sp" : "", l.collective_matmul ? "cm" : ""));
     out = fmt::format("{} ranks, parts tp {}", m.ranks, fmt::join(degrees, "/"));
   } else if (m.tp > 0 || m.dp > 0) {
     out = fmt::format("tp {} x dp {}", m.tp, m.dp);
@@ -578,6 +584,7 @@ std::string Plan::to_string() const {
   out += ", " + dtype;
   if (!vocab_parallel) out += ", vocabulary replicated";
   if (sequence_parallel) out += ", sequence parallel";
+  if (collective_matmul) out += ", collective matmuls";
   if (batch > 0 || seq > 0) out += fmt::format(", batch {} x {}", batch, seq);
   if (!parameters.empty()) out += fmt::format(", {} parameter specs", parameters.size());
   return out;
@@ -622,7 +629,9 @@ Expected<Strategy> strategy_for_plan(const Plan& p, const std::string& path, Gra
   if (p.version >= 2 && !m.parts.empty()) {
     StrategyOptions so = opt;
     so.vocab_parallel = p.vocab_parallel;
-    auto st = apply_part_layouts(g, m.parts, m.ranks, so);
+    std::vector<PartLayout> parts = m.parts;
+    for (PartLayout& l : parts) l.collective_matmul = l.collective_matmul || p.collective_matmul;
+    auto st = apply_part_layouts(g, parts, m.ranks, so);
     if (!st) return st.status().with_context(path);
     // the plan's own list of specs must be what the layouts give on this model
     for (const auto& [name, text] : p.parameters) {

@@ -54,6 +54,9 @@ struct Plan {
   MeshPlan mesh;
   bool vocab_parallel = true;
   bool sequence_parallel = false;
+  // Collective matmuls (planner/collective_matmul.h) in every part (with sequence parallelism);
+  // a plan with "parts" may instead ask for them per part.
+  bool collective_matmul = false;
   std::string dtype = "fp32";  // compute type: fp32 | bf16 | fp16
   int64_t dp_bucket_bytes = int64_t{25} << 20;
   int64_t batch = 0, seq = 0;  // the shapes it was made for; 0: not fixed

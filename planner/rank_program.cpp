@@ -1,6 +1,7 @@
 #include "planner/rank_program.h"
 
 #include <cstdlib>
+#include <memory>
 
 #include "graph/passes/mixed_precision.h"
 #include "planner/chunking.h"
@@ -29,19 +30,11 @@ Expected<std::vector<ScheduledOp>> fuse_scheduled(Graph& g, const std::vector<Sc
     kind[op.node] = op.kind;
     order.push_back(op.node);
   }
-  *stats = fuse_for_cpu(g, order, keep);
-  // position of every step after fusion, in the old numbering (new nodes: just before the next old one)
+  std::vector<size_t> slots;
+  *stats = fuse_for_cpu(g, order, keep, &slots);
+  // position of every step after fusion, in the old numbering (a fused node: its chain's last node's)
   std::vector<double> pos(order.size());
-  double next_old = static_cast<double>(index.size());
-  for (size_t i = order.size(); i-- > 0;) {
-    auto it = index.find(order[i]);
-    if (it != index.end() && g.alive(order[i])) {
-      pos[i] = static_cast<double>(it->second);
-      next_old = pos[i];
-    } else {
-      pos[i] = next_old - 0.5;
-    }
-  }
+  for (size_t i = 0; i < order.size(); ++i) pos[i] = static_cast<double>(slots[i]);
   std::vector<ScheduledOp> out;
   size_t w = 0;
   for (size_t i = 0; i < order.size(); ++i) {
@@ -118,11 +111,14 @@ Expected<GlobalProgram> build_global_program(Graph forward, const TrainingSpec& 
   so.dp = m.dp;
   so.vocab_parallel = plan.vocab_parallel;
   so.sequence_parallel = plan.sequence_parallel;
+  so.collective_matmul = plan.collective_matmul;
   so.dp_bucket_bytes = plan.dp_bucket_bytes;
   if (!opts.plan_path.empty()) {
     OASES_ASSIGN_OR_RETURN(gp.strategy, strategy_for_plan(plan, opts.plan_path, forward, so));
   } else if (!m.parts.empty()) {
-    auto st = apply_part_layouts(forward, m.parts, m.ranks > 0 ? m.ranks : world, so);
+    std::vector<PartLayout> parts = m.parts;
+    for (PartLayout& l : parts) l.collective_matmul = l.collective_matmul || plan.collective_matmul;
+    auto st = apply_part_layouts(forward, parts, m.ranks > 0 ? m.ranks : world, so);
     if (!st) return st.status().with_context(where);
     gp.strategy = std::move(*st);
   } else {
@@ -135,15 +131,17 @@ Expected<GlobalProgram> build_global_program(Graph forward, const TrainingSpec& 
   TrainingSpec spec = spec_in;
   int k = static_cast<int>(m.chunk_count());
   OASES_ASSIGN_OR_RETURN(DType compute, compute_dtype_from_name(plan.dtype));
+  // each chunk's copy of a value the strategy pins (sequence parallelism) gets the same pin
+  auto versions = std::make_shared<std::map<ValueId, std::vector<ValueId>>>();
   if (k > 1 || compute != DType::kF32) {
     auto before = spec.before_autodiff;
-    spec.before_autodiff = [k, compute, before](Graph g) -> Expected<Graph> {
+    spec.before_autodiff = [k, compute, before, versions](Graph g) -> Expected<Graph> {
       if (before) {
         OASES_ASSIGN_OR_RETURN(g, before(std::move(g)));
       }
       if (compute != DType::kF32) OASES_RETURN_IF_ERROR(apply_mixed_precision(g, compute).status());
       if (k > 1) {
-        OASES_ASSIGN_OR_RETURN(g, chunk_batch(std::move(g), k));
+        OASES_ASSIGN_OR_RETURN(g, chunk_batch(std::move(g), k, versions.get()));
       }
       if (compute == DType::kF16) OASES_RETURN_IF_ERROR(insert_loss_scale_input(g));
       return g;
@@ -152,6 +150,13 @@ Expected<GlobalProgram> build_global_program(Graph forward, const TrainingSpec& 
   auto tg = build_training_graph(std::move(forward), spec);
   if (!tg) return tg.status().with_context(where);
   gp.train = std::move(*tg);
+  std::map<ValueId, ShardingSpec> chunk_pins;
+  for (const auto& [v, sp] : gp.strategy.pins) {
+    auto it = versions->find(v);
+    if (it == versions->end()) continue;
+    for (ValueId c : it->second) chunk_pins[c] = sp;
+  }
+  gp.strategy.pins.insert(chunk_pins.begin(), chunk_pins.end());
   // the partition
   OASES_RETURN_IF_ERROR(split_batch_inputs(gp.train.graph, &gp.strategy).with_context(where));
   for (ValueId p : gp.train.params) {

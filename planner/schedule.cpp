@@ -75,6 +75,8 @@ std::vector<int> forward_stages(const Graph& g, bool collective_step) {
       if (!forward_phase(pn) && pn.phase != Node::Phase::kLoss) continue;
       s = std::max(s, st[static_cast<size_t>(p)] + (collective_step && is_collective(pn) ? 1 : 0));
     }
+    // a collective matmul's step s runs with the transfer s ring shifts in (planner/collective_matmul.h)
+    if (collective_step) s += static_cast<int>(n.attrs.get_int("ring_step", 0));
     st[static_cast<size_t>(id)] = s;
   }
   return st;
@@ -227,6 +229,7 @@ Expected<std::vector<ScheduledOp>> schedule_program(const Graph& g, const Schedu
         if (p == kNoId || !backward_phase(g.node(p)) || g.node(p).phase == Node::Phase::kRecompute) continue;
         s = std::min(s, bst[static_cast<size_t>(p)] - (is_collective(g.node(p)) ? 1 : 0));
       }
+      if (s != INT_MAX) s -= static_cast<int>(n.attrs.get_int("ring_step", 0));
     }
     bst[static_cast<size_t>(id)] = s == INT_MAX ? INT_MAX - 1 : s;
   }
@@ -243,7 +246,7 @@ Expected<std::vector<ScheduledOp>> schedule_program(const Graph& g, const Schedu
       if (p != kNoId && g.node(p).phase == Node::Phase::kRecompute)
         sb = std::max(sb, sub[static_cast<size_t>(p)] + (is_collective(g.node(p)) ? 1 : 0));
     }
-    sub[static_cast<size_t>(id)] = sb;
+    sub[static_cast<size_t>(id)] = std::max(sb, static_cast<int>(n.attrs.get_int("ring_step", 0)));
   }
   for (auto it = topo.rbegin(); it != topo.rend(); ++it) {
     const Node& n = g.node(*it);

@@ -45,6 +45,10 @@ double collective_node_seconds(const Graph& g, const Node& n, const Mesh& mesh, 
   } else if (n.op_type == "Broadcast") {
     k = CollectiveKind::kBroadcast;
     bytes = static_cast<double>(g.value(n.inputs[0]).nbytes());
+  } else if (n.op_type == "RingShift") {
+    // one step of a ring: what one of the p - 1 steps of a ring all-gather of p such parts moves
+    k = CollectiveKind::kAllGather;
+    bytes = static_cast<double>(g.value(n.inputs[0]).nbytes());
   } else {
     return 0;
   }
@@ -52,12 +56,17 @@ double collective_node_seconds(const Graph& g, const Node& n, const Mesh& mesh, 
   if (axis < 0 || axis >= mesh.num_axes()) return 0;
   std::vector<int64_t> members = mesh.group(o.rank, axis);
   if (members.size() <= 1) return 0;
+  double steps = 1;
+  if (n.op_type == "RingShift") {
+    steps = static_cast<double>(members.size() - 1);
+    bytes *= static_cast<double>(members.size());
+  }
   double s = o.cluster->collective_seconds(k, bytes, members);
   if (o.local_floor) {
     double floor = profiled_collective_seconds(*o.local_floor, k, bytes, static_cast<int64_t>(members.size()), "shared-memory");
     s = std::max(s, floor);
   }
-  return s;
+  return s / steps;
 }
 
 namespace {

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "graph/op_registry.h"
+#include "planner/collective_matmul.h"
 #include "planner/hybrid.h"
 #include "planner/propagation.h"
 
@@ -169,6 +170,7 @@ Expected<Strategy> megatron_strategy(const Graph& g, const StrategyOptions& opt)
       st.layers.push_back(LayerSplit{"LM head (tied)", "vocabulary", {ms.head.weight}});
     }
   }
+  st.collective_matmul = opt.collective_matmul && opt.sequence_parallel && opt.tp > 1;
   return st;
 }
 
@@ -203,6 +205,11 @@ Expected<PartitionedGraph> partition_training(const Graph& train, const std::vec
   }
   OASES_ASSIGN_OR_RETURN(ShardingResult sr, propagate_sharding(train, s.mesh, s.specs, outs, s.pins));
   OASES_ASSIGN_OR_RETURN(PartitionedGraph pg, partition_graph(train, sr));
+  if (s.collective_matmul) {
+    auto selected = [&s](const std::string& part) { return s.collective_matmul_parts.empty() || s.collective_matmul_parts.count(part) > 0; };
+    OASES_ASSIGN_OR_RETURN(CollectiveMatmulReport cm, decompose_collective_matmuls(pg.local, &pg.specs, selected));
+    pg.collectives += cm.shifts - cm.gathers - cm.scatters;
+  }
   int dp = s.mesh.axis("dp");
   if (dp >= 0 && s.mesh.axis_size(dp) > 1 && s.dp_bucket_bytes > 0) bucket_gradient_all_reduces(pg, dp, s.dp_bucket_bytes);
   if (!s.part_layouts.empty() && s.dp_bucket_bytes > 0) {

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,7 @@ struct StrategyOptions {
   int64_t tp = 1, dp = 1;
   bool vocab_parallel = true;                   // split the token embedding and LM head over the vocabulary
   bool sequence_parallel = false;               // norms and residuals split over the sequence (reduce-scatter + all-gather)
+  bool collective_matmul = false;               // with sequence parallelism: ring-decomposed gathers/scatters (planner/collective_matmul.h)
   int64_t dp_bucket_bytes = int64_t{25} << 20;  // data-parallel gradient all-reduce buckets
 };
 
@@ -36,7 +38,10 @@ struct PartLayout {
   std::string part;  // "embedding", "layer.3.attn", "layer.3.mlp", "head"
   int64_t tp = 1;
   bool sequence_parallel = false;
-  bool operator==(const PartLayout& o) const { return part == o.part && tp == o.tp && sequence_parallel == o.sequence_parallel; }
+  bool collective_matmul = false;  // its sequence-parallel gathers and scatters decomposed into ring steps
+  bool operator==(const PartLayout& o) const {
+    return part == o.part && tp == o.tp && sequence_parallel == o.sequence_parallel && collective_matmul == o.collective_matmul;
+  }
 };
 
 struct Strategy {
@@ -48,6 +53,9 @@ struct Strategy {
   // Per-part layouts when the parts differ (empty: one tp x dp split for all); the batch inputs and
   // the data-parallel gradient all-reduces then follow each part's dp axis.
   std::vector<PartLayout> part_layouts;
+  // Collective matmuls (planner/collective_matmul.h) in these parts; every part when the set is empty.
+  bool collective_matmul = false;
+  std::set<std::string> collective_matmul_parts;
 };
 
 // How tp ranks split one attention's q/k/v projections (a.qkv, in order): per projection the

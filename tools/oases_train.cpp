@@ -100,6 +100,9 @@ void add_train_options(CLI::App& app, TrainArgs& a) {
   app.add_option("--local-ranks", a.local_ranks, "Run N ranks as threads of this process")->check(number_in(1, kInf));
   app.add_flag("--no-vocab-parallel", a.no_vocab_parallel, "Replicate the embedding and LM head instead of splitting the vocabulary");
   app.add_flag("--sequence-parallel", a.sequence_parallel, "Split norms and residuals over the sequence (reduce-scatter + all-gather)");
+  app.add_flag("--collective-matmul", a.collective_matmul,
+               "With --sequence-parallel: decompose each all-gather before column-parallel products and each reduce-scatter after "
+               "row-parallel ones into tp ring steps, each step's transfer overlapping the product of the part already here");
   app.add_option("--dp-bucket-mb", a.dp_bucket_mb, "MiB of gradients per data-parallel all-reduce (0: one all-reduce per gradient)")
       ->check(CLI::Range(0.0, 1e6));
   app.add_option("--export-plan", a.export_plan, "Write the partitioned plan as JSON");

@@ -36,6 +36,7 @@ struct TrainArgs {
   std::string stage_meshes;           // "2x1,1x2:oases": each stage's tp x dp[:schedule]; "": --tp/--dp for all
   int64_t hosts = 0;                  // emulated hosts: the ranks spread over N in order (--emulate-link is between them)
   bool no_vocab_parallel = false, sequence_parallel = false;
+  bool collective_matmul = false;  // sequence-parallel gathers/scatters as ring steps beside the products
   double dp_bucket_mb = 25;  // data-parallel gradient all-reduce buckets (0: one per gradient)
   double comm_timeout = kDefaultCommTimeoutS;
   // overlapped schedules

@@ -106,6 +106,15 @@ Expected<Plan> run_plan(TrainArgs& a, int64_t world) {
   plan.mesh.schedule = a.schedule;
   plan.mesh.chunks = a.chunks;
   plan.sequence_parallel = plan.sequence_parallel || a.sequence_parallel;
+  plan.collective_matmul = plan.collective_matmul || a.collective_matmul;
+  bool cm = plan.collective_matmul;
+  for (const PartLayout& l : plan.mesh.parts) cm = cm || l.collective_matmul;
+  if (cm) {
+    bool sp = plan.sequence_parallel;
+    for (const PartLayout& l : plan.mesh.parts) sp = sp || l.sequence_parallel;
+    if (!sp) return Status::error("--collective-matmul decomposes the gathers and scatters of sequence parallelism: add --sequence-parallel");
+    if (a.device != "cpu") return Status::error("--collective-matmul runs on the CPU only so far (its ring ops have no CUDA kernels)");
+  }
   plan.dp_bucket_bytes = static_cast<int64_t>(a.dp_bucket_mb * (1 << 20));
   plan.dtype = a.dtype;
   return plan;

@@ -102,14 +102,32 @@ void register_cpu_collectives(CpuKernelRegistry& r) {
     DimLayout l = layout_of(c.in[0].shape, dim);
     size_t es = dtype_size(c.in[0].dtype);
     int64_t n = g.size(), piece = l.dim / segs / n;
+    int64_t part = ((g.rank() + c.attrs().get_int("offset", 0)) % n + n) % n;  // offset: a ring step's part
     size_t run = static_cast<size_t>(piece * l.inner) * es;
     const char* src = static_cast<const char*>(c.in[0].data);
     char* dst = static_cast<char*>(c.out[0].data);
     for (int64_t o = 0; o < l.outer; ++o) {
       for (int64_t s = 0; s < segs; ++s) {
         std::memcpy(dst + ((o * segs + s) * piece * l.inner) * static_cast<int64_t>(es),
-                    src + ((o * l.dim + s * (l.dim / segs) + g.rank() * piece) * l.inner) * static_cast<int64_t>(es), run);
+                    src + ((o * l.dim + s * (l.dim / segs) + part * piece) * l.inner) * static_cast<int64_t>(es), run);
       }
+    }
+  });
+  r.add("oases", "RingShift", [](KernelContext& c) {
+    CommGroup& g = c.group(c.attrs().get_int("mesh_axis", 0));
+    g.shift(c.in[0].data, c.out[0].data, static_cast<int64_t>(c.in[0].nbytes()), static_cast<int>(c.attrs().get_int("shift", 1)));
+  });
+  r.add("oases", "RingAssemble", [](KernelContext& c) {
+    // input s is part (rank - s) mod n of the output along dim: [outer, n, piece·inner]
+    CommGroup& g = c.group(c.attrs().get_int("mesh_axis", 0));
+    int64_t n = g.size(), dim = c.attrs().get_int("dim", 0);
+    DimLayout l = layout_of(c.in[0].shape, dim);
+    size_t run = static_cast<size_t>(l.dim * l.inner) * dtype_size(c.in[0].dtype);
+    char* dst = static_cast<char*>(c.out[0].data);
+    for (int64_t s = 0; s < n; ++s) {
+      int64_t part = ((g.rank() - s) % n + n) % n;
+      const char* src = static_cast<const char*>(c.in[static_cast<size_t>(s)].data);
+      for (int64_t o = 0; o < l.outer; ++o) std::memcpy(dst + (o * n + part) * static_cast<int64_t>(run), src + o * static_cast<int64_t>(run), run);
     }
   });
   r.add("oases", "AllToAll", [](KernelContext& c) {

@@ -96,8 +96,9 @@ void register_cuda_collectives(CudaKernelRegistry& r) {
     int64_t segs = c.attrs().get_int("segments", 1), dim = c.attrs().get_int("dim", 0);
     DimLayout l = layout_of(c.in(0).shape, dim);
     int64_t n = g.size(), piece = l.dim / segs / n;
-    // [outer, segs, n, piece·inner] -> this rank's index on the n axis
-    NdPlan p = slice_plan({l.outer, segs, n, piece * l.inner}, {0, 0, g.rank(), 0}, {1, 1, 1, 1}, {l.outer, segs, 1, piece * l.inner});
+    int64_t part = ((g.rank() + c.attrs().get_int("offset", 0)) % n + n) % n;
+    // [outer, segs, n, piece·inner] -> this rank's index on the n axis (offset: a ring step's part)
+    NdPlan p = slice_plan({l.outer, segs, n, piece * l.inner}, {0, 0, part, 0}, {1, 1, 1, 1}, {l.outer, segs, 1, piece * l.inner});
     copy(c.in(0).data, c.out(0).data, dtype_size(c.in(0).dtype), p, c.stream);
   });
   r.add("oases", "AllToAll", [](CudaContext& c) {

@@ -82,6 +82,15 @@ void NcclGroup::all_to_all(const void* in, void* out, int64_t bytes) {
   OASES_NCCL_CHECK(ncclGroupEnd());
 }
 
+void NcclGroup::shift(const void* in, void* out, int64_t bytes, int offset) {
+  // one ring step: a paired send and receive in one NCCL group (device memory)
+  int n = size(), to = ((rank_ + offset) % n + n) % n, from = ((rank_ - offset) % n + n) % n;
+  OASES_NCCL_CHECK(ncclGroupStart());
+  OASES_NCCL_CHECK(ncclSend(in, static_cast<size_t>(bytes), ncclUint8, to, comm_, stream_));
+  OASES_NCCL_CHECK(ncclRecv(out, static_cast<size_t>(bytes), ncclUint8, from, comm_, stream_));
+  OASES_NCCL_CHECK(ncclGroupEnd());
+}
+
 void NcclGroup::broadcast(void* data, int64_t bytes, int root) {
   OASES_NCCL_CHECK(ncclBroadcast(data, data, static_cast<size_t>(bytes), ncclUint8, root, comm_, stream_));
 }

@@ -35,6 +35,7 @@ class NcclGroup : public CommGroup {
   void reduce_scatter(const void* in, void* out, int64_t count, DType dt, ReduceOp op) override;
   void all_to_all(const void* in, void* out, int64_t bytes) override;
   void broadcast(void* data, int64_t bytes, int root) override;
+  void shift(const void* in, void* out, int64_t bytes, int offset) override;
   // A one-element all-reduce, waited for on the host with the watchdog (not for use inside a step).
   void barrier() override;
 

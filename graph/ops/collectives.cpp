@@ -8,6 +8,8 @@
 //   AllGather        concatenate the group's shards along dim  grad: ReduceScatter
 //   ReduceScatter    sum over the group, keep this rank's shard grad: AllGather
 //   ShardSlice       keep this rank's shard of a replicated value (no communication) grad: AllGather
+//                    (offset k: the shard of member (rank + k) mod n, for collective matmuls)
+//   RingShift        one ring step: the value of member (rank - shift) mod n     (made after autodiff)
 //   AllToAll         split along split_dim, concat along concat_dim grad: AllToAll (dims swapped)
 //   Broadcast        the root's value on every member           grad: AllReduce
 // AllReduce takes op = "sum" (default) or "max".
@@ -31,6 +33,12 @@
 //                                                else 0, for each row (vocabulary-parallel loss)
 //   ShardedOneHotSub(p, labels; mesh_axis, ignore_index)  p minus the one-hot of the labels on this
 //                                                rank's classes; ignored rows become 0
+//   RingAssemble(x_0 … x_{n-1}; mesh_axis, dim)  concatenation along dim with x_s placed at part
+//                                                (rank - s) mod n: the parts a ring of shifts
+//                                                brought, put back in group order
+//
+// Collective matmuls (planner/collective_matmul.h) decompose an all-gather feeding matrix
+// products, and a reduce-scatter of their sum, into n ring steps built from these ops.
 //
 // Layout(x; mesh, dims, grad_dims) is the identity that fixes a layout: on the mesh it names (its
 // to_string), x is converted to the spec whose dimension d is split over mesh axis dims[d] (-1:
@@ -189,6 +197,35 @@ void register_collective_ops(OpRegistry& r) {
     r.add(std::move(s));
   }
   {
+    OpSchema s = collective("RingShift");
+    s.infer = [](InferContext& c) {
+      c.set_output(0, c.dtype(0), c.shape(0));
+      return Status::ok();
+    };
+    s.cost = [](const Graph& g, const Node& n) { return OpCost{0, static_cast<double>(g.value(n.inputs[0]).nbytes())}; };
+    r.add(std::move(s));
+  }
+  {
+    OpSchema s = collective("RingAssemble");
+    s.max_inputs = INT_MAX;
+    s.infer = [](InferContext& c) {
+      int64_t d;
+      OASES_RETURN_IF_ERROR(check_dim(c, &d));
+      if (c.num_inputs() != group_size(c)) return c.fail("{} parts for a group of {}", c.num_inputs(), group_size(c));
+      for (int i = 1; i < c.num_inputs(); ++i) {
+        if (c.shape(i) != c.shape(0) || c.dtype(i) != c.dtype(0))
+          return c.fail("part {} is {} {}, part 0 {} {}", i, dtype_name(c.dtype(i)), shape_str(c.shape(i)), dtype_name(c.dtype(0)),
+                        shape_str(c.shape(0)));
+      }
+      Shape out = c.shape(0);
+      out[d] *= group_size(c);
+      c.set_output(0, c.dtype(0), out);
+      return Status::ok();
+    };
+    s.cost = [](const Graph& g, const Node& n) { return OpCost{0, io_bytes(g, n)}; };
+    r.add(std::move(s));
+  }
+  {
     OpSchema s = collective("AllToAll");
     s.infer = [](InferContext& c) {
       int64_t sd = normalize_axis(c.attrs().get_int("split_dim", 0), c.rank(0));
@@ -265,16 +302,17 @@ void register_collective_ops(OpRegistry& r) {
   }
   register_layout_op(r);
   register_reshard_op(r);
-  for (const char* op : {"AllReduce", "ParallelIdentity", "AllGather", "ReduceScatter", "AllToAll", "Broadcast", "Reshard"}) {
+  for (const char* op : {"AllReduce", "ParallelIdentity", "AllGather", "ReduceScatter", "AllToAll", "Broadcast", "Reshard", "RingShift"}) {
     r.find_mutable(kOasesDomain, op)->traits |= kTraitCollective;
   }
   // Made by the partitioner (collectives and rank-dependent local ops): never sharded themselves.
   for (const char* op : {"AllReduce", "ParallelIdentity", "AllGather", "ReduceScatter", "ShardSlice", "AllToAll", "Broadcast",
-                         "ShardedGather", "ShardedPick", "ShardedOneHotSub", "Reshard"}) {
+                         "ShardedGather", "ShardedPick", "ShardedOneHotSub", "Reshard", "RingShift", "RingAssemble"}) {
     r.find_mutable(kOasesDomain, op)->traits |= kTraitPostPartition;
   }
-  // The lowering of vocabulary-parallel ops makes these after autodiff (graph/lowering.h).
-  for (const char* op : {"ShardedGather", "ShardedPick", "ShardedOneHotSub"}) r.find_mutable(kOasesDomain, op)->differentiable = false;
+  // The lowering of vocabulary-parallel ops and the collective-matmul pass make these after autodiff.
+  for (const char* op : {"ShardedGather", "ShardedPick", "ShardedOneHotSub", "RingShift", "RingAssemble"})
+    r.find_mutable(kOasesDomain, op)->differentiable = false;
   // The partitioner removes every Layout before a program is built.
   r.find_mutable(kOasesDomain, "Layout")->traits |= kTraitNoKernel;
 
@@ -286,9 +324,10 @@ void register_collective_ops(OpRegistry& r) {
     a.set_int("group_size", 1);
     return a;
   };
-  for (const char* op : {"AllReduce", "ParallelIdentity", "Broadcast"}) {
+  for (const char* op : {"AllReduce", "ParallelIdentity", "Broadcast", "RingShift"}) {
     set_examples(r, kOasesDomain, op, {example("one member", {ex_float({4, 6})}, group({}))});
   }
+  set_examples(r, kOasesDomain, "RingAssemble", {example("one member", {ex_float({4, 6})}, group(AttrMap{{"dim", Attribute::of_int(0)}}))});
   for (const char* op : {"AllGather", "ReduceScatter", "ShardSlice"}) {
     set_examples(
         r, kOasesDomain, op,

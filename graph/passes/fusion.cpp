@@ -4,6 +4,8 @@
 #include <map>
 #include <string>
 
+#include "graph/op_registry.h"
+
 namespace oases {
 
 namespace {
@@ -23,7 +25,7 @@ class Fuser {
     for (size_t i = 0; i < order_.size(); ++i) pos_[order_[i]] = i;
   }
 
-  FusionStats run() {
+  FusionStats run(std::vector<size_t>* slots) {
     std::vector<NodeId> snapshot = order_;
     for (NodeId id : snapshot) {
       if (!g_.alive(id) || !is_matmul(g_.node(id))) continue;
@@ -40,6 +42,12 @@ class Fuser {
       if (g_.alive(id) && is_op(g_.node(id), "oases", "Attention")) attention_in_place(id);
     }
     remove_dead();
+    if (slots) {
+      slots->clear();
+      for (size_t i = 0; i < order_.size(); ++i) {
+        if (g_.alive(order_[i])) slots->push_back(i);
+      }
+    }
     order_.erase(std::remove_if(order_.begin(), order_.end(), [&](NodeId n) { return !g_.alive(n); }), order_.end());
     return stats_;
   }
@@ -332,13 +340,16 @@ class Fuser {
         stats_.activation++;
       }
     }
-    // residual: (A·B + bias) + R with R shaped as the product
+    // residual: (A·B + bias) + R with R shaped as the product; not when R is what a collective
+    // brings (the fused product would wait for the transfer instead of running beside it, e.g. a
+    // collective matmul's ring step or a backward sum with an all-reduced term)
     if (act.empty() && single_use(out)) {
       const Node& add = g_.node(g_.value(out).uses[0].node);
       if (is_op(add, "", "Add") && add.num_inputs() == 2 && add.inputs[0] != add.inputs[1]) {
         ValueId r = add.inputs[add.inputs[0] == out ? 1 : 0];
         const Value& rv = g_.value(r);
-        if (rv.dtype == dt && rv.shape == g_.value(out).shape && g_.value(add.outputs[0]).shape == rv.shape) {
+        bool arrives = rv.producer != kNoId && is_collective(g_.node(rv.producer));
+        if (!arrives && rv.dtype == dt && rv.shape == g_.value(out).shape && g_.value(add.outputs[0]).shape == rv.shape) {
           if (ins.size() == 2) ins.push_back(kNoId);  // no bias
           ins.push_back(r);
           last = add.id;
@@ -374,9 +385,9 @@ int inplace_input(const Graph& g, const Node& n) {
   return -1;
 }
 
-FusionStats fuse_for_cpu(Graph& g, std::vector<NodeId>& order, const std::set<ValueId>& keep) {
+FusionStats fuse_for_cpu(Graph& g, std::vector<NodeId>& order, const std::set<ValueId>& keep, std::vector<size_t>* slots) {
   Fuser f(g, order, keep);
-  return f.run();
+  return f.run(slots);
 }
 
 }  // namespace oases

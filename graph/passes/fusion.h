@@ -42,7 +42,9 @@ struct FusionStats {
   int dead = 0;               // nodes left without readers, removed
 };
 
-FusionStats fuse_for_cpu(Graph& g, std::vector<NodeId>& order, const std::set<ValueId>& keep);
+// `slots` (optional) receives, for each node of the fused order, its place in the order before
+// fusion (a fused node stands where its chain's last node stood).
+FusionStats fuse_for_cpu(Graph& g, std::vector<NodeId>& order, const std::set<ValueId>& keep, std::vector<size_t>* slots = nullptr);
 
 // The input slot whose buffer the CPU kernel of `n` may overwrite with output 0 (elementwise
 // kernels that read element i before writing it, the operand shaped as the output), or -1.

@@ -98,6 +98,14 @@ inline std::vector<std::string> run_comm_suite(Communicator& comm) {
       ok &= out[static_cast<size_t>(2 * j)] == j * 100 + rank && out[static_cast<size_t>(2 * j + 1)] == -(j * 100 + rank);
     check(ok, "all_to_all");
   }
+  // ring shifts (collective matmuls): by one and by two, and the all-gather-based default
+  for (int offset : {1, 2, -1}) {
+    std::vector<int64_t> in{rank * 10 + 1, rank * 10 + 2, rank * 10 + 3}, out(3, -7), via_default(3, -7);
+    world->shift(in.data(), out.data(), 3 * 8, offset);
+    world->CommGroup::shift(in.data(), via_default.data(), 3 * 8, offset);
+    int from = ((rank - offset) % n + n) % n;
+    check(out[0] == from * 10 + 1 && out[2] == from * 10 + 3 && out == via_default, "shift by " + std::to_string(offset));
+  }
   // broadcast from the last member
   {
     std::vector<double> b(4, rank == n - 1 ? 2.5 : -1.0);

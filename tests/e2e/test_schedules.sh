@@ -57,7 +57,18 @@ sp_tp2_oases_K2 --local-ranks 2 --tp 2 --sequence-parallel --schedule oases --ch
 sp_tp4_default_K2 --local-ranks 4 --tp 4 --sequence-parallel --schedule default_checkpoint --chunks 2
 sp_dp2_tp2_overlap_K4 --local-ranks 4 --tp 2 --dp 2 --sequence-parallel --schedule overlap_checkpoint --chunks 4
 dp2_tp2_oases_K2 --local-ranks 4 --tp 2 --dp 2 --schedule oases --chunks 2
+cm_tp2_plain --local-ranks 2 --tp 2 --sequence-parallel --collective-matmul
+cm_tp4_oases_K2 --local-ranks 4 --tp 4 --sequence-parallel --collective-matmul --schedule oases --chunks 2
+cm_tp4_default_K2 --local-ranks 4 --tp 4 --sequence-parallel --collective-matmul --schedule default_checkpoint --chunks 2
+cm_dp2_tp2_optim_K4 --local-ranks 4 --tp 2 --dp 2 --sequence-parallel --collective-matmul --schedule optim_comm_checkpoint --chunks 4
 CASES
+
+# collective matmuls under MPI (point to point on the groups' communicators), and the flag's errors
+mpirun --allow-run-as-root --oversubscribe --bind-to none -np 4 "$T" "$M" "${DATA[@]}" --steps 0 -q --tp 4 --sequence-parallel --collective-matmul --schedule oases --chunks 2 \
+  --dump-grads "$WORK/x.cm_mpi" || fail "collective matmul under MPI did not run"
+compare "$WORK/ref2" "$WORK/x.cm_mpi" "cm_mpi_tp4_oases_K2" 0 || fail "collective matmul under MPI differs"
+expect_error "--collective-matmul without sequence parallelism" "add --sequence-parallel" \
+  "$T" "$M" "${DATA[@]}" --steps 1 --local-ranks 2 --tp 2 --collective-matmul
 
 # dropout (training-mode export): masks come from global element indices, so tp, dp, chunks and
 # recomputation all draw the masks of the single-rank run
