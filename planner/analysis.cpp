@@ -185,8 +185,12 @@ Expected<std::vector<PartRecords>> records_under(const Graph& forward, const Gra
     r.phase = fwd(n) ? NodeRecord::Phase::kForward : NodeRecord::Phase::kBackward;
     out[static_cast<size_t>(p)].nodes.push_back(std::move(r));
   }
-  // collectives: the conversions, as the partitioner makes them
+  // collectives: the conversions, as the partitioner makes them (one per value and target spec,
+  // whatever the number of readers: a sequence-parallel gather feeds the products and, backward,
+  // the weight gradient)
+  std::set<std::pair<ValueId, size_t>> converted;
   for (const Conversion& cv : ref.sr.conversions) {
+    if (!converted.insert({cv.value, cv.to.hash()}).second) continue;
     NodeId at = cv.consumer != kNoId ? cv.consumer : train.value(cv.value).producer;
     int p = at != kNoId ? part[static_cast<size_t>(at)] : -1;
     if (p < 0) continue;

@@ -8,7 +8,7 @@
 namespace oases {
 
 std::string Layout::to_string() const {
-  return fmt::format("tp{}{}", tp, sp ? "+sp" : "");
+  return fmt::format("tp{}{}{}", tp, sp ? "+sp" : "", cm ? "+cm" : "");
 }
 
 std::string describe_bytes(double b) {
@@ -31,9 +31,12 @@ std::vector<Layout> CostModel::layouts(int part, int64_t chunks) const {
     int64_t d = n / t;
     if (a_.batch % (d * chunks) != 0) continue;
     out.push_back(Layout{t, false});
-    if (t > 1 && !a_.seqpar.empty() && a_.seq % t == 0) out.push_back(Layout{t, true});
+    if (t > 1 && !a_.seqpar.empty() && a_.seq % t == 0) {
+      out.push_back(Layout{t, true});
+      // the embedding's collectives sit beside a gather, not a product: nothing to decompose
+      if (a_.parts[static_cast<size_t>(part)] != "embedding") out.push_back(Layout{t, true, true});
+    }
   }
-  (void)part;
   return out;
 }
 
@@ -47,7 +50,7 @@ double CostModel::collective(CollectiveKind k, double bytes, int64_t n, int64_t 
 
 const PartCost& CostModel::part(int i, const Layout& l, int64_t chunks) {
   const PartRecords* recs = records(i, l.sp);
-  auto key = std::make_tuple(recs ? recs->signature : "none:" + std::to_string(i), l.tp, l.sp, chunks);
+  auto key = std::make_tuple(recs ? recs->signature : "none:" + std::to_string(i), l.tp, l.sp, l.cm, chunks);
   auto it = cache_.find(key);
   if (it != cache_.end()) return it->second;
   PartCost pc;
@@ -67,6 +70,7 @@ const PartCost& CostModel::part(int i, const Layout& l, int64_t chunks) {
     }
     return true;
   };
+  double prod_fwd = 0, prod_bwd = 0;  // per chunk: the matrix products (what ring steps run beside)
   for (const NodeRecord& r : recs->nodes) {
     int64_t b = r.batch ? dpk : 1;
     bool ok = true;
@@ -93,15 +97,27 @@ const PartCost& CostModel::part(int i, const Layout& l, int64_t chunks) {
     bool fwd = r.phase == NodeRecord::Phase::kForward;
     if (r.batch) {
       (fwd ? pc.fwd_chunk : pc.bwd_chunk) += s;
+      if (op.find("MatMul") != std::string::npos || op.find("Gemm") != std::string::npos) (fwd ? prod_fwd : prod_bwd) += s;
     } else {
       (fwd ? pc.fwd_once : pc.bwd_once) += s;
     }
   }
+  double dec_fwd = 0, dec_bwd = 0;  // per chunk: the collectives collective matmuls decompose
   for (const CommRecord& c : recs->comms) {
     int64_t n = c.over_dp ? d : t, stride = c.over_dp ? t : 1;
     if (n <= 1) continue;
     double bytes = c.tensor.local_elements(t, c.batch ? dpk : 1) * static_cast<double>(dtype_size(c.tensor.dtype));
     double s = collective(c.kind, bytes, n, stride);
+    bool ring = l.cm && !c.over_dp && c.batch && (c.kind == CollectiveKind::kAllGather || c.kind == CollectiveKind::kReduceScatter);
+    if (ring) {
+      // decomposed: the same bytes in n - 1 shifts; the parts are copied into place (gather: the
+      // gathered value and the products' outputs; scatter: the rows each step reads)
+      bool f = c.phase == NodeRecord::Phase::kForward;
+      (f ? dec_fwd : dec_bwd) += s;
+      double whole = c.tensor.local_elements(t, dpk) * static_cast<double>(dtype_size(c.tensor.dtype));
+      if (c.kind == CollectiveKind::kAllGather) whole *= static_cast<double>(t);
+      (f ? pc.cm_copy_fwd_chunk : pc.cm_copy_bwd_chunk) += ops_.seconds("RingAssemble", "", 0, 4.0 * whole);
+    }
     if (c.batch) {
       if (c.phase == NodeRecord::Phase::kForward) {
         pc.comm_fwd_chunk += s;
@@ -114,6 +130,12 @@ const PartCost& CostModel::part(int i, const Layout& l, int64_t chunks) {
       pc.comm_dp += s;
     }
   }
+  if (l.cm && t > 1) {
+    double frac = static_cast<double>(t - 1) / static_cast<double>(t);
+    pc.cm_hide_fwd_chunk = std::min(dec_fwd, frac * prod_fwd);
+    // backward: the input-gradient products (about half of the products) sit beside the ring steps
+    pc.cm_hide_bwd_chunk = std::min(dec_bwd, frac * prod_bwd / 2);
+  }
   pc.param_bytes = 4.0 * (recs->split_param_elements / static_cast<double>(t) + (recs->param_elements - recs->split_param_elements));
   auto bytes_of = [&](const TensorRecord& r) { return r.local_elements(t, dpk) * static_cast<double>(dtype_size(r.dtype)); };
   for (const TensorRecord& r : recs->saved) pc.saved_plain_chunk += bytes_of(r);
@@ -124,7 +146,7 @@ const PartCost& CostModel::part(int i, const Layout& l, int64_t chunks) {
 }
 
 double CostModel::reshard_seconds(int i, const Layout& from, const Layout& to, int64_t chunks) {
-  if (from == to) return 0;
+  if (from.same_split(to)) return 0;
   const TensorRecord& e = a_.plain[static_cast<size_t>(i)].entry;
   if (e.shape.empty()) return 0;
   int64_t n = ranks();
@@ -159,9 +181,13 @@ PartTime CostModel::part_time(int i, const Layout& prev, const Layout& cur, cons
   bool recompute = s.checkpoint != CheckpointMode::kNone && pc.block;
   double rc = recompute ? pc.fwd_chunk : 0;
   double rcomm = recompute && s.checkpoint == CheckpointMode::kBlock ? pc.comm_fwd_chunk : 0;
-  pt.compute = K * (pc.fwd_chunk + rc + pc.bwd_chunk) + pc.fwd_once + pc.bwd_once;
+  double rcopy = recompute ? pc.cm_copy_fwd_chunk : 0;
+  pt.compute = K * (pc.fwd_chunk + rc + pc.bwd_chunk + pc.cm_copy_fwd_chunk + pc.cm_copy_bwd_chunk + rcopy) + pc.fwd_once + pc.bwd_once;
   double cf = K * (pc.comm_fwd_chunk + rf), cb = K * (pc.comm_bwd_chunk + rcomm + rb);
   pt.comm = cf + cb + pc.comm_dp;
+  // collective matmuls: what the ring steps hide beside their own products (a recomputed forward
+  // repeats its decomposed collectives under default/overlap_checkpoint, and their overlap)
+  double in_f = K * pc.cm_hide_fwd_chunk, in_b = K * (pc.cm_hide_bwd_chunk + (rcomm > 0 ? pc.cm_hide_fwd_chunk : 0));
   if (s.interleave && chunks > 1) {
     // one chunk's collective under the next chunk's compute, across parts without draining;
     // beside computation a collective takes longer (the profile's comm_beside_compute), for the
@@ -173,10 +199,13 @@ PartTime CostModel::part_time(int i, const Layout& prev, const Layout& cur, cons
       if (cb > 0) cb += nb * beside * std::min(1.0, K * (pc.bwd_chunk + rc) / cb);
       pt.comm = cf + cb + pc.comm_dp;
     }
+    // (the other chunks' compute and the ring steps' own products hide the same communication:
+    // together no more than the compute there is)
     pt.exposed = std::max(0.0, cf - K * pc.fwd_chunk) + std::max(0.0, cb + pc.comm_dp - K * (pc.bwd_chunk + rc));
   } else {
-    // the result is read right away; the gradient reduction hides behind the next part's backward
-    pt.exposed = cf + cb + std::max(0.0, pc.comm_dp - K * pc.bwd_chunk);
+    // the result is read right away (but for the ring steps beside their products); the gradient
+    // reduction hides behind the next part's backward
+    pt.exposed = (cf - in_f) + (cb - in_b) + std::max(0.0, pc.comm_dp - K * pc.bwd_chunk);
   }
   return pt;
 }

@@ -36,8 +36,11 @@ namespace oases {
 struct Layout {
   int64_t tp = 1;
   bool sp = false;
-  bool operator==(const Layout& o) const { return tp == o.tp && sp == o.sp; }
-  bool operator<(const Layout& o) const { return std::tie(tp, sp) < std::tie(o.tp, o.sp); }
+  bool cm = false;  // with sp: collective matmuls (planner/collective_matmul.h), the ring steps beside the products
+  bool operator==(const Layout& o) const { return tp == o.tp && sp == o.sp && cm == o.cm; }
+  bool operator<(const Layout& o) const { return std::tie(tp, sp, cm) < std::tie(o.tp, o.sp, o.cm); }
+  // the same split of the values (cm only changes how a part's collectives run)
+  bool same_split(const Layout& o) const { return tp == o.tp && sp == o.sp; }
   std::string to_string() const;
 };
 
@@ -54,6 +57,10 @@ struct PartCost {
   double saved_plain_chunk = 0, saved_entry_chunk = 0, saved_commopt_chunk = 0;  // bytes per chunk
   bool block = false;        // a block part (attention or MLP), checkpointed by the schedules
   bool block_start = false;  // the attention part: owns the block input
+  // collective matmuls (Layout::cm), per chunk: the ring steps' time that the products beside them
+  // can hide (each of the n - 1 steps under the product of the part already here; backward, the
+  // input-gradient products only), and the copies that place and pick the parts
+  double cm_hide_fwd_chunk = 0, cm_hide_bwd_chunk = 0, cm_copy_fwd_chunk = 0, cm_copy_bwd_chunk = 0;
 };
 
 struct PartTime {
@@ -104,7 +111,7 @@ class CostModel {
   const ModelAnalysis& a_;
   ClusterSpec cluster_;
   const OpTimeModel& ops_;
-  std::map<std::tuple<std::string, int64_t, bool, int64_t>, PartCost> cache_;
+  std::map<std::tuple<std::string, int64_t, bool, bool, int64_t>, PartCost> cache_;
   std::map<std::tuple<std::string, int64_t, bool, int64_t>, double> node_cache_;
   const PartRecords* records(int i, bool sp) const;
 };

@@ -25,6 +25,7 @@ std::vector<std::vector<Layout>> part_layouts(CostModel& m, const SearchOptions&
   for (int i = 0; i < m.num_parts(); ++i) {
     for (const Layout& l : m.layouts(i, K)) {
       if (l.sp && !o.allow_sequence_parallel) continue;
+      if (l.cm && !o.allow_collective_matmul) continue;
       if (!o.degrees.empty() && std::find(o.degrees.begin(), o.degrees.end(), l.tp) == o.degrees.end()) continue;
       if (tied_tp > 0 && (i == 0 || i == m.num_parts() - 1) && l.tp != tied_tp) continue;
       if (!m.part(i, l, K).feasible) continue;
@@ -387,7 +388,7 @@ SearchResult brute_force(CostModel& m, const SearchOptions& o) {
 
 std::vector<PartLayout> part_layouts_of(const ModelAnalysis& a, const std::vector<Layout>& layouts) {
   std::vector<PartLayout> out;
-  for (size_t i = 0; i < a.parts.size() && i < layouts.size(); ++i) out.push_back(PartLayout{a.parts[i], layouts[i].tp, layouts[i].sp});
+  for (size_t i = 0; i < a.parts.size() && i < layouts.size(); ++i) out.push_back(PartLayout{a.parts[i], layouts[i].tp, layouts[i].sp, layouts[i].cm});
   return out;
 }
 

@@ -22,6 +22,7 @@ struct SearchOptions {
   double memory_limit = 0;  // bytes per rank, 0: none
   bool allow_mixed = true;  // parts may take different layouts (when the model allows)
   bool allow_sequence_parallel = true;
+  bool allow_collective_matmul = true;  // sequence-parallel parts may decompose their collectives (Layout::cm)
   std::vector<int64_t> degrees;  // tp degrees allowed (empty: every candidate)
 };
 

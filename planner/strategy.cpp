@@ -117,7 +117,11 @@ Expected<Strategy> megatron_strategy(const Graph& g, const StrategyOptions& opt)
       const Shape& s = g.value(v).shape;
       if (s.size() != 3) return Status::ok();
       if (s[1] % opt.tp != 0) return error("{}: tp {} does not divide the sequence length {} (sequence parallelism)", what, opt.tp, s[1]);
-      st.pins[v] = ShardingSpec::replicated(3).with_dim(1, tp);
+      // (the batch stays split over dp: a pin without it would gather the batch at every norm)
+      int dp = st.mesh.axis("dp");
+      ShardingSpec spec = ShardingSpec::replicated(3);
+      if (dp >= 0) spec = spec.with_dim(0, dp);
+      st.pins[v] = spec.with_dim(1, tp);
       return Status::ok();
     };
     std::vector<const NormInfo*> norms;
@@ -212,6 +216,12 @@ Expected<PartitionedGraph> partition_training(const Graph& train, const std::vec
   }
   int dp = s.mesh.axis("dp");
   if (dp >= 0 && s.mesh.axis_size(dp) > 1 && s.dp_bucket_bytes > 0) bucket_gradient_all_reduces(pg, dp, s.dp_bucket_bytes);
+  // sequence parallelism leaves the gradients of weights applied on sequence shards (norms, the
+  // row-parallel biases, position embeddings) partial over tp: dozens of tiny all-reduces, bucketed
+  // like the data-parallel ones
+  int tpa = s.mesh.axis("tp");
+  if (!s.pins.empty() && s.part_layouts.empty() && tpa >= 0 && s.mesh.axis_size(tpa) > 1 && s.dp_bucket_bytes > 0)
+    bucket_gradient_all_reduces(pg, tpa, s.dp_bucket_bytes);
   if (!s.part_layouts.empty() && s.dp_bucket_bytes > 0) {
     // parts with their own dp axes: the gradients of each axis bucketed apart
     for (int a = 0; a < pg.mesh.num_axes(); ++a) {

@@ -91,7 +91,7 @@ int legacy(const std::string& model, const std::string& out, const std::string& 
 
 int plan_main(const std::string& model, int64_t gpus, const std::string& cluster_file, const std::string& profile_file, double memory_gib,
               int64_t batch, int64_t seq, const std::string& out, const std::string& html, const std::string& dot, bool simulate,
-              const std::string& trace, const std::string& schedules, const std::string& chunks, bool uniform, bool no_sp,
+              const std::string& trace, const std::string& schedules, const std::string& chunks, bool uniform, bool no_sp, bool no_cm,
               const std::string& emulate_link, const std::string& degrees, const BindingFlags& bind, bool no_pipeline,
               const std::string& reference_pipeline, const std::string& dtype, const std::string& pp_list, int64_t hosts) {
   auto t_start = std::chrono::steady_clock::now();
@@ -174,6 +174,7 @@ int plan_main(const std::string& model, int64_t gpus, const std::string& cluster
   }
   so.allow_mixed = !uniform;
   so.allow_sequence_parallel = !no_sp;
+  so.allow_collective_matmul = !no_cm;
   so.memory_limit = limit;
   auto t_search = std::chrono::steady_clock::now();
   SearchResult best = search_plan(cm, so);
@@ -206,6 +207,7 @@ int plan_main(const std::string& model, int64_t gpus, const std::string& cluster
   SearchOptions mo = so;
   mo.allow_mixed = false;
   mo.allow_sequence_parallel = false;
+  mo.allow_collective_matmul = false;
   mo.schedules = {"plain", "default_checkpoint"};
   mo.chunks = {1};
   SearchResult megatron = search_plan(cm, mo);
@@ -276,6 +278,11 @@ int plan_main(const std::string& model, int64_t gpus, const std::string& cluster
   if (simulate || !trace.empty()) {
     std::printf("simulated (each rank's program replayed on %s):\n", cluster.name.c_str());
     const Profile* floor = at_hand && profile ? &*profile : nullptr;
+    if (best.found && !no_cm) {
+      auto pick = choose_collective_matmuls_by_simulation(*pm, a, gpus, cluster, ops, floor, &best.best);
+      if (!pick) return fail_with(pick.status());
+      if (!pick->empty()) std::printf("  %s\n", pick->c_str());
+    }
     for (auto [label, r] : {std::pair<const char*, const SearchResult*>{"plan", &best}, {"Megatron", &megatron}, {"data parallel", &dp}}) {
       if (!r->found) continue;
       bool want_trace = !trace.empty() && std::string(label) == "plan";
@@ -373,7 +380,7 @@ int main(int argc, char** argv) {
     std::string model, out, html, dot, strategy, render, cluster, profile, trace, schedules, chunks, emulate, degrees;
     int64_t tp = 0, dp = 0, batch = 0, seq = 0, gpus = 0, hosts = 0;
     double memory = 0;
-    bool no_vocab = false, seq_par = false, simulate = false, uniform = false, no_sp = false, no_pipeline = false;
+    bool no_vocab = false, seq_par = false, simulate = false, uniform = false, no_sp = false, no_pipeline = false, no_cm = false;
     std::string reference_pipeline, dtype = "fp32", pp_list;
     BindingFlags bind;
     app.add_option("model", model, "ONNX model file");
@@ -388,6 +395,7 @@ int main(int argc, char** argv) {
     app.add_flag("--uniform", uniform, "One layout for every part");
     app.add_option("--degrees", degrees, "tp degrees to consider (comma list; default every one dividing the model)");
     app.add_flag("--no-sequence-parallel", no_sp, "Never split norms and residuals over the sequence");
+    app.add_flag("--no-collective-matmul", no_cm, "Never decompose sequence-parallel collectives into ring steps beside the products");
     app.add_option("--dtype", dtype, "fp32 | bf16 | fp16: compute type the op times are priced for (roofline)")
         ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
     app.add_option("--pp", pp_list, "Pipeline stage counts to consider (comma list); the plan is then a pipeline when one fits");
@@ -429,7 +437,7 @@ int main(int argc, char** argv) {
       if (tp > 0 || dp > 0 || !strategy.empty())
         return fail_with(Status::error("--gpus searches the split; leave out --tp, --dp and --strategy"));
       return plan_main(model, gpus, cluster, profile, memory, batch, seq, out, html, dot, simulate, trace, schedules, chunks, uniform,
-                       no_sp, emulate, degrees, bind, no_pipeline, reference_pipeline, dtype, pp_list, hosts);
+                       no_sp, no_cm, emulate, degrees, bind, no_pipeline, reference_pipeline, dtype, pp_list, hosts);
     }
     if (tp <= 0 && dp <= 0)
       return fail_with(Status::error("give --gpus N to search a plan, or --tp T [--dp D] for a given Megatron split"));

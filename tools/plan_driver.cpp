@@ -72,4 +72,42 @@ Expected<Simulated> simulate_plan(const PlanningModel& m, const Plan& plan, cons
   return s;
 }
 
+Expected<std::string> choose_collective_matmuls_by_simulation(const PlanningModel& m, const ModelAnalysis& a, int64_t ranks,
+                                                              const ClusterSpec& cluster, const OpTimeModel& ops, const Profile* local_floor,
+                                                              PlanChoice* choice) {
+  auto so = schedule_by_name(choice->schedule);
+  if (!so || !so->interleave || choice->chunks < 2) return std::string();
+  auto variant = [&](int mode) {  // 0: as chosen, 1: every sequence-parallel part, 2: none
+    std::vector<Layout> ls = choice->layouts;
+    for (size_t i = 0; i < ls.size(); ++i) {
+      bool can = ls[i].sp && ls[i].tp > 1 && a.parts[i] != "embedding";
+      if (mode == 1) ls[i].cm = can;
+      if (mode == 2) ls[i].cm = false;
+    }
+    return ls;
+  };
+  std::vector<std::vector<Layout>> tried;
+  double best_s = 0, first_s = 0;
+  int best = -1;
+  for (int mode = 0; mode < 3; ++mode) {
+    std::vector<Layout> ls = variant(mode);
+    if (std::find(tried.begin(), tried.end(), ls) != tried.end()) continue;
+    tried.push_back(ls);
+    PlanChoice c = *choice;
+    c.layouts = ls;
+    OASES_ASSIGN_OR_RETURN(Simulated s, simulate_plan(m, plan_of_choice(a, c, ranks), cluster, ops, local_floor, false));
+    if (mode == 0) first_s = s.sim.step_s;
+    if (best < 0 || s.sim.step_s < best_s) {
+      best_s = s.sim.step_s;
+      best = static_cast<int>(tried.size()) - 1;
+    }
+  }
+  if (tried.size() < 2) return std::string();
+  choice->layouts = tried[static_cast<size_t>(best)];
+  int on = 0;
+  for (const Layout& l : choice->layouts) on += l.cm;
+  return fmt::format("collective matmuls (decided by simulation beside {} x {} chunks): {} of {} parts, simulated {:.3f} ms (the search's choice {:.3f} ms)",
+                     choice->schedule, choice->chunks, on, choice->layouts.size(), best_s * 1e3, first_s * 1e3);
+}
+
 }  // namespace oases

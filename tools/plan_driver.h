@@ -45,4 +45,13 @@ struct Simulated {
 Expected<Simulated> simulate_plan(const PlanningModel& m, const Plan& plan, const ClusterSpec& cluster, const OpTimeModel& ops,
                                   const Profile* local_floor, bool trace);
 
+// Collective matmuls beside an interleaved schedule: the chain cost model cannot tell what they
+// add to the other chunks' overlap (both hide the same communication), so the replayed programs
+// decide between the choice's collective matmuls, every sequence-parallel part's (but the
+// embedding's), and none. `choice` takes the fastest; returns a line for people ("" when there was
+// nothing to decide: no sequence-parallel part, or a schedule without interleaving).
+Expected<std::string> choose_collective_matmuls_by_simulation(const PlanningModel& m, const ModelAnalysis& a, int64_t ranks,
+                                                              const ClusterSpec& cluster, const OpTimeModel& ops, const Profile* local_floor,
+                                                              PlanChoice* choice);
+
 }  // namespace oases

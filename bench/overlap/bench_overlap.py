@@ -11,7 +11,12 @@ Run through bench/overlap/run.sh (which builds and sets up first). For each stac
    collective then takes s times what the full-size message takes on the 3090 server's link:
        bw_emulated = bw_3090 * (bytes_scaled / bytes_full) / s,   latency_emulated = s * latency_3090
    so the scaled stack on this CPU sees the full stack's ratio of communication to computation;
-3. run every schedule with that link and read the step time and the overlap report.
+3. run every schedule with that link and read the step time and the overlap report;
+4. the same link with sequence parallelism (all-gather + reduce-scatter instead of all-reduce):
+   `oases` (sp), `oases` with collective matmuls (cm: each gather and scatter decomposed into tp ring
+   steps beside the partial products), and collective matmuls alone with one chunk (cm K1: the
+   overlap inside the op, for batches too small to chunk); "best" is the fastest of oases, sp, cm
+   and cm K1, the choice the planner makes per part (--no-sp skips the sequence-parallel runs).
 
 RTX 3090 server figures (state them, they decide the result):
   F3 = 22.5 TFLOP/s  fp32 effective: the paper's profiled point (hidden 3072, micro-batch 4, tp 4)
@@ -32,6 +37,10 @@ import sys
 
 STACKS = [(1024, 24), (2048, 24), (3072, 24), (4096, 16), (6144, 16), (8192, 8), (12288, 4)]
 SCHEDULES = ["plain", "default_checkpoint", "optim_comm_checkpoint", "overlap_checkpoint", "oases"]
+# (column, schedule, chunks: None = --chunks, extra flags)
+SP_VARIANTS = [("sp", "oases", None, ["--sequence-parallel"]),
+               ("cm", "oases", None, ["--sequence-parallel", "--collective-matmul"]),
+               ("cm K1", "optim_comm_checkpoint", 1, ["--sequence-parallel", "--collective-matmul"])]
 F3, BW3, A3 = 22.5e12, 6.2e9, 10e-6
 FULL_B, FULL_T = 4, 1024
 
@@ -49,13 +58,13 @@ def run(cmd, env):
     return p
 
 
-def train(a, model, tp, schedule, chunks, link, steps, workdir, env):
+def train(a, model, tp, schedule, chunks, link, steps, workdir, env, extra=()):
     log = os.path.join(workdir, "log.jsonl")
     if os.path.exists(log):
         os.remove(log)
     cmd = [os.path.join(a.bin, "oases-train"), model, "--synthetic", "--batch", str(a.batch), "--seq", str(a.seq),
            "--steps", str(steps), "--local-ranks", str(tp), "--tp", str(tp), "--schedule", schedule,
-           "--chunks", str(chunks), "-q", "--log-json", log]
+           "--chunks", str(chunks), "-q", "--log-json", log] + list(extra)
     if link:
         cmd += ["--emulate-link", link, "--overlap-report"]
     p = run(cmd, env)
@@ -85,6 +94,7 @@ def main():
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--tp", type=int, action="append", default=[])
     ap.add_argument("--only", type=int, action="append", default=[], metavar="HIDDEN", help="full-size hidden of a stack")
+    ap.add_argument("--no-sp", action="store_true", help="skip the sequence-parallel and collective-matmul runs")
     ap.add_argument("--json", help="write the results here")
     a = ap.parse_args()
     tps = a.tp or [2, 4]
@@ -95,8 +105,11 @@ def main():
           f"full stacks at micro-batch {FULL_B} x {FULL_T}; scaled: hidden / {a.scale}, layers / {a.layer_scale}, "
           f"head dim {a.head_dim}, batch {a.batch} x {a.seq}, K = {a.chunks}, median of {a.steps - a.warmup} steps, {os.cpu_count()} cores",
           flush=True)
+    variants = [] if a.no_sp else SP_VARIANTS
     hdr = (f"{'stack (full)':>14} {'scaled':>10} {'tp':>3} {'link GB/s':>10} {'lat ms':>7} "
-           + " ".join(f"{s[:12]:>12}" for s in SCHEDULES) + f" {'comm %':>7} {'oases/dflt':>10} {'oases/plain':>11} {'hidden':>7} {'bound':>6} {'could':>6} {'hid/could':>9}")
+           + " ".join(f"{s[:12]:>12}" for s in SCHEDULES) + "".join(f" {v[0]:>7}" for v in variants)
+           + f" {'comm %':>7} {'oases/dflt':>10} {'oases/plain':>11} {'hidden':>7} {'bound':>6} {'could':>6} {'hid/could':>9}"
+           + (f" {'best/dflt':>9} {'best':>7}" if variants else ""))
     print(hdr)
     for h, layers in stacks:
         hs, ls = h // a.scale, max(1, layers // a.layer_scale)
@@ -123,6 +136,12 @@ def main():
                 k = 1 if sched in ("plain", "default_checkpoint", "optim_comm_checkpoint") else a.chunks
                 row["schedules"][sched] = train(a, model, tp, sched, k, link, a.steps, mdir, env)
             S = row["schedules"]
+            for col, sched, k, extra in variants:
+                S[col] = train(a, model, tp, sched, k or a.chunks, link, a.steps, mdir, env, extra)
+            if variants:
+                best = min(["oases"] + [v[0] for v in variants], key=lambda c: S[c]["ms"])
+                row["best"] = best
+                row["best_vs_default"] = S["default_checkpoint"]["ms"] / S[best]["ms"]
             plain_comm = S["plain"].get("comm_ms", 0.0)
             row["comm_share_plain"] = plain_comm / S["plain"]["ms"] if S["plain"]["ms"] else 0.0
             row["speedup_vs_default"] = S["default_checkpoint"]["ms"] / S["oases"]["ms"]
@@ -138,15 +157,17 @@ def main():
             row["oases_hid_of_could"] = S["oases"].get("groups_hid_ms", 0.0) / could if could else 0.0
             results.append(row)
             print(f"{row['stack']:>14} {name:>10} {tp:>3} {bw / 1e9:>10.4f} {lat * 1e3:>7.2f} "
-                  + " ".join(f"{S[s]['ms']:>12.1f}" for s in SCHEDULES)
+                  + " ".join(f"{S[s]['ms']:>12.1f}" for s in SCHEDULES) + "".join(f" {S[v[0]]['ms']:>7.1f}" for v in variants)
                   + f" {100 * row['comm_share_plain']:>6.0f}% {row['speedup_vs_default']:>10.2f} {row['speedup_vs_plain']:>11.2f}"
                   f" {100 * row['oases_hidden']:>6.0f}% {100 * row['oases_hidden_bound']:>5.0f}%"
-                  f" {100 * row['oases_could']:>5.0f}% {100 * row['oases_hid_of_could']:>8.0f}%", flush=True)
+                  f" {100 * row['oases_could']:>5.0f}% {100 * row['oases_hid_of_could']:>8.0f}%"
+                  + (f" {row['best_vs_default']:>9.2f} {row['best']:>7}" if variants else ""), flush=True)
     print("columns: ms/step (median) per schedule; comm % = communication share of the plain step; "
           "oases/dflt and oases/plain = speed-up of oases; hidden = share of oases' communication hidden behind compute; "
           "bound = the most that could hide: the compute thread's time in the oases step (step - exposed comm) over its comm; "
           "could = per collective (--overlap-report), the compute its order put between its start and its wait, over all collectives' time; "
-          "hid/could = what hid of that")
+          "hid/could = what hid of that; sp / cm / cm K1 = oases with sequence parallelism, oases with collective matmuls, "
+          "collective matmuls with one chunk (optim_comm_checkpoint); best = the fastest of oases, sp, cm, cm K1")
     g = [r for r in results if r["comm_share_plain"] >= 0.3]
     if g:
         print(f"where comm >= 30% of the plain step ({len(g)} of {len(results)}): oases over default_checkpoint "
@@ -155,6 +176,10 @@ def main():
               f"{100 * min(r['oases_hidden'] for r in g):.0f}-{100 * max(r['oases_hidden'] for r in g):.0f}% "
               f"(>= 80% in {sum(r['oases_hidden'] >= 0.8 for r in g)}; where the bound allows 80% "
               f"({sum(r['oases_hidden_bound'] >= 0.8 for r in g)} rows): {sum(r['oases_hidden'] >= 0.8 for r in g if r['oases_hidden_bound'] >= 0.8)} reach it)")
+        if variants:
+            print(f"  best of oases / sp / cm / cm K1 over default_checkpoint: {min(r['best_vs_default'] for r in g):.2f}-"
+                  f"{max(r['best_vs_default'] for r in g):.2f}x (>= 1.3x in {sum(r['best_vs_default'] >= 1.3 for r in g)} of {len(g)}); "
+                  f"chosen: {', '.join(sorted(set(r['best'] for r in g)))}")
     if a.json:
         json.dump({"figures": {"tflops_3090": F3 / 1e12, "link_gbps_3090": BW3 / 1e9, "latency_us_3090": A3 * 1e6},
                    "results": results}, open(a.json, "w"), indent=2)
