@@ -74,6 +74,13 @@ Expected<Reference> reference_split(const Graph& forward, const Graph& train, co
   r.dp = st.mesh.axis("dp");
   r.tp = st.mesh.axis("tp");
   std::map<ValueId, ShardingSpec> seeds = st.specs;
+  // the reference splits the batch over a dp axis of one rank (so that batch dimensions are
+  // marked); sequence-parallel pins keep it split there too
+  if (r.dp >= 0) {
+    for (auto& [v, spec] : st.pins) {
+      if (!spec.dims.empty() && spec.dims[0].axis < 0) spec = spec.with_dim(0, r.dp);
+    }
+  }
   for (ValueId v : train.inputs()) {
     const Value& val = train.value(v);
     if (val.shape.empty()) continue;

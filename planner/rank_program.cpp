@@ -164,6 +164,7 @@ Expected<GlobalProgram> build_global_program(Graph forward, const TrainingSpec& 
     gp.param_specs.push_back(it != gp.strategy.specs.end() ? it->second : ShardingSpec::replicated(gp.train.graph.value(p).shape.size()));
     gp.param_shapes.push_back(gp.train.graph.value(p).shape);
   }
+  gp.strategy.bucket_tp_gradients = !opts.pipeline;
   if (world > 1 || opts.partition) {
     auto pg = partition_training(gp.train.graph, gp.train.params, gp.strategy, &gp.sharding);
     if (!pg) return pg.status().with_context(where);

@@ -51,6 +51,9 @@ struct GlobalProgramOptions {
   std::string model_path;  // names the model in errors
   std::string plan_path;   // the plan's file, when it came from one: its specs rule, errors name it
   bool partition = false;  // partition even a one-rank run (plan reports)
+  // pipeline stages cut the graph at block boundaries: gradient buckets must not span stages, so
+  // the sequence-parallel tp gradient all-reduces stay one per gradient there
+  bool pipeline = false;
 };
 
 // What every rank of a run shares.

@@ -120,7 +120,7 @@ Expected<Strategy> megatron_strategy(const Graph& g, const StrategyOptions& opt)
       // (the batch stays split over dp: a pin without it would gather the batch at every norm)
       int dp = st.mesh.axis("dp");
       ShardingSpec spec = ShardingSpec::replicated(3);
-      if (dp >= 0) spec = spec.with_dim(0, dp);
+      if (dp >= 0 && st.mesh.axis_size(dp) > 1) spec = spec.with_dim(0, dp);
       st.pins[v] = spec.with_dim(1, tp);
       return Status::ok();
     };
@@ -220,7 +220,7 @@ Expected<PartitionedGraph> partition_training(const Graph& train, const std::vec
   // row-parallel biases, position embeddings) partial over tp: dozens of tiny all-reduces, bucketed
   // like the data-parallel ones
   int tpa = s.mesh.axis("tp");
-  if (!s.pins.empty() && s.part_layouts.empty() && tpa >= 0 && s.mesh.axis_size(tpa) > 1 && s.dp_bucket_bytes > 0)
+  if (s.bucket_tp_gradients && !s.pins.empty() && s.part_layouts.empty() && tpa >= 0 && s.mesh.axis_size(tpa) > 1 && s.dp_bucket_bytes > 0)
     bucket_gradient_all_reduces(pg, tpa, s.dp_bucket_bytes);
   if (!s.part_layouts.empty() && s.dp_bucket_bytes > 0) {
     // parts with their own dp axes: the gradients of each axis bucketed apart

@@ -56,6 +56,8 @@ struct Strategy {
   // Collective matmuls (planner/collective_matmul.h) in these parts; every part when the set is empty.
   bool collective_matmul = false;
   std::set<std::string> collective_matmul_parts;
+  // bucket the tp all-reduces of sequence-parallel weight gradients (off for pipeline stages)
+  bool bucket_tp_gradients = true;
 };
 
 // How tp ranks split one attention's q/k/v projections (a.qkv, in order): per projection the

@@ -328,6 +328,7 @@ Expected<TrainSetup> prepare_training(const TrainArgs& args, int64_t world) {
   go.model_path = a.model;
   go.plan_path = a.plan;
   go.partition = !a.export_plan.empty();
+  go.pipeline = a.pp > 1;
   // stages with another mesh than the first: their own program of the same training graph, laid
   // out by Megatron's rules on their tp x dp (a plan file's per-parameter specs are the first's)
   std::optional<Graph> forward;
