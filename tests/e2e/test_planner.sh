@@ -69,6 +69,24 @@ grep -q "^simulated" "$WORK/sim.txt" && grep -q "hidden" "$WORK/sim.txt" || fail
   >/dev/null && same_grads "$WORK/gpt2_tiny.ref" "$WORK/prof.grads" "profiled plan" || fail "profiled plan"
 expect_error "profile --backend cuda" "CUDA" "$OASES_BIN/oases-profile" --backend cuda --out "$WORK/cuda.json"
 
+# collective matmuls: with one chunk (nothing to interleave) the search decomposes the sequence-
+# parallel collectives where the link is slow enough for the hidden time to pay for the copies, not
+# where it is fast; the plan it writes trains (h512 x 2 stack, 8 x 256 tokens on 2 ranks)
+/usr/bin/python3 "$OASES_SOURCE_DIR/models/make_oases_stacks.py" --out "$WORK/cm" --stack 512x2 --vocab 1024 --seq 256 >/dev/null \
+  || fail "write the h512 stack"
+CM=$WORK/cm/gpt_h512_l2_v1024_s256/model.onnx
+"$P" "$CM" --gpus 2 --batch 8 --seq 256 --emulate-link bw=2,latency=10 --degrees 2 --chunks 1 --schedules plain --no-pipeline \
+  --out "$WORK/cm.plan.json" >"$WORK/cm.slow.txt" || fail "plan collective matmuls"
+grep -q "attn tp2+sp+cm mlp tp2+sp+cm" "$WORK/cm.slow.txt" || fail "no collective matmuls behind a slow link: $(grep -A1 '^  plan ' "$WORK/cm.slow.txt")"
+/usr/bin/python3 -c "import json,sys; p=json.load(open(sys.argv[1])); assert sum(x.get('collective_matmul', False) for x in p['parts']) >= 4, p['parts']" \
+  "$WORK/cm.plan.json" || fail "the plan file lacks the parts' collective matmuls"
+"$P" "$CM" --gpus 2 --batch 8 --seq 256 --emulate-link bw=8,latency=10 --degrees 2 --chunks 1 --schedules plain --no-pipeline \
+  >"$WORK/cm.fast.txt" || fail "plan behind a fast link"
+grep -A1 '^  plan ' "$WORK/cm.fast.txt" | grep -q "+cm" && fail "collective matmuls behind a fast link: $(grep -A1 '^  plan ' "$WORK/cm.fast.txt")"
+"$P" "$CM" --gpus 2 --batch 8 --seq 256 --emulate-link bw=2,latency=10 --degrees 2 --chunks 1 --schedules plain --no-pipeline \
+  --no-collective-matmul | grep -A1 '^  plan ' | grep -q "+cm" && fail "--no-collective-matmul still decomposes"
+"$T" "$CM" --synthetic --batch 8 --seq 256 --steps 2 -q --local-ranks 2 --plan "$WORK/cm.plan.json" >/dev/null || fail "train the collective-matmul plan"
+
 # bad input
 cluster() { printf '%s\n' "$1" >"$WORK/c.json"; }
 LINKS='"links": {"intra_node": {"kind": "pcie", "bandwidth_gbps": 6.2, "latency_us": 10}, "inter_node": {"kind": "infiniband", "bandwidth_gbps": 12.5, "latency_us": 5}}'

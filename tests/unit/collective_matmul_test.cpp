@@ -8,6 +8,8 @@
 #include "graph/op_registry.h"
 #include "planner/hybrid.h"
 #include "planner/rank_program.h"
+#include "planner/plan_report.h"
+#include "planner/search.h"
 #include "tools/plan_driver.h"
 
 namespace oases {
@@ -145,6 +147,50 @@ TEST(CollectiveMatmul, PlanFileKeepsTheChoice) {
   ASSERT_TRUE(back) << back.status().message();
   EXPECT_TRUE(back->collective_matmul);
   EXPECT_NE(p.to_string().find("collective matmuls"), std::string::npos);
+}
+
+// The cost model: under an in-line schedule the ring steps hide behind the partial products (what
+// sequence parallelism alone leaves exposed) at the price of the copies, and the embedding has
+// nothing to decompose; --no-collective-matmul keeps them out of the search. (That the search
+// takes them where the hidden time outweighs the copies, and not where the link is fast:
+// tests/e2e/test_planner.sh, on a stack big enough for it.)
+TEST(CollectiveMatmul, PricedPerPart) {
+  std::string path = std::string(OASES_SOURCE_DIR) + "/models/train/gpt2_4l/model.onnx";
+  auto pm = load_planning_model(path, ImportOptions{}, 8, 64);
+  ASSERT_TRUE(pm) << pm.status().message();
+  auto a = analyze_model(pm->forward, pm->train.graph, pm->train.params, 2);
+  ASSERT_TRUE(a) << a.status().message();
+  // this machine's CPU behind an emulated link about as slow as its products are long
+  ClusterSpec cluster = this_machine(2, nullptr, "bw=0.5,latency=10", 1);
+  OpTimeModel ops = op_time_model(cluster, nullptr, 2, 1);
+  CostModel cm(*a, cluster, ops);
+  auto plain = *schedule_by_name("plain");
+  int blocks = 0;
+  for (int i = 0; i < cm.num_parts(); ++i) {
+    bool has_cm = false;
+    for (const Layout& l : cm.layouts(i, 1)) has_cm |= l.cm;
+    if (a->parts[static_cast<size_t>(i)] == "embedding") {
+      EXPECT_FALSE(has_cm);
+      continue;
+    }
+    ASSERT_TRUE(has_cm) << a->parts[static_cast<size_t>(i)];
+    Layout sp{2, true}, ring{2, true, true};
+    PartTime ts = cm.part_time(i, sp, sp, plain, 1), tc = cm.part_time(i, ring, ring, plain, 1);
+    EXPECT_NEAR(tc.comm, ts.comm, 1e-12 * ts.comm);  // the same bytes, in ring steps
+    EXPECT_LT(tc.exposed, ts.exposed) << a->parts[static_cast<size_t>(i)];
+    EXPECT_GE(tc.exposed, 0);
+    EXPECT_GT(tc.compute, ts.compute);  // the copies that place and pick the parts
+    blocks += a->parts[static_cast<size_t>(i)].rfind("layer.", 0) == 0;
+  }
+  EXPECT_EQ(blocks, 8);
+  SearchOptions o;
+  o.schedules = {"plain"};
+  o.chunks = {1};
+  o.degrees = {2};
+  o.allow_collective_matmul = false;
+  SearchResult off = search_plan(cm, o);
+  ASSERT_TRUE(off.found);
+  for (const Layout& l : off.best.layouts) EXPECT_FALSE(l.cm);
 }
 
 }  // namespace
