@@ -110,6 +110,8 @@ run "gpt2_dropout pp2 tp2 eager-1f1b oases" dropout "$T" "$D" --local-ranks 4 --
   --schedule oases --chunks 2
 run "gpt2_4l pp2 tp2 sequence-parallel" gpt2_4l "$T" "$OASES_SOURCE_DIR/models/train/gpt2_4l/model.onnx" --local-ranks 4 -- --pp 2 --tp 2 \
   --sequence-parallel
+run "gpt2_4l pp2 tp2 collective matmuls oases" gpt2_4l "$T" "$OASES_SOURCE_DIR/models/train/gpt2_4l/model.onnx" --local-ranks 4 -- --pp 2 \
+  --tp 2 --sequence-parallel --collective-matmul --schedule oases --chunks 2
 
 # --export-plan writes the stages into the plan (version 3); --plan alone runs them again
 G=$OASES_SOURCE_DIR/models/train/gpt2_4l/model.onnx
