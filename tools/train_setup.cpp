@@ -113,7 +113,6 @@ Expected<Plan> run_plan(TrainArgs& a, int64_t world) {
     bool sp = plan.sequence_parallel;
     for (const PartLayout& l : plan.mesh.parts) sp = sp || l.sequence_parallel;
     if (!sp) return Status::error("--collective-matmul decomposes the gathers and scatters of sequence parallelism: add --sequence-parallel");
-    if (a.device != "cpu") return Status::error("--collective-matmul runs on the CPU only so far (its ring ops have no CUDA kernels)");
   }
   plan.dp_bucket_bytes = static_cast<int64_t>(a.dp_bucket_mb * (1 << 20));
   plan.dtype = a.dtype;

@@ -91,6 +91,22 @@ void register_cuda_collectives(CudaKernelRegistry& r) {
     copy(c.in(0).data, tmp, es, to_rank_major_plan(l.outer, segs, g.size(), l.dim / segs / g.size() * l.inner), c.stream);
     g.reduce_scatter(tmp, c.out(0).data, count, c.in(0).dtype, ReduceOp::kSum);
   });
+  r.add("oases", "RingShift", [](CudaContext& c) {
+    // one ring step of a collective matmul (planner/collective_matmul.h): a paired send and receive
+    NcclGroup& g = nccl_group(c);
+    g.shift(c.in(0).data, c.out(0).data, static_cast<int64_t>(c.in(0).nbytes()), static_cast<int>(c.attrs().get_int("shift", 1)));
+  });
+  r.add("oases", "RingAssemble", [](CudaContext& c) {
+    // input s is part (rank - s) mod n of the output along dim
+    CommGroup& g = c.k.group(c.attrs().get_int("mesh_axis", 0));
+    int64_t n = g.size(), dim = c.attrs().get_int("dim", 0);
+    std::vector<int64_t> in = dims(c.in(0).shape), out = dims(c.out(0).shape);
+    for (int64_t s = 0; s < n; ++s) {
+      int64_t part = ((g.rank() - s) % n + n) % n;
+      NdPlan p = concat_part_plan(in, out, dim, part * in[static_cast<size_t>(dim)]);
+      copy(c.in(static_cast<int>(s)).data, c.out(0).data, dtype_size(c.in(0).dtype), p, c.stream);
+    }
+  });
   r.add("oases", "ShardSlice", [](CudaContext& c) {
     CommGroup& g = c.k.group(c.attrs().get_int("mesh_axis", 0));
     int64_t segs = c.attrs().get_int("segments", 1), dim = c.attrs().get_int("dim", 0);
