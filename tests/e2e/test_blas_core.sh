@@ -9,6 +9,7 @@
 #   - the re-executed process never executes again (OASES_BLAS_REEXEC), even when the asked core
 #     did not take; a forced re-execution (OASES_TEST_BLAS_DETECTED) switches where OpenBLAS knows
 #     the CPU too, so the mechanism is tested on every machine with AVX2
+#   - a failed re-execution (no /proc) warns once and goes on with the detected core
 #   - real work after the switch: oases-run, oases-train with thread ranks and under mpirun
 source "$(dirname "$0")/lib.sh"
 TOOLS=(oases-import oases-plan oases-run oases-train oases-profile oases-reshard oases-gpu-info)
@@ -101,6 +102,21 @@ if [[ $dynamic == 1 ]]; then
   [[ $(grep -c . "$WORK/err") == 1 && $(cat "$WORK/err") == "warning: OpenBLAS runs its Prescott kernels although OPENBLAS_CORETYPE=Prescott"* ]] \
     || fail "guard set, core did not take: expected one warning line, got: $(cat "$WORK/err")"
   echo "ok: no second re-execution: $line"
+fi
+
+# --- a failed re-execution (no /proc, in a mount namespace of its own): one warning, the detected
+# core, and the tool goes on
+if ((switches)) && unshare -m true 2>/dev/null; then
+  out=$("${CLEAN[@]}" timeout 60 unshare -m sh -c 'umount -l /proc && exec "$0" --version' "$OASES_BIN/oases-import" 2>"$WORK/err")
+  rc=$?
+  line=$(grep '^OpenBLAS core ' <<<"$out")
+  [[ $rc == 0 && $line == "OpenBLAS core $detected (as detected; running again with OPENBLAS_CORETYPE=$BEST failed: "*")" ]] \
+    || fail "failed re-execution: exit $rc, '$line'"
+  [[ $(grep -c . "$WORK/err") == 1 && $(cat "$WORK/err") == "warning: OpenBLAS runs its $detected kernels on this $ISA CPU and running again with"* ]] \
+    || fail "failed re-execution: expected one warning line, got: $(cat "$WORK/err")"
+  echo "ok: failed re-execution goes on: $line"
+else
+  echo "note: the failed re-execution was not tried (OpenBLAS needs no switch here, or no unshare -m)"
 fi
 
 # --- real work on the chosen core: the forward pass (checks its outputs), training on thread ranks
