@@ -140,7 +140,8 @@ def peer_env(threads, keep_blas_env=False, blas_core=""):
     ONNX Runtime (set through its session options). OPENBLAS_CORETYPE is removed unless asked to
     keep it, so OpenBLAS uses the kernels it detects for this CPU (a forced older core, e.g.
     Haswell on an AVX-512 machine, slows every OpenBLAS user: Oases and PyTorch alike); blas_core
-    sets it for all of them."""
+    sets it for all of them. Oases itself switches to the CPU's kernels where OpenBLAS falls back
+    to a generic core (oases_blas); an OPENBLAS_CORETYPE set here it obeys."""
     env = dict(os.environ)
     env["OMP_NUM_THREADS"] = str(threads)
     env["OPENBLAS_NUM_THREADS"] = str(threads)
@@ -152,10 +153,41 @@ def peer_env(threads, keep_blas_env=False, blas_core=""):
     return env
 
 
+def oases_blas(binary, env):
+    """(core, line): the OpenBLAS core an oases tool runs in env and how it chose it, from its
+    --version line "OpenBLAS core SkylakeX (auto: detected Prescott on an AVX-512 CPU)"."""
+    try:
+        text = subprocess.run([binary, "--version"], env=env, capture_output=True, text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError) as e:
+        die(f"{binary} --version failed: {e}")
+    line = next((ln for ln in text.splitlines() if ln.startswith("OpenBLAS core ")), "")
+    if not line:
+        die(f"{binary} --version names no OpenBLAS core (an older build?): {text.strip()}")
+    return line.split()[2], line
+
+
+def roof_env(env, oases_core):
+    """The roof's environment: the peers', with the OpenBLAS core Oases runs (which Oases may have
+    chosen itself), so that "of roof" compares Oases with its own kernels."""
+    return dict(env, OPENBLAS_CORETYPE=oases_core)
+
+
+def detected_core(lib, env):
+    """The core OpenBLAS (the file lib) picks by itself in env: what PyTorch 1.13 runs."""
+    code = ("import ctypes, sys; lib = ctypes.CDLL(sys.argv[1]); lib.openblas_get_corename.restype = ctypes.c_char_p; "
+            "print(lib.openblas_get_corename().decode())")
+    try:
+        return subprocess.run([EXPORT_PY, "-c", code, lib], env=env, capture_output=True, text=True,
+                              check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "?"
+
+
 def blas_warning(core, users="Oases and the roof"):
     """A line for the table's notes when OpenBLAS runs its generic Prescott (SSE3) kernels on a CPU
-    with AVX2/AVX-512: OpenBLAS does not know the CPU model (0.3.21 and e.g. Emerald Rapids, family
-    6 model 207) and falls back, which slows Oases and every other OpenBLAS user several times."""
+    with AVX2/AVX-512 for `users`: OpenBLAS does not know the CPU model (0.3.21 and e.g. Emerald
+    Rapids, family 6 model 207) and falls back, which slows every OpenBLAS user several times that
+    does not choose its core itself (Oases does, unless OASES_BLAS_AUTO=0)."""
     try:
         info = open("/proc/cpuinfo").read()
     except OSError:
@@ -165,8 +197,8 @@ def blas_warning(core, users="Oases and the roof"):
     best = "SkylakeX" if "avx512f" in flags else "Haswell" if "avx2" in flags else ""
     if core != "Prescott" or not best:
         return ""
-    return (f"WARNING: OpenBLAS runs its Prescott (SSE3) kernels: it does not know this CPU (model {model}) and fell "
-            f"back; {users} run OpenBLAS so (--blas-core {best} forces its {best} kernels)")
+    return (f"WARNING: OpenBLAS runs its Prescott (SSE3) kernels for {users}: it does not know this CPU (model {model}) "
+            f"and fell back (--blas-core {best} forces its {best} kernels)")
 
 
 def run_rss(cmd, env, log_path):

@@ -1,7 +1,7 @@
 """The OpenBLAS sgemm roof of bench/forward and bench/train: times cblas_sgemm of the given OpenBLAS
 library (the file oases-run / oases-train load, found by the bench with ldd) on a model's matrix
-products, in the environment of the peers (OPENBLAS_NUM_THREADS = T threads, OPENBLAS_CORETYPE as
-they get it). Called through ctypes on that very library file, so neither numpy's BLAS nor another
+products, in the environment of the peers (OPENBLAS_NUM_THREADS = T threads) with OPENBLAS_CORETYPE
+set to the core Oases runs (which Oases may have chosen itself: bench/common.py roof_env). Called through ctypes on that very library file, so neither numpy's BLAS nor another
 copy of OpenBLAS takes part; numpy only holds the (random) operands.
   roof.py LIBOPENBLAS SPEC_JSON
 SPEC_JSON: {"gemms": [{what, count, batch, m, n, k, ta, tb}, ...], "min_time": seconds}.

@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 
 #include "executor/communicator.h"
+#include "executor/cpu/blas_select.h"
 #include "executor/distributed.h"
 #include "executor/emulated_link.h"
 #include "executor/launcher.h"
@@ -121,7 +122,8 @@ nlohmann::json machine_description(int64_t ranks, int threads) {
           {"threads_per_rank", threads},
           {"compiler", __VERSION__},
           {"date", date},
-          {"blas", "OpenBLAS"}};
+          {"blas", "OpenBLAS"},
+          {"blas_core", blas_core_report()}};
 }
 
 // Matrix-product rate (one rank's threads) and streaming bandwidth of this machine.

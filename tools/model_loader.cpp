@@ -4,7 +4,11 @@
 #include <cmath>
 #include <cstdio>
 
+#include <fmt/format.h>
+
+#include "executor/cpu/blas_select.h"
 #include "executor/cpu_evaluator.h"
+#include "kernels/cpu/blas_core.h"
 
 namespace oases {
 
@@ -85,7 +89,14 @@ int run_tool(const std::function<int()>& body) {
   return 2;
 }
 
+std::string version_text(const std::string& program) {
+  std::string name = program.substr(program.find_last_of('/') + 1);
+  return fmt::format("{} (Oases {})\n{}\n{}", name, OASES_VERSION, blas_core_report(), kernels::blas_config());
+}
+
 int parse_cli(CLI::App& app, int argc, char** argv) {
+  app.set_version_flag(
+      "--version", [&app] { return version_text(app.get_name()); }, "Print the version and the OpenBLAS core in use");
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -38,7 +38,11 @@ struct BindingFlags {
 // Runs a tool's body: OasesError and other exceptions become `error: …` with exit code 2.
 int run_tool(const std::function<int()>& body);
 int fail_with(const Status& s);  // prints `error: <message>`, returns 2
-// Parses the command line; parse errors print `error: …` and give 2, --help gives 0. Returns -1 to go on.
+// Parses the command line; parse errors print `error: …` and give 2, --help and --version give 0.
+// Returns -1 to go on. Adds --version to every tool: version_text().
 int parse_cli(CLI::App& app, int argc, char** argv);
+// "oases-run (Oases 0.1.0)", then the OpenBLAS core in use and how it was chosen
+// (executor/cpu/blas_select.h), then OpenBLAS's build configuration.
+std::string version_text(const std::string& program);
 
 }  // namespace oases

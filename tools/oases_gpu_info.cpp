@@ -6,12 +6,14 @@
 
 #include <nlohmann/json.hpp>
 
+#include "executor/cpu/blas_select.h"
 #include "executor/device.h"
 #include "tools/model_loader.h"
 
 using namespace oases;
 
 int main(int argc, char** argv) {
+  select_blas_core(argv);
   return run_tool([&] {
     bool json = false;
     CLI::App app{"oases-gpu-info: CUDA libraries, their versions and the devices this build can use"};

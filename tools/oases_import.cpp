@@ -2,6 +2,7 @@
 // Reads and checks a model, makes it canonical and summarises it.
 #include <cstdio>
 
+#include "executor/cpu/blas_select.h"
 #include "graph/atomic_file.h"
 
 #include "tools/summary.h"
@@ -9,6 +10,7 @@
 using namespace oases;
 
 int main(int argc, char** argv) {
+  select_blas_core(argv);
   return run_tool([&] {
     CLI::App app{"oases-import: read, check and summarise an ONNX transformer"};
     std::string model, json_out, dot_out;

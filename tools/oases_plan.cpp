@@ -18,6 +18,7 @@
 
 #include <fmt/format.h>
 
+#include "executor/cpu/blas_select.h"
 #include "graph/atomic_file.h"
 #include "planner/link_model.h"
 #include "planner/plan.h"
@@ -375,6 +376,7 @@ int plan_main(const std::string& model, int64_t gpus, const std::string& cluster
 }  // namespace
 
 int main(int argc, char** argv) {
+  select_blas_core(argv);
   return run_tool([&] {
     CLI::App app{"oases-plan: choose how to split a model's training over a cluster, or describe a given split"};
     std::string model, out, html, dot, strategy, render, cluster, profile, trace, schedules, chunks, emulate, degrees;

@@ -14,6 +14,7 @@
 
 #include <fmt/format.h>
 
+#include "executor/cpu/blas_select.h"
 #include "executor/device.h"
 #include "executor/machine_profile.h"
 #include "graph/atomic_file.h"
@@ -49,6 +50,7 @@ std::vector<int64_t> parse_ints(const std::string& s, const char* flag) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  select_blas_core(argv);
   return run_tool([&] {
     CLI::App app{"oases-profile: measure op and collective times on this machine for the planner"};
     std::string backend = "cpu", out, model, degrees_s, chunks_s = "1,2,4", emulate, sizes_s;

@@ -26,6 +26,7 @@
 #include <fmt/ranges.h>
 #include <CLI/CLI.hpp>
 
+#include "executor/cpu/blas_select.h"
 #include "executor/launcher.h"
 #include "executor/reshard_runner.h"
 #include "tools/model_loader.h"
@@ -95,6 +96,7 @@ double median(std::vector<double> v) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  select_blas_core(argv);
   return run_tool([&] {
     CLI::App app{"oases-reshard: plan, run and check a cross-mesh resharding"};
     std::string shape_s, src_mesh_s, dst_mesh_s, src_s, dst_s, src_ranks_s, dst_ranks_s, strategy_s = "auto", emulate,

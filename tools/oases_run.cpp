@@ -13,11 +13,12 @@
 
 #include <fmt/ranges.h>
 
+#include "executor/cpu/blas_select.h"
 #include "executor/device.h"
 #include "executor/executor.h"
 #include "executor/profile_report.h"
 #include "graph/atomic_file.h"
-#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/blas_core.h"
 #include "kernels/cpu/parallel.h"
 #include "tools/data_set.h"
 
@@ -25,6 +26,7 @@ using namespace oases;
 namespace fs = std::filesystem;
 
 int main(int argc, char** argv) {
+  select_blas_core(argv);
   return run_tool([&] {
     CLI::App app{"oases-run: run a model's forward pass on ONNX test data and compare"};
     std::string model, data_set, write_dir;
@@ -102,7 +104,9 @@ int main(int argc, char** argv) {
     std::printf("ran %s: %zu nodes in %.2f ms (arena %.1f MiB, %.1f MiB without reuse)\n", model.c_str(), g.num_nodes(), ms,
                 static_cast<double>((*ex)->program().memory.arena_bytes) / (1 << 20),
                 static_cast<double>((*ex)->program().memory.total_bytes) / (1 << 20));
-    if (verbose) std::printf("blas: %s; %d kernel threads\n", kernels::blas_info().c_str(), kernels::num_threads());
+    if (verbose) {
+      std::printf("blas: %s; %s; %d kernel threads\n", blas_core_report().c_str(), kernels::blas_config().c_str(), kernels::num_threads());
+    }
     if (repeat > 1) {
       std::string all;
       for (double t : times) all += fmt::format(" {:.2f}", t);

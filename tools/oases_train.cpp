@@ -4,6 +4,7 @@
 // Trains an imported model on one rank, on N ranks as threads, or under mpirun/srun.
 #include <cmath>
 
+#include "executor/cpu/blas_select.h"
 #include "kernels/cpu/parallel.h"
 #include "tools/train_driver.h"
 
@@ -130,6 +131,7 @@ void add_train_options(CLI::App& app, TrainArgs& a) {
 using namespace oases;
 
 int main(int argc, char** argv) {
+  select_blas_core(argv);
   return run_tool([&] {
     TrainArgs a;
     CLI::App app{"oases-train: train an ONNX transformer on one or many ranks"};

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "executor/checkpoint.h"
+#include "executor/cpu/blas_select.h"
 #include "executor/device.h"
 #include "executor/emulated_link.h"
 #include "executor/reshard_runner.h"
@@ -260,6 +261,7 @@ Status run_rank(const TrainSetup& s, RankRuntime& rt, RankRuntime* world = nullp
                                                rt.communicator() ? rt.communicator()->kind() : "local")
                                        .c_str()
                                  : "");
+    std::fprintf(stderr, "blas: %s\n", blas_core_report().c_str());
   }
   auto run_start = std::chrono::steady_clock::now();
   double first_val = NAN, last_val = NAN;

@@ -26,9 +26,10 @@ def main():
     cache = common.cache_dir(a.cache)
     env = common.peer_env(a.threads, a.keep_blas_env, a.blas_core)
     lib = common.openblas_of(os.path.join(a.bin, "oases-run"))
+    oases_core, blas = common.oases_blas(os.path.join(a.bin, "oases-run"), env)
+    renv = common.roof_env(env, oases_core)
     results = []
     roof_info = {}
-    blas = "?"
     load_start = common.load()
     for name in a.shapes.split(","):
         model = common.export(name, a.batch, a.seq, cache)
@@ -55,9 +56,9 @@ def main():
             rss["oases"] = max(rss["oases"], peak)
             m = re.search(r"runs:([ 0-9.]+)", text)
             oases_t += [float(x) for x in m.group(1).split()]
-            m = re.search(r"^blas: (.*)$", text, re.M)
-            if m:
-                blas = m.group(1)
+            m = re.search(r"^blas: OpenBLAS core (\S+)", text, re.M)
+            if not m or m.group(1) != oases_core:
+                common.die(f"oases-run ran OpenBLAS core {m.group(1) if m else '?'}, its --version said {oases_core}")
             if a.profile and r == a.rounds - 1:
                 print(text[text.index("profile"):], file=sys.stderr)
             cmd = [common.VENV_PY, os.path.join(os.path.dirname(os.path.abspath(__file__)), "ort_forward.py"), model, work,
@@ -78,7 +79,7 @@ def main():
                 scale = float(np.abs(ref).max())
                 os.remove(os.path.join(work, "ort_out.npy"))
                 shutil.rmtree(os.path.join(work, "oases_out"), ignore_errors=True)
-            roof_info = common.measure_roof(lib, gs, env, os.path.join(work, "roof.log"))
+            roof_info = common.measure_roof(lib, gs, renv, os.path.join(work, "roof.log"))
             roofs.append(roof_info["gflops"])
         mo, mr, roof = common.median(oases_t), common.median(ort_t), max(roofs)
         results.append(dict(model=name, config=common.SHAPES[name], batch=a.batch, seq=a.seq, threads=a.threads,
@@ -89,7 +90,7 @@ def main():
                             oases_rss_mib=rss["oases"], ort_rss_mib=rss["ort"], max_abs_diff=max_diff,
                             max_abs_logit=scale, ort_version=ort_version))
     print(f"\nforward, {a.threads} threads, median of {a.rounds}x{a.repeat} runs per peer ({common.stamp()}); "
-          f"onnxruntime {results[0]['ort_version']}; OpenBLAS core: {blas}; load average {load_start} -> {common.load()}")
+          f"onnxruntime {results[0]['ort_version']}; Oases: {blas}; load average {load_start} -> {common.load()}")
     print(f"roof: cblas_sgemm of {roof_info['lib']} ({roof_info['core']}; {roof_info['threads']} OpenBLAS threads or as many single-threaded calls on blocks, the "
           f"faster per product) on the model's "
           f"products, the best of {a.rounds} rounds; GFLOP/s = GFLOP of the products / median ms (bench/README.md)")
@@ -101,10 +102,11 @@ def main():
                      f"{r['oases_rss_mib']:.0f} / {r['ort_rss_mib']:.0f}", f"{r['max_abs_diff']:.1e}"])
     common.print_table(["model", "batch x seq", "Oases ms", "ORT ms", "ratio Oases/ORT", "GFLOP", "roof GFLOP/s",
                         "GFLOP/s Oases / ORT", "of roof Oases / ORT", "peak RSS MiB Oases / ORT", "max abs logit diff"], rows)
-    for w in {common.blas_warning(roof_info["core"]), common.blas_warning(blas.split()[0] if blas != "?" else "")} - {""}:
+    w = common.blas_warning(oases_core, "Oases and the roof")
+    if w:
         print(w)
-    if blas != "?" and blas.split()[0] != roof_info["core"]:
-        print(f"WARNING: Oases ran OpenBLAS core {blas.split()[0]}, the roof {roof_info['core']}")
+    if oases_core != roof_info["core"]:
+        print(f"WARNING: Oases ran OpenBLAS core {oases_core}, the roof {roof_info['core']}")
     if a.json:
         json.dump(dict(blas=blas, roof_core=roof_info["core"], roof_lib=roof_info["lib"], results=results), open(a.json, "w"),
                   indent=1)

@@ -56,6 +56,9 @@ def main():
     if a.torch_blas_threads:
         tenv["OPENBLAS_NUM_THREADS"] = str(a.torch_blas_threads)
     lib = common.openblas_of(os.path.join(a.bin, "oases-train"))
+    oases_core, oases_blas = common.oases_blas(os.path.join(a.bin, "oases-train"), env)
+    renv = common.roof_env(env, oases_core)
+    torch_core = common.detected_core(lib, tenv)  # PyTorch 1.13's (libblas.so.3: the same OpenBLAS build)
     results, roof_info, info = [], {}, {}
     load_start = common.load()
     for name in a.shapes.split(","):
@@ -105,7 +108,7 @@ def main():
                 rss[key] = max(rss[key], peak)
                 times[key] += j["times_ms"]
                 first_ms.setdefault(key, j.get("first_step_ms"))
-            roof_info = common.measure_roof(lib, gs, env, os.path.join(work, "roof.log"))
+            roof_info = common.measure_roof(lib, gs, renv, os.path.join(work, "roof.log"))
             roofs.append(roof_info["gflops"])
         roof = max(roofs)
         res = dict(model=name, config=common.SHAPES[name], batch=a.batch, seq=a.seq, threads=a.threads, gflop=flops / 1e9,
@@ -128,7 +131,8 @@ def main():
     versions = "; ".join(f"{title} = {info[k]['version']} (BLAS {info[k]['blas']})" for k, title, _, _ in peers
                          if k in info and k != "torch2_compile")
     print(f"\ntraining step (forward + backward + AdamW), {a.threads} threads{blas_note}, median over {a.rounds} rounds "
-          f"per peer ({common.stamp()}); {versions}; load average {load_start} -> {common.load()}")
+          f"per peer ({common.stamp()}); {versions}; Oases: {oases_blas}; PyTorch 1.13: OpenBLAS core {torch_core}; "
+          f"load average {load_start} -> {common.load()}")
     print(f"roof: cblas_sgemm of {roof_info['lib']} ({roof_info['core']}; {roof_info['threads']} OpenBLAS threads or as many single-threaded calls on blocks, the "
           f"faster per product) on the model's "
           f"forward and backward products, the best of {a.rounds} rounds; GFLOP/s = GFLOP of the products / median ms "
@@ -156,11 +160,17 @@ def main():
         if "torch2_compile" in r["first_step_ms"] and r["first_step_ms"]["torch2_compile"] is not None:
             print(f"{r['model']}: PyTorch 2.x compile: first step (compiling) "
                   f"{r['first_step_ms']['torch2_compile'] / 1e3:.1f} s in the first round")
-    w = common.blas_warning(roof_info["core"], "Oases, PyTorch 1.13 and the roof")
-    if w:
+    if oases_core == torch_core:
+        warnings = [common.blas_warning(oases_core, "Oases, PyTorch 1.13 and the roof")]
+    else:
+        warnings = [common.blas_warning(oases_core, "Oases and the roof"), common.blas_warning(torch_core, "PyTorch 1.13")]
+    for w in filter(None, warnings):
         print(w)
+    if oases_core != roof_info["core"]:
+        print(f"WARNING: Oases ran OpenBLAS core {oases_core}, the roof {roof_info['core']}")
     if a.json:
-        json.dump(dict(roof_core=roof_info["core"], roof_lib=roof_info["lib"], peers=info, results=results), open(a.json, "w"),
+        json.dump(dict(blas=oases_blas, torch_blas_core=torch_core, roof_core=roof_info["core"], roof_lib=roof_info["lib"], peers=info,
+                       results=results), open(a.json, "w"),
                   indent=1)
 
 

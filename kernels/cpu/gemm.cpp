@@ -210,8 +210,4 @@ template void matmul<uint32_t>(const uint32_t*, const std::vector<int64_t>&, con
 template void matmul<uint64_t>(const uint64_t*, const std::vector<int64_t>&, const uint64_t*, const std::vector<int64_t>&, uint64_t*,
                                const std::vector<int64_t>&, bool, bool, const GemmEpilogue<uint64_t>&);
 
-std::string blas_info() {
-  return std::string(openblas_get_corename()) + " (" + openblas_get_config() + ")";
-}
-
 }  // namespace oases::kernels

@@ -33,7 +33,4 @@ template <class T>
 void matmul(const T* a, const std::vector<int64_t>& sa, const T* b, const std::vector<int64_t>& sb, T* out, const std::vector<int64_t>& so,
             bool trans_a = false, bool trans_b = false, const GemmEpilogue<T>& epilogue = GemmEpilogue<T>());
 
-// The OpenBLAS kernel set in use and its build configuration, e.g. "Cooperlake (OpenBLAS 0.3.21 ...)".
-std::string blas_info();
-
 }  // namespace oases::kernels
