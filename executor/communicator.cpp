@@ -316,12 +316,15 @@ class LocalGroup : public CommGroup {
     std::memcpy(out, acc.data(), bytes);
   }
 
+  // Point to point through the mailboxes: a rank waits for its predecessor only, not for the
+  // whole group (a ring step of a collective matmul needs no rendezvous of every member).
   void shift(const void* in, void* out, int64_t bytes, int offset) override {
-    post(in, "ring shift", nullptr);
-    int n = size(), from = ((index_ - offset) % n + n) % n;
-    std::memcpy(out, st_->ptrs[static_cast<size_t>(from)], static_cast<size_t>(bytes));
-    sync("ring shift");
+    int n = size(), to = ((index_ + offset) % n + n) % n, from = ((index_ - offset) % n + n) % n;
+    const auto& m = st_->members;
+    world_->post(m[static_cast<size_t>(index_)], m[static_cast<size_t>(to)], kShiftTag, in, bytes);
+    world_->take(m[static_cast<size_t>(from)], m[static_cast<size_t>(index_)], kShiftTag, out, bytes);
   }
+  static constexpr int kShiftTag = Communicator::kMaxChannelTag + 2;
 
   void all_to_all(const void* in, void* out, int64_t bytes) override {
     post(in, "all-to-all", nullptr);

@@ -117,6 +117,12 @@ const PartCost& CostModel::part(int i, const Layout& l, int64_t chunks) {
       double whole = c.tensor.local_elements(t, dpk) * static_cast<double>(dtype_size(c.tensor.dtype));
       if (c.kind == CollectiveKind::kAllGather) whole *= static_cast<double>(t);
       (f ? pc.cm_copy_fwd_chunk : pc.cm_copy_bwd_chunk) += ops_.seconds("RingAssemble", "", 0, 4.0 * whole);
+      // n - 1 collectives where there was one: each more costs the executor's hand-over (compute
+      // thread) and sync (communication thread), and the n - 1 products and copies their dispatch
+      double more = static_cast<double>(n - 2);
+      s += more * ops_.comm_sync_seconds();
+      (f ? pc.cm_copy_fwd_chunk : pc.cm_copy_bwd_chunk) +=
+          more * ops_.comm_start_seconds() + static_cast<double>(3 * n) * ops_.instr_seconds();
     }
     if (c.batch) {
       if (c.phase == NodeRecord::Phase::kForward) {
