@@ -10,6 +10,8 @@
 #include <mutex>
 #include <thread>
 
+#include <time.h>
+
 #include "executor/device.h"
 #include "executor/half_adapter.h"
 #include "executor/reshard_runner.h"
@@ -226,13 +228,28 @@ void Executor::bind(size_t i) {
   for (size_t s = 0; s < n.outputs.size(); ++s) c.out[s].data = n.outputs[s] == kNoId ? nullptr : ptr_of(n.outputs[s]);
 }
 
+namespace {
+
+// CPU time the calling thread has been given, microseconds.
+double thread_cpu_us() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) * 1e6 + static_cast<double>(ts.tv_nsec) * 1e-3;
+}
+
+}  // namespace
+
 void Executor::run_compute(size_t i) {
   bind(i);
   if (profiling_ || tracing_) {
+    double c0 = profiling_ ? thread_cpu_us() : 0;
     double t0 = now_us();
     (*prog_.kernels[i])(contexts_[i]);
     double t1 = now_us();
-    if (profiling_) node_ms_[i] = (t1 - t0) / 1000.0;
+    if (profiling_) {
+      node_ms_[i] = (t1 - t0) / 1000.0;
+      node_cpu_us_[i] = {c0, thread_cpu_us()};
+    }
     if (tracing_)
       events_.push_back(TraceEvent{prog_.instrs[i].node, 0, is_collective(*contexts_[i].node) ? "comm" : "compute", t0, t1 - t0});
   } else {
@@ -273,7 +290,10 @@ Status Executor::execute(const std::map<std::string, Tensor>& inputs) {
     }
     return Status::ok();
   }
-  if (profiling_) node_ms_.assign(prog_.instrs.size(), 0.0);
+  if (profiling_) {
+    node_ms_.assign(prog_.instrs.size(), 0.0);
+    node_cpu_us_.assign(prog_.instrs.size(), {0.0, 0.0});
+  }
   std::vector<size_t> start_of(static_cast<size_t>(g.max_node_id()), 0);
   try {
     for (size_t i = 0; i < prog_.instrs.size(); ++i) {
@@ -303,7 +323,9 @@ Status Executor::execute(const std::map<std::string, Tensor>& inputs) {
         }
         case Instr::Kind::kCommWait: {
           double t0 = tracing_ ? now_us() : 0;
+          double c0 = profiling_ ? thread_cpu_us() : 0;
           thread_of(g.node(ins.node))->wait(start_of[static_cast<size_t>(ins.node)]);
+          if (profiling_) node_cpu_us_[i] = {c0, thread_cpu_us()};
           if (tracing_) events_.push_back(TraceEvent{ins.node, 0, "wait", t0, now_us() - t0});
           break;
         }

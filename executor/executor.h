@@ -87,6 +87,11 @@ class Executor {
   // Per-node wall time of the last run, when profiling is on.
   void set_profiling(bool on) { profiling_ = on; }
   const std::vector<double>& node_ms() const { return node_ms_; }
+  // Per-instruction {start, end} on the compute thread's own CPU clock (microseconds of CPU time
+  // it was given), when profiling on the host: a kernel's work whatever share of the cores the
+  // thread got (ranks sharing cores), and between two of them the executor's own work. Kernels and
+  // waits have one; collective starts (run on the communication thread) and devices do not.
+  const std::vector<std::pair<double, double>>& node_cpu_us() const { return node_cpu_us_; }
   // Timed events of every run since the last clear (compute, collectives, waits), when tracing.
   void set_tracing(bool on) { tracing_ = on; }
   std::vector<TraceEvent> take_events();
@@ -102,6 +107,7 @@ class Executor {
   RunState state_;
   bool profiling_ = false;
   std::vector<double> node_ms_;
+  std::vector<std::pair<double, double>> node_cpu_us_;
   std::vector<KernelContext> contexts_;
   std::vector<CommGroup*> groups_;
   bool tracing_ = false;

@@ -41,40 +41,21 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-// Adds one run's collectives (their time on the communication thread and the share of it the
-// compute thread spent computing) to `c`.
-void add_collectives(const std::vector<TraceEvent>& ev, CalibrationRun* c) {
-  std::vector<std::pair<double, double>> busy;
-  for (const TraceEvent& e : ev) {
-    if (e.thread == 0 && e.category == "compute") busy.emplace_back(e.start_us, e.start_us + e.dur_us);
-  }
-  std::sort(busy.begin(), busy.end());
-  for (const TraceEvent& e : ev) {
-    if (e.thread != 1 || e.dur_us <= 0) continue;
-    CalibrationRun::Collective& k = c->collectives[e.node];
-    k.us += e.dur_us;
-    k.beside += std::min(1.0, covered_time(busy, e.start_us, e.start_us + e.dur_us) / e.dur_us);
-    ++k.n;
-  }
-}
-
-void add_overheads(const Program& p, const std::vector<TraceEvent>& ev, ExecutorOverheads* o) {
-  std::vector<const TraceEvent*> compute;  // thread 0, in instruction order
-  for (const TraceEvent& e : ev) {
-    if (e.thread == 0 && e.category != "issue") compute.push_back(&e);  // (an issue marks a start, which has no instruction time)
-  }
-  size_t j = 0;
+// The executor's own time on the compute thread between instructions, from rank 0's run:
+// `spans` gives each instruction's {start, end} on the clock the profile keeps (the thread's CPU
+// clock, or the wall clock of its trace), zero for instructions without one (collective starts).
+void add_overheads(const Program& p, const std::vector<std::pair<double, double>>& spans, ExecutorOverheads* o) {
   int starts_between = 0;
   double plain_sum = 0, start_sum = 0;
   int64_t plain_n = 0, start_n = 0;
-  for (const Instr& ins : p.instrs) {
-    if (ins.kind == Instr::Kind::kCommStart) {
+  double prev_end = -1;
+  for (size_t i = 0; i < p.instrs.size() && i < spans.size(); ++i) {
+    if (p.instrs[i].kind == Instr::Kind::kCommStart) {
       ++starts_between;
       continue;
     }
-    if (j >= compute.size()) break;
-    if (j > 0) {
-      double gap = std::max(0.0, compute[j]->start_us - (compute[j - 1]->start_us + compute[j - 1]->dur_us));
+    if (prev_end >= 0) {
+      double gap = std::max(0.0, spans[i].first - prev_end);
       if (starts_between == 0) {
         plain_sum += gap;
         ++plain_n;
@@ -83,14 +64,30 @@ void add_overheads(const Program& p, const std::vector<TraceEvent>& ev, Executor
         start_n += starts_between;
       }
     }
+    prev_end = spans[i].second;
     starts_between = 0;
-    ++j;
   }
-  o->accounted_us += plain_sum + start_sum;
   o->instr_gap_us += plain_sum;
   o->instr_gaps += plain_n;
   o->start_gap_us += start_sum;
   o->starts += start_n;
+}
+
+// {start, end} per instruction from rank 0's trace (thread 0 in instruction order; an "issue"
+// event marks a collective start, which has no instruction time).
+std::vector<std::pair<double, double>> wall_spans(const Program& p, const std::vector<TraceEvent>& ev) {
+  std::vector<std::pair<double, double>> spans(p.instrs.size(), {0.0, 0.0});
+  std::vector<const TraceEvent*> compute;
+  for (const TraceEvent& e : ev) {
+    if (e.thread == 0 && e.category != "issue") compute.push_back(&e);
+  }
+  size_t j = 0;
+  for (size_t i = 0; i < p.instrs.size() && j < compute.size(); ++i) {
+    if (p.instrs[i].kind == Instr::Kind::kCommStart) continue;
+    spans[i] = {compute[j]->start_us, compute[j]->start_us + compute[j]->dur_us};
+    ++j;
+  }
+  return spans;
 }
 
 }  // namespace
@@ -213,6 +210,34 @@ std::vector<CollectiveSample> measure_collectives(int64_t group, const std::vect
   return out;
 }
 
+double measure_available_cores(int threads, double seconds) {
+  threads = std::max(1, threads);
+  std::vector<double> cpu(static_cast<size_t>(threads), 0.0);
+  std::vector<std::thread> th;
+  auto t0 = Clock::now();
+  for (int t = 0; t < threads; ++t) {
+    th.emplace_back([&, t] {
+      // arithmetic on registers only: what a core gives, not what memory does
+      timespec c0{}, c1{};
+      clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c0);
+      volatile float sink = 0;
+      float x = 1.0f + 1e-7f * static_cast<float>(t), y = 0.5f;
+      while (seconds_since(t0) < seconds) {
+        for (int i = 0; i < 20000; ++i) y = y * x + 1e-9f;
+        sink = y;
+      }
+      (void)sink;
+      clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c1);
+      cpu[static_cast<size_t>(t)] = static_cast<double>(c1.tv_sec - c0.tv_sec) + 1e-9 * static_cast<double>(c1.tv_nsec - c0.tv_nsec);
+    });
+  }
+  for (auto& t : th) t.join();
+  double wall = seconds_since(t0);
+  double got = 0;
+  for (double c : cpu) got += c;
+  return wall > 0 ? got / wall : static_cast<double>(threads);
+}
+
 double measure_optimizer(int threads) {
   kernels::set_num_threads(threads);
   OptimizerConfig oc;
@@ -243,6 +268,10 @@ double measure_optimizer(int threads) {
   return median(ts) * 1e6 / 16.0;
 }
 
+std::string profile_op_clock(int threads) {
+  return threads == 1 ? "thread_cpu" : "wall";
+}
+
 Status measure_model_ops(const Graph& forward, const std::string& model_path, const ModelAnalysis& a, int64_t ranks, int64_t tp,
                          int64_t chunks, int threads, int reps, const LinkModel& link, std::map<std::string, OpSample>* acc,
                          ExecutorOverheads* overheads, std::vector<CalibrationRun>* calib, const std::string& schedule,
@@ -267,7 +296,11 @@ Status measure_model_ops(const Graph& forward, const std::string& model_path, co
     }
     global[val.name] = t;
   }
-  // the ranks run as threads sharing the cores, as oases-train --local-ranks does
+  // the ranks run as threads sharing the cores, as oases-train --local-ranks does; with one
+  // kernel thread per rank its kernels are timed on its own CPU clock (their work, however the
+  // cores were shared meanwhile), with more on the wall clock (the helpers' time is not the
+  // caller's)
+  const bool cpu_clock = profile_op_clock(threads) == "thread_cpu";
   Status run = run_thread_ranks(ranks, gp.mesh(), link, threads, comm_timeout, [&](RankRuntime& rt) -> Status {
     const int64_t r = rt.rank();
     OASES_ASSIGN_OR_RETURN(RankProgram rp, build_rank_program(gp, r));
@@ -285,7 +318,7 @@ Status measure_model_ops(const Graph& forward, const std::string& model_path, co
       feeds[name] = gp.partitioned ? slice_for_rank(t, gp.partitioned->specs[static_cast<size_t>(v)], gp.mesh(), r) : t;
     }
     ex->set_profiling(r == 0);
-    ex->set_tracing(r == 0);
+    ex->set_tracing(r == 0 && !cpu_clock);  // the wall clock's spans come from the trace
     for (int rep = 0; rep <= reps; ++rep) {
       auto t_run = Clock::now();
       OASES_RETURN_IF_ERROR(ex->execute(feeds));
@@ -294,8 +327,7 @@ Status measure_model_ops(const Graph& forward, const std::string& model_path, co
       std::vector<TraceEvent> ev = ex->take_events();
       if (rep == 0) continue;
       const Program& p = ex->program();
-      add_overheads(p, ev, overheads);
-      overheads->wall_us += run_us;
+      add_overheads(p, cpu_clock ? ex->node_cpu_us() : wall_spans(p, ev), overheads);
       if (calib) {
         if (rep == 1) {
           CalibrationRun c;
@@ -303,34 +335,17 @@ Status measure_model_ops(const Graph& forward, const std::string& model_path, co
           c.order = program_order(p);
           c.mesh = gp.mesh();
           c.ranks = ranks;
+          c.schedule = schedule;
+          c.tp = tp;
+          c.chunks = chunks;
           calib->push_back(std::move(c));
         }
         CalibrationRun& c = calib->back();
         ++c.reps;
         c.wall_us += (run_us - c.wall_us) / c.reps;  // the mean over the timed repetitions
-        add_collectives(ev, &c);
-      }
-      // what the emulated link alone makes the collectives take (the plain schedule waits for each)
-      for (const Instr& ins : p.instrs) {
-        if (ins.kind == Instr::Kind::kCommWait) continue;
-        const Node& n = p.graph.node(ins.node);
-        if (!is_collective(n) || !link.enabled()) continue;
-        int axis = static_cast<int>(n.attrs.get_int("mesh_axis", 0));
-        if (axis < 0 || axis >= static_cast<int>(eo.groups.size()) || !eo.groups[static_cast<size_t>(axis)]) continue;
-        int gs = eo.groups[static_cast<size_t>(axis)]->size();
-        if (gs <= 1) continue;
-        double bytes = 0;
-        for (ValueId v : n.inputs) {
-          if (v != kNoId) bytes += static_cast<double>(p.graph.value(v).nbytes());
-        }
-        // (the link model's n: the whole tensor; an all-gather's input is one part, a reduce-scatter's all)
-        double s = n.op_type == "AllReduce"       ? link.all_reduce_s(bytes, gs)
-                   : n.op_type == "RingShift"     ? link.shift_s(bytes)
-                   : n.op_type == "ReduceScatter" ? link.gather_like_s(bytes, gs)
-                                                  : link.gather_like_s(bytes * gs, gs);
-        overheads->accounted_us += 1e6 * s;
       }
       const auto& ms = ex->node_ms();
+      const auto& cpu = ex->node_cpu_us();
       for (size_t i = 0; i < p.instrs.size() && i < ms.size(); ++i) {
         if (p.instrs[i].kind != Instr::Kind::kCompute) continue;
         const Node& n = p.graph.node(p.instrs[i].node);
@@ -347,9 +362,9 @@ Status measure_model_ops(const Graph& forward, const std::string& model_path, co
           o.samples = 0;
           o.us = 0;
         }
-        overheads->accounted_us += ms[i] * 1000.0;
+        double us = cpu_clock && i < cpu.size() ? cpu[i].second - cpu[i].first : ms[i] * 1000.0;
         // a running mean over every execution of this key
-        o.us = (o.us * o.samples + ms[i] * 1000.0) / (o.samples + 1);
+        o.us = (o.us * o.samples + us) / (o.samples + 1);
         ++o.samples;
       }
     }
@@ -359,87 +374,65 @@ Status measure_model_ops(const Graph& forward, const std::string& model_path, co
   return Status::ok();
 }
 
-// Fits the profile's executor terms to its own runs, through the simulator that will use them:
-//  * comm_sync_us + comm_beside_compute_us x (share of the collective's time the compute thread
-//    computes): what a collective took on the communication thread beyond what the link (or the
-//    shared-memory floor) makes it take (least squares over every collective of every run, both
-//    terms at least 0). Peers reach a collective late, and beside computation the communication
-//    threads wait for a core (ranks sharing the cores): measured 1.3 ms per all-reduce beside
-//    nothing against 3-5 ms beside computation at tp 4 on 2 cores;
-//  * core_share: the factor on the compute thread's times for which the simulator replays the
-//    runs in the time they took (bisection; the step grows with it). Summing kernels, gaps and
-//    link times instead (the first estimate) counts every collective as exposed, while the replay
-//    hides those the program overlaps.
-Status calibrate_executor(const std::vector<CalibrationRun>& runs, const std::string& emulate, int threads, Profile* p) {
-  double wall = 0;
-  for (const CalibrationRun& c : runs) wall += c.wall_us * 1e-6;
-  if (runs.empty() || wall <= 0) return Status::ok();
-  // the simulator's view of a run's machine, from the profile as it stands
-  auto with_sim = [&](const CalibrationRun& c, auto&& fn) {
-    ClusterSpec cluster = this_machine(c.ranks, p, emulate, threads);
-    OpTimeModel ops = op_time_model(cluster, p, c.ranks, threads);
-    SimOptions o;
-    o.cluster = &cluster;
-    o.ops = &ops;
-    o.local_floor = p;
-    return fn(o);
-  };
-  // the collectives' extra time: x = share beside computation, y = measured - modelled (us)
-  double n = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
-  for (const CalibrationRun& c : runs) {
-    with_sim(c, [&](const SimOptions& o) {
-      for (const auto& [id, k] : c.collectives) {
-        double model = collective_node_seconds(c.graph, c.graph.node(id), c.mesh, o) * 1e6;
-        if (model <= 0 || k.n == 0) continue;
-        double x = k.beside / k.n, y = k.us / k.n - model;
-        n += 1;
-        sx += x;
-        sy += y;
-        sxx += x * x;
-        sxy += x * y;
-      }
-    });
-  }
+// Fits the profile's collective term to its own runs, through the simulator that will use it:
+// comm_sync_us is what a collective costs beyond what the simulator already gives it (the link,
+// its work on the shared cores, the compute threads' share of the cores), chosen so that the
+// simulator replays the runs in the time they took together (bisection: the replay grows with
+// it). Fitted to the runs' wall time, not to each collective's own duration: with ranks
+// time-sliced on shared cores, a rank that reaches a collective early waits there for its peers'
+// computation, which the shared compute already counts, so the durations would count it twice.
+// What is left is what sharing the cores evenly does not explain: ranks drift apart between two
+// collectives and the last ones finish alone, a core idle (ranks time-sliced), and the hand-offs
+// between threads. Never below 0: when the simulator already gives the runs more than they took,
+// nothing is subtracted (the check printed after says by how much).
+Status calibrate_executor(const std::vector<CalibrationRun>& runs, const std::string& emulate, int threads, Profile* p,
+                          std::vector<std::pair<double, double>>* replayed) {
+  if (replayed) replayed->clear();
   p->comm_sync_us = p->comm_beside_compute_us = 0;
-  if (n > 0) {
-    double var = sxx - sx * sx / n;
-    double b = var > 1e-12 ? (sxy - sx * sy / n) / var : 0.0;
-    double a = (sy - b * sx) / n;
-    if (b < 0) {
-      b = 0;
-      a = sy / n;
-    }
-    if (a < 0) {
-      a = 0;
-      b = sxx > 0 ? std::max(0.0, sxy / sxx) : 0.0;
-    }
-    p->comm_sync_us = std::max(0.0, a);
-    p->comm_beside_compute_us = b;
-  }
-  auto replay = [&](double share) -> Expected<double> {
-    p->core_share = share;
-    double total = 0;
+  if (runs.empty()) return Status::ok();
+  // the simulator's time for each run (without the optimizer, which execute() does not run)
+  auto replay = [&](double sync_us) -> Expected<std::vector<double>> {
+    p->comm_sync_us = sync_us;
+    std::vector<double> out;
     for (const CalibrationRun& c : runs) {
-      auto r = with_sim(c, [&](const SimOptions& o) { return simulate_rank(c.graph, c.order, c.mesh, o); });
-      if (!r) return r.status();
-      total += r->step_s - r->optimizer_s;
+      ClusterSpec cluster = this_machine(c.ranks, p, emulate, threads);
+      OpTimeModel ops = op_time_model(cluster, p);
+      SimOptions o;
+      o.cluster = &cluster;
+      o.ops = &ops;
+      o.local_floor = p;
+      OASES_ASSIGN_OR_RETURN(SimResult r, simulate_rank(c.graph, c.order, c.mesh, o));
+      out.push_back((r.step_s - r.optimizer_s) * 1e6);
     }
-    return total;
+    return out;
   };
-  double lo = 1.0, hi = 1.0;
-  OASES_ASSIGN_OR_RETURN(double at_lo, replay(lo));
-  if (at_lo >= wall) return Status::ok();  // core_share stays 1
-  for (int i = 0; i < 8; ++i) {
-    hi *= 2;
-    OASES_ASSIGN_OR_RETURN(double t, replay(hi));
-    if (t >= wall) break;
+  auto total = [](const std::vector<double>& v) {
+    double t = 0;
+    for (double x : v) t += x;
+    return t;
+  };
+  double wall = 0;
+  for (const CalibrationRun& c : runs) wall += c.wall_us;
+  double lo = 0, hi = 1000;
+  OASES_ASSIGN_OR_RETURN(std::vector<double> at0, replay(0));
+  if (total(at0) < wall) {
+    for (int i = 0; i < 12; ++i) {
+      OASES_ASSIGN_OR_RETURN(std::vector<double> r, replay(hi));
+      if (total(r) >= wall) break;
+      lo = hi;
+      hi *= 2;
+    }
+    for (int i = 0; i < 30 && hi - lo > 1; ++i) {
+      double mid = 0.5 * (lo + hi);
+      OASES_ASSIGN_OR_RETURN(std::vector<double> r, replay(mid));
+      (total(r) < wall ? lo : hi) = mid;
+    }
+    p->comm_sync_us = 0.5 * (lo + hi);
   }
-  for (int i = 0; i < 30 && hi - lo > 1e-4; ++i) {
-    double mid = 0.5 * (lo + hi);
-    OASES_ASSIGN_OR_RETURN(double t, replay(mid));
-    (t < wall ? lo : hi) = mid;
+  if (replayed) {
+    OASES_ASSIGN_OR_RETURN(std::vector<double> r, replay(p->comm_sync_us));
+    for (size_t i = 0; i < runs.size(); ++i) replayed->emplace_back(r[i], runs[i].wall_us);
   }
-  p->core_share = 0.5 * (lo + hi);
   return Status::ok();
 }
 

@@ -28,44 +28,44 @@ DeviceSpec measure_device(int threads, double mem_gib, int64_t ranks);
 // Collective times on the local communicator (threads), optionally behind an emulated link.
 std::vector<CollectiveSample> measure_collectives(int64_t group, const std::vector<int64_t>& sizes, const LinkModel* link, int reps,
                                                   double comm_timeout = kDefaultCommTimeoutS);
+// The cores this process gets now: `threads` threads that only compute, for `seconds`, their CPU
+// time over the wall time. The machine's cores (or the threads, if fewer) when nothing else runs;
+// less while other work shares them (whatever the scheduler's notion of fairness).
+double measure_available_cores(int threads, double seconds = 0.3);
 // AdamW's update time per MiB of parameters.
 double measure_optimizer(int threads);
 
 // Times every compute node of rank 0's program for a uniform tp x dp split, K chunks, on
 // `ranks` local ranks (plain schedule; the ops are those of every schedule).
-// Besides the kernels, the executor's own costs on the compute thread, from rank 0's timeline
-// (tracing on): the gap between consecutive instructions with no collective started between them
-// (dispatch, binding), and what starting a collective costs the compute thread beyond that (the
-// hand-off wakes the communication thread, which takes a core from the compute threads while it
-// runs: with ranks as threads sharing the cores this is milliseconds, not microseconds).
+// Besides the kernels, the executor's own costs on the compute thread, from rank 0's timeline on
+// the profile's clock (profile_op_clock): the gap between consecutive instructions with no
+// collective started between them (dispatch, binding), and what starting a collective costs the
+// compute thread beyond that (handing it to the communication thread). On the thread's CPU clock
+// these are its own work; the time it waits for a core meanwhile is the simulator's to share.
 struct ExecutorOverheads {
   double instr_gap_us = 0;
   int64_t instr_gaps = 0;
   double start_gap_us = 0;
   int64_t starts = 0;
-  // Ranks sharing the cores: the wall time of rank 0's runs against what its own kernels, gaps
-  // and the link's collectives add up to. Timing one rank's kernels misses the time its peers'
-  // kernels take the cores from it (it shows as waits at the next collective).
-  double wall_us = 0, accounted_us = 0;
 };
 
-// One profiled program of rank 0 as the simulator replays it, with what its runs measured: the
-// core share and the collectives' synchronisation cost are then fitted so that the simulator
-// reproduces these runs (calibrate_executor).
+// One profiled program of rank 0 as the simulator replays it, with the wall time its runs took:
+// the collectives' synchronisation terms are fitted so that the simulator reproduces these runs
+// (calibrate_executor).
 struct CalibrationRun {
   Graph graph;
   std::vector<ScheduledOp> order;
   Mesh mesh;
   int64_t ranks = 1;
+  std::string schedule;
+  int64_t tp = 1, chunks = 1;
   int reps = 0;
   double wall_us = 0;  // mean execute() time
-  struct Collective {
-    double us = 0;      // on the communication thread, summed over the repetitions
-    double beside = 0;  // share of that time the compute thread computed, summed
-    int n = 0;
-  };
-  std::map<NodeId, Collective> collectives;
 };
+
+// The clock measure_model_ops times the compute thread on (Profile::op_clock): its own CPU clock
+// with one kernel thread per rank, the wall clock with more.
+std::string profile_op_clock(int threads);
 
 // Times every compute node of rank 0's program (planner/rank_program.h) for a uniform tp x dp
 // split with `chunks` chunks under `schedule` on `ranks` thread ranks: op samples into `acc`, the
@@ -75,8 +75,11 @@ Status measure_model_ops(const Graph& forward, const std::string& model_path, co
                          ExecutorOverheads* overheads, std::vector<CalibrationRun>* calib, const std::string& schedule = "plain",
                          double comm_timeout = kDefaultCommTimeoutS);
 
-// Fits the profile's executor terms (collective synchronisation, core share) so that the simulator
-// reproduces `runs`; `emulate` is the link they ran behind ("" for none).
-Status calibrate_executor(const std::vector<CalibrationRun>& runs, const std::string& emulate, int threads, Profile* p);
+// Fits the profile's collective terms (comm_sync_us, comm_beside_compute_us) to `runs` through the
+// simulator; `emulate` is the link they ran behind ("" for none). With `replayed`, also what the
+// simulator then gives each run against what it measured ({replayed, measured} microseconds,
+// the optimizer left out): a check of the whole model on the profile's own runs.
+Status calibrate_executor(const std::vector<CalibrationRun>& runs, const std::string& emulate, int threads, Profile* p,
+                          std::vector<std::pair<double, double>>* replayed = nullptr);
 
 }  // namespace oases

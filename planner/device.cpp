@@ -206,6 +206,11 @@ LinkSpec ClusterSpec::ring_link(const std::vector<int64_t>& members) const {
   return intra;
 }
 
+double ClusterSpec::sharing_slowdown(double busy_threads) const {
+  if (cores_per_node <= 0) return 1.0;
+  return std::max(1.0, busy_threads / cores_per_node);
+}
+
 double ClusterSpec::collective_seconds(CollectiveKind k, double bytes, const std::vector<int64_t>& members) const {
   double p = static_cast<double>(members.size());
   if (p <= 1) return 0;
@@ -230,7 +235,11 @@ nlohmann::json ClusterSpec::to_json() const {
   nlohmann::json j{{"format", "oases-cluster"},      {"version", 1},  {"name", name}, {"device", device_to_json(device)}, {"nodes", nodes},
                    {"gpus_per_node", gpus_per_node}, {"links", links}};
   if (!sources.empty()) j["sources"] = sources;
-  if (compute_slowdown != 1.0) j["compute_slowdown"] = compute_slowdown;
+  if (cores_per_node > 0) {
+    j["cores_per_node"] = cores_per_node;
+    j["threads_per_rank"] = threads_per_rank;
+    if (ranks_sharing_cores > 0) j["ranks_sharing_cores"] = ranks_sharing_cores;
+  }
   return j;
 }
 
@@ -271,9 +280,22 @@ Expected<ClusterSpec> cluster_from_json(const nlohmann::json& j, const std::stri
     }
   }
   c.sources = j.contains("sources") && j["sources"].is_string() ? j["sources"].get<std::string>() : "";
-  if (j.contains("compute_slowdown")) {
-    OASES_ASSIGN_OR_RETURN(c.compute_slowdown, number(j, "compute_slowdown", where));
-    if (!(c.compute_slowdown > 0)) return error("{}: compute_slowdown must be positive", where);
+  if (j.contains("cores_per_node")) {
+    OASES_ASSIGN_OR_RETURN(c.cores_per_node, number(j, "cores_per_node", where));
+    if (!(c.cores_per_node > 0) || c.cores_per_node > 1e6)
+      return error("{}: cores_per_node must be positive, not {}", where, c.cores_per_node);
+  }
+  for (const char* k : {"threads_per_rank", "ranks_sharing_cores"}) {
+    if (!j.contains(k)) continue;
+    if (!j[k].is_number_integer()) return error("{}: field \"{}\" must be a whole number", where, k);
+    int64_t v = j[k].get<int64_t>();
+    if (v < 1 || v > 1000000) return error("{}: field \"{}\" must be at least 1 (and below a million), not {}", where, k, v);
+  }
+  c.threads_per_rank = static_cast<int>(j.value("threads_per_rank", int64_t{1}));
+  c.ranks_sharing_cores = j.value("ranks_sharing_cores", int64_t{0});
+  if (c.cores_per_node == 0 && (j.contains("threads_per_rank") || j.contains("ranks_sharing_cores"))) {
+    return error("{}: \"threads_per_rank\" and \"ranks_sharing_cores\" describe ranks sharing a node's cores; give \"cores_per_node\" too",
+                 where);
   }
   return c;
 }
@@ -286,7 +308,7 @@ Expected<ClusterSpec> load_cluster_file(const std::string& path) {
   return cluster_from_json(j, path);
 }
 
-ClusterSpec local_cluster(int64_t ranks, const DeviceSpec& cpu, const LinkSpec& shared_memory, const LinkSpec* emulated, int cores,
+ClusterSpec local_cluster(int64_t ranks, const DeviceSpec& cpu, const LinkSpec& shared_memory, const LinkSpec* emulated, double cores,
                           int threads_per_rank) {
   ClusterSpec c;
   c.name = emulated
@@ -297,8 +319,9 @@ ClusterSpec local_cluster(int64_t ranks, const DeviceSpec& cpu, const LinkSpec& 
   c.gpus_per_node = ranks;
   c.intra = emulated ? *emulated : shared_memory;
   c.inter = c.intra;
-  int busy = static_cast<int>(ranks) * std::max(1, threads_per_rank);
-  c.compute_slowdown = std::max(1.0, static_cast<double>(busy) / std::max(1, cores));
+  c.cores_per_node = cores > 0 ? cores : 1.0;
+  c.ranks_sharing_cores = ranks;
+  c.threads_per_rank = std::max(1, threads_per_rank);
   c.sources = "measured on this machine (oases-profile)";
   return c;
 }

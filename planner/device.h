@@ -10,8 +10,11 @@
 //    "links": {"intra_node": {"kind": "pcie", "bandwidth_gbps": 6.2, "latency_us": 10},
 //              "inter_node": {"kind": "infiniband", "bandwidth_gbps": 12.5, "latency_us": 5},
 //              "nvlink": {"bandwidth_gbps": 56.25, "latency_us": 2, "island": 2}},    // optional
-//    "sources": "where the figures come from"}                                       // optional
+//    "sources": "where the figures come from",                                       // optional
+//    "cores_per_node": 64, "threads_per_rank": 16}   // optional: CPU ranks sharing a node's cores
 // Bandwidths are GB/s (10^9 bytes/s) per direction, as a ring moves them; latencies microseconds.
+// Without "cores_per_node" every rank has a device of its own (GPUs); with it, the ranks of a
+// node share its cores (processor sharing, ClusterSpec::sharing_slowdown).
 #pragma once
 
 #include <string>
@@ -61,11 +64,24 @@ struct ClusterSpec {
   LinkSpec nvlink;
   int64_t nvlink_island = 1;  // devices joined by NVLink (consecutive ranks)
   std::string sources;
-  // This machine's ranks share its cores: each rank's compute runs this much slower than the
-  // profile measured (set for "the machine at hand" from the cores and the ranks).
-  double compute_slowdown = 1.0;
+  // CPU ranks sharing cores (processor sharing): a node's `cores_per_node` cores run the threads
+  // of `ranks_sharing_cores` ranks (0: the node's gpus_per_node; the machine at hand with emulated
+  // hosts puts every rank on its cores), `threads_per_rank` kernel threads each. The cores the
+  // ranks get, so fractional where other work takes a share (the machine at hand: what
+  // oases-profile measured). 0: every rank has a device of its own (GPUs), nothing is shared.
+  double cores_per_node = 0;
+  int64_t ranks_sharing_cores = 0;
+  int threads_per_rank = 1;
 
   int64_t ranks() const { return nodes * gpus_per_node; }
+  int64_t ranks_on_cores() const { return ranks_sharing_cores > 0 ? ranks_sharing_cores : gpus_per_node; }
+  // How much slower than alone a thread runs while `busy_threads` threads want the node's cores:
+  // the cores are shared evenly among them (processor sharing), max(1, busy / cores); 1 without
+  // shared cores.
+  double sharing_slowdown(double busy_threads) const;
+  // The compute thread's slowdown while every rank on the cores computes (all ranks run the same
+  // program in step, which is what the simulator assumes): sharing_slowdown(ranks x threads).
+  double compute_slowdown() const { return sharing_slowdown(static_cast<double>(ranks_on_cores() * threads_per_rank)); }
   // The link a ring over `members` (world ranks) is bound by, with the NIC shared by the rings of
   // the same group size that leave one node at once.
   LinkSpec ring_link(const std::vector<int64_t>& members) const;
@@ -83,7 +99,7 @@ Expected<ClusterSpec> cluster_from_json(const nlohmann::json& j, const std::stri
 
 // The machine at hand: `ranks` ranks as threads or processes of this host over shared memory
 // (bandwidth and latency as measured, or these defaults), optionally behind an emulated link.
-ClusterSpec local_cluster(int64_t ranks, const DeviceSpec& cpu, const LinkSpec& shared_memory, const LinkSpec* emulated, int cores,
+ClusterSpec local_cluster(int64_t ranks, const DeviceSpec& cpu, const LinkSpec& shared_memory, const LinkSpec* emulated, double cores,
                           int threads_per_rank);
 
 }  // namespace oases

@@ -38,6 +38,11 @@ double interpolate(const std::vector<std::pair<double, double>>& pts, double wor
   return std::exp(y0 + f * (y1 - y0));
 }
 
+// The cores the profile's ranks got, or this machine's when it did not record them.
+double capacity_or_here(const Profile& p) {
+  return p.core_capacity() > 0 ? p.core_capacity() : static_cast<double>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
 }  // namespace
 
 bool is_compute_bound_op(const std::string& op) {
@@ -95,7 +100,8 @@ nlohmann::json Profile::to_json() const {
                    {"units", {{"time", "us"}, {"size", "bytes"}, {"bandwidth", "GB/s"}, {"compute", "TFLOP/s"}}},
                    {"machine", machine},
                    {"ranks", ranks},
-                   {"threads_per_rank", threads_per_rank}};
+                   {"threads_per_rank", threads_per_rank},
+                   {"op_clock", op_clock}};
   if (has_device) j["device"] = device_to_json(device);
   nlohmann::json o = nlohmann::json::array();
   for (const OpSample& s : ops)
@@ -107,10 +113,9 @@ nlohmann::json Profile::to_json() const {
   }
   j["collectives"] = c;
   if (optimizer_us_per_mib > 0) j["optimizer"] = {{"kind", "adamw"}, {"us_per_mib", optimizer_us_per_mib}};
-  if (instr_us > 0 || comm_start_us > 0 || core_share != 1.0 || comm_sync_us > 0 || comm_beside_compute_us > 0) {
+  if (instr_us > 0 || comm_start_us > 0 || comm_sync_us > 0 || comm_beside_compute_us > 0) {
     j["executor"] = {{"instr_us", instr_us},
                      {"comm_start_us", comm_start_us},
-                     {"core_share", core_share},
                      {"comm_sync_us", comm_sync_us},
                      {"comm_beside_compute_us", comm_beside_compute_us}};
   }
@@ -133,6 +138,16 @@ Expected<Profile> profile_from_json(const nlohmann::json& j, const std::string& 
     p.ranks = j.value("ranks", int64_t{1});
     p.threads_per_rank = j.value("threads_per_rank", 1);
     if (p.ranks < 1 || p.threads_per_rank < 1) return error("{}: ranks and threads_per_rank must be at least 1", where);
+    // profiles from before the field timed everything on the wall clock (and carried a fitted
+    // executor.core_share, no longer read: the simulator shares the cores itself)
+    p.op_clock = j.value("op_clock", "wall");
+    if (p.op_clock != "wall" && p.op_clock != "thread_cpu")
+      return error("{}: op_clock must be \"thread_cpu\" or \"wall\", not \"{}\"", where, p.op_clock);
+    if (p.machine.contains("cores") && !(p.machine["cores"].is_number_integer() && p.machine["cores"].get<int64_t>() >= 1))
+      return error("{}: machine.cores must be a whole number of at least 1", where);
+    if (p.machine.contains("cores_available") &&
+        !(p.machine["cores_available"].is_number() && p.machine["cores_available"].get<double>() > 0))
+      return error("{}: machine.cores_available must be a positive number", where);
     if (j.contains("device")) {
       OASES_ASSIGN_OR_RETURN(p.device, device_from_json(j["device"], where));
       p.has_device = true;
@@ -163,14 +178,12 @@ Expected<Profile> profile_from_json(const nlohmann::json& j, const std::string& 
     if (j.contains("executor")) {
       p.instr_us = j["executor"].value("instr_us", 0.0);
       p.comm_start_us = j["executor"].value("comm_start_us", 0.0);
-      p.core_share = j["executor"].value("core_share", 1.0);
       p.comm_sync_us = j["executor"].value("comm_sync_us", 0.0);
       p.comm_beside_compute_us = j["executor"].value("comm_beside_compute_us", 0.0);
       for (double t : {p.comm_sync_us, p.comm_beside_compute_us}) {
         if (!(t >= 0) || !std::isfinite(t))
           return error("{}: executor comm_sync_us and comm_beside_compute_us must be non-negative times", where);
       }
-      if (!(p.core_share >= 1.0) || !std::isfinite(p.core_share)) return error("{}: executor core_share must be at least 1", where);
       if (!(p.instr_us >= 0) || !(p.comm_start_us >= 0) || !std::isfinite(p.instr_us) || !std::isfinite(p.comm_start_us)) {
         return error("{}: executor overheads must be finite and not negative", where);
       }
@@ -190,8 +203,9 @@ Expected<Profile> load_profile(const std::string& path) {
   return profile_from_json(j, path);
 }
 
-OpTimeModel::OpTimeModel(const Profile* profile, const DeviceSpec& device, double scale)
-    : profile_(profile), device_(device), scale_(scale) {
+OpTimeModel::OpTimeModel(const Profile* profile, const DeviceSpec& device, double sharing)
+    : profile_(profile), device_(device), sharing_(sharing) {
+  if (profile_) measured_ = sharing_ / profile_->work_divisor();
   if (!profile_) return;
   std::map<std::string, std::pair<double, int>> acc;
   for (const OpSample& s : profile_->ops) {
@@ -218,14 +232,14 @@ double OpTimeModel::roofline(const std::string& op, double flops, double bytes) 
 double OpTimeModel::seconds(const std::string& op, const std::string& key, double flops, double bytes) const {
   if (profile_) {
     auto it = exact_.find(key);
-    if (it != exact_.end()) return it->second * 1e-6 * scale_ * profile_->core_share;
+    if (it != exact_.end()) return it->second * 1e-6 * measured_;
     auto bo = by_op_.find(op);
     if (bo != by_op_.end()) {
       double us = interpolate(bo->second, is_compute_bound_op(op) ? flops : bytes);
-      if (us >= 0) return us * 1e-6 * scale_ * profile_->core_share;
+      if (us >= 0) return us * 1e-6 * measured_;
     }
   }
-  return roofline(op, flops, bytes);
+  return roofline(op, flops, bytes) * sharing_;
 }
 
 OpCost node_cost(const Graph& g, const Node& n) {
@@ -240,18 +254,19 @@ double OpTimeModel::node_seconds(const Graph& g, const Node& n) const {
 }
 
 double OpTimeModel::optimizer_seconds(double param_bytes) const {
-  if (profile_ && profile_->optimizer_us_per_mib > 0) return profile_->optimizer_us_per_mib * param_bytes / (1 << 20) * 1e-6 * scale_;
+  // timed alone (one rank's threads), and every rank updates its parameters at once
+  if (profile_ && profile_->optimizer_us_per_mib > 0) return profile_->optimizer_us_per_mib * param_bytes / (1 << 20) * 1e-6 * sharing_;
   // AdamW reads the parameter, its gradient and two moments and writes three: 7 passes
   double bw = device_.memory_gbps * 1e9 * device_.memory_efficiency;
-  return bw > 0 ? 7.0 * param_bytes / bw : 0;
+  return bw > 0 ? 7.0 * param_bytes / bw * sharing_ : 0;
 }
 
 double OpTimeModel::instr_seconds() const {
-  return profile_ ? profile_->instr_us * 1e-6 * scale_ * profile_->core_share : 0;
+  return profile_ ? profile_->instr_us * 1e-6 * measured_ : 0;
 }
 
 double OpTimeModel::comm_start_seconds() const {
-  return profile_ ? profile_->comm_start_us * 1e-6 * scale_ * profile_->core_share : 0;
+  return profile_ ? profile_->comm_start_us * 1e-6 * measured_ : 0;
 }
 double OpTimeModel::comm_sync_seconds() const {
   return profile_ ? profile_->comm_sync_us * 1e-6 : 0;
@@ -313,17 +328,36 @@ ClusterSpec this_machine(int64_t ranks, const Profile* profile, const std::strin
     auto lm = parse_link_model(emulate_link);
     if (lm) emu = LinkSpec{"emulated", lm->bandwidth_gbps, lm->latency_us};
   }
-  int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  double cores = profile ? capacity_or_here(*profile) : static_cast<double>(std::max(1u, std::thread::hardware_concurrency()));
   return local_cluster(ranks, cpu, shm, emu ? &*emu : nullptr, cores, threads_per_rank);
 }
 
-OpTimeModel op_time_model(const ClusterSpec& cluster, const Profile* profile, int64_t ranks, int threads_per_rank) {
-  if (!profile) return OpTimeModel(nullptr, cluster.device, 1.0);
-  int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  if (profile->machine.contains("cores")) cores = profile->machine.value("cores", cores);
-  double now = std::max(1.0, static_cast<double>(ranks * threads_per_rank) / cores);
-  double then = std::max(1.0, static_cast<double>(profile->ranks * profile->threads_per_rank) / cores);
-  return OpTimeModel(profile, profile->has_device ? profile->device : cluster.device, now / then);
+int Profile::cores() const {
+  return machine.contains("cores") && machine["cores"].is_number_integer() ? machine["cores"].get<int>() : 0;
+}
+
+double Profile::core_capacity() const {
+  if (machine.contains("cores_available") && machine["cores_available"].is_number()) {
+    double c = machine["cores_available"].get<double>();
+    if (c > 0) return cores() > 0 ? std::min(c, static_cast<double>(cores())) : c;
+  }
+  return cores();
+}
+
+double Profile::work_divisor() const {
+  if (op_clock == "thread_cpu") return 1.0;
+  return std::max(1.0, static_cast<double>(ranks * threads_per_rank) / capacity_or_here(*this));
+}
+
+OpTimeModel op_time_model(const ClusterSpec& cluster, const Profile* profile) {
+  return OpTimeModel(profile, profile && profile->has_device ? profile->device : cluster.device, cluster.compute_slowdown());
+}
+
+double collective_cpu_seconds(const Profile& p, CollectiveKind k, double bytes, int64_t group) {
+  double s = profiled_collective_seconds(p, k, bytes, group, "shared-memory");
+  if (s <= 0) return 0;
+  // measured with `group` thread ranks, nothing else running, on the profiled machine's cores
+  return s / std::max(1.0, static_cast<double>(group) / capacity_or_here(p));
 }
 
 }  // namespace oases

@@ -4,14 +4,15 @@
 // Profile file (JSON; times in microseconds, sizes in bytes, rates in GB/s and TFLOP/s):
 //   {"format": "oases-profile", "version": 1, "backend": "cpu",
 //    "units": {"time": "us", "size": "bytes", "bandwidth": "GB/s", "compute": "TFLOP/s"},
-//    "machine": {"host": ..., "cpu": ..., "cores": 2, "ranks": 4, "threads_per_rank": 1, ...},
+//    "machine": {"host": ..., "cpu": ..., "cores": 2, "cores_available": 1.97, "ranks": 4, "threads_per_rank": 1, ...},
 //    "device": {a device-table entry measured here: matrix-product and streaming rates},
 //    "ops": [{"op": "MatMul", "key": "MatMul f32[64x128] f32[128x256] -> f32[64x256]",
 //             "flops": ..., "bytes": ..., "us": 12.5, "samples": 5}],
 //    "collectives": [{"kind": "all_reduce", "group": 2, "bytes": 65536, "us": 40.1,
 //                     "link": "shared-memory" | "emulated bw=1,latency=50"}],
 //    "optimizer": {"kind": "adamw", "us_per_mib": ...},
-//    "executor": {"instr_us": ..., "comm_start_us": ..., "core_share": ...,
+//    "op_clock": "thread_cpu" | "wall",   (what the op samples and the executor's times are; absent: wall)
+//    "executor": {"instr_us": ..., "comm_start_us": ...,
 //                 "comm_sync_us": ..., "comm_beside_compute_us": ...},   (rank 0's compute thread, with --model)
 //    "model": {"path": ..., "batch": 8, "seq": 64, "ranks": 4, "degrees": [1, 2, 4], "chunks": [1, 2]}}
 #pragma once
@@ -57,18 +58,32 @@ struct Profile {
   // communication thread, which takes a core from the compute threads while it runs).
   double instr_us = 0;
   double comm_start_us = 0;
-  // Ranks sharing the cores (>= 1): the compute thread's times are multiplied by it; oases-profile
-  // chooses it so that the simulator replays its runs in the time they took.
-  double core_share = 1.0;
+  // What the op samples, instr_us and comm_start_us are: "thread_cpu", the CPU time the compute
+  // thread was given (its work, however many ranks shared the cores: the simulator shares them,
+  // ClusterSpec::sharing_slowdown), or "wall", wall time under the sharing the profile ran with
+  // (`ranks` x `threads_per_rank` threads on the machine's cores; profiles written before the
+  // field, and runs with more than one kernel thread per rank, whose helpers the caller's clock
+  // does not see).
+  std::string op_clock = "thread_cpu";
   // What a collective takes on the communication thread beyond the link's time, fitted to the
   // profiled runs as comm_sync_us + comm_beside_compute_us x (share of its time the compute
-  // thread computes): peers reach it late, and beside computation the communication threads
-  // wait for a core (ranks sharing cores) or share the device. The simulator adds it to each.
+  // thread computes), beyond what the link and the sharing of the cores account for: peers reach
+  // it late (ranks time-sliced on shared cores drift apart between two collectives), and a
+  // communication thread that wakes beside computation waits for a core. The simulator adds it.
   double comm_sync_us = 0;
   double comm_beside_compute_us = 0;
   int64_t ranks = 1;  // ranks that shared the cores while ops were timed
   int threads_per_rank = 1;
   nlohmann::json model;  // what --model profiled, if anything
+
+  // Cores of the machine profiled (machine.cores; 0 when not recorded).
+  int cores() const;
+  // The cores its ranks got: machine.cores_available (measured while profiling: less than the
+  // cores where other work took a share), else the cores; 0 when neither was recorded.
+  double core_capacity() const;
+  // What the profile's compute-thread times must be divided by to give work: 1 for thread-CPU
+  // samples, else the sharing the profile ran under, max(1, ranks x threads / cores).
+  double work_divisor() const;
 
   nlohmann::json to_json() const;
 };
@@ -92,12 +107,14 @@ bool is_free_op(const Node& n, const OpCost& c);
 
 // Time of one op execution: the profile's sample at the exact key; else interpolated over the
 // profile's samples of the same op by work (FLOPs for products and attention, bytes otherwise); else
-// a roofline on the device (the profile's measured one, or the cluster's). `scale` multiplies
-// what comes from a profile (ranks sharing cores differently than when it was measured).
+// a roofline on the device (the profile's measured one, or the cluster's). `sharing` is the
+// slowdown of ranks sharing cores while they all compute (ClusterSpec::compute_slowdown): the
+// profile's samples are its work (Profile::work_divisor) times that, as are rooflines and the
+// optimizer (all ranks update at once).
 class OpTimeModel {
  public:
   OpTimeModel() = default;
-  OpTimeModel(const Profile* profile, const DeviceSpec& device, double scale = 1.0);
+  OpTimeModel(const Profile* profile, const DeviceSpec& device, double sharing = 1.0);
   double seconds(const std::string& op, const std::string& key, double flops, double bytes) const;
   double node_seconds(const Graph& g, const Node& n) const;
   // Which op types the profile has samples of.
@@ -109,6 +126,7 @@ class OpTimeModel {
   // sizes stay fp32's in the cost model, which is conservative for them.
   void set_half_precision(bool on) { half_ = on; }
   bool half_precision() const { return half_; }
+  double sharing() const { return sharing_; }
   // The executor's overheads on the compute thread (profile's "executor"; 0 without a profile).
   double instr_seconds() const;
   double comm_start_seconds() const;
@@ -118,7 +136,8 @@ class OpTimeModel {
  private:
   const Profile* profile_ = nullptr;
   DeviceSpec device_;
-  double scale_ = 1.0;
+  double sharing_ = 1.0;
+  double measured_ = 1.0;  // on the profile's times: sharing over the profile's work divisor
   bool half_ = false;
   std::map<std::string, double> exact_;                                  // key -> us
   std::map<std::string, std::vector<std::pair<double, double>>> by_op_;  // op -> (work, us) sorted
@@ -133,13 +152,20 @@ bool is_compute_bound_op(const std::string& op);
 // nearest group size otherwise); -1 when it has none for that kind and link.
 double profiled_collective_seconds(const Profile& p, CollectiveKind k, double bytes, int64_t group, const std::string& link);
 
-// The machine at hand as a cluster: `ranks` ranks of this host (cores shared), the local
+// The machine at hand as a cluster: `ranks` ranks of this host sharing its cores (the profile's
+// machine.cores, else this machine's), `threads_per_rank` kernel threads each, the local
 // communicator's link as the profile measured it (else a default), optionally behind an
 // emulated link.
 ClusterSpec this_machine(int64_t ranks, const Profile* profile, const std::string& emulate_link, int threads_per_rank);
 
-// An op-time model for a cluster: the profile's samples (scaled for cores shared differently than
-// when it was measured) or the device's roofline.
-OpTimeModel op_time_model(const ClusterSpec& cluster, const Profile* profile, int64_t ranks, int threads_per_rank);
+// An op-time model for a cluster: the profile's samples (as work, Profile::work_divisor) or the
+// device's roofline, times the compute slowdown of the cluster's ranks sharing cores
+// (ClusterSpec::compute_slowdown; 1 for GPUs).
+OpTimeModel op_time_model(const ClusterSpec& cluster, const Profile* profile);
+
+// The work of a collective on the communication thread when the ranks share cores: the profile's
+// shared-memory time for it (copying and reducing through memory, measured with `group` threads
+// on the profiled machine's cores) divided by the sharing it was measured under; 0 without one.
+double collective_cpu_seconds(const Profile& p, CollectiveKind k, double bytes, int64_t group);
 
 }  // namespace oases

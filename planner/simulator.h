@@ -7,12 +7,20 @@
 //   run in line (also a collective given as a compute step). Each instruction costs the compute
 //   thread the executor's dispatch time and each start the hand-off to the communication thread,
 //   as the profile measured them (OpTimeModel::instr_seconds, comm_start_seconds); each collective
-//   takes, beyond what the link makes it take, the profile's comm_sync plus comm_beside_compute
-//   scaled by the share of its time the compute thread computes (learnt by replaying the program
-//   a few times, as that share depends on the spans). After the program the optimizer updates the
-//   rank's parameters.
+//   takes, beyond what the link makes it take, the profile's comm_sync (and, in profiles that have
+//   one, comm_beside_compute scaled by the share of its time the compute thread computes). After
+//   the program the optimizer updates the rank's parameters.
+// Ranks sharing cores (a cluster with cores_per_node, and a profile saying what a collective's
+// work is): processor sharing. The cores are shared evenly by the threads that want them; the
+// op-time model's times already hold every rank's compute threads at once
+// (ClusterSpec::compute_slowdown); a collective's work (the profile's shared-memory time for it)
+// runs on the communication thread at its share of the cores, with the ranks' compute threads
+// when they compute beside it and without when they wait; and computation beside that work slows
+// down by the threads it adds. The spans depend on what overlaps what, so the program is replayed
+// a few times, each with what the previous replay saw.
 // All ranks run the same template on the same shapes, and the groups of one mesh axis are alike,
-// so one rank's timeline stands for every rank's (the trace names it rank 0).
+// so one rank's timeline stands for every rank's (the trace names it rank 0), and the ranks sharing
+// a host's cores run in step.
 // On the machine at hand a collective takes what the emulated link would, but no less than the
 // profile measured for the local communicator (the emulation only ever delays).
 #pragma once

@@ -136,7 +136,7 @@ int plan_main(const std::string& model, int64_t gpus, const std::string& cluster
     }
   }
   if (!at_hand && hosts > 0) return fail_with(Status::error("--hosts describes the machine at hand; a --cluster file names its own nodes"));
-  OpTimeModel ops = op_time_model(cluster, profile ? &*profile : nullptr, gpus, at_hand ? threads : 1);
+  OpTimeModel ops = op_time_model(cluster, profile ? &*profile : nullptr);
   // the search reads shapes only: global activations bigger than this machine are fine, unless a
   // plan file (the partitioned program) or a simulation is asked for
   set_shapes_only(out.empty() && html.empty() && dot.empty() && !simulate && trace.empty());

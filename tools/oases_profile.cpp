@@ -108,6 +108,7 @@ int main(int argc, char** argv) {
     p.machine = machine_description(ranks, threads);
     p.ranks = ranks;
     p.threads_per_rank = threads;
+    p.op_clock = profile_op_clock(threads);
     p.device = measure_device(threads, p.machine["memory_gib"].get<double>(), ranks);
     p.has_device = true;
     std::printf("device: %.1f GFLOP/s sgemm, %.1f GB/s copy (%d thread(s) per rank)\n", p.device.fp32_tflops * 1e3, p.device.memory_gbps,
@@ -122,6 +123,17 @@ int main(int argc, char** argv) {
                 static_cast<long long>(std::max<int64_t>(ranks, 2)), sizes.size(), link ? ", also behind the emulated link" : "");
     p.optimizer_us_per_mib = measure_optimizer(threads);
     std::printf("optimizer: AdamW %.1f us per MiB of parameters\n", p.optimizer_us_per_mib);
+    // The cores the ranks get: measured with as many busy threads as the ranks run kernels (at
+    // least the cores), before, between and after the model's runs (other work comes and goes).
+    const int demand = std::max(cores, static_cast<int>(ranks) * threads);
+    std::vector<double> available{measure_available_cores(demand)};
+    auto record_available = [&] {
+      double avail = 0;
+      for (double c : available) avail += c / static_cast<double>(available.size());
+      p.machine["cores_available"] = std::min(avail, static_cast<double>(cores));
+      std::printf("cores: %d, available to %d busy thread(s): %s (other work takes the rest)\n", cores, demand,
+                  fmt::format("{:.2f}", fmt::join(available, ", ")).c_str());
+    };
     if (!model.empty()) {
       ImportOptions opts;
       if (Status s = bind.apply(&opts); !s.is_ok()) return fail_with(s);
@@ -133,8 +145,8 @@ int main(int argc, char** argv) {
       std::map<std::string, OpSample> acc;
       ExecutorOverheads ovh, ovh_one;
       std::vector<CalibrationRun> calib;
-      // an interleaved (oases) run, for the calibration only: collectives beside computation; the op
-      // samples and gaps stay those of the plain runs
+      // an interleaved (oases) run, for the calibration only (collectives beside computation, which
+      // the plain runs seldom have); the op samples and gaps stay those of the plain runs
       auto interleaved_run = [&](int64_t t, int64_t k) {
         std::map<std::string, OpSample> unused_ops;
         ExecutorOverheads unused_ovh;
@@ -154,6 +166,7 @@ int main(int argc, char** argv) {
                                            &calib, "plain", comm_timeout);
               !s.is_ok())
             return fail_with(s.with_context(model));
+          available.push_back(measure_available_cores(demand));
           if (k > 1 && t > 1) {  // with chunks, also the interleaved schedule
             if (Status s = interleaved_run(t, k); !s.is_ok()) return fail_with(s.with_context(model));
           }
@@ -161,9 +174,7 @@ int main(int argc, char** argv) {
                       static_cast<long long>(k), seconds_since(t0));
           done.push_back({{"tp", t}, {"chunks", k}});
         }
-        // the collectives' time beside computation cannot be told from plain runs alone (few of
-        // their collectives overlap anything): without a chunked run above, one interleaved run
-        // at 2 chunks for the calibration
+        // without a chunked run above, one interleaved run at 2 chunks for the calibration
         bool interleaved = std::any_of(done.begin(), done.end(), [&](const nlohmann::json& d) {
           return d["tp"].get<int64_t>() == t && d["chunks"].get<int64_t>() > 1;
         });
@@ -188,17 +199,25 @@ int main(int argc, char** argv) {
       for (auto& [k, s] : acc) p.ops.push_back(s);
       if (ovh.instr_gaps > 0) p.instr_us = ovh.instr_gap_us / static_cast<double>(ovh.instr_gaps);
       if (ovh.starts > 0) p.comm_start_us = std::max(0.0, ovh.start_gap_us / static_cast<double>(ovh.starts) - p.instr_us);
-      double summed_share = ovh.accounted_us > 0 ? std::max(1.0, ovh.wall_us / ovh.accounted_us) : 1.0;
-      p.core_share = summed_share;
-      if (Status s = calibrate_executor(calib, emulate, threads, &p); !s.is_ok()) return fail_with(s.with_context(model));
-      std::printf(
-          "executor: ranks sharing the cores: %.3f (the simulator replaying the profiled runs; %.3f x what rank 0's kernels, gaps "
-          "and link add up to); a collective takes %.1f us beyond the link, %.1f us more beside computation\n",
-          p.core_share, summed_share, p.comm_sync_us, p.comm_beside_compute_us);
+      available.push_back(measure_available_cores(demand));
+      record_available();
+      std::vector<std::pair<double, double>> replayed;
+      if (Status s = calibrate_executor(calib, emulate, threads, &p, &replayed); !s.is_ok()) return fail_with(s.with_context(model));
+      std::printf("executor: a collective takes %.1f us beyond the link and the shared cores\n", p.comm_sync_us);
+      for (size_t i = 0; i < replayed.size(); ++i) {
+        std::printf(
+            "executor: profiled run %zu (%s, tp %lld, %lld chunk(s), %lld rank(s) on %.2f free core(s), %d thread(s) each): measured %.1f ms, "
+            "simulator %.1f ms (%+.1f%%)\n",
+            i, calib[i].schedule.c_str(), static_cast<long long>(calib[i].tp), static_cast<long long>(calib[i].chunks),
+            static_cast<long long>(calib[i].ranks), p.core_capacity(), threads, replayed[i].second / 1e3, replayed[i].first / 1e3,
+            (replayed[i].first / replayed[i].second - 1) * 100);
+      }
       std::printf("executor: %.1f us between instructions, %.1f us more after starting a collective (%lld starts timed)\n", p.instr_us,
                   p.comm_start_us, static_cast<long long>(ovh.starts));
       p.model = {{"path", model}, {"batch", pm->batch}, {"seq", pm->seq}, {"ranks", ranks}, {"profiled", done}};
       std::printf("ops: %zu distinct op shapes of %s\n", p.ops.size(), model.c_str());
+    } else {
+      record_available();
     }
     if (Status s = write_file_atomically(out, p.to_json().dump(1) + "\n"); !s.is_ok()) return fail_with(s);
     std::printf("wrote %s in %.1f s\n", out.c_str(), seconds_since(t_start));

@@ -2,43 +2,79 @@
 """Validation of the simulator on this machine: predicted against measured step times of
 `oases-train` (CPU, --local-ranks, --emulate-link), for the five schedules at tp 2 and 4.
 
-For each tp degree and schedule: `oases-profile --model M --ranks tp --emulate-link L` measures op,
-collective and executor times just before (the machine's other load changes within seconds); then `oases-plan M --gpus tp --profile P --emulate-link L --degrees tp
---uniform --schedules S --chunks K --simulate --out plan.json` predicts the step (the simulator
-replays the rank's program on the profile), and `oases-train M --synthetic --plan plan.json
---local-ranks tp --emulate-link L --steps N` measures it (median of the steps after the first).
-Error = (predicted - measured) / measured.
+For each tp degree, in --rounds rounds: `oases-profile --model M --ranks tp --emulate-link L
+--chunks 1,K` measures op, collective and executor times and the cores the ranks get (the
+machine's other load changes within seconds, so each round profiles again); then for each
+schedule `oases-plan M --gpus tp --profile P --emulate-link L --degrees tp --uniform --schedules S
+--chunks K --simulate --out plan.json` predicts the step (the simulator replays the rank's program
+on the profile) and `oases-train M --synthetic --plan plan.json --local-ranks tp --emulate-link L
+--steps N` measures it (the first step of each run left out).
 
-  /usr/bin/python3 bench/plan/validate.py --bin build/bin [--steps 12] [--link bw=1,latency=50] [--markdown t.md]
+Per round: error = (predicted - measured) / measured, measured = the median of the round's timed
+steps; per row the median of the rounds' errors (each prediction against the measurement it was
+profiled for). Noise = the run-to-run spread of the measurement, half the range of the rounds'
+medians over their median (+-): an error inside it is as close as this machine lets one tell. The
+steps' own spread (interquartile range over the median of them all), the cores the profiles found
+free (1-minute samples of other work are too coarse: the profile measures what its ranks get) and
+the cores each run used (its CPU time over its wall time) and other work used meanwhile (the
+machine's CPU time less the run's, /proc/stat) are printed too.
+
+  /usr/bin/python3 bench/plan/validate.py --bin build/bin [--rounds 3] [--steps 8] [--link bw=1,latency=50] [--markdown t.md]
 Model: GPT-2-style, hidden 256, 4 layers, 8 heads, byte vocabulary, batch 8 x 128 (models/export.py).
 """
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
+import time
 
 SCHEDULES = ["plain", "default_checkpoint", "optim_comm_checkpoint", "overlap_checkpoint", "oases"]
 
 
+def busy_seconds():
+    """CPU seconds every process of the machine has used (/proc/stat: all but idle and iowait)."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:9]]
+    return (v[0] + v[1] + v[2] + v[5] + v[6] + v[7]) / os.sysconf("SC_CLK_TCK")
+
+
 def run(cmd):
+    """Runs cmd; returns its stdout, the cores it used (its CPU time over its wall time) and the
+    cores other work used meanwhile (the machine's CPU time less its own, over the wall time)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    busy0 = busy_seconds()
+    t0 = time.monotonic()
     p = subprocess.run(cmd, capture_output=True, text=True)
+    wall = time.monotonic() - t0
+    busy = busy_seconds() - busy0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if p.returncode != 0:
         sys.exit(f"validate: {' '.join(cmd)} failed: {p.stderr.strip()[-2000:]}")
-    return p.stdout
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return p.stdout, cpu / wall if wall > 0 else 0.0, max(0.0, busy - cpu) / wall if wall > 0 else 0.0
+
+
+def quartiles(xs):
+    q = statistics.quantiles(xs, n=4) if len(xs) >= 2 else [xs[0]] * 3
+    return q[0], q[2]
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bin", default="build/bin")
     ap.add_argument("--work", default="build/bench/validate")
-    ap.add_argument("--steps", type=int, default=12)
+    ap.add_argument("--rounds", type=int, default=3, help="profile + measurement rounds per tp degree")
+    ap.add_argument("--steps", type=int, default=8, help="steps per measured run (the first is left out)")
     ap.add_argument("--chunks", type=int, default=2)
     ap.add_argument("--link", default="bw=1,latency=50")
     ap.add_argument("--tp", type=int, action="append", default=[])
     ap.add_argument("--markdown")
     a = ap.parse_args()
+    if a.rounds < 1 or a.steps < 2:
+        sys.exit("validate: --rounds must be at least 1 and --steps at least 2")
     os.chdir(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
     os.makedirs(a.work, exist_ok=True)
     model = os.path.join(a.work, "h256", "model.onnx")
@@ -46,42 +82,73 @@ def main():
         subprocess.run(["/usr/bin/python3", "models/export.py", "--family", "gpt2", "--dynamic", "--hidden", "256", "--layers", "4",
                         "--heads", "8", "--vocab", "256", "--max-pos", "128", "--no-data", "--out", os.path.dirname(model)],
                        check=True, stdout=subprocess.DEVNULL)
-    rows = []
+    t_start = time.monotonic()
     loads = []
+    # (tp, schedule) -> lists over the rounds
+    pred, steps, cpu_share, others = {}, {}, {}, {}
+    avail, prof_others = {}, {}
     for tp in a.tp or [2, 4]:
-        for s in SCHEDULES:
-            k = 1 if s == "plain" else a.chunks
+        for rnd in range(a.rounds):
             # The cores are shared with whatever else runs on the machine, and that changes within
-            # seconds: each prediction uses a profile taken just before its measurement.
-            prof = os.path.join(a.work, f"profile_tp{tp}_{s}.json")
+            # seconds: each round profiles again just before its measurements.
+            prof = os.path.join(a.work, f"profile_tp{tp}_r{rnd}.json")
             loads.append(os.getloadavg()[0])
-            run([os.path.join(a.bin, "oases-profile"), "--backend", "cpu", "--model", model, "--ranks", str(tp), "--batch", "8", "--seq",
-                 "128", "--emulate-link", a.link, "--degrees", str(tp), "--chunks", str(k), "--reps", "2", "--sizes",
-                 "65536,262144,1048576,4194304", "--out", prof])
-            plan = os.path.join(a.work, f"plan_tp{tp}_{s}.json")
-            run([os.path.join(a.bin, "oases-plan"), model, "--gpus", str(tp), "--profile", prof, "--emulate-link", a.link, "--batch", "8",
-                 "--seq", "128", "--degrees", str(tp), "--uniform", "--no-sequence-parallel", "--schedules", s, "--chunks", str(k),
-                 "--simulate", "--out", plan])
-            sim = json.load(open(plan))["simulation"]["plan"]
-            log = os.path.join(a.work, f"log_tp{tp}_{s}.jsonl")
-            if os.path.exists(log):
-                os.remove(log)
-            run([os.path.join(a.bin, "oases-train"), model, "--synthetic", "--plan", plan, "--local-ranks", str(tp), "--emulate-link", a.link,
-                 "--steps", str(a.steps), "-q", "--log-json", log])
-            ms = [json.loads(l)["ms"] for l in open(log)][1:]
-            measured = statistics.median(ms)
-            err = (sim["step_ms"] - measured) / measured * 100
-            rows.append((tp, s, k, sim["step_ms"], measured, err, min(ms), max(ms)))
-            print(f"tp {tp} {s:22s} K={k}: predicted {sim['step_ms']:8.1f} ms, measured {measured:8.1f} ms "
-                  f"(steps {min(ms):.0f}..{max(ms):.0f}), error {err:+.1f}%", flush=True)
-    lines = [f"Link emulated `{a.link}`; batch 8 x 128; {a.steps} steps, median of all but the first; {os.cpu_count()} cores; "
-             f"1-minute load average {min(loads):.1f}..{max(loads):.1f} during the runs.", "",
-             "| tp | schedule | K | predicted ms | measured ms (range) | error |", "| --- | --- | --- | --- | --- | --- |"]
-    for tp, s, k, p, m, e, lo, hi in rows:
-        lines.append(f"| {tp} | {s} | {k} | {p:.1f} | {m:.1f} ({lo:.0f}..{hi:.0f}) | {e:+.1f}% |")
-    within = sum(1 for r in rows if abs(r[5]) <= 10)
+            _, _, other = run([os.path.join(a.bin, "oases-profile"), "--backend", "cpu", "--model", model, "--ranks", str(tp), "--batch",
+                               "8", "--seq", "128", "--emulate-link", a.link, "--degrees", str(tp), "--chunks", f"1,{a.chunks}", "--reps",
+                               "2", "--sizes", "65536,262144,1048576,4194304", "--out", prof])
+            prof_others.setdefault(tp, []).append(other)
+            avail.setdefault(tp, []).append(json.load(open(prof))["machine"].get("cores_available", 0))
+            for s in SCHEDULES:
+                k = 1 if s == "plain" else a.chunks
+                plan = os.path.join(a.work, f"plan_tp{tp}_{s}_r{rnd}.json")
+                run([os.path.join(a.bin, "oases-plan"), model, "--gpus", str(tp), "--profile", prof, "--emulate-link", a.link, "--batch",
+                     "8", "--seq", "128", "--degrees", str(tp), "--uniform", "--no-sequence-parallel", "--schedules", s, "--chunks", str(k),
+                     "--simulate", "--out", plan])
+                p_ms = json.load(open(plan))["simulation"]["plan"]["step_ms"]
+                log = os.path.join(a.work, f"log_tp{tp}_{s}_r{rnd}.jsonl")
+                if os.path.exists(log):
+                    os.remove(log)
+                loads.append(os.getloadavg()[0])
+                _, share, other = run([os.path.join(a.bin, "oases-train"), model, "--synthetic", "--plan", plan, "--local-ranks", str(tp),
+                                "--emulate-link", a.link, "--steps", str(a.steps), "-q", "--log-json", log])
+                ms = [json.loads(l)["ms"] for l in open(log)][1:]
+                pred.setdefault((tp, s), []).append(p_ms)
+                steps.setdefault((tp, s), []).append(ms)
+                cpu_share.setdefault((tp, s), []).append(share)
+                others.setdefault((tp, s), []).append(other)
+                print(f"tp {tp} {s:22s} K={k} round {rnd + 1}: predicted {p_ms:8.1f} ms, measured {statistics.median(ms):8.1f} ms "
+                      f"(steps {min(ms):.0f}..{max(ms):.0f}; {share:.2f} cores used, other work {other:.2f}; profiled with "
+                      f"{avail[tp][-1]:.2f} free, other work {prof_others[tp][-1]:.2f})", flush=True)
+    rows = []
+    for (tp, s), ps in pred.items():
+        k = 1 if s == "plain" else a.chunks
+        all_ms = [x for r in steps[(tp, s)] for x in r]
+        measured = statistics.median(all_ms)
+        medians = [statistics.median(r) for r in steps[(tp, s)]]
+        noise = (max(medians) - min(medians)) / 2 / statistics.median(medians) * 100
+        q1, q3 = quartiles(all_ms)
+        predicted = statistics.median(ps)
+        err = statistics.median((p - m) / m * 100 for p, m in zip(ps, medians))
+        rows.append(dict(tp=tp, s=s, k=k, predicted=predicted, measured=measured, err=err, noise=noise, iqr=(q3 - q1) / measured * 100,
+                         medians=medians, preds=ps, n=len(all_ms), used=cpu_share[(tp, s)], others=others[(tp, s)]))
+    minutes = (time.monotonic() - t_start) / 60
+    lines = [f"Link emulated `{a.link}`; batch 8 x 128; {a.rounds} round(s) per tp degree (profile, then each schedule's run of "
+             f"{a.steps} steps, the first left out); error: the median of the rounds' errors; {os.cpu_count()} cores; "
+             f"cores free when profiled (by round) " +
+             "; ".join(f"tp {tp}: " + ", ".join(f"{c:.2f}" for c in cs) for tp, cs in avail.items()) +
+             "; other work's cores during the profiles " +
+             "; ".join(f"tp {tp}: " + ", ".join(f"{c:.2f}" for c in cs) for tp, cs in prof_others.items()) +
+             f"; 1-minute load average {min(loads):.1f}..{max(loads):.1f} during the runs; {minutes:.1f} min.", "",
+             "| tp | schedule | K | predicted ms (rounds) | measured ms (rounds' medians) | error | noise | steps' IQR | cores used | other work |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in rows:
+        lines.append(f"| {r['tp']} | {r['s']} | {r['k']} | {r['predicted']:.1f} ({', '.join(f'{x:.0f}' for x in r['preds'])}) | "
+                     f"{r['measured']:.1f} ({', '.join(f'{x:.0f}' for x in r['medians'])}) | **{r['err']:+.1f}%** | ±{r['noise']:.1f}% | "
+                     f"{r['iqr']:.1f}% | {', '.join(f'{x:.2f}' for x in r['used'])} | {', '.join(f'{x:.2f}' for x in r['others'])} |")
+    within = sum(1 for r in rows if abs(r["err"]) <= 10)
     lines.append("")
-    lines.append(f"{within} of {len(rows)} within ±10%; mean |error| {statistics.mean(abs(r[5]) for r in rows):.1f}%.")
+    lines.append(f"{within} of {len(rows)} within ±10%; mean |error| {statistics.mean(abs(r['err']) for r in rows):.1f}%; "
+                 f"mean noise ±{statistics.mean(r['noise'] for r in rows):.1f}%.")
     text = "\n".join(lines) + "\n"
     print(text)
     if a.markdown:

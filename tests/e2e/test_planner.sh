@@ -104,6 +104,10 @@ cluster '{"format": "oases-cluster", "version": 1, "name": "x", "device": {"name
 expect_error "device without bandwidth" "memory_gbps must be positive" "$P" "$M" --gpus 4 --cluster "$WORK/c.json" --out "$WORK/x.json"
 cluster '{"format": "oases-cluster", "version": 1, "name": "x", "device": "RTX3090", "nodes": 1, "gpus_per_node": 2, '"$LINKS"'}'
 expect_error "more GPUs than the cluster" "--gpus 4 but the cluster has 2 GPUs" "$P" "$M" --gpus 4 --cluster "$WORK/c.json" --out "$WORK/x.json"
+cluster '{"format": "oases-cluster", "version": 1, "name": "x", "device": "CPU", "nodes": 1, "gpus_per_node": 4, "cores_per_node": -2, '"$LINKS"'}'
+expect_error "negative cores per node" "cores_per_node must be positive" "$P" "$M" --gpus 4 --cluster "$WORK/c.json" --out "$WORK/x.json"
+cluster '{"format": "oases-cluster", "version": 1, "name": "x", "device": "CPU", "nodes": 1, "gpus_per_node": 4, "threads_per_rank": 2, '"$LINKS"'}'
+expect_error "threads per rank without cores" 'give "cores_per_node" too' "$P" "$M" --gpus 4 --cluster "$WORK/c.json" --out "$WORK/x.json"
 expect_error "missing cluster file" "no such cluster file" "$P" "$M" --gpus 4 --cluster "$WORK/none.json" --out "$WORK/x.json"
 expect_error "memory no plan fits" "no plan fits 0.0001 GiB per GPU: the least memory .* needs is [0-9.]+ [KM]iB \(give --memory [0-9.]+" \
   "$P" "$M" --gpus 4 --memory 0.0001 --out "$WORK/x.json"

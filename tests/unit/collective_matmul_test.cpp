@@ -162,7 +162,7 @@ TEST(CollectiveMatmul, PricedPerPart) {
   ASSERT_TRUE(a) << a.status().message();
   // this machine's CPU behind an emulated link about as slow as its products are long
   ClusterSpec cluster = this_machine(2, nullptr, "bw=0.5,latency=10", 1);
-  OpTimeModel ops = op_time_model(cluster, nullptr, 2, 1);
+  OpTimeModel ops = op_time_model(cluster, nullptr);
   CostModel cm(*a, cluster, ops);
   auto plain = *schedule_by_name("plain");
   int blocks = 0;

@@ -268,7 +268,7 @@ TEST(PipelineSearch, PlansStagesOnAClusterAndPricesAGivenPipeline) {
   auto cluster = load_cluster_file(std::string(OASES_SOURCE_DIR) + "/clusters/a100_dgx_64.json");
   ASSERT_TRUE(cluster) << cluster.status().message();
   cluster->nodes = 2;  // 16 GPUs on 2 hosts
-  OpTimeModel ops = op_time_model(*cluster, nullptr, 16, 1);
+  OpTimeModel ops = op_time_model(*cluster, nullptr);
   PipelinePlanOptions o;
   o.memory_limit = 80.0 * (1 << 30);
   auto p = search_pipeline(pm.forward, pm.train.graph, pm.train.params, *cluster, ops, 16, o);

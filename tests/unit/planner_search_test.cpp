@@ -45,7 +45,7 @@ TEST_P(SearchEqualsBruteForce, SameOptimumUnderEveryLimit) {
   auto a = analyze_model(pm->forward, pm->train.graph, pm->train.params, in.ranks);
   ASSERT_TRUE(a) << a.status().message();
   ClusterSpec cluster = in.cluster ? two_nodes(in.ranks) : this_machine(in.ranks, nullptr, "", 1);
-  OpTimeModel ops = op_time_model(cluster, nullptr, in.ranks, 1);
+  OpTimeModel ops = op_time_model(cluster, nullptr);
   CostModel cm(*a, cluster, ops);
 
   SearchOptions o;
@@ -106,7 +106,7 @@ TEST(PlannerSearch, NoPlanFitsNamesTheLeastMemory) {
   auto a = analyze_model(pm->forward, pm->train.graph, pm->train.params, 2);
   ASSERT_TRUE(a);
   ClusterSpec cluster = this_machine(2, nullptr, "", 1);
-  OpTimeModel ops = op_time_model(cluster, nullptr, 2, 1);
+  OpTimeModel ops = op_time_model(cluster, nullptr);
   CostModel cm(*a, cluster, ops);
   SearchOptions o;
   o.memory_limit = 1024;  // 1 KiB
