@@ -28,8 +28,13 @@ class Decomposer {
       if (!g_.alive(id)) continue;
       const Node& n = g_.node(id);
       if (n.domain != kOasesDomain || n.attrs.get_int("segments", 1) != 1 || n.attrs.get_int("group_size", 1) < 2) continue;
-      if (n.op_type == "AllGather") OASES_RETURN_IF_ERROR(gather(id));
-      if (n.op_type == "ReduceScatter") OASES_RETURN_IF_ERROR(scatter(id));
+      // (a rewrite removes the node: decide on a copy of its type)
+      const std::string op = n.op_type;
+      if (op == "AllGather") {
+        OASES_RETURN_IF_ERROR(gather(id));
+      } else if (op == "ReduceScatter") {
+        OASES_RETURN_IF_ERROR(scatter(id));
+      }
     }
     return Status::ok();
   }
