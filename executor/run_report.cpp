@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <tuple>
 
 #include <fmt/format.h>
 
@@ -65,9 +66,16 @@ void OverlapStats::add(const Graph& g, const std::vector<TraceEvent>& ev, double
   struct Life {
     double issue = -1, start = -1, dur = 0, wait_at = -1, waited = 0;
     bool inline_run = false;
+    int thread = 0;
   };
   std::map<NodeId, Life> life;
   std::vector<std::pair<double, double>> busy;  // compute intervals of the compute thread, in order
+  struct Run {
+    int thread;
+    double from, to;
+    NodeId node;
+  };
+  std::vector<Run> runs;  // the collectives' runs on their channel threads
   for (const TraceEvent& e : ev) {
     if (e.node == kNoId || !g.alive(e.node)) continue;
     if (e.category == "compute" && e.thread == 0) busy.push_back({e.start_us, e.start_us + e.dur_us});
@@ -77,6 +85,8 @@ void OverlapStats::add(const Graph& g, const std::vector<TraceEvent>& ev, double
       l.start = e.start_us;
       l.dur += e.dur_us;
       l.inline_run = e.thread == 0;
+      l.thread = e.thread;
+      if (e.thread != 0) runs.push_back({e.thread, e.start_us, e.start_us + e.dur_us, e.node});
     }
     if (e.category == "wait") {
       life[e.node].wait_at = e.start_us;
@@ -92,6 +102,17 @@ void OverlapStats::add(const Graph& g, const std::vector<TraceEvent>& ev, double
     if (i > 0 && busy[i - 1].second > t) b -= busy[i - 1].second - t;
     return b;
   };
+  std::sort(runs.begin(), runs.end(), [](const Run& a, const Run& b) { return std::tie(a.thread, a.from) < std::tie(b.thread, b.from); });
+  // compute between a and b while another collective than `id` ran on `thread`: a channel moves one
+  // collective at a time, so compute it already hid is no room for the next one queued behind it
+  auto taken_by_others = [&](int thread, NodeId id, double a, double b) {
+    double t = 0;
+    for (const Run& r : runs) {
+      if (r.thread != thread || r.node == id || r.to <= a || r.from >= b) continue;
+      t += std::max(0.0, busy_until(std::min(b, r.to)) - busy_until(std::max(a, r.from)));
+    }
+    return t;
+  };
   for (const auto& [id, l] : life) {
     if (l.start < 0) continue;
     Group& gr = groups[group_of(g, g.node(id))];
@@ -101,7 +122,13 @@ void OverlapStats::add(const Graph& g, const std::vector<TraceEvent>& ev, double
     double hidden = 0, room = 0;
     if (!l.inline_run) {
       hidden = std::min(l.dur, std::max(0.0, busy_until(l.start + l.dur) - busy_until(l.start)));
-      if (l.issue >= 0) room = std::max(0.0, busy_until(l.wait_at >= 0 ? l.wait_at : 1e300) - busy_until(l.issue));
+      if (l.issue >= 0) {
+        double until = l.wait_at >= 0 ? l.wait_at : busy.empty() ? l.issue : busy.back().second;
+        double order = std::max(0.0, busy_until(until) - busy_until(l.issue));
+        double queued = std::min(order, taken_by_others(l.thread, id, l.issue, until));
+        room = order - queued;
+        gr.queued += std::max(0.0, std::min(l.dur, order) - std::min(l.dur, room));
+      }
     }
     gr.exposed += l.dur - hidden;
     gr.could += std::max(hidden, std::min(l.dur, room));
@@ -126,18 +153,20 @@ void OverlapStats::print(bool overlap_asked, const std::string& schedule) const 
   // per group: could not (no compute beside it) and did not (compute there, the collective late)
   std::vector<std::pair<std::string, Group>> rows(groups.begin(), groups.end());
   std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.exposed > b.second.exposed; });
-  double could_all = 0, not_could = 0, not_did = 0, comm_all = 0, exposed_all = 0;
+  double could_all = 0, not_could = 0, not_did = 0, comm_all = 0, exposed_all = 0, queued_all = 0;
   for (const auto& [name, gr] : rows) {
     could_all += gr.could;
+    queued_all += gr.queued;
     comm_all += gr.comm;
     exposed_all += gr.exposed;
     not_could += gr.comm - gr.could;
     not_did += gr.exposed - (gr.comm - gr.could);
   }
   std::fprintf(stderr,
-               "per collective group (ms a step; hidden: compute ran while it ran; could hide: the compute between its start and its\n"
-               "wait, up to its time; exposed = could not hide (no compute beside it in this order) + did not hide (the compute was\n"
-               "there but ran before the collective started, or the collective ran long); late: from its issue to its thread starting it):\n");
+               "per collective group (ms a step; hidden: compute ran while it ran; could hide: the compute between its issue and its\n"
+               "wait while no other collective held its channel, up to its time; exposed = could not hide (no compute beside it in this\n"
+               "order, or the channel busy with the collectives ahead) + did not hide (compute there and the channel free, but the\n"
+               "collective started late or ran long); late: from its issue to its thread starting it):\n");
   std::fprintf(stderr, "  %-34s %5s %9s %9s %11s %9s %11s %9s %9s\n", "group", "count", "comm", "hidden", "could hide", "exposed", "could not",
                "did not", "late");
   size_t shown = 0;
@@ -152,9 +181,11 @@ void OverlapStats::print(bool overlap_asked, const std::string& schedule) const 
                  gr.late / 1000.0 / n);
   }
   const double hid_all = comm_all - exposed_all;
-  std::fprintf(stderr, "  all: %.1f ms of collectives; could hide %.1f (%.0f%%), hid %.1f (%.0f%% of what could); exposed: could not %.1f ms, did not %.1f ms\n",
+  std::fprintf(stderr,
+               "  all: %.1f ms of collectives; could hide %.1f (%.0f%%), hid %.1f (%.0f%% of what could); exposed: could not %.1f ms, did not "
+               "%.1f ms; the channel's queue took %.1f ms of room (compute beside the collective ahead)\n",
                comm_all / 1000.0 / n, could_all / 1000.0 / n, comm_all > 0 ? 100.0 * could_all / comm_all : 0.0, hid_all / 1000.0 / n,
-               could_all > 0 ? 100.0 * hid_all / could_all : 0.0, not_could / 1000.0 / n, not_did / 1000.0 / n);
+               could_all > 0 ? 100.0 * hid_all / could_all : 0.0, not_could / 1000.0 / n, not_did / 1000.0 / n, queued_all / 1000.0 / n);
   if (comm > 0 && hidden < 0.05 * comm) {
     std::fprintf(stderr, "WARNING: %s\n",
                  overlap_asked ? fmt::format("overlap was asked for (--schedule {}) but almost no communication was hidden ({:.0f}%)",

@@ -28,13 +28,16 @@ struct OverlapStats {
   // Per group of collectives (embedding, layer N attention/MLP forward or backward, head, loss,
   // data-parallel gradients, transfers between meshes): what ran, what hid, and what could have.
   // A collective's room is the compute the compute thread ran between handing it over and waiting
-  // for it: at most that much of it can hide under this order ("could hide" = min(its time, room)).
-  // What is exposed beyond that could not hide (too little compute beside it); what is exposed
-  // within it did not hide though compute was there (it started late: queued behind other
-  // collectives, its peers late, the cores shared).
+  // for it, less the compute during which another collective ran on its channel (a channel moves
+  // one collective at a time: compute that hid the one ahead cannot hide this one too): at most
+  // that much of it can hide under this order ("could hide" = min(its time, room)). What is exposed
+  // beyond that could not hide (too little compute beside it, or the channel busy with the
+  // collectives ahead); what is exposed within it did not hide though compute was there and the
+  // channel free (it started late: its peers late, the cores shared; or ran long). `queued` is
+  // what the channel's queue took from the room (counted under could not).
   struct Group {
     int count = 0;
-    double comm = 0, exposed = 0, could = 0, late = 0;  // us summed over steps; late: issue to start
+    double comm = 0, exposed = 0, could = 0, late = 0, queued = 0;  // us summed over steps; late: issue to start
   };
   std::map<std::string, Group> groups;
 
