@@ -1,7 +1,9 @@
 #include "planner/rank_program.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <memory>
+#include <set>
 
 #include "graph/passes/mixed_precision.h"
 #include "planner/chunking.h"
@@ -30,6 +32,8 @@ Expected<std::vector<ScheduledOp>> fuse_scheduled(Graph& g, const std::vector<Sc
     kind[op.node] = op.kind;
     order.push_back(op.node);
   }
+  std::map<NodeId, std::string> described;  // for the error below, should fusion take a scheduled node
+  for (const ScheduledOp& op : schedule) described.emplace(op.node, g.node(op.node).describe());
   std::vector<size_t> slots;
   *stats = fuse_for_cpu(g, order, keep, &slots);
   // position of every step after fusion, in the old numbering (a fused node: its chain's last node's)
@@ -45,7 +49,11 @@ Expected<std::vector<ScheduledOp>> fuse_scheduled(Graph& g, const std::vector<Sc
   }
   while (w < waits.size()) out.push_back({ScheduledOp::Kind::kCommWait, waits[w++].second});
   for (const ScheduledOp& op : out) {
-    if (!g.alive(op.node)) return error("fusion removed node {}, which the schedule still runs", op.node);
+    if (!g.alive(op.node)) {
+      auto d = described.find(op.node);
+      return error("fusion removed {}, which the schedule still runs{}", d != described.end() ? d->second : fmt::format("node {}", op.node),
+                   op.kind == ScheduledOp::Kind::kCommWait ? " (a wait)" : "");
+    }
   }
   return out;
 }
@@ -56,8 +64,39 @@ bool cpu_fusion_enabled(bool fuse, const std::string& device) {
   return fuse && device == "cpu" && std::getenv("OASES_NO_FUSION") == nullptr;
 }
 
+// Nodes none of whose outputs anything reads (not a graph output, input, constant or kept value),
+// until none is left, and their steps: e.g. a chunk's forward all-gather whose reader recomputation
+// replaced under a checkpointing schedule. Every rank of a group prunes the same collectives (their
+// programs have one structure), so none waits for a peer that skipped it; and what no one reads
+// needs no transfer.
+void prune_dead_nodes(Graph& g, std::vector<ScheduledOp>* schedule, const std::set<ValueId>& keep) {
+  auto unread = [&](ValueId v) {
+    if (v == kNoId) return true;
+    const Value& val = g.value(v);
+    return val.uses.empty() && !val.is_input && !val.is_constant() && !g.is_output(v) && !keep.count(v);
+  };
+  std::set<NodeId> removed;
+  for (bool again = true; again;) {
+    again = false;
+    for (NodeId id : g.nodes()) {
+      const Node& n = g.node(id);
+      if (n.outputs.empty()) continue;
+      bool dead = true;
+      for (ValueId o : n.outputs) dead &= unread(o);
+      if (!dead) continue;
+      g.remove_node(id);
+      removed.insert(id);
+      again = true;
+    }
+  }
+  if (removed.empty()) return;
+  schedule->erase(std::remove_if(schedule->begin(), schedule->end(), [&](const ScheduledOp& op) { return removed.count(op.node) > 0; }),
+                  schedule->end());
+}
+
 Expected<ProgramLayout> lay_out_program(Graph g, std::vector<ScheduledOp> schedule, const std::set<ValueId>& keep, bool fuse) {
   ProgramLayout p;
+  prune_dead_nodes(g, &schedule, keep);
   if (fuse) {
     if (schedule.empty()) {
       OASES_ASSIGN_OR_RETURN(std::vector<NodeId> order, g.topo_order());

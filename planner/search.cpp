@@ -247,6 +247,8 @@ SearchResult search_plan(CostModel& m, const SearchOptions& o) {
     for (int64_t K : o.chunks) {
       if (interleaved(sn) && K < 2) continue;
       Tables tables;
+      SpaceBest space;  // the best fitting plan of this (schedule, K)
+      space.objective = kInf;
       for (int64_t tied : tied_degrees(m, o)) {
         auto L = part_layouts(m, o, K, tied);
         bool empty = false;
@@ -269,12 +271,7 @@ SearchResult search_plan(CostModel& m, const SearchOptions& o) {
             res.least_memory = std::min(res.least_memory, mem);
             if (o.memory_limit > 0 && mem > o.memory_limit) continue;
             double obj = plan_objective(m, p);
-            if (obj < res.objective) {
-              res.found = true;
-              res.objective = obj;
-              res.memory = mem;
-              res.best = p;
-            }
+            if (obj < space.objective) space = {p, obj, mem};
           }
           continue;
         }
@@ -309,29 +306,35 @@ SearchResult search_plan(CostModel& m, const SearchOptions& o) {
           if (ok) res.least_memory = std::min(res.least_memory, sum);
         }
         ChainResult free_run = chain(tables, allowed, -1, kInf, kInf, &res.transitions);
-        if (!free_run.found || free_run.obj >= res.objective) continue;  // the bound: no better plan here
+        const double bound = std::min(space.objective, o.keep_spaces ? kInf : res.objective);
+        if (!free_run.found || free_run.obj >= bound) continue;  // the bound: no better plan here
         PlanChoice p{free_run.layouts, sn, K};
         double mem = plan_memory(m, p);
         if (o.memory_limit <= 0 || mem <= o.memory_limit) {
-          res.found = true;
-          res.objective = free_run.obj;
-          res.memory = mem;
-          res.best = p;
+          space = {p, free_run.obj, mem};
           continue;
         }
+        double cut = bound;
         for (double cap : caps) {
           if (cap > o.memory_limit) break;
-          ChainResult c = chain(tables, allowed, o.memory_limit - cap, cap, res.objective, &res.transitions);
-          if (!c.found || c.obj >= res.objective) continue;
+          ChainResult c = chain(tables, allowed, o.memory_limit - cap, cap, cut, &res.transitions);
+          if (!c.found || c.obj >= cut) continue;
           PlanChoice q{c.layouts, sn, K};
-          res.found = true;
-          res.objective = c.obj;
-          res.memory = plan_memory(m, q);
-          res.best = q;
+          space = {q, c.obj, plan_memory(m, q)};
+          cut = c.obj;
         }
       }
+      if (!std::isfinite(space.objective)) continue;
+      if (space.objective < res.objective) {
+        res.found = true;
+        res.objective = space.objective;
+        res.memory = space.memory;
+        res.best = space.choice;
+      }
+      if (o.keep_spaces) res.spaces.push_back(space);
     }
   }
+  std::stable_sort(res.spaces.begin(), res.spaces.end(), [](const SpaceBest& x, const SpaceBest& y) { return x.objective < y.objective; });
   if (!std::isfinite(res.least_memory)) res.least_memory = 0;
   return res;
 }

@@ -24,6 +24,15 @@ struct SearchOptions {
   bool allow_sequence_parallel = true;
   bool allow_collective_matmul = true;  // sequence-parallel parts may decompose their collectives (Layout::cm)
   std::vector<int64_t> degrees;  // tp degrees allowed (empty: every candidate)
+  // Also keep the best fitting plan of every (schedule, K) space (SearchResult::spaces), for a
+  // caller that ranks them by another measure (oases-plan --simulate). Each space is then searched
+  // to its own best instead of being cut off by the best of the spaces before it.
+  bool keep_spaces = false;
+};
+
+struct SpaceBest {
+  PlanChoice choice;
+  double objective = 0, memory = 0;
 };
 
 struct SearchResult {
@@ -34,6 +43,7 @@ struct SearchResult {
   double least_memory = 0;  // the least any plan of the space needs (when none fits the limit)
   int64_t transitions = 0;  // (part, previous layout, layout) pairs priced
   std::string restriction;  // how the space was narrowed, for people
+  std::vector<SpaceBest> spaces;  // with SearchOptions::keep_spaces: by objective, fastest first
 };
 
 SearchResult search_plan(CostModel& m, const SearchOptions& o);

@@ -8,6 +8,7 @@
 // oases-plan MODEL --tp T [--dp D] --strategy megatron --out plan.json    one given tp x dp split
 // oases-plan --render plan.json --html plan.html                          draw an existing plan
 // Planning reads shapes only: weights kept as external data are never loaded.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -94,7 +95,8 @@ int plan_main(const std::string& model, int64_t gpus, const std::string& cluster
               int64_t batch, int64_t seq, const std::string& out, const std::string& html, const std::string& dot, bool simulate,
               const std::string& trace, const std::string& schedules, const std::string& chunks, bool uniform, bool no_sp, bool no_cm,
               const std::string& emulate_link, const std::string& degrees, const BindingFlags& bind, bool no_pipeline,
-              const std::string& reference_pipeline, const std::string& dtype, const std::string& pp_list, int64_t hosts) {
+              const std::string& reference_pipeline, const std::string& dtype, const std::string& pp_list, int64_t hosts,
+              int64_t sim_candidates) {
   auto t_start = std::chrono::steady_clock::now();
   ImportOptions opts;
   if (Status s = bind.apply(&opts); !s.is_ok()) return fail_with(s);
@@ -177,6 +179,7 @@ int plan_main(const std::string& model, int64_t gpus, const std::string& cluster
   so.allow_sequence_parallel = !no_sp;
   so.allow_collective_matmul = !no_cm;
   so.memory_limit = limit;
+  so.keep_spaces = (simulate || !trace.empty()) && sim_candidates > 1;
   auto t_search = std::chrono::steady_clock::now();
   SearchResult best = search_plan(cm, so);
   double search_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_search).count();
@@ -206,6 +209,7 @@ int plan_main(const std::string& model, int64_t gpus, const std::string& cluster
   }
   // the baselines on the same cluster, under the same limit
   SearchOptions mo = so;
+  mo.keep_spaces = false;
   mo.allow_mixed = false;
   mo.allow_sequence_parallel = false;
   mo.allow_collective_matmul = false;
@@ -215,6 +219,25 @@ int plan_main(const std::string& model, int64_t gpus, const std::string& cluster
   SearchOptions dpo = mo;
   dpo.degrees = {1};
   SearchResult dp = search_plan(cm, dpo);
+  // with --simulate the replayed programs pick among the best of each schedule and chunk count
+  // (and Megatron's split), the cost model's first choice included
+  std::string reranked;
+  if (so.keep_spaces && best.found) {
+    std::vector<PlanChoice> cands;
+    // Megatron's split where it lies in the space asked for (--schedules, --chunks)
+    auto asked = [&](const PlanChoice& c) {
+      return std::find(so.schedules.begin(), so.schedules.end(), c.schedule) != so.schedules.end() &&
+             std::find(so.chunks.begin(), so.chunks.end(), c.chunks) != so.chunks.end();
+    };
+    if (megatron.found && asked(megatron.best)) cands.push_back(megatron.best);
+    for (const SpaceBest& sb : best.spaces) cands.push_back(sb.choice);
+    auto r = rerank_by_simulation(*pm, a, gpus, cluster, ops, at_hand && profile ? &*profile : nullptr, cands,
+                                  static_cast<size_t>(sim_candidates), &best.best);
+    if (!r) return fail_with(r.status());
+    reranked = *r;
+    best.objective = plan_objective(cm, best.best);
+    best.memory = plan_memory(cm, best.best);
+  }
   std::printf("%s: %zu parts (%s), batch %lld x %lld tokens, %lld GPUs: %s\n", model.c_str(), a.parts.size(),
               a.mixed_ok ? "layouts may differ per part" : ("one layout for all: " + a.mixed_why).c_str(), static_cast<long long>(a.batch),
               static_cast<long long>(a.seq), static_cast<long long>(gpus), cluster.name.c_str());
@@ -279,6 +302,7 @@ int plan_main(const std::string& model, int64_t gpus, const std::string& cluster
   if (simulate || !trace.empty()) {
     std::printf("simulated (each rank's program replayed on %s):\n", cluster.name.c_str());
     const Profile* floor = at_hand && profile ? &*profile : nullptr;
+    if (!reranked.empty()) std::printf("  %s\n", reranked.c_str());
     if (best.found && !no_cm) {
       auto pick = choose_collective_matmuls_by_simulation(*pm, a, gpus, cluster, ops, floor, &best.best);
       if (!pick) return fail_with(pick.status());
@@ -380,7 +404,7 @@ int main(int argc, char** argv) {
   return run_tool([&] {
     CLI::App app{"oases-plan: choose how to split a model's training over a cluster, or describe a given split"};
     std::string model, out, html, dot, strategy, render, cluster, profile, trace, schedules, chunks, emulate, degrees;
-    int64_t tp = 0, dp = 0, batch = 0, seq = 0, gpus = 0, hosts = 0;
+    int64_t tp = 0, dp = 0, batch = 0, seq = 0, gpus = 0, hosts = 0, sim_candidates = 8;
     double memory = 0;
     bool no_vocab = false, seq_par = false, simulate = false, uniform = false, no_sp = false, no_pipeline = false, no_cm = false;
     std::string reference_pipeline, dtype = "fp32", pp_list;
@@ -391,6 +415,10 @@ int main(int argc, char** argv) {
     app.add_option("--profile", profile, "Op and collective times measured by oases-profile (default: roofline from the device table)");
     app.add_option("--memory", memory, "Memory per GPU in GiB (default: the device's)");
     app.add_flag("--simulate", simulate, "Replay each rank's program: step time, hidden and exposed communication, memory");
+    app.add_option("--simulate-candidates", sim_candidates,
+                   "With --simulate: replay the best plan of each schedule and chunk count, and Megatron's, up to N in all (the cost "
+                   "model's order), and choose the fastest (1: keep the cost model's choice)")
+        ->check(CLI::Range(int64_t{1}, int64_t{64}));
     app.add_option("--trace", trace, "Write the chosen plan's predicted timeline as a Chrome trace (implies --simulate)");
     app.add_option("--schedules", schedules, "Schedules to consider (comma list; default all five)");
     app.add_option("--chunks", chunks, "Micro-batch chunk counts to consider (comma list; default 1,2,4,8)");
@@ -439,7 +467,7 @@ int main(int argc, char** argv) {
       if (tp > 0 || dp > 0 || !strategy.empty())
         return fail_with(Status::error("--gpus searches the split; leave out --tp, --dp and --strategy"));
       return plan_main(model, gpus, cluster, profile, memory, batch, seq, out, html, dot, simulate, trace, schedules, chunks, uniform,
-                       no_sp, no_cm, emulate, degrees, bind, no_pipeline, reference_pipeline, dtype, pp_list, hosts);
+                       no_sp, no_cm, emulate, degrees, bind, no_pipeline, reference_pipeline, dtype, pp_list, hosts, sim_candidates);
     }
     if (tp <= 0 && dp <= 0)
       return fail_with(Status::error("give --gpus N to search a plan, or --tp T [--dp D] for a given Megatron split"));

@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "planner/plan_report.h"
 #include "planner/strategy.h"
 
 namespace oases {
@@ -108,6 +109,37 @@ Expected<std::string> choose_collective_matmuls_by_simulation(const PlanningMode
   for (const Layout& l : choice->layouts) on += l.cm;
   return fmt::format("collective matmuls (decided by simulation beside {} x {} chunks): {} of {} parts, simulated {:.3f} ms (the search's choice {:.3f} ms)",
                      choice->schedule, choice->chunks, on, choice->layouts.size(), best_s * 1e3, first_s * 1e3);
+}
+
+Expected<std::string> rerank_by_simulation(const PlanningModel& m, const ModelAnalysis& a, int64_t ranks, const ClusterSpec& cluster,
+                                           const OpTimeModel& ops, const Profile* local_floor, const std::vector<PlanChoice>& candidates,
+                                           size_t limit, PlanChoice* choice) {
+  std::vector<PlanChoice> tried{*choice};
+  for (const PlanChoice& c : candidates) {
+    if (tried.size() >= limit) break;
+    bool seen = false;
+    for (const PlanChoice& t : tried) seen |= t.schedule == c.schedule && t.chunks == c.chunks && t.layouts == c.layouts;
+    if (!seen) tried.push_back(c);
+  }
+  if (tried.size() < 2) return std::string();
+  double first_s = 0, best_s = 0;
+  size_t best = 0;
+  for (size_t i = 0; i < tried.size(); ++i) {
+    OASES_ASSIGN_OR_RETURN(Simulated s, simulate_plan(m, plan_of_choice(a, tried[i], ranks), cluster, ops, local_floor, false));
+    if (i == 0) first_s = s.sim.step_s;
+    if (i == 0 || s.sim.step_s < best_s) {
+      best_s = s.sim.step_s;
+      best = i;
+    }
+  }
+  std::string was = fmt::format("{} K={}", choice->schedule, choice->chunks);
+  *choice = tried[best];
+  if (best == 0) {
+    return fmt::format("re-ranked by simulation: the cost model's choice ({}, simulated {:.3f} ms) is the fastest of {} candidates", was,
+                       first_s * 1e3, tried.size());
+  }
+  return fmt::format("re-ranked by simulation: {} K={} ({}) simulated {:.3f} ms beats the cost model's choice ({}, {:.3f} ms) among {} candidates",
+                     choice->schedule, choice->chunks, describe_layouts(a, choice->layouts), best_s * 1e3, was, first_s * 1e3, tried.size());
 }
 
 }  // namespace oases

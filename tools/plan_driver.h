@@ -54,4 +54,13 @@ Expected<std::string> choose_collective_matmuls_by_simulation(const PlanningMode
                                                               const ClusterSpec& cluster, const OpTimeModel& ops, const Profile* local_floor,
                                                               PlanChoice* choice);
 
+// The chain cost model ranks plans by what it can tell apart; the replayed programs see what it
+// cannot (chunks' collectives queued on one channel, executor overheads, cores shared). Simulates
+// the best `limit` of `candidates` (the search's best per schedule and chunk count, fastest first
+// by the chain model) and `choice` itself, and makes `choice` the fastest simulated. Returns a line
+// for people ("" when there was nothing to compare).
+Expected<std::string> rerank_by_simulation(const PlanningModel& m, const ModelAnalysis& a, int64_t ranks, const ClusterSpec& cluster,
+                                           const OpTimeModel& ops, const Profile* local_floor, const std::vector<PlanChoice>& candidates,
+                                           size_t limit, PlanChoice* choice);
+
 }  // namespace oases

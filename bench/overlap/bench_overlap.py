@@ -63,8 +63,9 @@ def train(a, model, tp, schedule, chunks, link, steps, workdir, env, extra=()):
     if os.path.exists(log):
         os.remove(log)
     cmd = [os.path.join(a.bin, "oases-train"), model, "--synthetic", "--batch", str(a.batch), "--seq", str(a.seq),
-           "--steps", str(steps), "--local-ranks", str(tp), "--tp", str(tp), "--schedule", schedule,
-           "--chunks", str(chunks), "-q", "--log-json", log] + list(extra)
+           "--steps", str(steps), "--local-ranks", str(tp), "-q", "--log-json", log] + list(extra)
+    if schedule:  # else a plan (in extra) gives the split, schedule and chunks
+        cmd += ["--tp", str(tp), "--schedule", schedule, "--chunks", str(chunks)]
     if link:
         cmd += ["--emulate-link", link, "--overlap-report"]
     p = run(cmd, env)
@@ -84,6 +85,25 @@ def train(a, model, tp, schedule, chunks, link, steps, workdir, env, extra=()):
     return out
 
 
+def planned(a, model, tp, link, workdir, env):
+    """The planner's choice for this row: oases-profile measures the ops and the emulated link with tp
+    thread ranks, oases-plan searches tp = the row's degree (per part layout, schedule, chunks,
+    sequence parallelism, collective matmuls) and re-ranks its candidates by simulation, and
+    oases-train runs the plan. Returns the run and the plan's schedule and chunks."""
+    prof, plan = os.path.join(workdir, f"prof_tp{tp}.json"), os.path.join(workdir, f"plan_tp{tp}.json")
+    run([os.path.join(a.bin, "oases-profile"), "--backend", "cpu", "--model", model, "--ranks", str(tp), "--degrees", str(tp),
+         "--batch", str(a.batch), "--seq", str(a.seq), "--chunks", "1,2,4", "--emulate-link", link, "--out", prof], env)
+    run([os.path.join(a.bin, "oases-plan"), model, "--gpus", str(tp), "--degrees", str(tp), "--profile", prof, "--emulate-link", link,
+         "--batch", str(a.batch), "--seq", str(a.seq), "--chunks", "1,2,4", "--simulate", "--out", plan], env)
+    p = json.load(open(plan))
+    out = train(a, model, tp, None, None, link, a.steps, workdir, env, ["--plan", plan])
+    sched, parts = p.get("schedule", {}), p.get("parts", [])
+    names = {"default_checkpoint": "dflt", "optim_comm_checkpoint": "optim", "overlap_checkpoint": "overlap"}
+    out["choice"] = (f"{names.get(sched.get('name'), sched.get('name', '?'))} K{sched.get('chunks', '?')}"
+                     + ("+cm" if any(x.get("collective_matmul") for x in parts) else "+sp" if any(x.get("sequence_parallel") for x in parts) else ""))
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bin", required=True)
@@ -99,6 +119,7 @@ def main():
     ap.add_argument("--tp", type=int, action="append", default=[])
     ap.add_argument("--only", type=int, action="append", default=[], metavar="HIDDEN", help="full-size hidden of a stack")
     ap.add_argument("--no-sp", action="store_true", help="skip the sequence-parallel and collective-matmul runs")
+    ap.add_argument("--no-plan", action="store_true", help="skip the planner's column (oases-profile, oases-plan --simulate, its plan trained)")
     ap.add_argument("--json", help="write the results here")
     a = ap.parse_args()
     tps = a.tp or [2, 4]
@@ -113,7 +134,8 @@ def main():
     hdr = (f"{'stack (full)':>14} {'scaled':>10} {'tp':>3} {'link GB/s':>10} {'lat ms':>7} "
            + " ".join(f"{s[:12]:>12}" for s in SCHEDULES) + "".join(f" {v[0]:>7}" for v in variants)
            + f" {'comm %':>7} {'oases/dflt':>10} {'oases/plain':>11} {'hidden':>7} {'bound':>6} {'could':>6} {'hid/could':>9} {'hid/order':>9}"
-           + (f" {'best/dflt':>9} {'best':>7}" if variants else ""))
+           + (f" {'best/dflt':>9} {'best':>7}" if variants else "")
+           + (f" {'plan':>7} {'plan/dflt':>9} {'plan is':>14}" if not a.no_plan else ""))
     print(hdr)
     for h, layers in stacks:
         hs, ls = h // a.scale, max(1, layers // a.layer_scale)
@@ -142,6 +164,10 @@ def main():
             S = row["schedules"]
             for col, sched, k, extra in variants:
                 S[col] = train(a, model, tp, sched, k or a.chunks, link, a.steps, mdir, env, extra)
+            if not a.no_plan:
+                S["plan"] = planned(a, model, tp, link, mdir, env)
+                row["plan_choice"] = S["plan"]["choice"]
+                row["plan_vs_default"] = S["default_checkpoint"]["ms"] / S["plan"]["ms"]
             if variants:
                 best = min(["oases"] + [v[0] for v in variants], key=lambda c: S[c]["ms"])
                 row["best"] = best
@@ -168,14 +194,16 @@ def main():
                   + f" {100 * row['comm_share_plain']:>6.0f}% {row['speedup_vs_default']:>10.2f} {row['speedup_vs_plain']:>11.2f}"
                   f" {100 * row['oases_hidden']:>6.0f}% {100 * row['oases_hidden_bound']:>5.0f}%"
                   f" {100 * row['oases_could']:>5.0f}% {100 * row['oases_hid_of_could']:>8.0f}% {100 * row['oases_hid_of_order']:>8.0f}%"
-                  + (f" {row['best_vs_default']:>9.2f} {row['best']:>7}" if variants else ""), flush=True)
+                  + (f" {row['best_vs_default']:>9.2f} {row['best']:>7}" if variants else "")
+                  + (f" {S['plan']['ms']:>7.1f} {row['plan_vs_default']:>9.2f} {row['plan_choice']:>14}" if not a.no_plan else ""), flush=True)
     print("columns: ms/step (median) per schedule; comm % = communication share of the plain step; "
           "oases/dflt and oases/plain = speed-up of oases; hidden = share of oases' communication hidden behind compute; "
           "bound = the most that could hide: the compute thread's time in the oases step (step - exposed comm) over its comm; "
           "could = per collective (--overlap-report), the compute its order put between its issue and its wait while no other collective held "
           "its channel, over all collectives' time; hid/could = what hid of that; hid/order = the same counting also the compute that hid "
           "the collective ahead on the channel (the report before 2026-11-24); sp / cm / cm K1 = oases with sequence parallelism, oases with collective matmuls, "
-          "collective matmuls with one chunk (optim_comm_checkpoint); best = the fastest of oases, sp, cm, cm K1")
+          "collective matmuls with one chunk (optim_comm_checkpoint); best = the fastest of oases, sp, cm, cm K1; "
+          "plan = the planner's choice at the row's tp (oases-profile + oases-plan --simulate, the plan trained), plan is = its schedule and chunks")
     g = [r for r in results if r["comm_share_plain"] >= 0.3]
     if g:
         print(f"where comm >= 30% of the plain step ({len(g)} of {len(results)}): oases over default_checkpoint "
@@ -190,6 +218,10 @@ def main():
             print(f"  best of oases / sp / cm / cm K1 over default_checkpoint: {min(r['best_vs_default'] for r in g):.2f}-"
                   f"{max(r['best_vs_default'] for r in g):.2f}x (>= 1.3x in {sum(r['best_vs_default'] >= 1.3 for r in g)} of {len(g)}); "
                   f"chosen: {', '.join(sorted(set(r['best'] for r in g)))}")
+        if not a.no_plan:
+            ok = sum(max(r["speedup_vs_default"], r["plan_vs_default"]) >= 1.3 for r in g)
+            print(f"  the planner's choice over default_checkpoint: {min(r['plan_vs_default'] for r in g):.2f}-"
+                  f"{max(r['plan_vs_default'] for r in g):.2f}x; oases or the planner's choice >= 1.3x in {ok} of {len(g)}")
     if a.json:
         json.dump({"figures": {"tflops_3090": F3 / 1e12, "link_gbps_3090": BW3 / 1e9, "latency_us_3090": A3 * 1e6},
                    "results": results}, open(a.json, "w"), indent=2)

@@ -64,6 +64,16 @@ D=$OASES_SOURCE_DIR/models/small/gpt2_tiny
 "$P" "$D/model.onnx" --gpus 4 --batch 2 --seq 16 --profile "$WORK/prof.json" --simulate --trace "$WORK/trace.json" \
   --html "$WORK/p.html" --out "$WORK/prof_plan.json" >"$WORK/sim.txt" || fail "oases-plan --profile --simulate"
 grep -q "^simulated" "$WORK/sim.txt" && grep -q "hidden" "$WORK/sim.txt" || fail "--simulate printed no simulation"
+# the replayed programs choose among the best of each schedule x chunks and Megatron's split: the
+# plan is simulated no slower than Megatron
+grep -q "re-ranked by simulation" "$WORK/sim.txt" || fail "--simulate did not re-rank the candidates"
+/usr/bin/python3 - "$WORK/sim.txt" <<'PY' || fail "the simulated plan is slower than the simulated Megatron split"
+import re, sys
+txt = open(sys.argv[1]).read().split("simulated (", 1)[1]
+step = {m.group(1): float(m.group(2)) for m in re.finditer(r"^  (plan|Megatron)\s+step\s+([\d.]+) ms", txt, re.M)}
+assert step["plan"] <= step["Megatron"] * (1 + 1e-9), step
+print("ok re-ranked by simulation:", step)
+PY
 /usr/bin/python3 -c "import json,sys; assert json.load(open(sys.argv[1]))['traceEvents']" "$WORK/trace.json" || fail "--trace"
 "$T" "$D/model.onnx" --inputs "$D/test_data_set_0" --steps 0 --plan "$WORK/prof_plan.json" --local-ranks 4 --dump-grads "$WORK/prof.grads" -q \
   >/dev/null && same_grads "$WORK/gpt2_tiny.ref" "$WORK/prof.grads" "profiled plan" || fail "profiled plan"

@@ -75,6 +75,36 @@ TEST_P(SearchEqualsBruteForce, SameOptimumUnderEveryLimit) {
     EXPECT_NEAR(plan_objective(cm, d.best), d.objective, 1e-12 * d.objective);
     constrained += b.objective > free_bf.objective * (1 + 1e-9);
   }
+  // keep_spaces: the same optimum, and per (schedule, K) the best the search restricted to that
+  // space finds, fastest first; under a limit too
+  for (double limit : {0.0, lo + (hi - lo) * 0.5}) {
+    SearchOptions k = o;
+    k.memory_limit = limit;
+    k.keep_spaces = true;
+    SearchResult ks = search_plan(cm, k), plain = search_plan(cm, [&] {
+                                             SearchOptions x = o;
+                                             x.memory_limit = limit;
+                                             return x;
+                                           }());
+    ASSERT_EQ(ks.found, plain.found);
+    if (!ks.found) continue;
+    EXPECT_NEAR(ks.objective, plain.objective, 1e-12 * plain.objective);
+    ASSERT_FALSE(ks.spaces.empty());
+    EXPECT_NEAR(ks.spaces.front().objective, ks.objective, 1e-12 * ks.objective);
+    for (size_t i = 0; i < ks.spaces.size(); ++i) {
+      const SpaceBest& sb = ks.spaces[i];
+      if (i > 0) EXPECT_GE(sb.objective, ks.spaces[i - 1].objective);
+      SearchOptions one = o;
+      one.memory_limit = limit;
+      one.schedules = {sb.choice.schedule};
+      one.chunks = {sb.choice.chunks};
+      SearchResult r = brute_force(cm, one);
+      ASSERT_TRUE(r.found) << sb.choice.schedule << " K=" << sb.choice.chunks;
+      EXPECT_NEAR(sb.objective, r.objective, 1e-12 * r.objective) << sb.choice.schedule << " K=" << sb.choice.chunks;
+      EXPECT_NEAR(plan_objective(cm, sb.choice), sb.objective, 1e-12 * sb.objective);
+      if (limit > 0) EXPECT_LE(sb.memory, limit * (1 + 1e-12));
+    }
+  }
   // uniform layouts only (Megatron-like): the same
   SearchOptions u = o;
   u.allow_mixed = false;
