@@ -19,7 +19,7 @@ free (1-minute samples of other work are too coarse: the profile measures what i
 the cores each run used (its CPU time over its wall time) and other work used meanwhile (the
 machine's CPU time less the run's, /proc/stat) are printed too.
 
-  /usr/bin/python3 bench/plan/validate.py --bin build/bin [--rounds 3] [--steps 8] [--link bw=1,latency=50] [--markdown t.md]
+  /usr/bin/python3 bench/plan/validate.py --bin build/bin [--rounds 5] [--steps 12] [--link bw=1,latency=50] [--markdown t.md]
 Model: GPT-2-style, hidden 256, 4 layers, 8 heads, byte vocabulary, batch 8 x 128 (models/export.py).
 """
 import argparse
@@ -66,8 +66,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bin", default="build/bin")
     ap.add_argument("--work", default="build/bench/validate")
-    ap.add_argument("--rounds", type=int, default=3, help="profile + measurement rounds per tp degree")
-    ap.add_argument("--steps", type=int, default=8, help="steps per measured run (the first is left out)")
+    ap.add_argument("--rounds", type=int, default=5, help="profile + measurement rounds per tp degree")
+    ap.add_argument("--steps", type=int, default=12, help="steps per measured run (the first is left out)")
     ap.add_argument("--chunks", type=int, default=2)
     ap.add_argument("--link", default="bw=1,latency=50")
     ap.add_argument("--tp", type=int, action="append", default=[])
@@ -103,7 +103,7 @@ def main():
                 plan = os.path.join(a.work, f"plan_tp{tp}_{s}_r{rnd}.json")
                 run([os.path.join(a.bin, "oases-plan"), model, "--gpus", str(tp), "--profile", prof, "--emulate-link", a.link, "--batch",
                      "8", "--seq", "128", "--degrees", str(tp), "--uniform", "--no-sequence-parallel", "--schedules", s, "--chunks", str(k),
-                     "--simulate", "--out", plan])
+                     "--simulate", "--simulate-candidates", "1", "--out", plan])  # the plan asked for: no re-ranking (its pick would bias the error low)
                 p_ms = json.load(open(plan))["simulation"]["plan"]["step_ms"]
                 log = os.path.join(a.work, f"log_tp{tp}_{s}_r{rnd}.jsonl")
                 if os.path.exists(log):
