@@ -232,7 +232,7 @@ int plan_main(const std::string& model, int64_t gpus, const std::string& cluster
     if (megatron.found && asked(megatron.best)) cands.push_back(megatron.best);
     for (const SpaceBest& sb : best.spaces) cands.push_back(sb.choice);
     auto r = rerank_by_simulation(*pm, a, gpus, cluster, ops, at_hand && profile ? &*profile : nullptr, cands,
-                                  static_cast<size_t>(sim_candidates), &best.best);
+                                  static_cast<size_t>(sim_candidates), limit, &best.best);
     if (!r) return fail_with(r.status());
     reranked = *r;
     best.objective = plan_objective(cm, best.best);

@@ -113,7 +113,7 @@ Expected<std::string> choose_collective_matmuls_by_simulation(const PlanningMode
 
 Expected<std::string> rerank_by_simulation(const PlanningModel& m, const ModelAnalysis& a, int64_t ranks, const ClusterSpec& cluster,
                                            const OpTimeModel& ops, const Profile* local_floor, const std::vector<PlanChoice>& candidates,
-                                           size_t limit, PlanChoice* choice) {
+                                           size_t limit, double memory_limit, PlanChoice* choice) {
   std::vector<PlanChoice> tried{*choice};
   for (const PlanChoice& c : candidates) {
     if (tried.size() >= limit) break;
@@ -123,23 +123,29 @@ Expected<std::string> rerank_by_simulation(const PlanningModel& m, const ModelAn
   }
   if (tried.size() < 2) return std::string();
   double first_s = 0, best_s = 0;
-  size_t best = 0;
+  size_t best = 0, over = 0;
   for (size_t i = 0; i < tried.size(); ++i) {
     OASES_ASSIGN_OR_RETURN(Simulated s, simulate_plan(m, plan_of_choice(a, tried[i], ranks), cluster, ops, local_floor, false));
     if (i == 0) first_s = s.sim.step_s;
+    if (i > 0 && memory_limit > 0 && s.memory_bytes > memory_limit) {
+      ++over;
+      continue;
+    }
     if (i == 0 || s.sim.step_s < best_s) {
       best_s = s.sim.step_s;
       best = i;
     }
   }
+  std::string over_line = over ? fmt::format(" ({} more left out: their programs need more than {} a rank)", over, describe_bytes(memory_limit)) : "";
   std::string was = fmt::format("{} K={}", choice->schedule, choice->chunks);
   *choice = tried[best];
   if (best == 0) {
-    return fmt::format("re-ranked by simulation: the cost model's choice ({}, simulated {:.3f} ms) is the fastest of {} candidates", was,
-                       first_s * 1e3, tried.size());
+    return fmt::format("re-ranked by simulation: the cost model's choice ({}, simulated {:.3f} ms) is the fastest of {} candidates{}", was,
+                       first_s * 1e3, tried.size() - over, over_line);
   }
-  return fmt::format("re-ranked by simulation: {} K={} ({}) simulated {:.3f} ms beats the cost model's choice ({}, {:.3f} ms) among {} candidates",
-                     choice->schedule, choice->chunks, describe_layouts(a, choice->layouts), best_s * 1e3, was, first_s * 1e3, tried.size());
+  return fmt::format("re-ranked by simulation: {} K={} ({}) simulated {:.3f} ms beats the cost model's choice ({}, {:.3f} ms) among {} candidates{}",
+                     choice->schedule, choice->chunks, describe_layouts(a, choice->layouts), best_s * 1e3, was, first_s * 1e3,
+                     tried.size() - over, over_line);
 }
 
 }  // namespace oases

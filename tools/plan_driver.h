@@ -58,9 +58,11 @@ Expected<std::string> choose_collective_matmuls_by_simulation(const PlanningMode
 // cannot (chunks' collectives queued on one channel, executor overheads, cores shared). Simulates
 // the best `limit` of `candidates` (the search's best per schedule and chunk count, fastest first
 // by the chain model) and `choice` itself, and makes `choice` the fastest simulated. Returns a line
-// for people ("" when there was nothing to compare).
+// for people ("" when there was nothing to compare). A candidate whose replayed program needs more
+// than `memory_limit` bytes per rank (> 0; the executor's arena, which the chain model only
+// estimates) is not taken.
 Expected<std::string> rerank_by_simulation(const PlanningModel& m, const ModelAnalysis& a, int64_t ranks, const ClusterSpec& cluster,
                                            const OpTimeModel& ops, const Profile* local_floor, const std::vector<PlanChoice>& candidates,
-                                           size_t limit, PlanChoice* choice);
+                                           size_t limit, double memory_limit, PlanChoice* choice);
 
 }  // namespace oases
