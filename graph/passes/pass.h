@@ -16,7 +16,7 @@ struct PassReport {
   std::string pass;
   bool changed = false;
   int count = 0;      // rewrites made (nodes folded, patterns fused, ...)
-  std::string found;  // one line for `oases-import --verbose`
+  std::string found = {};  // one line for `oases-import --verbose`
 };
 
 class Pass {
