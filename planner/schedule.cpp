@@ -278,7 +278,12 @@ Expected<std::vector<ScheduledOp>> schedule_program(const Graph& g, const Schedu
       int v = ph != 2 ? s : b > 2 * kTailStage ? 2 * kTailStage + (INT_MAX - 1 - b) : kBackwardSteps - b;
       return Key{cls, v, sb, chunk, ph, 0, pos[static_cast<size_t>(id)]};
     }
-    return Key{cls, ph == 1 ? 1 : 0, ph == 1 ? 0 : chunk, ph, s, sb, pos[static_cast<size_t>(id)]};
+    // In line: forward, then the loss, then the backward; recompute nodes (ready as soon as the
+    // forward is done: they read only saved values) wait behind the loss and every ready backward
+    // node, so each block's recomputation runs just before its own backward needs it rather than
+    // all of them ahead of the loss (which kept every block's recomputed activations at once).
+    int order = ph == 1 ? 1 : n.phase == Node::Phase::kRecompute ? 2 : 0;
+    return Key{cls, order, ph == 1 ? 0 : chunk, ph, s, sb, pos[static_cast<size_t>(id)]};
   };
   // list scheduling: Kahn's algorithm, smallest key first among ready nodes
   std::vector<int> indeg(static_cast<size_t>(g.max_node_id()), 0);

@@ -450,6 +450,11 @@ Expected<std::unique_ptr<Trainer>> make_trainer(const TrainSetup& s, RankRuntime
     }
   } else {
     OASES_ASSIGN_OR_RETURN(rp, build_rank_program(s.gp, rt.rank(), ro));
+    if (a.memory_report && rt.rank() == 0) {
+      std::fprintf(stderr, "rank 0: activation arena %.1f MiB at its peak (%.1f MiB without reuse), parameters %.1f MiB\n",
+                   static_cast<double>(rp.program.memory.arena_bytes) / (1 << 20), static_cast<double>(rp.program.memory.total_bytes) / (1 << 20),
+                   static_cast<double>(rp.param_bytes) / (1 << 20));
+    }
   }
   ExecOptions eo;
   eo.threads = a.threads;

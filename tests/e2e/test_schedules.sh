@@ -46,6 +46,14 @@ assert d == {0: (1, block), 1: (1, block)}, d
 assert o == {0: (2, 2 * block), 1: (2, 2 * block)}, o
 assert all(p[l][1] > 4 * block for l in (0, 1)), p
 print("ok activations per block: plain", p, "default", d, "optim_comm", o)
+# and the arena follows: each block's recomputation runs just before its own backward (it once ran
+# for every block ahead of the loss, which kept all the recomputed activations at once and left
+# the checkpointed arenas as large as plain's)
+def arena(s):
+    return float(re.search(r"activation arena ([\d.]+) MiB at its peak", open(f"{sys.argv[1]}/mem.{s}").read()).group(1))
+a = {s: arena(s) for s in ("plain", "default_checkpoint", "optim_comm_checkpoint")}
+assert a["default_checkpoint"] < 0.75 * a["plain"] and a["optim_comm_checkpoint"] < 0.75 * a["plain"], a
+print("ok arenas (MiB):", a)
 PY
 
 # with sequence parallelism and with data parallelism beside tp
