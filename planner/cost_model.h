@@ -72,6 +72,7 @@ struct PlanChoice {
   std::vector<Layout> layouts;  // per part, chain order
   std::string schedule = "plain";
   int64_t chunks = 1;
+  bool operator==(const PlanChoice&) const = default;
 };
 
 struct PlanEstimate {

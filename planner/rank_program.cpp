@@ -32,8 +32,10 @@ Expected<std::vector<ScheduledOp>> fuse_scheduled(Graph& g, const std::vector<Sc
     kind[op.node] = op.kind;
     order.push_back(op.node);
   }
-  std::map<NodeId, std::string> described;  // for the error below, should fusion take a scheduled node
-  for (const ScheduledOp& op : schedule) described.emplace(op.node, g.node(op.node).describe());
+  // the collectives waited for, described for the error below should fusion take one (a compute
+  // step it removes leaves `order`, a wait would stay behind)
+  std::map<NodeId, std::string> described;
+  for (const auto& [at, node] : waits) described.emplace(node, g.node(node).describe());
   std::vector<size_t> slots;
   *stats = fuse_for_cpu(g, order, keep, &slots);
   // position of every step after fusion, in the old numbering (a fused node: its chain's last node's)
@@ -51,8 +53,7 @@ Expected<std::vector<ScheduledOp>> fuse_scheduled(Graph& g, const std::vector<Sc
   for (const ScheduledOp& op : out) {
     if (!g.alive(op.node)) {
       auto d = described.find(op.node);
-      return error("fusion removed {}, which the schedule still runs{}", d != described.end() ? d->second : fmt::format("node {}", op.node),
-                   op.kind == ScheduledOp::Kind::kCommWait ? " (a wait)" : "");
+      return error("fusion removed {}, which the schedule still waits for", d != described.end() ? d->second : fmt::format("node {}", op.node));
     }
   }
   return out;
@@ -69,34 +70,38 @@ bool cpu_fusion_enabled(bool fuse, const std::string& device) {
 // replaced under a checkpointing schedule. Every rank of a group prunes the same collectives (their
 // programs have one structure), so none waits for a peer that skipped it; and what no one reads
 // needs no transfer.
-void prune_dead_nodes(Graph& g, std::vector<ScheduledOp>* schedule, const std::set<ValueId>& keep) {
+Status prune_dead_nodes(Graph& g, std::vector<ScheduledOp>* schedule, const std::set<ValueId>& keep) {
   auto unread = [&](ValueId v) {
     if (v == kNoId) return true;
     const Value& val = g.value(v);
     return val.uses.empty() && !val.is_input && !val.is_constant() && !g.is_output(v) && !keep.count(v);
   };
-  std::set<NodeId> removed;
-  for (bool again = true; again;) {
-    again = false;
-    for (NodeId id : g.nodes()) {
-      const Node& n = g.node(id);
-      if (n.outputs.empty()) continue;
-      bool dead = true;
-      for (ValueId o : n.outputs) dead &= unread(o);
-      if (!dead) continue;
-      g.remove_node(id);
-      removed.insert(id);
-      again = true;
+  // readers before what they read (the run order backwards), so a dead chain goes in one pass
+  std::vector<NodeId> order;
+  if (schedule->empty()) {
+    OASES_ASSIGN_OR_RETURN(order, g.topo_order());
+  } else {
+    for (const ScheduledOp& op : *schedule) {
+      if (op.kind != ScheduledOp::Kind::kCommWait) order.push_back(op.node);
     }
   }
-  if (removed.empty()) return;
-  schedule->erase(std::remove_if(schedule->begin(), schedule->end(), [&](const ScheduledOp& op) { return removed.count(op.node) > 0; }),
-                  schedule->end());
+  std::set<NodeId> removed;
+  for (auto it = order.rbegin(); it != order.rend(); ++it) {
+    const Node& n = g.node(*it);
+    if (n.outputs.empty() || !std::all_of(n.outputs.begin(), n.outputs.end(), unread)) continue;
+    g.remove_node(*it);
+    removed.insert(*it);
+  }
+  if (!removed.empty()) {
+    schedule->erase(std::remove_if(schedule->begin(), schedule->end(), [&](const ScheduledOp& op) { return removed.count(op.node) > 0; }),
+                    schedule->end());
+  }
+  return Status::ok();
 }
 
 Expected<ProgramLayout> lay_out_program(Graph g, std::vector<ScheduledOp> schedule, const std::set<ValueId>& keep, bool fuse) {
   ProgramLayout p;
-  prune_dead_nodes(g, &schedule, keep);
+  OASES_RETURN_IF_ERROR(prune_dead_nodes(g, &schedule, keep));
   if (fuse) {
     if (schedule.empty()) {
       OASES_ASSIGN_OR_RETURN(std::vector<NodeId> order, g.topo_order());

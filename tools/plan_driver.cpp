@@ -73,79 +73,76 @@ Expected<Simulated> simulate_plan(const PlanningModel& m, const Plan& plan, cons
   return s;
 }
 
+namespace {
+
+// The fastest of `tried` (distinct plans, the first the one to beat) by simulated step; a plan
+// other than the first whose program needs more than `memory_limit` bytes a rank (> 0) is left out.
+struct Fastest {
+  size_t best = 0, over = 0;
+  double first_s = 0, best_s = 0;
+};
+Expected<Fastest> fastest_by_simulation(const PlanningModel& m, const ModelAnalysis& a, int64_t ranks, const ClusterSpec& cluster,
+                                        const OpTimeModel& ops, const Profile* local_floor, const std::vector<PlanChoice>& tried,
+                                        double memory_limit) {
+  Fastest f;
+  for (size_t i = 0; i < tried.size(); ++i) {
+    OASES_ASSIGN_OR_RETURN(Simulated s, simulate_plan(m, plan_of_choice(a, tried[i], ranks), cluster, ops, local_floor, false));
+    if (i == 0) f.first_s = s.sim.step_s;
+    if (i > 0 && memory_limit > 0 && s.memory_bytes > memory_limit) {
+      ++f.over;
+      continue;
+    }
+    if (i == 0 || s.sim.step_s < f.best_s) {
+      f.best_s = s.sim.step_s;
+      f.best = i;
+    }
+  }
+  return f;
+}
+
+void add_distinct(std::vector<PlanChoice>* tried, const PlanChoice& c) {
+  if (std::find(tried->begin(), tried->end(), c) == tried->end()) tried->push_back(c);
+}
+
+}  // namespace
+
 Expected<std::string> choose_collective_matmuls_by_simulation(const PlanningModel& m, const ModelAnalysis& a, int64_t ranks,
                                                               const ClusterSpec& cluster, const OpTimeModel& ops, const Profile* local_floor,
                                                               PlanChoice* choice) {
   auto so = schedule_by_name(choice->schedule);
   if (!so || !so->interleave || choice->chunks < 2) return std::string();
-  auto variant = [&](int mode) {  // 0: as chosen, 1: every sequence-parallel part, 2: none
-    std::vector<Layout> ls = choice->layouts;
-    for (size_t i = 0; i < ls.size(); ++i) {
-      bool can = ls[i].sp && ls[i].tp > 1 && a.parts[i] != "embedding";
-      if (mode == 1) ls[i].cm = can;
-      if (mode == 2) ls[i].cm = false;
-    }
-    return ls;
-  };
-  std::vector<std::vector<Layout>> tried;
-  double best_s = 0, first_s = 0;
-  int best = -1;
-  for (int mode = 0; mode < 3; ++mode) {
-    std::vector<Layout> ls = variant(mode);
-    if (std::find(tried.begin(), tried.end(), ls) != tried.end()) continue;
-    tried.push_back(ls);
+  std::vector<PlanChoice> tried{*choice};
+  for (bool every : {true, false}) {  // every sequence-parallel part (but the embedding) decomposed, or none
     PlanChoice c = *choice;
-    c.layouts = ls;
-    OASES_ASSIGN_OR_RETURN(Simulated s, simulate_plan(m, plan_of_choice(a, c, ranks), cluster, ops, local_floor, false));
-    if (mode == 0) first_s = s.sim.step_s;
-    if (best < 0 || s.sim.step_s < best_s) {
-      best_s = s.sim.step_s;
-      best = static_cast<int>(tried.size()) - 1;
-    }
+    for (size_t i = 0; i < c.layouts.size(); ++i) c.layouts[i].cm = every && c.layouts[i].sp && c.layouts[i].tp > 1 && a.parts[i] != "embedding";
+    add_distinct(&tried, c);
   }
   if (tried.size() < 2) return std::string();
-  choice->layouts = tried[static_cast<size_t>(best)];
+  OASES_ASSIGN_OR_RETURN(Fastest f, fastest_by_simulation(m, a, ranks, cluster, ops, local_floor, tried, 0));
+  *choice = tried[f.best];
   int on = 0;
   for (const Layout& l : choice->layouts) on += l.cm;
   return fmt::format("collective matmuls (decided by simulation beside {} x {} chunks): {} of {} parts, simulated {:.3f} ms (the search's choice {:.3f} ms)",
-                     choice->schedule, choice->chunks, on, choice->layouts.size(), best_s * 1e3, first_s * 1e3);
+                     choice->schedule, choice->chunks, on, choice->layouts.size(), f.best_s * 1e3, f.first_s * 1e3);
 }
 
 Expected<std::string> rerank_by_simulation(const PlanningModel& m, const ModelAnalysis& a, int64_t ranks, const ClusterSpec& cluster,
                                            const OpTimeModel& ops, const Profile* local_floor, const std::vector<PlanChoice>& candidates,
                                            size_t limit, double memory_limit, PlanChoice* choice) {
   std::vector<PlanChoice> tried{*choice};
-  for (const PlanChoice& c : candidates) {
-    if (tried.size() >= limit) break;
-    bool seen = false;
-    for (const PlanChoice& t : tried) seen |= t.schedule == c.schedule && t.chunks == c.chunks && t.layouts == c.layouts;
-    if (!seen) tried.push_back(c);
-  }
+  for (size_t i = 0; i < candidates.size() && tried.size() < limit; ++i) add_distinct(&tried, candidates[i]);
   if (tried.size() < 2) return std::string();
-  double first_s = 0, best_s = 0;
-  size_t best = 0, over = 0;
-  for (size_t i = 0; i < tried.size(); ++i) {
-    OASES_ASSIGN_OR_RETURN(Simulated s, simulate_plan(m, plan_of_choice(a, tried[i], ranks), cluster, ops, local_floor, false));
-    if (i == 0) first_s = s.sim.step_s;
-    if (i > 0 && memory_limit > 0 && s.memory_bytes > memory_limit) {
-      ++over;
-      continue;
-    }
-    if (i == 0 || s.sim.step_s < best_s) {
-      best_s = s.sim.step_s;
-      best = i;
-    }
-  }
-  std::string over_line = over ? fmt::format(" ({} more left out: their programs need more than {} a rank)", over, describe_bytes(memory_limit)) : "";
+  OASES_ASSIGN_OR_RETURN(Fastest f, fastest_by_simulation(m, a, ranks, cluster, ops, local_floor, tried, memory_limit));
+  std::string over = f.over ? fmt::format(" ({} more left out: their programs need more than {} a rank)", f.over, describe_bytes(memory_limit)) : "";
   std::string was = fmt::format("{} K={}", choice->schedule, choice->chunks);
-  *choice = tried[best];
-  if (best == 0) {
+  *choice = tried[f.best];
+  if (f.best == 0) {
     return fmt::format("re-ranked by simulation: the cost model's choice ({}, simulated {:.3f} ms) is the fastest of {} candidates{}", was,
-                       first_s * 1e3, tried.size() - over, over_line);
+                       f.first_s * 1e3, tried.size() - f.over, over);
   }
   return fmt::format("re-ranked by simulation: {} K={} ({}) simulated {:.3f} ms beats the cost model's choice ({}, {:.3f} ms) among {} candidates{}",
-                     choice->schedule, choice->chunks, describe_layouts(a, choice->layouts), best_s * 1e3, was, first_s * 1e3,
-                     tried.size() - over, over_line);
+                     choice->schedule, choice->chunks, describe_layouts(a, choice->layouts), f.best_s * 1e3, was, f.first_s * 1e3,
+                     tried.size() - f.over, over);
 }
 
 }  // namespace oases

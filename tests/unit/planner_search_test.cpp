@@ -93,7 +93,9 @@ TEST_P(SearchEqualsBruteForce, SameOptimumUnderEveryLimit) {
     EXPECT_NEAR(ks.spaces.front().objective, ks.objective, 1e-12 * ks.objective);
     for (size_t i = 0; i < ks.spaces.size(); ++i) {
       const SpaceBest& sb = ks.spaces[i];
-      if (i > 0) EXPECT_GE(sb.objective, ks.spaces[i - 1].objective);
+      if (i > 0) {
+        EXPECT_GE(sb.objective, ks.spaces[i - 1].objective);
+      }
       SearchOptions one = o;
       one.memory_limit = limit;
       one.schedules = {sb.choice.schedule};
@@ -102,7 +104,9 @@ TEST_P(SearchEqualsBruteForce, SameOptimumUnderEveryLimit) {
       ASSERT_TRUE(r.found) << sb.choice.schedule << " K=" << sb.choice.chunks;
       EXPECT_NEAR(sb.objective, r.objective, 1e-12 * r.objective) << sb.choice.schedule << " K=" << sb.choice.chunks;
       EXPECT_NEAR(plan_objective(cm, sb.choice), sb.objective, 1e-12 * sb.objective);
-      if (limit > 0) EXPECT_LE(sb.memory, limit * (1 + 1e-12));
+      if (limit > 0) {
+        EXPECT_LE(sb.memory, limit * (1 + 1e-12));
+      }
     }
   }
   // uniform layouts only (Megatron-like): the same
