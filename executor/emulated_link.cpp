@@ -1,5 +1,7 @@
 #include "executor/emulated_link.h"
 
+#include <sys/prctl.h>
+
 #include <chrono>
 #include <thread>
 
@@ -56,6 +58,10 @@ class EmulatedGroup : public CommGroup {
  private:
   // completes no earlier than t0 + seconds (sleeping, not spinning)
   static void settle(std::chrono::steady_clock::time_point t0, double seconds) {
+    // Linux lets a sleeping thread oversleep by its timer slack (50 us by default) to batch
+    // wake-ups; a collective's end is its emulated time, so ask for 1 us (once per thread)
+    static thread_local const bool tight = prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL) == 0;
+    (void)tight;
     auto until = t0 + std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(seconds));
     std::this_thread::sleep_until(until);
   }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <map>
 #include <queue>
 #include <set>
 #include <tuple>
@@ -257,6 +258,28 @@ Expected<std::vector<ScheduledOp>> schedule_program(const Graph& g, const Schedu
       for (const Use& u : g.uses(o)) s = std::max(s, bst[static_cast<size_t>(u.node)]);
     }
     bst[static_cast<size_t>(*it)] = s == INT_MIN ? bst[static_cast<size_t>(*it)] : s;
+  }
+  // Interleaved: a recompute node runs in the first backward step after the last one that starts a
+  // collective before its readers' step, not in its readers' step, when the steps between start
+  // none: the final norm's gradient (a step of its own, behind the head's backward all-reduce)
+  // would otherwise run first, wait for that all-reduce with nothing to compute, and only then
+  // recompute the last block; now that recomputation hides the head's all-reduce. Between blocks
+  // the readers' step already follows the collective's and nothing moves.
+  if (opt.interleave) {
+    std::map<int, bool> starts;  // backward step (bst) -> whether it starts a collective
+    for (NodeId id : topo) {
+      const Node& n = g.node(id);
+      if (n.phase != Node::Phase::kBackward) continue;
+      bool& c = starts[bst[static_cast<size_t>(id)]];
+      c = c || is_collective(n);
+    }
+    for (NodeId id : topo) {
+      const Node& n = g.node(id);
+      if (n.phase != Node::Phase::kRecompute) continue;
+      int& b = bst[static_cast<size_t>(id)];
+      // steps run from the highest bst down: walk up while the step before starts no collective
+      for (auto it = starts.upper_bound(b); it != starts.end() && !it->second; ++it) b = it->first;
+    }
   }
   using Key = std::tuple<int, int, int, int, int, int, int>;  // (class, a, b, c, d, e, topo)
   auto key_of = [&](NodeId id) -> Key {

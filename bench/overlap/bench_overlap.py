@@ -25,7 +25,12 @@ RTX 3090 server figures (state them, they decide the result):
                      (48 MiB) over 4 GPUs takes 12.2 ms, i.e. 2 (p-1)/p x 50.3 MB / 12.2 ms;
                      PCIe 4.0 x16 without NVLink through the host, well below its 32 GB/s peak;
   a3 = 10 us         per ring step (NCCL over PCIe; small all-reduces take tens of microseconds).
-Full-size shapes: micro-batch 4, sequence 1024 (the paper's profiled micro-batch and sequence).
+Full-size shapes: micro-batch 4, sequence 1024 (the paper's profiled micro-batch and sequence),
+GPT-2's vocabulary of 50257. The scaled stack's vocabulary is scaled like its hidden size and its
+layer count (50257 / (--scale x --layer-scale), rounded down to a multiple of 64: 768), so its LM
+head keeps the full stack's share of the forward FLOPs (7.8% at hidden 12288 over 4 layers, 13% at
+1024 over 24) and the head's and the loss's collectives have the compute beside them that they would
+have at full size.
 """
 import argparse
 import json
@@ -42,13 +47,13 @@ SP_VARIANTS = [("sp", "oases", None, ["--sequence-parallel"]),
                ("cm", "oases", None, ["--sequence-parallel", "--collective-matmul"]),
                ("cm K1", "optim_comm_checkpoint", 1, ["--sequence-parallel", "--collective-matmul"])]
 F3, BW3, A3 = 22.5e12, 6.2e9, 10e-6
-FULL_B, FULL_T = 4, 1024
+FULL_B, FULL_T, FULL_V = 4, 1024, 50257
 
 
-def stack_fwd_flops(h, layers, b, t):
-    """Forward FLOPs of a GPT layer stack: 24 b t h^2 per layer in the projections and MLP,
-    4 b t^2 h in attention scores and weighted sum."""
-    return layers * (24 * b * t * h * h + 4 * b * t * t * h)
+def stack_fwd_flops(h, layers, b, t, vocab):
+    """Forward FLOPs of a GPT stack: 24 b t h^2 per layer in the projections and MLP, 4 b t^2 h in
+    attention scores and weighted sum, and 2 b t h vocab in the LM head."""
+    return layers * (24 * b * t * h * h + 4 * b * t * t * h) + 2 * b * t * h * vocab
 
 
 def run(cmd, env):
@@ -111,10 +116,11 @@ def main():
     ap.add_argument("--scale", type=int, default=16, help="hidden divided by this (default 16)")
     ap.add_argument("--layer-scale", type=int, default=4, help="layers divided by this (default 4)")
     ap.add_argument("--head-dim", type=int, default=16)
+    ap.add_argument("--vocab", type=int, help="the scaled stacks' vocabulary (default: 50257 / (--scale x --layer-scale), a multiple of 64)")
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--seq", type=int, default=128)
     ap.add_argument("--chunks", type=int, default=2)
-    ap.add_argument("--steps", type=int, default=6)
+    ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--tp", type=int, action="append", default=[])
     ap.add_argument("--only", type=int, action="append", default=[], metavar="HIDDEN", help="full-size hidden of a stack")
@@ -123,6 +129,7 @@ def main():
     ap.add_argument("--json", help="write the results here")
     a = ap.parse_args()
     tps = a.tp or [2, 4]
+    vocab = a.vocab or max(64, FULL_V // (a.scale * a.layer_scale) // 64 * 64)
     env = dict(os.environ)
     stacks = [s for s in STACKS if not a.only or s[0] in a.only]
     results = []
@@ -140,17 +147,18 @@ def main():
     for h, layers in stacks:
         hs, ls = h // a.scale, max(1, layers // a.layer_scale)
         heads = hs // a.head_dim
-        name = f"gpt_h{hs}_l{ls}"
+        name = f"gpt_h{hs}_l{ls}_v{vocab}"
         mdir = os.path.join(a.work, name)
         model = os.path.join(mdir, "model.onnx")
         if not os.path.exists(model):
             run(["/usr/bin/python3", "models/export.py", "--family", "gpt2", "--dynamic", "--hidden", str(hs), "--layers", str(ls),
-                 "--heads", str(heads), "--vocab", "256", "--max-pos", str(a.seq), "--no-data", "--out", mdir], env)
+                 "--heads", str(heads), "--vocab", str(vocab), "--max-pos", str(a.seq), "--no-data", "--out", mdir], env)
         for tp in tps:
-            base = train(a, model, tp, "plain", 1, None, a.steps, mdir, env)
+            # the calibration sets the link of the whole row: twice the steps (they are fast without it)
+            base = train(a, model, tp, "plain", 1, None, 2 * a.steps, mdir, env)
             tc = base["ms"] / 1e3
-            # the full-size layers, as many as the scaled stack has: per-layer proportions are what count
-            t3 = 3 * stack_fwd_flops(h, ls, FULL_B, FULL_T) / tp / F3
+            # the full-size stack's share for as many layers as the scaled stack has: per-layer proportions are what count
+            t3 = 3 * stack_fwd_flops(h, layers, FULL_B, FULL_T, FULL_V) * ls / layers / tp / F3
             s = tc / t3
             bytes_ratio = (a.batch * a.seq * hs) / (FULL_B * FULL_T * h)
             bw = BW3 * bytes_ratio / s

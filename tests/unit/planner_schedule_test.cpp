@@ -88,6 +88,31 @@ TEST(PlannerSchedule, OasesStartsEachCollectiveBeforeAnotherChunksComputeAndWait
   EXPECT_GT(overlapped, forward);  // backward collectives are hidden too
 }
 
+// The last block's recomputation runs while the head's backward all-reduce flies: the final
+// norm's gradient, alone in the step after it, has nothing else to compute before its wait.
+TEST(PlannerSchedule, OasesRecomputesTheLastBlockBesideTheFirstBackwardCollective) {
+  auto rp = gpt2_rank0("oases", 2);
+  ASSERT_TRUE(rp) << rp.status().message();
+  const Graph& g = rp->train.graph;
+  const std::vector<ScheduledOp>& order = rp->order;
+  size_t start = order.size(), wait = order.size();
+  for (size_t i = 0; i < order.size(); ++i) {
+    const Node& n = g.node(order[i].node);
+    if (start == order.size() && order[i].kind == Kind::kCommStart && n.phase == Node::Phase::kBackward) start = i;
+    if (start < order.size() && order[i].kind == Kind::kCommWait && order[i].node == order[start].node) {
+      wait = i;
+      break;
+    }
+  }
+  ASSERT_LT(wait, order.size()) << "no backward collective started and awaited";
+  int recomputed = 0;
+  for (size_t i = start + 1; i < wait; ++i) {
+    recomputed += order[i].kind == Kind::kCompute && g.node(order[i].node).phase == Node::Phase::kRecompute;
+  }
+  EXPECT_GT(recomputed, 0) << g.node(order[start].node).name << " (" << g.node(order[start].node).scope
+                           << ") has no recomputation beside it";
+}
+
 TEST(PlannerSchedule, DefaultCheckpointRunsChunksOneAfterAnother) {
   auto rp = gpt2_rank0("default_checkpoint", 2);
   ASSERT_TRUE(rp) << rp.status().message();
