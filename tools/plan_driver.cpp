@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "planner/plan_report.h"
 #include "planner/strategy.h"
@@ -80,6 +81,7 @@ namespace {
 struct Fastest {
   size_t best = 0, over = 0;
   double first_s = 0, best_s = 0;
+  std::vector<double> step_s;  // per plan tried; < 0: left out (memory)
 };
 Expected<Fastest> fastest_by_simulation(const PlanningModel& m, const ModelAnalysis& a, int64_t ranks, const ClusterSpec& cluster,
                                         const OpTimeModel& ops, const Profile* local_floor, const std::vector<PlanChoice>& tried,
@@ -90,8 +92,10 @@ Expected<Fastest> fastest_by_simulation(const PlanningModel& m, const ModelAnaly
     if (i == 0) f.first_s = s.sim.step_s;
     if (i > 0 && memory_limit > 0 && s.memory_bytes > memory_limit) {
       ++f.over;
+      f.step_s.push_back(-1);
       continue;
     }
+    f.step_s.push_back(s.sim.step_s);
     if (i == 0 || s.sim.step_s < f.best_s) {
       f.best_s = s.sim.step_s;
       f.best = i;
@@ -130,11 +134,25 @@ Expected<std::string> rerank_by_simulation(const PlanningModel& m, const ModelAn
                                            const OpTimeModel& ops, const Profile* local_floor, const std::vector<PlanChoice>& candidates,
                                            size_t limit, double memory_limit, PlanChoice* choice) {
   std::vector<PlanChoice> tried{*choice};
+  // the choice without sequence parallelism next: the chain model prices sp's extra collectives
+  // and sharded norms by parts, the replay sees them in the program
+  PlanChoice no_sp = *choice;
+  for (Layout& l : no_sp.layouts) l.sp = l.cm = false;
+  if (limit > 1) add_distinct(&tried, no_sp);
   for (size_t i = 0; i < candidates.size() && tried.size() < limit; ++i) add_distinct(&tried, candidates[i]);
   if (tried.size() < 2) return std::string();
   OASES_ASSIGN_OR_RETURN(Fastest f, fastest_by_simulation(m, a, ranks, cluster, ops, local_floor, tried, memory_limit));
   std::string over = f.over ? fmt::format(" ({} more left out: their programs need more than {} a rank)", f.over, describe_bytes(memory_limit)) : "";
   std::string was = fmt::format("{} K={}", choice->schedule, choice->chunks);
+  // every plan tried, in the order tried (the cost model's choice first)
+  std::vector<std::string> each;
+  for (size_t i = 0; i < tried.size(); ++i) {
+    bool sp = false, cm = false;
+    for (const Layout& l : tried[i].layouts) sp |= l.sp, cm |= l.cm;
+    each.push_back(fmt::format("{} K={}{}: {}", tried[i].schedule, tried[i].chunks, cm ? "+cm" : sp ? "+sp" : "",
+                               f.step_s[i] < 0 ? std::string("over the memory limit") : fmt::format("{:.1f} ms", f.step_s[i] * 1e3)));
+  }
+  over += fmt::format("\n    simulated: {}", fmt::join(each, "; "));
   *choice = tried[f.best];
   if (f.best == 0) {
     return fmt::format("re-ranked by simulation: the cost model's choice ({}, simulated {:.3f} ms) is the fastest of {} candidates{}", was,

@@ -72,7 +72,14 @@ import re, sys
 txt = open(sys.argv[1]).read().split("simulated (", 1)[1]
 step = {m.group(1): float(m.group(2)) for m in re.finditer(r"^  (plan|Megatron)\s+step\s+([\d.]+) ms", txt, re.M)}
 assert step["plan"] <= step["Megatron"] * (1 + 1e-9), step
-print("ok re-ranked by simulation:", step)
+# every plan tried is listed with its simulated step, the fastest being the one taken
+full = open(sys.argv[1]).read()
+n = int(re.search(r"(?:among|fastest of) (\d+) candidates", full).group(1))
+each = re.search(r"^    simulated: (.*)$", full, re.M).group(1).split("; ")
+times = [float(re.search(r": ([\d.]+) ms$", e).group(1)) for e in each if e.endswith(" ms")]
+assert len(times) == n, (n, each)
+assert abs(min(times) - step["plan"]) <= 0.05 + 1e-3 * step["plan"], (times, step)
+print("ok re-ranked by simulation:", step, each)
 PY
 /usr/bin/python3 -c "import json,sys; assert json.load(open(sys.argv[1]))['traceEvents']" "$WORK/trace.json" || fail "--trace"
 "$T" "$D/model.onnx" --inputs "$D/test_data_set_0" --steps 0 --plan "$WORK/prof_plan.json" --local-ranks 4 --dump-grads "$WORK/prof.grads" -q \
