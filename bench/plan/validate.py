@@ -2,11 +2,12 @@
 """Validation of the simulator on this machine: predicted against measured step times of
 `oases-train` (CPU, --local-ranks, --emulate-link), for the five schedules at tp 2 and 4.
 
-For each tp degree, in --rounds rounds: `oases-profile --model M --ranks tp --emulate-link L
---chunks 1,K` measures op, collective and executor times and the cores the ranks get (the
-machine's other load changes within seconds, so each round profiles again); then for each
-schedule `oases-plan M --gpus tp --profile P --emulate-link L --degrees tp --uniform --schedules S
---chunks K --simulate --out plan.json` predicts the step (the simulator replays the rank's program
+For each tp degree, in --rounds rounds, for each schedule: `oases-profile --model M --ranks tp
+--emulate-link L --chunks 1,K` measures op, collective and executor times and the cores the ranks
+get (the machine's speed changes within minutes, so every measurement gets a profile taken just
+before it; --profile-per-round takes one per round, as before 2026-11-25); then `oases-plan M
+--gpus tp --profile P --emulate-link L --degrees tp --uniform --schedules S --chunks K --simulate
+--out plan.json` predicts the step (the simulator replays the rank's program
 on the profile) and `oases-train M --synthetic --plan plan.json --local-ranks tp --emulate-link L
 --steps N` measures it (the first step of each run left out).
 
@@ -71,6 +72,8 @@ def main():
     ap.add_argument("--chunks", type=int, default=2)
     ap.add_argument("--link", default="bw=1,latency=50")
     ap.add_argument("--tp", type=int, action="append", default=[])
+    ap.add_argument("--profile-per-round", dest="profile_each", action="store_false",
+                    help="one profile per round for all five schedules (default: a profile just before each measurement)")
     ap.add_argument("--markdown")
     a = ap.parse_args()
     if a.rounds < 1 or a.steps < 2:
@@ -89,16 +92,18 @@ def main():
     avail, prof_others = {}, {}
     for tp in a.tp or [2, 4]:
         for rnd in range(a.rounds):
-            # The cores are shared with whatever else runs on the machine, and that changes within
-            # seconds: each round profiles again just before its measurements.
-            prof = os.path.join(a.work, f"profile_tp{tp}_r{rnd}.json")
-            loads.append(os.getloadavg()[0])
-            _, _, other = run([os.path.join(a.bin, "oases-profile"), "--backend", "cpu", "--model", model, "--ranks", str(tp), "--batch",
-                               "8", "--seq", "128", "--emulate-link", a.link, "--degrees", str(tp), "--chunks", f"1,{a.chunks}", "--reps",
-                               "2", "--sizes", "65536,262144,1048576,4194304", "--out", prof])
-            prof_others.setdefault(tp, []).append(other)
-            avail.setdefault(tp, []).append(json.load(open(prof))["machine"].get("cores_available", 0))
             for s in SCHEDULES:
+                # The machine's speed moves within minutes (a shared VM: the same plan measures 150 or
+                # 190 ms a minute apart), so every measurement is predicted from a profile taken just
+                # before it (or, with --profile-per-round, from the round's first)
+                if s == SCHEDULES[0] or a.profile_each:
+                    prof = os.path.join(a.work, f"profile_tp{tp}_r{rnd}_{s}.json")
+                    loads.append(os.getloadavg()[0])
+                    _, _, other = run([os.path.join(a.bin, "oases-profile"), "--backend", "cpu", "--model", model, "--ranks", str(tp),
+                                       "--batch", "8", "--seq", "128", "--emulate-link", a.link, "--degrees", str(tp), "--chunks",
+                                       f"1,{a.chunks}", "--reps", "2", "--sizes", "65536,262144,1048576,4194304", "--out", prof])
+                    prof_others.setdefault(tp, []).append(other)
+                    avail.setdefault(tp, []).append(json.load(open(prof))["machine"].get("cores_available", 0))
                 k = 1 if s == "plain" else a.chunks
                 plan = os.path.join(a.work, f"plan_tp{tp}_{s}_r{rnd}.json")
                 run([os.path.join(a.bin, "oases-plan"), model, "--gpus", str(tp), "--profile", prof, "--emulate-link", a.link, "--batch",
@@ -134,7 +139,7 @@ def main():
     minutes = (time.monotonic() - t_start) / 60
     lines = [f"Link emulated `{a.link}`; batch 8 x 128; {a.rounds} round(s) per tp degree (profile, then each schedule's run of "
              f"{a.steps} steps, the first left out); error: the median of the rounds' errors; {os.cpu_count()} cores; "
-             f"cores free when profiled (by round) " +
+             f"cores free when profiled (by profile) " +
              "; ".join(f"tp {tp}: " + ", ".join(f"{c:.2f}" for c in cs) for tp, cs in avail.items()) +
              "; other work's cores during the profiles " +
              "; ".join(f"tp {tp}: " + ", ".join(f"{c:.2f}" for c in cs) for tp, cs in prof_others.items()) +
