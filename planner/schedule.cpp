@@ -264,21 +264,36 @@ Expected<std::vector<ScheduledOp>> schedule_program(const Graph& g, const Schedu
   // none: the final norm's gradient (a step of its own, behind the head's backward all-reduce)
   // would otherwise run first, wait for that all-reduce with nothing to compute, and only then
   // recompute the last block; now that recomputation hides the head's all-reduce. Between blocks
-  // the readers' step already follows the collective's and nothing moves.
+  // the readers' step already follows the collective's and nothing moves. Only steps that need no
+  // recomputation themselves are passed, and only up to a collective's step, so no block's
+  // recomputation moves ahead of another block's backward (which would keep both blocks'
+  // recomputed activations at once: parts without collectives, one rank).
   if (opt.interleave) {
-    std::map<int, bool> starts;  // backward step (bst) -> whether it starts a collective
+    struct Step {
+      bool starts = false;     // starts a collective
+      bool recomputed = false;  // reads a recomputed value
+    };
+    std::map<int, Step> steps;  // by backward step (bst)
     for (NodeId id : topo) {
       const Node& n = g.node(id);
       if (n.phase != Node::Phase::kBackward) continue;
-      bool& c = starts[bst[static_cast<size_t>(id)]];
-      c = c || is_collective(n);
+      Step& st = steps[bst[static_cast<size_t>(id)]];
+      st.starts = st.starts || is_collective(n);
+      for (ValueId v : n.inputs) {
+        NodeId p = v == kNoId ? kNoId : g.value(v).producer;
+        st.recomputed = st.recomputed || (p != kNoId && g.node(p).phase == Node::Phase::kRecompute);
+      }
     }
     for (NodeId id : topo) {
       const Node& n = g.node(id);
       if (n.phase != Node::Phase::kRecompute) continue;
       int& b = bst[static_cast<size_t>(id)];
-      // steps run from the highest bst down: walk up while the step before starts no collective
-      for (auto it = starts.upper_bound(b); it != starts.end() && !it->second; ++it) b = it->first;
+      // steps run from the highest bst down: walk up over steps that neither start a collective nor
+      // recompute; keep the move only when it ends right after a collective's step
+      int to = b;
+      auto it = steps.upper_bound(b);
+      for (; it != steps.end() && !it->second.starts && !it->second.recomputed; ++it) to = it->first;
+      if (it != steps.end() && it->second.starts) b = to;
     }
   }
   using Key = std::tuple<int, int, int, int, int, int, int>;  // (class, a, b, c, d, e, topo)
