@@ -152,7 +152,9 @@ class LocalWorld {
       if (aborted(&why)) throw OasesError(fmt::format("receive by rank {} from rank {} (tag {}) stopped: {}", to, from, tag, why));
       if (mail_cv_.wait_until(lock, deadline) == std::cv_status::timeout && box.empty()) {
         lock.unlock();
-        std::string msg = fmt::format("receive by rank {} from rank {} (tag {}): nothing arrived within {:.0f} s", to, from, tag, timeout_);
+        // the sender may itself wait in a collective for the rank that holds everyone up: name it
+        std::string msg = fmt::format("receive by rank {} from rank {} (tag {}): nothing arrived within {:.0f} s{}", to, from, tag, timeout_,
+                                      waiting_chain({from}));
         abort(msg);
         throw OasesError(msg);
       }

@@ -104,6 +104,30 @@ TEST(LocalCommunicator, TimeoutFollowsTheChainOfWaitingRanks) {
       << msg;
 }
 
+// A receive that times out first (a later pipeline stage's rank is stuck in its tp all-reduce with
+// a hung peer) names the rank that holds everyone up, as a collective's timeout does.
+TEST(LocalCommunicator, ReceiveTimeoutFollowsTheSendersWait) {
+  auto world = make_local_world(3, 1.0);
+  std::thread sender([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));  // rank 0's receive waits first
+    auto g = local_communicator(world, 1)->make_group({1, 2});
+    try {
+      g->barrier();  // rank 2 never arrives
+    } catch (const OasesError&) {}
+  });
+  std::string msg;
+  float x = 0;
+  try {
+    local_communicator(world, 0)->irecv(&x, sizeof(x), 1, 7)->wait();
+  } catch (const OasesError& e) {
+    msg = e.what();
+  }
+  sender.join();
+  EXPECT_NE(msg.find("receive by rank 0 from rank 1 (tag 7): nothing arrived within 1 s; rank 1 waits for rank 2 in barrier in group [1, 2]"),
+            std::string::npos)
+      << msg;
+}
+
 TEST(ThreadRanks, HungRankIsLeftBehindAfterTheGrace) {
   // rank 1 is stuck in its own code (no collective to wake it); rank 0 times out in a barrier
   auto release = std::make_shared<std::atomic<bool>>(false);
