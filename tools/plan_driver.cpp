@@ -80,8 +80,9 @@ namespace {
 // other than the first whose program needs more than `memory_limit` bytes a rank (> 0) is left out.
 struct Fastest {
   size_t best = 0, over = 0;
-  double first_s = 0, best_s = 0;
-  std::vector<double> step_s;  // per plan tried; < 0: left out (memory)
+  std::vector<double> step_s;  // per plan tried; < 0: left out (memory; never the first)
+  double first_s() const { return step_s.front(); }
+  double best_s() const { return step_s[best]; }
 };
 Expected<Fastest> fastest_by_simulation(const PlanningModel& m, const ModelAnalysis& a, int64_t ranks, const ClusterSpec& cluster,
                                         const OpTimeModel& ops, const Profile* local_floor, const std::vector<PlanChoice>& tried,
@@ -89,17 +90,13 @@ Expected<Fastest> fastest_by_simulation(const PlanningModel& m, const ModelAnaly
   Fastest f;
   for (size_t i = 0; i < tried.size(); ++i) {
     OASES_ASSIGN_OR_RETURN(Simulated s, simulate_plan(m, plan_of_choice(a, tried[i], ranks), cluster, ops, local_floor, false));
-    if (i == 0) f.first_s = s.sim.step_s;
     if (i > 0 && memory_limit > 0 && s.memory_bytes > memory_limit) {
       ++f.over;
       f.step_s.push_back(-1);
       continue;
     }
     f.step_s.push_back(s.sim.step_s);
-    if (i == 0 || s.sim.step_s < f.best_s) {
-      f.best_s = s.sim.step_s;
-      f.best = i;
-    }
+    if (s.sim.step_s < f.best_s()) f.best = i;
   }
   return f;
 }
@@ -127,7 +124,7 @@ Expected<std::string> choose_collective_matmuls_by_simulation(const PlanningMode
   int on = 0;
   for (const Layout& l : choice->layouts) on += l.cm;
   return fmt::format("collective matmuls (decided by simulation beside {} x {} chunks): {} of {} parts, simulated {:.3f} ms (the search's choice {:.3f} ms)",
-                     choice->schedule, choice->chunks, on, choice->layouts.size(), f.best_s * 1e3, f.first_s * 1e3);
+                     choice->schedule, choice->chunks, on, choice->layouts.size(), f.best_s() * 1e3, f.first_s() * 1e3);
 }
 
 Expected<std::string> rerank_by_simulation(const PlanningModel& m, const ModelAnalysis& a, int64_t ranks, const ClusterSpec& cluster,
@@ -156,10 +153,10 @@ Expected<std::string> rerank_by_simulation(const PlanningModel& m, const ModelAn
   *choice = tried[f.best];
   if (f.best == 0) {
     return fmt::format("re-ranked by simulation: the cost model's choice ({}, simulated {:.3f} ms) is the fastest of {} candidates{}", was,
-                       f.first_s * 1e3, tried.size() - f.over, over);
+                       f.first_s() * 1e3, tried.size() - f.over, over);
   }
   return fmt::format("re-ranked by simulation: {} K={} ({}) simulated {:.3f} ms beats the cost model's choice ({}, {:.3f} ms) among {} candidates{}",
-                     choice->schedule, choice->chunks, describe_layouts(a, choice->layouts), f.best_s * 1e3, was, f.first_s * 1e3,
+                     choice->schedule, choice->chunks, describe_layouts(a, choice->layouts), f.best_s() * 1e3, was, f.first_s() * 1e3,
                      tried.size() - f.over, over);
 }
 
