@@ -1,6 +1,9 @@
-// Link emulation: a CommGroup that completes each collective no earlier than a link of the given
-// bandwidth and latency would under a ring algorithm (planner/link_model.h), sleeping (not
-// spinning) for the difference, so overlap can be studied on one machine.
+// Link emulation: a CommGroup that completes each collective no earlier than the last member's
+// arrival plus what a link of the given bandwidth and latency would take under a ring algorithm
+// (planner/link_model.h), sleeping (not spinning) for the difference, so overlap can be studied on
+// one machine. Every member leaves at that moment, the early ones too: ranks that share cores
+// cannot hide one rank's link time behind another's computation, which the real link would not let
+// them do either.
 #pragma once
 
 #include <memory>

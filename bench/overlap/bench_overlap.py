@@ -11,7 +11,11 @@ Run through bench/overlap/run.sh (which builds and sets up first). For each stac
    collective then takes s times what the full-size message takes on the 3090 server's link:
        bw_emulated = bw_3090 * (bytes_scaled / bytes_full) / s,   latency_emulated = s * latency_3090
    so the scaled stack on this CPU sees the full stack's ratio of communication to computation;
-3. run every schedule with that link and read the step time and the overlap report;
+3. run every schedule with that link and read the step time and the overlap report: --repeat rounds
+   (default 2), each running every configuration once, so a slow spell of the machine falls on all
+   of them; a configuration's figure is the median of all its timed steps. The emulated link ends
+   a collective its modelled time after the last rank arrived, on every rank (ranks that share cores
+   cannot hide one rank's link time behind another's computation);
 4. the same link with sequence parallelism (all-gather + reduce-scatter instead of all-reduce):
    `oases` (sp), `oases` with collective matmuls (cm: each gather and scatter decomposed into tp ring
    steps beside the partial products), and collective matmuls alone with one chunk (cm K1: the
@@ -75,7 +79,7 @@ def train(a, model, tp, schedule, chunks, link, steps, workdir, env, extra=()):
         cmd += ["--emulate-link", link, "--overlap-report"]
     p = run(cmd, env)
     ms = [json.loads(l)["ms"] for l in open(log)][a.warmup:]
-    out = {"ms": statistics.median(ms), "ms_all": ms}
+    out = {"ms": statistics.median(ms), "ms_all": ms, "runs": 1}
     m = re.search(r"communication ([\d.]+) ms: hidden ([\d.]+) ms", p.stderr)
     if m:
         out["comm_ms"], out["hidden_ms"] = float(m.group(1)), float(m.group(2))
@@ -90,23 +94,34 @@ def train(a, model, tp, schedule, chunks, link, steps, workdir, env, extra=()):
     return out
 
 
-def planned(a, model, tp, link, workdir, env):
+def pooled(runs):
+    """One figure from repeated runs of the same configuration: the median of every timed step of
+    every run, the overlap report's figures averaged."""
+    out = {"ms_all": [m for r in runs for m in r["ms_all"]], "runs": len(runs)}
+    out["ms"] = statistics.median(out["ms_all"])
+    out["ms_runs"] = [r["ms"] for r in runs]
+    for k in ("comm_ms", "hidden_ms", "groups_comm_ms", "could_ms", "groups_hid_ms", "queued_ms"):
+        if all(k in r for r in runs):
+            out[k] = statistics.mean(r[k] for r in runs)
+    return out
+
+
+def make_plan(a, model, tp, link, workdir, env):
     """The planner's choice for this row: oases-profile measures the ops and the emulated link with tp
     thread ranks, oases-plan searches tp = the row's degree (per part layout, schedule, chunks,
-    sequence parallelism, collective matmuls) and re-ranks its candidates by simulation, and
-    oases-train runs the plan. Returns the run and the plan's schedule and chunks."""
+    sequence parallelism, collective matmuls) and re-ranks its candidates by simulation. Returns
+    the plan's file and its schedule and chunks in words (oases-train --plan runs it)."""
     prof, plan = os.path.join(workdir, f"prof_tp{tp}.json"), os.path.join(workdir, f"plan_tp{tp}.json")
     run([os.path.join(a.bin, "oases-profile"), "--backend", "cpu", "--model", model, "--ranks", str(tp), "--degrees", str(tp),
          "--batch", str(a.batch), "--seq", str(a.seq), "--chunks", "1,2,4", "--emulate-link", link, "--out", prof], env)
     run([os.path.join(a.bin, "oases-plan"), model, "--gpus", str(tp), "--degrees", str(tp), "--profile", prof, "--emulate-link", link,
          "--batch", str(a.batch), "--seq", str(a.seq), "--chunks", "1,2,4", "--simulate", "--out", plan], env)
     p = json.load(open(plan))
-    out = train(a, model, tp, None, None, link, a.steps, workdir, env, ["--plan", plan])
     sched, parts = p.get("schedule", {}), p.get("parts", [])
     names = {"default_checkpoint": "dflt", "optim_comm_checkpoint": "optim", "overlap_checkpoint": "overlap"}
-    out["choice"] = (f"{names.get(sched.get('name'), sched.get('name', '?'))} K{sched.get('chunks', '?')}"
-                     + ("+cm" if any(x.get("collective_matmul") for x in parts) else "+sp" if any(x.get("sequence_parallel") for x in parts) else ""))
-    return out
+    choice = (f"{names.get(sched.get('name'), sched.get('name', '?'))} K{sched.get('chunks', '?')}"
+              + ("+cm" if any(x.get("collective_matmul") for x in parts) else "+sp" if any(x.get("sequence_parallel") for x in parts) else ""))
+    return plan, choice
 
 
 def main():
@@ -122,6 +137,8 @@ def main():
     ap.add_argument("--chunks", type=int, default=2)
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--repeat", type=int, default=2,
+                    help="runs of every configuration, one round after the other; its figure is the median of all their timed steps (default 2)")
     ap.add_argument("--tp", type=int, action="append", default=[])
     ap.add_argument("--only", type=int, action="append", default=[], metavar="HIDDEN", help="full-size hidden of a stack")
     ap.add_argument("--no-sp", action="store_true", help="skip the sequence-parallel and collective-matmul runs")
@@ -135,7 +152,8 @@ def main():
     results = []
     print(f"emulated RTX 3090 PCIe server: {F3 / 1e12:.1f} TFLOP/s, link {BW3 / 1e9:.1f} GB/s, {A3 * 1e6:.0f} us per ring step; "
           f"full stacks at micro-batch {FULL_B} x {FULL_T}; scaled: hidden / {a.scale}, layers / {a.layer_scale}, "
-          f"head dim {a.head_dim}, batch {a.batch} x {a.seq}, K = {a.chunks}, median of {a.steps - a.warmup} steps, {os.cpu_count()} cores",
+          f"head dim {a.head_dim}, batch {a.batch} x {a.seq}, K = {a.chunks}, median of {a.repeat} x {a.steps - a.warmup} steps "
+          f"({a.repeat} interleaved rounds), {os.cpu_count()} cores",
           flush=True)
     variants = [] if a.no_sp else SP_VARIANTS
     hdr = (f"{'stack (full)':>14} {'scaled':>10} {'tp':>3} {'link GB/s':>10} {'lat ms':>7} "
@@ -166,15 +184,22 @@ def main():
             link = f"bw={bw / 1e9:.6g},latency={lat * 1e6:.6g}"
             row = {"stack": f"h{h}_l{layers}", "scaled": name, "tp": tp, "compute_ms": base["ms"], "dilation": s,
                    "link_gbps": bw / 1e9, "latency_us": lat * 1e6, "schedules": {}}
-            for sched in SCHEDULES:
-                k = 1 if sched in ("plain", "default_checkpoint", "optim_comm_checkpoint") else a.chunks
-                row["schedules"][sched] = train(a, model, tp, sched, k, link, a.steps, mdir, env)
-            S = row["schedules"]
-            for col, sched, k, extra in variants:
-                S[col] = train(a, model, tp, sched, k or a.chunks, link, a.steps, mdir, env, extra)
+            # every configuration once per round, the rounds one after the other: a slow spell of the
+            # machine (minutes) then falls on every configuration alike, not on one
+            configs = [(sched, sched, 1 if sched in ("plain", "default_checkpoint", "optim_comm_checkpoint") else a.chunks, [])
+                       for sched in SCHEDULES] + [(col, sched, k or a.chunks, extra) for col, sched, k, extra in variants]
             if not a.no_plan:
-                S["plan"] = planned(a, model, tp, link, mdir, env)
-                row["plan_choice"] = S["plan"]["choice"]
+                plan, choice = make_plan(a, model, tp, link, mdir, env)
+                configs.append(("plan", None, None, ["--plan", plan]))  # no schedule: the plan's
+            runs = {c[0]: [] for c in configs}
+            for _ in range(a.repeat):
+                for col, sched, k, extra in configs:
+                    runs[col].append(train(a, model, tp, sched, k, link, a.steps, mdir, env, extra))
+            S = row["schedules"]
+            for col in runs:
+                S[col] = pooled(runs[col])
+            if not a.no_plan:
+                row["plan_choice"] = choice
                 row["plan_vs_default"] = S["default_checkpoint"]["ms"] / S["plan"]["ms"]
             if variants:
                 best = min(["oases"] + [v[0] for v in variants], key=lambda c: S[c]["ms"])

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "../common/comm_suite.h"
+#include "executor/emulated_link.h"
 #include "executor/executor.h"
 #include "executor/launcher.h"
 #include "graph/autodiff.h"
@@ -126,6 +127,37 @@ TEST(LocalCommunicator, ReceiveTimeoutFollowsTheSendersWait) {
   EXPECT_NE(msg.find("receive by rank 0 from rank 1 (tag 7): nothing arrived within 1 s; rank 1 waits for rank 2 in barrier in group [1, 2]"),
             std::string::npos)
       << msg;
+}
+
+// The emulated link moves a collective's data only once every member is there: a rank that arrives
+// early leaves with the late one, the link's time after the late one's arrival (it used to leave
+// the link's time after its own arrival, so ranks sharing cores hid one rank's link time behind
+// another's computation).
+TEST(EmulatedLink, CollectiveEndsTheLinksTimeAfterTheLastArrival) {
+  const LinkModel link{1e3, 15000};  // latency-bound: 15 ms per ring step
+  const double link_s = link.all_reduce_s(4 * 4, 2);
+  const double late_s = 0.08;
+  ASSERT_GT(link_s, 0.02);
+  auto world = make_local_world(2, 10);
+  const auto start = std::chrono::steady_clock::now();
+  double done_s[2] = {0, 0};
+  float v[2][4] = {{1, 2, 3, 4}, {10, 20, 30, 40}};
+  std::vector<std::thread> ts;
+  for (int r = 0; r < 2; ++r) {
+    ts.emplace_back([&, r] {
+      auto g = emulate_link(local_communicator(world, r)->make_group({0, 1}), link);
+      if (r == 1) std::this_thread::sleep_until(start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(late_s)));
+      g->all_reduce(v[r], 4, DType::kF32, ReduceOp::kSum);
+      done_s[r] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    });
+  }
+  for (auto& t : ts) t.join();
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_GE(done_s[r], late_s + link_s - 1e-3) << "rank " << r << " left before the link's time after rank 1 arrived";
+    EXPECT_LT(done_s[r], late_s + link_s + 0.05) << "rank " << r;
+    EXPECT_FLOAT_EQ(v[r][3], 44.0f);
+  }
+  EXPECT_NEAR(done_s[0], done_s[1], 0.01) << "both members leave together";
 }
 
 TEST(ThreadRanks, HungRankIsLeftBehindAfterTheGrace) {
