@@ -30,11 +30,15 @@ RTX 3090 server figures (state them, they decide the result):
                      PCIe 4.0 x16 without NVLink through the host, well below its 32 GB/s peak;
   a3 = 10 us         per ring step (NCCL over PCIe; small all-reduces take tens of microseconds).
 Full-size shapes: micro-batch 4, sequence 1024 (the paper's profiled micro-batch and sequence),
-GPT-2's vocabulary of 50257. The scaled stack's vocabulary is scaled like its hidden size and its
-layer count (50257 / (--scale x --layer-scale), rounded down to a multiple of 64: 768), so its LM
-head keeps the full stack's share of the forward FLOPs (7.8% at hidden 12288 over 4 layers, 13% at
-1024 over 24) and the head's and the loss's collectives have the compute beside them that they would
-have at full size.
+GPT-2's vocabulary of 50257. Layers are divided by --layer-scale, but no stack keeps fewer than
+--min-layers (2): hidden 12288's 4 layers would otherwise become one block, with no block boundary
+for the schedules to overlap across, and the step's fill and drain (the first chunk's embedding
+all-reduce, the last block's backward all-reduce) would weigh 4 times what they do in the paper's
+4-layer stack (with 2 layers: twice). The scaled stack's vocabulary is scaled like its hidden size
+and its layer count (50257 x scaled layers / (--scale x full layers), rounded down to a multiple of
+64: 768, and 1536 for hidden 12288's 2 of 4 layers), so its LM head keeps the full stack's share of
+the forward FLOPs (7.8% at hidden 12288 over 4 layers, 13% at 1024 over 24) and the head's and the
+loss's collectives have the compute beside them that they would have at full size.
 """
 import argparse
 import json
@@ -130,8 +134,12 @@ def main():
     ap.add_argument("--work", required=True)
     ap.add_argument("--scale", type=int, default=16, help="hidden divided by this (default 16)")
     ap.add_argument("--layer-scale", type=int, default=4, help="layers divided by this (default 4)")
+    ap.add_argument("--min-layers", type=int, default=2,
+                    help="no scaled stack has fewer layers (default 2: hidden 12288's 4 layers / 4 would leave one block, "
+                         "with no block boundary to overlap across and the step's fill and drain weighed 4x)")
     ap.add_argument("--head-dim", type=int, default=16)
-    ap.add_argument("--vocab", type=int, help="the scaled stacks' vocabulary (default: 50257 / (--scale x --layer-scale), a multiple of 64)")
+    ap.add_argument("--vocab", type=int, help="every scaled stack's vocabulary (default: per stack, 50257 x its scaled layers / "
+                    "(--scale x its full layers), a multiple of 64: 768 where the layers are divided by --layer-scale 4)")
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--seq", type=int, default=128)
     ap.add_argument("--chunks", type=int, default=2)
@@ -146,7 +154,6 @@ def main():
     ap.add_argument("--json", help="write the results here")
     a = ap.parse_args()
     tps = a.tp or [2, 4]
-    vocab = a.vocab or max(64, FULL_V // (a.scale * a.layer_scale) // 64 * 64)
     env = dict(os.environ)
     stacks = [s for s in STACKS if not a.only or s[0] in a.only]
     results = []
@@ -163,8 +170,10 @@ def main():
            + (f" {'plan':>7} {'plan/dflt':>9} {'plan is':>14}" if not a.no_plan else ""))
     print(hdr)
     for h, layers in stacks:
-        hs, ls = h // a.scale, max(1, layers // a.layer_scale)
+        hs, ls = h // a.scale, min(layers, max(a.min_layers, layers // a.layer_scale))
         heads = hs // a.head_dim
+        # the head's share of the stack's FLOPs kept: 2 b t h V over ls layers as over the full stack's
+        vocab = a.vocab or max(64, FULL_V * ls // (a.scale * layers) // 64 * 64)
         name = f"gpt_h{hs}_l{ls}_v{vocab}"
         mdir = os.path.join(a.work, name)
         model = os.path.join(mdir, "model.onnx")
