@@ -8,8 +8,9 @@
 #include <deque>
 #include <functional>
 #include <map>
-#include <set>
 #include <mutex>
+#include <optional>
+#include <set>
 #include <tuple>
 
 #include <fmt/format.h>
@@ -148,7 +149,21 @@ class LocalWorld {
     auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_);
     auto& box = mail_[{from, to, tag}];
     std::string why;
+    std::optional<WaitToken> waiting;  // registered once it has to wait (not under the mail lock)
+    struct Clear {
+      LocalWorld* w;
+      std::optional<WaitToken>* t;
+      ~Clear() {
+        if (*t) w->clear_waiting(**t);
+      }
+    } clear{this, &waiting};
     while (box.empty()) {
+      if (!waiting) {
+        lock.unlock();
+        waiting = set_waiting(to, Waiting{nullptr, 0, fmt::format("receive from rank {} (tag {})", from, tag), from});
+        lock.lock();
+        continue;  // the message may have come meanwhile
+      }
       if (aborted(&why)) throw OasesError(fmt::format("receive by rank {} from rank {} (tag {}) stopped: {}", to, from, tag, why));
       if (mail_cv_.wait_until(lock, deadline) == std::cv_status::timeout && box.empty()) {
         lock.unlock();
@@ -187,45 +202,57 @@ class LocalWorld {
     std::lock_guard<std::mutex> ml(mail_mu_);
     mail_cv_.notify_all();
   }
-  // Who waits where: a rank inside a collective's rendezvous, the group and the generation it
-  // waits to complete, so a timeout can follow the chain to the rank that holds everyone up.
+  // Who waits where: a rank inside a collective's rendezvous (the group and the generation it waits
+  // to complete) or inside a receive (the sender), so a timeout can follow the chain to the rank
+  // that holds everyone up. A rank may wait in several at once (its compute thread in a receive or
+  // a collective of one group, its communication thread in another's): each wait is its own entry.
   struct Waiting {
-    std::shared_ptr<GroupState> group;
+    std::shared_ptr<GroupState> group;  // null: a receive from `from`
     uint64_t generation = 0;
-    std::string what;  // "all-reduce in group [0, 1] (member 0 of 2)"
+    std::string what;  // "all-reduce in group [0, 1] (member 0 of 2)", "receive from rank 2 (tag 7)"
+    int from = -1;
   };
-  void set_waiting(int rank, Waiting w) {
+  using WaitToken = std::multimap<int, Waiting>::iterator;
+  WaitToken set_waiting(int rank, Waiting w) {
     std::lock_guard<std::mutex> lock(wait_mu_);
-    waiting_[rank] = std::move(w);
+    return waiting_.emplace(rank, std::move(w));
   }
-  void clear_waiting(int rank) {
+  void clear_waiting(WaitToken t) {
     std::lock_guard<std::mutex> lock(wait_mu_);
-    waiting_.erase(rank);
+    waiting_.erase(t);
   }
   // From the ranks `missing` a timed-out wait names: the chain of ranks each waiting for the next
-  // ("rank 0 waits for rank 1 in all-reduce in group [0, 1] ..."), ending at one that waits in no
-  // collective. Empty when the first missing rank is not waiting. Call with no group lock held.
+  // ("rank 0 waits for rank 1 in all-reduce in group [0, 1] ..."), ending at one that waits
+  // nowhere. Empty when the first missing rank is not waiting. Call with no group lock held.
   std::string waiting_chain(std::vector<int> missing) {
     std::string out;
     std::set<int> seen;
     for (int step = 0; step < size_ && missing.size() == 1 && seen.insert(missing[0]).second; ++step) {
-      Waiting w;
+      std::vector<Waiting> waits;
       {
         std::lock_guard<std::mutex> lock(wait_mu_);
-        auto it = waiting_.find(missing[0]);
-        if (it == waiting_.end()) break;
-        w = it->second;
+        auto [b, e] = waiting_.equal_range(missing[0]);
+        for (auto it = b; it != e; ++it) waits.push_back(it->second);
       }
       std::vector<int> next;
-      {
-        std::lock_guard<std::mutex> lock(w.group->mu);
-        if (w.group->generation != w.generation) break;  // that wait has completed meanwhile
-        for (size_t j = 0; j < w.group->members.size(); ++j) {
-          if (w.group->arrived_at[j] != w.generation) next.push_back(w.group->members[j]);
+      const Waiting* on = nullptr;
+      for (const Waiting& w : waits) {  // the first of its waits that still waits for someone
+        if (!w.group) {
+          next = {w.from};
+        } else {
+          std::lock_guard<std::mutex> lock(w.group->mu);
+          if (w.group->generation != w.generation) continue;  // that wait has completed meanwhile
+          for (size_t j = 0; j < w.group->members.size(); ++j) {
+            if (w.group->arrived_at[j] != w.generation) next.push_back(w.group->members[j]);
+          }
+        }
+        if (!next.empty()) {
+          on = &w;
+          break;
         }
       }
-      if (next.empty()) break;
-      out += fmt::format("; rank {} waits for rank{} {} in {}", missing[0], next.size() == 1 ? "" : "s", fmt::join(next, ", "), w.what);
+      if (!on) break;
+      out += fmt::format("; rank {} waits for rank{} {} in {}", missing[0], next.size() == 1 ? "" : "s", fmt::join(next, ", "), on->what);
       missing = next;
     }
     return out;
@@ -252,7 +279,7 @@ class LocalWorld {
   std::atomic<bool> aborted_{false};
   std::mutex why_mu_;
   std::mutex wait_mu_;
-  std::map<int, Waiting> waiting_;
+  std::multimap<int, Waiting> waiting_;
   std::string why_;
 };
 
@@ -389,12 +416,11 @@ class LocalGroup : public CommGroup {
     }
     auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_);
     int me = st_->members[static_cast<size_t>(index_)];
-    world_->set_waiting(me, LocalWorld::Waiting{st_, gen, fmt::format("{} in {}", what, describe())});
     struct Clear {
       LocalWorld* w;
-      int r;
-      ~Clear() { w->clear_waiting(r); }
-    } clear{world_.get(), me};
+      LocalWorld::WaitToken t;
+      ~Clear() { w->clear_waiting(t); }
+    } clear{world_.get(), world_->set_waiting(me, LocalWorld::Waiting{st_, gen, fmt::format("{} in {}", what, describe())})};
     while (st_->generation == gen) {
       if (world_->aborted(&why)) throw OasesError(fmt::format("{} in {} stopped: {}", what, describe(), why));
       if (st_->cv.wait_until(lock, deadline) == std::cv_status::timeout && st_->generation == gen) {

@@ -129,6 +129,30 @@ TEST(LocalCommunicator, ReceiveTimeoutFollowsTheSendersWait) {
       << msg;
 }
 
+// The chain follows receives too: rank 0 receives from rank 1, which itself waits to receive from
+// rank 2 (a pipeline stage waiting for the one before it), which never sends.
+TEST(LocalCommunicator, ReceiveTimeoutFollowsAReceivingSender) {
+  auto world = make_local_world(3, 1.0);
+  std::thread middle([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));  // rank 0's receive waits first
+    float y = 0;
+    try {
+      local_communicator(world, 1)->irecv(&y, sizeof(y), 2, 8)->wait();
+    } catch (const OasesError&) {}
+  });
+  std::string msg;
+  float x = 0;
+  try {
+    local_communicator(world, 0)->irecv(&x, sizeof(x), 1, 7)->wait();
+  } catch (const OasesError& e) {
+    msg = e.what();
+  }
+  middle.join();
+  EXPECT_NE(msg.find("receive by rank 0 from rank 1 (tag 7): nothing arrived within 1 s; rank 1 waits for rank 2 in receive from rank 2 (tag 8)"),
+            std::string::npos)
+      << msg;
+}
+
 // The emulated link moves a collective's data only once every member is there: a rank that arrives
 // early leaves with the late one, the link's time after the late one's arrival (it used to leave
 // the link's time after its own arrival, so ranks sharing cores hid one rank's link time behind
