@@ -78,7 +78,8 @@ Status shard_cross_entropy(ShardContext& c, int scores, bool grad) {
 
 // --- partition lowering: the vocabulary-parallel loss -----------------------------------------
 // With scores [N, C, ...] split over their classes (mesh axis a), each rank holds a slice of
-// every row: the row max, the sum of exponentials and the target logit are all-reduced over a.
+// every row: the ranks' row maxima, sums of exponentials and target logits are gathered over a in
+// one collective and combined on every rank.
 
 namespace {
 
@@ -115,53 +116,74 @@ Status lower_cross_entropy(LowerContext& c, bool nll) {
   stat_g[1] = 1;
   DType dt = g.value(scores).dtype;
   std::string base = n.name + "/vocab_parallel";
-  ValueId z = scores;
-  ValueId s = kNoId, m = kNoId;
-  if (!nll) {
-    ValueId m_loc = c.emit("ReduceMax", {scores}, AttrMap{{"axes", Attribute::of_ints({1})}, {"keepdims", Attribute::of_int(1)}}, dt,
-                           stat_g, stat_spec, base + "/max");
-    AttrMap mx = c.collective_attrs(a);
-    mx.set_string("op", "max");
-    m = c.emit("AllReduce", {m_loc}, mx, dt, stat_g, stat_spec, base + "/all_reduce_max", kOasesDomain);
-    z = c.emit("Sub", {scores, m}, {}, dt, gs, ss, base + "/shift");
-    ValueId e = c.emit("Exp", {z}, {}, dt, gs, ss, base + "/exp");
-    ValueId s_loc = c.emit("ReduceSum", {e}, AttrMap{{"axes", Attribute::of_ints({1})}, {"keepdims", Attribute::of_int(0)}}, dt, rows_g,
-                           rows_spec.with_partial(a, false), base + "/sum_exp");
-    s = s_loc;  // all-reduced below, with the target logit
-  }
-  ValueId t_loc = c.emit("ShardedPick", {z, labels}, c.collective_attrs(a), dt, rows_g, rows_spec, base + "/pick", kOasesDomain);
-  ValueId t = kNoId;
+  ValueId s = kNoId, m = kNoId, t = kNoId, lse_shift = kNoId;
   if (nll) {
+    ValueId t_loc = c.emit("ShardedPick", {scores, labels}, c.collective_attrs(a), dt, rows_g, rows_spec, base + "/pick", kOasesDomain);
     t = c.emit("AllReduce", {t_loc}, c.collective_attrs(a), dt, rows_g, rows_spec, base + "/all_reduce_pick", kOasesDomain);
     c.add_collectives(1);
   } else {
-    // the sum of exponentials and the target logit are both row sums over the axis: one
-    // all-reduce of the two side by side (each element summed as its own all-reduce would)
+    // Each rank's statistics of its classes, per row: the max m_r, the sum of exp(x - m_r) and the
+    // target's logit t_r (0 where another rank holds the target), side by side, gathered in one
+    // collective; every rank then combines them: M = max_r m_r, S = sum_r s_r exp(m_r - M),
+    // t = sum_r t_r, and the row's loss is log S + M - t. (A max all-reduce and then a sum
+    // all-reduce would be two collectives in a row, each paying the link's latency.)
+    const int64_t p = c.mesh().axis_size(a);
     const int64_t last = static_cast<int64_t>(rows_g.size());
-    Shape one_g = rows_g, pair_g = rows_g;
-    one_g.push_back(1);
-    pair_g.push_back(2);
-    ShardingSpec pair_spec = rows_spec;
-    pair_spec.dims.push_back(DimSpec{});
     AttrMap at_end{{"axes", Attribute::of_ints({last})}};
-    ValueId su = c.emit("Unsqueeze", {s}, at_end, dt, one_g, pair_spec, base + "/sum_exp_col");
-    ValueId tu = c.emit("Unsqueeze", {t_loc}, at_end, dt, one_g, pair_spec, base + "/pick_col");
-    ValueId both_loc = c.emit("Concat", {su, tu}, AttrMap{{"axis", Attribute::of_int(last)}}, dt, pair_g, pair_spec, base + "/sum_and_pick");
-    ValueId both = c.emit("AllReduce", {both_loc}, c.collective_attrs(a), dt, pair_g, pair_spec, base + "/all_reduce_sum_pick", kOasesDomain);
-    auto column = [&](int64_t k, const char* name) {
-      ValueId idx = g.add_constant(base + "/column", Tensor::from_int64({k}, {}));
-      return c.emit("Gather", {both, idx}, AttrMap{{"axis", Attribute::of_int(last)}}, dt, rows_g, rows_spec, base + name);
+    ValueId m_stat = c.emit("ReduceMax", {scores}, AttrMap{{"axes", Attribute::of_ints({1})}, {"keepdims", Attribute::of_int(1)}}, dt,
+                            stat_g, stat_spec, base + "/max");
+    ValueId e = c.emit("Exp", {c.emit("Sub", {scores, m_stat}, {}, dt, gs, ss, base + "/shift")}, {}, dt, gs, ss, base + "/exp");
+    ValueId s_loc = c.emit("ReduceSum", {e}, AttrMap{{"axes", Attribute::of_ints({1})}, {"keepdims", Attribute::of_int(0)}}, dt, rows_g,
+                           rows_spec, base + "/sum_exp");
+    ValueId m_loc = c.emit("Squeeze", {m_stat}, AttrMap{{"axes", Attribute::of_ints({1})}}, dt, rows_g, rows_spec, base + "/max_rows");
+    ValueId t_loc = c.emit("ShardedPick", {scores, labels}, c.collective_attrs(a), dt, rows_g, rows_spec, base + "/pick", kOasesDomain);
+    // [rows..., 3] on each rank: its part of [rows..., 3 p], gathered over the axis
+    Shape one_g = rows_g, col_g = rows_g, packed_g = rows_g, each_g = rows_g;
+    one_g.push_back(p);  // a column per rank: each rank holds its own
+    col_g.push_back(1);
+    packed_g.push_back(3 * p);
+    each_g.push_back(p);
+    ShardingSpec own = rows_spec, whole = rows_spec;
+    own.dims.push_back(DimSpec{a, 1});
+    whole.dims.push_back(DimSpec{});
+    std::vector<ValueId> cols;
+    for (auto [v, name] : {std::pair{m_loc, "/max_col"}, std::pair{s_loc, "/sum_exp_col"}, std::pair{t_loc, "/pick_col"}})
+      cols.push_back(c.emit("Unsqueeze", {v}, at_end, dt, one_g, own, base + name));
+    ValueId mine = c.emit("Concat", cols, AttrMap{{"axis", Attribute::of_int(last)}}, dt, packed_g, own, base + "/stats");
+    AttrMap ag = c.collective_attrs(a);
+    ag.set_int("dim", last);
+    ag.set_int("segments", 1);
+    ValueId all = c.emit("AllGather", {mine}, ag, dt, packed_g, whole, base + "/all_gather_stats", kOasesDomain);
+    c.add_collectives(1);
+    auto field = [&](int64_t k, const char* name) {  // rank r's field k sits at 3 r + k
+      std::vector<int64_t> idx;
+      for (int64_t r = 0; r < p; ++r) idx.push_back(3 * r + k);
+      ValueId ix = g.add_constant(base + "/field", Tensor::from_int64(idx, {p}));
+      return c.emit("Gather", {all, ix}, AttrMap{{"axis", Attribute::of_int(last)}}, dt, each_g, whole, base + name);
     };
-    s = column(0, "/sum_exp_all");
-    t = column(1, "/pick_all");
-    c.add_collectives(2);
+    ValueId ms = field(0, "/maxes"), ss_r = field(1, "/sums"), ts = field(2, "/picks");
+    AttrMap over_ranks{{"axes", Attribute::of_ints({last})}, {"keepdims", Attribute::of_int(0)}};
+    ValueId m_rows = c.emit("ReduceMax", {ms}, over_ranks, dt, rows_g, rows_spec, base + "/max_all");
+    ValueId w = c.emit("Exp", {c.emit("Sub", {ms, c.emit("Unsqueeze", {m_rows}, at_end, dt, col_g, whole, base + "/max_all_col")}, {}, dt,
+                                      each_g, whole, base + "/rescale_shift")},
+                       {}, dt, each_g, whole, base + "/rescale");
+    s = c.emit("ReduceSum", {c.emit("Mul", {ss_r, w}, {}, dt, each_g, whole, base + "/sums_rescaled")}, over_ranks, dt, rows_g, rows_spec,
+               base + "/sum_exp_all");
+    t = c.emit("ReduceSum", {ts}, over_ranks, dt, rows_g, rows_spec, base + "/pick_all");
+    m = c.emit("Unsqueeze", {m_rows}, AttrMap{{"axes", Attribute::of_ints({1})}}, dt, stat_g, stat_spec, base + "/max_stat");
+    // log S + M - t: the target's logit is the raw score, so the max goes back in
+    lse_shift = m_rows;
     // for the gradient: the same statistics, so its backward repeats no collective
     c.shared()[softmax_stats_key(scores, labels, "max")] = m;
     c.shared()[softmax_stats_key(scores, labels, "sum")] = s;
   }
-  ValueId per_row = nll ? c.emit("Neg", {t}, {}, dt, rows_g, rows_spec, base + "/nll")
-                        : c.emit("Sub", {c.emit("Log", {s}, {}, dt, rows_g, rows_spec, base + "/log_sum"), t}, {}, dt, rows_g, rows_spec,
-                                 base + "/loss_rows");
+  ValueId per_row =
+      nll ? c.emit("Neg", {t}, {}, dt, rows_g, rows_spec, base + "/nll")
+          : c.emit("Sub",
+                   {c.emit("Add", {c.emit("Log", {s}, {}, dt, rows_g, rows_spec, base + "/log_sum"), lse_shift}, {}, dt, rows_g, rows_spec,
+                           base + "/log_sum_exp"),
+                    t},
+                   {}, dt, rows_g, rows_spec, base + "/loss_rows");
   ValueId valid = kNoId;
   if (n.attrs.has("ignore_index")) {
     ValueId ig = g.add_constant("ignore_index", Tensor::from_int64({n.attrs.get_int("ignore_index", -100)}, {}));
@@ -203,6 +225,7 @@ Status lower_cross_entropy(LowerContext& c, bool nll) {
     // emitted after the loss node is gone: these nodes take no scope from it
     ValueId ls = c.emit("Unsqueeze", {c.emit("Log", {s}, {}, dt, rows_g, rows_spec, base + "/log_sum2")},
                         AttrMap{{"axes", Attribute::of_ints({1})}}, dt, stat_g, stat_spec, base + "/lse");
+    ValueId z = c.emit("Sub", {scores, m}, {}, dt, gs, ss, base + "/shifted");
     NodeId lp = g.value(c.emit("Sub", {z, ls}, {}, dt, gs, ss, base + "/log_prob")).producer;
     g.set_output(lp, 0, log_prob[0]);
   }

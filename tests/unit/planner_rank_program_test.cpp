@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "executor/executor.h"
+#include "graph/op_registry.h"
 #include "planner/rank_program.h"
 #include "tools/plan_driver.h"
 
@@ -54,6 +55,27 @@ TEST(RankProgram, TwoPhasesMatchTheOneCall) {
     differing += std::memcmp(a.raw(), b.raw(), a.nbytes()) != 0;
   }
   EXPECT_GT(differing, 0);
+}
+
+// The vocabulary-parallel loss communicates once a chunk: the ranks' row statistics gathered side
+// by side (it was a max all-reduce and then a sum all-reduce); its gradient adds none.
+TEST(RankProgram, VocabularyParallelLossGathersOnceAChunk) {
+  Graph fwd = gpt2_forward();
+  Plan plan = Plan::megatron(2, 1);
+  plan.mesh.schedule = "oases";
+  plan.mesh.chunks = 2;
+  auto r = build_rank_program(fwd, plan, 0);
+  ASSERT_TRUE(r) << r.status().message();
+  const Graph& g = r->train.graph;
+  std::vector<std::string> loss_collectives;
+  for (NodeId id : g.nodes()) {
+    const Node& n = g.node(id);
+    if (n.name.find("/vocab_parallel/") == std::string::npos || !op_has_trait(n, kTraitCollective)) continue;
+    loss_collectives.push_back(n.op_type);
+    EXPECT_EQ(n.op_type, "AllGather") << n.name;
+    EXPECT_NE(n.phase, Node::Phase::kBackward) << n.name;
+  }
+  EXPECT_EQ(loss_collectives.size(), 2u) << "one per chunk";
 }
 
 TEST(RankProgram, PlanFieldsShapeTheProgram) {
