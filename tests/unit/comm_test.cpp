@@ -105,39 +105,15 @@ TEST(LocalCommunicator, TimeoutFollowsTheChainOfWaitingRanks) {
       << msg;
 }
 
-// A receive that times out first (a later pipeline stage's rank is stuck in its tp all-reduce with
-// a hung peer) names the rank that holds everyone up, as a collective's timeout does.
-TEST(LocalCommunicator, ReceiveTimeoutFollowsTheSendersWait) {
-  auto world = make_local_world(3, 1.0);
-  std::thread sender([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));  // rank 0's receive waits first
-    auto g = local_communicator(world, 1)->make_group({1, 2});
-    try {
-      g->barrier();  // rank 2 never arrives
-    } catch (const OasesError&) {}
-  });
-  std::string msg;
-  float x = 0;
-  try {
-    local_communicator(world, 0)->irecv(&x, sizeof(x), 1, 7)->wait();
-  } catch (const OasesError& e) {
-    msg = e.what();
-  }
-  sender.join();
-  EXPECT_NE(msg.find("receive by rank 0 from rank 1 (tag 7): nothing arrived within 1 s; rank 1 waits for rank 2 in barrier in group [1, 2]"),
-            std::string::npos)
-      << msg;
-}
-
-// The chain follows receives too: rank 0 receives from rank 1, which itself waits to receive from
-// rank 2 (a pipeline stage waiting for the one before it), which never sends.
-TEST(LocalCommunicator, ReceiveTimeoutFollowsAReceivingSender) {
+// Rank 0 receives from rank 1 (tag 7, 1 s timeout) while rank 1, 200 ms later, runs `rank1`, which
+// waits for rank 2, which never comes; returns rank 0's error.
+template <class F>
+std::string receive_timeout_while(F&& rank1) {
   auto world = make_local_world(3, 1.0);
   std::thread middle([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(200));  // rank 0's receive waits first
-    float y = 0;
     try {
-      local_communicator(world, 1)->irecv(&y, sizeof(y), 2, 8)->wait();
+      rank1(*local_communicator(world, 1));
     } catch (const OasesError&) {}
   });
   std::string msg;
@@ -148,6 +124,25 @@ TEST(LocalCommunicator, ReceiveTimeoutFollowsAReceivingSender) {
     msg = e.what();
   }
   middle.join();
+  return msg;
+}
+
+// A receive that times out first (a later pipeline stage's rank is stuck in its tp all-reduce with
+// a hung peer) names the rank that holds everyone up, as a collective's timeout does.
+TEST(LocalCommunicator, ReceiveTimeoutFollowsTheSendersWait) {
+  std::string msg = receive_timeout_while([](Communicator& c) { c.make_group({1, 2})->barrier(); });
+  EXPECT_NE(msg.find("receive by rank 0 from rank 1 (tag 7): nothing arrived within 1 s; rank 1 waits for rank 2 in barrier in group [1, 2]"),
+            std::string::npos)
+      << msg;
+}
+
+// The chain follows receives too: rank 1 itself waits to receive from rank 2 (a pipeline stage
+// waiting for the one before it).
+TEST(LocalCommunicator, ReceiveTimeoutFollowsAReceivingSender) {
+  std::string msg = receive_timeout_while([](Communicator& c) {
+    float y = 0;
+    c.irecv(&y, sizeof(y), 2, 8)->wait();
+  });
   EXPECT_NE(msg.find("receive by rank 0 from rank 1 (tag 7): nothing arrived within 1 s; rank 1 waits for rank 2 in receive from rank 2 (tag 8)"),
             std::string::npos)
       << msg;
