@@ -150,6 +150,7 @@ class LocalWorld {
     auto& box = mail_[{from, to, tag}];
     std::string why;
     std::optional<WaitToken> waiting;  // registered once it has to wait (not under the mail lock)
+    bool extended = false;             // one more timeout given to a sender that waits for no one
     struct Clear {
       LocalWorld* w;
       std::optional<WaitToken>* t;
@@ -168,8 +169,20 @@ class LocalWorld {
       if (mail_cv_.wait_until(lock, deadline) == std::cv_status::timeout && box.empty()) {
         lock.unlock();
         // the sender may itself wait in a collective for the rank that holds everyone up: name it
-        std::string msg = fmt::format("receive by rank {} from rank {} (tag {}): nothing arrived within {:.0f} s{}", to, from, tag, timeout_,
-                                      waiting_chain({from}));
+        std::string chain = waiting_chain({from});
+        if (chain.empty() && !extended) {
+          // The sender waits for no one: it is still computing (a loaded machine, a later stage
+          // that has not reached its collective yet), or stuck in its own code. Give it one more
+          // timeout, so a rank that is merely slow is not taken for a hung one, and a rank it then
+          // waits for is named (its own collective's timeout, or this chain, names it).
+          extended = true;
+          deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_);
+          lock.lock();
+          continue;
+        }
+        std::string msg = fmt::format("receive by rank {} from rank {} (tag {}): nothing arrived within {:.0f} s{}", to, from, tag,
+                                      extended ? 2 * timeout_ : timeout_,
+                                      chain.empty() ? fmt::format("; rank {} waits for no rank (busy, or stuck in its own code)", from) : chain);
         abort(msg);
         throw OasesError(msg);
       }

@@ -148,6 +148,34 @@ TEST(LocalCommunicator, ReceiveTimeoutFollowsAReceivingSender) {
       << msg;
 }
 
+// A sender that waits for no one is computing (or stuck in its own code): the receive gives it one
+// more timeout before it calls it hung, and then says so.
+TEST(LocalCommunicator, ReceiveGivesABusySenderOneMoreTimeout) {
+  auto world = make_local_world(2, 0.5);
+  std::thread slow([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(800));  // busy past one timeout, not two
+    float y = 3;
+    local_communicator(world, 1)->isend(&y, sizeof(y), 0, 7)->wait();
+  });
+  float x = 0;
+  EXPECT_NO_THROW(local_communicator(world, 0)->irecv(&x, sizeof(x), 1, 7)->wait());
+  slow.join();
+  EXPECT_EQ(x, 3.0f);
+  auto t0 = std::chrono::steady_clock::now();
+  std::string msg;
+  try {
+    local_communicator(world, 0)->irecv(&x, sizeof(x), 1, 8)->wait();  // rank 1 never sends again
+  } catch (const OasesError& e) {
+    msg = e.what();
+  }
+  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_NE(msg.find("receive by rank 0 from rank 1 (tag 8): nothing arrived within 1 s; rank 1 waits for no rank (busy, or stuck in its own code)"),
+            std::string::npos)
+      << msg;
+  EXPECT_GE(s, 0.95);
+  EXPECT_LT(s, 5.0);
+}
+
 // The emulated link moves a collective's data only once every member is there: a rank that arrives
 // early leaves with the late one, the link's time after the late one's arrival (it used to leave
 // the link's time after its own arrival, so ranks sharing cores hid one rank's link time behind
