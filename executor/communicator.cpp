@@ -149,19 +149,12 @@ class LocalWorld {
     auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_);
     auto& box = mail_[{from, to, tag}];
     std::string why;
-    std::optional<WaitToken> waiting;  // registered once it has to wait (not under the mail lock)
-    bool extended = false;             // one more timeout given to a sender that waits for no one
-    struct Clear {
-      LocalWorld* w;
-      std::optional<WaitToken>* t;
-      ~Clear() {
-        if (*t) w->clear_waiting(**t);
-      }
-    } clear{this, &waiting};
+    std::optional<ScopedWait> waiting;  // registered once it has to wait (not under the mail lock)
+    bool extended = false;              // one more timeout given to a sender that waits for no one
     while (box.empty()) {
       if (!waiting) {
         lock.unlock();
-        waiting = set_waiting(to, Waiting{nullptr, 0, fmt::format("receive from rank {} (tag {})", from, tag), from});
+        waiting.emplace(this, to, Waiting{nullptr, 0, fmt::format("receive from rank {} (tag {})", from, tag), from});
         lock.lock();
         continue;  // the message may have come meanwhile
       }
@@ -180,9 +173,10 @@ class LocalWorld {
           lock.lock();
           continue;
         }
-        std::string msg = fmt::format("receive by rank {} from rank {} (tag {}): nothing arrived within {:.0f} s{}", to, from, tag,
-                                      extended ? 2 * timeout_ : timeout_,
-                                      chain.empty() ? fmt::format("; rank {} waits for no rank (busy, or stuck in its own code)", from) : chain);
+        std::string msg =
+            fmt::format("receive by rank {} from rank {} (tag {}): nothing arrived within {:.0f} s{}", to, from, tag,
+                        extended ? 2 * timeout_ : timeout_,
+                        chain.empty() ? fmt::format("; rank {} waits for no rank (busy, or stuck in its own code)", from) : chain);
         abort(msg);
         throw OasesError(msg);
       }
@@ -234,6 +228,18 @@ class LocalWorld {
     std::lock_guard<std::mutex> lock(wait_mu_);
     waiting_.erase(t);
   }
+  // A wait registered for as long as this lives.
+  class ScopedWait {
+   public:
+    ScopedWait(LocalWorld* w, int rank, Waiting what) : w_(w), t_(w->set_waiting(rank, std::move(what))) {}
+    ScopedWait(const ScopedWait&) = delete;
+    ScopedWait& operator=(const ScopedWait&) = delete;
+    ~ScopedWait() { w_->clear_waiting(t_); }
+
+   private:
+    LocalWorld* w_;
+    WaitToken t_;
+  };
   // From the ranks `missing` a timed-out wait names: the chain of ranks each waiting for the next
   // ("rank 0 waits for rank 1 in all-reduce in group [0, 1] ..."), ending at one that waits
   // nowhere. Empty when the first missing rank is not waiting. Call with no group lock held.
@@ -429,11 +435,7 @@ class LocalGroup : public CommGroup {
     }
     auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_);
     int me = st_->members[static_cast<size_t>(index_)];
-    struct Clear {
-      LocalWorld* w;
-      LocalWorld::WaitToken t;
-      ~Clear() { w->clear_waiting(t); }
-    } clear{world_.get(), world_->set_waiting(me, LocalWorld::Waiting{st_, gen, fmt::format("{} in {}", what, describe())})};
+    LocalWorld::ScopedWait waiting(world_.get(), me, LocalWorld::Waiting{st_, gen, fmt::format("{} in {}", what, describe())});
     while (st_->generation == gen) {
       if (world_->aborted(&why)) throw OasesError(fmt::format("{} in {} stopped: {}", what, describe(), why));
       if (st_->cv.wait_until(lock, deadline) == std::cv_status::timeout && st_->generation == gen) {

@@ -116,7 +116,7 @@ Status lower_cross_entropy(LowerContext& c, bool nll) {
   stat_g[1] = 1;
   DType dt = g.value(scores).dtype;
   std::string base = n.name + "/vocab_parallel";
-  ValueId s = kNoId, m = kNoId, t = kNoId, lse_shift = kNoId;
+  ValueId s = kNoId, m = kNoId, t = kNoId, m_rows = kNoId;  // m_rows: the max per row (m is it as [N, 1, ...])
   if (nll) {
     ValueId t_loc = c.emit("ShardedPick", {scores, labels}, c.collective_attrs(a), dt, rows_g, rows_spec, base + "/pick", kOasesDomain);
     t = c.emit("AllReduce", {t_loc}, c.collective_attrs(a), dt, rows_g, rows_spec, base + "/all_reduce_pick", kOasesDomain);
@@ -138,8 +138,8 @@ Status lower_cross_entropy(LowerContext& c, bool nll) {
     ValueId m_loc = c.emit("Squeeze", {m_stat}, AttrMap{{"axes", Attribute::of_ints({1})}}, dt, rows_g, rows_spec, base + "/max_rows");
     ValueId t_loc = c.emit("ShardedPick", {scores, labels}, c.collective_attrs(a), dt, rows_g, rows_spec, base + "/pick", kOasesDomain);
     // [rows..., 3] on each rank: its part of [rows..., 3 p], gathered over the axis
-    Shape one_g = rows_g, col_g = rows_g, packed_g = rows_g, each_g = rows_g;
-    one_g.push_back(p);  // a column per rank: each rank holds its own
+    Shape cols_g = rows_g, col_g = rows_g, packed_g = rows_g, each_g = rows_g;
+    cols_g.push_back(p);  // a column per rank: each rank holds its own
     col_g.push_back(1);
     packed_g.push_back(3 * p);
     each_g.push_back(p);
@@ -148,7 +148,7 @@ Status lower_cross_entropy(LowerContext& c, bool nll) {
     whole.dims.push_back(DimSpec{});
     std::vector<ValueId> cols;
     for (auto [v, name] : {std::pair{m_loc, "/max_col"}, std::pair{s_loc, "/sum_exp_col"}, std::pair{t_loc, "/pick_col"}})
-      cols.push_back(c.emit("Unsqueeze", {v}, at_end, dt, one_g, own, base + name));
+      cols.push_back(c.emit("Unsqueeze", {v}, at_end, dt, cols_g, own, base + name));
     ValueId mine = c.emit("Concat", cols, AttrMap{{"axis", Attribute::of_int(last)}}, dt, packed_g, own, base + "/stats");
     AttrMap ag = c.collective_attrs(a);
     ag.set_int("dim", last);
@@ -163,27 +163,26 @@ Status lower_cross_entropy(LowerContext& c, bool nll) {
     };
     ValueId ms = field(0, "/maxes"), ss_r = field(1, "/sums"), ts = field(2, "/picks");
     AttrMap over_ranks{{"axes", Attribute::of_ints({last})}, {"keepdims", Attribute::of_int(0)}};
-    ValueId m_rows = c.emit("ReduceMax", {ms}, over_ranks, dt, rows_g, rows_spec, base + "/max_all");
-    ValueId w = c.emit("Exp", {c.emit("Sub", {ms, c.emit("Unsqueeze", {m_rows}, at_end, dt, col_g, whole, base + "/max_all_col")}, {}, dt,
-                                      each_g, whole, base + "/rescale_shift")},
+    m_rows = c.emit("ReduceMax", {ms}, over_ranks, dt, rows_g, rows_spec, base + "/max_all");
+    ValueId w = c.emit("Exp",
+                       {c.emit("Sub", {ms, c.emit("Unsqueeze", {m_rows}, at_end, dt, col_g, whole, base + "/max_all_col")}, {}, dt, each_g,
+                               whole, base + "/rescale_shift")},
                        {}, dt, each_g, whole, base + "/rescale");
     s = c.emit("ReduceSum", {c.emit("Mul", {ss_r, w}, {}, dt, each_g, whole, base + "/sums_rescaled")}, over_ranks, dt, rows_g, rows_spec,
                base + "/sum_exp_all");
     t = c.emit("ReduceSum", {ts}, over_ranks, dt, rows_g, rows_spec, base + "/pick_all");
     m = c.emit("Unsqueeze", {m_rows}, AttrMap{{"axes", Attribute::of_ints({1})}}, dt, stat_g, stat_spec, base + "/max_stat");
-    // log S + M - t: the target's logit is the raw score, so the max goes back in
-    lse_shift = m_rows;
     // for the gradient: the same statistics, so its backward repeats no collective
     c.shared()[softmax_stats_key(scores, labels, "max")] = m;
     c.shared()[softmax_stats_key(scores, labels, "sum")] = s;
   }
-  ValueId per_row =
-      nll ? c.emit("Neg", {t}, {}, dt, rows_g, rows_spec, base + "/nll")
-          : c.emit("Sub",
-                   {c.emit("Add", {c.emit("Log", {s}, {}, dt, rows_g, rows_spec, base + "/log_sum"), lse_shift}, {}, dt, rows_g, rows_spec,
-                           base + "/log_sum_exp"),
-                    t},
-                   {}, dt, rows_g, rows_spec, base + "/loss_rows");
+  // per row: -t (NLL), or log S + M - t (the target's logit is the raw score, so the max goes back in)
+  ValueId per_row = nll ? c.emit("Neg", {t}, {}, dt, rows_g, rows_spec, base + "/nll")
+                        : c.emit("Sub",
+                                 {c.emit("Add", {c.emit("Log", {s}, {}, dt, rows_g, rows_spec, base + "/log_sum"), m_rows}, {}, dt, rows_g,
+                                         rows_spec, base + "/log_sum_exp"),
+                                  t},
+                                 {}, dt, rows_g, rows_spec, base + "/loss_rows");
   ValueId valid = kNoId;
   if (n.attrs.has("ignore_index")) {
     ValueId ig = g.add_constant("ignore_index", Tensor::from_int64({n.attrs.get_int("ignore_index", -100)}, {}));

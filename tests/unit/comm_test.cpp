@@ -131,8 +131,9 @@ std::string receive_timeout_while(F&& rank1) {
 // a hung peer) names the rank that holds everyone up, as a collective's timeout does.
 TEST(LocalCommunicator, ReceiveTimeoutFollowsTheSendersWait) {
   std::string msg = receive_timeout_while([](Communicator& c) { c.make_group({1, 2})->barrier(); });
-  EXPECT_NE(msg.find("receive by rank 0 from rank 1 (tag 7): nothing arrived within 1 s; rank 1 waits for rank 2 in barrier in group [1, 2]"),
-            std::string::npos)
+  EXPECT_NE(
+      msg.find("receive by rank 0 from rank 1 (tag 7): nothing arrived within 1 s; rank 1 waits for rank 2 in barrier in group [1, 2]"),
+      std::string::npos)
       << msg;
 }
 
@@ -143,8 +144,9 @@ TEST(LocalCommunicator, ReceiveTimeoutFollowsAReceivingSender) {
     float y = 0;
     c.irecv(&y, sizeof(y), 2, 8)->wait();
   });
-  EXPECT_NE(msg.find("receive by rank 0 from rank 1 (tag 7): nothing arrived within 1 s; rank 1 waits for rank 2 in receive from rank 2 (tag 8)"),
-            std::string::npos)
+  EXPECT_NE(
+      msg.find("receive by rank 0 from rank 1 (tag 7): nothing arrived within 1 s; rank 1 waits for rank 2 in receive from rank 2 (tag 8)"),
+      std::string::npos)
       << msg;
 }
 
@@ -169,8 +171,10 @@ TEST(LocalCommunicator, ReceiveGivesABusySenderOneMoreTimeout) {
     msg = e.what();
   }
   double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  EXPECT_NE(msg.find("receive by rank 0 from rank 1 (tag 8): nothing arrived within 1 s; rank 1 waits for no rank (busy, or stuck in its own code)"),
-            std::string::npos)
+  EXPECT_NE(
+      msg.find(
+          "receive by rank 0 from rank 1 (tag 8): nothing arrived within 1 s; rank 1 waits for no rank (busy, or stuck in its own code)"),
+      std::string::npos)
       << msg;
   EXPECT_GE(s, 0.95);
   EXPECT_LT(s, 5.0);
@@ -193,7 +197,9 @@ TEST(EmulatedLink, CollectiveEndsTheLinksTimeAfterTheLastArrival) {
   for (int r = 0; r < 2; ++r) {
     ts.emplace_back([&, r] {
       auto g = emulate_link(local_communicator(world, r)->make_group({0, 1}), link);
-      if (r == 1) std::this_thread::sleep_until(start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(late_s)));
+      if (r == 1)
+        std::this_thread::sleep_until(
+            start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(late_s)));
       g->all_reduce(v[r], 4, DType::kF32, ReduceOp::kSum);
       done_s[r] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     });
