@@ -374,26 +374,28 @@ Status measure_model_ops(const Graph& forward, const std::string& model_path, co
   return Status::ok();
 }
 
-// Fits the profile's collective term to its own runs, through the simulator that will use it:
-// comm_sync_us is what a collective costs beyond what the simulator already gives it (the link,
-// its work on the shared cores, the compute threads' share of the cores), chosen so that the
-// simulator replays the runs in the time they took together (bisection: the replay grows with
-// it). Fitted to the runs' wall time, not to each collective's own duration: with ranks
-// time-sliced on shared cores, a rank that reaches a collective early waits there for its peers'
-// computation, which the shared compute already counts, so the durations would count it twice.
-// What is left is what sharing the cores evenly does not explain: ranks drift apart between two
-// collectives and the last ones finish alone, a core idle (ranks time-sliced), and the hand-offs
-// between threads. Never below 0: when the simulator already gives the runs more than they took,
-// nothing is subtracted (the check printed after says by how much).
+// Fits the profile's executor terms to its own runs, through the simulator that will use them,
+// so that it replays the runs in the time they took together (bisection: the replay grows as each
+// term grows): first core_efficiency, the share of the cores the ranks turn into work (ranks
+// time-sliced on shared cores that meet at a collective every few milliseconds leave cores idle
+// that processor sharing counts as busy: the last one to arrive computes alone, threads hand over
+// through wake-ups); then, only if the runs took longer than even half the cores explain,
+// comm_sync_us, a time per collective on top. Fitted to the runs' wall time, not to each
+// collective's own duration: a rank that reaches a collective early waits there for its peers'
+// computation, which the shared compute already counts. One factor on the cores, not a term per
+// collective: on the validation model the plain schedule took the same time at 1 and 2 chunks
+// (twice the collectives), and with the factor every schedule's prediction moved the same way
+// (docs/PLANNER.md). Never faster than measured: when the simulator already gives the runs more
+// than they took, nothing is subtracted (the check printed after says by how much).
 Status calibrate_executor(const std::vector<CalibrationRun>& runs, const std::string& emulate, int threads, Profile* p,
                           std::vector<std::pair<double, double>>* replayed) {
   if (replayed) replayed->clear();
   p->comm_sync_us = p->comm_beside_compute_us = 0;
+  p->core_efficiency = 1.0;
   if (runs.empty()) return Status::ok();
-  // the simulator's time for each run (without the optimizer, which execute() does not run)
-  auto replay = [&](double sync_us) -> Expected<std::vector<double>> {
-    p->comm_sync_us = sync_us;
-    std::vector<double> out;
+  // the simulator's time for the runs together (without the optimizer, which execute() does not run)
+  auto replay = [&](std::vector<double>* each) -> Expected<double> {
+    double t = 0;
     for (const CalibrationRun& c : runs) {
       ClusterSpec cluster = this_machine(c.ranks, p, emulate, threads);
       OpTimeModel ops = op_time_model(cluster, p);
@@ -402,35 +404,45 @@ Status calibrate_executor(const std::vector<CalibrationRun>& runs, const std::st
       o.ops = &ops;
       o.local_floor = p;
       OASES_ASSIGN_OR_RETURN(SimResult r, simulate_rank(c.graph, c.order, c.mesh, o));
-      out.push_back((r.step_s - r.optimizer_s) * 1e6);
+      double us = (r.step_s - r.optimizer_s) * 1e6;
+      if (each) each->push_back(us);
+      t += us;
     }
-    return out;
-  };
-  auto total = [](const std::vector<double>& v) {
-    double t = 0;
-    for (double x : v) t += x;
     return t;
+  };
+  // bisection of *term in [lo, hi] (the replay grows with it when `grows`, else shrinks) to `wall`
+  auto fit = [&](double* term, double lo, double hi, bool grows, double wall, double tol) -> Status {
+    for (int i = 0; i < 40 && hi - lo > tol; ++i) {
+      *term = 0.5 * (lo + hi);
+      OASES_ASSIGN_OR_RETURN(double t, replay(nullptr));
+      ((t < wall) == grows ? lo : hi) = *term;
+    }
+    *term = 0.5 * (lo + hi);
+    return Status::ok();
   };
   double wall = 0;
   for (const CalibrationRun& c : runs) wall += c.wall_us;
-  double lo = 0, hi = 1000;
-  OASES_ASSIGN_OR_RETURN(std::vector<double> at0, replay(0));
-  if (total(at0) < wall) {
-    for (int i = 0; i < 12; ++i) {
-      OASES_ASSIGN_OR_RETURN(std::vector<double> r, replay(hi));
-      if (total(r) >= wall) break;
-      lo = hi;
-      hi *= 2;
+  constexpr double kLeastEfficiency = 0.5;
+  OASES_ASSIGN_OR_RETURN(double at_full, replay(nullptr));
+  if (at_full < wall) {
+    p->core_efficiency = kLeastEfficiency;
+    OASES_ASSIGN_OR_RETURN(double at_least, replay(nullptr));
+    if (at_least <= wall) {  // half the cores do not explain it: a time per collective on top
+      double hi = 1000;
+      for (int i = 0; i < 12; ++i) {
+        p->comm_sync_us = hi;
+        OASES_ASSIGN_OR_RETURN(double t, replay(nullptr));
+        if (t >= wall) break;
+        hi *= 2;
+      }
+      OASES_RETURN_IF_ERROR(fit(&p->comm_sync_us, 0, hi, true, wall, 1));
+    } else {
+      OASES_RETURN_IF_ERROR(fit(&p->core_efficiency, kLeastEfficiency, 1.0, false, wall, 1e-4));
     }
-    for (int i = 0; i < 30 && hi - lo > 1; ++i) {
-      double mid = 0.5 * (lo + hi);
-      OASES_ASSIGN_OR_RETURN(std::vector<double> r, replay(mid));
-      (total(r) < wall ? lo : hi) = mid;
-    }
-    p->comm_sync_us = 0.5 * (lo + hi);
   }
   if (replayed) {
-    OASES_ASSIGN_OR_RETURN(std::vector<double> r, replay(p->comm_sync_us));
+    std::vector<double> r;
+    OASES_RETURN_IF_ERROR(replay(&r).status());
     for (size_t i = 0; i < runs.size(); ++i) replayed->emplace_back(r[i], runs[i].wall_us);
   }
   return Status::ok();

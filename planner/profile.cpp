@@ -113,11 +113,12 @@ nlohmann::json Profile::to_json() const {
   }
   j["collectives"] = c;
   if (optimizer_us_per_mib > 0) j["optimizer"] = {{"kind", "adamw"}, {"us_per_mib", optimizer_us_per_mib}};
-  if (instr_us > 0 || comm_start_us > 0 || comm_sync_us > 0 || comm_beside_compute_us > 0) {
+  if (instr_us > 0 || comm_start_us > 0 || comm_sync_us > 0 || comm_beside_compute_us > 0 || core_efficiency != 1.0) {
     j["executor"] = {{"instr_us", instr_us},
                      {"comm_start_us", comm_start_us},
                      {"comm_sync_us", comm_sync_us},
-                     {"comm_beside_compute_us", comm_beside_compute_us}};
+                     {"comm_beside_compute_us", comm_beside_compute_us},
+                     {"core_efficiency", core_efficiency}};
   }
   if (!model.is_null()) j["model"] = model;
   return j;
@@ -180,6 +181,10 @@ Expected<Profile> profile_from_json(const nlohmann::json& j, const std::string& 
       p.comm_start_us = j["executor"].value("comm_start_us", 0.0);
       p.comm_sync_us = j["executor"].value("comm_sync_us", 0.0);
       p.comm_beside_compute_us = j["executor"].value("comm_beside_compute_us", 0.0);
+      p.core_efficiency = j["executor"].value("core_efficiency", 1.0);
+      if (!(p.core_efficiency > 0 && p.core_efficiency <= 1)) {
+        return error("{}: executor core_efficiency must be in (0, 1], got {}", where, p.core_efficiency);
+      }
       for (double t : {p.comm_sync_us, p.comm_beside_compute_us}) {
         if (!(t >= 0) || !std::isfinite(t))
           return error("{}: executor comm_sync_us and comm_beside_compute_us must be non-negative times", where);
@@ -328,7 +333,9 @@ ClusterSpec this_machine(int64_t ranks, const Profile* profile, const std::strin
     auto lm = parse_link_model(emulate_link);
     if (lm) emu = LinkSpec{"emulated", lm->bandwidth_gbps, lm->latency_us};
   }
-  double cores = profile ? capacity_or_here(*profile) : static_cast<double>(std::max(1u, std::thread::hardware_concurrency()));
+  // the cores the ranks got, times the share of them the profiled runs turned into work
+  double cores = profile ? capacity_or_here(*profile) * profile->core_efficiency
+                         : static_cast<double>(std::max(1u, std::thread::hardware_concurrency()));
   return local_cluster(ranks, cpu, shm, emu ? &*emu : nullptr, cores, threads_per_rank);
 }
 

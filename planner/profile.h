@@ -72,6 +72,14 @@ struct Profile {
   // communication thread that wakes beside computation waits for a core. The simulator adds it.
   double comm_sync_us = 0;
   double comm_beside_compute_us = 0;
+  // The share of the cores the ranks turn into work, fitted to the profiled runs (0.5..1; 1: all
+  // of core_capacity). Ranks time-sliced on shared cores and synchronised every few milliseconds
+  // leave cores idle that processor sharing counts as busy: the one that reaches a collective last
+  // computes alone, its communication thread and its compute thread hand over through wake-ups.
+  // Step times on the validation model fit this (one factor on the cores, every schedule within
+  // ~2% at tp 2) where a term per collective did not (plain at 1 and 2 chunks took the same time
+  // with twice the collectives). this_machine() scales the cores by it.
+  double core_efficiency = 1.0;
   int64_t ranks = 1;  // ranks that shared the cores while ops were timed
   int threads_per_rank = 1;
   nlohmann::json model;  // what --model profiled, if anything

@@ -203,7 +203,9 @@ int main(int argc, char** argv) {
       record_available();
       std::vector<std::pair<double, double>> replayed;
       if (Status s = calibrate_executor(calib, emulate, threads, &p, &replayed); !s.is_ok()) return fail_with(s.with_context(model));
-      std::printf("executor: a collective takes %.1f us beyond the link and the shared cores\n", p.comm_sync_us);
+      std::printf("executor: the ranks turn %.1f%% of the %.2f free core(s) into work; a collective takes %.1f us beyond the link and the "
+                  "shared cores\n",
+                  p.core_efficiency * 100, p.core_capacity(), p.comm_sync_us);
       for (size_t i = 0; i < replayed.size(); ++i) {
         std::printf(
             "executor: profiled run %zu (%s, tp %lld, %lld chunk(s), %lld rank(s) on %.2f free core(s), %d thread(s) each): measured %.1f ms, "

@@ -239,9 +239,10 @@ TEST(CoreSharing, CollectivesWorkOnTheSharedCores) {
   }
 }
 
-// oases-profile's fit of what a collective costs beyond the model: in the plain schedule every
-// collective is waited for, so the fitted term is the runs' unexplained time per collective.
-TEST(CoreSharing, CalibrationFitsTheCollectivesUnexplainedTime) {
+// oases-profile's fit to its own runs: the share of the cores the ranks turn into work first (a
+// run a little slower than processor sharing explains), a time per collective only beyond what
+// half the cores explain.
+TEST(CoreSharing, CalibrationFitsTheCoresShareThenTheCollectives) {
   Program2 f = program("plain", 1);
   Profile p = cpu_profile(2, 2);
   p.op_clock = "thread_cpu";
@@ -258,19 +259,23 @@ TEST(CoreSharing, CalibrationFitsTheCollectivesUnexplainedTime) {
   ASSERT_TRUE(calibrate_executor({run}, "bw=1,latency=50", 1, &p, &replayed).is_ok());
   ASSERT_EQ(replayed.size(), 1u);
   EXPECT_EQ(p.comm_sync_us, 0) << "a run faster than the model: nothing is subtracted";
-  double model_us = replayed[0].first;
-  ClusterSpec c = this_machine(2, &p, "bw=1,latency=50", 1);
-  OpTimeModel m = op_time_model(c, &p);
-  SimOptions o;
-  o.cluster = &c;
-  o.ops = &m;
-  o.local_floor = &p;
-  auto r = simulate_rank(run.graph, run.order, run.mesh, o);
-  ASSERT_TRUE(r);
-  ASSERT_GT(r->collectives, 0);
-  run.wall_us = model_us + 400.0 * r->collectives;
+  EXPECT_EQ(p.core_efficiency, 1.0);
+  const double model_us = replayed[0].first;
+  // 10% slower: the cores' share, nothing per collective
+  run.wall_us = 1.1 * model_us;
   ASSERT_TRUE(calibrate_executor({run}, "bw=1,latency=50", 1, &p, &replayed).is_ok());
-  EXPECT_NEAR(p.comm_sync_us, 400, 2);
+  EXPECT_LT(p.core_efficiency, 0.99);
+  EXPECT_GT(p.core_efficiency, 0.5);
+  EXPECT_EQ(p.comm_sync_us, 0);
+  EXPECT_NEAR(replayed[0].first, run.wall_us, 0.005 * run.wall_us);
+  // the profile carries it into the planner's cluster
+  ClusterSpec c = this_machine(2, &p, "bw=1,latency=50", 1);
+  EXPECT_NEAR(c.cores_per_node, 2 * p.core_efficiency, 1e-12);
+  // far slower than half the cores explain: the least share, and a time per collective on top
+  run.wall_us = 5 * model_us;
+  ASSERT_TRUE(calibrate_executor({run}, "bw=1,latency=50", 1, &p, &replayed).is_ok());
+  EXPECT_EQ(p.core_efficiency, 0.5);
+  EXPECT_GT(p.comm_sync_us, 0);
   EXPECT_NEAR(replayed[0].first, run.wall_us, 0.01 * run.wall_us);
 }
 

@@ -137,18 +137,27 @@ TEST(PlannerSimulator, ProfileKeepsExecutorOverheads) {
   p.comm_start_us = 1500;
   p.comm_sync_us = 250;
   p.comm_beside_compute_us = 1800;
+  p.core_efficiency = 0.85;
   auto q = profile_from_json(p.to_json(), "test");
   ASSERT_TRUE(q) << q.status().message();
   EXPECT_DOUBLE_EQ(q->instr_us, 3.5);
   EXPECT_DOUBLE_EQ(q->comm_start_us, 1500);
   EXPECT_DOUBLE_EQ(q->comm_sync_us, 250);
   EXPECT_DOUBLE_EQ(q->comm_beside_compute_us, 1800);
+  EXPECT_DOUBLE_EQ(q->core_efficiency, 0.85);
   nlohmann::json bad = p.to_json();
   bad["executor"]["comm_start_us"] = -1;
   EXPECT_FALSE(profile_from_json(bad, "test"));
   bad = p.to_json();
   bad["executor"]["comm_beside_compute_us"] = -5;
   EXPECT_FALSE(profile_from_json(bad, "test"));
+  for (double e : {0.0, -0.5, 1.5}) {
+    bad = p.to_json();
+    bad["executor"]["core_efficiency"] = e;
+    auto r = profile_from_json(bad, "test");
+    ASSERT_FALSE(r) << e;
+    EXPECT_NE(r.status().message().find("core_efficiency"), std::string::npos) << r.status().message();
+  }
   // no profile: nothing charged
   OpTimeModel none(nullptr, p.device, 1.0);
   EXPECT_EQ(none.instr_seconds(), 0);
