@@ -404,7 +404,7 @@ int main(int argc, char** argv) {
   return run_tool([&] {
     CLI::App app{"oases-plan: choose how to split a model's training over a cluster, or describe a given split"};
     std::string model, out, html, dot, strategy, render, cluster, profile, trace, schedules, chunks, emulate, degrees;
-    int64_t tp = 0, dp = 0, batch = 0, seq = 0, gpus = 0, hosts = 0, sim_candidates = 8;
+    int64_t tp = 0, dp = 0, batch = 0, seq = 0, gpus = 0, hosts = 0, sim_candidates = 24;
     double memory = 0;
     bool no_vocab = false, seq_par = false, simulate = false, uniform = false, no_sp = false, no_pipeline = false, no_cm = false;
     std::string reference_pipeline, dtype = "fp32", pp_list;
@@ -416,8 +416,8 @@ int main(int argc, char** argv) {
     app.add_option("--memory", memory, "Memory per GPU in GiB (default: the device's)");
     app.add_flag("--simulate", simulate, "Replay each rank's program: step time, hidden and exposed communication, memory");
     app.add_option("--simulate-candidates", sim_candidates,
-                   "With --simulate: replay the best plan of each schedule and chunk count, and Megatron's, up to N in all (the cost "
-                   "model's order), and choose the fastest (1: keep the cost model's choice)")
+                   "With --simulate: replay the best plan of each schedule and chunk count, each also without sequence parallelism, and "
+                   "Megatron's, up to N in all (the cost model's order), and choose the fastest (1: keep the cost model's choice)")
         ->check(CLI::Range(int64_t{1}, int64_t{64}));
     app.add_option("--trace", trace, "Write the chosen plan's predicted timeline as a Chrome trace (implies --simulate)");
     app.add_option("--schedules", schedules, "Schedules to consider (comma list; default all five)");

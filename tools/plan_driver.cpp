@@ -130,13 +130,20 @@ Expected<std::string> choose_collective_matmuls_by_simulation(const PlanningMode
 Expected<std::string> rerank_by_simulation(const PlanningModel& m, const ModelAnalysis& a, int64_t ranks, const ClusterSpec& cluster,
                                            const OpTimeModel& ops, const Profile* local_floor, const std::vector<PlanChoice>& candidates,
                                            size_t limit, double memory_limit, PlanChoice* choice) {
-  std::vector<PlanChoice> tried{*choice};
-  // the choice without sequence parallelism next: the chain model prices sp's extra collectives
-  // and sharded norms by parts, the replay sees them in the program
-  PlanChoice no_sp = *choice;
-  for (Layout& l : no_sp.layouts) l.sp = l.cm = false;
-  if (limit > 1) add_distinct(&tried, no_sp);
-  for (size_t i = 0; i < candidates.size() && tried.size() < limit; ++i) add_distinct(&tried, candidates[i]);
+  std::vector<PlanChoice> tried;
+  // each candidate followed by itself without sequence parallelism: the chain model prices sp's
+  // extra collectives and sharded norms by parts, the replay sees them in the program, and a space's
+  // best by the chain model may be its sp variant where the replay finds the plain split faster
+  // (bench/overlap h6144 tp 4, 2026-11-25: oases K=2 was no candidate, only oases K=2+sp)
+  auto add_with_no_sp = [&](const PlanChoice& c) {
+    if (tried.size() < limit) add_distinct(&tried, c);
+    PlanChoice no_sp = c;
+    for (Layout& l : no_sp.layouts) l.sp = l.cm = false;
+    if (tried.size() < limit) add_distinct(&tried, no_sp);
+  };
+  tried.push_back(*choice);
+  add_with_no_sp(*choice);
+  for (size_t i = 0; i < candidates.size() && tried.size() < limit; ++i) add_with_no_sp(candidates[i]);
   if (tried.size() < 2) return std::string();
   OASES_ASSIGN_OR_RETURN(Fastest f, fastest_by_simulation(m, a, ranks, cluster, ops, local_floor, tried, memory_limit));
   std::string over = f.over ? fmt::format(" ({} more left out: their programs need more than {} a rank)", f.over, describe_bytes(memory_limit)) : "";
