@@ -10,7 +10,15 @@
 #include <mutex>
 #include <thread>
 
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+
+#include <fmt/format.h>
 
 #include "executor/device.h"
 #include "executor/half_adapter.h"
@@ -51,6 +59,47 @@ std::vector<ScheduledOp> program_order(const Program& p) {
   return p.instrs;
 }
 
+namespace {
+// what the communication threads' priority came to: kNotYet, or the nice achieved, or refused
+constexpr int kNotYet = 1000, kRefused = 1001, kLeft = 1002;
+std::atomic<int> comm_nice{kNotYet};
+std::atomic<int> process_nice{0};
+
+int comm_nice_offset() {
+  const char* e = std::getenv("OASES_COMM_NICE");
+  if (!e || !*e) return -10;
+  char* end = nullptr;
+  long v = std::strtol(e, &end, 10);
+  return end && *end == 0 && v >= -39 && v <= 39 ? static_cast<int>(v) : -10;
+}
+
+// Called on the communication thread itself (nice is per thread on Linux).
+void raise_comm_thread_priority() {
+  const int offset = comm_nice_offset();
+  const id_t tid = static_cast<id_t>(syscall(SYS_gettid));
+  errno = 0;
+  const int now = getpriority(PRIO_PROCESS, tid);  // -1 is a valid nice: errno tells
+  if (errno != 0) return;
+  process_nice = now;
+  if (offset == 0) {
+    comm_nice = kLeft;
+    return;
+  }
+  const int want = std::clamp(now + offset, -20, 19);
+  comm_nice = setpriority(PRIO_PROCESS, tid, want) == 0 ? want : kRefused;
+}
+}  // namespace
+
+std::string comm_thread_priority() {
+  const int n = comm_nice.load(), p = process_nice.load();
+  if (n == kNotYet) return "communication threads: none started";
+  if (n == kLeft) return fmt::format("communication threads at the process's nice {} (OASES_COMM_NICE=0)", p);
+  if (n == kRefused) {
+    return fmt::format("communication threads at the process's nice {}: raising it was refused (needs CAP_SYS_NICE or ulimit -e)", p);
+  }
+  return fmt::format("communication threads at nice {} (the process at {})", n, p);
+}
+
 // The communication thread: runs collectives in the order they were started.
 struct Executor::CommThread {
   std::thread worker;
@@ -73,6 +122,7 @@ struct Executor::CommThread {
     worker.join();
   }
   void loop() {
+    raise_comm_thread_priority();
     for (;;) {
       std::pair<size_t, std::function<void()>> task;
       {

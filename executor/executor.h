@@ -63,6 +63,15 @@ Expected<Program> compile_program(ProgramLayout layout);
 // A compiled program's instructions as a schedule (what the simulator replays).
 std::vector<ScheduledOp> program_order(const Program& p);
 
+// Each executor's communication thread asks the OS to run it OASES_COMM_NICE nice levels from the
+// process's (default -10; 0 leaves it alone): a collective whose link time is over, or whose peer
+// just arrived, should not wait for a core behind the ranks' computation (with ranks sharing cores,
+// a woken communication thread otherwise waits out a compute thread's time slice, and the
+// collective "runs long" beside the computation it was to hide behind). Raising a priority needs
+// CAP_SYS_NICE or a nice rlimit (root has both); where refused, the thread runs at the process's.
+// What happened, for reports: "communication threads at nice -10 (the process at 0)", or why not.
+std::string comm_thread_priority();
+
 class Executor {
  public:
   static Expected<std::unique_ptr<Executor>> create(Graph g, const ExecOptions& opts = {});

@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include "executor/executor.h"
 #include "graph/atomic_file.h"
 #include "graph/blocks.h"
 #include "graph/op_registry.h"
@@ -145,6 +146,7 @@ void OverlapStats::print(bool overlap_asked, const std::string& schedule) const 
   std::fprintf(stderr,
                "overlap report (rank 0, mean of %d steps): step %.1f ms; communication %.1f ms: hidden %.1f ms (%.0f%%), exposed %.1f ms\n",
                steps, step_ms / n, comm, hidden, comm > 0 ? 100.0 * hidden / comm : 0.0, exposed);
+  std::fprintf(stderr, "  %s\n", comm_thread_priority().c_str());
   for (const auto& [layer, acc] : per_layer) {
     double c = acc.comm / 1000.0 / n, x = std::min(c, acc.exposed / 1000.0 / n);
     std::fprintf(stderr, "  %-10s comm %8.2f ms  hidden %8.2f ms  exposed %8.2f ms\n",

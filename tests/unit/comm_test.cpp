@@ -3,6 +3,8 @@
 // peer that never arrives.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <atomic>
 #include <chrono>
 #include <memory>
@@ -280,6 +282,50 @@ std::vector<Tensor> run_collective(int n, const std::string& op, AttrMap attrs, 
     out[static_cast<size_t>(r)] = (*res)[0];
   });
   return out;
+}
+
+Tensor iota_1d(int64_t n, float base) {
+  Tensor t(DType::kF32, {n});
+  for (int64_t i = 0; i < n; ++i) t.mutable_data<float>()[i] = base + static_cast<float>(i);
+  return t;
+}
+
+// The communication thread asks for a higher priority than the compute threads (OASES_COMM_NICE
+// levels, -10 by default; 0 leaves it), and the report says what it got: raised where the OS
+// allows it (root here), refused otherwise, never silently.
+TEST(CommThread, AsksForAHigherPriorityAndSaysWhatItGot) {
+  auto overlapped_all_reduce = [] {
+    run_ranks(2, [&](Communicator& c, int r) {
+      auto grp = c.make_group({0, 1});
+      Graph g;
+      g.opset_imports[""] = 17;
+      ValueId x = g.add_input("x", DType::kF32, {4});
+      NodeId ar = g.add_node_new_outputs("AllReduce", {x}, 1, AttrMap{{"mesh_axis", Attribute::of_int(0)}}, "ar", kOasesDomain);
+      ASSERT_TRUE(infer_node(g, ar).is_ok());
+      g.add_output(g.node(ar).outputs[0]);
+      ExecOptions eo;
+      eo.groups = {grp.get()};
+      eo.order = {{ScheduledOp::Kind::kCommStart, ar}, {ScheduledOp::Kind::kCommWait, ar}};
+      auto ex = Executor::create(g, eo);
+      ASSERT_TRUE(ex) << ex.status().message();
+      auto res = (*ex)->run({{"x", iota_1d(4, static_cast<float>(r))}});
+      ASSERT_TRUE(res) << res.status().message();
+      EXPECT_FLOAT_EQ((*res)[0].data<float>()[3], 3.f + 4.f);
+    });
+  };
+  unsetenv("OASES_COMM_NICE");
+  overlapped_all_reduce();
+  std::string got = comm_thread_priority();
+  if (geteuid() == 0) {
+    EXPECT_NE(got.find("communication threads at nice "), std::string::npos) << got;
+  } else {
+    EXPECT_TRUE(got.find("communication threads at nice ") != std::string::npos || got.find("refused") != std::string::npos) << got;
+  }
+  setenv("OASES_COMM_NICE", "0", 1);
+  overlapped_all_reduce();
+  unsetenv("OASES_COMM_NICE");
+  got = comm_thread_priority();
+  EXPECT_NE(got.find("OASES_COMM_NICE=0"), std::string::npos) << got;
 }
 
 Tensor iota(const Shape& s, float base) {
