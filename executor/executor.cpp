@@ -1,6 +1,8 @@
 #include "executor/executor.h"
 
 #include <algorithm>
+#include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
@@ -14,9 +16,6 @@
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
-
-#include <atomic>
-#include <cerrno>
 
 #include <fmt/format.h>
 
@@ -70,7 +69,7 @@ int comm_nice_offset() {
   if (!e || !*e) return -10;
   char* end = nullptr;
   long v = std::strtol(e, &end, 10);
-  return end && *end == 0 && v >= -39 && v <= 39 ? static_cast<int>(v) : -10;
+  return *end == 0 && v >= -39 && v <= 39 ? static_cast<int>(v) : -10;
 }
 
 // Called on the communication thread itself (nice is per thread on Linux).

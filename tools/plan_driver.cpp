@@ -130,7 +130,7 @@ Expected<std::string> choose_collective_matmuls_by_simulation(const PlanningMode
 Expected<std::string> rerank_by_simulation(const PlanningModel& m, const ModelAnalysis& a, int64_t ranks, const ClusterSpec& cluster,
                                            const OpTimeModel& ops, const Profile* local_floor, const std::vector<PlanChoice>& candidates,
                                            size_t limit, double memory_limit, PlanChoice* choice) {
-  std::vector<PlanChoice> tried;
+  std::vector<PlanChoice> tried{*choice};  // the cost model's choice first
   // each candidate followed by itself without sequence parallelism: the chain model prices sp's
   // extra collectives and sharded norms by parts, the replay sees them in the program, and a space's
   // best by the chain model may be its sp variant where the replay finds the plain split faster
@@ -141,7 +141,6 @@ Expected<std::string> rerank_by_simulation(const PlanningModel& m, const ModelAn
     for (Layout& l : no_sp.layouts) l.sp = l.cm = false;
     if (tried.size() < limit) add_distinct(&tried, no_sp);
   };
-  tried.push_back(*choice);
   add_with_no_sp(*choice);
   for (size_t i = 0; i < candidates.size() && tried.size() < limit; ++i) add_with_no_sp(candidates[i]);
   if (tried.size() < 2) return std::string();

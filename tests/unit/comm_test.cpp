@@ -284,9 +284,9 @@ std::vector<Tensor> run_collective(int n, const std::string& op, AttrMap attrs, 
   return out;
 }
 
-Tensor iota_1d(int64_t n, float base) {
-  Tensor t(DType::kF32, {n});
-  for (int64_t i = 0; i < n; ++i) t.mutable_data<float>()[i] = base + static_cast<float>(i);
+Tensor iota(const Shape& s, float base) {
+  Tensor t(DType::kF32, s);
+  for (int64_t i = 0; i < t.numel(); ++i) t.mutable_data<float>()[i] = base + static_cast<float>(i);
   return t;
 }
 
@@ -308,7 +308,7 @@ TEST(CommThread, AsksForAHigherPriorityAndSaysWhatItGot) {
       eo.order = {{ScheduledOp::Kind::kCommStart, ar}, {ScheduledOp::Kind::kCommWait, ar}};
       auto ex = Executor::create(g, eo);
       ASSERT_TRUE(ex) << ex.status().message();
-      auto res = (*ex)->run({{"x", iota_1d(4, static_cast<float>(r))}});
+      auto res = (*ex)->run({{"x", iota({4}, static_cast<float>(r))}});
       ASSERT_TRUE(res) << res.status().message();
       EXPECT_FLOAT_EQ((*res)[0].data<float>()[3], 3.f + 4.f);
     });
@@ -326,12 +326,6 @@ TEST(CommThread, AsksForAHigherPriorityAndSaysWhatItGot) {
   unsetenv("OASES_COMM_NICE");
   got = comm_thread_priority();
   EXPECT_NE(got.find("OASES_COMM_NICE=0"), std::string::npos) << got;
-}
-
-Tensor iota(const Shape& s, float base) {
-  Tensor t(DType::kF32, s);
-  for (int64_t i = 0; i < t.numel(); ++i) t.mutable_data<float>()[i] = base + static_cast<float>(i);
-  return t;
 }
 
 TEST(CollectiveKernels, GatherScatterSliceAgreeWithShardingOfTensors) {
