@@ -393,7 +393,7 @@ std::map<std::string, Tensor> gather_training_state(Trainer& tr, RankRuntime& rt
   std::map<std::string, Tensor> full;
   auto local = tr.parameters();
   std::map<std::string, Tensor> state;
-  if (with_optimizer) state = tr.optimizer().state();
+  if (with_optimizer) state = tr.optimizer_state();
   for (size_t i = 0; i < tr.training_graph().params.size(); ++i) {
     std::string name = tr.param_name(i);
     full[name] = rt.gather(local.at(name), specs[i], shapes[i]);
@@ -442,7 +442,7 @@ Status restore_training_state(const Checkpoint& ck, const std::string& path, Tra
       opt_state[name + suffix] = slice_for_rank(ck.tensors.at(name + suffix), specs[i], rt.mesh(), rt.rank());
     }
   }
-  return tr.optimizer().set_state(opt_state, ck.optimizer_t).with_context(path);
+  return tr.set_optimizer_state(opt_state, ck.optimizer_t).with_context(path);
 }
 
 }  // namespace oases

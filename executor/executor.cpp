@@ -50,7 +50,7 @@ Expected<Program> compile_program(Graph g, const ExecOptions& opts) {
   // executor fusion makes CPU-only ops (the oases.cpu domain) and in-place outputs planned for the
   // CPU kernels; a device program runs the canonical graph as it is
   OASES_ASSIGN_OR_RETURN(ProgramLayout layout,
-                         lay_out_program(std::move(g), opts.order, opts.keep, cpu_fusion_enabled(opts.fuse, opts.device)));
+                         lay_out_program(std::move(g), opts.order, opts.keep, fusion_for(opts.fuse, opts.device)));
   return compile_program(std::move(layout));
 }
 
@@ -313,10 +313,9 @@ Expected<std::vector<Tensor>> Executor::run(const std::map<std::string, Tensor>&
   return outs;
 }
 
-Status Executor::execute(const std::map<std::string, Tensor>& inputs) {
+Expected<std::vector<const void*>> Executor::input_pointers(const std::map<std::string, Tensor>& inputs) const {
   const Graph& g = prog_.graph;
-  input_ptrs_.assign(g.num_values(), nullptr);
-  held_inputs_.clear();
+  std::vector<const void*> ptrs(g.num_values(), nullptr);
   for (ValueId v : g.inputs()) {
     const Value& val = g.value(v);
     auto it = inputs.find(val.name);
@@ -328,9 +327,20 @@ Status Executor::execute(const std::map<std::string, Tensor>& inputs) {
     if (t.shape() != val.shape) {
       return error("input '{}' has shape {}, the model was prepared for {}", val.name, shape_str(t.shape()), shape_str(val.shape));
     }
-    held_inputs_.push_back(t);
-    input_ptrs_[v] = t.raw();
+    ptrs[static_cast<size_t>(v)] = t.raw();
   }
+  return ptrs;
+}
+
+void Executor::constants_changed() {
+  if (device_) device_->constants_changed();
+}
+
+Status Executor::execute(const std::map<std::string, Tensor>& inputs) {
+  const Graph& g = prog_.graph;
+  OASES_ASSIGN_OR_RETURN(input_ptrs_, input_pointers(inputs));
+  held_inputs_.clear();
+  for (ValueId v : g.inputs()) held_inputs_.push_back(inputs.at(g.value(v).name));
   if (device_) {
     try {
       device_->run(input_ptrs_, arena_, profiling_ ? &node_ms_ : nullptr);

@@ -85,6 +85,15 @@ class Executor {
   Status execute(const std::map<std::string, Tensor>& inputs);
   // A value's contents after run() (graph outputs, kept values, constants).
   Tensor read(ValueId v) const;
+  // Checks `inputs` against the graph's inputs (names, types, shapes) and returns their host
+  // pointers by ValueId (valid while `inputs` lives); what execute() does before running.
+  Expected<std::vector<const void*>> input_pointers(const std::map<std::string, Tensor>& inputs) const;
+  // The device runner of a program that runs on a device (executor/device.h), else null.
+  DeviceRunner* device_runner() { return device_.get(); }
+  // The host changed constants (parameters): a device program uploads them before its next run.
+  void constants_changed();
+  // Per-instruction times measured elsewhere (a DeviceTrainer's timed step), as node_ms().
+  void set_node_ms(std::vector<double> ms) { node_ms_ = std::move(ms); }
 
   const Graph& graph() const { return prog_.graph; }
   // Storage of a constant (a parameter): the optimizer and tests update it in place.
@@ -95,6 +104,7 @@ class Executor {
   RunState& state() { return state_; }
   // Per-node wall time of the last run, when profiling is on.
   void set_profiling(bool on) { profiling_ = on; }
+  bool profiling() const { return profiling_; }
   const std::vector<double>& node_ms() const { return node_ms_; }
   // Per-instruction {start, end} on the compute thread's own CPU clock (microseconds of CPU time
   // it was given), when profiling on the host: a kernel's work whatever share of the cores the

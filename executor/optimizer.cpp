@@ -43,22 +43,51 @@ double Optimizer::step(const std::vector<const float*>& grads, float grad_scale)
   return step_with_norm(grads, grad_scale, grad_norm(grads, grad_scale));
 }
 
+OptimizerKnobs Optimizer::next_knobs() const {
+  OptimizerKnobs k;
+  k.t = t_ + 1;
+  k.adamw = cfg_.kind == "adamw";
+  k.nesterov = cfg_.nesterov;
+  k.first = k.t == 1;
+  k.lr = static_cast<float>(learning_rate_at(cfg_, k.t));
+  k.beta1 = static_cast<float>(cfg_.beta1);
+  k.beta2 = static_cast<float>(cfg_.beta2);
+  k.one_minus_beta1 = 1.f - k.beta1;
+  k.one_minus_beta2 = 1.f - k.beta2;
+  k.eps = static_cast<float>(cfg_.eps);
+  k.weight_decay = static_cast<float>(cfg_.weight_decay);
+  k.bc1 = kernels::adamw_bias_correction(k.beta1, k.t);
+  k.bc2 = kernels::adamw_bias_correction(k.beta2, k.t);
+  k.momentum = static_cast<float>(cfg_.momentum);
+  k.clip = cfg_.clip;
+  return k;
+}
+
+void Optimizer::record_step(const OptimizerKnobs& k) {
+  t_ = k.t;
+  last_lr_ = learning_rate_at(cfg_, k.t);
+}
+
+std::vector<Tensor*> Optimizer::moments(size_t i) {
+  Param& p = params_[i];
+  if (cfg_.kind == "adamw") return {&p.m, &p.v};
+  return {&p.m};
+}
+
 double Optimizer::step_with_norm(const std::vector<const float*>& grads, float grad_scale, double norm) {
-  ++t_;
+  OptimizerKnobs k = next_knobs();
+  record_step(k);
   float scale = grad_scale;
-  if (cfg_.clip > 0 && norm > cfg_.clip) scale = static_cast<float>(grad_scale * cfg_.clip / (norm + 1e-6));
-  double lr = learning_rate_at(cfg_, t_);
-  last_lr_ = lr;
+  if (k.clip > 0 && norm > k.clip) scale = static_cast<float>(grad_scale * k.clip / (norm + 1e-6));
   for (size_t i = 0; i < params_.size(); ++i) {
     Param& p = params_[i];
     float* w = p.value.mutable_data<float>();
-    float wd = p.decay ? static_cast<float>(cfg_.weight_decay) : 0.f;
-    if (cfg_.kind == "adamw") {
-      kernels::adamw_update(w, grads[i], p.m.mutable_data<float>(), p.v.mutable_data<float>(), p.value.numel(), static_cast<float>(lr),
-                            static_cast<float>(cfg_.beta1), static_cast<float>(cfg_.beta2), static_cast<float>(cfg_.eps), wd, t_, scale);
+    float wd = p.decay ? k.weight_decay : 0.f;
+    if (k.adamw) {
+      kernels::adamw_update(w, grads[i], p.m.mutable_data<float>(), p.v.mutable_data<float>(), p.value.numel(), k.lr, k.beta1, k.beta2,
+                            k.eps, wd, k.t, scale);
     } else {
-      kernels::sgd_update(w, grads[i], p.m.mutable_data<float>(), p.value.numel(), static_cast<float>(lr),
-                          static_cast<float>(cfg_.momentum), wd, cfg_.nesterov, t_ == 1, scale);
+      kernels::sgd_update(w, grads[i], p.m.mutable_data<float>(), p.value.numel(), k.lr, k.momentum, wd, k.nesterov, k.first, scale);
     }
   }
   return norm;

@@ -29,6 +29,17 @@ struct OptimizerConfig {
 
 double learning_rate_at(const OptimizerConfig& c, int64_t step);  // step counts from 1
 
+// The scalars of one update as the kernels take them (float, as the CPU kernels compute them), so
+// an update on another device (kernels/cuda/optim.h) gives the CPU's bits.
+struct OptimizerKnobs {
+  int64_t t = 0;  // the step being taken, from 1
+  bool adamw = true, nesterov = false, first = false;
+  float lr = 0, beta1 = 0, beta2 = 0, one_minus_beta1 = 0, one_minus_beta2 = 0, eps = 0, weight_decay = 0;
+  float bc1 = 1, bc2 = 1;  // 1 − β^t
+  float momentum = 0;
+  double clip = 0;
+};
+
 class Optimizer {
  public:
   explicit Optimizer(OptimizerConfig c) : cfg_(std::move(c)) {}
@@ -48,6 +59,15 @@ class Optimizer {
   double last_lr() const { return last_lr_; }
   // Global norm of the given gradients (scaled).
   double grad_norm(const std::vector<const float*>& grads, float grad_scale) const;
+
+  // The knobs of the next step (steps_taken() + 1), without taking it.
+  OptimizerKnobs next_knobs() const;
+  // Records that the next step was applied elsewhere (on a device holding the state).
+  void record_step(const OptimizerKnobs& k);
+  // Whether parameter i takes weight decay; its moment tensors ({m, v} for adamw, {momentum}).
+  bool decays(size_t i) const { return params_[i].decay; }
+  std::vector<Tensor*> moments(size_t i);
+  Tensor& value(size_t i) { return params_[i].value; }
 
   // Checkpoint state: "<param>.m", "<param>.v" (adamw) or "<param>.momentum" (sgd), plus the step.
   std::map<std::string, Tensor> state() const;

@@ -5,7 +5,12 @@
 
 namespace oases {
 
-void ProfileReport::add(const Executor& ex, double run_ms) {
+void ProfileReport::add(const Executor& ex, double run_ms, const StepStats* device_step) {
+  if (device_step) {
+    device_run_ms_ += device_step->run_ms;
+    device_update_ms_ += device_step->update_ms;
+    ++device_runs_;
+  }
   const Program& p = ex.program();
   const std::vector<double>& ms = ex.node_ms();
   by_node_.resize(p.instrs.size());
@@ -51,6 +56,16 @@ void ProfileReport::print(const Executor& ex, const std::string& unit, size_t sl
     const Node& n = p.graph.node(p.instrs[nodes[j].second].node);
     std::printf("  %9.2f ms  %s -> %s\n", nodes[j].first, n.describe().c_str(),
                 n.outputs.empty() || n.outputs[0] == kNoId ? "" : describe_value(p.graph, n.outputs[0]).c_str());
+  }
+  if (device_runs_ > 0 && run_ms_ > 0) {
+    // where a device step's wall time goes: the programs on the device (their instructions' time,
+    // and the gaps in which the device waited for the host to launch more), the update, the host
+    const double dn = static_cast<double>(device_runs_);
+    double programs = device_run_ms_ / dn, update = device_update_ms_ / dn, wall = run_ms_ / nr;
+    // per-instruction times are of the last micro-batch only: scale to the step's micro-batches
+    std::printf("device step: %.2f ms wall = programs %.2f ms (instructions %.2f ms of the last micro-batch) + update %.2f ms + host %.2f ms "
+                "(%.1f%% of the step outside the device's work)\n",
+                wall, programs, nodes_ms, update, wall - programs - update, wall > 0 ? 100.0 * (wall - programs - update) / wall : 0.0);
   }
   std::printf("activation arena %.1f MiB (%.1f MiB without reuse)\n", static_cast<double>(p.memory.arena_bytes) / (1 << 20),
               static_cast<double>(p.memory.total_bytes) / (1 << 20));

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "executor/executor.h"
+#include "executor/training.h"
 
 namespace oases {
 
@@ -14,7 +15,7 @@ class ProfileReport {
  public:
   // Adds the per-node times of the executor's last run; `run_ms`: the run's (or step's) wall time,
   // 0 when only node times are to be shown.
-  void add(const Executor& ex, double run_ms = 0);
+  void add(const Executor& ex, double run_ms = 0, const StepStats* device_step = nullptr);
   // Prints the averages per run ("run" or "step"); with run times, the rest of the run (optimizer,
   // communication waits outside nodes) gets its own row.
   void print(const Executor& ex, const std::string& unit, size_t slowest = 15) const;
@@ -25,6 +26,9 @@ class ProfileReport {
   std::vector<double> by_node_;                          // instruction -> ms
   double run_ms_ = 0;
   int runs_ = 0;
+  // device steps: the programs' and the update's device time (events), summed
+  double device_run_ms_ = 0, device_update_ms_ = 0;
+  int device_runs_ = 0;
 };
 
 }  // namespace oases

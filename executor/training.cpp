@@ -163,6 +163,14 @@ Expected<std::unique_ptr<Trainer>> Trainer::create(TrainingGraph tg, OptimizerCo
   tr->exec_opts_ = eo;
   tr->exec_opts_.order.clear();
   for (ValueId p : tg.params) tr->opt_.add(tg.graph.value(p).name, tr->train_->constant_storage(p));
+  if (DeviceRunner* dr = tr->train_->device_runner()) {
+    auto dt = make_device_trainer(*dr, tr->train_->graph(), tg.params, tg.grads, tg.loss, tr->opt_.config());
+    if (dt) {
+      tr->dev_ = std::move(*dt);
+    } else {
+      tr->device_notes_ = "training state on the host (" + dt.status().message() + ")";
+    }
+  }
   tr->tg_ = std::move(tg);
   return tr;
 }
@@ -210,8 +218,9 @@ Status Trainer::run_micro(const std::map<std::string, Tensor>& feeds, bool accum
 }
 
 Expected<StepStats> Trainer::step(const std::vector<std::map<std::string, Tensor>>& micro, const std::function<Status()>& before_update) {
-  auto t0 = std::chrono::steady_clock::now();
   if (micro.empty()) return Status::error("a step needs at least one micro-batch");
+  if (dev_) return device_step(micro, before_update);
+  auto t0 = std::chrono::steady_clock::now();
   StepStats st;
   bool accumulate = micro.size() > 1;
   micro_in_accum_ = 0;
@@ -251,6 +260,7 @@ Expected<StepStats> Trainer::step(const std::vector<std::map<std::string, Tensor
     st.grad_norm = norm;
   } else {
     st.grad_norm = opt_.step_with_norm(grads, scale, norm);
+    train_->constants_changed();  // a device program without resident state uploads them again
   }
   st.lr = opt_.last_lr();
   st.loss = loss;
@@ -258,6 +268,120 @@ Expected<StepStats> Trainer::step(const std::vector<std::map<std::string, Tensor
   st.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   st.update_ms = st.ms - st.run_ms;
   return st;
+}
+
+Expected<StepStats> Trainer::device_step(const std::vector<std::map<std::string, Tensor>>& micro,
+                                         const std::function<Status()>& before_update) {
+  auto t0 = std::chrono::steady_clock::now();
+  StepStats st;
+  OASES_RETURN_IF_ERROR(push_to_device());
+  const int count = static_cast<int>(micro.size());
+  const bool scaled = train_->graph().find_value("oases_loss_scale") != kNoId;
+  const float scale = static_cast<float>(1.0 / (static_cast<double>(count) * (scaled ? loss_scale_ : 1.0)));
+  train_->state().training = true;
+  try {
+    for (int m = 0; m < count; ++m) {
+      std::map<std::string, Tensor> buf;
+      const auto& feeds = with_loss_scale(train_->graph(), micro[static_cast<size_t>(m)], loss_scale_, &buf);
+      OASES_ASSIGN_OR_RETURN(std::vector<const void*> ptrs, train_->input_pointers(feeds));
+      train_->state().chunk = 0;
+      dev_->micro_batch(ptrs, m, count, train_->profiling());
+    }
+    device_grads_ = true;
+    micro_in_accum_ = count;
+    accum_.clear();
+    DeviceStepPlan plan;
+    plan.knobs = opt_.next_knobs();
+    plan.grad_scale = scale;
+    plan.skip_nonfinite = skip_nonfinite;
+    double host_norm = 0;
+    const double* norm_from_host = nullptr;
+    if (before_update || global_norm) {
+      double loss_sum = 0;
+      std::vector<double> ss = dev_->sum_squares(&loss_sum);
+      if (before_update) OASES_RETURN_IF_ERROR(before_update());
+      if (global_norm) {
+        if (skip_nonfinite && !std::isfinite(loss_sum)) ss.assign(ss.size(), NAN);
+        host_norm = global_norm(ss) * static_cast<double>(scale);
+        norm_from_host = &host_norm;
+      }
+    }
+    DeviceStepOutcome out = dev_->update(plan, norm_from_host);
+    host_stale_ = true;
+    if (!out.skipped) opt_.record_step(plan.knobs);
+    st.skipped = out.skipped;
+    st.grad_norm = out.norm;
+    st.loss = out.loss_sum / (scaled ? loss_scale_ : 1.0) / static_cast<double>(count);
+    st.run_ms = out.run_ms;
+    st.update_ms = out.update_ms;
+    st.device = true;
+    if (train_->profiling()) {
+      std::vector<double> ms;
+      train_->device_runner()->read_timing(&ms);
+      train_->set_node_ms(std::move(ms));
+    }
+  } catch (const OasesError& e) {
+    return Status::error(e.what());
+  } catch (const std::exception& e) {
+    return Status::error(e.what());
+  }
+  st.lr = opt_.last_lr();
+  train_->state().step++;
+  st.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  return st;
+}
+
+void Trainer::pull_from_device() {
+  if (!dev_ || !host_stale_) return;
+  std::vector<Tensor*> params;
+  std::vector<std::vector<Tensor*>> moments;
+  for (size_t i = 0; i < opt_.size(); ++i) {
+    params.push_back(&opt_.value(i));
+    moments.push_back(opt_.moments(i));
+  }
+  dev_->download(params, moments);
+  host_stale_ = false;
+}
+
+Status Trainer::push_to_device() {
+  if (!dev_ || !device_stale_) return Status::ok();
+  std::vector<Tensor*> params;
+  std::vector<std::vector<Tensor*>> moments;
+  for (size_t i = 0; i < opt_.size(); ++i) {
+    params.push_back(&opt_.value(i));
+    moments.push_back(opt_.moments(i));
+  }
+  try {
+    dev_->upload(params, moments);
+  } catch (const std::exception& e) {
+    return Status::error(e.what());
+  }
+  device_stale_ = false;
+  return Status::ok();
+}
+
+std::map<std::string, Tensor> Trainer::optimizer_state() {
+  pull_from_device();
+  return opt_.state();
+}
+
+Status Trainer::set_optimizer_state(const std::map<std::string, Tensor>& s, int64_t t) {
+  OASES_RETURN_IF_ERROR(opt_.set_state(s, t));
+  if (dev_) {
+    host_stale_ = false;
+    device_stale_ = true;
+  } else {
+    train_->constants_changed();
+  }
+  return Status::ok();
+}
+
+std::string Trainer::device_notes() const {
+  return dev_ ? "training state on the device; " + dev_->notes() : device_notes_;
+}
+
+size_t Trainer::peak_device_bytes() const {
+  return dev_ ? dev_->peak_device_bytes() : 0;
 }
 
 void Trainer::set_loss_scale(double s) {
@@ -268,6 +392,8 @@ Expected<double> Trainer::compute_gradients(const std::map<std::string, Tensor>&
   double l;
   micro_in_accum_ = 0;
   accum_.clear();
+  device_grads_ = false;
+  OASES_RETURN_IF_ERROR(push_to_device());
   OASES_RETURN_IF_ERROR(run_micro(feeds, false, &l));
   return l;
 }
@@ -276,6 +402,8 @@ Expected<double> Trainer::program_loss(const std::map<std::string, Tensor>& feed
   double l;
   micro_in_accum_ = 0;
   accum_.clear();
+  device_grads_ = false;
+  OASES_RETURN_IF_ERROR(push_to_device());
   OASES_RETURN_IF_ERROR(run_micro(feeds, false, &l, false));
   return l;
 }
@@ -291,6 +419,11 @@ Expected<double> Trainer::eval_loss(const std::map<std::string, Tensor>& feeds) 
     if (!d) return d.status();
     OASES_ASSIGN_OR_RETURN(eval_, Executor::create(std::move(eval), exec_opts_));
   }
+  if (dev_) {
+    // the evaluation program's constants are the host copies: bring them up to date, re-upload
+    pull_from_device();
+    eval_->constants_changed();
+  }
   eval_->state().training = false;
   std::map<std::string, Tensor> buf;
   OASES_RETURN_IF_ERROR(eval_->execute(with_loss_scale(eval_->graph(), feeds, 1.0, &buf)));
@@ -302,7 +435,10 @@ Tensor Trainer::gradient(size_t i) const {
   Tensor t;
   bool scaled = train_->graph().find_value("oases_loss_scale") != kNoId;
   float div = scaled ? static_cast<float>(loss_scale_) : 1.f;
-  if (!accum_.empty() && micro_in_accum_ > 1) {
+  if (device_grads_) {
+    t = dev_->gradient(i);
+    if (micro_in_accum_ > 1) div *= static_cast<float>(micro_in_accum_);
+  } else if (!accum_.empty() && micro_in_accum_ > 1) {
     t = accum_[i].clone();
     div *= static_cast<float>(micro_in_accum_);
   } else {
@@ -315,7 +451,8 @@ Tensor Trainer::gradient(size_t i) const {
   return t;
 }
 
-std::map<std::string, Tensor> Trainer::parameters() const {
+std::map<std::string, Tensor> Trainer::parameters() {
+  pull_from_device();
   std::map<std::string, Tensor> m;
   for (ValueId p : tg_.params) m[tg_.graph.value(p).name] = train_->graph().value(p).constant;
   return m;

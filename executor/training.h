@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "executor/data.h"
+#include "executor/device.h"
 #include "executor/executor.h"
 #include "executor/optimizer.h"
 #include "graph/graph.h"
@@ -47,6 +48,9 @@ struct StepStats {
                          // GPU also the uploads and the copies back), summed over micro-batches
   double update_ms = 0;  // of ms: the rest, gradient accumulation, norm and the optimizer update
   bool skipped = false;  // non-finite gradients with skip_nonfinite: nothing was updated
+  // State resident on a device (DeviceTrainer): run_ms and update_ms are then the device's time for
+  // the micro-batches' programs and for the update (CUDA events), and ms − both the host's share.
+  bool device = false;
 };
 
 class Trainer {
@@ -85,8 +89,18 @@ class Trainer {
   Optimizer& optimizer() { return opt_; }
   // Gradient of parameter i after compute_gradients/step (accumulated, unscaled mean).
   Tensor gradient(size_t i) const;
-  // Current value of every trainable parameter, by initializer name.
-  std::map<std::string, Tensor> parameters() const;
+  // Current value of every trainable parameter, by initializer name (on a device: read back first;
+  // the tensors are the host copies the optimizer and the program's constants share).
+  std::map<std::string, Tensor> parameters();
+  // The optimizer's checkpoint state (Optimizer::state), read back from a device first.
+  std::map<std::string, Tensor> optimizer_state();
+  // Restores the optimizer state (Optimizer::set_state) after the parameters' host copies were
+  // written: a device takes both before the next step.
+  Status set_optimizer_state(const std::map<std::string, Tensor>& s, int64_t t);
+  // Device memory this trainer's program and state hold at most (0 on the CPU), and how its steps
+  // run there (for --verbose).
+  size_t peak_device_bytes() const;
+  std::string device_notes() const;
   std::string param_name(size_t i) const { return tg_.graph.value(tg_.params[i]).name; }
   // Identity of the model for checkpoints: names, shapes and dtypes of the trainable parameters.
   std::string fingerprint() const;
@@ -94,6 +108,11 @@ class Trainer {
  private:
   explicit Trainer(OptimizerConfig opt) : opt_(std::move(opt)) {}
   Status run_micro(const std::map<std::string, Tensor>& feeds, bool accumulate, double* loss, bool training = true);
+  Expected<StepStats> device_step(const std::vector<std::map<std::string, Tensor>>& micro, const std::function<Status()>& before_update);
+  // The device's parameters and moments into the host copies (when the device has newer ones),
+  // and the host's to the device (when the host changed them).
+  void pull_from_device();
+  Status push_to_device();
 
   TrainingGraph tg_;
   std::unique_ptr<Executor> train_, eval_;  // eval_: made by the first eval_loss
@@ -102,6 +121,13 @@ class Trainer {
   std::vector<Tensor> accum_;  // gradient accumulators (multi-micro-batch steps)
   int micro_in_accum_ = 0;
   double loss_scale_ = 1.0;
+  // state resident on a device (executor/device.h); null on the CPU or where the device cannot
+  // hold it (device_notes_ says why; the host optimizer then updates and re-uploads)
+  std::unique_ptr<DeviceTrainer> dev_;
+  std::string device_notes_;
+  bool host_stale_ = false;    // the device's parameters and moments are newer than the host's
+  bool device_stale_ = false;  // the host's are newer than the device's
+  bool device_grads_ = false;  // the last gradients are the device trainer's (gradient() reads them there)
 };
 
 }  // namespace oases

@@ -661,7 +661,7 @@ Expected<RankProgram> build_stage_program(const std::vector<const GlobalProgram*
   // the sends' outputs are empty and read by nobody: kept, so no pass drops the sends
   std::set<ValueId> keep = opts.keep;
   for (const auto& [n, v] : send_input) keep.insert(g.node(n).outputs[0]);
-  OASES_ASSIGN_OR_RETURN(rp.program, lay_out_program(g, rp.order, keep, cpu_fusion_enabled(opts.fuse, opts.device)));
+  OASES_ASSIGN_OR_RETURN(rp.program, lay_out_program(g, rp.order, keep, fusion_for(opts.fuse, opts.device)));
   tg.graph = std::move(g);
   return rp;
 }

@@ -18,7 +18,7 @@ namespace {
 // back before the first surviving step that followed it, or before a fused node standing in for
 // steps that followed it, so no wait moves after a reader of its result.
 Expected<std::vector<ScheduledOp>> fuse_scheduled(Graph& g, const std::vector<ScheduledOp>& schedule, const std::set<ValueId>& keep,
-                                                  FusionStats* stats) {
+                                                  Fusion fusion, FusionStats* stats) {
   std::vector<NodeId> order;
   std::map<NodeId, size_t> index;                // node -> its position in `order` before fusion
   std::vector<std::pair<size_t, NodeId>> waits;  // (position of the step it preceded, node)
@@ -37,7 +37,7 @@ Expected<std::vector<ScheduledOp>> fuse_scheduled(Graph& g, const std::vector<Sc
   std::map<NodeId, std::string> described;
   for (const auto& [at, node] : waits) described.emplace(node, g.node(node).describe());
   std::vector<size_t> slots;
-  *stats = fuse_for_cpu(g, order, keep, &slots);
+  *stats = fusion == Fusion::kDevice ? fuse_for_device(g, order, keep, &slots) : fuse_for_cpu(g, order, keep, &slots);
   // position of every step after fusion, in the old numbering (a fused node: its chain's last node's)
   std::vector<double> pos(order.size());
   for (size_t i = 0; i < order.size(); ++i) pos[i] = static_cast<double>(slots[i]);
@@ -61,8 +61,9 @@ Expected<std::vector<ScheduledOp>> fuse_scheduled(Graph& g, const std::vector<Sc
 
 }  // namespace
 
-bool cpu_fusion_enabled(bool fuse, const std::string& device) {
-  return fuse && device == "cpu" && std::getenv("OASES_NO_FUSION") == nullptr;
+Fusion fusion_for(bool fuse, const std::string& device) {
+  if (!fuse || std::getenv("OASES_NO_FUSION") != nullptr) return Fusion::kNone;
+  return device == "cpu" ? Fusion::kCpu : Fusion::kDevice;
 }
 
 // Nodes none of whose outputs anything reads (not a graph output, input, constant or kept value),
@@ -99,16 +100,16 @@ Status prune_dead_nodes(Graph& g, std::vector<ScheduledOp>* schedule, const std:
   return Status::ok();
 }
 
-Expected<ProgramLayout> lay_out_program(Graph g, std::vector<ScheduledOp> schedule, const std::set<ValueId>& keep, bool fuse) {
+Expected<ProgramLayout> lay_out_program(Graph g, std::vector<ScheduledOp> schedule, const std::set<ValueId>& keep, Fusion fusion) {
   ProgramLayout p;
   OASES_RETURN_IF_ERROR(prune_dead_nodes(g, &schedule, keep));
-  if (fuse) {
+  if (fusion != Fusion::kNone) {
     if (schedule.empty()) {
       OASES_ASSIGN_OR_RETURN(std::vector<NodeId> order, g.topo_order());
-      p.fusion = fuse_for_cpu(g, order, keep);
+      p.fusion = fusion == Fusion::kDevice ? fuse_for_device(g, order, keep) : fuse_for_cpu(g, order, keep);
       for (NodeId id : order) schedule.push_back(ScheduledOp{ScheduledOp::Kind::kCompute, id});
     } else {
-      OASES_ASSIGN_OR_RETURN(schedule, fuse_scheduled(g, schedule, keep, &p.fusion));
+      OASES_ASSIGN_OR_RETURN(schedule, fuse_scheduled(g, schedule, keep, fusion, &p.fusion));
     }
   }
   std::vector<PlanStep> steps;
@@ -137,7 +138,8 @@ Expected<ProgramLayout> lay_out_program(Graph g, std::vector<ScheduledOp> schedu
         return error("the schedule runs {} {} times", g.node(id).describe(), seen[static_cast<size_t>(id)]);
     }
   }
-  p.memory = MemoryPlan::build(g, steps, keep, fuse ? MemoryPlan::InplaceFn(inplace_input) : MemoryPlan::InplaceFn());
+  // in-place outputs are the CPU kernels' contract only
+  p.memory = MemoryPlan::build(g, steps, keep, fusion == Fusion::kCpu ? MemoryPlan::InplaceFn(inplace_input) : MemoryPlan::InplaceFn());
   p.graph = std::move(g);
   return p;
 }
@@ -247,7 +249,7 @@ Expected<RankProgram> build_rank_program(const GlobalProgram& global, int64_t ra
     rp.saved_bytes = saved_activation_bytes(tg.graph, rp.order);
     rp.saved_count = saved_activation_count(tg.graph, rp.order);
   }
-  OASES_ASSIGN_OR_RETURN(rp.program, lay_out_program(tg.graph, rp.order, opts.keep, cpu_fusion_enabled(opts.fuse, opts.device)));
+  OASES_ASSIGN_OR_RETURN(rp.program, lay_out_program(tg.graph, rp.order, opts.keep, fusion_for(opts.fuse, opts.device)));
   return rp;
 }
 

@@ -33,19 +33,21 @@ namespace oases {
 // A graph with its instructions in order, fused for the CPU kernels and memory-planned: what the
 // executor binds kernels to (executor/executor.h compile_program).
 struct ProgramLayout {
-  Graph graph;                     // with the fused ops of the oases.cpu domain where fusion ran
+  Graph graph;                     // with the fused ops of the oases.cpu (oases.device) domain where fusion ran
   std::vector<ScheduledOp> order;  // every live node once (collectives as a start and a wait)
   MemoryPlan memory;
   FusionStats fusion;
 };
 
-// Whether CPU fusion runs: asked for, on the CPU, and not turned off by OASES_NO_FUSION=1.
-bool cpu_fusion_enabled(bool fuse, const std::string& device);
+// Which executor fusion a program gets (graph/passes/fusion.h): kCpu on the CPU, kDevice (the
+// products' epilogues) on a device, kNone when not asked for or turned off by OASES_NO_FUSION=1.
+enum class Fusion { kNone, kCpu, kDevice };
+Fusion fusion_for(bool fuse, const std::string& device);
 
-// Fuses (when `fuse`) and memory-plans `g` under `schedule` (empty: topological order, collectives
+// Fuses (as `fusion` says) and memory-plans `g` under `schedule` (empty: topological order, collectives
 // run in line); values in `keep` stay readable after a run. Errors name a node the schedule runs
 // other than once, or an output without a shape.
-Expected<ProgramLayout> lay_out_program(Graph g, std::vector<ScheduledOp> schedule, const std::set<ValueId>& keep, bool fuse);
+Expected<ProgramLayout> lay_out_program(Graph g, std::vector<ScheduledOp> schedule, const std::set<ValueId>& keep, Fusion fusion);
 
 struct GlobalProgramOptions {
   std::string model_path;  // names the model in errors

@@ -310,7 +310,7 @@ Status run_rank(const TrainSetup& s, RankRuntime& rt, RankRuntime* world = nullp
     } else if (!std::isfinite(st.loss)) {
       return error("step {}: the loss is {} (lower --lr?)", step + 1, st.loss);
     }
-    if (a.profile && step > start) prof.add(tr.executor(), st.ms);
+    if (a.profile && step > start) prof.add(tr.executor(), st.ms, st.device ? &st : nullptr);
     double tps = static_cast<double>(tokens_per_step) / (st.ms / 1000.0);
     int64_t done = step + 1;
     std::optional<double> val;
@@ -323,6 +323,7 @@ Status run_rank(const TrainSetup& s, RankRuntime& rt, RankRuntime* world = nullp
       nlohmann::json j{{"step", done}, {"loss", st.loss}, {"lr", st.lr}, {"grad_norm", st.grad_norm}, {"tokens_per_s", tps}, {"ms", st.ms},
                          {"run_ms", st.run_ms}, {"update_ms", st.update_ms}};
       if (val) j["val_loss"] = *val;
+      if (st.device) j["device_peak_mib"] = static_cast<double>(tr.peak_device_bytes()) / (1 << 20);
       if (lsc.dynamic) {
         j["loss_scale"] = scaler.scale();
         j["skipped"] = st.skipped;
@@ -357,6 +358,10 @@ Status run_rank(const TrainSetup& s, RankRuntime& rt, RankRuntime* world = nullp
     }
   }
   if (a.profile && lead) prof.print(tr.executor(), "step");
+  if (lead && !a.quiet && !tr.device_notes().empty()) {
+    std::fprintf(stderr, "device: %s; peak device memory %.0f MiB\n", tr.device_notes().c_str(),
+                 static_cast<double>(tr.peak_device_bytes()) / (1 << 20));
+  }
   if (a.overlap_report && lead) overlap.print(sched.has_value() && sched->interleave, a.schedule);
   if (!a.save.empty() && a.steps > 0) {
     OASES_RETURN_IF_ERROR(save(std::max(end, start)));

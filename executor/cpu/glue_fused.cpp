@@ -37,7 +37,9 @@ k::Activation activation_of(const KernelContext& c) {
 }  // namespace
 
 void register_cpu_fused(CpuKernelRegistry& r) {
-  r.add("oases.cpu", "FusedMatMul", [](KernelContext& c) {
+  // oases.device.FusedMatMul (a device program's fused product) has the same contract: this
+  // kernel is its CPU reference
+  auto fused_matmul = [](KernelContext& c) {
     bool ta = c.attrs().get_int("trans_a", 0) != 0, tb = c.attrs().get_int("trans_b", 0) != 0;
     k::Activation act = activation_of(c);
     with_half_as_float(c, [&](KernelContext& f) {
@@ -67,7 +69,9 @@ void register_cpu_fused(CpuKernelRegistry& r) {
         default: f.fail("FusedMatMul of {} is not supported", dtype_name(f.in[0].dtype));
       }
     });
-  });
+  };
+  r.add("oases.cpu", "FusedMatMul", fused_matmul);
+  r.add("oases.device", "FusedMatMul", fused_matmul);
   r.add("oases.cpu", "Attention", [](KernelContext& c) {
     AttentionArgs a = attention_args(c, 0);
     k::AttentionLayout L;

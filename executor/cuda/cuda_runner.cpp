@@ -1,16 +1,4 @@
-// The CUDA executor backend: runs a Program's instruction stream on a compute stream and a
-// communication stream following its StreamPlan (executor/stream_plan.h).
-//
-// Memory: the activation arena is one device allocation of the memory plan's peak, so every value
-// has a fixed device address and every kernel's operands are bound once, when the runner is made;
-// constants and graph inputs have their own allocations; kernel scratch (norm and loss partial
-// sums, collective staging) comes from the stream-ordered pool (cudaMallocAsync) and is released
-// in stream order after the launch. A run uploads constants (the host optimizer may have changed
-// parameters) and inputs, enqueues every launch, event record and event wait of the plan, then the
-// copies of graph outputs and kept values into the (page-locked) host arena, and waits once at the
-// end, with the NCCL watchdog. Nothing inside the step waits on the host.
-#include <cudnn.h>
-
+// The CUDA executor backend (executor/cuda/cuda_runner.h says how memory, uploads and a run work).
 #include <algorithm>
 #include <climits>
 #include <cstring>
@@ -19,11 +7,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "executor/cuda/cuda_context.h"
-#include "executor/cuda/nccl_communicator.h"
-#include "executor/device.h"
-#include "executor/executor.h"
-#include "executor/stream_plan.h"
+#include "executor/cuda/cuda_runner.h"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/version.h"
 
@@ -101,56 +85,27 @@ namespace {
 constexpr unsigned long long kNoFault = ULLONG_MAX;
 constexpr int kFaultShift = 40;
 
-class CudaRunner : public DeviceRunner {
- public:
-  CudaRunner(const Program& p, const ExecOptions& o, RunState* st) : prog_(p), opts_(o), state_(st) {}
-  ~CudaRunner() override;
-  Status init();
-  void run(const std::vector<const void*>& inputs, void* host_arena, std::vector<double>* node_ms) override;
-
- private:
-  const Program& prog_;
-  ExecOptions opts_;
-  RunState* state_;
-  int device_ = 0;
-  cudaStream_t streams_[2] = {nullptr, nullptr};
-  std::vector<cudaEvent_t> events_;
-  std::vector<cudaEvent_t> timing_;  // profiling: a start and an end event per instruction, made on first use
-  cudaEvent_t comm_end_ = nullptr, done_ = nullptr;
-  StreamPlan plan_;
-  void* arena_ = nullptr;
-  void* consts_ = nullptr;
-  void* inputs_ = nullptr;
-  std::vector<int64_t> const_off_, input_off_;  // by ValueId, -1 when not one
-  unsigned long long* fault_ = nullptr;
-  unsigned long long* fault_host_ = nullptr;
-  std::unique_ptr<BlasHandles> blas_;
-  cudnnHandle_t cudnn_ = nullptr;
-  std::vector<KernelContext> ctx_;
-  std::vector<const CudaKernelFn*> fns_;
-  std::vector<NcclGroup*> nccl_;
-  std::vector<ValueId> copy_back_;
-  void* registered_host_ = nullptr;
-
-  void* device_ptr(ValueId v) const;
-};
+}  // namespace
 
 CudaRunner::~CudaRunner() {
-  if (streams_[0]) cudaStreamSynchronize(streams_[0]);
-  if (streams_[1]) cudaStreamSynchronize(streams_[1]);
+  for (cudaStream_t s : {streams_[0], streams_[1], copy_stream_}) {
+    if (s) cudaStreamSynchronize(s);
+  }
   if (registered_host_) cudaHostUnregister(registered_host_);
   blas_.reset();
   if (cudnn_) cudnnDestroy(cudnn_);
   for (cudaEvent_t e : events_) cudaEventDestroy(e);
   for (cudaEvent_t e : timing_) cudaEventDestroy(e);
-  if (comm_end_) cudaEventDestroy(comm_end_);
-  if (done_) cudaEventDestroy(done_);
-  if (arena_) cudaFree(arena_);
-  if (consts_) cudaFree(consts_);
-  if (inputs_) cudaFree(inputs_);
-  if (fault_) cudaFree(fault_);
-  if (fault_host_) cudaFreeHost(fault_host_);
-  for (cudaStream_t s : streams_) {
+  for (cudaEvent_t e : {fork_, comm_end_, done_, sent_[0], sent_[1], consumed_[0], consumed_[1]}) {
+    if (e) cudaEventDestroy(e);
+  }
+  for (void* p : {arena_, consts_, inputs_, staged_[0], staged_[1], static_cast<void*>(fault_)}) {
+    if (p) cudaFree(p);
+  }
+  for (void* p : {pinned_[0], pinned_[1], static_cast<void*>(fault_host_)}) {
+    if (p) cudaFreeHost(p);
+  }
+  for (cudaStream_t s : {streams_[0], streams_[1], copy_stream_}) {
     if (s) cudaStreamDestroy(s);
   }
 }
@@ -166,6 +121,11 @@ void* CudaRunner::device_ptr(ValueId v) const {
     case ValueSlot::Kind::kView: return device_ptr(s.root);
     default: return nullptr;
   }
+}
+
+void* CudaRunner::address(ValueId v) const {
+  if (v == kNoId || static_cast<size_t>(v) >= prog_.memory.slots.size()) return nullptr;
+  return device_ptr(v);
 }
 
 Status CudaRunner::init() {
@@ -185,11 +145,12 @@ Status CudaRunner::init() {
   try {
     OASES_CUDA_CHECK(cudaGetDevice(&device_));
     for (cudaStream_t& s : streams_) OASES_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    OASES_CUDA_CHECK(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking));
     plan_ = build_stream_plan(prog_.instrs);
     events_.resize(static_cast<size_t>(plan_.num_events));
     for (cudaEvent_t& e : events_) OASES_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-    OASES_CUDA_CHECK(cudaEventCreateWithFlags(&comm_end_, cudaEventDisableTiming));
-    OASES_CUDA_CHECK(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
+    for (cudaEvent_t* e : {&fork_, &comm_end_, &done_, &sent_[0], &sent_[1], &consumed_[0], &consumed_[1]})
+      OASES_CUDA_CHECK(cudaEventCreateWithFlags(e, cudaEventDisableTiming));
     // keep freed scratch in the pool between steps instead of returning it to the driver
     cudaMemPool_t pool;
     OASES_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, device_));
@@ -209,8 +170,17 @@ Status CudaRunner::init() {
       }
       return std::max<size_t>(total, 256);
     };
-    OASES_CUDA_CHECK(cudaMalloc(&consts_, place(const_off_, true)));
-    OASES_CUDA_CHECK(cudaMalloc(&inputs_, place(input_off_, false)));
+    consts_bytes_ = place(const_off_, true);
+    inputs_bytes_ = place(input_off_, false);
+    OASES_CUDA_CHECK(cudaMalloc(&consts_, consts_bytes_));
+    OASES_CUDA_CHECK(cudaMalloc(&inputs_, inputs_bytes_));
+    for (int i = 0; i < 2; ++i) {
+      OASES_CUDA_CHECK(cudaMallocHost(&pinned_[i], inputs_bytes_));
+      OASES_CUDA_CHECK(cudaMalloc(&staged_[i], inputs_bytes_));
+      // the first use of each buffer waits for nothing
+      OASES_CUDA_CHECK(cudaEventRecord(sent_[i], copy_stream_));
+      OASES_CUDA_CHECK(cudaEventRecord(consumed_[i], streams_[0]));
+    }
     OASES_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&fault_), sizeof(unsigned long long)));
     OASES_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&fault_host_), sizeof(unsigned long long)));
     blas_ = std::make_unique<BlasHandles>(streams_[0], size_t(32) << 20, std::getenv("OASES_CUDA_TF32") != nullptr);
@@ -252,36 +222,61 @@ Status CudaRunner::init() {
   return Status::ok();
 }
 
-void CudaRunner::run(const std::vector<const void*>& inputs, void* host_arena, std::vector<double>* node_ms) {
+void CudaRunner::upload_constants() {
   const Graph& g = prog_.graph;
-  OASES_CUDA_CHECK(cudaSetDevice(device_));
-  if (node_ms && timing_.empty()) {
-    timing_.resize(2 * prog_.instrs.size());
-    for (cudaEvent_t& e : timing_) OASES_CUDA_CHECK(cudaEventCreate(&e));
-  }
-  cudaStream_t cs = streams_[0];
-  if (!registered_host_ && host_arena && prog_.memory.arena_bytes) {
-    // page-locked, so the copies back are asynchronous and the only wait is the watched one below
-    if (cudaHostRegister(host_arena, prog_.memory.arena_bytes, cudaHostRegisterDefault) == cudaSuccess) {
-      registered_host_ = host_arena;
-    } else {
-      cudaGetLastError();
-    }
-  }
-  // constants (parameters may have changed on the host) and inputs
   for (size_t v = 0; v < const_off_.size(); ++v) {
     if (const_off_[v] < 0) continue;
     const Tensor& t = g.value(static_cast<ValueId>(v)).constant;
     if (t.nbytes())
-      OASES_CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(consts_) + const_off_[v], t.raw(), t.nbytes(), cudaMemcpyHostToDevice, cs));
+      OASES_CUDA_CHECK(
+          cudaMemcpyAsync(static_cast<char*>(consts_) + const_off_[v], t.raw(), t.nbytes(), cudaMemcpyHostToDevice, streams_[0]));
   }
+  consts_dirty_ = false;
+}
+
+void CudaRunner::stage_inputs(const std::vector<const void*>& inputs) {
+  const Graph& g = prog_.graph;
+  OASES_CUDA_CHECK(cudaSetDevice(device_));
+  cudaStream_t cs = streams_[0];
+  if (consts_dirty_) upload_constants();
+  if (!fault_armed_) {
+    OASES_CUDA_CHECK(cudaMemsetAsync(fault_, 0xff, sizeof(unsigned long long), cs));
+    fault_armed_ = true;
+  }
+  const int b = next_stage_;
+  next_stage_ ^= 1;
+  // the buffer's previous upload must have left the host buffer before it is overwritten
+  OASES_CUDA_CHECK(cudaEventSynchronize(sent_[b]));
+  size_t end = 0;
   for (size_t v = 0; v < input_off_.size(); ++v) {
     if (input_off_[v] < 0 || v >= inputs.size() || !inputs[v]) continue;
     const Value& val = g.value(static_cast<ValueId>(v));
     size_t bytes = static_cast<size_t>(shape_numel(val.shape)) * dtype_size(val.dtype);
-    if (bytes) OASES_CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(inputs_) + input_off_[v], inputs[v], bytes, cudaMemcpyHostToDevice, cs));
+    std::memcpy(static_cast<char*>(pinned_[b]) + input_off_[v], inputs[v], bytes);
+    end = std::max(end, static_cast<size_t>(input_off_[v]) + bytes);
   }
-  OASES_CUDA_CHECK(cudaMemsetAsync(fault_, 0xff, sizeof(unsigned long long), cs));
+  if (end == 0) return;
+  // the copy stream sends the buffer up once the compute stream has moved its last contents
+  OASES_CUDA_CHECK(cudaStreamWaitEvent(copy_stream_, consumed_[b], 0));
+  OASES_CUDA_CHECK(cudaMemcpyAsync(staged_[b], pinned_[b], end, cudaMemcpyHostToDevice, copy_stream_));
+  OASES_CUDA_CHECK(cudaEventRecord(sent_[b], copy_stream_));
+  OASES_CUDA_CHECK(cudaStreamWaitEvent(cs, sent_[b], 0));
+  OASES_CUDA_CHECK(cudaMemcpyAsync(inputs_, staged_[b], end, cudaMemcpyDeviceToDevice, cs));
+  OASES_CUDA_CHECK(cudaEventRecord(consumed_[b], cs));
+}
+
+void CudaRunner::enqueue_program(bool timed) {
+  const Graph& g = prog_.graph;
+  OASES_CUDA_CHECK(cudaSetDevice(device_));
+  cudaStream_t cs = streams_[0];
+  if (timed && timing_.empty()) {
+    timing_.resize(2 * prog_.instrs.size());
+    for (cudaEvent_t& e : timing_) OASES_CUDA_CHECK(cudaEventCreate(&e));
+  }
+  // the communication stream starts after everything before on the compute stream (and joins a
+  // graph capture begun there)
+  OASES_CUDA_CHECK(cudaEventRecord(fork_, cs));
+  OASES_CUDA_CHECK(cudaStreamWaitEvent(streams_[1], fork_, 0));
   for (const StreamOp& op : plan_.ops) {
     cudaStream_t s = streams_[op.stream];
     if (op.kind == StreamOp::Kind::kRecord) {
@@ -298,54 +293,118 @@ void CudaRunner::run(const std::vector<const void*>& inputs, void* host_arena, s
                   op.stream == 0 ? cudnn_ : nullptr,
                   Fault{fault_, static_cast<unsigned long long>(op.instr) << kFaultShift},
                   {}};
-    if (node_ms) OASES_CUDA_CHECK(cudaEventRecord(timing_[2 * op.instr], s));
+    if (timed) OASES_CUDA_CHECK(cudaEventRecord(timing_[2 * op.instr], s));
     try {
       (*fns_[op.instr])(c);
-      if (node_ms) OASES_CUDA_CHECK(cudaEventRecord(timing_[2 * op.instr + 1], s));
+      if (timed) OASES_CUDA_CHECK(cudaEventRecord(timing_[2 * op.instr + 1], s));
     } catch (const OasesError&) {
       c.release();
       throw;
     } catch (const std::exception& e) {
       c.release();
-      throw OasesError(fmt::format("{}: {}", c.k.node->describe(), e.what()));
+      throw OasesError(fmt::format("{}: {}", g.node(prog_.instrs[op.instr].node).describe(), e.what()));
     }
     c.release();
   }
   // the compute stream also waits for anything the communication stream still has queued
   OASES_CUDA_CHECK(cudaEventRecord(comm_end_, streams_[1]));
   OASES_CUDA_CHECK(cudaStreamWaitEvent(cs, comm_end_, 0));
-  for (ValueId v : copy_back_) {
-    const ValueSlot& s = prog_.memory.slots[static_cast<size_t>(v)];
-    OASES_CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(host_arena) + s.offset, static_cast<char*>(arena_) + s.offset, s.bytes,
-                                     cudaMemcpyDeviceToHost, cs));
-  }
-  OASES_CUDA_CHECK(cudaMemcpyAsync(fault_host_, fault_, sizeof(unsigned long long), cudaMemcpyDeviceToHost, cs));
+}
+
+void CudaRunner::check_fault() {
+  if (!fault_armed_) return;
+  fault_armed_ = false;
+  unsigned long long f = *fault_host_;
+  if (f == kNoFault) return;
+  const Graph& g = prog_.graph;
+  size_t instr = static_cast<size_t>(f >> kFaultShift);
+  unsigned long long pos = f & ((1ull << kFaultShift) - 1);
+  std::string who = instr < prog_.instrs.size() ? g.node(prog_.instrs[instr].node).describe() : "a kernel";
+  throw OasesError(fmt::format("{}: index or label at position {} is outside its range (found on the GPU)", who, pos));
+}
+
+void CudaRunner::synchronize(const char* what) {
+  OASES_CUDA_CHECK(cudaSetDevice(device_));
+  cudaStream_t cs = streams_[0];
+  if (fault_armed_) OASES_CUDA_CHECK(cudaMemcpyAsync(fault_host_, fault_, sizeof(unsigned long long), cudaMemcpyDeviceToHost, cs));
   OASES_CUDA_CHECK(cudaEventRecord(done_, cs));
   double timeout = kDefaultCommTimeoutS;  // no NCCL group: the watchdog has nothing to abort and never fires
   if (!nccl_.empty()) {
     timeout = 0;
     for (NcclGroup* ng : nccl_) timeout = std::max(timeout, ng->timeout());
   }
-  wait_with_watchdog(done_, nccl_, timeout, "CUDA step");
-  unsigned long long f = *fault_host_;
-  if (f != kNoFault) {
-    size_t instr = static_cast<size_t>(f >> kFaultShift);
-    unsigned long long pos = f & ((1ull << kFaultShift) - 1);
-    std::string who = instr < prog_.instrs.size() ? g.node(prog_.instrs[instr].node).describe() : "a kernel";
-    throw OasesError(fmt::format("{}: index or label at position {} is outside its range (found on the GPU)", who, pos));
-  }
-  if (node_ms) {
-    node_ms->assign(prog_.instrs.size(), 0.0);
-    for (size_t i = 0; i < prog_.instrs.size(); ++i) {
-      if (prog_.instrs[i].kind == Instr::Kind::kCommWait) continue;  // no launch: the collective's start holds its time
-      float ms = 0;
-      OASES_CUDA_CHECK(cudaEventElapsedTime(&ms, timing_[2 * i], timing_[2 * i + 1]));
-      (*node_ms)[i] = ms;
-    }
+  wait_with_watchdog(done_, nccl_, timeout, what);
+  check_fault();
+}
+
+void CudaRunner::read_timing(std::vector<double>* node_ms) {
+  node_ms->assign(prog_.instrs.size(), 0.0);
+  if (timing_.empty()) return;
+  for (size_t i = 0; i < prog_.instrs.size(); ++i) {
+    if (prog_.instrs[i].kind == Instr::Kind::kCommWait) continue;  // no launch: the collective's start holds its time
+    float ms = 0;
+    OASES_CUDA_CHECK(cudaEventElapsedTime(&ms, timing_[2 * i], timing_[2 * i + 1]));
+    (*node_ms)[i] = ms;
   }
 }
 
+void CudaRunner::run(const std::vector<const void*>& inputs, void* host_arena, std::vector<double>* node_ms) {
+  cudaStream_t cs = streams_[0];
+  if (!registered_host_ && host_arena && prog_.memory.arena_bytes) {
+    // page-locked, so the copies back are asynchronous and the only wait is the watched one below
+    if (cudaHostRegister(host_arena, prog_.memory.arena_bytes, cudaHostRegisterDefault) == cudaSuccess) {
+      registered_host_ = host_arena;
+    } else {
+      cudaGetLastError();
+    }
+  }
+  stage_inputs(inputs);
+  enqueue_program(node_ms != nullptr);
+  for (ValueId v : copy_back_) {
+    const ValueSlot& s = prog_.memory.slots[static_cast<size_t>(v)];
+    OASES_CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(host_arena) + s.offset, static_cast<char*>(arena_) + s.offset, s.bytes,
+                                     cudaMemcpyDeviceToHost, cs));
+  }
+  synchronize("CUDA step");
+  if (node_ms) read_timing(node_ms);
+}
+
+namespace {
+size_t value_bytes(const Graph& g, ValueId v) {
+  const Value& val = g.value(v);
+  return static_cast<size_t>(shape_numel(val.shape)) * dtype_size(val.dtype);
+}
 }  // namespace
+
+void CudaRunner::copy_to_host(ValueId v, void* dst) {
+  void* src = address(v);
+  if (!src) throw OasesError(fmt::format("value '{}' has no device copy", prog_.graph.value(v).name));
+  OASES_CUDA_CHECK(cudaSetDevice(device_));
+  OASES_CUDA_CHECK(cudaStreamSynchronize(streams_[0]));
+  OASES_CUDA_CHECK(cudaMemcpy(dst, src, value_bytes(prog_.graph, v), cudaMemcpyDeviceToHost));
+}
+
+void CudaRunner::copy_from_host(ValueId v, const void* src) {
+  void* dst = address(v);
+  if (!dst) throw OasesError(fmt::format("value '{}' has no device copy", prog_.graph.value(v).name));
+  OASES_CUDA_CHECK(cudaSetDevice(device_));
+  OASES_CUDA_CHECK(cudaStreamSynchronize(streams_[0]));
+  OASES_CUDA_CHECK(cudaMemcpy(dst, src, value_bytes(prog_.graph, v), cudaMemcpyHostToDevice));
+}
+
+size_t CudaRunner::peak_device_bytes() const {
+  size_t total = std::max<size_t>(256, prog_.memory.arena_bytes) + consts_bytes_ + 3 * inputs_bytes_;
+  if (blas_) total += blas_->workspace_bytes();
+  cudaMemPool_t pool;
+  uint64_t high = 0;
+  if (cudaDeviceGetDefaultMemPool(&pool, device_) == cudaSuccess && cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &high) == cudaSuccess)
+    total += high;
+  uint64_t graph_high = 0;
+  if (cudaDeviceGetGraphMemAttribute(device_, cudaGraphMemAttrUsedMemHigh, &graph_high) == cudaSuccess) total += graph_high;
+  cudaGetLastError();
+  return total;
+}
+
 }  // namespace cuda
 
 Expected<std::unique_ptr<DeviceRunner>> make_cuda_runner(const Program& prog, const ExecOptions& opts, RunState* state) {

@@ -7,6 +7,7 @@
 
 #include "executor/cpu/common.h"
 #include "executor/cuda/cuda_context.h"
+#include "kernels/cuda/activations.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/gemm.h"
@@ -163,6 +164,49 @@ void register_cuda_nn(CudaKernelRegistry& r) {
     while (sa.size() < so.size()) sa.insert(sa.begin(), 1);
     while (sb.size() < so.size()) sb.insert(sb.begin(), 1);
     matmul(c, elem(c.in(0).dtype), c.in(0).data, sa, c.in(1).data, sb, c.out(0).data, so, ta, tb);
+  });
+  // the device programs' fused products (graph/passes/fusion.h fuse_for_device): one cuBLASLt call
+  // with its bias/activation epilogue where the product is one matrix and cuBLASLt has the
+  // activation; else the product, then one kernel for bias, residual and activation
+  r.add("oases.device", "FusedMatMul", [](CudaContext& c) {
+    bool ta = c.attrs().get_int("trans_a", 0) != 0, tb = c.attrs().get_int("trans_b", 0) != 0;
+    std::string act = c.attrs().get_string("activation", "");
+    EpilogueAct ea = EpilogueAct::kNone;
+    if (act == "relu") {
+      ea = EpilogueAct::kRelu;
+    } else if (act == "gelu") {
+      ea = EpilogueAct::kGeluErf;
+    } else if (act == "gelu_tanh") {
+      ea = EpilogueAct::kGeluTanh;
+    } else if (!act.empty() && act != "none") {
+      c.k.fail("unknown activation '{}'", act);
+    }
+    const void* bias = c.has_input(2) ? c.in(2).data : nullptr;
+    const void* res = c.has_input(3) ? c.in(3).data : nullptr;
+    Elem t = elem(c.in(0).dtype);
+    std::vector<int64_t> sa = dims(c.in(0).shape), sb = dims(c.in(1).shape), so = dims(c.out(0).shape);
+    while (sa.size() < so.size()) sa.insert(sa.begin(), 1);
+    while (sb.size() < so.size()) sb.insert(sb.begin(), 1);
+    const int64_t cols = so.back(), rows = c.out(0).numel() / std::max<int64_t>(cols, 1);
+    size_t r = sa.size();
+    int64_t M = ta ? sa[r - 1] : sa[r - 2], K = ta ? sa[r - 2] : sa[r - 1];
+    bool one_matrix = numel_of(sb, 0, r - 2) == 1 && !ta;  // a weight: a's batch folds into rows (as matmul() does)
+    if (bias && !res && ea != EpilogueAct::kGeluErf && one_matrix && c.blas) {
+      GemmDesc d;
+      d.trans_a = ta;
+      d.trans_b = tb;
+      d.m = numel_of(sa, 0, r - 2) * M;
+      d.n = cols;
+      d.k = K;
+      d.lda = K;
+      d.ldb = tb ? K : cols;
+      d.ldc = cols;
+      GemmEpilogue e = ea == EpilogueAct::kRelu ? GemmEpilogue::kBiasRelu : ea == EpilogueAct::kGeluTanh ? GemmEpilogue::kBiasGeluTanh
+                                                                                                          : GemmEpilogue::kBias;
+      if (gemm_epilogue(*c.blas, t, d, c.in(0).data, c.in(1).data, c.out(0).data, bias, e)) return;
+    }
+    matmul(c, t, c.in(0).data, sa, c.in(1).data, sb, c.out(0).data, so, ta, tb);
+    if (bias || res || ea != EpilogueAct::kNone) bias_activation(t, c.out(0).data, rows, cols, bias, ea, res, c.stream);
   });
   r.add("", "Gemm", [](CudaContext& c) {
     bool ta = c.attrs().get_int("transA", 0) != 0, tb = c.attrs().get_int("transB", 0) != 0;

@@ -14,6 +14,10 @@ const char* kNoCuda = "built without CUDA (configure with -DOASES_CUDA=ON or AUT
 Expected<std::unique_ptr<DeviceRunner>> make_cuda_runner(const Program&, const ExecOptions&, RunState*) {
   return Status::error(kNoCuda);
 }
+Expected<std::unique_ptr<DeviceTrainer>> make_device_trainer(DeviceRunner&, const Graph&, const std::vector<ValueId>&,
+                                                             const std::vector<ValueId>&, ValueId, const OptimizerConfig&) {
+  return Status::error(kNoCuda);
+}
 bool cuda_built() {
   return false;
 }

@@ -1,5 +1,6 @@
-// The CPU executor's fused ops (domain "oases.cpu", made by the executor's fusion from the
-// canonical graph of one rank: never sharded, never differentiated). Their shape and cost rules
+// The executors' fused ops (domain "oases.cpu" for the CPU kernels, "oases.device" for a device's:
+// FusedMatMul only; made by the executor's fusion from the canonical graph of one rank: never
+// sharded, never differentiated). Their shape and cost rules
 // live here like every other op's, so the profiler and the simulator charge them without special
 // cases.
 //   FusedMatMul(A, B[, bias[, residual]]; trans_a, trans_b, activation)
@@ -21,9 +22,10 @@ namespace {
 
 constexpr const char* kCpuFusedDomain = "oases.cpu";
 
-OpSchema fused_schema(const std::string& op, int min_in, int max_in, int max_out, const std::string& doc) {
+OpSchema fused_schema(const std::string& op, int min_in, int max_in, int max_out, const std::string& doc,
+                      const char* domain = kCpuFusedDomain) {
   OpSchema s;
-  s.domain = kCpuFusedDomain;
+  s.domain = domain;
   s.op_type = op;
   s.min_inputs = min_in;
   s.max_inputs = max_in;
@@ -38,8 +40,8 @@ OpSchema fused_schema(const std::string& op, int min_in, int max_in, int max_out
 }  // namespace
 
 void register_fused_ops(OpRegistry& r) {
-  {
-    OpSchema s = fused_schema("FusedMatMul", 2, 4, 1, "act(op(A)·op(B) + bias) [+ residual] in one GEMM (CPU executor fusion)");
+  for (const char* domain : {kCpuFusedDomain, "oases.device"}) {
+    OpSchema s = fused_schema("FusedMatMul", 2, 4, 1, "act(op(A)·op(B) + bias) [+ residual] in one GEMM (executor fusion)", domain);
     s.traits |= kTraitLinear | kTraitComputeBound;
     s.infer = [](InferContext& c) {
       Shape a = c.shape(0), b = c.shape(1);

@@ -16,12 +16,14 @@ bool is_op(const Node& n, const char* domain, const char* op) {
   return n.domain == domain && n.op_type == op;
 }
 bool is_matmul(const Node& n) {
-  return is_op(n, "", "MatMul") || is_op(n, "oases", "MatMulT") || is_op(n, kFusedDomain, "FusedMatMul");
+  return is_op(n, "", "MatMul") || is_op(n, "oases", "MatMulT") || is_op(n, kFusedDomain, "FusedMatMul") ||
+         is_op(n, kDeviceFusedDomain, "FusedMatMul");
 }
 
 class Fuser {
  public:
-  Fuser(Graph& g, std::vector<NodeId>& order, const std::set<ValueId>& keep) : g_(g), order_(order), keep_(keep) {
+  Fuser(Graph& g, std::vector<NodeId>& order, const std::set<ValueId>& keep, bool device)
+      : g_(g), order_(order), keep_(keep), device_(device), domain_(device ? kDeviceFusedDomain : kFusedDomain) {
     for (size_t i = 0; i < order_.size(); ++i) pos_[order_[i]] = i;
   }
 
@@ -35,11 +37,12 @@ class Fuser {
     for (NodeId id : snapshot) {
       if (g_.alive(id) && swap_transpose_node(id)) transpose_product(id);
     }
+    // the CPU kernels' own ops beyond the products
     for (NodeId id : snapshot) {
-      if (g_.alive(id) && is_op(g_.node(id), "", "Add")) add_gather_grad(id);
+      if (!device_ && g_.alive(id) && is_op(g_.node(id), "", "Add")) add_gather_grad(id);
     }
     for (NodeId id : snapshot) {
-      if (g_.alive(id) && is_op(g_.node(id), "oases", "Attention")) attention_in_place(id);
+      if (!device_ && g_.alive(id) && is_op(g_.node(id), "oases", "Attention")) attention_in_place(id);
     }
     remove_dead();
     if (slots) {
@@ -56,6 +59,8 @@ class Fuser {
   Graph& g_;
   std::vector<NodeId>& order_;
   const std::set<ValueId>& keep_;
+  const bool device_;
+  const char* domain_;  // of the fused products
   std::map<NodeId, size_t> pos_;
   FusionStats stats_;
 
@@ -246,7 +251,7 @@ class Fuser {
     a.set("trans_b", Attribute::of_int(tb));
     a.set("activation", Attribute::of_string(act));
     g_.remove_node(id);
-    NodeId n = g_.add_node("FusedMatMul", ins, {out}, std::move(a), old.name + name_suffix, kFusedDomain);
+    NodeId n = g_.add_node("FusedMatMul", ins, {out}, std::move(a), old.name + name_suffix, domain_);
     Node& nn = g_.node(n);
     nn.scope = old.scope;
     nn.phase = old.phase;
@@ -302,7 +307,10 @@ class Fuser {
     if (is_op(n, "oases", "MatMulT") || n.num_inputs() > 2) return;  // backward products, or already has a bias
     ValueId y = n.outputs[0];
     DType dt = g_.value(y).dtype;
-    if ((dt != DType::kF32 && dt != DType::kF64) || g_.value(y).shape.size() < 2) return;
+    // the CPU kernels' epilogues: fp32 and fp64; the device's (cuBLASLt and one bias kernel):
+    // fp32 and the 16-bit types
+    bool typed = device_ ? (dt == DType::kF32 || dt == DType::kF16 || dt == DType::kBF16) : (dt == DType::kF32 || dt == DType::kF64);
+    if (!typed || g_.value(y).shape.size() < 2) return;
     if (g_.value(n.inputs[0]).shape.size() < 2 || g_.value(n.inputs[1]).shape.size() < 2) return;
     int64_t ta, tb;
     std::string act;
@@ -386,7 +394,12 @@ int inplace_input(const Graph& g, const Node& n) {
 }
 
 FusionStats fuse_for_cpu(Graph& g, std::vector<NodeId>& order, const std::set<ValueId>& keep, std::vector<size_t>* slots) {
-  Fuser f(g, order, keep);
+  Fuser f(g, order, keep, false);
+  return f.run(slots);
+}
+
+FusionStats fuse_for_device(Graph& g, std::vector<NodeId>& order, const std::set<ValueId>& keep, std::vector<size_t>* slots) {
+  Fuser f(g, order, keep, true);
   return f.run(slots);
 }
 

@@ -42,9 +42,16 @@ struct FusionStats {
   int dead = 0;               // nodes left without readers, removed
 };
 
+// The domain of the device programs' fused products (the same FusedMatMul contract as the CPU's).
+inline constexpr const char* kDeviceFusedDomain = "oases.device";
+
 // `slots` (optional) receives, for each node of the fused order, its place in the order before
 // fusion (a fused node stands where its chain's last node stood).
 FusionStats fuse_for_cpu(Graph& g, std::vector<NodeId>& order, const std::set<ValueId>& keep, std::vector<size_t>* slots = nullptr);
+// For a device's kernels: the products only (transposes folded into the operand flags; bias,
+// activation and residual epilogues, fp32 and the 16-bit types too) as oases.device.FusedMatMul,
+// which the CUDA backend runs through cuBLASLt epilogues; none of the CPU's other ops.
+FusionStats fuse_for_device(Graph& g, std::vector<NodeId>& order, const std::set<ValueId>& keep, std::vector<size_t>* slots = nullptr);
 
 // The input slot whose buffer the CPU kernel of `n` may overwrite with output 0 (elementwise
 // kernels that read element i before writing it, the operand shaped as the output), or -1.

@@ -14,10 +14,14 @@ namespace oases::kernels {
 
 // The vector loops evaluate exactly the scalar expressions (same operations, same order, no fused
 // multiply-add), so every element gets the same bits whichever loop handles it.
+float adamw_bias_correction(float beta, int64_t t) {
+  return 1.f - std::pow(beta, static_cast<float>(t));
+}
+
 void adamw_update(float* p, const float* g, float* m, float* v, int64_t n, float lr, float beta1, float beta2, float eps,
                   float weight_decay, int64_t t, float grad_scale) {
-  const float bc1 = 1.f - std::pow(beta1, static_cast<float>(t));
-  const float bc2 = 1.f - std::pow(beta2, static_cast<float>(t));
+  const float bc1 = adamw_bias_correction(beta1, t);
+  const float bc2 = adamw_bias_correction(beta2, t);
   parallel_range(n, 1 << 15, [&](int64_t i0, int64_t i1) {
     int64_t i = i0;
 #ifdef __AVX2__

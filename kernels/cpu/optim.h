@@ -12,6 +12,8 @@ void adamw_update(float* p, const float* g, float* m, float* v, int64_t n, float
                   float weight_decay, int64_t t, float grad_scale);
 void sgd_update(float* p, const float* g, float* buf, int64_t n, float lr, float momentum, float weight_decay, bool nesterov, bool first,
                 float grad_scale);
+// 1 − β^t in float, the bias correction adamw_update divides by (shared with device updates).
+float adamw_bias_correction(float beta, int64_t t);
 // Σ g² in double; the same bits for any thread count.
 double sum_squares(const float* g, int64_t n);
 

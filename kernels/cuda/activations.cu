@@ -30,6 +30,24 @@ __global__ void gelu_fwd_kernel(bool tanh_form, const T* x, T* y, int64_t n) {
 }
 
 template <class T>
+__global__ void bias_act_kernel(T* y, int64_t rows, int64_t cols, const T* bias, int act, const T* res) {
+  const int64_t n = rows * cols;
+  OASES_GRID_STRIDE(i, n) {
+    float v = to_float(y[i]);
+    if (bias) v += to_float(bias[i % cols]);
+    if (res) v += to_float(res[i]);
+    if (act == static_cast<int>(EpilogueAct::kRelu)) {
+      v = v > 0.f ? v : 0.f;
+    } else if (act == static_cast<int>(EpilogueAct::kGeluErf)) {
+      v = 0.5f * v * (1.f + erff(v * 0.7071067811865476f));
+    } else if (act == static_cast<int>(EpilogueAct::kGeluTanh)) {
+      v = 0.5f * v * (1.f + tanhf(0.7978845608028654f * (v + 0.044715f * v * v * v)));
+    }
+    y[i] = from_float<T>(v);
+  }
+}
+
+template <class T>
 __global__ void gelu_bwd_kernel(bool tanh_form, const T* dy, const T* x, T* dx, int64_t n) {
   OASES_GRID_STRIDE(i, n) {
     float v = to_float(x[i]), d;
@@ -134,6 +152,17 @@ void gelu_forward(bool tanh_form, Elem t, const void* x, void* y, int64_t n, cud
     gelu_fwd_kernel<T><<<grid_for(n, kThreads), kThreads, 0, s>>>(tanh_form, static_cast<const T*>(x), static_cast<T*>(y), n);
   });
   OASES_CUDA_CHECK_LAUNCH("gelu_fwd_kernel");
+}
+
+void bias_activation(Elem t, void* y, int64_t rows, int64_t cols, const void* bias, EpilogueAct act, const void* residual, cudaStream_t s) {
+  int64_t n = rows * cols;
+  if (n <= 0) return;
+  dispatch_floating("bias_activation", t, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    bias_act_kernel<T><<<grid_for(n, kThreads), kThreads, 0, s>>>(static_cast<T*>(y), rows, cols, static_cast<const T*>(bias),
+                                                                  static_cast<int>(act), static_cast<const T*>(residual));
+  });
+  OASES_CUDA_CHECK_LAUNCH("bias_act_kernel");
 }
 
 void gelu_backward(bool tanh_form, Elem t, const void* dy, const void* x, void* dx, int64_t n, cudaStream_t s) {

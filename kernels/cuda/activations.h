@@ -14,6 +14,11 @@ namespace oases::cuda {
 void gelu_forward(bool tanh_form, Elem t, const void* x, void* y, int64_t n, cudaStream_t s);
 void gelu_backward(bool tanh_form, Elem t, const void* dy, const void* x, void* dx, int64_t n, cudaStream_t s);
 
+// The epilogue of a fused product (FusedMatMul) where cuBLASLt does not apply it: y [rows, cols]
+// becomes act(y + bias + residual) (bias [cols] and residual [rows, cols] may be null), in fp32.
+enum class EpilogueAct : int { kNone, kRelu, kGeluErf, kGeluTanh };
+void bias_activation(Elem t, void* y, int64_t rows, int64_t cols, const void* bias, EpilogueAct act, const void* residual, cudaStream_t s);
+
 // SwiGLU on same-shaped gate g and up u: y = silu(g)·u; dg = dy·u·σ(g)(1 + g(1 − σ(g))), du = dy·silu(g).
 // dg or du may be null.
 void swiglu_forward(Elem t, const void* g, const void* u, void* y, int64_t n, cudaStream_t s);

@@ -33,8 +33,10 @@ cublasComputeType_t compute_type(Elem t, bool tf32) {
   return CUBLAS_COMPUTE_32F;
 }
 
-// cuBLASLt, one matrix: true when the heuristic found an algorithm and the call ran.
-bool lt_matmul(BlasHandles& h, Elem t, const GemmDesc& d, const void* a, const void* b, void* c) {
+// cuBLASLt, one matrix: true when the heuristic found an algorithm and the call ran. With `bias`,
+// the epilogue `epi` (bias over the result's columns: the rows of the column-major Cᵀ).
+bool lt_matmul(BlasHandles& h, Elem t, const GemmDesc& d, const void* a, const void* b, void* c, const void* bias = nullptr,
+               cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_DEFAULT) {
   cudaDataType_t dt = data_type(t);
   cublasComputeType_t ct = compute_type(t, h.allow_tf32());
   cudaDataType_t scale_t = t == Elem::kF64 ? CUDA_R_64F : CUDA_R_32F;
@@ -59,6 +61,10 @@ bool lt_matmul(BlasHandles& h, Elem t, const GemmDesc& d, const void* a, const v
   OASES_CUBLAS_CHECK(cublasLtMatmulDescCreate(&op, ct, scale_t));
   OASES_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &opb, sizeof(opb)));
   OASES_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &opa, sizeof(opa)));
+  if (bias) {
+    OASES_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
+    OASES_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+  }
   // stored (column-major) shapes: B is n x k (or k x n when transposed), A is k x m (or m x k)
   OASES_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb, dt, d.trans_b ? d.k : d.n, d.trans_b ? d.n : d.k, d.ldb));
   OASES_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&la, dt, d.trans_a ? d.m : d.k, d.trans_a ? d.k : d.m, d.lda));
@@ -130,6 +136,15 @@ void gemm(BlasHandles& h, Elem t, const GemmDesc& d, const void* a, const void* 
   }
   if (d.batch == 1 && lt_matmul(h, t, d, a, b, c)) return;
   strided_batched(h, t, t, d, a, b, c);
+}
+
+bool gemm_epilogue(BlasHandles& h, Elem t, const GemmDesc& d, const void* a, const void* b, void* c, const void* bias, GemmEpilogue e) {
+  if (d.batch != 1 || d.beta != 0.f || d.m <= 0 || d.n <= 0 || d.k <= 0 || !bias) return false;
+  if (t != Elem::kF32 && t != Elem::kF16 && t != Elem::kBF16) return false;
+  cublasLtEpilogue_t epi = e == GemmEpilogue::kBiasRelu       ? CUBLASLT_EPILOGUE_RELU_BIAS
+                           : e == GemmEpilogue::kBiasGeluTanh ? CUBLASLT_EPILOGUE_GELU_BIAS
+                                                              : CUBLASLT_EPILOGUE_BIAS;
+  return lt_matmul(h, t, d, a, b, c, bias, epi);
 }
 
 void gemm_ex(BlasHandles& h, Elem ab, Elem ct, const GemmDesc& d, const void* a, const void* b, void* c) {

@@ -46,6 +46,11 @@ struct GemmDesc {
 };
 
 void gemm(BlasHandles& h, Elem t, const GemmDesc& d, const void* a, const void* b, void* c);
+// One matrix (batch 1, beta 0) through cuBLASLt with an epilogue on the result: bias [n] added to
+// every row, then ReLU or GELU (tanh form, cuBLASLt's). False (nothing written) when cuBLASLt has
+// no algorithm for it; fp32, fp16 and bf16 (the bias of the result's type).
+enum class GemmEpilogue { kBias, kBiasRelu, kBiasGeluTanh };
+bool gemm_epilogue(BlasHandles& h, Elem t, const GemmDesc& d, const void* a, const void* b, void* c, const void* bias, GemmEpilogue e);
 // The same product with operands of type `ab` (fp32, fp16 or bf16) and a result of type `ct`
 // (e.g. bf16 operands, fp32 scores), accumulated in fp32 (cuBLAS strided batches).
 void gemm_ex(BlasHandles& h, Elem ab, Elem ct, const GemmDesc& d, const void* a, const void* b, void* c);

@@ -421,24 +421,42 @@ TEST(CudaCoverage, CommittedModelsTrainWithCudaKernelsOnly) {
 
 // The CPU executor's fusion (oases.cpu ops, in-place outputs) is for the CPU kernels only: a
 // program compiled for the GPU keeps the canonical graph and a plan without in-place outputs.
-TEST(CudaCoverage, DeviceProgramsAreNotFusedForTheCpu) {
+// A device program gets the products' fusion only (oases.device.FusedMatMul: cuBLASLt epilogues),
+// none of the CPU kernels' fused ops and no in-place outputs; OASES_NO_FUSION=1 leaves it as is.
+TEST(CudaCoverage, DeviceProgramsFuseTheProductsOnly) {
   SmallModel m = load_small("gpt2_tiny", "fp32");
-  auto count_cpu_ops = [](const Program& p) {
+  auto count = [](const Program& p, const std::string& domain) {
     int n = 0;
-    for (NodeId id : p.graph.nodes()) n += p.graph.node(id).domain == "oases.cpu";
+    for (NodeId id : p.graph.nodes()) n += p.graph.node(id).domain == domain;
     return n;
   };
   ExecOptions cpu_opts;
   auto cpu = compile_program(m.tg.graph, cpu_opts);
   ASSERT_TRUE(cpu) << cpu.status().message();
-  EXPECT_GT(count_cpu_ops(*cpu), 0) << "the CPU program should fuse something (else this test checks nothing)";
+  EXPECT_GT(count(*cpu, "oases.cpu"), 0) << "the CPU program should fuse something (else this test checks nothing)";
+  EXPECT_EQ(count(*cpu, "oases.device"), 0);
   ExecOptions cuda_opts;
   cuda_opts.device = "cuda";
   auto dev = compile_program(m.tg.graph, cuda_opts);
   ASSERT_TRUE(dev) << dev.status().message();
-  EXPECT_EQ(count_cpu_ops(*dev), 0);
+  EXPECT_EQ(count(*dev, "oases.cpu"), 0);
+  EXPECT_GT(count(*dev, "oases.device"), 0);
+  for (NodeId id : dev->graph.nodes()) {
+    const Node& n = dev->graph.node(id);
+    if (n.domain == "oases.device") EXPECT_EQ(n.op_type, "FusedMatMul") << n.describe();
+  }
   EXPECT_EQ(dev->memory.inplace, 0);
-  EXPECT_EQ(dev->graph.num_nodes(), m.tg.graph.num_nodes());
+  EXPECT_EQ(dev->fusion.bias, cpu->fusion.bias) << "fp32: the device fuses the same biases as the CPU";
+  ::setenv("OASES_NO_FUSION", "1", 1);
+  auto plain = compile_program(m.tg.graph, cuda_opts);
+  ::unsetenv("OASES_NO_FUSION");
+  ASSERT_TRUE(plain) << plain.status().message();
+  EXPECT_EQ(plain->graph.num_nodes(), m.tg.graph.num_nodes());
+  // 16-bit programs fuse on the device (the CPU's epilogues are fp32/fp64 only)
+  SmallModel b = load_small("gpt2_tiny", "bf16");
+  auto dev16 = compile_program(b.tg.graph, cuda_opts);
+  ASSERT_TRUE(dev16) << dev16.status().message();
+  EXPECT_GT(dev16->fusion.bias, 0);
 }
 
 TEST(CudaDevice, UnusableDeviceIsAnError) {
