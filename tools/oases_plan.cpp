@@ -109,6 +109,10 @@ int plan_main(const std::string& model, int64_t gpus, const std::string& cluster
   }
   ClusterSpec cluster;
   bool at_hand = cluster_file.empty();
+  if (profile && profile->backend == "cuda" && at_hand) {
+    return fail_with(error("{}: a GPU profile times the ops of one GPU; give --cluster FILE for the GPUs and the links between them",
+                           profile_file));
+  }
   int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   int threads = std::max(1, cores / static_cast<int>(gpus));
   if (!at_hand) {

@@ -1,5 +1,7 @@
 // oases-profile --backend cpu|cuda --out profile.json [--model MODEL --ranks N [--batch B --seq T]]
-//   Measures, on the machine at hand, what the planner's cost model needs (planner/profile.h):
+//   --backend cuda: the GPU at hand (tools/profile_cuda.h): its rates, the device optimizer, and
+//   with --model every op at the shapes rank 0 of a plan over --ranks GPUs has, in --dtype.
+//   --backend cpu measures, on the machine at hand, what the planner's cost model needs (planner/profile.h):
 //   the device's matrix-product and streaming rates; collective times over message sizes and
 //   group sizes on the local communicator (and behind --emulate-link); the optimizer's update
 //   rate; and with --model, every op of the training program at the shapes its plans produce (each
@@ -21,6 +23,7 @@
 #include "kernels/cpu/parallel.h"
 #include "planner/profile.h"
 #include "tools/plan_driver.h"
+#include "tools/profile_cuda.h"
 
 using namespace oases;
 
@@ -53,7 +56,7 @@ int main(int argc, char** argv) {
   select_blas_core(argv);
   return run_tool([&] {
     CLI::App app{"oases-profile: measure op and collective times on this machine for the planner"};
-    std::string backend = "cpu", out, model, degrees_s, chunks_s = "1,2,4", emulate, sizes_s;
+    std::string backend = "cpu", out, model, degrees_s, chunks_s = "1,2,4", emulate, sizes_s, dtype = "bf16";
     int64_t ranks = 2, batch = 0, seq = 0;
     int reps = 3, threads = 0;
     double comm_timeout = kDefaultCommTimeoutS;
@@ -69,21 +72,26 @@ int main(int argc, char** argv) {
     app.add_option("--emulate-link", emulate, "Also time collectives behind an emulated link bw=GBPS,latency=US");
     app.add_option("--sizes", sizes_s, "Collective message sizes in bytes (comma list; default 4 KiB to 16 MiB)");
     app.add_option("--reps", reps, "Timed repetitions (the median is kept)");
+    app.add_option("--dtype", dtype, "--backend cuda: the compute type the ops are timed in (fp32 | bf16 | fp16)")->capture_default_str();
     app.add_option("--threads", threads, "Threads per rank (default: the cores shared among the ranks)")
         ->check(CLI::Range(0, kernels::kMaxThreads));
     app.add_option("--comm-timeout", comm_timeout, "Seconds a collective of the thread ranks waits for its peers before the run stops")
         ->capture_default_str();
     bind.add_to(app);
     if (int rc = parse_cli(app, argc, argv); rc >= 0) return rc;
-    if (backend == "cuda" && cuda_built()) {
-      return fail_with(
-          Status::error("--backend cuda: profiling on the GPU is not implemented yet (this build has the CUDA backend for oases-train "
-                        "--device cuda, see docs/GPU.md); profile with --backend cpu, or plan for a GPU from a device table (--cluster)"));
-    }
     if (backend == "cuda") {
-      return fail_with(Status::error(
-          "--backend cuda: this oases-profile was built without the CUDA backend; build with it (-DOASES_CUDA=ON where the CUDA "
-          "toolkit and a GPU are present) or profile with --backend cpu"));
+      CudaProfileOptions co;
+      co.out = out;
+      co.model = model;
+      co.dtype = dtype;
+      co.ranks = app.count("--ranks") ? ranks : 8;
+      co.batch = batch;
+      co.seq = seq;
+      co.degrees = parse_ints(degrees_s, "--degrees");
+      co.chunks = parse_ints(chunks_s, "--chunks");
+      co.reps = reps;
+      if (Status s = bind.apply(&co.import); !s.is_ok()) return fail_with(s);
+      return profile_cuda(co);
     }
     if (ranks < 1) return fail_with(error("--ranks must be at least 1, not {}", ranks));
     if (Status s = check_output_file(out, "--out " + out); !s.is_ok()) return fail_with(s);

@@ -17,6 +17,7 @@
 #include <fmt/format.h>
 
 #include "executor/cuda/cuda_runner.h"
+#include "executor/device_profile.h"
 #include "executor/multi_tensor.h"
 #include "kernels/cuda/optim.h"
 
@@ -373,6 +374,94 @@ Expected<std::unique_ptr<DeviceTrainer>> make_device_trainer(DeviceRunner& runne
   auto t = std::make_unique<cuda::CudaTrainer>(*r);
   OASES_RETURN_IF_ERROR(t->init(g, params, grads, loss, cfg));
   return std::unique_ptr<DeviceTrainer>(std::move(t));
+}
+
+}  // namespace oases
+
+namespace oases {
+
+Expected<double> measure_cuda_optimizer() {
+  // 256 MiB of fp32 parameters in 64 tensors, through the trainer's tables and kernels
+  constexpr int kTensors = 64;
+  constexpr int64_t kEach = int64_t(1) << 20;
+  std::vector<void*> owned;
+  auto cleanup = [&] {
+    for (void* p : owned) cudaFree(p);
+  };
+  try {
+    auto dev = [&](size_t bytes) {
+      void* p = nullptr;
+      OASES_CUDA_CHECK(cudaMalloc(&p, bytes));
+      owned.push_back(p);
+      OASES_CUDA_CHECK(cudaMemset(p, 0, bytes));
+      return p;
+    };
+    auto put = [&](const auto& v) {
+      void* d = dev(v.size() * sizeof(v[0]));
+      OASES_CUDA_CHECK(cudaMemcpy(d, v.data(), v.size() * sizeof(v[0]), cudaMemcpyHostToDevice));
+      return d;
+    };
+    std::vector<int64_t> sizes(kTensors, kEach);
+    OASES_ASSIGN_OR_RETURN(MultiTensorPlan plan, plan_multi_tensor(sizes, int64_t(1) << 16));
+    std::vector<float*> p, m, v;
+    std::vector<const float*> g;
+    for (int i = 0; i < kTensors; ++i) {
+      p.push_back(static_cast<float*>(dev(kEach * 4)));
+      g.push_back(static_cast<const float*>(dev(kEach * 4)));
+      m.push_back(static_cast<float*>(dev(kEach * 4)));
+      v.push_back(static_cast<float*>(dev(kEach * 4)));
+    }
+    cuda::MultiTensorTables tt;
+    tt.param = static_cast<float* const*>(put(p));
+    tt.grad = static_cast<const float* const*>(put(g));
+    tt.m = static_cast<float* const*>(put(m));
+    tt.v = static_cast<float* const*>(put(v));
+    tt.numel = static_cast<const int64_t*>(put(sizes));
+    tt.decay = static_cast<const uint8_t*>(put(std::vector<uint8_t>(kTensors, 1)));
+    tt.block_tensor = static_cast<const int32_t*>(put(plan.block_tensor));
+    tt.block_start = static_cast<const int64_t*>(put(plan.block_start));
+    tt.first_block = static_cast<const int32_t*>(put(plan.first_block));
+    tt.tensors = kTensors;
+    tt.blocks = static_cast<int32_t>(plan.block_tensor.size());
+    tt.chunk = plan.chunk;
+    cuda::StepScalars sc;
+    sc.lr = 1e-4f;
+    sc.beta1 = 0.9f;
+    sc.beta2 = 0.999f;
+    sc.one_minus_beta1 = 1.f - sc.beta1;
+    sc.one_minus_beta2 = 1.f - sc.beta2;
+    sc.eps = 1e-8f;
+    sc.bc1 = 0.1f;
+    sc.bc2 = 0.001f;
+    sc.clip = 1.0;
+    auto* scd = static_cast<cuda::StepScalars*>(put(std::vector<cuda::StepScalars>{sc}));
+    auto* out = static_cast<cuda::StepOutcome*>(dev(sizeof(cuda::StepOutcome)));
+    auto* partials = static_cast<double*>(dev(plan.block_tensor.size() * sizeof(double)));
+    auto* per = static_cast<double*>(dev(kTensors * sizeof(double)));
+    cudaEvent_t e0, e1;
+    OASES_CUDA_CHECK(cudaEventCreate(&e0));
+    OASES_CUDA_CHECK(cudaEventCreate(&e1));
+    auto step = [&] {
+      cuda::multi_tensor_norm(tt, false, scd, partials, per, out, nullptr);
+      cuda::multi_tensor_update(tt, false, scd, out, nullptr);
+    };
+    for (int i = 0; i < 3; ++i) step();
+    constexpr int kReps = 10;
+    OASES_CUDA_CHECK(cudaEventRecord(e0, nullptr));
+    for (int i = 0; i < kReps; ++i) step();
+    OASES_CUDA_CHECK(cudaEventRecord(e1, nullptr));
+    OASES_CUDA_CHECK(cudaEventSynchronize(e1));
+    float ms = 0;
+    OASES_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    cleanup();
+    double mib = static_cast<double>(kTensors * kEach * 4) / (1 << 20);
+    return static_cast<double>(ms) * 1e3 / kReps / mib;
+  } catch (const std::exception& e) {
+    cleanup();
+    return Status::error(e.what());
+  }
 }
 
 }  // namespace oases

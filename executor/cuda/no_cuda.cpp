@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "executor/device.h"
+#include "executor/device_profile.h"
 #include "executor/executor.h"
 
 namespace oases {
@@ -16,6 +17,9 @@ Expected<std::unique_ptr<DeviceRunner>> make_cuda_runner(const Program&, const E
 }
 Expected<std::unique_ptr<DeviceTrainer>> make_device_trainer(DeviceRunner&, const Graph&, const std::vector<ValueId>&,
                                                              const std::vector<ValueId>&, ValueId, const OptimizerConfig&) {
+  return Status::error(kNoCuda);
+}
+Expected<double> measure_cuda_optimizer() {
   return Status::error(kNoCuda);
 }
 bool cuda_built() {
