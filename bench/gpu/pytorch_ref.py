@@ -377,6 +377,10 @@ def child(a):
                "traceback_tail": traceback.format_exc().splitlines()[-6:]}
         if "out of memory" in str(e).lower():
             res["reason"] = "out of memory: " + res["reason"]
+    try:
+        res["versions"] = versions()
+    except Exception:
+        pass
     with open(a.out, "w") as f:
         json.dump(res, f)
 
@@ -393,7 +397,8 @@ def parent(a, argv):
     if a.device == "cpu" and a.dtype == "fp16":
         print("error: fp16 autocast is GPU-only in PyTorch; use bf16 or fp32 with --device cpu", file=sys.stderr)
         sys.exit(2)
-    out = {**versions(), "config": {k: getattr(a, k) for k in ("hidden", "layers", "heads", "batch", "seq", "vocab", "dtype",
+    # versions of the device side come from the children: this process stays off the GPU
+    out = {"torch": torch.__version__, "device": a.device, "config": {k: getattr(a, k) for k in ("hidden", "layers", "heads", "batch", "seq", "vocab", "dtype",
                                                                "steps", "warmup", "compile_mode", "compile_scope")},
            "modes": {}}
     # the child gets the same arguments with its own mode and output
@@ -451,6 +456,10 @@ def parent(a, argv):
         finally:
             os.unlink(path)
         res["wall_s"] = round(time.perf_counter() - t0, 1)
+        for k, v in res.pop("versions", {}).items():
+            out.setdefault("versions_from", mode)
+            if out.get("versions_from") == mode:
+                out[k] = v
         out["modes"][mode] = res
         what = (f"{res['median_ms']:.1f} ms/step" if res["status"] == "ok" else f"{res['status']}: {res.get('reason', '')}")
         print(f"pytorch {mode}: {what} ({res['wall_s']:.0f} s)", file=sys.stderr)

@@ -73,7 +73,10 @@ BIN=${OASES_BIN:-${OASES_BUILD_DIR:-build}/bin}
 PY=${OASES_PYTHON:-/usr/bin/python3}
 [[ -x $BIN/oases-train && -x $BIN/oases-gpu-info ]] || { echo "error: $BIN/oases-train or oases-gpu-info not found: build first (cmake -S . -B build && cmake --build build -j)" >&2; exit 2; }
 
-if [[ -n $HIDDEN$LAYERS$BATCH$SEQ ]]; then
+if [[ -n $HIDDEN$LAYERS$BATCH$SEQ && $ALL == 1 ]]; then
+  echo "error: --all runs its own stacks: leave out --hidden, --layers, --batch and --seq" >&2
+  exit 2
+elif [[ -n $HIDDEN$LAYERS$BATCH$SEQ ]]; then
   STACKS=("${HIDDEN:-1024} ${LAYERS:-24} ${BATCH:-8} ${SEQ:-1024}")
 elif [[ $ALL == 1 ]]; then
   STACKS=("1024 24 8 1024" "2048 24 4 1024" "3072 24 2 1024" "4096 16 2 1024")
