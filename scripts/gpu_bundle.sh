@@ -13,8 +13,8 @@
 #
 # The build: ${OASES_GPU_BUILD_DIR:-build-gpu}, configured here if missing with the CUDA backend,
 # without MPI (one process; NCCL across GPUs needs an MPI build on the GPU machine itself) and for
-# ${OASES_CUDA_ARCHS:-90}. The test binaries carry this checkout's path for their data
-# (OASES_SOURCE_DIR): check the commit out at the same path there, or link it.
+# ${OASES_CUDA_ARCHS:-90}. oases_gpu_tests finds the committed models through $OASES_SOURCE_DIR,
+# which scripts/gpu_checks.sh sets to the checkout it runs from (else the path it was built at).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-oases-gpu.tar.xz}
