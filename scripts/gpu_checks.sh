@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# scripts/gpu_checks.sh: every check that needs a GPU, for a machine that has one (CI has none; there
-# the GPU tests report SKIPPED). Builds nothing: point OASES_BIN at a CUDA build's bin folder
-# (default build/bin; oases_gpu_tests is looked for there and in ../tests/bin).
+# scripts/gpu_checks.sh [--no-bench] [--no-record]: every check that needs a GPU, for a machine that
+# has one (CI has none; there the GPU tests report SKIPPED). Builds nothing: point OASES_BIN at a
+# CUDA build's bin folder (default build/bin; oases_gpu_tests is looked for there and in
+# ../tests/bin), OASES_PYTHON at a Python whose torch has CUDA (default python3).
 #
 #   1. oases-gpu-info: the libraries load, a device is seen
 #   2. oases_gpu_tests: every committed model's forward and backward values on the GPU against the
@@ -13,28 +14,126 @@
 #   5. oases-train on the GPU against the CPU, 8 steps each, in the configurations the executor
 #      treats differently: a schedule with chunks and recomputation, gradient accumulation, fp16 with
 #      loss scaling, a checkpoint written on the GPU and resumed, a Hugging Face export
+#   6. bench/gpu/run.sh, both default stacks (hidden 1024 x 24, batch 8 x 1024; hidden 2048 x 24,
+#      batch 4 x 2048) against PyTorch eager (SDPA, fused AdamW) and torch.compile: its tables, and a
+#      FAIL when oases-train fails there (a PyTorch mode that fails is a row of the table). Skipped
+#      with --no-bench or OASES_GPU_CHECKS_NO_BENCH=1; OASES_BENCH_ARGS adds options to run.sh (e.g.
+#      "--compile-scope model"); OASES_BENCH_TIMEOUT (default 330 s) bounds it, each PyTorch mode
+#      180 s (a row "timed out" past that).
+#
+# The record: with a device, everything printed goes to DIR/YYYY-MM-DD-<short commit>.txt
+# (DIR = $OASES_GPU_RUN_DIR, default docs/gpu-runs; -2, -3, ... when taken), headed by the commit
+# (and whether the tree was dirty), the bundle's build commit, the date, host, device, driver, CUDA
+# runtime, cuBLAS, cuDNN, NCCL and PyTorch versions; the bench's JSON beside it (.bench.json). Each
+# section prints its seconds. Without a device nothing is recorded unless OASES_GPU_RUN_DIR is set;
+# --no-record writes none. Budget on one H100: about 3 minutes for 1-5, 4 for the bench.
 #
 # Prints one line per check and a summary; exits 1 when any check fails, 0 otherwise.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 2
 BIN=${OASES_BIN:-build/bin}
 PY=${OASES_PYTHON:-python3}
+BENCH=1 RECORD=1
+[[ ${OASES_GPU_CHECKS_NO_BENCH:-0} == 1 ]] && BENCH=0
+for arg in "$@"; do
+  case $arg in
+    --no-bench) BENCH=0 ;;
+    --no-record) RECORD=0 ;;
+    -h | --help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    *) echo "error: unknown option $arg (--no-bench, --no-record)" >&2; exit 2 ;;
+  esac
+done
 export OASES_BIN=$BIN OASES_SOURCE_DIR=$PWD
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
+T_START=$SECONDS
+
+# -- what the record is headed by (nothing here may stop the checks)
+git_() { git -c safe.directory="$PWD" "$@" 2>/dev/null; }
+COMMIT=$(git_ rev-parse HEAD) || COMMIT=""
+if [[ -n $COMMIT ]]; then
+  SHORT=${COMMIT:0:7}
+  CHANGED=$(git_ status --porcelain --untracked-files=no | wc -l)
+  if [[ $CHANGED == 0 ]]; then TREE="clean"; else TREE="dirty: $CHANGED tracked files changed"; fi
+  COMMIT_LINE="$COMMIT ($TREE) $(git_ log -1 --format='%cd %s' --date=short | cut -c1-100)"
+else
+  SHORT="nogit" COMMIT_LINE="unknown (no git metadata here)" TREE=""
+fi
+GPU_INFO=$("$BIN/oases-gpu-info" --json 2>/dev/null) || GPU_INFO=""
+COUNT=$("$PY" -c 'import json,sys; print(json.load(sys.stdin)["devices"]["count"])' <<<"$GPU_INFO" 2>/dev/null) || COUNT=0
+REC=""
+if [[ $RECORD == 1 && ( $COUNT != 0 || -n ${OASES_GPU_RUN_DIR:-} ) ]]; then
+  REC_DIR=${OASES_GPU_RUN_DIR:-docs/gpu-runs}
+  if mkdir -p "$REC_DIR"; then
+    stem=$REC_DIR/$(date -u +%Y-%m-%d)-$SHORT
+    REC=$stem.txt
+    n=2
+    while [[ -e $REC ]]; do REC=$stem-$n.txt; n=$((n + 1)); done
+  else
+    echo "warning: cannot create $REC_DIR: no record written" >&2
+  fi
+fi
+
+header() {
+  echo "== GPU run record: scripts/gpu_checks.sh $*"
+  echo "commit:    $COMMIT_LINE"
+  [[ $TREE == dirty* ]] && git_ status --porcelain --untracked-files=no | head -20 | sed 's/^/           /'
+  if [[ -n ${OASES_BUNDLE_INFO:-} && -f $OASES_BUNDLE_INFO ]]; then
+    echo "binaries:  $BIN, the bundle's BUILD_INFO: $(tr '\n' ' ' <"$OASES_BUNDLE_INFO")"
+    built=$(sed -n 's/^built from \([0-9a-f]\{40\}\).*/\1/p' "$OASES_BUNDLE_INFO")
+    [[ -n $built && -n $COMMIT && $built != "$COMMIT" ]] && echo "           WARNING: the binaries were built from another commit than this checkout's"
+  else
+    echo "binaries:  $BIN"
+  fi
+  echo "date:      $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
+  echo "host:      $(hostname 2>/dev/null), $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo 2>/dev/null | cut -d: -f2- | sed 's/^ //'), $(awk '/MemTotal/ {printf "%.0f GiB", $2 / 1048576}' /proc/meminfo 2>/dev/null)"
+  if command -v nvidia-smi >/dev/null; then
+    echo "nvidia-smi: $(nvidia-smi --query-gpu=index,name,driver_version,memory.total,pci.bus_id --format=csv,noheader 2>&1 | paste -sd';')"
+  else
+    echo "nvidia-smi: not found"
+  fi
+  "$PY" - "$GPU_INFO" <<'PY' 2>/dev/null || echo "oases-gpu-info: no JSON from $BIN/oases-gpu-info --json"
+import json, sys
+j = json.loads(sys.argv[1])
+d = j["devices"]
+devs = ", ".join(f"{n} (sm_{s}, {m:.0f} GiB)" for n, s, m in zip(d.get("names", []), d.get("sm", []), d.get("memory_gib", [])))
+print(f"devices:   {d['count']}{': ' + devs if devs else ''}{' (' + d['error'] + ')' if d.get('error') else ''}")
+for lib in j.get("libraries", []):
+    v = lib.get("version") or "-"
+    extra = f"  (built with {lib['compiled']})" if lib.get("compiled") and lib.get("compiled") != v else ""
+    print(f"  {lib['library']:12} {v}{extra}{'  ' + lib['note'] if lib.get('note') else ''}")
+PY
+  echo "python:    $PY: $("$PY" -c 'import sys, torch
+print(sys.version.split()[0], "torch", torch.__version__, "CUDA", torch.version.cuda, "cuDNN", torch.backends.cudnn.version(),
+      "device", torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none")' 2>&1 | tail -1)"
+  echo "bench:     $([[ $BENCH == 1 ]] && echo "on (${OASES_BENCH_ARGS:-default stacks})" || echo off)"
+  echo "record:    ${REC:-none}"
+}
+
+SEC_NAME="" SEC_T=0 SEC_SUMMARY=""
+section() {  # ends the running section (its seconds), starts the next
+  if [[ -n $SEC_NAME ]]; then
+    echo "-- $SEC_NAME: $((SECONDS - SEC_T)) s"
+    SEC_SUMMARY+="${SEC_SUMMARY:+, }${SEC_NAME%%.*} $((SECONDS - SEC_T)) s"
+  fi
+  SEC_NAME=$1 SEC_T=$SECONDS
+  [[ -n $1 ]] && echo "== $1"
+}
+
+checks() {
 pass=0 failed=0 refused=0
 ok() { echo "ok: $*"; pass=$((pass + 1)); }
 bad() { echo "FAIL: $*"; failed=$((failed + 1)); }
+header "$@"
 
-echo "== 1. oases-gpu-info"
+section "1. oases-gpu-info"
 if "$BIN/oases-gpu-info"; then ok "oases-gpu-info"; else bad "oases-gpu-info"; fi
-count=$("$BIN/oases-gpu-info" --json | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["devices"]["count"])')
-if [[ $count == 0 ]]; then
+if [[ $COUNT == 0 ]]; then
   echo "no CUDA device here: nothing to check"
-  exit 0
+  return 0
 fi
 
-echo "== 2. oases_gpu_tests"
+section "2. oases_gpu_tests"
 T=$BIN/oases_gpu_tests
 [[ -x $T ]] || T=$BIN/../tests/bin/oases_gpu_tests
 if "$T" --gtest_brief=1 >"$WORK/gtest.log" 2>&1; then ok "oases_gpu_tests ($(grep -E '^\[  PASSED' "$WORK/gtest.log"))"; else
@@ -42,13 +141,13 @@ if "$T" --gtest_brief=1 >"$WORK/gtest.log" 2>&1; then ok "oases_gpu_tests ($(gre
   grep -E 'Failure|FAILED' -A4 "$WORK/gtest.log" | head -40
 fi
 
-echo "== 3. tests/e2e/test_gpu_train.sh"
+section "3. tests/e2e/test_gpu_train.sh"
 if bash tests/e2e/test_gpu_train.sh >"$WORK/e2e.log" 2>&1; then ok "test_gpu_train ($(grep worst "$WORK/e2e.log" | tr '\n' ';'))"; else
   bad "test_gpu_train"
   tail -20 "$WORK/e2e.log"
 fi
 
-echo "== 4. forward of every committed model on the GPU"
+section "4. forward of every committed model on the GPU"
 for d in models/small/*/ models/hf/*/ tests/data/models/*/; do
   d=${d%/}
   [[ -f $d/model.onnx && -d $d/test_data_set_0 && -f $d/test_data_set_0/output_0.pb ]] || continue
@@ -64,7 +163,7 @@ for d in models/small/*/ models/hf/*/ tests/data/models/*/; do
   fi
 done
 
-echo "== 5. oases-train on the GPU against the CPU"
+section "5. oases-train on the GPU against the CPU"
 M=models/train/gpt2_bytes/model.onnx
 DATA=data/kjv_genesis.txt
 train_pair() {  # NAME TOL MODEL ARGS...: 8 steps on each device, losses within TOL (relative)
@@ -117,5 +216,54 @@ else
   bad "resume on the GPU: a run failed"
 fi
 
+section "6. bench/gpu (oases against PyTorch eager and torch.compile)"
+if [[ $BENCH == 0 ]]; then
+  echo "skipped (--no-bench or OASES_GPU_CHECKS_NO_BENCH=1)"
+elif ! "$PY" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+  echo "skipped: $PY has no PyTorch that sees the GPU (set OASES_PYTHON)"
+else
+  # shellcheck disable=SC2086
+  timeout -k 10 "${OASES_BENCH_TIMEOUT:-330}" env OASES_PYTHON="$PY" bash bench/gpu/run.sh --out-dir "$WORK/bench" \
+    --mode-timeout 180 ${OASES_BENCH_ARGS:-}
+  rc=$?
+  if [[ -n $REC && -f $WORK/bench/bench.json ]]; then
+    cp "$WORK/bench/bench.json" "${REC%.txt}.bench.json" && echo "bench JSON: ${REC%.txt}.bench.json"
+  fi
+  if [[ $rc == 124 || $rc == 137 ]]; then
+    bad "bench/gpu ran past ${OASES_BENCH_TIMEOUT:-330} s and was stopped"
+  elif [[ $rc != 0 ]]; then
+    bad "bench/gpu exited $rc"
+  elif r=$("$PY" - "$WORK/bench/bench.json" <<'PY'
+import json, sys
+b = json.load(open(sys.argv[1]))
+out, bad = [], []
+for s in b["stacks"]:
+    if "rows" not in s:
+        bad.append(f"{s.get('dir')}: {s.get('error')}")
+        continue
+    st, o = s["stack"], s["rows"]["oases"]
+    name = f"h{st['hidden']}x{st['layers']} b{st['batch']}x{st['seq']}"
+    if o.get("status") != "ok":
+        bad.append(f"{name}: oases-train {o.get('status')}: {o.get('reason', '')}")
+        continue
+    ratios = ", ".join(f"{k[6:]} {v:.2f}x" for k, v in s["oases_throughput_over"].items())
+    out.append(f"{name} {o['median_ms']:.0f} ms, {100 * o['mfu']:.1f}% MFU (oases/torch throughput: {ratios or 'no PyTorch mode ran'})")
+print("; ".join(bad or out))
+sys.exit(1 if bad else 0)
+PY
+  ); then ok "bench/gpu: $r"; else bad "bench/gpu: $r"; fi
+fi
+
+section ""
 echo "== $pass passed, $failed failed, $refused refused for want of a CUDA kernel"
+echo "seconds per section: $SEC_SUMMARY; total $((SECONDS - T_START)) s"
 [[ $failed == 0 ]]
+}
+
+if [[ -n $REC ]]; then
+  checks "$@" 2>&1 | tee "$REC"
+  rc=${PIPESTATUS[0]}
+  echo "record: $REC"
+  exit "$rc"
+fi
+checks "$@"

@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <thread>
 
@@ -30,13 +31,22 @@ namespace {
     if (Status st_ = cuda_usable(); !st_.is_ok()) GTEST_SKIP() << "no GPU here: " << st_.message(); \
   } while (0)
 
+// The checkout holding the committed models: $OASES_SOURCE_DIR where it has them (scripts/gpu_checks.sh
+// sets it, so binaries built in another folder, e.g. scripts/gpu_bundle.sh's, find them), else the
+// source folder this binary was built from.
+fs::path source_dir() {
+  const char* env = std::getenv("OASES_SOURCE_DIR");
+  if (env && *env && fs::is_directory(fs::path(env) / "models" / "small")) return fs::path(env);
+  return fs::path(OASES_SOURCE_DIR);
+}
+
 struct Loaded {
   TrainingGraph tg;
   std::map<std::string, Tensor> feeds;
 };
 
 Loaded load(const std::string& name, DType compute) {
-  fs::path dir = fs::path(OASES_SOURCE_DIR) / "models" / "small" / name, data = dir / "test_data_set_0";
+  fs::path dir = source_dir() / "models" / "small" / name, data = dir / "test_data_set_0";
   Loaded out;
   ImportOptions opts;
   for (int i = 0; fs::exists(data / ("input_" + std::to_string(i) + ".pb")); ++i) {
@@ -120,7 +130,7 @@ TEST_P(CommittedModelsOnGpu, EveryValueMatchesCpuBf16) {
 
 std::vector<std::string> small_models() {
   std::vector<std::string> out;
-  for (const auto& e : fs::directory_iterator(fs::path(OASES_SOURCE_DIR) / "models" / "small")) {
+  for (const auto& e : fs::directory_iterator(source_dir() / "models" / "small")) {
     if (fs::exists(e.path() / "model.onnx") && fs::exists(e.path() / "test_data_set_0")) out.push_back(e.path().filename().string());
   }
   std::sort(out.begin(), out.end());
