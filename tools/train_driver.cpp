@@ -323,7 +323,11 @@ Status run_rank(const TrainSetup& s, RankRuntime& rt, RankRuntime* world = nullp
       nlohmann::json j{{"step", done}, {"loss", st.loss}, {"lr", st.lr}, {"grad_norm", st.grad_norm}, {"tokens_per_s", tps}, {"ms", st.ms},
                          {"run_ms", st.run_ms}, {"update_ms", st.update_ms}};
       if (val) j["val_loss"] = *val;
-      if (st.device) j["device_peak_mib"] = static_cast<double>(tr.peak_device_bytes()) / (1 << 20);
+      if (st.device) {
+        // run_ms and update_ms are then the device's time for the programs and for the update
+        j["device"] = true;
+        j["device_peak_mib"] = static_cast<double>(tr.peak_device_bytes()) / (1 << 20);
+      }
       if (lsc.dynamic) {
         j["loss_scale"] = scaler.scale();
         j["skipped"] = st.skipped;

@@ -69,7 +69,7 @@ def oases_row(d, warmup):
          "min_ms": min(s["ms"] for s in timed), "max_ms": max(s["ms"] for s in timed),
          "median_run_ms": statistics.median(s.get("run_ms", 0) for s in timed),
          "median_update_ms": statistics.median(s.get("update_ms", 0) for s in timed),
-         "final_loss": steps[-1].get("loss")}
+         "final_loss": steps[-1].get("loss"), "device": all(s.get("device") for s in timed)}
     peaks = [s["device_peak_mib"] for s in steps if isinstance(s.get("device_peak_mib"), (int, float))]
     r["device_peak_mib"] = max(peaks) if peaks else None
     return r
@@ -112,7 +112,14 @@ def profile_summary(d):
     steps = read_jsonl(os.path.join(d, "profile.jsonl"))[1:]  # --profile leaves the first step out too
     s = {"status": "ok", "steps": steps_n, "kernels_ms": kernels, "activation_arena_mib": arena,
          "top_ops": sorted(ops, key=lambda o: -o["ms"])[:8]}
-    if steps:
+    if steps and all(x.get("device") for x in steps):
+        # training state on the device: run_ms and update_ms are device times (CUDA events)
+        step = statistics.mean(x["ms"] for x in steps)
+        run = statistics.mean(x.get("run_ms", 0) for x in steps)
+        upd = statistics.mean(x.get("update_ms", 0) for x in steps)
+        s.update(device=True, step_ms=step, programs_ms=run, launch_gaps_ms=run - kernels, device_update_ms=upd,
+                 host_ms=step - run - upd)
+    elif steps:
         step = statistics.mean(x["ms"] for x in steps)
         run = statistics.mean(x.get("run_ms", 0) for x in steps)
         s.update(step_ms=step, run_outside_kernels_ms=run - kernels, update_ms=step - run)
@@ -212,7 +219,10 @@ def print_table(s):
     ver = f"torch {t.get('torch', '?')}" + (f" (CUDA {t['cuda']}, cuDNN {t.get('cudnn')})" if t.get("cuda") else "")
     print(ver + ("; " + "; ".join(notes) if notes else ""))
     o = s["rows"]["oases"]
-    if o.get("status") == "ok":
+    if o.get("status") == "ok" and o.get("device"):
+        print(f"oases: programs {o['median_run_ms']:.1f} ms + update {o['median_update_ms']:.1f} ms on the device, the rest of the "
+              f"{o['median_ms']:.1f} ms step on the host (median); device peak {fmt_mib(o.get('device_peak_mib'))} MiB")
+    elif o.get("status") == "ok":
         print(f"oases: graph run {o['median_run_ms']:.1f} ms + host update {o['median_update_ms']:.1f} ms a step (median); "
               f"device peak {fmt_mib(o.get('device_peak_mib'))} MiB")
     p = s["profile"]
@@ -221,7 +231,14 @@ def print_table(s):
     if p.get("status") != "ok":
         print(f"oases --profile: {p.get('status')}: {p.get('reason', '')}")
         return
-    if "run_outside_kernels_ms" in p:
+    if p.get("device"):
+        step = p["step_ms"]
+        pct = lambda x: f"{100 * x / step:.0f}%" if step > 0 else "-"
+        print(f"oases --profile ({p['steps']} steps, per-instruction events; profiling adds to the step): "
+              f"{step:.1f} ms a step = programs on the device {p['programs_ms']:.1f} ms ({pct(p['programs_ms'])}: kernels "
+              f"{p['kernels_ms']:.1f} ms, gaps between launches {p['launch_gaps_ms']:.1f} ms) + update on the device "
+              f"{p['device_update_ms']:.1f} ms ({pct(p['device_update_ms'])}) + host {p['host_ms']:.1f} ms ({pct(p['host_ms'])})")
+    elif "run_outside_kernels_ms" in p:
         step = p["step_ms"]
         pct = lambda x: f"{100 * x / step:.0f}%" if step > 0 else "-"
         print(f"oases --profile ({p['steps']} steps, per-instruction times; profiling adds to the step): "

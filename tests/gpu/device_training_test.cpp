@@ -7,66 +7,23 @@
 
 #include <cmath>
 #include <cstring>
-#include <filesystem>
 #include <limits>
 #include <random>
 
-#include "executor/device.h"
 #include "executor/multi_tensor.h"
-#include "executor/training.h"
-#include "graph/passes/mixed_precision.h"
 #include "kernels/cpu/optim.h"
 #include "kernels/cuda/optim.h"
-#include "tools/model_loader.h"
-
-namespace fs = std::filesystem;
+#include "tests/gpu/gpu_test_common.h"
 
 namespace oases {
 namespace {
 
-#define REQUIRE_GPU()                                                                               \
-  do {                                                                                              \
-    if (Status st_ = cuda_usable(); !st_.is_ok()) GTEST_SKIP() << "no GPU here: " << st_.message(); \
-  } while (0)
+using gpu_test::Loaded;
 
 #define CK(call) ASSERT_EQ((call), cudaSuccess) << #call
 
-struct Loaded {
-  TrainingGraph tg;
-  std::map<std::string, Tensor> feeds;
-};
-
-// A committed small model's training graph (fp32; with the loss-scale input of mixed precision
-// when asked) and its test inputs.
 Loaded load(const std::string& name, bool loss_scale_input = false) {
-  fs::path dir = fs::path(OASES_SOURCE_DIR) / "models" / "small" / name, data = dir / "test_data_set_0";
-  Loaded out;
-  ImportOptions opts;
-  for (int i = 0; fs::exists(data / ("input_" + std::to_string(i) + ".pb")); ++i) {
-    auto t = read_tensor_file((data / ("input_" + std::to_string(i) + ".pb")).string());
-    out.feeds[t->first] = t->second;
-    opts.input_shapes[t->first] = t->second.shape();
-  }
-  auto m = load_model((dir / "model.onnx").string(), opts);
-  EXPECT_TRUE(m) << m.status().message();
-  TrainingSpec spec;
-  if (loss_scale_input) {
-    spec.before_autodiff = [](Graph g) -> Expected<Graph> {
-      OASES_RETURN_IF_ERROR(insert_loss_scale_input(g));
-      return g;
-    };
-  }
-  auto tg = build_training_graph(m->graph, spec);
-  EXPECT_TRUE(tg) << tg.status().message();
-  out.tg = std::move(*tg);
-  if (out.tg.appended_loss) {
-    auto roles = input_roles(out.tg.graph, out.tg.targets);
-    EXPECT_TRUE(roles) << roles.status().message();
-    for (const InputRole& r : *roles) {
-      if (r.kind == InputRole::kTokens) out.feeds["oases_targets"] = shifted_targets(out.feeds.at(r.name), -100);
-    }
-  }
-  return out;
+  return gpu_test::load_small_model(name, DType::kF32, loss_scale_input);
 }
 
 std::vector<float> random_floats(int64_t n, uint32_t seed, float scale) {
