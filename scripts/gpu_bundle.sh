@@ -19,7 +19,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-oases-gpu.tar.xz}
 BUILD=${OASES_GPU_BUILD_DIR:-build-gpu}
-TARGETS=(oases-train oases-run oases-gpu-info oases_gpu_tests)
+TARGETS=(oases-train oases-run oases-gpu-info oases-profile oases-plan oases_gpu_tests)
 if [[ ! -f $BUILD/CMakeCache.txt ]]; then
   GEN=()
   command -v ninja >/dev/null && GEN=(-G Ninja)

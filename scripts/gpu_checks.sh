@@ -14,7 +14,9 @@
 #   5. oases-train on the GPU against the CPU, 8 steps each, in the configurations the executor
 #      treats differently: a schedule with chunks and recomputation, gradient accumulation, fp16 with
 #      loss scaling, a checkpoint written on the GPU and resumed, a Hugging Face export
-#   6. bench/gpu/run.sh, both default stacks (hidden 1024 x 24, batch 8 x 1024; hidden 2048 x 24,
+#   6. oases-profile --backend cuda on a small model (rates, optimizer, every op at tp 1 and 2) and
+#      oases-plan planning from that profile with a cluster file
+#   7. bench/gpu/run.sh, both default stacks (hidden 1024 x 24, batch 8 x 1024; hidden 2048 x 24,
 #      batch 4 x 2048) against PyTorch eager (SDPA, fused AdamW) and torch.compile: its tables, and a
 #      FAIL when oases-train fails there (a PyTorch mode that fails is a row of the table). Skipped
 #      with --no-bench or OASES_GPU_CHECKS_NO_BENCH=1; OASES_BENCH_ARGS adds options to run.sh (e.g.
@@ -216,7 +218,18 @@ else
   bad "resume on the GPU: a run failed"
 fi
 
-section "6. bench/gpu (oases against PyTorch eager and torch.compile)"
+section "6. oases-profile --backend cuda, and a plan from its profile"
+if "$BIN/oases-profile" --backend cuda --model "$M" --ranks 2 --batch 4 --seq 64 --chunks 1,2 --out "$WORK/gpu-profile.json" \
+  >"$WORK/profile.log" 2>&1 &&
+  "$BIN/oases-plan" "$M" --gpus 2 --cluster clusters/h100_dgx_64.json --profile "$WORK/gpu-profile.json" --batch 4 --seq 64 \
+    --dtype bf16 --out "$WORK/plan-from-profile.json" >"$WORK/plan.log" 2>&1; then
+  grep -E "^(device|optimizer|ops):" "$WORK/profile.log"
+  ok "oases-profile --backend cuda, oases-plan --profile: $(grep -c '"key"' "$WORK/gpu-profile.json") op samples, $(grep -E 'chosen' "$WORK/plan.log" | head -1 | sed 's/^ *//')"
+else
+  bad "oases-profile --backend cuda / oases-plan --profile: $(tail -3 "$WORK/profile.log" "$WORK/plan.log" 2>/dev/null | tr '\n' ' ')"
+fi
+
+section "7. bench/gpu (oases against PyTorch eager and torch.compile)"
 if [[ $BENCH == 0 ]]; then
   echo "skipped (--no-bench or OASES_GPU_CHECKS_NO_BENCH=1)"
 elif ! "$PY" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then

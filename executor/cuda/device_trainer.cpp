@@ -216,12 +216,16 @@ void CudaTrainer::graphs_off(const std::string& why) {
 template <class F>
 void CudaTrainer::launch(cudaGraphExec_t& exec, bool may_capture, F&& enqueue) {
   cudaStream_t cs = run_.compute_stream();
-  if (exec && blocker_.empty()) {
+  if (!may_capture || !blocker_.empty()) {  // timed launches (--profile) or graphs off
+    enqueue();
+    return;
+  }
+  if (exec) {
     OASES_CUDA_CHECK(cudaGraphLaunch(exec, cs));
     ++replays_;
     return;
   }
-  if (!may_capture || !blocker_.empty() || steps_ < 1) {
+  if (steps_ < 1) {  // the warm-up step
     enqueue();
     return;
   }
