@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # scripts/gpu_bundle.sh [OUT.tar.xz]: packs a CUDA build of the tools and GPU tests, with the shared
 # libraries they need that a GPU machine without this project's Debian -dev packages lacks
-# (OpenBLAS, ONNX, protobuf, fmt, gfortran, ...), into one archive; CUDA, cuBLAS, cuDNN and NCCL
+# (OpenBLAS, ONNX, protobuf, fmt, gfortran, ...), into one archive; CUDA, cuBLAS, cuDNN, NCCL and NVRTC
 # are taken from the GPU machine. How docs/GPU.md's first runs were made: on the GPU machine,
 #
 #   mkdir -p /tmp/oases && tar -C /tmp/oases -xJf oases-gpu.tar.xz
@@ -42,7 +42,7 @@ cat >"$STAGE/env.sh" <<'EOF'
 # source me: the bundle's tools on PATH, its libraries and the machine's CUDA libraries found
 _here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 _dirs=$_here/lib
-for _n in libcudart.so.13 libcublas.so.13 libcublasLt.so.13 libcudnn.so.9 libnccl.so.2; do
+for _n in libcudart.so.13 libcublas.so.13 libcublasLt.so.13 libcudnn.so.9 libnccl.so.2 libnvrtc.so.13; do
   _f=$(find / -xdev \( -path /proc -o -path /sys \) -prune -o -name "$_n" -print 2>/dev/null | head -1)
   if [[ -n $_f ]]; then _dirs=$_dirs:$(dirname "$_f"); else echo "env.sh: $_n not found" >&2; fi
 done
