@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # scripts/gpu_bundle.sh [OUT.tar.xz]: packs a CUDA build of the tools and GPU tests, with the shared
 # libraries they need that a GPU machine without this project's Debian -dev packages lacks
-# (OpenBLAS, ONNX, protobuf, fmt, gfortran, ...), into one archive; CUDA, cuBLAS, cuDNN and NCCL
+# (OpenBLAS, ONNX, protobuf, fmt, gfortran, ...), into one archive; CUDA, cuBLAS, cuDNN, NCCL and NVRTC
 # are taken from the GPU machine. How docs/GPU.md's first runs were made: on the GPU machine,
 #
 #   mkdir -p /tmp/oases && tar -C /tmp/oases -xJf oases-gpu.tar.xz

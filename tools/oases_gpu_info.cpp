@@ -33,7 +33,7 @@ int main(int argc, char** argv) {
     for (const auto& l : j["libraries"]) {
       std::string v = l["read"].get<bool>() ? l["version"].get<std::string>() : "not read (" + l["note"].get<std::string>() + ")";
       std::string c = l["compiled"].get<std::string>();
-      std::printf("  %-12s %s%s\n", l["library"].get<std::string>().c_str(), v.c_str(),
+      std::printf("  %-15s %s%s\n", l["library"].get<std::string>().c_str(), v.c_str(),
                   c.empty() ? "" : ("  (built against " + c + ")").c_str());
     }
     const auto& d = j["devices"];

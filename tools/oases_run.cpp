@@ -16,6 +16,7 @@
 #include "executor/cpu/blas_select.h"
 #include "executor/device.h"
 #include "executor/executor.h"
+#include "executor/notes.h"
 #include "executor/profile_report.h"
 #include "graph/atomic_file.h"
 #include "kernels/cpu/blas_core.h"
@@ -53,9 +54,10 @@ int main(int argc, char** argv) {
         ->check(CLI::Range(0, kernels::kMaxThreads));
     app.add_option("--device", device, "cpu | cuda (the GPU backend, GPU 0: docs/GPU.md)")->check(CLI::IsMember({"cpu", "cuda"}));
     app.add_flag("--profile", profile, "Print the time per op type (summed over the timed runs)");
-    app.add_flag("-v,--verbose", verbose, "Say more");
+    app.add_flag("-v,--verbose", verbose, "Say more (also which kernel paths ran and why others were not taken)");
     bind.add_to(app);
     if (int rc = parse_cli(app, argc, argv); rc >= 0) return rc;
+    set_verbose_notes(verbose);
     if (device == "cuda") {
       if (Status s = cuda_select_device(0); !s.is_ok()) return fail_with(s);
     }

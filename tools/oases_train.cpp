@@ -1,10 +1,11 @@
 // oases-train MODEL [--data F | --inputs DIR | --synthetic] [--steps N] [--batch B --seq T]
 //   [--optimizer sgd|adamw --lr ...] [--save CKPT] [--resume CKPT] [--export-onnx OUT.onnx]
-//   [--dump-grads DIR] [--log-json FILE] [--tp T --dp D] [--local-ranks N] [--plan plan.json]
+//   [--dump-grads DIR] [--log-json FILE] [--tp T --dp D] [--local-ranks N] [--plan plan.json] [-v]
 // Trains an imported model on one rank, on N ranks as threads, or under mpirun/srun.
 #include <cmath>
 
 #include "executor/cpu/blas_select.h"
+#include "executor/notes.h"
 #include "kernels/cpu/parallel.h"
 #include "tools/train_driver.h"
 
@@ -80,6 +81,7 @@ void add_train_options(CLI::App& app, TrainArgs& a) {
   app.add_option("--threads", a.threads, "Threads for BLAS and kernels per rank (0: the cores shared among ranks)")
       ->check(number_in(0, kernels::kMaxThreads));
   app.add_flag("-q,--quiet", a.quiet, "No progress lines");
+  app.add_flag("-v,--verbose", a.verbose, "Notes on stderr: which kernel paths ran and why others were not taken (once each)");
   app.add_flag("--profile", a.profile, "Print the time per op type and the slowest nodes per step (rank 0, steps after the first)");
   app.add_option("--tp", a.tp, "Tensor-parallel degree")->check(number_in(1, kInf));
   app.add_option("--dp", a.dp, "Data-parallel degree")->check(number_in(1, kInf));
@@ -137,6 +139,7 @@ int main(int argc, char** argv) {
     CLI::App app{"oases-train: train an ONNX transformer on one or many ranks"};
     add_train_options(app, a);
     if (int rc = parse_cli(app, argc, argv); rc >= 0) return rc;
+    set_verbose_notes(a.verbose);
     return run_training(a, argc, argv);
   });
 }

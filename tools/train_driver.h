@@ -17,7 +17,7 @@ namespace oases {
 
 struct TrainArgs {
   std::string model, data, inputs_dir, save, resume, export_onnx, dump_grads, log_json, export_plan, plan;
-  bool synthetic = false, quiet = false, profile = false;
+  bool synthetic = false, quiet = false, verbose = false, profile = false;
   int64_t steps = 100, batch = 0, seq = 0, grad_accum = 1, stop_after = 0;
   std::string optimizer = "adamw", loss = "auto", freeze, train;
   std::string on_nonfinite = "stop";  // a step with a non-finite loss or gradient norm: stop | skip

@@ -7,6 +7,7 @@
 
 #include "executor/cpu/common.h"
 #include "executor/cuda/cuda_context.h"
+#include "executor/notes.h"
 #include "kernels/cuda/activations.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/elementwise.h"
@@ -122,12 +123,30 @@ AttentionDesc attention_desc(CudaContext& c, int q_slot) {
   return d;
 }
 
-// The batched-product path where it applies (on the compute stream, which has the cuBLAS handle),
-// unless OASES_CUDA_ATTENTION=own asks for the own fused kernels.
-bool use_attention_gemm(const CudaContext& c, const AttentionDesc& d, Elem t) {
-  const char* e = std::getenv("OASES_CUDA_ATTENTION");  // read per launch: tests switch it
-  bool own = e && std::string(e) == "own";
-  return !own && c.blas && attention_gemm_applies(d, t);
+// The attention path: cuDNN's fused kernels where they take the call, else the batched products
+// where they apply (on the compute stream, which has the cuBLAS handle), else the own fused
+// kernels. OASES_CUDA_ATTENTION=gemm skips cuDNN, =own takes the own kernels (read per launch:
+// tests switch it).
+std::string attention_choice() {
+  const char* e = std::getenv("OASES_CUDA_ATTENTION");
+  return e ? e : "";
+}
+
+bool use_attention_gemm(const CudaContext& c, const AttentionDesc& d, Elem t, const std::string& choice) {
+  return choice != "own" && c.blas && attention_gemm_applies(d, t);
+}
+
+// Why cuDNN cannot be tried at all on this launch ("" when it can).
+std::string cudnn_attention_skipped(const CudaContext& c, const std::string& choice) {
+  if (choice == "gemm" || choice == "own") return "OASES_CUDA_ATTENTION=" + choice;
+  if (!c.cudnn) return "no cuDNN handle on this stream";
+  return "";
+}
+
+// --verbose: which path ran and, when it was not cuDNN, why; once per distinct note.
+void note_attention(const char* pass, const std::string& path, const std::string& why_not_cudnn) {
+  if (!verbose_notes()) return;
+  note_once(std::string("attention ") + pass + ": " + path + (why_not_cudnn.empty() ? "" : " (cuDNN not taken: " + why_not_cudnn + ")"));
 }
 
 LossDesc loss_desc(CudaContext& c, int scores_slot) {
@@ -309,30 +328,40 @@ void register_cuda_nn(CudaKernelRegistry& r) {
     AttentionDesc d = attention_desc(c, 0);
     Elem t = elem(c.in(0).dtype);
     float* lse = c.has_output(1) ? c.out(1).as<float>() : nullptr;
-    if (c.cudnn && lse && cudnn_attention_applies(d, t) &&
-        cudnn_attention_forward(c.cudnn, d, t, c.in(0).data, c.in(1).data, c.in(2).data, c.out(0).data, lse, c.stream)) {
+    std::string choice = attention_choice(), why = cudnn_attention_skipped(c, choice);
+    auto scratch = [&c](size_t bytes) { return c.scratch(bytes); };
+    if (why.empty() &&
+        cudnn_attention_forward(c.cudnn, d, t, c.in(0).data, c.in(1).data, c.in(2).data, c.out(0).data, lse, scratch, c.stream, &why)) {
+      note_attention("forward", why.empty() ? "cuDNN fused attention" : "cuDNN fused attention, " + why, "");
       return;
     }
-    if (use_attention_gemm(c, d, t)) {
+    if (use_attention_gemm(c, d, t, choice)) {
+      note_attention("forward", "batched products", why);
       attention_gemm_forward(*c.blas, d, t, c.in(0).data, c.in(1).data, c.in(2).data, c.out(0).data, lse,
                              c.scratch(attention_gemm_scratch_bytes(d, t, false)));
       return;
     }
+    note_attention("forward", "own kernels", why);
     attention_forward(d, t, c.in(0).data, c.in(1).data, c.in(2).data, c.out(0).data, lse, c.stream);
   });
   r.add("oases", "AttentionGrad", [](CudaContext& c) {
     AttentionDesc d = attention_desc(c, 1);
     Elem t = elem(c.in(1).dtype);
-    if (c.cudnn && cudnn_attention_applies(d, t) &&
+    std::string choice = attention_choice(), why = cudnn_attention_skipped(c, choice);
+    auto scratch = [&c](size_t bytes) { return c.scratch(bytes); };
+    if (why.empty() &&
         cudnn_attention_backward(c.cudnn, d, t, c.in(0).data, c.in(1).data, c.in(2).data, c.in(3).data, c.in(4).data, c.in(5).as<float>(),
-                                 c.out(0).data, c.out(1).data, c.out(2).data, c.stream)) {
+                                 c.out(0).data, c.out(1).data, c.out(2).data, scratch, c.stream, &why)) {
+      note_attention("backward", why.empty() ? "cuDNN fused attention" : "cuDNN fused attention, " + why, "");
       return;
     }
-    if (use_attention_gemm(c, d, t)) {
+    if (use_attention_gemm(c, d, t, choice)) {
+      note_attention("backward", "batched products", why);
       attention_gemm_backward(*c.blas, d, t, c.in(0).data, c.in(1).data, c.in(2).data, c.in(3).data, c.in(4).data, c.in(5).as<float>(),
                               c.out(0).data, c.out(1).data, c.out(2).data, c.scratch(attention_gemm_scratch_bytes(d, t, true)));
       return;
     }
+    note_attention("backward", "own kernels", why);
     attention_backward(d, t, c.in(0).data, c.in(1).data, c.in(2).data, c.in(3).data, c.in(4).data, c.in(5).as<float>(), c.out(0).data,
                        c.out(1).data, c.out(2).data, c.scratch_floats(attention_scratch_floats(d)), c.stream);
   });

@@ -1,29 +1,23 @@
-// Scaled-dot-product attention: batched products through cuBLAS (attention_gemm.cu, the path runs
-// take) and the project's own fused kernels (any float type, masks, grouped query heads, causal;
-// math in attention.cu). A hook for cuDNN's fused flash attention sits beside them
-// (attention_cudnn.cpp) but is not implemented yet: it never applies (docs/GPU.md).
+// Scaled-dot-product attention on the GPU, three ways: cuDNN's fused flash attention through the
+// cuDNN frontend's graph API (attention_cudnn.cpp: fp16/bf16, taken first where it applies),
+// batched products through cuBLAS (attention_gemm.cu: fp32, fp16, bf16) and the project's own
+// fused kernels (attention.cu: any float type, every mask). All three write the same outputs,
+// including the log-sum-exp, so any backward pass can follow any forward pass. The contract
+// (AttentionDesc, layouts, lse, causal limit) and the cuDNN path's host-side rules are in
+// attention_rules.h.
 #pragma once
 
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <functional>
+#include <string>
 
+#include "kernels/cuda/attention_rules.h"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/gemm.h"
 
 namespace oases::cuda {
-
-// q [B, H, Tq, D], k [B, Hkv, Tk, D], v [B, Hkv, Tk, Dv], out [B, H, Tq, Dv], lse [B, H, Tq] (fp32).
-// The mask (fp32 additive, or bool keep-where-1) is read through element strides over [B, H, Tq, Tk]
-// (0 where broadcast). Causal: key j > query i + (Tk − Tq) is masked.
-struct AttentionDesc {
-  int64_t batch = 0, heads = 0, kv_heads = 0, tq = 0, tk = 0, d = 0, dv = 0;
-  bool causal = false;
-  float scale = 1.f;
-  const void* mask = nullptr;
-  bool mask_is_bool = false;
-  int64_t mask_strides[4] = {0, 0, 0, 0};
-};
 
 // Own kernels. Forward writes out and lse (lse may be null). Backward writes dq, dk, dv (dk/dv
 // summed over the query heads sharing a key/value head); `scratch` holds attention_scratch_floats()
@@ -45,17 +39,33 @@ void attention_gemm_forward(BlasHandles& h, const AttentionDesc& a, Elem t, cons
 void attention_gemm_backward(BlasHandles& h, const AttentionDesc& a, Elem t, const void* dout, const void* q, const void* k, const void* v,
                              const void* out, const float* lse, void* dq, void* dk, void* dv, void* scratch);
 
-// cuDNN fused attention (attention_cudnn.cpp), NOT IMPLEMENTED: `applies` returns false for every
-// shape. The contract an implementation must keep: `applies` says whether the shape and type are
-// ones cuDNN's flash-attention engine takes (fp16/bf16, no explicit mask, head dim a multiple of 8
-// up to 128); the calls return false (and leave the outputs untouched)
-// when cuDNN refuses the graph at run time, so the caller falls back to the own kernels. The lse
-// cuDNN writes ("stats") is the same log-sum-exp the own kernels use, so either backward pass can
-// follow either forward pass. `handle` is a cudnnHandle_t bound to the stream.
-bool cudnn_attention_applies(const AttentionDesc& a, Elem t);
+// cuDNN fused attention (attention_cudnn.cpp). The calls return false, with the reason in *why and
+// the outputs untouched or to be overwritten, whenever cuDNN does not run: the shape or type is
+// refused (cudnn_attention_refusal), the build has no frontend ("built without the cuDNN
+// frontend"), a pointer is not 16-byte aligned, or the frontend fails to validate, build, plan or
+// execute the graph. The caller then takes the batched-product path. Plans are built once per
+// CudnnPlanKey and cached per thread (a failure too, so a refused shape is not rebuilt); the
+// workspace and a converted bias come from `scratch` (stream-ordered, valid for this launch).
+// On success *why is empty, or says that the mask went to cuDNN as a converted copy (and why not
+// as it lies). `handle` is a cudnnHandle_t; it is bound to `s`. lse may be null in the forward pass (no
+// statistics: inference). cuDNN's backward pass sums dq over keys with atomics, so its last bits
+// may differ between runs; dk/dv are summed over the query heads sharing a key/value head.
+using ScratchFn = std::function<void*(size_t bytes)>;
 bool cudnn_attention_forward(void* handle, const AttentionDesc& a, Elem t, const void* q, const void* k, const void* v, void* out,
-                             float* lse, cudaStream_t s);
+                             float* lse, const ScratchFn& scratch, cudaStream_t s, std::string* why);
 bool cudnn_attention_backward(void* handle, const AttentionDesc& a, Elem t, const void* dout, const void* q, const void* k, const void* v,
-                              const void* out, const float* lse, void* dq, void* dk, void* dv, cudaStream_t s);
+                              const void* out, const float* lse, void* dq, void* dk, void* dv, const ScratchFn& scratch, cudaStream_t s,
+                              std::string* why);
+// Calls that ran on cuDNN since the process started (tests read it to prove cuDNN ran).
+struct CudnnAttentionCalls {
+  uint64_t forward = 0, backward = 0;
+};
+CudnnAttentionCalls cudnn_attention_calls();
+// The cuDNN frontend version the build has ("1.32.0"), or "" when built without it.
+const char* cudnn_frontend_version();
+
+// The mask as cuDNN's bias in type t (fp16/bf16), layout l (kConverted): out[b, h, i, j] =
+// mask[b·ms0 + h·ms1 + i·ms2 + j·ms3] with finite values saturated to t's range, ±inf kept.
+void attention_bias_convert(Elem t, const float* mask, const int64_t mask_strides[4], const CudnnBiasLayout& l, void* out, cudaStream_t s);
 
 }  // namespace oases::cuda

@@ -8,14 +8,11 @@
 #include <cstdint>
 #include <string>
 
+#include "kernels/cuda/elem.h"
+
 namespace oases::cuda {
 
 [[noreturn]] void throw_error(const char* library, const char* call, long code, const char* message, const char* file, int line);
-
-// Element types of the kernels (the IR's DType without the graph dependency).
-enum class Elem : uint8_t { kF32, kF64, kF16, kBF16, kI64, kI32, kI16, kI8, kU8, kU16, kU32, kU64, kBool };
-size_t elem_size(Elem t);
-const char* elem_name(Elem t);
 
 // Grid for a grid-stride loop over n elements with `threads` per block.
 unsigned grid_for(int64_t n, int threads);

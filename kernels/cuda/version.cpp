@@ -8,6 +8,8 @@
 
 #include <string>
 
+#include "kernels/cuda/attention.h"
+
 namespace oases::cuda {
 
 namespace {
@@ -80,6 +82,13 @@ std::vector<LibraryVersion> library_versions() {
       l.version = dotted(v / 10000, (v / 100) % 100, v % 100);
     else
       l.note = ncclGetErrorString(r);
+    out.push_back(l);
+  }
+  {
+    // header-only: the version compiled in (the fused attention, attention_cudnn.cpp)
+    std::string fe = cudnn_frontend_version();
+    LibraryVersion l{"cudnn frontend", !fe.empty(), fe, "", fe};
+    if (fe.empty()) l.note = "built without it: scripts/setup_cudnn_frontend.sh";
     out.push_back(l);
   }
   return out;

@@ -7,7 +7,7 @@
 namespace oases::cuda {
 
 struct LibraryVersion {
-  std::string library;   // "cudart", "cuda driver", "cublas", "cublasLt", "cudnn", "nccl"
+  std::string library;   // "cudart", "cuda driver", "cublas", "cublasLt", "cudnn", "nccl", "cudnn frontend"
   bool read = false;     // the call answered
   std::string version;   // "12.4.1", or empty
   std::string note;      // the error when it did not answer
