@@ -73,6 +73,9 @@ for _n in $_also; do
   _f=$(_pick "$_n")
   if [[ -n $_f ]]; then _add "$(dirname "$_f")"; else echo "env.sh: $_n not found (cuDNN or NVRTC may fail at run time)" >&2; fi
 done
+# Python keeps the machine's own path (scripts/gpu_checks.sh runs it so): PyTorch brings its own
+# cuDNN and refuses to load beside an older one found here first
+export OASES_HOST_LD_LIBRARY_PATH=${LD_LIBRARY_PATH-}
 export LD_LIBRARY_PATH=$_dirs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export PATH=$_here/bin:$PATH OASES_BIN=$_here/bin OASES_BUNDLE_INFO=$_here/BUILD_INFO
 unset _here _dirs _n _f _need _also _expr _found _have _ds _d

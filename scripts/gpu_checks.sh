@@ -25,7 +25,8 @@
 #
 # The record: with a device, everything printed goes to DIR/YYYY-MM-DD-<short commit>.txt
 # (DIR = $OASES_GPU_RUN_DIR, default docs/gpu-runs; -2, -3, ... when taken), headed by the commit
-# (and whether the tree was dirty), the bundle's build commit, the date, host, device, driver, CUDA
+# (and whether the tree was dirty; OASES_GPU_RUN_COMMIT names it where the tree was copied to the
+# GPU machine without its history, as the device tool copies it), the bundle's build commit, the date, host, device, driver, CUDA
 # runtime, cuBLAS, cuDNN, NCCL and PyTorch versions; the bench's JSON beside it (.bench.json). Each
 # section prints its seconds. Without a device nothing is recorded unless OASES_GPU_RUN_DIR is set;
 # --no-record writes none. Budget on one H100: about 3 minutes for 1-5, 4 for the bench.
@@ -49,11 +50,24 @@ export OASES_BIN=$BIN OASES_SOURCE_DIR=$PWD
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 T_START=$SECONDS
+# Python (and PyTorch in it) with the machine's library path, not the bundle's (env.sh keeps it in
+# OASES_HOST_LD_LIBRARY_PATH): PyTorch refuses a cuDNN older than its own found first
+if [[ -n ${OASES_HOST_LD_LIBRARY_PATH+set} ]]; then
+  printf '#!/bin/sh\nLD_LIBRARY_PATH="$OASES_HOST_LD_LIBRARY_PATH" exec %s "$@"\n' "$(command -v "$PY")" >"$WORK/python"
+  chmod +x "$WORK/python"
+  PY=$WORK/python
+fi
 
 # -- what the record is headed by (nothing here may stop the checks)
 git_() { git -c safe.directory="$PWD" "$@" 2>/dev/null; }
 COMMIT=$(git_ rev-parse HEAD) || COMMIT=""
-if [[ -n $COMMIT ]]; then
+if [[ -n ${OASES_GPU_RUN_COMMIT:-} ]]; then
+  # a working tree copied to the GPU machine without its history (the device tool does so): the
+  # commit it was copied at is given; what git says here is shown beside it
+  HERE=${COMMIT:0:7}
+  COMMIT=$OASES_GPU_RUN_COMMIT SHORT=${OASES_GPU_RUN_COMMIT:0:7} TREE="given"
+  COMMIT_LINE="$COMMIT (OASES_GPU_RUN_COMMIT: the tree here is this commit's, copied without its history; git here: ${HERE:-none})"
+elif [[ -n $COMMIT ]]; then
   SHORT=${COMMIT:0:7}
   CHANGED=$(git_ status --porcelain --untracked-files=no | wc -l)
   if [[ $CHANGED == 0 ]]; then TREE="clean"; else TREE="dirty: $CHANGED tracked files changed"; fi

@@ -48,6 +48,31 @@ TEST(CudaIndexMaps, TransposeMatchesCpu) {
   }
 }
 
+// The copy kernel's 16-byte elements (widen_copy_plan): a transpose that keeps the last dim moves
+// the same bytes as the element-wise plan; plans whose innermost walk is not whole vectors stay.
+TEST(CudaIndexMaps, WideCopiesMoveTheSameBytes) {
+  struct Case {
+    std::vector<int64_t> shape, perm;
+    size_t es;
+    bool widens;
+  };
+  for (const Case& c : {Case{{2, 3, 4, 16}, {0, 2, 1, 3}, 2, true}, Case{{2, 5, 3, 8}, {0, 2, 1, 3}, 4, true},
+                        Case{{3, 4, 8}, {1, 0, 2}, 2, true}, Case{{2, 3, 4, 12}, {0, 2, 1, 3}, 2, false},
+                        Case{{4, 6}, {1, 0}, 2, false}, Case{{2, 3, 4, 16}, {0, 2, 1, 3}, 16, false}}) {
+    int64_t n = 1;
+    for (int64_t d : c.shape) n *= d;
+    std::vector<unsigned char> x(static_cast<size_t>(n) * c.es), want(x.size(), 0), got(x.size(), 0);
+    for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<unsigned char>(i * 7 + 3);
+    cuda::NdPlan p = cuda::transpose_plan(c.shape, c.perm), wide = p;
+    cuda::copy_host(p, x.data(), want.data(), c.es);
+    ASSERT_EQ(cuda::widen_copy_plan(wide, c.es), c.widens) << "shape " << c.shape.size() << "-d, es " << c.es;
+    if (!c.widens) continue;
+    EXPECT_EQ(wide.it.numel * 16, n * static_cast<int64_t>(c.es));
+    cuda::copy_host(wide, x.data(), got.data(), 16);
+    EXPECT_EQ(got, want);
+  }
+}
+
 TEST(CudaIndexMaps, SliceAndScatterMatchCpu) {
   std::vector<int64_t> in{4, 6, 5}, starts{1, 5, 0}, steps{2, -2, 3}, out{2, 3, 2};
   auto x = iota_data(120);

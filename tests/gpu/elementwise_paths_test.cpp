@@ -1,0 +1,76 @@
+// The elementwise kernels' fast paths against the CPU, bit for bit: same-shaped contiguous binary
+// ops with 16-byte vectors (and a tail that is not a whole vector), and copies moving 16-byte
+// elements (transposes that keep the last dim), beside shapes that take the general kernels.
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "executor/executor.h"
+#include "tests/gpu/gpu_test_common.h"
+
+namespace oases {
+namespace {
+
+Tensor ramp(DType t, const Shape& shape) {
+  Tensor x(t, shape);
+  for (int64_t i = 0; i < x.numel(); ++i) store_from_double(x.raw_mutable(), t, i, 0.01 * static_cast<double>((i * 37) % 101) - 0.4);
+  return x;
+}
+
+// Runs one-node graph g on both devices; the outputs must have the same bits.
+void expect_same_bits(const Graph& g, const std::map<std::string, Tensor>& feeds, const std::string& what) {
+  ExecOptions gpu;
+  gpu.device = "cuda";
+  auto a = Executor::create(g);
+  auto b = Executor::create(g, gpu);
+  ASSERT_TRUE(a && b) << what;
+  auto x = (*a)->run(feeds);
+  auto y = (*b)->run(feeds);
+  ASSERT_TRUE(x && y) << what;
+  for (size_t i = 0; i < x->size(); ++i) {
+    ASSERT_EQ((*x)[i].nbytes(), (*y)[i].nbytes()) << what;
+    EXPECT_EQ(std::memcmp((*x)[i].raw(), (*y)[i].raw(), (*x)[i].nbytes()), 0) << what << " output " << i;
+  }
+}
+
+TEST(ElementwisePaths, ContiguousBinaryOpsWithTails) {
+  REQUIRE_GPU();
+  for (DType t : {DType::kF32, DType::kBF16, DType::kF16}) {
+    for (const char* op : {"Add", "Sub", "Mul", "Div"}) {
+      for (Shape s : {Shape{3, 333337}, Shape{8, 1024}, Shape{5}, Shape{2, 3, 4}}) {
+        Graph g;
+        ValueId a = g.add_input("a", t, s), b = g.add_input("b", t, s);
+        ValueId y = g.add_value("y", t, s, true);
+        g.add_node(op, {a, b}, {y}, {}, "op");
+        g.set_outputs({y});
+        Tensor tb = ramp(t, s);
+        for (int64_t i = 0; i < tb.numel(); ++i) store_from_double(tb.raw_mutable(), t, i, 1.5 + load_as_double(tb.raw(), t, i));
+        expect_same_bits(g, {{"a", ramp(t, s)}, {"b", tb}}, std::string(op) + " " + dtype_name(t) + shape_str(s));
+      }
+    }
+  }
+}
+
+TEST(ElementwisePaths, TransposesWithAndWithoutWideElements) {
+  REQUIRE_GPU();
+  struct Case {
+    Shape shape;
+    std::vector<int64_t> perm;
+  };
+  for (DType t : {DType::kF32, DType::kBF16}) {
+    for (const Case& c : {Case{{2, 37, 4, 64}, {0, 2, 1, 3}}, Case{{2, 5, 3, 7}, {0, 2, 1, 3}}, Case{{3, 16, 8}, {1, 0, 2}},
+                          Case{{9, 24}, {1, 0}}}) {
+      Graph g;
+      ValueId x = g.add_input("x", t, c.shape);
+      Shape out;
+      for (int64_t p : c.perm) out.push_back(c.shape[static_cast<size_t>(p)]);
+      ValueId y = g.add_value("y", t, out, true);
+      g.add_node("Transpose", {x}, {y}, AttrMap{{"perm", Attribute::of_ints(c.perm)}}, "t");
+      g.set_outputs({y});
+      expect_same_bits(g, {{"x", ramp(t, c.shape)}}, std::string("Transpose ") + dtype_name(t) + shape_str(c.shape));
+    }
+  }
+}
+
+}  // namespace
+}  // namespace oases
