@@ -90,6 +90,40 @@ __global__ void reduce_block_kernel(ReduceKind k, const T* in, T* out, Iter kept
   if (threadIdx.x == 0) out[o] = from_float<T>(finish<float>(k, acc, m, red.numel));
 }
 
+// Column sums of a row-major [rows, cols] (the reduced dims lead, the kept ones are contiguous:
+// bias gradients, Σ over batch and time of dY [B, T, N]). A block of 32 x 8 threads takes 32
+// columns of one range of rows: a warp reads 32 neighbouring columns of a row (coalesced, where
+// one block per column read them a row apart). Each range's sums go to `partial` [splits, cols];
+// column_finish_kernel adds the ranges in order (fixed, so the result does not depend on timing).
+template <class T>
+__global__ void column_partial_kernel(const T* in, int64_t rows, int64_t cols, int64_t rows_per_split, float* partial) {
+  __shared__ float sh[8][33];
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * 32 + threadIdx.x;
+  const int64_t r0 = static_cast<int64_t>(blockIdx.y) * rows_per_split;
+  const int64_t r1 = min(rows, r0 + rows_per_split);
+  float acc = 0.f;
+  if (c < cols) {
+    for (int64_t r = r0 + threadIdx.y; r < r1; r += 8) acc += to_float(in[r * cols + c]);
+  }
+  sh[threadIdx.y][threadIdx.x] = acc;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < cols) {
+    float t = 0.f;
+    for (int y = 0; y < 8; ++y) t += sh[y][threadIdx.x];
+    partial[static_cast<int64_t>(blockIdx.y) * cols + c] = t;
+  }
+}
+
+template <class T>
+__global__ void column_finish_kernel(const float* partial, int64_t splits, int64_t cols, int64_t rows, bool mean, T* out) {
+  OASES_GRID_STRIDE(c, cols) {
+    float t = 0.f;
+    for (int64_t s = 0; s < splits; ++s) t += partial[s * cols + c];
+    if (mean) t /= static_cast<float>(rows);
+    out[c] = from_float<T>(t);
+  }
+}
+
 template <class T>
 __global__ void sum_squares_kernel(const T* x, int64_t n, float* partial) {
   __shared__ float scratch[32];
@@ -132,6 +166,29 @@ void reduce(ReduceKind kind, Elem t, const void* in, const std::vector<int64_t>&
   NdPlan kp = make_plan(kept_shape, {kept_stride}, {});
   NdPlan rp = make_plan(red_shape, {red_stride}, {});
   if (kp.it.numel <= 0) return;
+  const bool floating = t == Elem::kF32 || t == Elem::kF16 || t == Elem::kBF16;
+  if ((kind == ReduceKind::kSum || kind == ReduceKind::kMean) && floating && kp.it.rank == 1 && kp.maps[0].stride[0] == 1 &&
+      rp.it.rank == 1 && rp.maps[0].stride[0] == kp.it.numel && rp.it.numel >= 64) {
+    const int64_t rows = rp.it.numel, cols = kp.it.numel, tiles = (cols + 31) / 32;
+    // about 512 blocks in all, each at least 64 rows: the split depends on the shape only
+    const int64_t splits = std::max<int64_t>(1, std::min<int64_t>((512 + tiles - 1) / tiles, rows / 64));
+    const int64_t per = (rows + splits - 1) / splits;
+    if (tiles <= 0x7fffffff && splits <= 65535) {
+      float* partial = nullptr;
+      OASES_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&partial), static_cast<size_t>(splits * cols) * sizeof(float), s));
+      dispatch_floating("Reduce", t, [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        column_partial_kernel<T><<<dim3(static_cast<unsigned>(tiles), static_cast<unsigned>(splits)), dim3(32, 8), 0, s>>>(
+            static_cast<const T*>(in), rows, cols, per, partial);
+        OASES_CUDA_CHECK_LAUNCH("column_partial_kernel");
+        column_finish_kernel<T><<<grid_for(cols, kThreads), kThreads, 0, s>>>(partial, splits, cols, rows, kind == ReduceKind::kMean,
+                                                                              static_cast<T*>(out));
+        OASES_CUDA_CHECK_LAUNCH("column_finish_kernel");
+      });
+      OASES_CUDA_CHECK(cudaFreeAsync(partial, s));
+      return;
+    }
+  }
   bool block = rp.it.numel >= 1024 && kind != ReduceKind::kProd && (t == Elem::kF32 || t == Elem::kF16 || t == Elem::kBF16) &&
                kp.it.numel <= 0x7fffffff;
   dispatch_numeric("Reduce", t, [&](auto tag) {

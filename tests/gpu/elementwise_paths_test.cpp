@@ -3,6 +3,8 @@
 // elements (transposes that keep the last dim), beside shapes that take the general kernels.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "executor/executor.h"
@@ -68,6 +70,49 @@ TEST(ElementwisePaths, TransposesWithAndWithoutWideElements) {
       g.add_node("Transpose", {x}, {y}, AttrMap{{"perm", Attribute::of_ints(c.perm)}}, "t");
       g.set_outputs({y});
       expect_same_bits(g, {{"x", ramp(t, c.shape)}}, std::string("Transpose ") + dtype_name(t) + shape_str(c.shape));
+    }
+  }
+}
+
+// Sums over leading axes with the kept axes contiguous (bias gradients: the column kernel) and
+// over other axes (the general kernels), against the CPU within fp32 rounding of the sums.
+TEST(ElementwisePaths, ReductionsOverLeadingAxes) {
+  REQUIRE_GPU();
+  struct Case {
+    Shape shape;
+    std::vector<int64_t> axes;
+    const char* op;
+  };
+  for (DType t : {DType::kF32, DType::kBF16}) {
+    for (const Case& c : {Case{{3, 333, 1000}, {0, 1}, "ReduceSum"}, Case{{8192, 64}, {0}, "ReduceSum"}, Case{{70, 4096}, {0}, "ReduceMean"},
+                          Case{{5, 7, 9}, {0, 1}, "ReduceSum"}, Case{{64, 3, 100}, {0, 2}, "ReduceSum"}}) {
+      Graph g;
+      ValueId x = g.add_input("x", t, c.shape);
+      Shape out;
+      for (size_t d = 0; d < c.shape.size(); ++d) {
+        if (std::find(c.axes.begin(), c.axes.end(), static_cast<int64_t>(d)) == c.axes.end()) out.push_back(c.shape[d]);
+      }
+      ValueId y = g.add_value("y", t, out, true);
+      // the canonical form: axes as an attribute
+      g.add_node(c.op, {x}, {y}, AttrMap{{"keepdims", Attribute::of_int(0)}, {"axes", Attribute::of_ints(c.axes)}}, "r");
+      g.set_outputs({y});
+      std::map<std::string, Tensor> feeds{{"x", ramp(t, c.shape)}};
+      ExecOptions gpu;
+      gpu.device = "cuda";
+      auto ca = Executor::create(g);
+      auto cb = Executor::create(g, gpu);
+      ASSERT_TRUE(ca && cb);
+      auto ra = (*ca)->run(feeds);
+      auto rb = (*cb)->run(feeds);
+      ASSERT_TRUE(ra && rb) << (rb ? ra.status().message() : rb.status().message());
+      const Tensor &p = (*ra)[0], &q = (*rb)[0];
+      double top = 1e-6, err = 0;
+      for (int64_t i = 0; i < p.numel(); ++i) {
+        double u = load_as_double(p.raw(), t, i), v = load_as_double(q.raw(), t, i);
+        top = std::max(top, std::abs(u));
+        err = std::max(err, std::abs(u - v));
+      }
+      EXPECT_LE(err, (t == DType::kF32 ? 1e-5 : 1e-2) * top) << c.op << " " << dtype_name(t) << shape_str(c.shape);
     }
   }
 }
