@@ -113,7 +113,8 @@ class Attention(nn.Module):
                                  persistent=False)
         self.drop = nn.Dropout(c.dropout)
 
-    def forward(self, x, cos=None, sin=None, add_mask=None):
+    def heads(self, x, cos=None, sin=None):
+        """q, k, v as [B, heads, T, head dim] (rotary applied, key/value heads repeated)."""
         c = self.c
         B, T, C = x.shape
         if c.family == "gpt2":
@@ -130,6 +131,12 @@ class Attention(nn.Module):
             rep = c.heads // c.kv_heads
             k = k[:, :, None, :, :].expand(B, c.kv_heads, rep, T, self.hd).reshape(B, c.heads, T, self.hd)
             v = v[:, :, None, :, :].expand(B, c.kv_heads, rep, T, self.hd).reshape(B, c.heads, T, self.hd)
+        return q, k, v
+
+    def attend(self, q, k, v, add_mask=None):
+        """softmax(q kᵀ / √d + masks) v, [B, heads, T, head dim]."""
+        c = self.c
+        T = q.size(2)
         w = torch.matmul(q, k.transpose(-1, -2))
         w = w / torch.full([], v.size(-1) ** 0.5, dtype=w.dtype)
         if c.causal:
@@ -143,8 +150,13 @@ class Attention(nn.Module):
             w = w + add_mask
         w = F.softmax(w, dim=-1)
         w = self.drop(w)
-        o = torch.matmul(w, v).transpose(1, 2).reshape(B, T, C)
-        return self.c_proj(o) if c.family == "gpt2" else self.o_proj(o)
+        return torch.matmul(w, v)
+
+    def forward(self, x, cos=None, sin=None, add_mask=None):
+        B, T, C = x.shape
+        q, k, v = self.heads(x, cos, sin)
+        o = self.attend(q, k, v, add_mask).transpose(1, 2).reshape(B, T, C)
+        return self.c_proj(o) if self.c.family == "gpt2" else self.o_proj(o)
 
 
 class MLP(nn.Module):

@@ -92,26 +92,12 @@ def make_fast_classes():
     has_sdpa = hasattr(F, "scaled_dot_product_attention")
 
     class SDPAAttention(T.Attention):
-        """models/transformer.py's Attention with the score / mask / softmax / weighted-sum part
+        """models/transformer.py's Attention with its attend() (scores, masks, softmax, weighted sum)
         through F.scaled_dot_product_attention (scale 1/sqrt(head dim), as there)."""
 
-        def forward(self, x, cos=None, sin=None, add_mask=None):
+        def attend(self, q, k, v, add_mask=None):
             c = self.c
-            B, Tn, C = x.shape
-            if c.family == "gpt2":
-                q, k, v = self.c_attn(x).split(c.hidden, dim=2)
-            else:
-                q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
-            q = q.view(B, Tn, c.heads, self.hd).transpose(1, 2)
-            k = k.view(B, Tn, c.kv_heads, self.hd).transpose(1, 2)
-            v = v.view(B, Tn, c.kv_heads, self.hd).transpose(1, 2)
-            if cos is not None:
-                q = q * cos + T.rotate_half(q) * sin
-                k = k * cos + T.rotate_half(k) * sin
-            if c.kv_heads != c.heads:
-                rep = c.heads // c.kv_heads
-                k = k[:, :, None, :, :].expand(B, c.kv_heads, rep, Tn, self.hd).reshape(B, c.heads, Tn, self.hd)
-                v = v[:, :, None, :, :].expand(B, c.kv_heads, rep, Tn, self.hd).reshape(B, c.heads, Tn, self.hd)
+            Tn = q.size(2)
             mask, causal = add_mask, bool(c.causal)
             if mask is not None and causal:  # SDPA takes a mask or is_causal, not both
                 mask = mask + torch.full((Tn, Tn), torch.finfo(mask.dtype).min, dtype=mask.dtype,
@@ -119,10 +105,8 @@ def make_fast_classes():
                 causal = False
             if mask is not None:
                 mask = mask.to(q.dtype)
-            o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=self.drop.p if self.training else 0.0,
-                                               is_causal=causal)
-            o = o.transpose(1, 2).reshape(B, Tn, C)
-            return self.c_proj(o) if c.family == "gpt2" else self.o_proj(o)
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=self.drop.p if self.training else 0.0,
+                                                  is_causal=causal)
 
     class FusedNewGELU(T.NewGELU):
         """0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), as one op."""

@@ -17,6 +17,7 @@
 #include <fmt/format.h>
 
 #include "executor/cuda/cuda_runner.h"
+#include "executor/cuda/device_trainer.h"
 #include "executor/device_profile.h"
 #include "executor/multi_tensor.h"
 #include "kernels/cuda/optim.h"
@@ -50,8 +51,12 @@ class CudaTrainer : public DeviceTrainer {
   std::vector<double> sum_squares(double* loss_sum) override;
   Tensor gradient(size_t i) override;
   DeviceStepOutcome update(const DeviceStepPlan& plan, const double* host_norm) override;
-  void download(const std::vector<Tensor*>& params, const std::vector<std::vector<Tensor*>>& moments) override;
-  void upload(const std::vector<Tensor*>& params, const std::vector<std::vector<Tensor*>>& moments) override;
+  void download(const std::vector<Tensor*>& params, const std::vector<std::vector<Tensor*>>& moments) override {
+    transfer(params, moments, true);
+  }
+  void upload(const std::vector<Tensor*>& params, const std::vector<std::vector<Tensor*>>& moments) override {
+    transfer(params, moments, false);
+  }
   size_t peak_device_bytes() const override { return run_.peak_device_bytes() + own_bytes_; }
   std::string notes() const override;
 
@@ -101,6 +106,7 @@ class CudaTrainer : public DeviceTrainer {
     return d;
   }
   void ensure_accumulators();
+  void transfer(const std::vector<Tensor*>& params, const std::vector<std::vector<Tensor*>>& moments, bool to_host);
   // Runs `enqueue` through graph `exec` (captured on first use once warm), or directly.
   template <class F>
   void launch(cudaGraphExec_t& exec, bool may_capture, F&& enqueue);
@@ -298,23 +304,7 @@ Tensor CudaTrainer::gradient(size_t i) {
 
 DeviceStepOutcome CudaTrainer::update(const DeviceStepPlan& plan, const double* host_norm) {
   cudaStream_t cs = run_.compute_stream();
-  const OptimizerKnobs& k = plan.knobs;
-  StepScalars sc;
-  sc.lr = k.lr;
-  sc.beta1 = k.beta1;
-  sc.beta2 = k.beta2;
-  sc.one_minus_beta1 = k.one_minus_beta1;
-  sc.one_minus_beta2 = k.one_minus_beta2;
-  sc.eps = k.eps;
-  sc.weight_decay = k.weight_decay;
-  sc.bc1 = k.bc1;
-  sc.bc2 = k.bc2;
-  sc.momentum = k.momentum;
-  sc.grad_scale = plan.grad_scale;
-  sc.clip = k.clip;
-  sc.adamw = k.adamw ? 1 : 0;
-  sc.nesterov = k.nesterov ? 1 : 0;
-  sc.first = k.first ? 1 : 0;
+  StepScalars sc = step_scalars(plan.knobs, plan.grad_scale);
   sc.skip_nonfinite = plan.skip_nonfinite ? 1 : 0;
   sc.use_host_norm = host_norm ? 1 : 0;
   sc.host_norm = host_norm ? *host_norm : 0.0;
@@ -343,27 +333,24 @@ DeviceStepOutcome CudaTrainer::update(const DeviceStepPlan& plan, const double* 
   return out;
 }
 
-void CudaTrainer::download(const std::vector<Tensor*>& params, const std::vector<std::vector<Tensor*>>& moments) {
+void CudaTrainer::transfer(const std::vector<Tensor*>& params, const std::vector<std::vector<Tensor*>>& moments, bool to_host) {
   OASES_CUDA_CHECK(cudaSetDevice(run_.device()));
   OASES_CUDA_CHECK(cudaStreamSynchronize(run_.compute_stream()));
   for (size_t i = 0; i < params_.size(); ++i) {
-    run_.copy_to_host(params_[i], params[i]->raw_mutable());
-    for (size_t j = 0; j < moments[i].size() && j < (adamw_ ? 2u : 1u); ++j) {
-      const float* src = moments_ + static_cast<int64_t>(j) * total_ + offset_[i];
-      if (moments[i][j]->nbytes())
-        OASES_CUDA_CHECK(cudaMemcpy(moments[i][j]->raw_mutable(), src, moments[i][j]->nbytes(), cudaMemcpyDeviceToHost));
+    if (to_host) {
+      run_.copy_to_host(params_[i], params[i]->raw_mutable());
+    } else {
+      run_.copy_from_host(params_[i], params[i]->raw());
     }
-  }
-}
-
-void CudaTrainer::upload(const std::vector<Tensor*>& params, const std::vector<std::vector<Tensor*>>& moments) {
-  OASES_CUDA_CHECK(cudaSetDevice(run_.device()));
-  OASES_CUDA_CHECK(cudaStreamSynchronize(run_.compute_stream()));
-  for (size_t i = 0; i < params_.size(); ++i) {
-    run_.copy_from_host(params_[i], params[i]->raw());
     for (size_t j = 0; j < moments[i].size() && j < (adamw_ ? 2u : 1u); ++j) {
-      float* dst = moments_ + static_cast<int64_t>(j) * total_ + offset_[i];
-      if (moments[i][j]->nbytes()) OASES_CUDA_CHECK(cudaMemcpy(dst, moments[i][j]->raw(), moments[i][j]->nbytes(), cudaMemcpyHostToDevice));
+      float* dev = moments_ + static_cast<int64_t>(j) * total_ + offset_[i];
+      Tensor& host = *moments[i][j];
+      if (!host.nbytes()) continue;
+      if (to_host) {
+        OASES_CUDA_CHECK(cudaMemcpy(host.raw_mutable(), dev, host.nbytes(), cudaMemcpyDeviceToHost));
+      } else {
+        OASES_CUDA_CHECK(cudaMemcpy(dev, host.raw(), host.nbytes(), cudaMemcpyHostToDevice));
+      }
     }
   }
 }

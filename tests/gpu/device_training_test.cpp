@@ -12,7 +12,7 @@
 
 #include "executor/multi_tensor.h"
 #include "kernels/cpu/optim.h"
-#include "kernels/cuda/optim.h"
+#include "executor/cuda/device_trainer.h"
 #include "tests/gpu/gpu_test_common.h"
 
 namespace oases {
@@ -100,22 +100,7 @@ TEST(DeviceOptimizer, UpdatesGiveTheCpuKernelsBits) {
       Optimizer host(cfg);
       for (int step = 0; step < 3; ++step) host.record_step(host.next_knobs());  // t = 4: bias corrections are not 1
       OptimizerKnobs k = host.next_knobs();
-      cuda::StepScalars sc;
-      sc.lr = k.lr;
-      sc.beta1 = k.beta1;
-      sc.beta2 = k.beta2;
-      sc.one_minus_beta1 = k.one_minus_beta1;
-      sc.one_minus_beta2 = k.one_minus_beta2;
-      sc.eps = k.eps;
-      sc.weight_decay = k.weight_decay;
-      sc.bc1 = k.bc1;
-      sc.bc2 = k.bc2;
-      sc.momentum = k.momentum;
-      sc.grad_scale = 0.5f;
-      sc.clip = k.clip;
-      sc.adamw = adamw;
-      sc.nesterov = k.nesterov;
-      sc.first = k.first;
+      cuda::StepScalars sc = cuda::step_scalars(k, 0.5f);
       auto* dsc = ds.put(std::vector<cuda::StepScalars>{sc});
       auto* dout = ds.put(std::vector<cuda::StepOutcome>{cuda::StepOutcome{}});
       auto* partials = ds.put(std::vector<double>(plan->block_tensor.size()));
