@@ -256,13 +256,14 @@ class TransformerLM(nn.Module):
         if isinstance(m, RMSNorm):
             nn.init.normal_(m.weight, mean=1.0, std=0.1)
 
-    def forward(self, input_ids, attention_mask=None, labels=None):
+    def body(self, input_ids, attention_mask=None):
+        """The embeddings and the blocks: the hidden states before the final norm."""
         c = self.c
         B, T = input_ids.shape
         x = self.wte(input_ids)
         cos = sin = None
         if c.positions == "learned":
-            pos = torch.arange(0, T, dtype=torch.long).unsqueeze(0)
+            pos = torch.arange(0, T, dtype=torch.long, device=input_ids.device).unsqueeze(0)
             x = x + self.wpe(pos)
         else:
             cos = self.cos_cached[:T][None, None, :, :]
@@ -274,6 +275,11 @@ class TransformerLM(nn.Module):
             add_mask = (1.0 - attention_mask[:, None, None, :].to(x.dtype)) * torch.finfo(x.dtype).min
         for blk in self.h:
             x = blk(x, cos, sin, add_mask)
+        return x
+
+    def forward(self, input_ids, attention_mask=None, labels=None):
+        c = self.c
+        x = self.body(input_ids, attention_mask)
         if self.ln_f is not None:
             x = self.ln_f(x)
         logits = self.lm_head(x)

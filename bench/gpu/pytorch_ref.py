@@ -121,46 +121,13 @@ def make_fast_classes():
             out = torch.addmm(self.bias, x.reshape(-1, x.size(-1)), self.weight)
             return out.view(*x.shape[:-1], self.weight.size(-1))
 
-    class FastLM(T.TransformerLM):
-        """TransformerLM.forward with position ids made on the input's device (no default device needed)."""
-
-        def forward(self, input_ids, attention_mask=None, labels=None):
-            x = self.body(input_ids, attention_mask)
-            if self.ln_f is not None:
-                x = self.ln_f(x)
-            logits = self.lm_head(x)
-            if labels is not None:
-                return F.cross_entropy(logits.reshape(-1, self.c.vocab), labels.reshape(-1))
-            return logits
-
-        def body(self, input_ids, attention_mask=None):
-            """The embeddings and the blocks: the hidden states before the final norm."""
-            c = self.c
-            B, Tn = input_ids.shape
-            x = self.wte(input_ids)
-            cos = sin = None
-            if c.positions == "learned":
-                x = x + self.wpe(torch.arange(0, Tn, dtype=torch.long, device=input_ids.device).unsqueeze(0))
-            else:
-                cos = self.cos_cached[:Tn][None, None, :, :]
-                sin = self.sin_cached[:Tn][None, None, :, :]
-            if self.emb_ln is not None:
-                x = self.emb_ln(x)
-            add_mask = None
-            if attention_mask is not None:
-                add_mask = (1.0 - attention_mask[:, None, None, :].to(x.dtype)) * torch.finfo(x.dtype).min
-            for blk in self.h:
-                x = blk(x, cos, sin, add_mask)
-            return x
-
-    return has_sdpa, SDPAAttention, FusedNewGELU, AddmmConv1D, FastLM
+    return has_sdpa, SDPAAttention, FusedNewGELU, AddmmConv1D
 
 
 def swap_fast(model):
     """Swaps the fast paths into `model` in place; returns a description of what was swapped."""
     import transformer as T
-    has_sdpa, SDPAAttention, FusedNewGELU, AddmmConv1D, FastLM = make_fast_classes()
-    model.__class__ = FastLM
+    has_sdpa, SDPAAttention, FusedNewGELU, AddmmConv1D = make_fast_classes()
     swapped = {"attention": "sdpa" if has_sdpa else "manual (this torch has no scaled_dot_product_attention)",
                "gelu_new": "F.gelu(approximate='tanh')", "conv1d": "torch.addmm"}
     for m in model.modules():
