@@ -127,9 +127,11 @@ class DeviceTrainer {
 };
 
 // The device trainer of a runner: `params` are constants of the program, `grads` its values
-// (float32, kept), `loss` its scalar loss (kNoId: none, a pipeline stage before the last).
+// (float32, kept), `loss` its scalar loss (kNoId: none, a pipeline stage before the last); `opt`
+// the host optimizer holding the same parameters in the same order (its kind and which take
+// weight decay).
 Expected<std::unique_ptr<DeviceTrainer>> make_device_trainer(DeviceRunner& runner, const Graph& g, const std::vector<ValueId>& params,
-                                                             const std::vector<ValueId>& grads, ValueId loss, const OptimizerConfig& cfg);
+                                                             const std::vector<ValueId>& grads, ValueId loss, const Optimizer& opt);
 
 // --- NCCL -------------------------------------------------------------------------------------
 

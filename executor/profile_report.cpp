@@ -62,7 +62,7 @@ void ProfileReport::print(const Executor& ex, const std::string& unit, size_t sl
     // and the gaps in which the device waited for the host to launch more), the update, the host
     const double dn = static_cast<double>(device_runs_);
     double programs = device_run_ms_ / dn, update = device_update_ms_ / dn, wall = run_ms_ / nr;
-    // per-instruction times are of the last micro-batch only: scale to the step's micro-batches
+    // the instructions' times are the last micro-batch's (the events are reused per micro-batch)
     std::printf("device step: %.2f ms wall = programs %.2f ms (instructions %.2f ms of the last micro-batch) + update %.2f ms + host %.2f ms "
                 "(%.1f%% of the step outside the device's work)\n",
                 wall, programs, nodes_ms, update, wall - programs - update, wall > 0 ? 100.0 * (wall - programs - update) / wall : 0.0);

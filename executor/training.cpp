@@ -164,7 +164,7 @@ Expected<std::unique_ptr<Trainer>> Trainer::create(TrainingGraph tg, OptimizerCo
   tr->exec_opts_.order.clear();
   for (ValueId p : tg.params) tr->opt_.add(tg.graph.value(p).name, tr->train_->constant_storage(p));
   if (DeviceRunner* dr = tr->train_->device_runner()) {
-    auto dt = make_device_trainer(*dr, tr->train_->graph(), tg.params, tg.grads, tg.loss, tr->opt_.config());
+    auto dt = make_device_trainer(*dr, tr->train_->graph(), tg.params, tg.grads, tg.loss, tr->opt_);
     if (dt) {
       tr->dev_ = std::move(*dt);
     } else {
@@ -331,14 +331,18 @@ Expected<StepStats> Trainer::device_step(const std::vector<std::map<std::string,
   return st;
 }
 
+void Trainer::host_state(std::vector<Tensor*>* params, std::vector<std::vector<Tensor*>>* moments) {
+  for (size_t i = 0; i < opt_.size(); ++i) {
+    params->push_back(&opt_.value(i));
+    moments->push_back(opt_.moments(i));
+  }
+}
+
 void Trainer::pull_from_device() {
   if (!dev_ || !host_stale_) return;
   std::vector<Tensor*> params;
   std::vector<std::vector<Tensor*>> moments;
-  for (size_t i = 0; i < opt_.size(); ++i) {
-    params.push_back(&opt_.value(i));
-    moments.push_back(opt_.moments(i));
-  }
+  host_state(&params, &moments);
   dev_->download(params, moments);
   host_stale_ = false;
 }
@@ -347,10 +351,7 @@ Status Trainer::push_to_device() {
   if (!dev_ || !device_stale_) return Status::ok();
   std::vector<Tensor*> params;
   std::vector<std::vector<Tensor*>> moments;
-  for (size_t i = 0; i < opt_.size(); ++i) {
-    params.push_back(&opt_.value(i));
-    moments.push_back(opt_.moments(i));
-  }
+  host_state(&params, &moments);
   try {
     dev_->upload(params, moments);
   } catch (const std::exception& e) {

@@ -113,6 +113,8 @@ class Trainer {
   // and the host's to the device (when the host changed them).
   void pull_from_device();
   Status push_to_device();
+  // The host copies of every parameter and its optimizer moments, in parameter order.
+  void host_state(std::vector<Tensor*>* params, std::vector<std::vector<Tensor*>>* moments);
 
   TrainingGraph tg_;
   std::unique_ptr<Executor> train_, eval_;  // eval_: made by the first eval_loss

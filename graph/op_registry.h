@@ -76,6 +76,9 @@ enum OpTrait : uint32_t {
   kTraitPostPartition = 1u << 6,
   // Never executed: removed or folded before a program runs (no kernel needed).
   kTraitNoKernel = 1u << 7,
+  // Draws from the run's counter-based generator, keyed by step and chunk (Dropout and its
+  // gradient): its kernels take a per-step key, so a captured device graph cannot replay it.
+  kTraitRandom = 1u << 8,
 };
 
 // One small instance of an op for the registry-driven tests: the finite-difference gradient check

@@ -13,6 +13,11 @@ namespace oases {
 
 namespace {
 
+// The executor fusion `fusion` names (not kNone) over `order`.
+FusionStats fuse(Fusion fusion, Graph& g, std::vector<NodeId>& order, const std::set<ValueId>& keep, std::vector<size_t>* slots) {
+  return fusion == Fusion::kDevice ? fuse_for_device(g, order, keep, slots) : fuse_for_cpu(g, order, keep, slots);
+}
+
 // Fusion under a scheduler's order: the compute nodes and collective starts go through the fuser
 // as one order (a fused node takes the place of its chain's last node); each collective wait goes
 // back before the first surviving step that followed it, or before a fused node standing in for
@@ -37,7 +42,7 @@ Expected<std::vector<ScheduledOp>> fuse_scheduled(Graph& g, const std::vector<Sc
   std::map<NodeId, std::string> described;
   for (const auto& [at, node] : waits) described.emplace(node, g.node(node).describe());
   std::vector<size_t> slots;
-  *stats = fusion == Fusion::kDevice ? fuse_for_device(g, order, keep, &slots) : fuse_for_cpu(g, order, keep, &slots);
+  *stats = fuse(fusion, g, order, keep, &slots);
   // position of every step after fusion, in the old numbering (a fused node: its chain's last node's)
   std::vector<double> pos(order.size());
   for (size_t i = 0; i < order.size(); ++i) pos[i] = static_cast<double>(slots[i]);
@@ -106,7 +111,7 @@ Expected<ProgramLayout> lay_out_program(Graph g, std::vector<ScheduledOp> schedu
   if (fusion != Fusion::kNone) {
     if (schedule.empty()) {
       OASES_ASSIGN_OR_RETURN(std::vector<NodeId> order, g.topo_order());
-      p.fusion = fusion == Fusion::kDevice ? fuse_for_device(g, order, keep) : fuse_for_cpu(g, order, keep);
+      p.fusion = fuse(fusion, g, order, keep, nullptr);
       for (NodeId id : order) schedule.push_back(ScheduledOp{ScheduledOp::Kind::kCompute, id});
     } else {
       OASES_ASSIGN_OR_RETURN(schedule, fuse_scheduled(g, schedule, keep, fusion, &p.fusion));

@@ -149,7 +149,8 @@ int main(int argc, char** argv) {
       if (!pm) return fail_with(pm.status());
       auto a = analyze_model(pm->forward, pm->train.graph, pm->train.params, ranks);
       if (!a) return fail_with(a.status().with_context(model));
-      std::vector<int64_t> degrees = degrees_s.empty() ? a->tp_candidates : parse_ints(degrees_s, "--degrees");
+      auto degrees = profiled_degrees(*a, parse_ints(degrees_s, "--degrees"), model, ranks);
+      if (!degrees) return fail_with(degrees.status());
       std::map<std::string, OpSample> acc;
       ExecutorOverheads ovh, ovh_one;
       std::vector<CalibrationRun> calib;
@@ -162,11 +163,7 @@ int main(int argc, char** argv) {
                                  &unused_ovh, &calib, "oases", comm_timeout);
       };
       nlohmann::json done = nlohmann::json::array();
-      for (int64_t t : degrees) {
-        if (std::find(a->tp_candidates.begin(), a->tp_candidates.end(), t) == a->tp_candidates.end()) {
-          return fail_with(
-              error("--degrees: tp {} does not divide {} on {} ranks (candidates {})", t, model, ranks, fmt::join(a->tp_candidates, ",")));
-        }
+      for (int64_t t : *degrees) {
         for (int64_t k : chunks) {
           if (k < 1 || pm->batch % (ranks / t * k) != 0) continue;
           auto t0 = Clock::now();

@@ -10,6 +10,16 @@
 
 namespace oases {
 
+Expected<std::vector<int64_t>> profiled_degrees(const ModelAnalysis& a, const std::vector<int64_t>& asked, const std::string& model,
+                                               int64_t ranks) {
+  if (asked.empty()) return a.tp_candidates;
+  for (int64_t t : asked) {
+    if (std::find(a.tp_candidates.begin(), a.tp_candidates.end(), t) == a.tp_candidates.end())
+      return error("--degrees: tp {} does not divide {} on {} ranks (candidates {})", t, model, ranks, fmt::join(a.tp_candidates, ","));
+  }
+  return asked;
+}
+
 Expected<PlanningModel> load_planning_model(const std::string& path, ImportOptions opts, int64_t batch, int64_t seq) {
   PlanningModel m;
   m.path = path;

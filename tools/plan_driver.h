@@ -32,6 +32,11 @@ struct PlanningModel {
 // training graph.
 Expected<PlanningModel> load_planning_model(const std::string& path, ImportOptions opts, int64_t batch, int64_t seq);
 
+// The tp degrees oases-profile times (--degrees; empty: every candidate of `a`), each checked to
+// divide the model on `ranks` ranks; the error names the degree, the model and the candidates.
+Expected<std::vector<int64_t>> profiled_degrees(const ModelAnalysis& a, const std::vector<int64_t>& asked, const std::string& model,
+                                               int64_t ranks);
+
 // The program rank 0 runs for `plan` (its mesh over plan.mesh.ranks ranks), built as oases-train
 // builds it (planner/rank_program.h), constants unsliced.
 Expected<RankProgram> planned_rank_program(const PlanningModel& m, const Plan& plan);

@@ -44,14 +44,11 @@ int profile_cuda(const CudaProfileOptions& o) {
     if (!pm) return fail_with(pm.status());
     auto a = analyze_model(pm->forward, pm->train.graph, pm->train.params, o.ranks);
     if (!a) return fail_with(a.status().with_context(o.model));
-    std::vector<int64_t> degrees = o.degrees.empty() ? a->tp_candidates : o.degrees;
+    auto degrees = profiled_degrees(*a, o.degrees, o.model, o.ranks);
+    if (!degrees) return fail_with(degrees.status());
     std::map<std::string, OpSample> acc;
     nlohmann::json done = nlohmann::json::array();
-    for (int64_t t : degrees) {
-      if (std::find(a->tp_candidates.begin(), a->tp_candidates.end(), t) == a->tp_candidates.end()) {
-        return fail_with(error("--degrees: tp {} does not divide {} on {} ranks (candidates {})", t, o.model, o.ranks,
-                               fmt::join(a->tp_candidates, ",")));
-      }
+    for (int64_t t : *degrees) {
       for (int64_t k : o.chunks) {
         if (k < 1 || pm->batch % (o.ranks / t * k) != 0) continue;
         auto t1 = std::chrono::steady_clock::now();

@@ -231,22 +231,20 @@ def print_table(s):
     if p.get("status") != "ok":
         print(f"oases --profile: {p.get('status')}: {p.get('reason', '')}")
         return
+    step = p["step_ms"]
+    pct = lambda x: f"{100 * x / step:.0f}%" if step > 0 else "-"
     if p.get("device"):
-        step = p["step_ms"]
-        pct = lambda x: f"{100 * x / step:.0f}%" if step > 0 else "-"
         print(f"oases --profile ({p['steps']} steps, per-instruction events; profiling adds to the step): "
               f"{step:.1f} ms a step = programs on the device {p['programs_ms']:.1f} ms ({pct(p['programs_ms'])}: kernels "
               f"{p['kernels_ms']:.1f} ms, gaps between launches {p['launch_gaps_ms']:.1f} ms) + update on the device "
               f"{p['device_update_ms']:.1f} ms ({pct(p['device_update_ms'])}) + host {p['host_ms']:.1f} ms ({pct(p['host_ms'])})")
     elif "run_outside_kernels_ms" in p:
-        step = p["step_ms"]
-        pct = lambda x: f"{100 * x / step:.0f}%" if step > 0 else "-"
         print(f"oases --profile ({p['steps']} steps, per-instruction times; profiling adds to the step): "
               f"{step:.1f} ms a step = kernels {p['kernels_ms']:.1f} ms ({pct(p['kernels_ms'])}) + graph run outside kernels "
               f"{p['run_outside_kernels_ms']:.1f} ms ({pct(p['run_outside_kernels_ms'])}: parameter/input uploads, copies back, "
               f"launch gaps) + host update {p['update_ms']:.1f} ms ({pct(p['update_ms'])}: optimizer, gradient norm)")
     else:
-        print(f"oases --profile ({p['steps']} steps): {p['step_ms']:.1f} ms a step = kernels {p['kernels_ms']:.1f} ms + "
+        print(f"oases --profile ({p['steps']} steps): {step:.1f} ms a step = kernels {p['kernels_ms']:.1f} ms + "
               f"the rest {p.get('rest_ms', 0):.1f} ms")
     print("  longest op types (ms a step, nodes): " + ", ".join(f"{o['op']} {o['ms']:.1f} ({o['nodes']})" for o in p["top_ops"][:6]))
 

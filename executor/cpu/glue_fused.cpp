@@ -13,6 +13,7 @@
 
 #include "executor/communicator.h"
 #include "executor/cpu/common.h"
+#include "graph/passes/fusion.h"
 #include "kernels/cpu/activation.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/gemm.h"
@@ -71,7 +72,7 @@ void register_cpu_fused(CpuKernelRegistry& r) {
     });
   };
   r.add("oases.cpu", "FusedMatMul", fused_matmul);
-  r.add("oases.device", "FusedMatMul", fused_matmul);
+  r.add(kDeviceFusedDomain, "FusedMatMul", fused_matmul);
   r.add("oases.cpu", "Attention", [](KernelContext& c) {
     AttentionArgs a = attention_args(c, 0);
     k::AttentionLayout L;

@@ -163,8 +163,7 @@ Status CudaRunner::init() {
       for (size_t v = 0; v < prog_.memory.slots.size(); ++v) {
         ValueSlot::Kind k = prog_.memory.slots[v].kind;
         if (k != (constants ? ValueSlot::Kind::kConstant : ValueSlot::Kind::kInput)) continue;
-        const Value& val = g.value(static_cast<ValueId>(v));
-        size_t bytes = static_cast<size_t>(shape_numel(val.shape)) * dtype_size(val.dtype);
+        size_t bytes = g.value(static_cast<ValueId>(v)).nbytes();
         off[v] = static_cast<int64_t>(total);
         total += (bytes + 255) / 256 * 256;
       }
@@ -250,8 +249,7 @@ void CudaRunner::stage_inputs(const std::vector<const void*>& inputs) {
   size_t end = 0;
   for (size_t v = 0; v < input_off_.size(); ++v) {
     if (input_off_[v] < 0 || v >= inputs.size() || !inputs[v]) continue;
-    const Value& val = g.value(static_cast<ValueId>(v));
-    size_t bytes = static_cast<size_t>(shape_numel(val.shape)) * dtype_size(val.dtype);
+    size_t bytes = g.value(static_cast<ValueId>(v)).nbytes();
     std::memcpy(static_cast<char*>(pinned_[b]) + input_off_[v], inputs[v], bytes);
     end = std::max(end, static_cast<size_t>(input_off_[v]) + bytes);
   }
@@ -369,19 +367,12 @@ void CudaRunner::run(const std::vector<const void*>& inputs, void* host_arena, s
   if (node_ms) read_timing(node_ms);
 }
 
-namespace {
-size_t value_bytes(const Graph& g, ValueId v) {
-  const Value& val = g.value(v);
-  return static_cast<size_t>(shape_numel(val.shape)) * dtype_size(val.dtype);
-}
-}  // namespace
-
 void CudaRunner::copy_to_host(ValueId v, void* dst) {
   void* src = address(v);
   if (!src) throw OasesError(fmt::format("value '{}' has no device copy", prog_.graph.value(v).name));
   OASES_CUDA_CHECK(cudaSetDevice(device_));
   OASES_CUDA_CHECK(cudaStreamSynchronize(streams_[0]));
-  OASES_CUDA_CHECK(cudaMemcpy(dst, src, value_bytes(prog_.graph, v), cudaMemcpyDeviceToHost));
+  OASES_CUDA_CHECK(cudaMemcpy(dst, src, prog_.graph.value(v).nbytes(), cudaMemcpyDeviceToHost));
 }
 
 void CudaRunner::copy_from_host(ValueId v, const void* src) {
@@ -389,7 +380,7 @@ void CudaRunner::copy_from_host(ValueId v, const void* src) {
   if (!dst) throw OasesError(fmt::format("value '{}' has no device copy", prog_.graph.value(v).name));
   OASES_CUDA_CHECK(cudaSetDevice(device_));
   OASES_CUDA_CHECK(cudaStreamSynchronize(streams_[0]));
-  OASES_CUDA_CHECK(cudaMemcpy(dst, src, value_bytes(prog_.graph, v), cudaMemcpyHostToDevice));
+  OASES_CUDA_CHECK(cudaMemcpy(dst, src, prog_.graph.value(v).nbytes(), cudaMemcpyHostToDevice));
 }
 
 size_t CudaRunner::peak_device_bytes() const {

@@ -11,9 +11,6 @@
 // captured once and replayed. Staging and the scalar upload stay outside the graphs, so each step
 // feeds its own inputs and learning rate. A program whose kernels take per-step host arguments
 // (dropout keys) is not captured; a capture that fails turns graphs off for the run, said once.
-#include <cstring>
-#include <optional>
-
 #include <fmt/format.h>
 
 #include "executor/cuda/cuda_runner.h"
@@ -25,17 +22,54 @@
 namespace oases {
 
 namespace cuda {
-namespace {
 
-constexpr int64_t kChunk = 1 << 16;
+DeviceBuffers::~DeviceBuffers() {
+  for (void* p : owned_) cudaFree(p);
+}
+
+void* DeviceBuffers::alloc_bytes(size_t bytes) {
+  void* p = nullptr;
+  OASES_CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(bytes, 16)));
+  owned_.push_back(p);
+  bytes_ += bytes;
+  OASES_CUDA_CHECK(cudaMemset(p, 0, std::max<size_t>(bytes, 16)));
+  return p;
+}
+
+void* DeviceBuffers::put_bytes(const void* host, size_t bytes) {
+  void* d = alloc_bytes(bytes);
+  if (bytes) OASES_CUDA_CHECK(cudaMemcpy(d, host, bytes, cudaMemcpyHostToDevice));
+  return d;
+}
+
+Expected<MultiTensorTables> multi_tensor_tables(DeviceBuffers& mem, const std::vector<float*>& param, const std::vector<const float*>& grad,
+                                                const std::vector<float*>& m, const std::vector<float*>& v,
+                                                const std::vector<int64_t>& numel, const std::vector<uint8_t>& decay, int64_t chunk) {
+  OASES_ASSIGN_OR_RETURN(MultiTensorPlan plan, plan_multi_tensor(numel, chunk));
+  MultiTensorTables tt;
+  tt.param = mem.put(param);
+  tt.grad = mem.put(grad);
+  tt.m = mem.put(m);
+  tt.v = mem.put(v);
+  tt.numel = mem.put(numel);
+  tt.decay = mem.put(decay);
+  tt.block_tensor = mem.put(plan.block_tensor);
+  tt.block_start = mem.put(plan.block_start);
+  tt.first_block = mem.put(plan.first_block);
+  tt.tensors = static_cast<int32_t>(numel.size());
+  tt.blocks = static_cast<int32_t>(plan.block_tensor.size());
+  tt.chunk = plan.chunk;
+  return tt;
+}
+
+namespace {
 
 // Why a program cannot be replayed from a captured graph ("" when it can).
 std::string capture_blocker(const Graph& g) {
   if (const char* e = std::getenv("OASES_CUDA_GRAPH"); e && std::string(e) == "0") return "OASES_CUDA_GRAPH=0";
   for (NodeId id : g.nodes()) {
     const Node& n = g.node(id);
-    if (n.op_type == "Dropout" || n.op_type == "DropoutGrad" || n.op_type.rfind("Random", 0) == 0)
-      return fmt::format("{} takes a per-step random key as a kernel argument", n.describe());
+    if (op_has_trait(n, kTraitRandom)) return fmt::format("{} takes a per-step random key as a kernel argument", n.describe());
   }
   return "";
 }
@@ -45,7 +79,7 @@ class CudaTrainer : public DeviceTrainer {
   explicit CudaTrainer(CudaRunner& r) : run_(r) {}
   ~CudaTrainer() override;
   Status init(const Graph& g, const std::vector<ValueId>& params, const std::vector<ValueId>& grads, ValueId loss,
-              const OptimizerConfig& cfg);
+              const Optimizer& opt);
 
   void micro_batch(const std::vector<const void*>& inputs, int index, int count, bool timed) override;
   std::vector<double> sum_squares(double* loss_sum) override;
@@ -57,7 +91,7 @@ class CudaTrainer : public DeviceTrainer {
   void upload(const std::vector<Tensor*>& params, const std::vector<std::vector<Tensor*>>& moments) override {
     transfer(params, moments, false);
   }
-  size_t peak_device_bytes() const override { return run_.peak_device_bytes() + own_bytes_; }
+  size_t peak_device_bytes() const override { return run_.peak_device_bytes() + mem_.bytes(); }
   std::string notes() const override;
 
  private:
@@ -66,9 +100,7 @@ class CudaTrainer : public DeviceTrainer {
   ValueId loss_ = kNoId;
   Elem loss_type_ = Elem::kF32;
   bool adamw_ = true;
-  std::vector<int64_t> numel_;
-  std::vector<void*> owned_;  // device allocations of this trainer
-  size_t own_bytes_ = 0;
+  DeviceBuffers mem_;         // device allocations of this trainer
   float* moments_ = nullptr;  // every parameter's m (then v), in parameter order
   float* acc_ = nullptr;      // accumulators, made on the first step with several micro-batches
   std::vector<int64_t> offset_;  // element offset of parameter i in moments_ / acc_
@@ -91,20 +123,6 @@ class CudaTrainer : public DeviceTrainer {
   int captured_ = 0;
   int64_t replays_ = 0;
 
-  template <class T>
-  T* alloc(size_t n) {
-    void* p = nullptr;
-    OASES_CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(n * sizeof(T), 16)));
-    owned_.push_back(p);
-    own_bytes_ += n * sizeof(T);
-    return static_cast<T*>(p);
-  }
-  template <class T>
-  T* upload_array(const std::vector<T>& v) {
-    T* d = alloc<T>(v.size());
-    if (!v.empty()) OASES_CUDA_CHECK(cudaMemcpy(d, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice));
-    return d;
-  }
   void ensure_accumulators();
   void transfer(const std::vector<Tensor*>& params, const std::vector<std::vector<Tensor*>>& moments, bool to_host);
   // Runs `enqueue` through graph `exec` (captured on first use once warm), or directly.
@@ -126,18 +144,19 @@ CudaTrainer::~CudaTrainer() {
   for (cudaEvent_t e : {t_start_, t_micro_, t_end_}) {
     if (e) cudaEventDestroy(e);
   }
-  for (void* p : owned_) cudaFree(p);
   if (scalars_host_) cudaFreeHost(scalars_host_);
   if (outcome_host_) cudaFreeHost(outcome_host_);
 }
 
 Status CudaTrainer::init(const Graph& g, const std::vector<ValueId>& params, const std::vector<ValueId>& grads, ValueId loss,
-                         const OptimizerConfig& cfg) {
+                         const Optimizer& opt) {
   if (params.size() != grads.size()) return error("{} parameters but {} gradients", params.size(), grads.size());
   params_ = params;
   grads_ = grads;
   loss_ = loss;
-  adamw_ = cfg.kind == "adamw";
+  if (opt.size() != params.size()) return error("the optimizer holds {} parameters, the program {}", opt.size(), params.size());
+  adamw_ = opt.config().kind == "adamw";
+  std::vector<int64_t> numel;
   for (size_t i = 0; i < params.size(); ++i) {
     const Value& p = g.value(params[i]);
     const Value& gr = g.value(grads[i]);
@@ -147,20 +166,17 @@ Status CudaTrainer::init(const Graph& g, const std::vector<ValueId>& params, con
     if (p.shape != gr.shape) return error("parameter '{}' {} has a gradient of shape {}", p.name, shape_str(p.shape), shape_str(gr.shape));
     if (!run_.address(params[i]) || !run_.address(grads[i]))
       return error("parameter '{}' or its gradient has no device copy", p.name);
-    numel_.push_back(shape_numel(p.shape));
+    numel.push_back(shape_numel(p.shape));
     offset_.push_back(total_);
-    total_ += (numel_.back() + 63) / 64 * 64;  // 256-byte aligned tensors
+    total_ += (numel.back() + 63) / 64 * 64;  // 256-byte aligned tensors
   }
   if (loss != kNoId) {
     if (!run_.address(loss)) return error("the loss '{}' has no device copy", g.value(loss).name);
     loss_type_ = elem(g.value(loss).dtype);
   }
-  OASES_ASSIGN_OR_RETURN(MultiTensorPlan plan, plan_multi_tensor(numel_, kChunk));
   try {
     OASES_CUDA_CHECK(cudaSetDevice(run_.device()));
-    size_t per = adamw_ ? 2 : 1;
-    moments_ = alloc<float>(static_cast<size_t>(total_) * per);
-    OASES_CUDA_CHECK(cudaMemset(moments_, 0, static_cast<size_t>(total_) * per * sizeof(float)));
+    moments_ = mem_.alloc<float>(static_cast<size_t>(total_) * (adamw_ ? 2 : 1));
     std::vector<float*> p, m, v;
     std::vector<const float*> gr;
     std::vector<uint8_t> decay;
@@ -169,26 +185,14 @@ Status CudaTrainer::init(const Graph& g, const std::vector<ValueId>& params, con
       gr.push_back(static_cast<const float*>(run_.address(grads_[i])));
       m.push_back(moments_ + offset_[i]);
       v.push_back(adamw_ ? moments_ + total_ + offset_[i] : nullptr);
-      decay.push_back(cfg.decay_all || g.value(params_[i]).shape.size() >= 2 ? 1 : 0);
+      decay.push_back(opt.decays(i) ? 1 : 0);
     }
-    tt_.param = upload_array(p);
-    tt_.grad = upload_array(gr);
-    tt_.m = upload_array(m);
-    tt_.v = upload_array(v);
-    acc_table_ = alloc<float*>(params_.size());
-    tt_.numel = upload_array(numel_);
-    tt_.decay = upload_array(decay);
-    tt_.block_tensor = upload_array(plan.block_tensor);
-    tt_.block_start = upload_array(plan.block_start);
-    tt_.first_block = upload_array(plan.first_block);
-    tt_.tensors = static_cast<int32_t>(params_.size());
-    tt_.blocks = static_cast<int32_t>(plan.block_tensor.size());
-    tt_.chunk = plan.chunk;
-    scalars_ = alloc<StepScalars>(1);
-    outcome_ = alloc<StepOutcome>(1);
-    OASES_CUDA_CHECK(cudaMemset(outcome_, 0, sizeof(StepOutcome)));
-    partials_ = alloc<double>(plan.block_tensor.size());
-    per_tensor_ = alloc<double>(params_.size());
+    OASES_ASSIGN_OR_RETURN(tt_, multi_tensor_tables(mem_, p, gr, m, v, numel, decay, kChunk));
+    acc_table_ = mem_.alloc<float*>(params_.size());
+    scalars_ = mem_.alloc<StepScalars>(1);
+    outcome_ = mem_.alloc<StepOutcome>(1);
+    partials_ = mem_.alloc<double>(static_cast<size_t>(tt_.blocks));
+    per_tensor_ = mem_.alloc<double>(params_.size());
     OASES_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&scalars_host_), sizeof(StepScalars)));
     OASES_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&outcome_host_), sizeof(StepOutcome)));
     for (cudaEvent_t* e : {&t_start_, &t_micro_, &t_end_}) OASES_CUDA_CHECK(cudaEventCreate(e));
@@ -201,7 +205,7 @@ Status CudaTrainer::init(const Graph& g, const std::vector<ValueId>& params, con
 
 void CudaTrainer::ensure_accumulators() {
   if (acc_) return;
-  acc_ = alloc<float>(static_cast<size_t>(total_));
+  acc_ = mem_.alloc<float>(static_cast<size_t>(total_));
   std::vector<float*> a;
   for (size_t i = 0; i < params_.size(); ++i) a.push_back(acc_ + offset_[i]);
   OASES_CUDA_CHECK(cudaMemcpy(acc_table_, a.data(), a.size() * sizeof(float*), cudaMemcpyHostToDevice));
@@ -359,11 +363,11 @@ void CudaTrainer::transfer(const std::vector<Tensor*>& params, const std::vector
 }  // namespace cuda
 
 Expected<std::unique_ptr<DeviceTrainer>> make_device_trainer(DeviceRunner& runner, const Graph& g, const std::vector<ValueId>& params,
-                                                             const std::vector<ValueId>& grads, ValueId loss, const OptimizerConfig& cfg) {
+                                                             const std::vector<ValueId>& grads, ValueId loss, const Optimizer& opt) {
   auto* r = dynamic_cast<cuda::CudaRunner*>(&runner);
   if (!r) return Status::error("the device trainer needs a CUDA runner");
   auto t = std::make_unique<cuda::CudaTrainer>(*r);
-  OASES_RETURN_IF_ERROR(t->init(g, params, grads, loss, cfg));
+  OASES_RETURN_IF_ERROR(t->init(g, params, grads, loss, opt));
   return std::unique_ptr<DeviceTrainer>(std::move(t));
 }
 
@@ -375,61 +379,26 @@ Expected<double> measure_cuda_optimizer() {
   // 256 MiB of fp32 parameters in 64 tensors, through the trainer's tables and kernels
   constexpr int kTensors = 64;
   constexpr int64_t kEach = int64_t(1) << 20;
-  std::vector<void*> owned;
-  auto cleanup = [&] {
-    for (void* p : owned) cudaFree(p);
-  };
+  cudaEvent_t e0 = nullptr, e1 = nullptr;
   try {
-    auto dev = [&](size_t bytes) {
-      void* p = nullptr;
-      OASES_CUDA_CHECK(cudaMalloc(&p, bytes));
-      owned.push_back(p);
-      OASES_CUDA_CHECK(cudaMemset(p, 0, bytes));
-      return p;
-    };
-    auto put = [&](const auto& v) {
-      void* d = dev(v.size() * sizeof(v[0]));
-      OASES_CUDA_CHECK(cudaMemcpy(d, v.data(), v.size() * sizeof(v[0]), cudaMemcpyHostToDevice));
-      return d;
-    };
-    std::vector<int64_t> sizes(kTensors, kEach);
-    OASES_ASSIGN_OR_RETURN(MultiTensorPlan plan, plan_multi_tensor(sizes, int64_t(1) << 16));
+    cuda::DeviceBuffers mem;
     std::vector<float*> p, m, v;
     std::vector<const float*> g;
     for (int i = 0; i < kTensors; ++i) {
-      p.push_back(static_cast<float*>(dev(kEach * 4)));
-      g.push_back(static_cast<const float*>(dev(kEach * 4)));
-      m.push_back(static_cast<float*>(dev(kEach * 4)));
-      v.push_back(static_cast<float*>(dev(kEach * 4)));
+      p.push_back(mem.alloc<float>(kEach));
+      g.push_back(mem.alloc<float>(kEach));
+      m.push_back(mem.alloc<float>(kEach));
+      v.push_back(mem.alloc<float>(kEach));
     }
-    cuda::MultiTensorTables tt;
-    tt.param = static_cast<float* const*>(put(p));
-    tt.grad = static_cast<const float* const*>(put(g));
-    tt.m = static_cast<float* const*>(put(m));
-    tt.v = static_cast<float* const*>(put(v));
-    tt.numel = static_cast<const int64_t*>(put(sizes));
-    tt.decay = static_cast<const uint8_t*>(put(std::vector<uint8_t>(kTensors, 1)));
-    tt.block_tensor = static_cast<const int32_t*>(put(plan.block_tensor));
-    tt.block_start = static_cast<const int64_t*>(put(plan.block_start));
-    tt.first_block = static_cast<const int32_t*>(put(plan.first_block));
-    tt.tensors = kTensors;
-    tt.blocks = static_cast<int32_t>(plan.block_tensor.size());
-    tt.chunk = plan.chunk;
-    cuda::StepScalars sc;
-    sc.lr = 1e-4f;
-    sc.beta1 = 0.9f;
-    sc.beta2 = 0.999f;
-    sc.one_minus_beta1 = 1.f - sc.beta1;
-    sc.one_minus_beta2 = 1.f - sc.beta2;
-    sc.eps = 1e-8f;
-    sc.bc1 = 0.1f;
-    sc.bc2 = 0.001f;
+    OASES_ASSIGN_OR_RETURN(cuda::MultiTensorTables tt, cuda::multi_tensor_tables(mem, p, g, m, v, std::vector<int64_t>(kTensors, kEach),
+                                                                                  std::vector<uint8_t>(kTensors, 1), cuda::kChunk));
+    Optimizer host(OptimizerConfig{});
+    cuda::StepScalars sc = cuda::step_scalars(host.next_knobs(), 1.f);
     sc.clip = 1.0;
-    auto* scd = static_cast<cuda::StepScalars*>(put(std::vector<cuda::StepScalars>{sc}));
-    auto* out = static_cast<cuda::StepOutcome*>(dev(sizeof(cuda::StepOutcome)));
-    auto* partials = static_cast<double*>(dev(plan.block_tensor.size() * sizeof(double)));
-    auto* per = static_cast<double*>(dev(kTensors * sizeof(double)));
-    cudaEvent_t e0, e1;
+    auto* scd = mem.put(std::vector<cuda::StepScalars>{sc});
+    auto* out = mem.alloc<cuda::StepOutcome>(1);
+    auto* partials = mem.alloc<double>(static_cast<size_t>(tt.blocks));
+    auto* per = mem.alloc<double>(kTensors);
     OASES_CUDA_CHECK(cudaEventCreate(&e0));
     OASES_CUDA_CHECK(cudaEventCreate(&e1));
     auto step = [&] {
@@ -446,11 +415,12 @@ Expected<double> measure_cuda_optimizer() {
     OASES_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
     cudaEventDestroy(e0);
     cudaEventDestroy(e1);
-    cleanup();
     double mib = static_cast<double>(kTensors * kEach * 4) / (1 << 20);
     return static_cast<double>(ms) * 1e3 / kReps / mib;
   } catch (const std::exception& e) {
-    cleanup();
+    for (cudaEvent_t ev : {e0, e1}) {
+      if (ev) cudaEventDestroy(ev);
+    }
     return Status::error(e.what());
   }
 }

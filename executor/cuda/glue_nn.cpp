@@ -6,6 +6,7 @@
 #include <string>
 
 #include "executor/cpu/common.h"
+#include "graph/passes/fusion.h"
 #include "executor/cuda/cuda_context.h"
 #include "executor/notes.h"
 #include "kernels/cuda/activations.h"
@@ -187,7 +188,7 @@ void register_cuda_nn(CudaKernelRegistry& r) {
   // the device programs' fused products (graph/passes/fusion.h fuse_for_device): one cuBLASLt call
   // with its bias/activation epilogue where the product is one matrix and cuBLASLt has the
   // activation; else the product, then one kernel for bias, residual and activation
-  r.add("oases.device", "FusedMatMul", [](CudaContext& c) {
+  r.add(kDeviceFusedDomain, "FusedMatMul", [](CudaContext& c) {
     bool ta = c.attrs().get_int("trans_a", 0) != 0, tb = c.attrs().get_int("trans_b", 0) != 0;
     std::string act = c.attrs().get_string("activation", "");
     EpilogueAct ea = EpilogueAct::kNone;

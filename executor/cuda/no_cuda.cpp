@@ -16,7 +16,7 @@ Expected<std::unique_ptr<DeviceRunner>> make_cuda_runner(const Program&, const E
   return Status::error(kNoCuda);
 }
 Expected<std::unique_ptr<DeviceTrainer>> make_device_trainer(DeviceRunner&, const Graph&, const std::vector<ValueId>&,
-                                                             const std::vector<ValueId>&, ValueId, const OptimizerConfig&) {
+                                                             const std::vector<ValueId>&, ValueId, const Optimizer&) {
   return Status::error(kNoCuda);
 }
 Expected<double> measure_cuda_optimizer() {

@@ -160,6 +160,7 @@ void register_grad_ops(OpRegistry& r) {
   }
   {
     OpSchema s = grad_schema("DropoutGrad", 1, 2, 1);
+    s.traits |= kTraitRandom;
     s.infer = like_inputs({0});
     r.add(std::move(s));
   }

@@ -126,6 +126,7 @@ void register_misc_ops(OpRegistry& r) {
     OpSchema s;
     s.op_type = "Dropout";
     s.oldest_version = 10;  // Dropout-10: ratio attribute, no training_mode (inference copies)
+    s.traits |= kTraitRandom;
     s.min_inputs = 1;
     s.max_inputs = 3;
     s.max_outputs = 2;

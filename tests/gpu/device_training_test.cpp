@@ -10,7 +10,6 @@
 #include <limits>
 #include <random>
 
-#include "executor/multi_tensor.h"
 #include "kernels/cpu/optim.h"
 #include "executor/cuda/device_trainer.h"
 #include "tests/gpu/gpu_test_common.h"
@@ -35,36 +34,18 @@ std::vector<float> random_floats(int64_t n, uint32_t seed, float scale) {
 }
 
 // Device copies of a few tensors with the multi-tensor tables over them.
-struct DeviceSet {
-  std::vector<void*> owned;
-  cuda::MultiTensorTables tt;
-  std::vector<float*> p, g, m, v;
-  ~DeviceSet() {
-    for (void* x : owned) cudaFree(x);
-  }
-  template <class T>
-  T* put(const std::vector<T>& h) {
-    void* d = nullptr;
-    EXPECT_EQ(cudaMalloc(&d, std::max<size_t>(16, h.size() * sizeof(T))), cudaSuccess);
-    if (!h.empty()) EXPECT_EQ(cudaMemcpy(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
-    owned.push_back(d);
-    return static_cast<T*>(d);
-  }
-};
-
 // The multi-tensor AdamW and SGD updates give the CPU kernels' bits (no clipping: the norm's
 // summation order differs between the devices), over tensors of odd sizes, one spanning several
 // blocks, with and without weight decay; the norm agrees to double rounding; clipping scales alike.
 TEST(DeviceOptimizer, UpdatesGiveTheCpuKernelsBits) {
   REQUIRE_GPU();
   const std::vector<int64_t> sizes = {1, 7, 1000, (1 << 16) * 2 + 3, 4096};
-  auto plan = plan_multi_tensor(sizes, 1 << 16);
-  ASSERT_TRUE(plan) << plan.status().message();
   for (bool adamw : {true, false}) {
     for (double clip : {0.0, 0.05}) {
-      DeviceSet ds;
+      cuda::DeviceBuffers ds;
       std::vector<std::vector<float>> hp, hg, hm, hv;
-      std::vector<float*> dp, dg, dm, dv;
+      std::vector<float*> dp, dm, dv;
+      std::vector<const float*> dg;
       std::vector<uint8_t> decay;
       for (size_t i = 0; i < sizes.size(); ++i) {
         hp.push_back(random_floats(sizes[i], 11 + i, 1.f));
@@ -78,20 +59,9 @@ TEST(DeviceOptimizer, UpdatesGiveTheCpuKernelsBits) {
         dv.push_back(ds.put(hv.back()));
         decay.push_back(i % 2 == 0);
       }
-      std::vector<const float*> dgc(dg.begin(), dg.end());
-      cuda::MultiTensorTables& tt = ds.tt;
-      tt.param = ds.put(dp);
-      tt.grad = ds.put(dgc);
-      tt.m = ds.put(dm);
-      tt.v = ds.put(dv);
-      tt.numel = ds.put(sizes);
-      tt.decay = ds.put(decay);
-      tt.block_tensor = ds.put(plan->block_tensor);
-      tt.block_start = ds.put(plan->block_start);
-      tt.first_block = ds.put(plan->first_block);
-      tt.tensors = static_cast<int32_t>(sizes.size());
-      tt.blocks = static_cast<int32_t>(plan->block_tensor.size());
-      tt.chunk = plan->chunk;
+      auto tables = cuda::multi_tensor_tables(ds, dp, dg, dm, dv, sizes, decay, cuda::kChunk);
+      ASSERT_TRUE(tables) << tables.status().message();
+      const cuda::MultiTensorTables& tt = *tables;
       OptimizerConfig cfg;
       cfg.kind = adamw ? "adamw" : "sgd";
       cfg.weight_decay = 0.1;
@@ -102,9 +72,9 @@ TEST(DeviceOptimizer, UpdatesGiveTheCpuKernelsBits) {
       OptimizerKnobs k = host.next_knobs();
       cuda::StepScalars sc = cuda::step_scalars(k, 0.5f);
       auto* dsc = ds.put(std::vector<cuda::StepScalars>{sc});
-      auto* dout = ds.put(std::vector<cuda::StepOutcome>{cuda::StepOutcome{}});
-      auto* partials = ds.put(std::vector<double>(plan->block_tensor.size()));
-      auto* per_tensor = ds.put(std::vector<double>(sizes.size()));
+      auto* dout = ds.alloc<cuda::StepOutcome>(1);
+      auto* partials = ds.alloc<double>(static_cast<size_t>(tt.blocks));
+      auto* per_tensor = ds.alloc<double>(sizes.size());
       cuda::multi_tensor_norm(tt, false, dsc, partials, per_tensor, dout, nullptr);
       cuda::multi_tensor_update(tt, false, dsc, dout, nullptr);
       CK(cudaDeviceSynchronize());
