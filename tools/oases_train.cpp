@@ -83,6 +83,7 @@ void add_train_options(CLI::App& app, TrainArgs& a) {
   app.add_flag("-q,--quiet", a.quiet, "No progress lines");
   app.add_flag("-v,--verbose", a.verbose, "Notes on stderr: which kernel paths ran and why others were not taken (once each)");
   app.add_flag("--profile", a.profile, "Print the time per op type and the slowest nodes per step (rank 0, steps after the first)");
+  app.add_option("--profile-nodes", a.profile_nodes, "With --profile: how many of the slowest nodes to list (default 15)")->check(number_in(0, kInf));
   app.add_option("--tp", a.tp, "Tensor-parallel degree")->check(number_in(1, kInf));
   app.add_option("--dp", a.dp, "Data-parallel degree")->check(number_in(1, kInf));
   app.add_option("--pp", a.pp, "Pipeline stages, each on its own mesh of tp x dp ranks (the world is pp x tp x dp)")

@@ -361,7 +361,7 @@ Status run_rank(const TrainSetup& s, RankRuntime& rt, RankRuntime* world = nullp
       if (!a.quiet) std::fprintf(stderr, "wrote trace %s (%zu events; open in https://ui.perfetto.dev)\n", a.trace.c_str(), events);
     }
   }
-  if (a.profile && lead) prof.print(tr.executor(), "step");
+  if (a.profile && lead) prof.print(tr.executor(), "step", static_cast<size_t>(a.profile_nodes));
   if (lead && !a.quiet && !tr.device_notes().empty()) {
     std::fprintf(stderr, "device: %s; peak device memory %.0f MiB\n", tr.device_notes().c_str(),
                  static_cast<double>(tr.peak_device_bytes()) / (1 << 20));

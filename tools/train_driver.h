@@ -26,6 +26,7 @@ struct TrainArgs {
   double val_fraction = 0.1;
   uint64_t seed = 1234;
   int threads = 0;
+  int64_t profile_nodes = 15;  // --profile's slowest nodes listed
   bool nesterov = false, no_cosine = false, decay_all = false;
   // parallelism
   int64_t tp = 0, dp = 0, local_ranks = 0;

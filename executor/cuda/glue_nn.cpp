@@ -5,6 +5,8 @@
 #include <limits>
 #include <string>
 
+#include <fmt/format.h>
+
 #include "executor/cpu/common.h"
 #include "graph/passes/fusion.h"
 #include "executor/cuda/cuda_context.h"
@@ -27,6 +29,31 @@ int64_t numel_of(const std::vector<int64_t>& s, size_t from, size_t to) {
   return n;
 }
 
+// Scratch one padded product may take (gemm_plan.h): blocks of the result's rows keep it there.
+// OASES_GEMM_PAD_SCRATCH (bytes; read per launch, the GPU tests shrink it to make blocks) sets it;
+// 0 turns padding off.
+size_t pad_scratch_limit() {
+  const char* e = std::getenv("OASES_GEMM_PAD_SCRATCH");
+  return e && *e ? static_cast<size_t>(std::strtoull(e, nullptr, 10)) : size_t(256) << 20;
+}
+
+// One product (batch 1) on the compute stream; rows not 16-byte aligned (an odd vocabulary's
+// logits in bf16) go through padded copies in scratch, so cuBLASLt keeps its fast kernels.
+void single_gemm(CudaContext& c, Elem t, const GemmDesc& d, const void* a, const void* b, void* out) {
+  auto addr = [](const void* p) { return reinterpret_cast<uintptr_t>(p); };
+  const size_t limit = pad_scratch_limit();
+  PaddedGemm p = limit ? plan_padded_gemm(elem_size(t), d, addr(a), addr(b), addr(out), limit) : PaddedGemm{};
+  if (!p.used()) {
+    gemm(*c.blas, t, d, a, b, out);
+    return;
+  }
+  if (verbose_notes()) {
+    note_once(fmt::format("matrix product [{} x {}] x [{} x {}] with rows not 16-byte aligned: through padded copies ({}{}{}in blocks of {} rows)",
+                          d.m, d.k, d.k, d.n, p.pad_a ? "a, " : "", p.pad_b ? "b, " : "", p.pad_c ? "the result, " : "", p.block));
+  }
+  gemm_padded(*c.blas, t, d, p, a, b, out, c.scratch(p.scratch_bytes()));
+}
+
 // Row-major batched product with numpy batch broadcasting; a, b stored as sa, sb (already
 // transposed per ta/tb), out [..., M, N].
 void matmul(CudaContext& c, Elem t, const void* a, std::vector<int64_t> sa, const void* b, std::vector<int64_t> sb, void* out,
@@ -46,10 +73,14 @@ void matmul(CudaContext& c, Elem t, const void* a, std::vector<int64_t> sa, cons
   size_t es = elem_size(t);
   if (bb == 1 && !ta) {  // a weight: fold the batch of a into rows
     d.m = ba * M;
-    gemm(*c.blas, t, d, a, b, out);
+    single_gemm(c, t, d, a, b, out);
     return;
   }
   d.m = M;
+  if (bo == 1) {
+    single_gemm(c, t, d, a, b, out);
+    return;
+  }
   if ((ba == bo || ba == 1) && (bb == bo || bb == 1)) {
     d.batch = bo;
     d.stride_a = ba == 1 ? 0 : M * K;

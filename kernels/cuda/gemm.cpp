@@ -3,8 +3,11 @@
 #include <cublasLt.h>
 #include <cublas_v2.h>
 
+#include <atomic>
 #include <stdexcept>
 #include <string>
+
+#include "kernels/cuda/elementwise.h"
 
 #define OASES_CUBLAS_CHECK(call)                                                                                                     \
   do {                                                                                                                               \
@@ -145,6 +148,49 @@ bool gemm_epilogue(BlasHandles& h, Elem t, const GemmDesc& d, const void* a, con
                            : e == GemmEpilogue::kBiasGeluTanh ? CUBLASLT_EPILOGUE_GELU_BIAS
                                                               : CUBLASLT_EPILOGUE_BIAS;
   return lt_matmul(h, t, d, a, b, c, bias, epi);
+}
+
+namespace {
+std::atomic<int64_t> g_padded_calls{0};
+}  // namespace
+
+int64_t padded_gemm_calls() { return g_padded_calls.load(); }
+
+void gemm_padded(BlasHandles& h, Elem t, const GemmDesc& d, const PaddedGemm& p, const void* a, const void* b, void* c, void* scratch) {
+  g_padded_calls.fetch_add(1);
+  const size_t es = elem_size(t);
+  char* sb = static_cast<char*>(scratch);
+  char* sa = sb + p.bytes_b;
+  char* sc = sa + p.bytes_a;
+  GemmDesc blk = d;
+  const void* bp = b;
+  if (p.pad_b) {  // b whole: k x n, or n x k when transposed
+    copy_rows(b, d.ldb, sb, p.ldb, d.trans_b ? d.n : d.k, d.trans_b ? d.k : d.n, es, h.stream());
+    bp = sb;
+    blk.ldb = p.ldb;
+  }
+  const auto* ab = static_cast<const char*>(a);
+  auto* cb = static_cast<char*>(c);
+  for (int64_t m0 = 0; m0 < d.m; m0 += p.block) {
+    const int64_t rows = std::min(p.block, d.m - m0);
+    blk.m = rows;
+    // this block's a: rows m0.. of a (m x k), or columns m0.. of a stored k x m
+    const char* ap = d.trans_a ? ab + m0 * static_cast<int64_t>(es) : ab + m0 * d.lda * static_cast<int64_t>(es);
+    if (p.pad_a) {
+      if (d.trans_a) {
+        copy_rows(ap, d.lda, sa, p.lda, d.k, rows, es, h.stream());
+      } else {
+        copy_rows(ap, d.lda, sa, p.lda, rows, d.k, es, h.stream());
+      }
+      ap = sa;
+      blk.lda = p.lda;
+    }
+    char* cp = cb + m0 * d.ldc * static_cast<int64_t>(es);
+    blk.ldc = d.ldc;
+    if (p.pad_c) blk.ldc = p.ldc;
+    gemm(h, t, blk, ap, bp, p.pad_c ? sc : cp);
+    if (p.pad_c) copy_rows(sc, p.ldc, cp, d.ldc, rows, d.n, es, h.stream());
+  }
 }
 
 void gemm_ex(BlasHandles& h, Elem ab, Elem ct, const GemmDesc& d, const void* a, const void* b, void* c) {

@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/check.h"
+#include "kernels/cuda/gemm_plan.h"
 
 namespace oases::cuda {
 
@@ -37,14 +38,6 @@ class BlasHandles {
   bool allow_tf32_ = false;
 };
 
-struct GemmDesc {
-  bool trans_a = false, trans_b = false;
-  int64_t m = 0, n = 0, k = 0;
-  int64_t lda = 0, ldb = 0, ldc = 0;  // row-major leading dimensions
-  int64_t batch = 1, stride_a = 0, stride_b = 0, stride_c = 0;
-  float alpha = 1.f, beta = 0.f;
-};
-
 void gemm(BlasHandles& h, Elem t, const GemmDesc& d, const void* a, const void* b, void* c);
 // One matrix (batch 1, beta 0) through cuBLASLt with an epilogue on the result: bias [n] added to
 // every row, then ReLU or GELU (tanh form, cuBLASLt's). False (nothing written) when cuBLASLt has
@@ -53,6 +46,12 @@ enum class GemmEpilogue { kBias, kBiasRelu, kBiasGeluTanh };
 bool gemm_epilogue(BlasHandles& h, Elem t, const GemmDesc& d, const void* a, const void* b, void* c, const void* bias, GemmEpilogue e);
 // The same product with operands of type `ab` (fp32, fp16 or bf16) and a result of type `ct`
 // (e.g. bf16 operands, fp32 scores), accumulated in fp32 (cuBLAS strided batches).
+// The product under a padded plan (gemm_plan.h plan_padded_gemm, p.used()): the misaligned
+// operands copied into `scratch` (p.scratch_bytes(), 16-byte aligned) with padded rows, the result
+// computed in blocks of p.block rows and, when misaligned, copied out of scratch block by block.
+void gemm_padded(BlasHandles& h, Elem t, const GemmDesc& d, const PaddedGemm& p, const void* a, const void* b, void* c, void* scratch);
+// Products run through gemm_padded since the process started (the GPU tests check the path ran).
+int64_t padded_gemm_calls();
 void gemm_ex(BlasHandles& h, Elem ab, Elem ct, const GemmDesc& d, const void* a, const void* b, void* c);
 
 }  // namespace oases::cuda

@@ -22,6 +22,7 @@
 #include "executor/training.h"
 #include "graph/passes/mixed_precision.h"
 #include "kernels/cuda/attention.h"
+#include "kernels/cuda/gemm.h"
 #include "tools/model_loader.h"
 
 namespace fs = std::filesystem;
@@ -364,6 +365,73 @@ TEST(CudaKernels, GatherNdScatterNdCumSumMatchTheCpu) {
   EXPECT_FALSE(st.is_ok());
   EXPECT_NE(st.message().find("gnd_bad"), std::string::npos) << st.message();
 }
+
+// Products whose rows are not 16-byte aligned (an odd vocabulary's logits, kernels/cuda/gemm_plan.h)
+// run through padded copies: a misaligned result and weight (MatMul), a misaligned left operand
+// (MatMul), a transposed misaligned left operand (MatMulT trans_a, the weight gradient) and a
+// misaligned result of a transposed weight (MatMulT trans_b, tied logits), in fp32 and bf16,
+// with the default scratch and with one small enough to split the results into blocks. The padded
+// path's counter shows that it ran.
+struct PaddedCase {
+  DType type;
+  size_t scratch;  // OASES_GEMM_PAD_SCRATCH; 0: the default
+};
+void PrintTo(const PaddedCase& c, std::ostream* os) {
+  *os << dtype_name(c.type) << "_" << c.scratch;
+}
+class PaddedProductsOnGpu : public ::testing::TestWithParam<PaddedCase> {};
+
+TEST_P(PaddedProductsOnGpu, MatchTheCpu) {
+  REQUIRE_GPU();
+  const PaddedCase& pc = GetParam();
+  if (pc.scratch) ::setenv("OASES_GEMM_PAD_SCRATCH", std::to_string(pc.scratch).c_str(), 1);
+  const DType t = pc.type;
+  const int64_t M = 1024, K = 1024, V = 1027;  // m·n·k just over 2^30: padding pays
+  Graph g;
+  ValueId x = g.add_input("x", t, {M, K}), w = g.add_input("w", t, {K, V}), u = g.add_input("u", t, {V, K});
+  ValueId wt = g.add_input("wt", t, {V, K});
+  ValueId y = g.add_value("y", t, {M, V}, true), z = g.add_value("z", t, {M, K}, true);
+  ValueId gw = g.add_value("gw", t, {V, K}, true), l = g.add_value("l", t, {M, V}, true);
+  g.add_node("MatMul", {x, w}, {y}, AttrMap{}, "c_and_b_misaligned");
+  g.add_node("MatMul", {y, u}, {z}, AttrMap{}, "a_misaligned");
+  g.add_node("MatMulT", {y, x}, {gw}, AttrMap{{"trans_a", Attribute::of_int(1)}}, "a_transposed_misaligned", "oases");
+  g.add_node("MatMulT", {x, wt}, {l}, AttrMap{{"trans_b", Attribute::of_int(1)}}, "c_misaligned", "oases");
+  g.set_outputs({y, z, gw, l});
+  std::map<std::string, Tensor> feeds;
+  uint32_t seed = 7;
+  for (auto [name, shape] : std::vector<std::pair<std::string, Shape>>{{"x", {M, K}}, {"w", {K, V}}, {"u", {V, K}}, {"wt", {V, K}}}) {
+    Tensor v(t, shape);
+    for (int64_t i = 0; i < v.numel(); ++i) {
+      seed = seed * 1664525u + 1013904223u;
+      store_from_double(v.raw_mutable(), t, i, static_cast<double>(seed >> 8) / 16777216.0 - 0.5);
+    }
+    feeds[name] = v;
+  }
+  const int64_t before = cuda::padded_gemm_calls();
+  // fp32: sums in another order; bf16: one rounding of the result (2^-8) on both sides
+  EXPECT_EQ(compare_devices(g, feeds, t == DType::kF32 ? 1e-4 : 1e-2), 4);
+  EXPECT_EQ(cuda::padded_gemm_calls() - before, 4);
+  if (pc.scratch) {  // the first product's result comes in blocks under this scratch
+    cuda::GemmDesc d;
+    d.m = M;
+    d.n = V;
+    d.k = K;
+    d.lda = K;
+    d.ldb = V;
+    d.ldc = V;
+    cuda::PaddedGemm p = cuda::plan_padded_gemm(dtype_size(t), d, 256, 256, 256, pc.scratch);
+    EXPECT_TRUE(p.pad_b && p.pad_c);
+    EXPECT_LT(p.block, M);
+  }
+  ::unsetenv("OASES_GEMM_PAD_SCRATCH");
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, PaddedProductsOnGpu,
+                         ::testing::Values(PaddedCase{DType::kF32, 0}, PaddedCase{DType::kBF16, 0}, PaddedCase{DType::kF32, size_t(6) << 20},
+                                           PaddedCase{DType::kBF16, size_t(3) << 20}),
+                         [](const ::testing::TestParamInfo<PaddedCase>& i) {
+                           return std::string(dtype_name(i.param.type)) + (i.param.scratch ? "_blocks" : "_default");
+                         });
 
 // Training on the GPU follows training on the CPU step by step (AdamW, fp32).
 TEST(CudaTraining, TwentyStepsFollowTheCpu) {
