@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "executor/cpu/common.h"
+#include "graph/passes/fusion.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/conv.h"
 #include "kernels/cpu/einsum.h"
@@ -299,8 +300,8 @@ void register_cpu_nn(CpuKernelRegistry& r) {
     bool log = std::string(op) == "LogSoftmax";
     r.add("", op, [log](KernelContext& c) {
       with_half_as_float(c, [&](KernelContext& f) {
-        int64_t axis = f.attrs().get_int("axis", -1);
         const Shape& s = f.in[0].shape;
+        int64_t axis = normalize_axis(f.attrs().get_int("axis", -1), static_cast<int64_t>(s.size()));
         int64_t outer = 1, inner = 1;
         for (int64_t d = 0; d < axis; ++d) outer *= s[d];
         for (size_t d = static_cast<size_t>(axis) + 1; d < s.size(); ++d) inner *= s[d];
@@ -328,9 +329,9 @@ void register_cpu_nn(CpuKernelRegistry& r) {
     k::trilu(c.in[0].data, c.out[0].data, mats, rows, cols, dtype_size(c.in[0].dtype), upper, kk);
   });
   auto norm = [](KernelContext& c, bool rms) {
-    int64_t axis = c.attrs().get_int("axis", -1);
-    float eps = c.attrs().get_float("epsilon", rms ? 1e-6f : 1e-5f);
     const Shape& s = c.in[0].shape;
+    int64_t axis = normalize_axis(c.attrs().get_int("axis", -1), static_cast<int64_t>(s.size()));
+    float eps = c.attrs().get_float("epsilon", rms ? 1e-6f : 1e-5f);
     int64_t rows = 1, n = 1;
     for (int64_t d = 0; d < axis; ++d) rows *= s[d];
     for (size_t d = static_cast<size_t>(axis); d < s.size(); ++d) n *= s[d];
@@ -424,7 +425,7 @@ void register_cpu_nn(CpuKernelRegistry& r) {
                                c.in[5].as<float>(), a.mask, a.mask_bool, a.ms, c.out[0].as<T>(), c.out[1].as<T>(), c.out[2].as<T>());
     });
   });
-  r.add("oases", "SoftmaxCrossEntropyGrad", [](KernelContext& c) {
+  auto sce_grad = [](KernelContext& c) {
     std::vector<int64_t> labels;
     int64_t n, cls, d, ignore;
     double denom;
@@ -435,7 +436,13 @@ void register_cpu_nn(CpuKernelRegistry& r) {
       k::softmax_cross_entropy_grad<T>(c.in[0].as<T>(), per_sample, c.in[1].as<T>(), labels.data(), w, n, cls, d, ignore, denom,
                                        c.out[0].as<T>());
     });
-  });
+  };
+  r.add("oases", "SoftmaxCrossEntropyGrad", sce_grad);
+  // the device programs' losses on 16-bit scores (graph/passes/fusion.h): the same kernels on the
+  // widened scores, the gradient rounded back when it is 16-bit
+  r.add(kDeviceFusedDomain, "SoftmaxCrossEntropyLoss",
+        [](KernelContext& c) { with_half_as_float(c, [](KernelContext& f) { loss_kernel(f, true); }); });
+  r.add(kDeviceFusedDomain, "SoftmaxCrossEntropyGrad", [sce_grad](KernelContext& c) { with_half_as_float(c, sce_grad); });
   r.add("oases", "NLLLossGrad", [](KernelContext& c) {
     std::vector<int64_t> labels;
     int64_t n, cls, d, ignore;

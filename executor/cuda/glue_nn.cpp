@@ -416,6 +416,20 @@ void register_cuda_nn(CudaKernelRegistry& r) {
     softmax_cross_entropy_backward(l, elem(c.in(1).dtype), c.in(0).data, c.in(1).data, c.in(2).data, w, c.out(0).data,
                                    c.scratch_floats(loss_scratch_floats(l)), c.fault, c.stream);
   });
+  // the device programs' losses on 16-bit logits (graph/passes/fusion.h fuse_for_device): the
+  // scores widened per element, the gradient written in its own type (float32 or the scores')
+  r.add(kDeviceFusedDomain, "SoftmaxCrossEntropyLoss", [](CudaContext& c) {
+    LossDesc l = loss_desc(c, 0);
+    const void* w = c.has_input(2) ? c.in(2).data : nullptr;
+    softmax_cross_entropy_forward(l, elem(c.out(0).dtype), elem(c.in(0).dtype), c.in(0).data, c.in(1).data, w, c.out(0).data, nullptr,
+                                  c.scratch_floats(loss_scratch_floats(l)), c.fault, c.stream);
+  });
+  r.add(kDeviceFusedDomain, "SoftmaxCrossEntropyGrad", [](CudaContext& c) {
+    LossDesc l = loss_desc(c, 1);
+    const void* w = c.has_input(3) ? c.in(3).data : nullptr;
+    softmax_cross_entropy_backward(l, elem(c.in(0).dtype), elem(c.in(1).dtype), elem(c.out(0).dtype), c.in(0).data, c.in(1).data,
+                                   c.in(2).data, w, c.out(0).data, c.scratch_floats(loss_scratch_floats(l)), c.fault, c.stream);
+  });
   r.add("oases", "NLLLossGrad", [](CudaContext& c) {
     LossDesc l = loss_desc(c, 1);
     const void* w = c.has_input(3) ? c.in(3).data : nullptr;

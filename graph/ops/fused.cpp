@@ -12,6 +12,12 @@
 //     [B, H, Tq, Dv], or [B, Tq, H, Dv] when o_layout's head stride is not above its time stride
 //     (the head transpose that followed is folded in); lse [B, H, Tq] float32.
 //   AddGatherGrad(X, dy, indices; axis) -> Y = X + GatherGrad(dy, indices), shaped as X.
+//   oases.device.SoftmaxCrossEntropyLoss(scores16, labels[, weights]; the ONNX op's attributes)
+//     -> loss float32: the ONNX op on 16-bit scores widened per element (the Cast to float32 the
+//     mixed-precision pass put before the loss is folded in); no log_prob output.
+//   oases.device.SoftmaxCrossEntropyGrad(dloss, scores16, labels[, weights]; half_output) ->
+//     dscores: float32, or the scores' 16-bit type with half_output 1 (the Cast back after the
+//     gradient folded in: rounded once, as the Cast would).
 #include "graph/ops/op_utils.h"
 
 namespace oases {
@@ -115,6 +121,35 @@ void register_fused_ops(OpRegistry& r) {
       return Status::ok();
     };
     s.cost = [](const Graph& g, const Node& n) { return OpCost{static_cast<double>(g.value(n.inputs[1]).numel()), io_bytes(g, n)}; };
+    r.add(std::move(s));
+  }
+  {
+    OpSchema s = fused_schema("SoftmaxCrossEntropyLoss", 2, 3, 1, "softmax cross-entropy on 16-bit scores, float32 math and loss (device fusion)",
+                              "oases.device");
+    s.non_differentiable_inputs = {1, 2};
+    s.float32_inputs = {2};
+    s.infer = [](InferContext& c) {
+      const Shape& x = c.shape(0);
+      if (x.size() < 2) return c.fail("scores must be [N, C, ...], got {}", shape_str(x));
+      Shape rows{x[0]};
+      rows.insert(rows.end(), x.begin() + 2, x.end());
+      if (c.shape(1) != rows) return c.fail("labels {} are not [N, ...] of the scores {}", shape_str(c.shape(1)), shape_str(x));
+      c.set_output(0, DType::kF32, c.attrs().get_string("reduction", "mean") == "none" ? rows : Shape{});
+      return Status::ok();
+    };
+    s.cost = [](const Graph& g, const Node& n) { return OpCost{6.0 * static_cast<double>(g.value(n.inputs[0]).numel()), io_bytes(g, n)}; };
+    r.add(std::move(s));
+  }
+  {
+    OpSchema s = fused_schema("SoftmaxCrossEntropyGrad", 3, 4, 1, "softmax cross-entropy gradient from 16-bit scores (device fusion)",
+                              "oases.device");
+    s.non_differentiable_inputs = {2, 3};
+    s.float32_inputs = {0, 3};
+    s.infer = [](InferContext& c) {
+      c.set_output(0, c.attrs().get_int("half_output", 0) ? c.dtype(1) : DType::kF32, c.shape(1));
+      return Status::ok();
+    };
+    s.cost = [](const Graph& g, const Node& n) { return OpCost{6.0 * static_cast<double>(g.value(n.inputs[1]).numel()), io_bytes(g, n)}; };
     r.add(std::move(s));
   }
 }

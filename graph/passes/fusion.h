@@ -39,6 +39,7 @@ struct FusionStats {
   int residual = 0;           // ... + Add of a same-shaped value fused
   int gather_grad = 0;        // Add(X, GatherGrad) fused
   int attention = 0;          // attention reading/writing through head transposes
+  int loss_casts = 0;         // Casts around softmax cross-entropy folded into the loss (device)
   int dead = 0;               // nodes left without readers, removed
 };
 
@@ -48,9 +49,11 @@ inline constexpr const char* kDeviceFusedDomain = "oases.device";
 // `slots` (optional) receives, for each node of the fused order, its place in the order before
 // fusion (a fused node stands where its chain's last node stood).
 FusionStats fuse_for_cpu(Graph& g, std::vector<NodeId>& order, const std::set<ValueId>& keep, std::vector<size_t>* slots = nullptr);
-// For a device's kernels: the products only (transposes folded into the operand flags; bias,
+// For a device's kernels: the products (transposes folded into the operand flags; bias,
 // activation and residual epilogues, fp32 and the 16-bit types too) as oases.device.FusedMatMul,
-// which the CUDA backend runs through cuBLASLt epilogues; none of the CPU's other ops.
+// which the CUDA backend runs through cuBLASLt epilogues, and softmax cross-entropy reading 16-bit
+// logits (oases.device.SoftmaxCrossEntropyLoss/Grad: the Casts to float32 and back folded in);
+// none of the CPU's other ops.
 FusionStats fuse_for_device(Graph& g, std::vector<NodeId>& order, const std::set<ValueId>& keep, std::vector<size_t>* slots = nullptr);
 
 // The input slot whose buffer the CPU kernel of `n` may overwrite with output 0 (elementwise

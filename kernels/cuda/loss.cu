@@ -25,24 +25,43 @@ __device__ __forceinline__ void report(Fault f, int64_t pos) {
   atomicMin(f.slot, f.base + static_cast<unsigned long long>(pos));
 }
 
-// Per sample: loss into scratch[s], counted weight into scratch[nd + s]; logp when asked.
-template <class T>
-__global__ void ce_rows_kernel(LossDesc l, const T* x, const void* labels, const T* w, T* logp, float* scratch, Fault f, bool from_logits) {
+// logsumexp of one sample's scores xr[a · d], a < c, in one pass: each thread keeps a running
+// maximum and the sum of exponentials scaled to it; the block then combines the pairs.
+template <class TX>
+__device__ __forceinline__ float row_logsumexp(const TX* xr, int64_t c, int64_t d, float* red, float* max_out) {
+  float m = -INFINITY, sum = 0.f;
+  for (int64_t a = threadIdx.x; a < c; a += blockDim.x) {
+    float x = to_float(xr[a * d]);
+    if (x > m) {
+      sum = sum * expf(m - x) + 1.f;
+      m = x;
+    } else if (x != -INFINITY) {
+      sum += expf(x - m);  // NaN stays NaN
+    }
+  }
+  float bm = block_max(m, red);
+  float part = m == -INFINITY ? 0.f : sum * expf(m - bm);
+  if (sum != sum) part = sum;  // a NaN score makes the sum NaN
+  float total = block_sum(part, red);
+  *max_out = bm;
+  return bm + logf(total);
+}
+
+// Per sample: loss into scratch[s], counted weight into scratch[nd + s]; logp when asked. Scores of
+// type TX (widened per element), weights, logp and the loss of type T.
+template <class TX, class T>
+__global__ void ce_rows_kernel(LossDesc l, const TX* x, const void* labels, const T* w, T* logp, float* scratch, Fault f, bool from_logits) {
   __shared__ float red[32];
   int64_t sidx = blockIdx.x, nd = l.n * l.d;
   int64_t i = sidx / l.d, j = sidx % l.d;
-  const T* xr = x + i * l.c * l.d + j;
+  const TX* xr = x + i * l.c * l.d + j;
   int64_t lab = read_index(labels, l.idx64, sidx);
   bool ignored = lab == l.ignore_index;
   bool bad = !ignored && (lab < 0 || lab >= l.c);
   float lse = 0.f;
   if (from_logits) {
-    float m = -INFINITY;
-    for (int64_t a = threadIdx.x; a < l.c; a += blockDim.x) m = fmaxf(m, to_float(xr[a * l.d]));
-    m = block_max(m, red);
-    float sum = 0.f;
-    for (int64_t a = threadIdx.x; a < l.c; a += blockDim.x) sum += expf(to_float(xr[a * l.d]) - m);
-    lse = m + logf(block_sum(sum, red));
+    float m;
+    lse = row_logsumexp(xr, l.c, l.d, red, &m);
     if (logp) {
       for (int64_t a = threadIdx.x; a < l.c; a += blockDim.x)
         logp[i * l.c * l.d + a * l.d + j] = from_float<T>(to_float(xr[a * l.d]) - lse);
@@ -103,28 +122,25 @@ __device__ __forceinline__ float coef_of(const LossDesc& l, const T* dloss, cons
   return l.reduction == 0 ? to_float(dloss[s]) : to_float(dloss[0]) / denom[0];
 }
 
-template <class T>
-__global__ void ce_grad_kernel(LossDesc l, const T* dloss, const T* x, const void* labels, const T* w, T* dx, const float* denom) {
+// dscores (type TD) from scores (type TX) and dloss, weights (type T): two passes over the scores
+template <class TX, class T, class TD>
+__global__ void ce_grad_kernel(LossDesc l, const T* dloss, const TX* x, const void* labels, const T* w, TD* dx, const float* denom) {
   __shared__ float red[32];
   int64_t sidx = blockIdx.x;
   int64_t i = sidx / l.d, j = sidx % l.d;
-  const T* xr = x + i * l.c * l.d + j;
-  T* dr = dx + i * l.c * l.d + j;
+  const TX* xr = x + i * l.c * l.d + j;
+  TD* dr = dx + i * l.c * l.d + j;
   int64_t lab = read_index(labels, l.idx64, sidx);
   if (lab == l.ignore_index || lab < 0 || lab >= l.c) {  // out of range: reported by weight_sum_kernel
-    for (int64_t a = threadIdx.x; a < l.c; a += blockDim.x) dr[a * l.d] = from_float<T>(0.f);
+    for (int64_t a = threadIdx.x; a < l.c; a += blockDim.x) dr[a * l.d] = from_float<TD>(0.f);
     return;
   }
-  float m = -INFINITY;
-  for (int64_t a = threadIdx.x; a < l.c; a += blockDim.x) m = fmaxf(m, to_float(xr[a * l.d]));
-  m = block_max(m, red);
-  float sum = 0.f;
-  for (int64_t a = threadIdx.x; a < l.c; a += blockDim.x) sum += expf(to_float(xr[a * l.d]) - m);
-  float inv = 1.f / block_sum(sum, red);
+  float mx;
+  float lse = row_logsumexp(xr, l.c, l.d, red, &mx);
   float coef = coef_of(l, dloss, denom, sidx) * (w ? to_float(w[lab]) : 1.f);
   for (int64_t a = threadIdx.x; a < l.c; a += blockDim.x) {
-    float p = expf(to_float(xr[a * l.d]) - m) * inv;
-    dr[a * l.d] = from_float<T>(coef * (p - (a == lab ? 1.f : 0.f)));
+    float p = expf(to_float(xr[a * l.d]) - lse);
+    dr[a * l.d] = from_float<TD>(coef * (p - (a == lab ? 1.f : 0.f)));
   }
 }
 
@@ -175,13 +191,32 @@ size_t loss_scratch_floats(const LossDesc& l) {
   return static_cast<size_t>(2 * l.n * l.d + 1);
 }
 
+namespace {
+// Scores of type ts for a loss of type t: the same type, or 16-bit scores under a float32 loss.
+template <class F>
+void dispatch_scores(const char* what, Elem t, Elem ts, F&& f) {
+  if (ts == t) {
+    dispatch_floating(what, t, [&](auto tag) { f(tag, tag); });
+    return;
+  }
+  if (t != Elem::kF32 || (ts != Elem::kF16 && ts != Elem::kBF16)) unsupported(what, ts);
+  dispatch_floating(what, ts, [&](auto st) { f(st, Tag<float>{}); });
+}
+}  // namespace
+
 void softmax_cross_entropy_forward(const LossDesc& l, Elem t, const void* scores, const void* labels, const void* weights, void* loss,
                                    void* logp, float* scratch, Fault f, cudaStream_t s) {
+  softmax_cross_entropy_forward(l, t, t, scores, labels, weights, loss, logp, scratch, f, s);
+}
+
+void softmax_cross_entropy_forward(const LossDesc& l, Elem t, Elem ts, const void* scores, const void* labels, const void* weights,
+                                   void* loss, void* logp, float* scratch, Fault f, cudaStream_t s) {
   if (l.n * l.d <= 0) return;
-  dispatch_floating("SoftmaxCrossEntropyLoss", t, [&](auto tag) {
+  dispatch_scores("SoftmaxCrossEntropyLoss", t, ts, [&](auto stag, auto tag) {
+    using TX = typename decltype(stag)::type;
     using T = typename decltype(tag)::type;
-    ce_rows_kernel<T><<<rows_grid(l.n * l.d), 256, 0, s>>>(l, static_cast<const T*>(scores), labels, static_cast<const T*>(weights),
-                                                           static_cast<T*>(logp), scratch, f, true);
+    ce_rows_kernel<TX, T><<<rows_grid(l.n * l.d), 256, 0, s>>>(l, static_cast<const TX*>(scores), labels, static_cast<const T*>(weights),
+                                                               static_cast<T*>(logp), scratch, f, true);
     OASES_CUDA_CHECK_LAUNCH("ce_rows_kernel");
     loss_reduce_kernel<T><<<1, 1024, 0, s>>>(l, scratch, static_cast<T*>(loss));
     OASES_CUDA_CHECK_LAUNCH("loss_reduce_kernel");
@@ -190,14 +225,29 @@ void softmax_cross_entropy_forward(const LossDesc& l, Elem t, const void* scores
 
 void softmax_cross_entropy_backward(const LossDesc& l, Elem t, const void* dloss, const void* scores, const void* labels,
                                     const void* weights, void* dscores, float* scratch, Fault f, cudaStream_t s) {
+  softmax_cross_entropy_backward(l, t, t, t, dloss, scores, labels, weights, dscores, scratch, f, s);
+}
+
+void softmax_cross_entropy_backward(const LossDesc& l, Elem t, Elem ts, Elem td, const void* dloss, const void* scores, const void* labels,
+                                    const void* weights, void* dscores, float* scratch, Fault f, cudaStream_t s) {
   if (l.n * l.d <= 0) return;
-  dispatch_floating("SoftmaxCrossEntropyGrad", t, [&](auto tag) {
+  if (td != t && td != ts) unsupported("SoftmaxCrossEntropyGrad (dscores)", td);
+  dispatch_scores("SoftmaxCrossEntropyGrad", t, ts, [&](auto stag, auto tag) {
+    using TX = typename decltype(stag)::type;
     using T = typename decltype(tag)::type;
     weight_sum_kernel<T><<<1, 1024, 0, s>>>(l, labels, static_cast<const T*>(weights), scratch, f);
     OASES_CUDA_CHECK_LAUNCH("weight_sum_kernel");
-    ce_grad_kernel<T><<<rows_grid(l.n * l.d), 256, 0, s>>>(l, static_cast<const T*>(dloss), static_cast<const T*>(scores), labels,
-                                                           static_cast<const T*>(weights), static_cast<T*>(dscores), scratch);
-    OASES_CUDA_CHECK_LAUNCH("ce_grad_kernel");
+    auto launch = [&](auto dtag) {
+      using TD = typename decltype(dtag)::type;
+      ce_grad_kernel<TX, T, TD><<<rows_grid(l.n * l.d), 256, 0, s>>>(l, static_cast<const T*>(dloss), static_cast<const TX*>(scores), labels,
+                                                                     static_cast<const T*>(weights), static_cast<TD*>(dscores), scratch);
+      OASES_CUDA_CHECK_LAUNCH("ce_grad_kernel");
+    };
+    if (td == t) {
+      launch(tag);
+    } else {
+      launch(stag);
+    }
   });
 }
 
@@ -207,7 +257,7 @@ void nll_forward(const LossDesc& l, Elem t, const void* logp, const void* labels
   dispatch_floating("NegativeLogLikelihoodLoss", t, [&](auto tag) {
     using T = typename decltype(tag)::type;
     // from_logits = false: lse = 0, the loss reads x_l directly (one thread per sample suffices)
-    ce_rows_kernel<T><<<rows_grid(l.n * l.d), 32, 0, s>>>(l, static_cast<const T*>(logp), labels, static_cast<const T*>(weights), nullptr,
+    ce_rows_kernel<T, T><<<rows_grid(l.n * l.d), 32, 0, s>>>(l, static_cast<const T*>(logp), labels, static_cast<const T*>(weights), nullptr,
                                                           scratch, f, false);
     OASES_CUDA_CHECK_LAUNCH("ce_rows_kernel");
     loss_reduce_kernel<T><<<1, 1024, 0, s>>>(l, scratch, static_cast<T*>(loss));

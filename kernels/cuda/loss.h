@@ -32,6 +32,12 @@ void softmax_cross_entropy_forward(const LossDesc& l, Elem t, const void* scores
 // dscores = coef·w_l·(softmax(x) − onehot(l)), coef = dloss / Σw (mean), dloss (sum), dloss[s] (none).
 void softmax_cross_entropy_backward(const LossDesc& l, Elem t, const void* dloss, const void* scores, const void* labels,
                                     const void* weights, void* dscores, float* scratch, Fault f, cudaStream_t s);
+// The same with scores of type ts (fp16/bf16 widened per element under a float32 loss t: a Cast
+// before the loss folded in) and, backward, dscores of type td (t, or ts: rounded once).
+void softmax_cross_entropy_forward(const LossDesc& l, Elem t, Elem ts, const void* scores, const void* labels, const void* weights,
+                                   void* loss, void* logp, float* scratch, Fault f, cudaStream_t s);
+void softmax_cross_entropy_backward(const LossDesc& l, Elem t, Elem ts, Elem td, const void* dloss, const void* scores, const void* labels,
+                                    const void* weights, void* dscores, float* scratch, Fault f, cudaStream_t s);
 // NLL on log-probabilities: loss = (reduction of) −w_l·x_l ; dx = −coef·w_l at the label, 0 elsewhere.
 void nll_forward(const LossDesc& l, Elem t, const void* logp, const void* labels, const void* weights, void* loss, float* scratch, Fault f,
                  cudaStream_t s);

@@ -433,6 +433,90 @@ INSTANTIATE_TEST_SUITE_P(Types, PaddedProductsOnGpu,
                            return std::string(dtype_name(i.param.type)) + (i.param.scratch ? "_blocks" : "_default");
                          });
 
+// The device program's loss on 16-bit logits (graph/passes/fusion.h: the Casts around softmax
+// cross-entropy folded into oases.device ops): the loss and the 16-bit gradient against the CPU's
+// unfused chain, with ignored labels and scores that reach -inf; the GPU program must have fused.
+TEST(CudaKernels, LossOnHalfLogitsMatchesTheCpu) {
+  REQUIRE_GPU();
+  for (DType half : {DType::kBF16, DType::kF16}) {
+    const int64_t N = 64, C = 5003;
+    Graph g;
+    ValueId x = g.add_input("x", half, {N, C}), lab = g.add_input("labels", DType::kI64, {N});
+    ValueId x32 = g.add_value("x32", DType::kF32, {N, C}, true), loss = g.add_value("loss", DType::kF32, {}, true);
+    ValueId one = g.add_initializer("one", Tensor::scalar_f32(1.f));
+    ValueId d32 = g.add_value("d32", DType::kF32, {N, C}, true), d16 = g.add_value("d16", half, {N, C}, true);
+    AttrMap ig{{"ignore_index", Attribute::of_int(-100)}};
+    g.add_node("Cast", {x}, {x32}, AttrMap{{"to", Attribute::of_int(dtype_to_onnx(DType::kF32))}}, "widen");
+    g.add_node("SoftmaxCrossEntropyLoss", {x32, lab}, {loss}, ig, "sce");
+    g.add_node("SoftmaxCrossEntropyGrad", {one, x32, lab}, {d32}, ig, "sce_grad", "oases");
+    g.add_node("Cast", {d32}, {d16}, AttrMap{{"to", Attribute::of_int(dtype_to_onnx(half))}}, "narrow");
+    g.set_outputs({loss, d16});
+    Tensor xs(half, {N, C}), ls(DType::kI64, {N});
+    uint32_t seed = 3;
+    for (int64_t i = 0; i < xs.numel(); ++i) {
+      seed = seed * 1664525u + 1013904223u;
+      double v = (static_cast<double>(seed >> 8) / 16777216.0 - 0.5) * 12.0;
+      if (i % 997 == 5) v = -std::numeric_limits<double>::infinity();
+      store_from_double(xs.raw_mutable(), half, i, v);
+    }
+    for (int64_t i = 0; i < N; ++i) ls.mutable_data<int64_t>()[i] = i % 9 == 4 ? -100 : (i * 131) % C;
+    std::map<std::string, Tensor> feeds{{"x", xs}, {"labels", ls}};
+    ExecOptions gpu;
+    gpu.device = "cuda";
+    auto a = Executor::create(g, ExecOptions{});
+    auto b = Executor::create(g, gpu);
+    ASSERT_TRUE(a) << a.status().message();
+    ASSERT_TRUE(b) << b.status().message();
+    EXPECT_EQ((*b)->program().fusion.loss_casts, 3) << "the GPU program should read the 16-bit logits";
+    ASSERT_TRUE((*a)->execute(feeds).is_ok());
+    Status st = (*b)->execute(feeds);
+    ASSERT_TRUE(st.is_ok()) << st.message();
+    double l0 = load_as_double((*a)->read(loss).raw(), DType::kF32, 0), l1 = load_as_double((*b)->read(loss).raw(), DType::kF32, 0);
+    EXPECT_NEAR(l1, l0, 1e-5 * std::abs(l0)) << dtype_name(half);
+    Tensor p = (*a)->read(d16), q = (*b)->read(d16);
+    double scale = 0, err = 0;
+    for (int64_t i = 0; i < p.numel(); ++i) {
+      double u = load_as_double(p.raw(), half, i), w = load_as_double(q.raw(), half, i);
+      scale = std::max(scale, std::abs(u));
+      err = std::max(err, std::abs(u - w));
+    }
+    EXPECT_GT(scale, 0.0);
+    EXPECT_LE(err, 1e-2 * scale) << dtype_name(half) << ": the gradient differs by " << err << " (largest " << scale << ")";
+  }
+}
+
+// LayerNorm and RMSNorm forward and backward on rows the cached kernels take (n <= 2048: the row
+// in registers, dx and the band's parameter sums in one pass; 37 rows leave a partial band) and on
+// rows they do not (n = 3000), fp32 and bf16, against the CPU; GELU forward and backward on sizes
+// with a tail after the 16-byte packs and on a misaligned view.
+TEST(CudaKernels, NormsAndGeluMatchTheCpu) {
+  REQUIRE_GPU();
+  for (DType t : {DType::kF32, DType::kBF16}) {
+    for (int64_t n : {int64_t(1024), int64_t(200), int64_t(3000)}) {
+      const int64_t rows = 37;
+      Graph g;
+      ValueId x = g.add_input("x", t, {rows, n}), dy = g.add_input("dy", t, {rows, n});
+      ValueId sc = g.add_initializer("scale", ramp(t, {n}, 0.125)), bi = g.add_initializer("bias", ramp(t, {n}, 0.25));
+      ValueId y = g.add_value("y", t, {rows, n}, true), mean = g.add_value("mean", DType::kF32, {rows, 1}, true);
+      ValueId rstd = g.add_value("rstd", DType::kF32, {rows, 1}, true);
+      g.add_node("LayerNormalization", {x, sc, bi}, {y, mean, rstd}, AttrMap{{"axis", Attribute::of_int(-1)}}, "ln");
+      ValueId dx = g.add_value("dx", t, {rows, n}, true), ds = g.add_value("ds", t, {n}, true), db = g.add_value("db", t, {n}, true);
+      g.add_node("LayerNormGrad", {dy, x, sc, mean, rstd}, {dx, ds, db}, AttrMap{{"axis", Attribute::of_int(-1)}}, "ln_grad", "oases");
+      ValueId ry = g.add_value("ry", t, {rows, n}, true), rr = g.add_value("rr", DType::kF32, {rows, 1}, true);
+      g.add_node("RMSNormalization", {x, sc}, {ry, rr}, AttrMap{{"axis", Attribute::of_int(-1)}}, "rms", "oases");
+      ValueId rdx = g.add_value("rdx", t, {rows, n}, true), rds = g.add_value("rds", t, {n}, true);
+      g.add_node("RMSNormGrad", {dy, x, sc, rr}, {rdx, rds}, AttrMap{{"axis", Attribute::of_int(-1)}}, "rms_grad", "oases");
+      ValueId gy = g.add_value("gy", t, {rows, n}, true), gdx = g.add_value("gdx", t, {rows, n}, true);
+      g.add_node("Gelu", {x}, {gy}, AttrMap{{"approximate", Attribute::of_string("tanh")}}, "gelu");
+      g.add_node("GeluGrad", {dy, x}, {gdx}, AttrMap{{"approximate", Attribute::of_string("tanh")}}, "gelu_grad", "oases");
+      g.set_outputs({y, dx, ds, db, ry, rdx, rds, gy, gdx});
+      std::map<std::string, Tensor> feeds{{"x", ramp(t, {rows, n}, 0.3)}, {"dy", ramp(t, {rows, n}, 0.05)}};
+      // bf16: each side rounds its results once; fp32: sums in another order
+      EXPECT_GE(compare_devices(g, feeds, t == DType::kF32 ? 1e-4 : 1e-2), 9) << dtype_name(t) << " n " << n;
+    }
+  }
+}
+
 // Training on the GPU follows training on the CPU step by step (AdamW, fp32).
 TEST(CudaTraining, TwentyStepsFollowTheCpu) {
   REQUIRE_GPU();

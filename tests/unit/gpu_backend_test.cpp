@@ -17,6 +17,7 @@
 #include "executor/loss_scaler.h"
 #include "executor/stream_plan.h"
 #include "executor/training.h"
+#include "graph/passes/fusion.h"
 #include "graph/passes/mixed_precision.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/layout.h"
@@ -446,9 +447,10 @@ TEST(CudaCoverage, CommittedModelsTrainWithCudaKernelsOnly) {
 
 // The CPU executor's fusion (oases.cpu ops, in-place outputs) is for the CPU kernels only: a
 // program compiled for the GPU keeps the canonical graph and a plan without in-place outputs.
-// A device program gets the products' fusion only (oases.device.FusedMatMul: cuBLASLt epilogues),
-// none of the CPU kernels' fused ops and no in-place outputs; OASES_NO_FUSION=1 leaves it as is.
-TEST(CudaCoverage, DeviceProgramsFuseTheProductsOnly) {
+// A device program gets the products' fusion (oases.device.FusedMatMul: cuBLASLt epilogues) and,
+// in 16-bit programs, the loss reading the 16-bit logits; none of the CPU kernels' fused ops and no
+// in-place outputs; OASES_NO_FUSION=1 leaves it as is.
+TEST(CudaCoverage, DeviceProgramsFuseTheProductsAndTheLoss) {
   SmallModel m = load_small("gpt2_tiny", "fp32");
   auto count = [](const Program& p, const std::string& domain) {
     int n = 0;
@@ -482,6 +484,65 @@ TEST(CudaCoverage, DeviceProgramsFuseTheProductsOnly) {
   auto dev16 = compile_program(b.tg.graph, cuda_opts);
   ASSERT_TRUE(dev16) << dev16.status().message();
   EXPECT_GT(dev16->fusion.bias, 0);
+  // the loss and its gradient read the bf16 logits: the Cast to float32 and the one back are gone
+  EXPECT_EQ(dev16->fusion.loss_casts, 3);
+  std::set<std::string> device_ops;
+  for (NodeId id : dev16->graph.nodes()) {
+    const Node& n = dev16->graph.node(id);
+    if (n.domain == "oases.device") device_ops.insert(n.op_type);
+    if (n.domain == "oases.device" && n.op_type == "SoftmaxCrossEntropyGrad") {
+      EXPECT_EQ(n.attrs.get_int("half_output", 0), 1);
+      EXPECT_EQ(dev16->graph.value(n.outputs[0]).dtype, DType::kBF16);
+    }
+    if (n.domain == "oases.device" && n.op_type == "SoftmaxCrossEntropyLoss") EXPECT_EQ(dev16->graph.value(n.inputs[0]).dtype, DType::kBF16);
+  }
+  EXPECT_EQ(device_ops, (std::set<std::string>{"FusedMatMul", "SoftmaxCrossEntropyLoss", "SoftmaxCrossEntropyGrad"}));
+  EXPECT_EQ(dev->fusion.loss_casts, 0) << "fp32 has no casts around the loss";
+}
+
+// The fused loss gives the unfused chain's values bit for bit: Cast → SoftmaxCrossEntropyLoss and
+// SoftmaxCrossEntropyGrad → Cast (mean over the counted labels, one ignored) against the same
+// graph after fuse_for_device, both run by the CPU kernels (which have the oases.device ops).
+TEST(CudaCoverage, FusedLossMatchesTheCastsBitForBit) {
+  for (DType half : {DType::kBF16, DType::kF16}) {
+    const int64_t N = 6, C = 37;
+    Graph g;
+    ValueId x = g.add_input("x", half, {N, C}), lab = g.add_input("labels", DType::kI64, {N});
+    ValueId x32 = g.add_value("x32", DType::kF32, {N, C}, true), loss = g.add_value("loss", DType::kF32, {}, true);
+    ValueId one = g.add_initializer("one", Tensor::scalar_f32(1.f));
+    ValueId d32 = g.add_value("d32", DType::kF32, {N, C}, true), d16 = g.add_value("d16", half, {N, C}, true);
+    AttrMap ig{{"ignore_index", Attribute::of_int(-100)}};
+    g.add_node("Cast", {x}, {x32}, AttrMap{{"to", Attribute::of_int(dtype_to_onnx(DType::kF32))}}, "widen");
+    g.add_node("SoftmaxCrossEntropyLoss", {x32, lab}, {loss}, ig, "sce");
+    g.add_node("SoftmaxCrossEntropyGrad", {one, x32, lab}, {d32}, ig, "sce_grad", "oases");
+    g.add_node("Cast", {d32}, {d16}, AttrMap{{"to", Attribute::of_int(dtype_to_onnx(half))}}, "narrow");
+    g.set_outputs({loss, d16});
+    Graph f = g;
+    std::vector<NodeId> order = f.nodes();
+    FusionStats st = fuse_for_device(f, order, {});
+    EXPECT_EQ(st.loss_casts, 3);
+    EXPECT_EQ(order.size(), 2u);
+    for (NodeId id : order) EXPECT_EQ(f.node(id).domain, "oases.device") << f.node(id).describe();
+    std::map<std::string, Tensor> feeds;
+    Tensor xs(half, {N, C}), ls = Tensor::from_int64({3, -100, 0, 36, 5, 5}, {N});
+    for (int64_t i = 0; i < xs.numel(); ++i) store_from_double(xs.raw_mutable(), half, i, 0.37 * static_cast<double>((i * 29) % 17) - 2.5);
+    feeds["x"] = xs;
+    feeds["labels"] = ls;
+    ::setenv("OASES_NO_FUSION", "1", 1);
+    auto ref = Executor::create(g, ExecOptions{});
+    auto fused = Executor::create(f, ExecOptions{});
+    ::unsetenv("OASES_NO_FUSION");
+    ASSERT_TRUE(ref) << ref.status().message();
+    ASSERT_TRUE(fused) << fused.status().message();
+    ASSERT_TRUE((*ref)->execute(feeds).is_ok());
+    ASSERT_TRUE((*fused)->execute(feeds).is_ok());
+    for (ValueId v : {loss, d16}) {
+      Tensor p = (*ref)->read(v), q = (*fused)->read(v);
+      ASSERT_EQ(p.nbytes(), q.nbytes());
+      EXPECT_EQ(std::memcmp(p.raw(), q.raw(), p.nbytes()), 0) << dtype_name(half) << ": '" << g.value(v).name << "' differs";
+    }
+    EXPECT_GT(std::abs(load_as_double((*ref)->read(loss).raw(), DType::kF32, 0)), 0.1) << "a loss that checks something";
+  }
 }
 
 TEST(CudaDevice, UnusableDeviceIsAnError) {
