@@ -34,7 +34,7 @@ int64_t numel_of(const std::vector<int64_t>& s, size_t from, size_t to) {
 // 0 turns padding off.
 size_t pad_scratch_limit() {
   const char* e = std::getenv("OASES_GEMM_PAD_SCRATCH");
-  return e && *e ? static_cast<size_t>(std::strtoull(e, nullptr, 10)) : size_t(256) << 20;
+  return e && *e ? static_cast<size_t>(std::strtoull(e, nullptr, 10)) : size_t(384) << 20;
 }
 
 // One product (batch 1) on the compute stream; rows not 16-byte aligned (an odd vocabulary's

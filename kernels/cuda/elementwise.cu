@@ -399,7 +399,7 @@ void fill(void* dst, int64_t n, size_t es, uint64_t bits, cudaStream_t s) {
 namespace {
 // one block column of 1024 elements of a row per block; grid.y walks the rows
 template <typename T>
-__global__ void copy_rows_kernel(const T* src, int64_t sld, T* dst, int64_t dld, int64_t rows, int64_t cols) {
+__global__ void copy_rows_kernel(const T* src, int64_t sld, T* dst, int64_t dld, int64_t rows, int64_t cols, int64_t width) {
   const int64_t c0 = static_cast<int64_t>(blockIdx.x) * 1024 + threadIdx.x;
   for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
     const T* s = src + r * sld;
@@ -407,24 +407,30 @@ __global__ void copy_rows_kernel(const T* src, int64_t sld, T* dst, int64_t dld,
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const int64_t c = c0 + i * 256;
-      if (c < cols) d[c] = s[c];
+      if (c < cols) {
+        d[c] = s[c];
+      } else if (c < width) {
+        d[c] = T(0);
+      }
     }
   }
 }
 }  // namespace
 
-void copy_rows(const void* src, int64_t src_ld, void* dst, int64_t dst_ld, int64_t rows, int64_t cols, size_t es, cudaStream_t s) {
+void copy_rows(const void* src, int64_t src_ld, void* dst, int64_t dst_ld, int64_t rows, int64_t cols, size_t es, cudaStream_t s,
+               int64_t zero_to) {
   if (rows <= 0 || cols <= 0) return;
-  if (src_ld == cols && dst_ld == cols) {
+  const int64_t width = std::max(cols, zero_to);
+  if (src_ld == cols && dst_ld == cols && width == cols) {
     copy_bytes(src, dst, static_cast<size_t>(rows * cols) * es, s);
     return;
   }
-  dim3 grid(static_cast<unsigned>((cols + 1023) / 1024), static_cast<unsigned>(std::min<int64_t>(rows, 65535)));
+  dim3 grid(static_cast<unsigned>((width + 1023) / 1024), static_cast<unsigned>(std::min<int64_t>(rows, 65535)));
   switch (es) {
-    case 1: copy_rows_kernel<<<grid, 256, 0, s>>>(static_cast<const uint8_t*>(src), src_ld, static_cast<uint8_t*>(dst), dst_ld, rows, cols); break;
-    case 2: copy_rows_kernel<<<grid, 256, 0, s>>>(static_cast<const uint16_t*>(src), src_ld, static_cast<uint16_t*>(dst), dst_ld, rows, cols); break;
-    case 4: copy_rows_kernel<<<grid, 256, 0, s>>>(static_cast<const uint32_t*>(src), src_ld, static_cast<uint32_t*>(dst), dst_ld, rows, cols); break;
-    case 8: copy_rows_kernel<<<grid, 256, 0, s>>>(static_cast<const uint64_t*>(src), src_ld, static_cast<uint64_t*>(dst), dst_ld, rows, cols); break;
+    case 1: copy_rows_kernel<<<grid, 256, 0, s>>>(static_cast<const uint8_t*>(src), src_ld, static_cast<uint8_t*>(dst), dst_ld, rows, cols, width); break;
+    case 2: copy_rows_kernel<<<grid, 256, 0, s>>>(static_cast<const uint16_t*>(src), src_ld, static_cast<uint16_t*>(dst), dst_ld, rows, cols, width); break;
+    case 4: copy_rows_kernel<<<grid, 256, 0, s>>>(static_cast<const uint32_t*>(src), src_ld, static_cast<uint32_t*>(dst), dst_ld, rows, cols, width); break;
+    case 8: copy_rows_kernel<<<grid, 256, 0, s>>>(static_cast<const uint64_t*>(src), src_ld, static_cast<uint64_t*>(dst), dst_ld, rows, cols, width); break;
     default: throw std::runtime_error("[cuda copy_rows] element size " + std::to_string(es) + " is not supported");
   }
   OASES_CUDA_CHECK_LAUNCH("copy_rows_kernel");

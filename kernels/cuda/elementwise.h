@@ -107,8 +107,10 @@ void copy(const void* src, void* dst, size_t es, const NdPlan& plan, cudaStream_
 // n copies of the es-byte value (given by value, es <= 8) into dst.
 void fill(void* dst, int64_t n, size_t es, uint64_t value_bits, cudaStream_t s);
 // dst[r * dst_ld + j] = src[r * src_ld + j] for r < rows, j < cols: rows between leading
-// dimensions (elements of es = 1, 2, 4 or 8 bytes).
-void copy_rows(const void* src, int64_t src_ld, void* dst, int64_t dst_ld, int64_t rows, int64_t cols, size_t es, cudaStream_t s);
+// dimensions (elements of es = 1, 2, 4 or 8 bytes); with zero_to > cols, dst[r * dst_ld + j] = 0
+// for cols <= j < zero_to as well (a zero-padded copy).
+void copy_rows(const void* src, int64_t src_ld, void* dst, int64_t dst_ld, int64_t rows, int64_t cols, size_t es, cudaStream_t s,
+               int64_t zero_to = 0);
 // Raw bytes, stream ordered.
 void copy_bytes(const void* src, void* dst, size_t bytes, cudaStream_t s);
 

@@ -158,14 +158,19 @@ int64_t padded_gemm_calls() { return g_padded_calls.load(); }
 
 void gemm_padded(BlasHandles& h, Elem t, const GemmDesc& d, const PaddedGemm& p, const void* a, const void* b, void* c, void* scratch) {
   g_padded_calls.fetch_add(1);
-  const size_t es = elem_size(t);
+  const int64_t es = static_cast<int64_t>(elem_size(t));
   char* sb = static_cast<char*>(scratch);
   char* sa = sb + p.bytes_b;
   char* sc = sa + p.bytes_a;
   GemmDesc blk = d;
+  blk.k = p.k;
+  blk.n = p.n;
   const void* bp = b;
-  if (p.pad_b) {  // b whole: k x n, or n x k when transposed
-    copy_rows(b, d.ldb, sb, p.ldb, d.trans_b ? d.n : d.k, d.trans_b ? d.k : d.n, es, h.stream());
+  if (p.pad_b) {  // b whole: k x n (n x k when transposed) into k' x n' (n' x k'), zeros in the pads
+    const int64_t rows = d.trans_b ? d.n : d.k, cols = d.trans_b ? d.k : d.n;
+    const int64_t prows = d.trans_b ? p.n : p.k, pcols = d.trans_b ? p.k : p.n;
+    copy_rows(b, d.ldb, sb, p.ldb, rows, cols, static_cast<size_t>(es), h.stream(), pcols);
+    if (prows > rows) OASES_CUDA_CHECK(cudaMemsetAsync(sb + rows * p.ldb * es, 0, static_cast<size_t>((prows - rows) * p.ldb * es), h.stream()));
     bp = sb;
     blk.ldb = p.ldb;
   }
@@ -175,21 +180,22 @@ void gemm_padded(BlasHandles& h, Elem t, const GemmDesc& d, const PaddedGemm& p,
     const int64_t rows = std::min(p.block, d.m - m0);
     blk.m = rows;
     // this block's a: rows m0.. of a (m x k), or columns m0.. of a stored k x m
-    const char* ap = d.trans_a ? ab + m0 * static_cast<int64_t>(es) : ab + m0 * d.lda * static_cast<int64_t>(es);
+    const char* ap = d.trans_a ? ab + m0 * es : ab + m0 * d.lda * es;
+    blk.lda = d.lda;
     if (p.pad_a) {
       if (d.trans_a) {
-        copy_rows(ap, d.lda, sa, p.lda, d.k, rows, es, h.stream());
+        copy_rows(ap, d.lda, sa, p.lda, d.k, rows, static_cast<size_t>(es), h.stream());
+        if (p.k > d.k) OASES_CUDA_CHECK(cudaMemsetAsync(sa + d.k * p.lda * es, 0, static_cast<size_t>((p.k - d.k) * p.lda * es), h.stream()));
       } else {
-        copy_rows(ap, d.lda, sa, p.lda, rows, d.k, es, h.stream());
+        copy_rows(ap, d.lda, sa, p.lda, rows, d.k, static_cast<size_t>(es), h.stream(), p.k);
       }
       ap = sa;
       blk.lda = p.lda;
     }
-    char* cp = cb + m0 * d.ldc * static_cast<int64_t>(es);
-    blk.ldc = d.ldc;
-    if (p.pad_c) blk.ldc = p.ldc;
+    char* cp = cb + m0 * d.ldc * es;
+    blk.ldc = p.pad_c ? p.ldc : d.ldc;
     gemm(h, t, blk, ap, bp, p.pad_c ? sc : cp);
-    if (p.pad_c) copy_rows(sc, p.ldc, cp, d.ldc, rows, d.n, es, h.stream());
+    if (p.pad_c) copy_rows(sc, p.ldc, cp, d.ldc, rows, d.n, static_cast<size_t>(es), h.stream());
   }
 }
 

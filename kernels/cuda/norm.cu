@@ -11,9 +11,10 @@
 // scheduling. Activation gradients are written (=); parameter gradients too (the graph sums them).
 //
 // Rows of up to kCachedCols elements (hidden sizes to 2048) take the cached kernels: each thread
-// keeps its columns of the row in registers, so the forward reads x once, and the backward reads
-// dy and x once per row for dx and for its band's dγ, dβ together (one kernel, then the bands'
-// sum). Longer rows take the general kernels, which read the row again per pass.
+// keeps its columns of the row in registers, so the forward reads x once and the backward's dx
+// reads dy and x once. Longer rows take the general kernels, which read the row again per pass.
+// (A backward that also summed a band's dγ, dβ in the same pass, with bands of 8 rows, was 3x
+// slower on an H100: the 1024 bands' final sum ran on 4 blocks; docs/gpu-runs/2026-11-26-1d10cbb-profile.txt.)
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/nn.h"
 
@@ -25,11 +26,6 @@ constexpr int kNormThreads = 256;
 constexpr int64_t kRowsPerBand = 64;
 constexpr int kCachedPerThread = 8;
 constexpr int64_t kCachedCols = kNormThreads * kCachedPerThread;
-constexpr int64_t kCachedRowsPerBand = 8;
-
-int64_t rows_per_band(int64_t n) {
-  return n <= kCachedCols ? kCachedRowsPerBand : kRowsPerBand;
-}
 
 // One row per block, the row in registers (n <= kCachedCols).
 template <class T>
@@ -70,56 +66,32 @@ __global__ void layernorm_fwd_cached_kernel(const T* x, const T* scale, const T*
   }
 }
 
-// One band of kCachedRowsPerBand rows per block: dx row by row, and the band's dγ (and dβ) sums
-// per column into partial[band][col] (partial[bands + band][col]) for norm_bwd_param_final.
+// dx of one row per block, the row of dy and x in registers (n <= kCachedCols): read once.
 template <class T>
-__global__ void norm_bwd_cached_kernel(const T* dy, const T* x, const T* scale, const float* mean, const float* rstd, T* dx, int64_t rows,
-                                       int64_t n, bool rms, float* partial, int64_t bands) {
+__global__ void norm_bwd_dx_cached_kernel(const T* dy, const T* x, const T* scale, const float* mean, const float* rstd, T* dx, int64_t n,
+                                          bool rms) {
   __shared__ float scratch[32];
-  const int64_t band = blockIdx.x;
-  float sc[kCachedPerThread], dg[kCachedPerThread], db[kCachedPerThread];
+  const int64_t row = blockIdx.x;
+  const T* dyr = dy + row * n;
+  const T* xr = x + row * n;
+  const float mu = rms ? 0.f : mean[row], r = rstd[row];
+  float g[kCachedPerThread], xh[kCachedPerThread];
+  float sg = 0.f, sgx = 0.f;
 #pragma unroll
   for (int k = 0; k < kCachedPerThread; ++k) {
     const int64_t i = threadIdx.x + static_cast<int64_t>(k) * kNormThreads;
-    sc[k] = i < n ? to_float(scale[i]) : 0.f;
-    dg[k] = db[k] = 0.f;
+    const bool in = i < n;
+    g[k] = in ? to_float(dyr[i]) * to_float(scale[i]) : 0.f;
+    xh[k] = in ? (to_float(xr[i]) - mu) * r : 0.f;
+    sg += g[k];
+    sgx += g[k] * xh[k];
   }
-  const int64_t r0 = band * kCachedRowsPerBand, r1 = min(rows, r0 + kCachedRowsPerBand);
-  for (int64_t row = r0; row < r1; ++row) {
-    const T* dyr = dy + row * n;
-    const T* xr = x + row * n;
-    const float mu = rms ? 0.f : mean[row], r = rstd[row];
-    float d[kCachedPerThread], xh[kCachedPerThread];
-    float sg = 0.f, sgx = 0.f;
-#pragma unroll
-    for (int k = 0; k < kCachedPerThread; ++k) {
-      const int64_t i = threadIdx.x + static_cast<int64_t>(k) * kNormThreads;
-      d[k] = i < n ? to_float(dyr[i]) : 0.f;
-      xh[k] = i < n ? (to_float(xr[i]) - mu) * r : 0.f;
-      const float g = d[k] * sc[k];
-      sg += g;
-      sgx += g * xh[k];
-      dg[k] += d[k] * xh[k];
-      db[k] += d[k];
-    }
-    const float mg = rms ? 0.f : block_sum(sg, scratch) / static_cast<float>(n);
-    const float mgx = block_sum(sgx, scratch) / static_cast<float>(n);
-    if (dx) {
-#pragma unroll
-      for (int k = 0; k < kCachedPerThread; ++k) {
-        const int64_t i = threadIdx.x + static_cast<int64_t>(k) * kNormThreads;
-        if (i < n) dx[row * n + i] = from_float<T>(r * (d[k] * sc[k] - mg - xh[k] * mgx));
-      }
-    }
-  }
-  if (!partial) return;
+  const float mg = rms ? 0.f : block_sum(sg, scratch) / static_cast<float>(n);
+  const float mgx = block_sum(sgx, scratch) / static_cast<float>(n);
 #pragma unroll
   for (int k = 0; k < kCachedPerThread; ++k) {
     const int64_t i = threadIdx.x + static_cast<int64_t>(k) * kNormThreads;
-    if (i < n) {
-      partial[band * n + i] = dg[k];
-      partial[(bands + band) * n + i] = db[k];
-    }
+    if (i < n) dx[row * n + i] = from_float<T>(r * (g[k] - mg - xh[k] * mgx));
   }
 }
 
@@ -229,24 +201,10 @@ void param_grads(const T* dy, const T* x, const float* mean, const float* rstd, 
   OASES_CUDA_CHECK_LAUNCH("norm_bwd_param_final");
 }
 
-// dx and the parameter gradients of rows of at most kCachedCols elements (norm_bwd_cached_kernel).
-template <class T>
-void norm_backward_cached(const T* dy, const T* x, const T* scale, const float* mean, const float* rstd, T* dx, T* dscale, T* dbias,
-                          int64_t rows, int64_t n, bool rms, float* scratch, cudaStream_t s) {
-  const int64_t bands = (rows + kCachedRowsPerBand - 1) / kCachedRowsPerBand;
-  const bool params = dscale || dbias;
-  norm_bwd_cached_kernel<T><<<static_cast<unsigned>(bands), kNormThreads, 0, s>>>(dy, x, scale, mean, rstd, dx, rows, n, rms,
-                                                                                 params ? scratch : nullptr, bands);
-  OASES_CUDA_CHECK_LAUNCH("norm_bwd_cached_kernel");
-  if (!params) return;
-  norm_bwd_param_final<T><<<grid_for(n, kNormThreads), kNormThreads, 0, s>>>(scratch, bands, n, dscale, dbias);
-  OASES_CUDA_CHECK_LAUNCH("norm_bwd_param_final");
-}
-
 }  // namespace
 
 size_t norm_backward_scratch_floats(int64_t rows, int64_t n) {
-  int64_t rb = rows_per_band(n), bands = (rows + rb - 1) / rb;
+  int64_t bands = (rows + kRowsPerBand - 1) / kRowsPerBand;
   return static_cast<size_t>(2 * std::max<int64_t>(bands, 1) * n);
 }
 
@@ -289,12 +247,11 @@ void layernorm_backward(Elem t, const void* dy, const void* x, const void* scale
   check_rows(rows);
   dispatch_floating("LayerNormGrad", t, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    if (n <= kCachedCols) {
-      norm_backward_cached<T>(static_cast<const T*>(dy), static_cast<const T*>(x), static_cast<const T*>(scale), mean, rstd,
-                              static_cast<T*>(dx), static_cast<T*>(dscale), static_cast<T*>(dbias), rows, n, false, scratch, s);
-      return;
-    }
-    if (dx) {
+    if (dx && n <= kCachedCols) {
+      norm_bwd_dx_cached_kernel<T><<<static_cast<unsigned>(rows), kNormThreads, 0, s>>>(
+          static_cast<const T*>(dy), static_cast<const T*>(x), static_cast<const T*>(scale), mean, rstd, static_cast<T*>(dx), n, false);
+      OASES_CUDA_CHECK_LAUNCH("norm_bwd_dx_cached_kernel");
+    } else if (dx) {
       norm_bwd_dx_kernel<T><<<static_cast<unsigned>(rows), kNormThreads, 0, s>>>(
           static_cast<const T*>(dy), static_cast<const T*>(x), static_cast<const T*>(scale), mean, rstd, static_cast<T*>(dx), n, false);
       OASES_CUDA_CHECK_LAUNCH("norm_bwd_dx_kernel");
@@ -310,12 +267,11 @@ void rmsnorm_backward(Elem t, const void* dy, const void* x, const void* scale, 
   check_rows(rows);
   dispatch_floating("RMSNormGrad", t, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    if (n <= kCachedCols) {
-      norm_backward_cached<T>(static_cast<const T*>(dy), static_cast<const T*>(x), static_cast<const T*>(scale), nullptr, rstd,
-                              static_cast<T*>(dx), static_cast<T*>(dscale), nullptr, rows, n, true, scratch, s);
-      return;
-    }
-    if (dx) {
+    if (dx && n <= kCachedCols) {
+      norm_bwd_dx_cached_kernel<T><<<static_cast<unsigned>(rows), kNormThreads, 0, s>>>(
+          static_cast<const T*>(dy), static_cast<const T*>(x), static_cast<const T*>(scale), nullptr, rstd, static_cast<T*>(dx), n, true);
+      OASES_CUDA_CHECK_LAUNCH("norm_bwd_dx_cached_kernel");
+    } else if (dx) {
       norm_bwd_dx_kernel<T><<<static_cast<unsigned>(rows), kNormThreads, 0, s>>>(
           static_cast<const T*>(dy), static_cast<const T*>(x), static_cast<const T*>(scale), nullptr, rstd, static_cast<T*>(dx), n, true);
       OASES_CUDA_CHECK_LAUNCH("norm_bwd_dx_kernel");
