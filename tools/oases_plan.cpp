@@ -91,11 +91,36 @@ int legacy(const std::string& model, const std::string& out, const std::string& 
   return 0;
 }
 
+// The compute type a plan is made for: --dtype when given; else the type a GPU profile was
+// measured in; else bf16 on a cluster of GPUs with bf16 tensor cores (nobody trains a large model
+// in fp32 there: on 64 A100s GPT-3's step is priced 12x slower in fp32); else fp32 (CPU ranks).
+std::string plan_dtype(const std::string& asked, const ClusterSpec& c, bool at_hand, const Profile* p, std::string* why) {
+  if (!asked.empty()) {
+    *why = "--dtype";
+    return asked;
+  }
+  if (p) {
+    std::string d = p->model.is_object() ? p->model.value("dtype", std::string()) : std::string();
+    if (d == "fp32" || d == "bf16" || d == "fp16") {
+      *why = "the type the profile was measured in; --dtype to change";
+      return d;
+    }
+    *why = "a " + p->backend + " profile's ops run in fp32; --dtype to change";
+    return "fp32";
+  }
+  if (!at_hand && c.cores_per_node == 0 && c.device.fp16_tflops > 0) {
+    *why = c.device.name + " has bf16 tensor cores; --dtype fp32 plans fp32";
+    return "bf16";
+  }
+  *why = at_hand ? "the machine at hand's CPU ranks; --dtype to change" : c.device.name + " has no 16-bit tensor cores";
+  return "fp32";
+}
+
 int plan_main(const std::string& model, int64_t gpus, const std::string& cluster_file, const std::string& profile_file, double memory_gib,
               int64_t batch, int64_t seq, const std::string& out, const std::string& html, const std::string& dot, bool simulate,
               const std::string& trace, const std::string& schedules, const std::string& chunks, bool uniform, bool no_sp, bool no_cm,
               const std::string& emulate_link, const std::string& degrees, const BindingFlags& bind, bool no_pipeline,
-              const std::string& reference_pipeline, const std::string& dtype, const std::string& pp_list, int64_t hosts,
+              const std::string& reference_pipeline, const std::string& asked_dtype, const std::string& pp_list, int64_t hosts,
               int64_t sim_candidates) {
   auto t_start = std::chrono::steady_clock::now();
   ImportOptions opts;
@@ -142,6 +167,8 @@ int plan_main(const std::string& model, int64_t gpus, const std::string& cluster
     }
   }
   if (!at_hand && hosts > 0) return fail_with(Status::error("--hosts describes the machine at hand; a --cluster file names its own nodes"));
+  std::string dtype_why;
+  const std::string dtype = plan_dtype(asked_dtype, cluster, at_hand, profile ? &*profile : nullptr, &dtype_why);
   OpTimeModel ops = op_time_model(cluster, profile ? &*profile : nullptr);
   // the search reads shapes only: global activations bigger than this machine are fine, unless a
   // plan file (the partitioned program) or a simulation is asked for
@@ -245,6 +272,7 @@ int plan_main(const std::string& model, int64_t gpus, const std::string& cluster
   std::printf("%s: %zu parts (%s), batch %lld x %lld tokens, %lld GPUs: %s\n", model.c_str(), a.parts.size(),
               a.mixed_ok ? "layouts may differ per part" : ("one layout for all: " + a.mixed_why).c_str(), static_cast<long long>(a.batch),
               static_cast<long long>(a.seq), static_cast<long long>(gpus), cluster.name.c_str());
+  std::printf("  precision: %s (%s)\n", dtype.c_str(), dtype_why.c_str());
   std::printf("  op times: %s; memory limit %s per GPU\n",
               profile ? fmt::format("profile {}", profile_file).c_str() : fmt::format("roofline of {}, {}", cluster.device.name, dtype).c_str(),
               describe_bytes(limit).c_str());
@@ -359,6 +387,7 @@ int plan_main(const std::string& model, int64_t gpus, const std::string& cluster
     }
     chosen.batch = pm->batch;
     chosen.seq = pm->seq;
+    chosen.dtype = dtype;  // oases-train --plan trains in it unless --dtype says otherwise
     auto j = plan_report(pm->forward, chosen, pm->path);
     if (!j) return fail_with(j.status());
     nlohmann::json preds = nlohmann::json::object();
@@ -411,7 +440,7 @@ int main(int argc, char** argv) {
     int64_t tp = 0, dp = 0, batch = 0, seq = 0, gpus = 0, hosts = 0, sim_candidates = 24;
     double memory = 0;
     bool no_vocab = false, seq_par = false, simulate = false, uniform = false, no_sp = false, no_pipeline = false, no_cm = false;
-    std::string reference_pipeline, dtype = "fp32", pp_list;
+    std::string reference_pipeline, dtype, pp_list;
     BindingFlags bind;
     app.add_option("model", model, "ONNX model file");
     CLI::Option* gpus_opt = app.add_option("--gpus", gpus, "Plan for this many GPUs (ranks): per-part tp x dp, schedule and chunks");
@@ -430,7 +459,9 @@ int main(int argc, char** argv) {
     app.add_option("--degrees", degrees, "tp degrees to consider (comma list; default every one dividing the model)");
     app.add_flag("--no-sequence-parallel", no_sp, "Never split norms and residuals over the sequence");
     app.add_flag("--no-collective-matmul", no_cm, "Never decompose sequence-parallel collectives into ring steps beside the products");
-    app.add_option("--dtype", dtype, "fp32 | bf16 | fp16: compute type the op times are priced for (roofline)")
+    app.add_option("--dtype", dtype,
+                   "fp32 | bf16 | fp16: compute type the plan is for (default: bf16 on a cluster whose GPUs have bf16 tensor cores, "
+                   "a GPU profile's own type, else fp32); written into the plan file")
         ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
     app.add_option("--pp", pp_list, "Pipeline stage counts to consider (comma list); the plan is then a pipeline when one fits");
     app.add_flag("--no-pipeline", no_pipeline, "Plan one mesh only (no pipeline stages)");

@@ -124,7 +124,8 @@ void add_train_options(CLI::App& app, TrainArgs& a) {
   app.add_flag("--memory-report", a.memory_report, "Print the bytes of activations each block keeps for the backward pass");
   app.add_option("--device", a.device, "cpu | cuda (the GPU backend: docs/GPU.md)")->check(CLI::IsMember({"cpu", "cuda"}));
   app.add_option("--dtype", a.dtype,
-                 "fp32 | bf16 | fp16: compute type; parameters and optimizer state stay fp32, fp16 adds dynamic loss scaling")
+                 "fp32 | bf16 | fp16: compute type; parameters and optimizer state stay fp32, fp16 adds dynamic loss scaling "
+                 "(default: a --plan file's, else fp32)")
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
   a.bind.add_to(app);
 }

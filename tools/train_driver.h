@@ -49,7 +49,7 @@ struct TrainArgs {
   bool overlap_report = false, memory_report = false;
   // GPU backend and mixed precision (docs/GPU.md)
   std::string device = "cpu";  // cpu | cuda
-  std::string dtype = "fp32";  // fp32 | bf16 | fp16
+  std::string dtype;  // fp32 | bf16 | fp16; "": the plan file's (--plan), else fp32
   BindingFlags bind;
 };
 

@@ -91,7 +91,7 @@ cat >"$WORK/pcie.json" <<'EOF'
            "inter_node": {"kind": "ethernet", "bandwidth_gbps": 1.25, "latency_us": 50}}}
 EOF
 V=$WORK/stacks/gpt_h128_l4_v16384_s64/model.onnx
-"$OASES_BIN/oases-plan" "$V" --gpus 4 --cluster "$WORK/pcie.json" --batch 32 --seq 64 --memory 0.045 --pp 2 --out "$WORK/own.plan.json" \
+"$OASES_BIN/oases-plan" "$V" --gpus 4 --cluster "$WORK/pcie.json" --batch 32 --seq 64 --memory 0.045 --pp 2 --dtype fp32 --out "$WORK/own.plan.json" \
   >"$WORK/own.plan.txt" || fail "plan stages on their own meshes"
 grep -Eq "stage tp (1,2|2,1)" "$WORK/own.plan.txt" || fail "the planner kept one tp for both stages: $(grep -A1 '  pipeline  ' "$WORK/own.plan.txt")"
 /usr/bin/python3 -c "import json,sys; p=json.load(open(sys.argv[1]))['pipeline']; m=[(x['tp'], x['dp']) for x in p['meshes']]; \

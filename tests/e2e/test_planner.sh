@@ -46,7 +46,22 @@ cat >"$WORK/pairs.json" <<'JSON'
  "links": {"intra_node": {"kind": "pcie", "bandwidth_gbps": 6.2, "latency_us": 10},
            "inter_node": {"kind": "ethernet", "bandwidth_gbps": 1.25, "latency_us": 30}}}
 JSON
-run_plan bytes_cluster "$M" "$WORK/bytes.ref" "--synthetic" --cluster "$WORK/pairs.json"
+run_plan bytes_cluster "$M" "$WORK/bytes.ref" "--synthetic" --cluster "$WORK/pairs.json" --dtype fp32
+# precision from the cluster: GPUs with bf16 tensor cores are planned in bf16 (printed first, written
+# into the plan), and oases-train --plan trains in it unless --dtype says otherwise; --dtype fp32
+# plans fp32; the machine at hand (CPU ranks) plans fp32
+"$P" "$M" --gpus 4 --cluster "$WORK/pairs.json" --out "$WORK/bf16.json" >"$WORK/bf16.txt" || fail "plan for the RTX3090 cluster"
+sed -n 2p "$WORK/bf16.txt" | grep -q "precision: bf16 (RTX3090 has bf16 tensor cores" || fail "bf16 not printed first: $(head -3 "$WORK/bf16.txt")"
+/usr/bin/python3 -c "import json,sys; assert json.load(open(sys.argv[1])).get('dtype') == 'bf16'" "$WORK/bf16.json" \
+  || fail "the plan file does not record bf16"
+"$T" "$M" --synthetic --steps 2 --plan "$WORK/bf16.json" --local-ranks 4 --profile >"$WORK/bf16.train.txt" 2>&1 || fail "train the bf16 plan"
+grep -q bfloat16 "$WORK/bf16.train.txt" || fail "oases-train --plan did not train in the plan's bf16"
+"$T" "$M" --synthetic --steps 2 --plan "$WORK/bf16.json" --dtype fp32 --local-ranks 4 --profile >"$WORK/fp32.train.txt" 2>&1 || fail "train fp32"
+grep -q bfloat16 "$WORK/fp32.train.txt" && fail "--dtype fp32 did not override the plan's bf16"
+"$P" "$M" --gpus 4 --cluster "$WORK/pairs.json" --dtype fp32 --out "$WORK/fp32.json" | grep -q "precision: fp32 (--dtype)" \
+  || fail "--dtype fp32 not planned in fp32"
+/usr/bin/python3 -c "import json,sys; assert json.load(open(sys.argv[1])).get('dtype', 'fp32') == 'fp32'" "$WORK/fp32.json" || fail "fp32 plan file"
+"$P" "$M" --gpus 4 --out "$WORK/here.json" | grep -q "precision: fp32" || fail "the machine at hand not planned in fp32"
 
 # small exported models with their committed inputs
 for model in gpt2_tiny llama_gqa bert_mask; do
