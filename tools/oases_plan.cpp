@@ -170,9 +170,10 @@ int plan_main(const std::string& model, int64_t gpus, const std::string& cluster
   std::string dtype_why;
   const std::string dtype = plan_dtype(asked_dtype, cluster, at_hand, profile ? &*profile : nullptr, &dtype_why);
   OpTimeModel ops = op_time_model(cluster, profile ? &*profile : nullptr);
-  // the search reads shapes only: global activations bigger than this machine are fine, unless a
-  // plan file (the partitioned program) or a simulation is asked for
-  set_shapes_only(out.empty() && html.empty() && dot.empty() && !simulate && trace.empty());
+  // planning reads shapes only, the plan file's partitioned program and the simulation's rank
+  // programs too: global activations bigger than this machine (GPT-3's embedding output [1536,
+  // 2048, 12288], 155 GB) are fine; what this process allocates keeps the --max-memory cap
+  set_shapes_only(true);
   ops.set_half_precision(dtype != "fp32");
   auto pm = load_planning_model(model, opts, batch, seq);
   if (!pm) return fail_with(pm.status());

@@ -62,6 +62,15 @@ grep -q bfloat16 "$WORK/fp32.train.txt" && fail "--dtype fp32 did not override t
   || fail "--dtype fp32 not planned in fp32"
 /usr/bin/python3 -c "import json,sys; assert json.load(open(sys.argv[1])).get('dtype', 'fp32') == 'fp32'" "$WORK/fp32.json" || fail "fp32 plan file"
 "$P" "$M" --gpus 4 --out "$WORK/here.json" | grep -q "precision: fp32" || fail "the machine at hand not planned in fp32"
+# planning never allocates the global activations: the README's GPT-3 command (with --out, --html,
+# --simulate and a reference pipeline) on a small stack whose embedding output, 16384 x 256 x 64
+# fp32 = 1 GiB, is over a --max-memory of 256 MiB; the cap is for what a process allocates
+BIG=$OASES_SOURCE_DIR/models/train/gpt2_4l/model.onnx
+"$P" "$BIG" --gpus 64 --cluster "$OASES_SOURCE_DIR/clusters/a100_dgx_64.json" --batch 16384 --seq 256 --max-memory 256M \
+  --reference-pipeline 2,4,16,1f1b,default_checkpoint --out "$WORK/big.json" --html "$WORK/big.html" --simulate >"$WORK/big.txt" 2>&1 \
+  || fail "planning refused global shapes over --max-memory: $(tail -1 "$WORK/big.txt")"
+[[ -s $WORK/big.json && -s $WORK/big.html ]] || fail "the big plan's files were not written"
+grep -q "reference " "$WORK/big.txt" || fail "the reference pipeline was not priced"
 
 # small exported models with their committed inputs
 for model in gpt2_tiny llama_gqa bert_mask; do
