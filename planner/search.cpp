@@ -91,17 +91,18 @@ void tabulate(CostModel& m, const ScheduleOptions& s, int64_t K, Tables* t) {
   }
 }
 
-// Exact chain program for one (schedule, K, tied degree, cap on the working set) over the allowed
-// layouts. Unconstrained (budget < 0): one label per state; constrained: Pareto fronts of
-// (objective, memory).
 struct ChainResult {
   bool found = false;
   double obj = kInf, mem = 0;
   std::vector<Layout> layouts;
 };
 
+// Exact chain program for one (schedule, K, tied degree, cap on the working set) over the allowed
+// layouts. Unconstrained (budget < 0): one label per state; constrained: Pareto fronts of
+// (objective, memory).
+
 ChainResult chain(const Tables& t, const std::vector<std::vector<char>>& allowed, double budget, double cap, double incumbent,
-                  int64_t* transitions) {
+                  int64_t* transitions, int64_t* labels) {
   int P = static_cast<int>(t.L.size());
   std::vector<std::vector<std::vector<Label>>> fronts(static_cast<size_t>(P));
   bool constrained = budget >= 0;
@@ -134,6 +135,51 @@ ChainResult chain(const Tables& t, const std::vector<std::vector<char>>& allowed
       }
     }
   }
+  if (constrained) {
+    // The backward program above is the unconstrained optimum over the usable layouts (those whose
+    // working set is under this cap): it bounds what the labels can reach. When even it cannot
+    // beat the incumbent, or the least memory cannot fit, no label program is needed; when its own
+    // path fits the budget, that path is the constrained optimum itself (nothing fits and is
+    // faster). Only otherwise are the Pareto fronts expanded.
+    const PartTable& T0 = *t.part[0];
+    double best_obj = kInf, best_mem = kInf;
+    size_t b0 = 0;
+    for (size_t b = 0; b < t.L[0].size(); ++b) {
+      if (!usable(0, b)) continue;
+      best_mem = std::min(best_mem, T0.mem[b] + rest_mem[0][b]);
+      if (T0.obj[b] + rest_obj[0][b] < best_obj) {
+        best_obj = T0.obj[b] + rest_obj[0][b];
+        b0 = b;
+      }
+    }
+    if (!std::isfinite(best_obj) || best_obj >= incumbent || best_mem > budget) return ChainResult{};
+    std::vector<size_t> path{b0};
+    double path_mem = T0.mem[b0];
+    for (int i = 1; i < P; ++i) {
+      const PartTable& T = *t.part[static_cast<size_t>(i)];
+      size_t nb = t.L[static_cast<size_t>(i)].size(), a = path.back(), arg = 0;
+      double best = kInf;
+      for (size_t b = 0; b < nb; ++b) {
+        if (!usable(i, b)) continue;
+        double v = T.obj[a * nb + b] + rest_obj[static_cast<size_t>(i)][b];
+        if (v < best) {
+          best = v;
+          arg = b;
+        }
+      }
+      *transitions += static_cast<int64_t>(nb);
+      path.push_back(arg);
+      path_mem += T.mem[arg];
+    }
+    if (path_mem <= budget) {
+      ChainResult r;
+      r.found = true;
+      r.obj = best_obj;
+      r.mem = path_mem;
+      for (int i = 0; i < P; ++i) r.layouts.push_back(t.L[static_cast<size_t>(i)][path[static_cast<size_t>(i)]]);
+      return r;
+    }
+  }
   std::vector<Label> cand;
   for (int i = 0; i < P; ++i) {
     const auto& Li = t.L[static_cast<size_t>(i)];
@@ -149,16 +195,22 @@ ChainResult chain(const Tables& t, const std::vector<std::vector<char>>& allowed
         cand.push_back(Label{T.obj[b], mem_b, -1, -1});
       } else {
         const auto& fp = fronts[static_cast<size_t>(i - 1)];
+        // under a limit, labels that cannot complete into a better fitting plan are not made
+        const double obj_room = constrained ? incumbent - rest_obj[static_cast<size_t>(i)][b] : kInf;
+        const double mem_room = constrained ? budget - rest_mem[static_cast<size_t>(i)][b] - mem_b : kInf;
         for (size_t a = 0; a < fp.size(); ++a) {
           const auto& fa = fp[a];
           if (fa.empty()) continue;
           ++*transitions;
           double o = T.obj[a * nb + b];
-          for (size_t k = 0; k < fa.size(); ++k)
+          for (size_t k = 0; k < fa.size(); ++k) {
+            if (fa[k].obj + o >= obj_room || fa[k].mem > mem_room) continue;
             cand.push_back(Label{fa[k].obj + o, fa[k].mem + mem_b, static_cast<int>(a), static_cast<int>(k)});
+          }
         }
       }
       std::vector<Label>& f = fronts[static_cast<size_t>(i)][b];
+      *labels += static_cast<int64_t>(cand.size());
       if (!constrained) {
         for (const Label& c : cand) {
           if (f.empty() || c.obj < f[0].obj) f.assign(1, c);
@@ -198,6 +250,62 @@ ChainResult chain(const Tables& t, const std::vector<std::vector<char>>& allowed
     bl = lab.prev_label;
   }
   return r;
+}
+
+// Dominance pruning, exact: layout x of part i can be dropped when another allowed layout y of the
+// same part is no worse in every respect the chain sees (its memory, its working set, its cost
+// after every allowed layout of part i-1, and the cost of every allowed layout of part i+1 after
+// it): any plan through x is then matched or beaten by the same plan through y. Of identical
+// layouts the first is kept. Repeated until nothing more drops (a drop in one part can let its
+// neighbours drop more). Returns the layouts dropped.
+int64_t drop_dominated(const Tables& t, std::vector<std::vector<char>>* allowed) {
+  const int P = static_cast<int>(t.L.size());
+  auto& A = *allowed;
+  int64_t dropped = 0;
+  bool changed = true;
+  while (changed) {
+    changed = false;
+    for (int i = 0; i < P; ++i) {
+      const PartTable& T = *t.part[static_cast<size_t>(i)];
+      const PartTable* N = i + 1 < P ? t.part[static_cast<size_t>(i + 1)] : nullptr;
+      const size_t n = t.L[static_cast<size_t>(i)].size();
+      const size_t np = i > 0 ? t.L[static_cast<size_t>(i - 1)].size() : 0;
+      const size_t nn = i + 1 < P ? t.L[static_cast<size_t>(i + 1)].size() : 0;
+      auto& ai = A[static_cast<size_t>(i)];
+      auto no_worse = [&](size_t y, size_t x) {  // y no worse than x
+        if (T.mem[y] > T.mem[x] || T.tr[y] > T.tr[x]) return false;
+        if (i == 0) {
+          if (T.obj[y] > T.obj[x]) return false;
+        } else {
+          const auto& ap = A[static_cast<size_t>(i - 1)];
+          for (size_t a = 0; a < np; ++a) {
+            if (ap[a] && T.obj[a * n + y] > T.obj[a * n + x]) return false;
+          }
+        }
+        if (N) {
+          const auto& an = A[static_cast<size_t>(i + 1)];
+          for (size_t c = 0; c < nn; ++c) {
+            if (an[c] && N->obj[y * nn + c] > N->obj[x * nn + c]) return false;
+          }
+        }
+        return true;
+      };
+      for (size_t x = 0; x < n; ++x) {
+        if (!ai[x]) continue;
+        for (size_t y = 0; y < n; ++y) {
+          if (y == x || !ai[y]) continue;
+          // y dominates x; of two identical layouts the later one goes
+          if (no_worse(y, x) && (y < x || !no_worse(x, y))) {
+            ai[x] = 0;
+            ++dropped;
+            changed = true;
+            break;
+          }
+        }
+      }
+    }
+  }
+  return dropped;
 }
 
 std::vector<int64_t> tied_degrees(CostModel& m, const SearchOptions& o) {
@@ -284,6 +392,8 @@ SearchResult search_plan(CostModel& m, const SearchOptions& o) {
         for (size_t i = 0; i < L.size(); ++i) {
           for (const Layout& l : tables.L[i]) allowed[i].push_back(std::find(L[i].begin(), L[i].end(), l) != L[i].end());
         }
+        // (the least memory below is unchanged: a layout's dominator has no more memory or working set)
+        res.dominated += drop_dominated(tables, &allowed);
         // the least memory of this space: per cap on the working set, each part its smallest
         std::set<double> caps;
         for (size_t i = 0; i < L.size(); ++i) {
@@ -305,7 +415,7 @@ SearchResult search_plan(CostModel& m, const SearchOptions& o) {
           }
           if (ok) res.least_memory = std::min(res.least_memory, sum);
         }
-        ChainResult free_run = chain(tables, allowed, -1, kInf, kInf, &res.transitions);
+        ChainResult free_run = chain(tables, allowed, -1, kInf, kInf, &res.transitions, &res.labels);
         const double bound = std::min(space.objective, o.keep_spaces ? kInf : res.objective);
         if (!free_run.found || free_run.obj >= bound) continue;  // the bound: no better plan here
         PlanChoice p{free_run.layouts, sn, K};
@@ -317,7 +427,7 @@ SearchResult search_plan(CostModel& m, const SearchOptions& o) {
         double cut = bound;
         for (double cap : caps) {
           if (cap > o.memory_limit) break;
-          ChainResult c = chain(tables, allowed, o.memory_limit - cap, cap, cut, &res.transitions);
+          ChainResult c = chain(tables, allowed, o.memory_limit - cap, cap, cut, &res.transitions, &res.labels);
           if (!c.found || c.obj >= cut) continue;
           PlanChoice q{c.layouts, sn, K};
           space = {q, c.obj, plan_memory(m, q)};

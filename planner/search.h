@@ -42,6 +42,8 @@ struct SearchResult {
   double memory = 0;        // bytes per rank
   double least_memory = 0;  // the least any plan of the space needs (when none fits the limit)
   int64_t transitions = 0;  // (part, previous layout, layout) pairs priced
+  int64_t labels = 0;       // (objective, memory) labels made by the chain programs (the Pareto fronts' work)
+  int64_t dominated = 0;    // (part, layout) pairs dropped as dominated (exact pruning) over all spaces
   std::string restriction;  // how the space was narrowed, for people
   std::vector<SpaceBest> spaces;  // with SearchOptions::keep_spaces: by objective, fastest first
 };

@@ -329,8 +329,9 @@ int plan_main(const std::string& model, int64_t gpus, const std::string& cluster
                 describe_bytes(ref->memory_bytes).c_str(), limit > 0 && ref->memory_bytes > limit ? " (over the limit)" : "");
     std::printf("  %-15s %s\n", "", describe_pipeline(*ref).c_str());
   }
-  std::printf("  search: %lld transitions priced in %.1f ms%s\n", static_cast<long long>(best.transitions), search_ms,
-              best.restriction.empty() ? "" : ("; " + best.restriction).c_str());
+  std::printf("  search: %lld transitions priced in %.1f ms (%lld labels, %lld layouts dominated)%s\n",
+              static_cast<long long>(best.transitions), search_ms, static_cast<long long>(best.labels),
+              static_cast<long long>(best.dominated), best.restriction.empty() ? "" : ("; " + best.restriction).c_str());
   nlohmann::json sims = nlohmann::json::object();
   if (simulate || !trace.empty()) {
     std::printf("simulated (each rank's program replayed on %s):\n", cluster.name.c_str());
@@ -418,6 +419,8 @@ int plan_main(const std::string& model, int64_t gpus, const std::string& cluster
     }
     (*j)["cluster"] = cluster.to_json();
     (*j)["search"] = {{"transitions", best.transitions},
+                      {"labels", best.labels},
+                      {"dominated", best.dominated},
                       {"pipeline_candidates", pipe.candidates},
                       {"pipeline_ms", pipe.search_ms},
                       {"ms", search_ms},

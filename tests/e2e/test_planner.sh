@@ -71,6 +71,16 @@ BIG=$OASES_SOURCE_DIR/models/train/gpt2_4l/model.onnx
   || fail "planning refused global shapes over --max-memory: $(tail -1 "$WORK/big.txt")"
 [[ -s $WORK/big.json && -s $WORK/big.html ]] || fail "the big plan's files were not written"
 grep -q "reference " "$WORK/big.txt" || fail "the reference pipeline was not priced"
+# the search's work, guarded (not its wall time): a 24-layer hidden-4096 GPT stack (shapes only) on
+# 64 A100s under an 8 GiB limit that makes the Pareto fronts run; the transitions and labels it
+# counted on 2026-11-26 (3007153 and 40649181, with the exact dominance pruning) plus 25%
+/usr/bin/python3 "$OASES_SOURCE_DIR/models/make_oases_stacks.py" --out "$WORK/st" --stack 4096x24 --vocab 50304 >/dev/null \
+  || fail "write the 4096x24 stack"
+"$P" "$WORK/st/gpt_h4096_l24_v50304/model.onnx" --gpus 64 --cluster "$OASES_SOURCE_DIR/clusters/a100_dgx_64.json" --batch 64 --seq 1024 \
+  --no-pipeline --memory 8 --out "$WORK/work.json" >"$WORK/work.txt" 2>&1 || fail "plan the 4096x24 stack: $(tail -1 "$WORK/work.txt")"
+/usr/bin/python3 -c "import json,sys; s=json.load(open(sys.argv[1]))['search']; print('   search work:', s['transitions'], 'transitions,', \
+s['labels'], 'labels,', s['dominated'], 'dominated'); assert s['transitions'] <= 3759000 and s['labels'] <= 50812000, s" "$WORK/work.json" \
+  || fail "the search's work grew past its bound"
 
 # small exported models with their committed inputs
 for model in gpt2_tiny llama_gqa bert_mask; do

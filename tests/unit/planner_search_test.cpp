@@ -153,3 +153,51 @@ TEST(PlannerSearch, NoPlanFitsNamesTheLeastMemory) {
 
 }  // namespace
 }  // namespace oases
+
+namespace oases {
+namespace {
+
+// The work of one search, guarded (not its wall time): a 4-layer GPT on 16 GPUs of two nodes, every
+// schedule, K in {1, 2, 4, 8}, sequence parallelism and collective matmuls, under a memory limit
+// halfway between the least any plan needs and the fastest plan's, so the Pareto fronts run. The
+// dominance pruning (exact: SearchEqualsBruteForce) drops layouts; the transitions priced must stay
+// under the bound measured when it was added (2026-11-26) with a margin, so a change that multiplies
+// the search's work fails here instead of in a user's minute-long oases-plan.
+TEST(SearchWork, StaysBounded) {
+  std::string path = std::string(OASES_SOURCE_DIR) + "/models/train/gpt2_4l/model.onnx";
+  auto pm = load_planning_model(path, ImportOptions{}, 32, 64);
+  ASSERT_TRUE(pm) << pm.status().message();
+  auto a = analyze_model(pm->forward, pm->train.graph, pm->train.params, 16);
+  ASSERT_TRUE(a) << a.status().message();
+  nlohmann::json j = {{"format", "oases-cluster"},
+                      {"version", 1},
+                      {"name", "two A100 nodes"},
+                      {"device", "A100-SXM-80GB"},
+                      {"nodes", 2},
+                      {"gpus_per_node", 8},
+                      {"links",
+                       {{"intra_node", {{"kind", "nvlink"}, {"bandwidth_gbps", 240}, {"latency_us", 3}}},
+                        {"inter_node", {{"kind", "infiniband"}, {"bandwidth_gbps", 25}, {"latency_us", 5}}}}}};
+  auto c = cluster_from_json(j, "test cluster");
+  ASSERT_TRUE(c) << c.status().message();
+  OpTimeModel ops = op_time_model(*c, nullptr);
+  ops.set_half_precision(true);
+  CostModel cm(*a, *c, ops);
+  SearchOptions o;
+  SearchResult free_run = search_plan(cm, o);
+  ASSERT_TRUE(free_run.found);
+  o.memory_limit = 0.5 * (free_run.least_memory + free_run.memory);
+  SearchResult r = search_plan(cm, o);
+  ASSERT_TRUE(r.found);
+  EXPECT_LE(r.memory, o.memory_limit);
+  EXPECT_GT(r.dominated, 0) << "no layout was dominated: the pruning did not run";
+  std::printf("search work: %lld transitions, %lld labels, %lld layouts dominated (free: %lld transitions)\n",
+              static_cast<long long>(r.transitions), static_cast<long long>(r.labels), static_cast<long long>(r.dominated),
+              static_cast<long long>(free_run.transitions));
+  // measured when added: 4947 transitions, 4882 labels, 796 dominated; 25% margin
+  EXPECT_LE(r.transitions, 6200) << "the search's work grew";
+  EXPECT_LE(r.labels, 6100) << "the search's work grew";
+}
+
+}  // namespace
+}  // namespace oases
