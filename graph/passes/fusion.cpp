@@ -221,15 +221,7 @@ class Fuser {
       }
       if (back != kNoId) g_.remove_node(back);
       g_.remove_node(id);
-      NodeId n = g_.add_node(old.op_type, ins, outs, std::move(a), name, kDeviceFusedDomain);
-      Node& nn = g_.node(n);
-      nn.scope = old.scope;
-      nn.phase = old.phase;
-      nn.origin = old.origin;
-      nn.chunk = old.chunk;
-      size_t p = pos_.at(id);
-      order_[p] = n;
-      pos_[n] = p;
+      place(g_.add_node(old.op_type, ins, outs, std::move(a), name, kDeviceFusedDomain), old, id);
       stats_.loss_casts += back != kNoId ? 2 : 1;
     }
   }
@@ -312,7 +304,11 @@ class Fuser {
     a.set("trans_b", Attribute::of_int(tb));
     a.set("activation", Attribute::of_string(act));
     g_.remove_node(id);
-    NodeId n = g_.add_node("FusedMatMul", ins, {out}, std::move(a), old.name + name_suffix, domain_);
+    return place(g_.add_node("FusedMatMul", ins, {out}, std::move(a), old.name + name_suffix, domain_), old, at);
+  }
+
+  // New node `n` standing for `old`: its scope, phase, origin and chunk, at `at`'s place in the order.
+  NodeId place(NodeId n, const Node& old, NodeId at) {
     Node& nn = g_.node(n);
     nn.scope = old.scope;
     nn.phase = old.phase;

@@ -23,6 +23,13 @@ namespace oases::cuda {
 namespace {
 
 constexpr int kNormThreads = 256;
+
+// a row's statistics, from thread 0
+__device__ __forceinline__ void store_row_stats(float* mean, float* rstd, int64_t row, float mu, float r) {
+  if (threadIdx.x != 0) return;
+  if (mean) mean[row] = mu;
+  if (rstd) rstd[row] = r;
+}
 constexpr int64_t kRowsPerBand = 64;
 constexpr int kCachedPerThread = 8;
 constexpr int64_t kCachedCols = kNormThreads * kCachedPerThread;
@@ -60,10 +67,7 @@ __global__ void layernorm_fwd_cached_kernel(const T* x, const T* scale, const T*
     if (bias) h += to_float(bias[i]);
     yr[i] = from_float<T>(h);
   }
-  if (threadIdx.x == 0) {
-    if (mean) mean[row] = mu;
-    if (rstd) rstd[row] = r;
-  }
+  store_row_stats(mean, rstd, row, mu, r);
 }
 
 // dx of one row per block, the row of dy and x in registers (n <= kCachedCols): read once.
@@ -119,10 +123,7 @@ __global__ void layernorm_fwd_kernel(const T* x, const T* scale, const T* bias, 
     if (bias) h += to_float(bias[i]);
     yr[i] = from_float<T>(h);
   }
-  if (threadIdx.x == 0) {
-    if (mean) mean[row] = mu;
-    if (rstd) rstd[row] = r;
-  }
+  store_row_stats(mean, rstd, row, mu, r);
 }
 
 template <class T>

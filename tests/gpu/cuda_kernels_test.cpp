@@ -23,6 +23,7 @@
 #include "graph/passes/mixed_precision.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/gemm.h"
+#include "tests/common/loss_graph.h"
 #include "tools/model_loader.h"
 
 namespace fs = std::filesystem;
@@ -440,17 +441,9 @@ TEST(CudaKernels, LossOnHalfLogitsMatchesTheCpu) {
   REQUIRE_GPU();
   for (DType half : {DType::kBF16, DType::kF16}) {
     const int64_t N = 64, C = 5003;
-    Graph g;
-    ValueId x = g.add_input("x", half, {N, C}), lab = g.add_input("labels", DType::kI64, {N});
-    ValueId x32 = g.add_value("x32", DType::kF32, {N, C}, true), loss = g.add_value("loss", DType::kF32, {}, true);
-    ValueId one = g.add_initializer("one", Tensor::scalar_f32(1.f));
-    ValueId d32 = g.add_value("d32", DType::kF32, {N, C}, true), d16 = g.add_value("d16", half, {N, C}, true);
-    AttrMap ig{{"ignore_index", Attribute::of_int(-100)}};
-    g.add_node("Cast", {x}, {x32}, AttrMap{{"to", Attribute::of_int(dtype_to_onnx(DType::kF32))}}, "widen");
-    g.add_node("SoftmaxCrossEntropyLoss", {x32, lab}, {loss}, ig, "sce");
-    g.add_node("SoftmaxCrossEntropyGrad", {one, x32, lab}, {d32}, ig, "sce_grad", "oases");
-    g.add_node("Cast", {d32}, {d16}, AttrMap{{"to", Attribute::of_int(dtype_to_onnx(half))}}, "narrow");
-    g.set_outputs({loss, d16});
+    test::LossGraph lg = test::cast_loss_graph(half, N, C);
+    const Graph& g = lg.g;
+    const ValueId loss = lg.loss, d16 = lg.dscores;
     Tensor xs(half, {N, C}), ls(DType::kI64, {N});
     uint32_t seed = 3;
     for (int64_t i = 0; i < xs.numel(); ++i) {

@@ -23,6 +23,7 @@
 #include "kernels/cpu/layout.h"
 #include "kernels/cuda/nd.h"
 #include "kernels/cuda/random.h"
+#include "tests/common/loss_graph.h"
 #include "tools/model_loader.h"
 
 namespace fs = std::filesystem;
@@ -506,17 +507,9 @@ TEST(CudaCoverage, DeviceProgramsFuseTheProductsAndTheLoss) {
 TEST(CudaCoverage, FusedLossMatchesTheCastsBitForBit) {
   for (DType half : {DType::kBF16, DType::kF16}) {
     const int64_t N = 6, C = 37;
-    Graph g;
-    ValueId x = g.add_input("x", half, {N, C}), lab = g.add_input("labels", DType::kI64, {N});
-    ValueId x32 = g.add_value("x32", DType::kF32, {N, C}, true), loss = g.add_value("loss", DType::kF32, {}, true);
-    ValueId one = g.add_initializer("one", Tensor::scalar_f32(1.f));
-    ValueId d32 = g.add_value("d32", DType::kF32, {N, C}, true), d16 = g.add_value("d16", half, {N, C}, true);
-    AttrMap ig{{"ignore_index", Attribute::of_int(-100)}};
-    g.add_node("Cast", {x}, {x32}, AttrMap{{"to", Attribute::of_int(dtype_to_onnx(DType::kF32))}}, "widen");
-    g.add_node("SoftmaxCrossEntropyLoss", {x32, lab}, {loss}, ig, "sce");
-    g.add_node("SoftmaxCrossEntropyGrad", {one, x32, lab}, {d32}, ig, "sce_grad", "oases");
-    g.add_node("Cast", {d32}, {d16}, AttrMap{{"to", Attribute::of_int(dtype_to_onnx(half))}}, "narrow");
-    g.set_outputs({loss, d16});
+    test::LossGraph lg = test::cast_loss_graph(half, N, C);
+    const Graph& g = lg.g;
+    const ValueId loss = lg.loss, d16 = lg.dscores;
     Graph f = g;
     std::vector<NodeId> order = f.nodes();
     FusionStats st = fuse_for_device(f, order, {});
