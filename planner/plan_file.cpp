@@ -36,6 +36,24 @@ const char* json_kind(const json& v) {
   }
 }
 
+// `s` with its control characters escaped (\n, \x01): what a one-line message may quote.
+std::string printable(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    const auto u = static_cast<unsigned char>(c);
+    if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\t') {
+      out += "\\t";
+    } else if (u < 0x20 || u == 0x7f) {
+      out += fmt::format("\\x{:02x}", u);
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
 // One file's fields, read with their types and ranges checked; errors are "<path>: <field>: <why>".
 class FieldReader {
  public:
@@ -75,9 +93,21 @@ class FieldReader {
     return v.get<bool>();
   }
 
+  // A string without control characters: every name a plan gives may be quoted in a one-line
+  // message, here or when the plan runs.
   Expected<std::string> text(const json& v, const std::string& field) const {
     if (!v.is_string()) return fail(field, "{} where a string belongs", json_kind(v));
-    return v.get<std::string>();
+    std::string s = v.get<std::string>();
+    OASES_RETURN_IF_ERROR(printable_name(s, field));
+    return s;
+  }
+
+  Status printable_name(const std::string& s, const std::string& field) const {
+    for (char c : s) {
+      const auto u = static_cast<unsigned char>(c);
+      if (u < 0x20 || u == 0x7f) return fail(field, "'{}' holds a control character", printable(s));
+    }
+    return Status::ok();
   }
 
   Status object(const json& v, const std::string& field) const {
@@ -262,7 +292,9 @@ Status read_pipeline(const FieldReader& f, const json& pj, Plan::Pipeline* p) {
 Status read_parameters(const FieldReader& f, const json& pj, std::map<std::string, std::string>* out) {
   if (pj.is_object()) {
     for (const auto& [name, spec] : pj.items()) {
-      OASES_ASSIGN_OR_RETURN((*out)[name], f.text(spec, fmt::format("parameters['{}']", name)));
+      const std::string field = fmt::format("parameters['{}']", printable(name));
+      OASES_RETURN_IF_ERROR(f.printable_name(name, field));
+      OASES_ASSIGN_OR_RETURN((*out)[name], f.text(spec, field));
     }
     return Status::ok();
   }

@@ -62,6 +62,9 @@ expect_error "mesh ranks 4 of sizes [1, 2]" "^error: .*/ranks4\.json: mesh\.rank
 edit parameters.0.spec '"[S(tp)/0, R]"' segments0
 expect_error "spec with 0 segments" "^error: .*/segments0\.json: parameters\['.*'\]: spec '\[S\(tp\)/0, R\]': 0 segments" \
   "${RUN[@]}" --plan "$WORK/segments0.json"
+edit parameters.0.name '"m.wte\nweight"' newline
+expect_error "a newline in a name" "^error: .*/newline\.json: parameters\[0\]\.name: 'm\.wte\\\\nweight' holds a control character$" \
+  "${RUN[@]}" --plan "$WORK/newline.json"
 edit dtype '"fp8"' dtype
 expect_error "dtype fp8" "^error: .*/dtype\.json: dtype: unknown dtype 'fp8'" "${RUN[@]}" --plan "$WORK/dtype.json"
 edit version '"1"' version

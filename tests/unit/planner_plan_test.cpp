@@ -196,6 +196,11 @@ TEST(PlanFileTest, EveryBadFieldIsOneLineNamingTheFileAndTheField) {
       {"/version", "0", "plan.json: plan version 0 (this build reads 1 to 3)"},
       {"/version", "\"3\"", "plan.json: version: a string where an integer belongs"},
       {"/format", "\"onnx\"", "plan.json: format: 'onnx' is not \"oases-plan\""},
+      // a name that would break the one line (here, or quoted when the plan runs)
+      {"/format", "\"oases-pl\\n\"", "plan.json: format: 'oases-pl\\n' holds a control character"},
+      {"/parts/0/part", "\"emb\\u0001\"", "plan.json: parts[0].part: 'emb\\x01' holds a control character"},
+      {"/parameters/0/name", "\"w\\tte\"", "plan.json: parameters[0].name: 'w\\tte' holds a control character"},
+      {"/parameters", "{\"a\\nb\": \"[R]\"}", "plan.json: parameters['a\\nb']: 'a\\nb' holds a control character"},
       {"/batch", "0", "plan.json: batch: 0 is not a positive integer"},
       {"/batch", "12", "plan.json: pipeline.micro_batches: dp 2 x 2 micro-batches x 2 chunks do not divide the batch of 12"},
       {"/seq", "-1", "plan.json: seq: -1 is not a positive integer"},
