@@ -30,6 +30,39 @@ std::string lower(std::string s) {
 
 }  // namespace
 
+namespace {
+
+// "nan" whatever its sign bit (fmt writes "-nan"), "inf", "-inf"
+std::string non_finite_name(double x) {
+  return std::isnan(x) ? "nan" : fmt::format("{}", x);
+}
+
+}  // namespace
+
+void CheckpointGuard::after_step(int64_t step, double loss, bool updated) {
+  if (updated) {
+    // a new state: what was seen of the old one no longer holds
+    refusal_.clear();
+    validated_ = false;
+  }
+  if (!std::isfinite(loss)) {
+    refusal_ = updated ? fmt::format("the loss at step {} is {}", step, non_finite_name(loss))
+                       : fmt::format("the loss at step {} is {} and its update was skipped", step, non_finite_name(loss));
+  }
+}
+
+void CheckpointGuard::after_validation(int64_t step, double loss) {
+  validated_ = true;
+  if (!std::isfinite(loss)) refusal_ = fmt::format("the validation loss after step {} is {}", step, non_finite_name(loss));
+}
+
+Status CheckpointGuard::refuse_save(const std::vector<std::string>& refusals, const std::string& path) {
+  for (const std::string& why : refusals) {
+    if (!why.empty()) return error("{}: not written: {} (a checkpoint is never saved from a non-finite state)", path, why);
+  }
+  return Status::ok();
+}
+
 Expected<std::vector<InputRole>> input_roles(const Graph& g, ValueId appended_targets) {
   std::vector<InputRole> roles;
   bool have_tokens = false, have_images = false;

@@ -53,6 +53,34 @@ struct StepStats {
   bool device = false;
 };
 
+// The rule for checkpoints: a state whose loss or validation loss is not finite is never saved.
+// Saving it would replace the last good checkpoint with one a resume stops at at once. Told each
+// step's loss (and whether the step updated the parameters) and each validation loss, it knows
+// what was seen of the current state: an update starts a new state, not yet validated (its step's
+// loss was the old state's), which the caller validates before saving it; a skipped update
+// (--on-nonfinite skip) keeps the state its non-finite loss came from. The losses must be the
+// run's (the last stage's in a pipeline); ranks that may disagree agree through refuse_save over
+// every rank's refusal().
+class CheckpointGuard {
+ public:
+  // Step `step` (counted from 1) had this loss and, unless `updated` is false, changed the parameters.
+  void after_step(int64_t step, double loss, bool updated);
+  // The validation loss of the state after step `step` (0: before the first).
+  void after_validation(int64_t step, double loss);
+  // Whether the current state has a validation loss (none since it was made or loaded: validate
+  // it before a save).
+  bool validated() const { return validated_; }
+  // "" when the state may be saved, else why not ("the validation loss after step 3 is nan").
+  const std::string& refusal() const { return refusal_; }
+  // The save to `path` refused for the first reason any rank gave (`refusals`: each rank's
+  // refusal(), "" for none): one line "<path>: not written: <reason> (...)", or ok.
+  static Status refuse_save(const std::vector<std::string>& refusals, const std::string& path);
+
+ private:
+  std::string refusal_;
+  bool validated_ = false;
+};
+
 class Trainer {
  public:
   static Expected<std::unique_ptr<Trainer>> create(TrainingGraph tg, OptimizerConfig opt, int threads = 0);

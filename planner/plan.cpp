@@ -2,7 +2,9 @@
 
 #include <fstream>
 #include <map>
+#include <optional>
 #include <regex>
+#include <set>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -10,6 +12,7 @@
 #include "graph/blocks.h"
 #include "graph/op_registry.h"
 #include "planner/hybrid.h"
+#include "planner/pipeline.h"
 
 namespace oases {
 
@@ -233,11 +236,11 @@ Expected<ShardingSpec> parse_spec(const std::string& text, const Mesh& mesh) {
       int segs = 1;
       if (rp + 1 < tok.size()) {
         if (tok[rp + 1] != '/') return error("spec '{}': '{}' is not S(axis) or S(axis)/segments", text, tok);
-        try {
-          segs = std::stoi(tok.substr(rp + 2));
-        } catch (const std::exception&) {
+        const std::string digits = tok.substr(rp + 2);
+        if (digits.empty() || digits.size() > 7 || digits.find_first_not_of("0123456789") != std::string::npos)
           return error("spec '{}': bad segment count in '{}'", text, tok);
-        }
+        segs = std::stoi(digits);
+        if (segs < 1 || segs > kMaxPlanChunks) return error("spec '{}': {} segments in '{}' (1 to {})", text, segs, tok, kMaxPlanChunks);
       }
       s.dims.push_back(DimSpec{a, segs});
     } else {
@@ -246,27 +249,24 @@ Expected<ShardingSpec> parse_spec(const std::string& text, const Mesh& mesh) {
     if (comma == std::string::npos) break;
     pos = comma + 1;
   }
+  if (open != 0 && !trim(text.substr(0, open)).empty()) return error("spec '{}': '{}' before the brackets", text, text.substr(0, open));
+  // after the brackets: the partial sums, " P(dp) P(tp)"
   std::string rest = text.substr(close + 1);
   size_t p = 0;
-  while ((p = rest.find("P(", p)) != std::string::npos) {
+  while (p < rest.size()) {
+    if (std::isspace(static_cast<unsigned char>(rest[p]))) {
+      ++p;
+      continue;
+    }
+    if (rest.compare(p, 2, "P(") != 0) return error("spec '{}': '{}' is not P(axis)", text, trim(rest.substr(p)));
     size_t rp = rest.find(')', p);
     if (rp == std::string::npos) return error("spec '{}': unclosed P(", text);
     int a = mesh.axis(rest.substr(p + 2, rp - p - 2));
-    if (a < 0) return error("spec '{}': unknown mesh axis in {}", text, rest.substr(p, rp - p + 1));
+    if (a < 0 || a >= 32) return error("spec '{}': unknown mesh axis in {}", text, rest.substr(p, rp - p + 1));
     s.partial |= 1u << a;
     p = rp + 1;
   }
   return s;
-}
-
-namespace {
-
-Expected<nlohmann::json> read_json_file(const std::string& path) {
-  std::ifstream f(path);
-  if (!f) return error("{}: no such plan file", path);
-  nlohmann::json j = nlohmann::json::parse(f, nullptr, false);
-  if (j.is_discarded()) return error("{}: not valid JSON", path);
-  return j;
 }
 
 const char* recompute_name(CheckpointMode m) {
@@ -284,6 +284,8 @@ Expected<CheckpointMode> recompute_by_name(const std::string& name) {
   if (name == "comm_optimized") return CheckpointMode::kCommOptimized;
   return error("unknown recompute '{}' (none, block, comm_optimized)", name);
 }
+
+namespace {
 
 bool same_mesh(const Mesh& a, const Mesh& b) {
   return a.axes == b.axes && a.sizes == b.sizes && a.parts == b.parts;
@@ -326,25 +328,119 @@ Plan Plan::from_parts(std::vector<PartLayout> parts, int64_t ranks, std::string 
   return p;
 }
 
+namespace {
+
+// "0-5,6-11": `stages` ranges FIRST-LAST, each starting where the one before ended (the model's
+// block count is checked when the stages are cut, planner/pipeline.h cut_stages).
+Status check_cuts(const std::string& cuts, int64_t stages) {
+  std::regex item_re("([0-9]{1,9})-([0-9]{1,9})");
+  int64_t count = 0, next = 0;
+  size_t start = 0;
+  while (true) {
+    size_t comma = cuts.find(',', start);
+    std::string item = cuts.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    std::smatch mm;
+    if (!std::regex_match(item, mm, item_re))
+      return error("pipeline.cuts: '{}' is not a list of FIRST-LAST block ranges (e.g. 0-5,6-11)", cuts);
+    int64_t first = std::stoll(mm[1]), last = std::stoll(mm[2]);
+    if (first != next) return error("pipeline.cuts: stage {} starts at block {}, not {} (every block once, in order)", count, first, next);
+    if (last < first) return error("pipeline.cuts: stage {} ({}) is empty", count, item);
+    next = last + 1;
+    ++count;
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  if (count != stages) return error("pipeline.cuts: '{}' cuts {} stages, the plan has {}", cuts, count, stages);
+  return Status::ok();
+}
+
+// The mesh the plan's parameter specs name axes of: the file's mesh, else a tp x dp one.
+std::optional<Mesh> spec_mesh(const MeshPlan& m) {
+  if (!m.mesh.axes.empty()) return m.mesh;
+  if (!m.parts.empty()) return std::nullopt;  // the layouts' mesh: known once applied to a model
+  return Mesh::data_tensor(std::max<int64_t>(m.dp, 1), std::max<int64_t>(m.tp, 1));
+}
+
+}  // namespace
+
 Status Plan::validate() const {
   const MeshPlan& m = mesh;
-  if (m.ranks < 0) return error("plan: {} ranks", m.ranks);
-  if (m.tp < 0 || m.dp < 0) return error("plan: tp {} x dp {}: degrees must be positive", m.tp, m.dp);
+  if (m.ranks < 0 || m.ranks > kMaxPlanRanks) return error("mesh.ranks: {} ranks (1 to {})", m.ranks, kMaxPlanRanks);
+  if (m.tp < 0 || m.dp < 0 || m.tp > kMaxPlanRanks || m.dp > kMaxPlanRanks)
+    return error("mesh: tp {} x dp {}: degrees must be positive, at most {}", m.tp, m.dp, kMaxPlanRanks);
   if (m.tp > 0 && m.dp > 0 && m.ranks > 0 && m.tp * m.dp != m.ranks) {
-    return error("plan: tp {} x dp {} = {} ranks, but the mesh has {}", m.tp, m.dp, m.tp * m.dp, m.ranks);
+    return error("mesh: tp {} x dp {} = {} ranks, but the mesh has {}", m.tp, m.dp, m.tp * m.dp, m.ranks);
   }
-  if (!m.mesh.axes.empty()) OASES_RETURN_IF_ERROR(m.mesh.validate().with_context("plan mesh"));
-  for (const PartLayout& l : m.parts) {
-    if (l.tp < 1) return error("plan: part '{}' has tp {}", l.part, l.tp);
+  if (!m.mesh.axes.empty() || !m.mesh.sizes.empty()) {
+    for (size_t i = 0; i < m.mesh.sizes.size(); ++i) {
+      if (m.mesh.sizes[i] < 1 || m.mesh.sizes[i] > kMaxPlanRanks)
+        return error("mesh.sizes[{}]: {} is not a size from 1 to {}", i, m.mesh.sizes[i], kMaxPlanRanks);
+    }
+    OASES_RETURN_IF_ERROR(m.mesh.validate().with_context("mesh"));
+    // the base axes' sizes multiply to the ranks (each size is bounded: no overflow before the check)
+    int64_t n = 1;
+    for (int a = 0; a < m.mesh.num_axes(); ++a) {
+      if (!m.mesh.is_base(a)) continue;
+      n *= m.mesh.sizes[static_cast<size_t>(a)];
+      if (n > kMaxPlanRanks) return error("mesh.sizes: more than {} ranks in all", kMaxPlanRanks);
+    }
+    if (m.ranks > 0 && n != m.ranks) return error("mesh.ranks: {}, but the mesh {} has {} ranks", m.ranks, m.mesh.to_string(), n);
+  }
+  std::set<std::string> part_names;
+  for (size_t i = 0; i < m.parts.size(); ++i) {
+    const PartLayout& l = m.parts[i];
+    if (l.part.empty()) return error("parts[{}].part: a part needs a name", i);
+    if (!part_names.insert(l.part).second) return error("parts[{}].part: part '{}' is listed twice", i, l.part);
+    if (l.tp < 1 || l.tp > kMaxPlanRanks) return error("parts[{}].tp: part '{}' has tp {}", i, l.part, l.tp);
     if (m.ranks > 0 && m.ranks % l.tp != 0)
-      return error("plan: part '{}' has tp {}, which does not divide {} ranks", l.part, l.tp, m.ranks);
+      return error("parts[{}].tp: part '{}' has tp {}, which does not divide {} ranks", i, l.part, l.tp, m.ranks);
   }
-  if (!m.parts.empty() && m.ranks <= 0) return Status::error("plan: a plan with \"parts\" needs \"mesh\": {\"ranks\": N}");
-  if (!m.schedule.empty()) OASES_RETURN_IF_ERROR(schedule_by_name(m.schedule).status());
-  if (m.chunks < 0) return error("plan: {} chunks", m.chunks);
-  if (dtype != "fp32" && dtype != "bf16" && dtype != "fp16") return error("plan: unknown dtype '{}' (fp32, bf16, fp16)", dtype);
-  if (dp_bucket_bytes < 0) return error("plan: dp bucket of {} bytes", dp_bucket_bytes);
-  if (batch < 0 || seq < 0) return error("plan: batch {} x seq {}", batch, seq);
+  if (!m.parts.empty() && m.ranks <= 0) return Status::error("mesh.ranks: a plan with \"parts\" needs \"mesh\": {\"ranks\": N}");
+  if (!m.schedule.empty()) OASES_RETURN_IF_ERROR(schedule_by_name(m.schedule).status().with_context("schedule.name"));
+  if (m.chunks < 0) return error("schedule.chunks: {} is not a positive integer", m.chunks);
+  if (m.chunks > kMaxPlanChunks) return error("schedule.chunks: {} is more than {}", m.chunks, kMaxPlanChunks);
+  if (dtype != "fp32" && dtype != "bf16" && dtype != "fp16") return error("dtype: unknown dtype '{}' (fp32, bf16, fp16)", dtype);
+  if (dp_bucket_bytes < 0) return error("dp_bucket_bytes: {} is negative", dp_bucket_bytes);
+  if (batch < 0 || batch > kMaxPlanBatch) return error("batch: {} sequences (1 to {})", batch, kMaxPlanBatch);
+  if (seq < 0 || seq > kMaxPlanSeq) return error("seq: {} tokens (1 to {})", seq, kMaxPlanSeq);
+  const Pipeline& pp = pipeline;
+  if (pp.stages < 1 || pp.stages > kMaxPlanRanks) return error("pipeline.stages: {} stages (1 to {})", pp.stages, kMaxPlanRanks);
+  if (pp.micro_batches < 0 || pp.micro_batches > kMaxPlanChunks)
+    return error("pipeline.micro_batches: {} micro-batches (1 to {})", pp.micro_batches, kMaxPlanChunks);
+  if (!pp.schedule.empty() && !parse_pipeline(pp.schedule))
+    return error("pipeline.schedule: unknown pipeline schedule '{}' (gpipe, 1f1b, eager-1f1b)", pp.schedule);
+  if (!pp.cuts.empty()) OASES_RETURN_IF_ERROR(check_cuts(pp.cuts, pp.stages));
+  if (!pp.meshes.empty() && static_cast<int64_t>(pp.meshes.size()) != pp.stages)
+    return error("pipeline.meshes: {} meshes for {} stages (one mesh per stage)", pp.meshes.size(), pp.stages);
+  for (size_t k = 0; k < pp.meshes.size(); ++k) {
+    const Pipeline::StageMesh& sm = pp.meshes[k];
+    if (sm.tp < 1 || sm.dp < 1 || sm.tp > kMaxPlanRanks || sm.dp > kMaxPlanRanks)
+      return error("pipeline.meshes[{}]: tp {} x dp {} (each 1 to {})", k, sm.tp, sm.dp, kMaxPlanRanks);
+    if (!sm.schedule.empty())
+      OASES_RETURN_IF_ERROR(schedule_by_name(sm.schedule).status().with_context(fmt::format("pipeline.meshes[{}].schedule", k)));
+  }
+  // every sequence of the batch in one piece: dp x micro-batches x chunks divide it (on each
+  // stage's mesh; dp where the plan fixes one)
+  if (batch > 0) {
+    const bool piped = pp.stages > 1 && pp.micro_batches > 0;
+    const int64_t micro = piped ? pp.micro_batches : 1, chunks = m.chunk_count();
+    std::vector<int64_t> dps{m.dp};
+    for (const Pipeline::StageMesh& sm : pp.meshes) dps.push_back(sm.dp);
+    for (int64_t dp : dps) {
+      // each factor is at most 2^20: the product fits
+      if (batch % (std::max<int64_t>(dp, 1) * micro * chunks) == 0) continue;
+      std::string pieces = dp > 0 ? fmt::format("dp {} x ", dp) : "";
+      if (piped) pieces += fmt::format("{} micro-batches x ", micro);
+      return error("{}: {}{} chunks do not divide the batch of {}", piped ? "pipeline.micro_batches" : "schedule.chunks", pieces, chunks,
+                   batch);
+    }
+  }
+  if (std::optional<Mesh> sm = spec_mesh(m)) {
+    for (const auto& [name, text] : parameters) {
+      if (name.empty()) return Status::error("parameters: a parameter without a name");
+      OASES_RETURN_IF_ERROR(parse_spec(text, *sm).status().with_context(fmt::format("parameters['{}']", name)));
+    }
+  }
   return Status::ok();
 }
 
@@ -388,7 +484,11 @@ std::string stage_meshes_string(const std::vector<Plan::Pipeline::StageMesh>& me
 }
 
 nlohmann::json Plan::Pipeline::to_json() const {
-  nlohmann::json j{{"stages", stages}, {"micro_batches", micro_batches}, {"cuts", cuts}, {"schedule", schedule}};
+  // what is not fixed (0 or "") is left out: the reader takes the run's default
+  nlohmann::json j{{"stages", stages}};
+  if (micro_batches > 0) j["micro_batches"] = micro_batches;
+  if (!cuts.empty()) j["cuts"] = cuts;
+  if (!schedule.empty()) j["schedule"] = schedule;
   if (!meshes.empty()) {
     j["meshes"] = nlohmann::json::array();
     for (const StageMesh& m : meshes) {
@@ -429,7 +529,8 @@ nlohmann::json Plan::to_json() const {
   if (dtype != "fp32") j["dtype"] = dtype;
   if (dp_bucket_bytes != (int64_t{25} << 20)) j["dp_bucket_bytes"] = dp_bucket_bytes;
   if (!m.schedule.empty() || m.chunks > 0 || m.recompute) {
-    j["schedule"] = {{"name", m.schedule}, {"chunks", m.chunks}};
+    j["schedule"] = {{"name", m.schedule}};
+    if (m.chunks > 0) j["schedule"]["chunks"] = m.chunks;  // 0: the schedule's default
     if (m.recompute) j["schedule"]["recompute"] = recompute_name(*m.recompute);
   }
   if (!m.parts.empty()) {
@@ -451,111 +552,6 @@ nlohmann::json Plan::to_json() const {
     for (const auto& [name, spec] : parameters) j["parameters"].push_back({{"name", name}, {"spec", spec}});
   }
   return j;
-}
-
-Expected<Plan> Plan::from_json(const nlohmann::json& j, const std::string& path) {
-  Plan p;
-  MeshPlan& m = p.mesh;
-  try {
-    if (!j.is_object()) return error("{}: a plan is a JSON object", path);
-    p.version = j.value("version", 1);
-    if (p.version < 1 || p.version > kPlanVersionPipeline)
-      return error("{}: plan version {} (this build reads 1 to {})", path, p.version, kPlanVersionPipeline);
-    if (j.contains("mesh")) {
-      const auto& mj = j["mesh"];
-      m.mesh.axes = mj.value("axes", std::vector<std::string>{});
-      m.mesh.sizes = mj.value("sizes", std::vector<int64_t>{});
-      if (m.mesh.axes.size() != m.mesh.sizes.size())
-        return error("{}: \"mesh\" has {} axes but {} sizes", path, m.mesh.axes.size(), m.mesh.sizes.size());
-      int64_t n = 1;
-      for (size_t i = 0; i < m.mesh.sizes.size(); ++i) {
-        bool compound = mj.contains("parts") && i < mj["parts"].size() && !mj["parts"][i].empty();
-        if (!compound) n *= m.mesh.sizes[i];
-      }
-      if (mj.contains("parts")) {
-        for (const auto& x : mj["parts"]) m.mesh.parts.push_back(x.get<std::vector<int>>());
-      }
-      m.ranks = mj.value("ranks", n);
-      if (m.mesh.axes == std::vector<std::string>{"dp", "tp"}) {
-        m.dp = m.mesh.sizes[0];
-        m.tp = m.mesh.sizes[1];
-      }
-    }
-    p.batch = j.value("batch", int64_t{0});
-    p.seq = j.value("seq", int64_t{0});
-    p.vocab_parallel = j.value("vocab_parallel", true);
-    p.sequence_parallel = j.value("sequence_parallel", false);
-    p.collective_matmul = j.value("collective_matmul", false);
-    p.dtype = j.value("dtype", std::string("fp32"));
-    p.dp_bucket_bytes = j.value("dp_bucket_bytes", int64_t{25} << 20);
-    if (j.contains("schedule") && j["schedule"].is_object()) {
-      m.schedule = j["schedule"].value("name", "");
-      m.chunks = j["schedule"].value("chunks", int64_t{0});
-      if (j["schedule"].contains("recompute")) {
-        auto r = recompute_by_name(j["schedule"]["recompute"].get<std::string>());
-        if (!r) return r.status().with_context(path);
-        m.recompute = *r;
-      }
-    }
-    if (j.contains("parts")) {
-      for (const auto& x : j["parts"]) {
-        PartLayout l;
-        l.part = x.at("part").get<std::string>();
-        l.tp = x.at("tp").get<int64_t>();
-        l.sequence_parallel = x.value("sequence_parallel", false);
-        l.collective_matmul = x.value("collective_matmul", false);
-        if (l.tp < 1) return error("{}: part '{}' has tp {}", path, l.part, l.tp);
-        m.parts.push_back(l);
-      }
-      if (!m.parts.empty() && m.ranks <= 0) return error("{}: a plan with \"parts\" needs \"mesh\": {{\"ranks\": N}}", path);
-      if (layouts_are_mixed(m.parts)) {
-        m.tp = m.dp = 0;
-      } else if (!m.parts.empty()) {
-        m.tp = m.parts[0].tp;
-        m.dp = m.ranks / m.tp;
-      }
-    }
-    if (j.contains("pipeline") && j["pipeline"].is_object()) {
-      const auto& pj = j["pipeline"];
-      p.pipeline.stages = pj.value("stages", int64_t{1});
-      p.pipeline.micro_batches = pj.value("micro_batches", int64_t{0});
-      p.pipeline.cuts = pj.value("cuts", std::string());
-      p.pipeline.schedule = pj.value("schedule", std::string("1f1b"));
-      if (p.pipeline.stages < 1 || p.pipeline.micro_batches < 0)
-        return error("{}: pipeline of {} stages and {} micro-batches", path, p.pipeline.stages, p.pipeline.micro_batches);
-      if (pj.contains("meshes")) {
-        const auto& mj = pj["meshes"];
-        if (!mj.is_array() || static_cast<int64_t>(mj.size()) != p.pipeline.stages)
-          return error("{}: \"pipeline\": \"meshes\" must list one mesh per stage ({})", path, p.pipeline.stages);
-        for (const auto& x : mj) {
-          Pipeline::StageMesh sm;
-          sm.tp = x.value("tp", int64_t{1});
-          sm.dp = x.value("dp", int64_t{1});
-          sm.schedule = x.value("schedule", std::string());
-          if (sm.tp < 1 || sm.dp < 1) return error("{}: stage {} has tp {} x dp {}", path, p.pipeline.meshes.size(), sm.tp, sm.dp);
-          if (!sm.schedule.empty() && !schedule_by_name(sm.schedule))
-            return error("{}: stage {}'s schedule '{}' is unknown", path, p.pipeline.meshes.size(), sm.schedule);
-          p.pipeline.meshes.push_back(sm);
-        }
-      }
-    }
-    if (j.contains("parameters")) {
-      const auto& pj = j["parameters"];
-      if (pj.is_object()) {
-        for (auto& [k, v] : pj.items()) p.parameters[k] = v.get<std::string>();
-      } else {
-        for (const auto& x : pj) p.parameters[x.at("name").get<std::string>()] = x.at("spec").get<std::string>();
-      }
-    }
-  } catch (const nlohmann::json::exception& e) {
-    return error("{}: {}", path, e.what());
-  }
-  return p;
-}
-
-Expected<Plan> Plan::read(const std::string& path) {
-  OASES_ASSIGN_OR_RETURN(nlohmann::json j, read_json_file(path));
-  return from_json(j, path);
 }
 
 bool Plan::operator==(const Plan& o) const {

@@ -26,6 +26,14 @@ constexpr int kPlanVersion = 2;
 // readers take 1 to 3.
 constexpr int kPlanVersionPipeline = 3;
 
+// The most a plan may give: ranks of a mesh or of one of its axes, tp and dp degrees, pipeline
+// stages; micro-batch chunks and pipeline micro-batches; sequences per batch and tokens per
+// sequence. A file asking for more is refused as it is read.
+constexpr int64_t kMaxPlanRanks = int64_t{1} << 20;
+constexpr int64_t kMaxPlanChunks = int64_t{1} << 20;
+constexpr int64_t kMaxPlanBatch = int64_t{1} << 24;
+constexpr int64_t kMaxPlanSeq = int64_t{1} << 24;
+
 // What one mesh of ranks runs: its shape, how each part of the model is laid out on it, and the
 // schedule. A later list of pipeline stages holds one of these per stage (each over its own ranks).
 struct MeshPlan {
@@ -87,16 +95,26 @@ struct Plan {
   // Per-part layouts over `ranks` ranks (the planner's choice).
   static Plan from_parts(std::vector<PartLayout> parts, int64_t ranks, std::string schedule, int64_t chunks);
 
-  // Degrees positive and consistent with the ranks, a known schedule and dtype, chunks >= 0.
+  // The plan as a whole: degrees and mesh sizes within bounds and consistent with the ranks, parts
+  // dividing the ranks, known schedules, recomputation and dtype, chunks (and micro-batches) that
+  // split the batch, well-formed stage cuts, stage meshes and parameter specs. 0 is "not fixed"
+  // where the fields say so. Messages name the field ("schedule.chunks: ...").
   Status validate() const;
+  // Writes no key the reader would refuse (a 0 meaning "not fixed" is left out).
   nlohmann::json to_json() const;
-  // `path` names the file in errors; unknown versions and malformed keys are one-line errors.
+  // Reads a plan file's JSON and validates it before returning: each field's type and range as it
+  // is read, then validate(). Any error is one line naming `path` and the field, e.g.
+  // "plan.json: schedule.chunks: 0 is not a positive integer" (planner/plan_file.cpp).
   static Expected<Plan> from_json(const nlohmann::json& j, const std::string& path);
   static Expected<Plan> read(const std::string& path);
   bool operator==(const Plan& o) const;
   bool operator!=(const Plan& o) const { return !(*this == o); }
   std::string to_string() const;  // "tp 2 x dp 2, oases x 2 chunks, fp32"
 };
+
+// The plan file's names of recomputation modes: none | block | comm_optimized.
+const char* recompute_name(CheckpointMode m);
+Expected<CheckpointMode> recompute_by_name(const std::string& name);
 
 // "2x1,1x2:oases" (tp x dp[:schedule] per stage, `stages` of them) and back.
 Expected<std::vector<Plan::Pipeline::StageMesh>> parse_stage_meshes(const std::string& text, int64_t stages);
@@ -119,7 +137,8 @@ Expected<Strategy> strategy_for_plan(const Plan& p, const std::string& path, Gra
 nlohmann::json plan_to_json(const Graph& global, const PartitionedGraph& pg, const ShardingResult& sr, const Strategy& s,
                             const std::string& model_path);
 
-// "[S(tp), R]", "[S(tp)/3, R] P(dp)" -> spec over `mesh`; errors name the text.
+// "[S(tp), R]", "[S(tp)/3, R] P(dp)" -> spec over `mesh`; errors name the text. Segments run from
+// 1 to 2^20; nothing but P(axis) terms may follow the brackets.
 Expected<ShardingSpec> parse_spec(const std::string& text, const Mesh& mesh);
 
 }  // namespace oases

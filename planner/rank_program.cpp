@@ -180,6 +180,8 @@ Expected<GlobalProgram> build_global_program(Graph forward, const TrainingSpec& 
   // mixed precision first (the chunked copies inherit its casts), then the micro-batch chunks,
   // then (fp16) the loss-scale input the backward pass starts from
   TrainingSpec spec = spec_in;
+  // (a count past int would wrap to one that skips the chunking; --chunks has no bound of its own)
+  if (m.chunk_count() > kMaxPlanChunks) return error("{}: {} micro-batch chunks, more than {}", where, m.chunk_count(), kMaxPlanChunks);
   int k = static_cast<int>(m.chunk_count());
   OASES_ASSIGN_OR_RETURN(DType compute, compute_dtype_from_name(plan.dtype));
   // each chunk's copy of a value the strategy pins (sequence parallelism) gets the same pin

@@ -4,19 +4,22 @@
 # a target crashes, leaks, times out or runs out of memory (the input that did it is kept in
 # $BUILD_DIR/fuzz-artifacts/).
 #
-# Targets: oases_importer_fuzz (ONNX bytes -> import -> canonical passes) and oases_checkpoint_fuzz
-# (bytes -> load_checkpoint -> save -> load).
+# Targets: oases_importer_fuzz (ONNX bytes -> import -> canonical passes), oases_checkpoint_fuzz
+# (bytes -> load_checkpoint -> save -> load) and oases_plan_fuzz (JSON bytes -> Plan::from_json,
+# validated -> to_json -> from_json).
 # Seeds: tests/fuzz/corpus/<target>/ (small ONNX node-test models; tiny valid and damaged
-# checkpoints, remade with tests/e2e/tamper_checkpoint.cpp), plus, for the importer, the broken
-# models of tests/e2e/make_bad_inputs.cpp and two transformer models (models/small/gpt2_tiny,
-# tests/data/models/gpt2_odd_sizes). Inputs the run finds go to a scratch corpus, not the repo.
+# checkpoints, remade with tests/e2e/tamper_checkpoint.cpp; plans of versions 1 to 3 as oases-plan
+# and oases-train --export-plan write them, trimmed to the keys a plan is read from, and damaged
+# ones), plus, for the importer, the broken models of tests/e2e/make_bad_inputs.cpp and two
+# transformer models (models/small/gpt2_tiny, tests/data/models/gpt2_odd_sizes). Inputs the run
+# finds go to a scratch corpus, not the repo.
 # CI (.ci/run) runs this with 30 s per target.
 #
 # Env: OASES_FUZZ_BUILD_DIR (default build-fuzz), OASES_FUZZ_RUN=1 also runs the graphs that import.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECONDS_PER_TARGET=${1:-60}
-TARGETS=(oases_importer_fuzz oases_checkpoint_fuzz)
+TARGETS=(oases_importer_fuzz oases_checkpoint_fuzz oases_plan_fuzz)
 
 # shellcheck source=scripts/fuzz_configure.sh
 source scripts/fuzz_configure.sh

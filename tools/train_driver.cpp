@@ -143,35 +143,6 @@ Status run_rank(const TrainSetup& s, RankRuntime& rt, RankRuntime* world = nullp
     tr.executor().state().step = static_cast<uint64_t>(start);
     if (lead && !a.quiet) std::fprintf(stderr, "resumed from %s at step %lld\n", a.resume.c_str(), static_cast<long long>(start));
   }
-  auto save = [&](int64_t step) -> Status {
-    Checkpoint ck;
-    ck.fingerprint = s.fingerprint;
-    ck.step = step;
-    ck.optimizer_kind = a.optimizer;
-    ck.optimizer_t = tr.optimizer().steps_taken();
-    ck.sampler_state = sampler.state();
-    ck.seed = a.seed;
-    ck.tensors = gather_training_state(tr, rt, pspecs, pshapes, true);
-    if (!piped) return lead ? save_checkpoint(ck, a.save) : Status::ok();
-    // a pipeline saves per stage (executor/checkpoint.h): each stage's full tensors (a tied weight
-    // by its first holder) in its own file, then the manifest once every stage file is written
-    for (size_t i = 0; i < stage.counts_in_norm.size(); ++i) {
-      if (stage.counts_in_norm[i]) continue;
-      std::string name = tr.param_name(i);
-      ck.tensors.erase(name);
-      for (const char* suffix : kOptimizerStateSuffixes) ck.tensors.erase(name + suffix);
-    }
-    const int S = s.pipe->stages;
-    // one id per save, in every stage file and the manifest: a stage file left from another save is refused
-    const int64_t save_id = static_cast<int64_t>(world->sum(
-        lead ? static_cast<double>(std::chrono::steady_clock::now().time_since_epoch().count() % (int64_t{1} << 50)) : 0.0));
-    ck.extra_json = nlohmann::json{{"pipeline_save", save_id}, {"stage", stage.stage}, {"stages", S}}.dump();
-    Status st = rt.rank() == 0 ? save_checkpoint(ck, stage_checkpoint_path(a.save, stage.stage, S)) : Status::ok();
-    double failed = world->sum(st.is_ok() ? 0.0 : 1.0);
-    if (!st.is_ok()) return st;
-    if (failed > 0) return error("{}: not written: another stage could not write its file", a.save);
-    return lead ? save_stage_manifest(a.save, S, step, s.fingerprint, save_id) : Status::ok();
-  };
   // The step log grows in LOG.tmp (after LOG's old lines: resumed runs append) and replaces LOG
   // when the run ends, also when it stops with an error: a full disk is reported at the step it
   // fills and never leaves an empty or cut LOG.
@@ -213,6 +184,44 @@ Status run_rank(const TrainSetup& s, RankRuntime& rt, RankRuntime* world = nullp
       sum += l;
     }
     return sum / static_cast<double>(a.val_batches);
+  };
+  // never save a non-finite state (executor/training.h): every rank refuses alike, before the
+  // save's collectives, and the file keeps what it held
+  CheckpointGuard guard;
+  const bool can_validate = s.have_val || !s.fixed_feeds.empty();
+  auto save = [&](int64_t step) -> Status {
+    if (!guard.validated() && can_validate) {
+      OASES_ASSIGN_OR_RETURN(double v, validate());
+      guard.after_validation(step, v);
+    }
+    OASES_RETURN_IF_ERROR(CheckpointGuard::refuse_save(everyone.gather_strings(guard.refusal()), a.save));
+    Checkpoint ck;
+    ck.fingerprint = s.fingerprint;
+    ck.step = step;
+    ck.optimizer_kind = a.optimizer;
+    ck.optimizer_t = tr.optimizer().steps_taken();
+    ck.sampler_state = sampler.state();
+    ck.seed = a.seed;
+    ck.tensors = gather_training_state(tr, rt, pspecs, pshapes, true);
+    if (!piped) return lead ? save_checkpoint(ck, a.save) : Status::ok();
+    // a pipeline saves per stage (executor/checkpoint.h): each stage's full tensors (a tied weight
+    // by its first holder) in its own file, then the manifest once every stage file is written
+    for (size_t i = 0; i < stage.counts_in_norm.size(); ++i) {
+      if (stage.counts_in_norm[i]) continue;
+      std::string name = tr.param_name(i);
+      ck.tensors.erase(name);
+      for (const char* suffix : kOptimizerStateSuffixes) ck.tensors.erase(name + suffix);
+    }
+    const int S = s.pipe->stages;
+    // one id per save, in every stage file and the manifest: a stage file left from another save is refused
+    const int64_t save_id = static_cast<int64_t>(world->sum(
+        lead ? static_cast<double>(std::chrono::steady_clock::now().time_since_epoch().count() % (int64_t{1} << 50)) : 0.0));
+    ck.extra_json = nlohmann::json{{"pipeline_save", save_id}, {"stage", stage.stage}, {"stages", S}}.dump();
+    Status st = rt.rank() == 0 ? save_checkpoint(ck, stage_checkpoint_path(a.save, stage.stage, S)) : Status::ok();
+    double failed = world->sum(st.is_ok() ? 0.0 : 1.0);
+    if (!st.is_ok()) return st;
+    if (failed > 0) return error("{}: not written: another stage could not write its file", a.save);
+    return lead ? save_stage_manifest(a.save, S, step, s.fingerprint, save_id) : Status::ok();
   };
   auto dump = [&]() -> Status {
     if (lead) {
@@ -268,6 +277,7 @@ Status run_rank(const TrainSetup& s, RankRuntime& rt, RankRuntime* world = nullp
   if (s.have_val && !a.quiet && start < a.steps && s.fixed_feeds.empty()) {
     OASES_ASSIGN_OR_RETURN(double v, validate());
     first_val = v;
+    guard.after_validation(start, v);
     if (lead) std::fprintf(stderr, "step %lld  val loss %.4f\n", static_cast<long long>(start), v);
   }
   int64_t end = a.stop_after > 0 ? std::min(a.steps, start + a.stop_after) : a.steps;
@@ -283,6 +293,7 @@ Status run_rank(const TrainSetup& s, RankRuntime& rt, RankRuntime* world = nullp
     if (lsc.dynamic) tr.set_loss_scale(scaler.scale());
     OASES_ASSIGN_OR_RETURN(StepStats st, tr.step(micro, dump_now ? std::function<Status()>(dump) : std::function<Status()>()));
     st.loss = from_last_stage(st.loss);
+    guard.after_step(step + 1, st.loss, !st.skipped);
     if (lsc.dynamic) {
       double used = scaler.scale();
       scaler.update(!st.skipped);
@@ -318,6 +329,7 @@ Status run_rank(const TrainSetup& s, RankRuntime& rt, RankRuntime* world = nullp
       OASES_ASSIGN_OR_RETURN(double v, validate());
       val = v;
       last_val = v;
+      guard.after_validation(done, v);
     }
     if (log) {
       nlohmann::json j{{"step", done}, {"loss", st.loss}, {"lr", st.lr}, {"grad_norm", st.grad_norm}, {"tokens_per_s", tps}, {"ms", st.ms},

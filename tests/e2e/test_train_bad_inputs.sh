@@ -67,11 +67,15 @@ for v in -10000 -0.5 1 nan; do
 done
 expect_error "--clip nan" "^error: --clip: nan is not in" "$T" "$MODEL" --data "$DATA" --steps 1 --clip nan
 # a diverging run (--lr 1e300 overflows every weight the first update touches): a checkpoint is never
-# written from that state, `stop` exits 2 before the next update, the last checkpoint stays as it was;
-# `skip` goes on with a warning per skipped step
+# written from that state (its validation loss is checked first; without validation data, its
+# tensors), `stop` exits 2 before the next update, the last checkpoint stays as it was; `skip` goes
+# on with a warning per skipped step
 cp "$WORK/ck" "$WORK/ck_before"
 BOOM=("$T" "$MODEL" --data "$DATA" --steps 6 --batch 2 --seq 16 --lr 1e300 --warmup 0 --clip 0 --resume "$WORK/ck" --save "$WORK/ck" -q)
-expect_error "non-finite save" "^error: .*ck: not written: tensor '.*' holds a non-finite value" "${BOOM[@]}" --save-every 1
+expect_error "non-finite save" "^error: .*ck: not written: the validation loss after step 2 is nan \(a checkpoint is never saved" \
+  "${BOOM[@]}" --save-every 1
+expect_error "non-finite save, no validation" "^error: .*ck: not written: tensor '.*' holds a non-finite value" "${BOOM[@]}" --save-every 1 \
+  --val-fraction 0
 expect_error "non-finite stop" "^error: step 3: the loss is .* stopped before the update" "${BOOM[@]}"
 cmp -s "$WORK/ck" "$WORK/ck_before" || fail "non-finite: the checkpoint was replaced"
 out=$("$T" "$MODEL" --data "$DATA" --steps 4 --batch 2 --seq 16 --lr 1e300 --clip 0 --on-nonfinite skip -q 2>&1)

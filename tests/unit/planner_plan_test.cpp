@@ -72,7 +72,25 @@ TEST(PlanTest, ValidateNamesWhatIsWrong) {
   expect_error(p, "unknown dtype 'fp8'");
   p = Plan::megatron(2, 2);
   p.mesh.chunks = -1;
-  expect_error(p, "-1 chunks");
+  expect_error(p, "schedule.chunks: -1 is not a positive integer");
+  p = Plan::megatron(2, 2);
+  p.mesh.chunks = kMaxPlanChunks + 1;
+  expect_error(p, "schedule.chunks: 1048577 is more than 1048576");
+  p = Plan::megatron(2, 2);
+  p.mesh.schedule = "oases";
+  p.mesh.chunks = 3;
+  p.batch = 8;
+  expect_error(p, "schedule.chunks: dp 2 x 3 chunks do not divide the batch of 8");
+  p = Plan::megatron(2, 1);
+  p.mesh.mesh = Mesh{{"dp", "tp"}, {0, 2}};
+  expect_error(p, "mesh.sizes[0]: 0 is not a size from 1 to 1048576");
+  p = Plan::megatron(2, 1);
+  p.parameters["wte"] = "[S(tp)/0, R]";
+  expect_error(p, "parameters['wte']: spec '[S(tp)/0, R]': 0 segments");
+  p = Plan::megatron(2, 1);
+  p.pipeline.stages = 2;
+  p.pipeline.cuts = "0-1,3-4";
+  expect_error(p, "pipeline.cuts: stage 1 starts at block 3, not 2");
   p = sample_plan();
   p.mesh.parts[0].tp = 3;
   expect_error(p, "part 'embedding' has tp 3, which does not divide 8 ranks");
@@ -131,6 +149,155 @@ TEST(PlanTest, NewerVersionIsAOneLineError) {
   ASSERT_FALSE(r.is_ok());
   EXPECT_NE(r.status().message().find(path + ": plan version 4"), std::string::npos) << r.status().message();
   EXPECT_EQ(r.status().message().find('\n'), std::string::npos);
+}
+
+// A valid version 2 plan file with a pipeline, and the same file with one field changed.
+nlohmann::json good_file() {
+  return nlohmann::json::parse(R"({"format": "oases-plan", "version": 3,
+      "mesh": {"axes": ["dp", "tp"], "sizes": [2, 2], "ranks": 4}, "batch": 16, "seq": 32,
+      "vocab_parallel": true, "sequence_parallel": false, "dtype": "bf16", "dp_bucket_bytes": 1048576,
+      "schedule": {"name": "oases", "chunks": 2, "recompute": "block"},
+      "parts": [{"part": "embedding", "tp": 2, "dp": 2}, {"part": "layer.0.attn", "tp": 2, "sequence_parallel": true}],
+      "pipeline": {"stages": 2, "micro_batches": 2, "cuts": "0-0,1-3", "schedule": "1f1b",
+                   "meshes": [{"tp": 2, "dp": 2}, {"tp": 4, "dp": 1, "schedule": "plain"}]},
+      "parameters": [{"name": "wte", "spec": "[S(tp), R]"}]})");
+}
+
+TEST(PlanFileTest, EveryBadFieldIsOneLineNamingTheFileAndTheField) {
+  ASSERT_TRUE(Plan::from_json(good_file(), "plan.json").is_ok()) << Plan::from_json(good_file(), "plan.json").status().message();
+  struct Case {
+    const char* pointer;  // JSON pointer of the field changed
+    const char* value;    // its new value (JSON); "-" removes it
+    const char* message;  // the whole message
+  };
+  const Case cases[] = {
+      // the issue's cases: chunks 0, -3, 10^12 (as an integer and as a number), mesh sizes [0, 2]
+      {"/schedule/chunks", "0", "plan.json: schedule.chunks: 0 is not a positive integer"},
+      {"/schedule/chunks", "-3", "plan.json: schedule.chunks: -3 is not a positive integer"},
+      {"/schedule/chunks", "1000000000000", "plan.json: schedule.chunks: 1000000000000 is more than 1048576, the most a plan may give"},
+      {"/schedule/chunks", "1e12", "plan.json: schedule.chunks: 1000000000000 is more than 1048576, the most a plan may give"},
+      {"/schedule/chunks", "1e300", "plan.json: schedule.chunks: 1e+300 is more than 1048576, the most a plan may give"},
+      {"/schedule/chunks", "2.5", "plan.json: schedule.chunks: 2.5 is not an integer"},
+      {"/schedule/chunks", "\"2\"", "plan.json: schedule.chunks: a string where an integer belongs"},
+      {"/schedule/chunks", "3", "plan.json: pipeline.micro_batches: 2 micro-batches x 3 chunks do not divide the batch of 16"},
+      {"/mesh/sizes", "[0, 2]", "plan.json: mesh.sizes[0]: 0 is not a positive integer"},
+      {"/mesh/sizes", "[2, -2]", "plan.json: mesh.sizes[1]: -2 is not a positive integer"},
+      {"/mesh/sizes", "[2, 4294967296]", "plan.json: mesh.sizes[1]: 4294967296 is more than 1048576, the most a plan may give"},
+      {"/mesh/sizes", "[1024, 2048]", "plan.json: mesh.sizes: more than 1048576 ranks in all"},
+      {"/mesh/sizes", "[2]", "plan.json: mesh: 2 axes but 1 sizes"},
+      {"/mesh/sizes", "{}", "plan.json: mesh.sizes: an object where a list belongs"},
+      {"/mesh/axes", "[\"tp\", \"tp\"]", "plan.json: mesh.axes[1]: axis 'tp' named twice"},
+      {"/mesh/axes", "[\"dp\", \"\"]", "plan.json: mesh.axes[1]: an axis needs a name"},
+      {"/mesh/ranks", "8", "plan.json: mesh.ranks: 8, but the mesh dp=2 x tp=2 has 4 ranks"},
+      {"/mesh/ranks", "0", "plan.json: mesh.ranks: 0 is not a positive integer"},
+      {"/mesh/parts", "[[], [5]]", "plan.json: mesh.parts[1][0]: axis 5 of a 2-axis mesh"},
+      {"/mesh", "[2, 2]", "plan.json: mesh: a list where an object belongs"},
+      {"/version", "3.5", "plan.json: version: 3.5 is not an integer"},
+      {"/version", "0", "plan.json: plan version 0 (this build reads 1 to 3)"},
+      {"/version", "\"3\"", "plan.json: version: a string where an integer belongs"},
+      {"/format", "\"onnx\"", "plan.json: format: 'onnx' is not \"oases-plan\""},
+      // a name that would break the one line (here, or quoted when the plan runs)
+      {"/format", "\"oases-pl\\n\"", "plan.json: format: 'oases-pl\\n' holds a control character"},
+      {"/parts/0/part", "\"emb\\u0001\"", "plan.json: parts[0].part: 'emb\\x01' holds a control character"},
+      {"/parameters/0/name", "\"w\\tte\"", "plan.json: parameters[0].name: 'w\\tte' holds a control character"},
+      {"/parameters", "{\"a\\nb\": \"[R]\"}", "plan.json: parameters['a\\nb']: 'a\\nb' holds a control character"},
+      {"/batch", "0", "plan.json: batch: 0 is not a positive integer"},
+      {"/batch", "12", "plan.json: pipeline.micro_batches: dp 2 x 2 micro-batches x 2 chunks do not divide the batch of 12"},
+      {"/seq", "-1", "plan.json: seq: -1 is not a positive integer"},
+      {"/vocab_parallel", "1", "plan.json: vocab_parallel: an integer where true or false belongs"},
+      {"/dtype", "\"fp8\"", "plan.json: dtype: unknown dtype 'fp8' (fp32, bf16, fp16)"},
+      {"/dp_bucket_bytes", "-1", "plan.json: dp_bucket_bytes: -1 is negative"},
+      {"/schedule", "\"oases\"", "plan.json: schedule: a string where an object belongs"},
+      {"/schedule/name", "\"fastest\"",
+       "plan.json: schedule.name: unknown schedule 'fastest' (plain, default_checkpoint, optim_comm_checkpoint, overlap_checkpoint, "
+       "oases)"},
+      {"/schedule/recompute", "\"all\"", "plan.json: schedule.recompute: unknown recompute 'all' (none, block, comm_optimized)"},
+      {"/parts/0/tp", "3", "plan.json: parts[0].tp: part 'embedding' has tp 3, which does not divide 4 ranks"},
+      {"/parts/0/tp", "0", "plan.json: parts[0].tp: 0 is not a positive integer"},
+      {"/parts/0/dp", "4", "plan.json: parts[0].dp: tp 2 x dp 4 = 8 ranks, but the mesh has 4"},
+      {"/parts/0/tp", "-", "plan.json: parts[0]: part 'embedding' has no \"tp\""},
+      {"/parts/1/part", "\"embedding\"", "plan.json: parts[1].part: part 'embedding' is listed twice"},
+      {"/parts/1/sequence_parallel", "\"yes\"", "plan.json: parts[1].sequence_parallel: a string where true or false belongs"},
+      {"/pipeline/stages", "0", "plan.json: pipeline.stages: 0 is not a positive integer"},
+      {"/pipeline/stages", "3", "plan.json: pipeline.meshes: 2 meshes for 3 stages (one mesh per stage)"},
+      {"/pipeline/micro_batches", "0", "plan.json: pipeline.micro_batches: 0 is not a positive integer"},
+      {"/pipeline/micro_batches", "3", "plan.json: pipeline.micro_batches: 3 micro-batches x 2 chunks do not divide the batch of 16"},
+      {"/pipeline/cuts", "\"0-0,1-3,4-5\"", "plan.json: pipeline.cuts: '0-0,1-3,4-5' cuts 3 stages, the plan has 2"},
+      {"/pipeline/cuts", "\"0-0,2-3\"", "plan.json: pipeline.cuts: stage 1 starts at block 2, not 1 (every block once, in order)"},
+      {"/pipeline/cuts", "\"0-0;1-3\"", "plan.json: pipeline.cuts: '0-0;1-3' is not a list of FIRST-LAST block ranges (e.g. 0-5,6-11)"},
+      {"/pipeline/schedule", "\"zigzag\"", "plan.json: pipeline.schedule: unknown pipeline schedule 'zigzag' (gpipe, 1f1b, eager-1f1b)"},
+      {"/pipeline/meshes/1/dp", "0", "plan.json: pipeline.meshes[1].dp: 0 is not a positive integer"},
+      {"/pipeline/meshes/1/schedule", "\"fast\"",
+       "plan.json: pipeline.meshes[1].schedule: unknown schedule 'fast' (plain, default_checkpoint, optim_comm_checkpoint, "
+       "overlap_checkpoint, oases)"},
+      {"/parameters/0/spec", "\"[S(model), R]\"",
+       "plan.json: parameters['wte']: spec '[S(model), R]': mesh axis 'model' does not exist (the mesh is dp=2 x tp=2)"},
+      {"/parameters/0/spec", "\"[S(tp)/0, R]\"",
+       "plan.json: parameters['wte']: spec '[S(tp)/0, R]': 0 segments in 'S(tp)/0' (1 to 1048576)"},
+      {"/parameters/0/spec", "\"[S(tp), R] junk\"", "plan.json: parameters['wte']: spec '[S(tp), R] junk': 'junk' is not P(axis)"},
+      {"/parameters/0/spec", "7", "plan.json: parameters[0].spec: an integer where a string belongs"},
+      {"/parameters/0/name", "-", "plan.json: parameters[0]: a parameter has a \"name\" and a \"spec\""},
+      {"/parameters", "\"wte\"", "plan.json: parameters: a string where a list or an object belongs"},
+  };
+  for (const Case& c : cases) {
+    nlohmann::json j = good_file();
+    nlohmann::json::json_pointer at(c.pointer);
+    if (std::string(c.value) == "-") {
+      j[at.parent_pointer()].erase(at.back());
+    } else {
+      j[at] = nlohmann::json::parse(c.value);
+    }
+    auto p = Plan::from_json(j, "plan.json");
+    ASSERT_FALSE(p.is_ok()) << c.pointer << " = " << c.value << " was accepted";
+    EXPECT_EQ(p.status().message(), c.message) << c.pointer << " = " << c.value;
+  }
+}
+
+TEST(PlanFileTest, OptionalFieldsAndNumbersWithoutAFraction) {
+  nlohmann::json j = good_file();
+  j["mesh"].erase("ranks");  // the sizes give it
+  j["version"] = 2.0;
+  j["schedule"]["chunks"] = 4e0;
+  j["batch"] = 32;
+  auto p = Plan::from_json(j, "plan.json");
+  ASSERT_TRUE(p.is_ok()) << p.status().message();
+  EXPECT_EQ(p->mesh.ranks, 4);
+  EXPECT_EQ(p->version, 2);
+  EXPECT_EQ(p->mesh.chunks, 4);
+  // a plan of parameter specs alone (version 1, written by hand)
+  auto map = Plan::from_json(nlohmann::json::parse(R"j({"parameters": {"wte": "[R, S(tp)] P(dp)"}})j"), "map.json");
+  ASSERT_TRUE(map.is_ok()) << map.status().message();
+  EXPECT_EQ(map->mesh.ranks, 0);
+}
+
+TEST(PlanFileTest, ReadValidatesBeforeReturning) {
+  const std::string path = ::testing::TempDir() + "/oases_bad_chunks.json";
+  nlohmann::json j = good_file();
+  j["schedule"]["chunks"] = 0;
+  std::ofstream(path) << j.dump();
+  auto r = Plan::read(path);
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_EQ(r.status().message(), path + ": schedule.chunks: 0 is not a positive integer");
+  // not JSON, not an object, no file
+  std::ofstream(path) << "{\"schedule\": ";
+  EXPECT_EQ(Plan::read(path).status().message(), path + ": not valid JSON");
+  std::ofstream(path) << "[1, 2]";
+  EXPECT_EQ(Plan::read(path).status().message(), path + ": a plan is a JSON object, not a list");
+  EXPECT_EQ(Plan::read(path + ".none").status().message(), path + ".none: no such plan file");
+}
+
+TEST(PlanFileTest, WrittenPlansReadBack) {
+  // what is not fixed (chunks 0: the schedule's default; a pipeline's micro-batches) is left out
+  Plan p = Plan::from_parts({{"embedding", 2, false}, {"head", 2, false}}, 4, "oases", 0);
+  p.pipeline.stages = 2;
+  nlohmann::json j = p.to_json();
+  EXPECT_FALSE(j["schedule"].contains("chunks")) << j.dump();
+  EXPECT_FALSE(j["pipeline"].contains("micro_batches")) << j.dump();
+  auto back = Plan::from_json(j, "written.json");
+  ASSERT_TRUE(back.is_ok()) << back.status().message();
+  EXPECT_EQ(back->mesh.chunks, 0);
+  EXPECT_EQ(back->mesh.chunk_count(), 2);
+  EXPECT_EQ(back->to_json(), Plan::from_json(back->to_json(), "again.json")->to_json());
 }
 
 TEST(PlanTest, AdoptFillsWhatTheCommandLineLeftOpen) {
