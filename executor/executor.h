@@ -69,7 +69,8 @@ std::vector<ScheduledOp> program_order(const Program& p);
 // a woken communication thread otherwise waits out a compute thread's time slice, and the
 // collective "runs long" beside the computation it was to hide behind). Raising a priority needs
 // CAP_SYS_NICE or a nice rlimit (root has both); where refused, the thread runs at the process's.
-// What happened, for reports: "communication threads at nice -10 (the process at 0)", or why not.
+// What happened, for reports: "communication threads at nice -10 (the process at 0)" (the nice read
+// back from the thread), or why not. The thread is named "oases-comm" once its priority is set.
 std::string comm_thread_priority();
 
 class Executor {

@@ -21,6 +21,32 @@ expect_error() {
   echo "ok: $name -> $err"
 }
 
+# forward_within MODEL DATA_SET REL: oases-run's outputs must lie within REL of the largest
+# magnitude of the expected output (oases-run --rtol 0 --atol REL*max|expected|, the smallest such
+# bound over the outputs: a logit near zero makes an element's own relative error meaningless).
+# Returns oases-run's exit code (0 within, 1 a mismatch, 2 an error); sets FORWARD_OUT to its output
+# and FORWARD_WORST to the largest max abs error over max |expected| of the outputs.
+forward_within() {
+  local model=$1 ds=$2 rel=$3 scales atol rc
+  scales=$(/usr/bin/python3 - "$ds" <<'PY'
+import glob, sys
+import numpy as np, onnx
+from onnx import numpy_helper
+files = sorted(glob.glob(sys.argv[1] + "/output_*.pb"), key=lambda f: int(f.rsplit("_", 1)[1][:-3]))
+print(" ".join(repr(float(np.abs(numpy_helper.to_array(onnx.load_tensor(f))).max())) for f in files))
+PY
+  ) || return 2
+  atol=$(/usr/bin/python3 -c 'import sys; print(float(sys.argv[1]) * min(map(float, sys.argv[2:])))' "$rel" $scales) || return 2
+  FORWARD_OUT=$("$OASES_BIN/oases-run" "$model" --data-set "$ds" --rtol 0 --atol "$atol" 2>&1)
+  rc=$?
+  FORWARD_WORST=$(/usr/bin/python3 -c '
+import re, sys
+errs = [float(e) for e in re.findall(r"max abs err (\S+)", sys.argv[1])]
+scales = list(map(float, sys.argv[2:]))
+print(f"{max(e / s for e, s in zip(errs, scales)):.1e}" if errs and len(errs) == len(scales) else "?")' "$FORWARD_OUT" $scales)
+  return $rc
+}
+
 finish() {
   if [[ $FAILURES -ne 0 ]]; then echo "$FAILURES failure(s)"; exit 1; fi
   echo "all passed"

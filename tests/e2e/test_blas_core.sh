@@ -10,7 +10,8 @@
 #     did not take; a forced re-execution (OASES_TEST_BLAS_DETECTED) switches where OpenBLAS knows
 #     the CPU too, so the mechanism is tested on every machine with AVX2
 #   - a failed re-execution (no /proc) warns once and goes on with the detected core
-#   - real work after the switch: oases-run, oases-train with thread ranks and under mpirun
+#   - real work after the switch: oases-run, oases-train with thread ranks and under mpirun (a
+#     missing mpirun fails the test: openmpi-bin is a required package)
 source "$(dirname "$0")/lib.sh"
 TOOLS=(oases-import oases-plan oases-run oases-train oases-profile oases-reshard oases-gpu-info)
 TINY=$OASES_SOURCE_DIR/models/small/gpt2_tiny
@@ -28,12 +29,14 @@ fi
 
 # What OpenBLAS detects by itself, from a process that does not choose.
 lib=$(ldd "$OASES_BIN/oases-import" | awk '/libopenblas/ {print $3; exit}')
-[[ -n $lib ]] || { echo "SKIPPED: oases-import links no libopenblas"; exit 77; }
+# OpenBLAS is required (CMake's find_package(OpenBLAS REQUIRED)) and /usr/bin/python3 is Debian's:
+# a tool without libopenblas, or a library Python cannot load, is a failure, not a skip
+[[ -n $lib ]] || { fail "oases-import links no libopenblas (ldd: $(ldd "$OASES_BIN/oases-import" | grep -i blas))"; finish; }
 detected=$("${CLEAN[@]}" /usr/bin/python3 -c '
 import ctypes, sys
 lib = ctypes.CDLL(sys.argv[1])
 lib.openblas_get_corename.restype = ctypes.c_char_p
-print(lib.openblas_get_corename().decode())' "$lib") || { echo "SKIPPED: cannot load $lib from /usr/bin/python3"; exit 77; }
+print(lib.openblas_get_corename().decode())' "$lib") || { fail "cannot load $lib from /usr/bin/python3"; finish; }
 dynamic=0
 "${CLEAN[@]}" "$OASES_BIN/oases-import" --version | grep -q DYNAMIC_ARCH && dynamic=1
 echo "CPU: ${BEST:-no AVX2} ($ISA); OpenBLAS detects $detected; DYNAMIC_ARCH: $dynamic"
@@ -128,8 +131,11 @@ out=$("${CLEAN[@]}" timeout 120 "$OASES_BIN/oases-train" "$TINY/model.onnx" "${t
   || fail "oases-train --local-ranks 2: $out"
 grep -qxF "blas: $want" <<<"$out" && echo "ok: oases-train --local-ranks 2: $want" || fail "oases-train --local-ranks 2: no 'blas: $want' in: $out"
 
-# --- under mpirun: each rank re-executes before MPI_Init (same pid, the launcher does not notice)
-if command -v mpirun >/dev/null; then
+# --- under mpirun: each rank re-executes before MPI_Init (same pid, the launcher does not notice);
+# openmpi-bin is a required package (scripts/setup.sh): without mpirun this test fails
+if ! command -v mpirun >/dev/null; then
+  fail "mpirun missing: install openmpi-bin (scripts/setup.sh); the MPI part did not run"
+else
   MPIRUN=(mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2)
   out=$("${CLEAN[@]}" timeout 120 "${MPIRUN[@]}" "$OASES_BIN/oases-import" --version 2>&1) || fail "mpirun oases-import --version: $out"
   n=$(grep -cxF "$want" <<<"$out")
@@ -137,7 +143,5 @@ if command -v mpirun >/dev/null; then
   out=$("${CLEAN[@]}" timeout 180 "${MPIRUN[@]}" "$OASES_BIN/oases-train" "$TINY/model.onnx" "${train[@]}" --tp 2 2>&1) \
     || fail "mpirun -np 2 oases-train: $out"
   grep -qxF "blas: $want" <<<"$out" && echo "ok: mpirun -np 2 oases-train: $want" || fail "mpirun -np 2 oases-train: no 'blas: $want' in: $out"
-else
-  echo "note: no mpirun here; the MPI part did not run"
 fi
 finish

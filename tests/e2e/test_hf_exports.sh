@@ -7,6 +7,12 @@
 # with the oases schedule and 2 chunks, dp 2 and tp 2 x dp 2 sequence-parallel with the single-rank
 # losses.
 source "$(dirname "$0")/lib.sh"
+# The tolerances the README states (measured with OpenBLAS's SkylakeX / Haswell / Prescott kernels,
+# 2026-11-26): the logits within 1e-6 of the largest logit (worst 3.6e-7 / 3.6e-7 / 4.1e-7,
+# torchscript_phi), each gradient within 1e-6 of its largest magnitude (compare_grads;
+# worst 5.2e-7 / 5.9e-7 / 7.4e-7: optimum_llama, optimum_opt, optimum_llama).
+FWD_RTOL=1e-6
+GRAD_RTOL=1e-6
 for d in "$OASES_SOURCE_DIR"/models/hf/*/; do
   d=${d%/}
   name=$(basename "$d")
@@ -16,11 +22,15 @@ for d in "$OASES_SOURCE_DIR"/models/hf/*/; do
   before=$FAILURES
   found=$("$OASES_BIN/oases-import" "$d/model.onnx" --verbose --shape input_ids=2,16 --shape attention_mask=2,16 2>&1 | grep find-transformer-blocks)
   [[ $found == *"2 transformer blocks (2 attention, 2 MLP)"* ]] || fail "$name: blocks not found: $found"
-  "$OASES_BIN/oases-run" "$d/model.onnx" --data-set "$d/test_data_set_0" >/dev/null || fail "$name: forward differs from ONNX Runtime"
+  if forward_within "$d/model.onnx" "$d/test_data_set_0" "$FWD_RTOL"; then
+    echo "ok $name: forward within $FORWARD_WORST of the largest logit"
+  else
+    fail "$name: forward differs from ONNX Runtime by more than $FWD_RTOL of the largest logit ($FORWARD_WORST): $FORWARD_OUT"
+  fi
   if [[ -d $d/grads ]]; then  # PyTorch's gradients (optimum exports): autodiff, re-tied heads, merged initializers
     "$OASES_BIN/oases-train" "$d/model.onnx" --inputs "$d/test_data_set_0" --steps 0 --dump-grads "$WORK/grads.$name" -q >/dev/null \
       || fail "$name: --dump-grads failed"
-    /usr/bin/python3 "$OASES_SOURCE_DIR/tests/e2e/compare_grads.py" "$d/grads" "$WORK/grads.$name" "$name vs PyTorch" --rtol 1e-4 \
+    /usr/bin/python3 "$OASES_SOURCE_DIR/tests/e2e/compare_grads.py" "$d/grads" "$WORK/grads.$name" "$name vs PyTorch" --rtol "$GRAD_RTOL" \
       || fail "$name: gradients differ from PyTorch's"
   fi
   ref=""

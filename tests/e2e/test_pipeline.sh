@@ -2,7 +2,7 @@
 # Pipeline stages (--pp) reproduce the single-rank run: on a tied GPT-2-style model and an untied
 # LLaMA-style model (4 blocks each, dynamic batch), every pipeline schedule (gpipe, 1f1b,
 # eager-1f1b) over pp in {2, 4} x tp in {1, 2} x dp in {1, 2} (at most 8 ranks) gives the
-# single-rank losses over 20 steps and its gradients (fp32, 2e-6 relative), as threads
+# single-rank losses over 20 steps (1e-6 relative) and its gradients (fp32, 2e-6 relative), as threads
 # (--local-ranks) and under mpirun; nested with the oases schedule inside the stages; the tied
 # embedding's copies on the first and last stage stay bit-equal (an export checks it); dropout
 # masks and sequence parallelism inside stages match one rank too; a
@@ -18,10 +18,11 @@ command -v mpirun >/dev/null || { echo "mpirun missing: install openmpi-bin (scr
 common=(--synthetic --batch 16 --seq 32 --lr 1e-3 --optimizer adamw -q)
 # 2e-6: a weight gradient summed over micro-batches and chunks adds its batch*seq terms in another
 # order than one rank's whole-batch product; with OpenBLAS's AVX-512 kernels (SkylakeX, which the
-# tools choose on these hosts) that rounds up to 1.23e-6 apart (llama_4l, pp 2 x tp 2, 4
-# micro-batches, oases with 2 chunks: k_proj), with its SSE3 Prescott kernels up to 8.4e-7
+# tools choose on these hosts) and its AVX2 ones (Haswell) that rounds up to 1.2e-6 apart (llama_4l,
+# pp 2 x tp 2, 4 micro-batches, oases with 2 chunks: k_proj), with its SSE3 Prescott kernels up to
+# 8.4e-7. The losses stay within 8.6e-8 of one rank's (all three, 2026-11-26): checked at 1e-6.
 compare() {  # compare REF_LOG LOG REF_GRADS GRADS LABEL
-  /usr/bin/python3 "$OASES_SOURCE_DIR/tests/e2e/compare_grads.py" "$3" "$4" "$5" --losses "$1" "$2" --steps 20 --rtol 2e-6
+  /usr/bin/python3 "$OASES_SOURCE_DIR/tests/e2e/compare_grads.py" "$3" "$4" "$5" --losses "$1" "$2" --steps 20 --rtol 2e-6 --loss-rtol 1e-6
 }
 # run LABEL LAUNCH... -- FLAGS...: 20 steps and the first step's gradients, compared with the reference
 run() {

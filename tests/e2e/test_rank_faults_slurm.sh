@@ -8,8 +8,9 @@
 #   dead rank      within seconds (KillOnBadExit=1): srun's exit code is non-zero (that of the task
 #                  it stopped last, 143 here), "srun: error: <node>: task 1: Killed" (SIGKILL) or
 #                  "task 1: Exited with exit code 9"
-# Skips (exit 77, the reason printed) only where the cluster cannot start: not root, Slurm or munge
-# not installed, or the daemons refuse to run on this machine.
+# Slurm and munge are required packages (scripts/setup.sh): when one is not installed the test fails.
+# It skips (exit 77, the reason printed) only where the cluster cannot start: not root, or the
+# daemons refuse to run on this machine.
 # ctest: RUN_SERIAL
 source "$(dirname "$0")/lib.sh"
 T=$OASES_BIN/oases-train
@@ -19,6 +20,10 @@ export OASES_SLURM_DIR=${OASES_SLURM_DIR:-/tmp/oases-slurm-test}
 export OASES_SLURM_PORT=${OASES_SLURM_PORT:-6827}  # beside a system cluster's 6817
 SLURM=$OASES_SOURCE_DIR/scripts/slurm_local.sh
 
+for b in slurmctld slurmd srun sinfo munged; do
+  PATH=$PATH:/usr/sbin:/sbin command -v "$b" >/dev/null || fail "$b is not installed (scripts/setup.sh installs slurmctld slurmd slurm-client munge)"
+done
+((FAILURES)) && finish
 if ! bash "$SLURM" status >/dev/null 2>&1; then
   if ! why=$(bash "$SLURM" start 2>&1 >/dev/null); then
     echo "SKIP: the single-node Slurm cluster cannot start here: $why"

@@ -1,11 +1,16 @@
 // Whole-model gradients against PyTorch: for every committed model with a grads/ folder (written by
 // models/export.py), the gradients of the training loss on test_data_set_0 must match PyTorch's
-// within 1e-3 relative (max abs error over max |reference|, per parameter).
+// within 1e-5 relative (max abs error over max |reference|, the scale floored at 1e-6, per
+// parameter). Measured 2026-11-26 with OpenBLAS's SkylakeX / Haswell / Prescott kernels: 4.3e-6 /
+// 3.2e-6 / 2.6e-6 at worst, all on BERT's key biases (zero in exact arithmetic, softmax ignores a
+// shift of a row's scores: ~1e-12 of rounding noise on both sides, over the floor), at most 1.3e-6
+// on every other parameter.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <iostream>
 #include <set>
 
 #include "executor/training.h"
@@ -27,9 +32,12 @@ std::vector<std::string> models_with_grads() {
   return out;
 }
 
+// bound on max abs error / max(max |reference|, 1e-6), per parameter
+constexpr double kRtol = 1e-5;
+
 class PyTorchGradients : public ::testing::TestWithParam<std::string> {};
 
-TEST_P(PyTorchGradients, MatchWithin1e3) {
+TEST_P(PyTorchGradients, MatchWithinRtol) {
   fs::path dir = fs::path(OASES_SOURCE_DIR) / "models" / "small" / GetParam();
   fs::path data = dir / "test_data_set_0";
   std::map<std::string, Tensor> feeds;
@@ -79,6 +87,8 @@ TEST_P(PyTorchGradients, MatchWithin1e3) {
   std::map<std::string, size_t> index;
   for (size_t i = 0; i < (*tr)->training_graph().params.size(); ++i) index[(*tr)->param_name(i)] = i;
   int compared = 0;
+  double worst = 0;
+  std::string worst_name;
   for (const auto& e : fs::directory_iterator(dir / "grads")) {
     auto ref = read_tensor_file(e.path().string());
     ASSERT_TRUE(ref) << ref.status().message();
@@ -92,9 +102,16 @@ TEST_P(PyTorchGradients, MatchWithin1e3) {
       max_err = std::max(max_err, std::abs(a - b));
       max_ref = std::max(max_ref, std::abs(b));
     }
-    EXPECT_LE(max_err, 1e-3 * std::max(max_ref, 1e-6)) << ref->first << ": max abs error " << max_err << ", max |grad| " << max_ref;
+    const double rel = max_err / std::max(max_ref, 1e-6);
+    EXPECT_LE(rel, kRtol) << ref->first << ": max abs error " << max_err << ", max |grad| " << max_ref;
+    if (rel >= worst) {
+      worst = rel;
+      worst_name = ref->first;
+    }
     ++compared;
   }
+  std::cout << "[ pytorch grads ] " << GetParam() << ": " << compared << " gradients, worst " << worst << " relative (" << worst_name
+            << ")\n";
   EXPECT_EQ(compared, static_cast<int>(index.size())) << "every trained parameter has a PyTorch reference";
 }
 
