@@ -157,6 +157,16 @@ Expected<std::vector<PartRecords>> records_under(const Graph& forward, const Gra
       if (o != kNoId) act[static_cast<size_t>(o)] = a;
     }
   }
+  // A node reads an input in the spec its sharding rule asked for (a conversion to it where the
+  // value is made otherwise) and makes an output in the spec the rule gave (a pinned value, the
+  // sequence-parallel residual stream, is converted after): its records have the shapes its
+  // kernel runs at.
+  std::map<std::pair<NodeId, int>, const ShardingSpec*> read_as;
+  std::map<ValueId, const ShardingSpec*> made_as;
+  for (const Conversion& cv : ref.sr.conversions) {
+    if (cv.consumer != kNoId) read_as[{cv.consumer, cv.slot}] = &cv.to;
+    if (cv.consumer == kNoId && cv.slot < 0) made_as[cv.value] = &cv.from;
+  }
   for (NodeId id : order) {
     const Node& n = train.node(id);
     int p = part[static_cast<size_t>(id)];
@@ -171,15 +181,19 @@ Expected<std::vector<PartRecords>> records_under(const Graph& forward, const Gra
       r.op += fmt::format("|t{}{}", n.attrs.get_int("transA", n.attrs.get_int("trans_a", 0)),
                           n.attrs.get_int("transB", n.attrs.get_int("trans_b", 0)));
     }
-    for (ValueId v : n.inputs) {
+    for (size_t i = 0; i < n.inputs.size(); ++i) {
+      ValueId v = n.inputs[i];
       if (v == kNoId) continue;
-      r.inputs.push_back(record_of(train, v, spec_of(v), ref.dp, ref.tp));
+      auto it = read_as.find({id, static_cast<int>(i)});
+      r.inputs.push_back(record_of(train, v, it != read_as.end() ? *it->second : spec_of(v), ref.dp, ref.tp));
     }
     for (ValueId v : n.outputs) {
       if (v == kNoId) continue;
-      r.outputs.push_back(record_of(train, v, spec_of(v), ref.dp, ref.tp));
-      if (spec_of(v).is_partial(ref.tp)) r.uses_tp = true;
-      if (spec_of(v).is_partial(ref.dp)) r.batch = true;
+      auto it = made_as.find(v);
+      const ShardingSpec& made = it != made_as.end() ? *it->second : spec_of(v);
+      r.outputs.push_back(record_of(train, v, made, ref.dp, ref.tp));
+      if (made.is_partial(ref.tp)) r.uses_tp = true;
+      if (made.is_partial(ref.dp)) r.batch = true;
     }
     for (const auto* side : {&r.inputs, &r.outputs}) {
       for (const TensorRecord& t : *side) {
