@@ -176,6 +176,7 @@ Expected<std::vector<PartRecords>> records_under(const Graph& forward, const Gra
     if (is_free_op(n, c)) continue;
     NodeRecord r;
     r.op = node_op_name(n);
+    r.node = id;
     // products differ by which operand is transposed (the profile key says it)
     if (n.attrs.has("transA") || n.attrs.has("transB") || n.attrs.has("trans_a") || n.attrs.has("trans_b")) {
       r.op += fmt::format("|t{}{}", n.attrs.get_int("transA", n.attrs.get_int("trans_a", 0)),
@@ -415,20 +416,7 @@ Expected<ModelAnalysis> analyze_model(const Graph& forward, const Graph& train, 
       if (recs) a.seqpar = std::move(*recs);
     }
   }
-  std::set<std::string> ops;
-  for (const PartRecords& p : a.plain) {
-    for (const NodeRecord& r : p.nodes) ops.insert(r.op.substr(0, r.op.find('|')));
-  }
-  a.ops.assign(ops.begin(), ops.end());
   return a;
-}
-
-std::vector<std::string> uncovered_ops(const ModelAnalysis& a, const OpTimeModel& m) {
-  std::vector<std::string> out;
-  for (const std::string& op : a.ops) {
-    if (!m.covers(op)) out.push_back(op);
-  }
-  return out;
 }
 
 }  // namespace oases
