@@ -269,6 +269,36 @@ double measure_optimizer(int threads) {
   return median(ts) * 1e6 / 16.0;
 }
 
+namespace {
+
+// The rows of the smallest table an integer input indexes (a Gather reading it as indices, directly
+// or through a Cast); 0 when it indexes none.
+int64_t rows_indexed(const Graph& g, ValueId v) {
+  int64_t rows = 0;
+  auto from = [&](ValueId x, auto& self, int depth) -> void {
+    for (const Use& u : g.uses(x)) {
+      const Node& n = g.node(u.node);
+      if (!is_default_domain(n.domain)) continue;
+      if (n.op_type == "Cast" && depth == 0) {
+        for (ValueId o : n.outputs) {
+          if (o != kNoId) self(o, self, depth + 1);
+        }
+      }
+      if (n.op_type != "Gather" || u.slot != 1) continue;
+      const Shape& table = g.value(n.inputs[0]).shape;
+      int64_t axis = n.attrs.get_int("axis", 0);
+      if (axis < 0) axis += static_cast<int64_t>(table.size());
+      if (axis < 0 || axis >= static_cast<int64_t>(table.size()) || table[static_cast<size_t>(axis)] <= 0) continue;
+      int64_t r = table[static_cast<size_t>(axis)];
+      rows = rows == 0 ? r : std::min(rows, r);
+    }
+  };
+  from(v, from, 0);
+  return rows;
+}
+
+}  // namespace
+
 std::string profile_op_clock(int threads) {
   return threads == 1 ? "thread_cpu" : "wall";
 }
@@ -288,8 +318,11 @@ Status measure_model_ops(const Graph& forward, const std::string& model_path, co
   for (ValueId v : tg.graph.inputs()) {
     const Value& val = tg.graph.value(v);
     Tensor t(DType::kI64, val.shape);
-    int64_t vocab = std::max<int64_t>(2, a.vocab);
-    for (int64_t i = 0; i < t.numel(); ++i) t.mutable_data<int64_t>()[i] = static_cast<int64_t>(rng() % static_cast<uint64_t>(vocab));
+    // integers that index tables (tokens, positions, token types) random among the rows of the
+    // smallest; others (attention masks, labels) ones: valid for every model
+    int64_t rows = is_integer(val.dtype) ? rows_indexed(tg.graph, v) : std::max<int64_t>(2, a.vocab);
+    for (int64_t i = 0; i < t.numel(); ++i)
+      t.mutable_data<int64_t>()[i] = rows > 0 ? static_cast<int64_t>(rng() % static_cast<uint64_t>(rows)) : 1;
     if (val.dtype != DType::kI64) {
       Tensor c(val.dtype, val.shape);
       for (int64_t i = 0; i < t.numel(); ++i) store_from_double(c.raw_mutable(), val.dtype, i, static_cast<double>(t.data<int64_t>()[i]));
