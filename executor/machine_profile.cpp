@@ -19,6 +19,7 @@
 #include "executor/emulated_link.h"
 #include "executor/launcher.h"
 #include "executor/optimizer.h"
+#include "graph/autodiff.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/parallel.h"
 #include "planner/rank_program.h"
@@ -268,6 +269,36 @@ double measure_optimizer(int threads) {
   return median(ts) * 1e6 / 16.0;
 }
 
+namespace {
+
+// The rows of the smallest table an integer input indexes (a Gather reading it as indices, directly
+// or through a Cast); 0 when it indexes none.
+int64_t rows_indexed(const Graph& g, ValueId v) {
+  int64_t rows = 0;
+  auto from = [&](ValueId x, auto& self, int depth) -> void {
+    for (const Use& u : g.uses(x)) {
+      const Node& n = g.node(u.node);
+      if (!is_default_domain(n.domain)) continue;
+      if (n.op_type == "Cast" && depth == 0) {
+        for (ValueId o : n.outputs) {
+          if (o != kNoId) self(o, self, depth + 1);
+        }
+      }
+      if (n.op_type != "Gather" || u.slot != 1) continue;
+      const Shape& table = g.value(n.inputs[0]).shape;
+      int64_t axis = n.attrs.get_int("axis", 0);
+      if (axis < 0) axis += static_cast<int64_t>(table.size());
+      if (axis < 0 || axis >= static_cast<int64_t>(table.size()) || table[static_cast<size_t>(axis)] <= 0) continue;
+      int64_t r = table[static_cast<size_t>(axis)];
+      rows = rows == 0 ? r : std::min(rows, r);
+    }
+  };
+  from(v, from, 0);
+  return rows;
+}
+
+}  // namespace
+
 std::string profile_op_clock(int threads) {
   return threads == 1 ? "thread_cpu" : "wall";
 }
@@ -287,8 +318,11 @@ Status measure_model_ops(const Graph& forward, const std::string& model_path, co
   for (ValueId v : tg.graph.inputs()) {
     const Value& val = tg.graph.value(v);
     Tensor t(DType::kI64, val.shape);
-    int64_t vocab = std::max<int64_t>(2, a.vocab);
-    for (int64_t i = 0; i < t.numel(); ++i) t.mutable_data<int64_t>()[i] = static_cast<int64_t>(rng() % static_cast<uint64_t>(vocab));
+    // integers that index tables (tokens, positions, token types) random among the rows of the
+    // smallest; others (attention masks, labels) ones: valid for every model
+    int64_t rows = is_integer(val.dtype) ? rows_indexed(tg.graph, v) : std::max<int64_t>(2, a.vocab);
+    for (int64_t i = 0; i < t.numel(); ++i)
+      t.mutable_data<int64_t>()[i] = rows > 0 ? static_cast<int64_t>(rng() % static_cast<uint64_t>(rows)) : 1;
     if (val.dtype != DType::kI64) {
       Tensor c(val.dtype, val.shape);
       for (int64_t i = 0; i < t.numel(); ++i) store_from_double(c.raw_mutable(), val.dtype, i, static_cast<double>(t.data<int64_t>()[i]));
@@ -372,6 +406,135 @@ Status measure_model_ops(const Graph& forward, const std::string& model_path, co
   });
   if (!run.is_ok()) return error("tp {} x dp {}, {} chunk(s): {}", tp, ranks / tp, chunks, run.message());
   return Status::ok();
+}
+
+namespace {
+
+// Node `n` of `train` alone at the local shapes of `s`: its inputs graph inputs (constants kept
+// where the shape is the local one), its shape attributes set as the partition's lowering sets
+// them (graph/ops/shape_ops.cpp and grad_ops.cpp: a reshape or expand target, the split sizes, a
+// slice's lengths, a gradient's data shape take the local shapes), its outputs inferred and
+// checked against the sample's.
+Expected<Graph> priced_op_graph(const Graph& train, const PricedSample& s) {
+  const Node& n = train.node(s.op.node);
+  auto fail = [&](const std::string& why) {
+    return error("{} ({}): cannot time it alone at {}: {}", n.describe(), s.where(), s.op.key, why);
+  };
+  Graph g;
+  std::vector<ValueId> ins, outs;
+  size_t k = 0;  // the sample lists the present inputs and outputs only
+  for (size_t i = 0; i < n.inputs.size(); ++i) {
+    ValueId v = n.inputs[i];
+    if (v == kNoId) {
+      ins.push_back(kNoId);
+      continue;
+    }
+    if (k >= s.op.inputs.size()) return fail("more inputs than the planner priced");
+    const auto& [dt, shape] = s.op.inputs[k++];
+    const Value& val = train.value(v);
+    std::string name = "in" + std::to_string(i);
+    ins.push_back(val.is_constant() && val.dtype == dt && val.shape == shape ? g.add_initializer(name, val.constant)
+                                                                             : g.add_input(name, dt, shape));
+  }
+  for (size_t i = 0; i < n.outputs.size(); ++i) outs.push_back(n.outputs[i] == kNoId ? kNoId : g.add_value("out" + std::to_string(i)));
+  if (s.op.outputs.empty()) return fail("no outputs priced");
+  AttrMap attrs = n.attrs;
+  const Shape& out0 = s.op.outputs[0].second;
+  if ((n.op_type == "Reshape" || n.op_type == "Expand" || n.op_type == "ConstantOfShape") && attrs.has("shape"))
+    attrs.set_ints("shape", out0);
+  if (n.op_type == "Split" && attrs.has("split")) {
+    const int64_t axis = attrs.get_int("axis", 0);
+    std::vector<int64_t> sizes;
+    for (const auto& o : s.op.outputs) sizes.push_back(o.second.at(static_cast<size_t>(axis)));
+    attrs.set_ints("split", sizes);
+  }
+  if (attrs.has("data_shape")) attrs.set_ints("data_shape", out0);
+  if (attrs.has("input_shape")) attrs.set_ints("input_shape", out0);
+  if (attrs.has("lengths") && attrs.has("axes")) {
+    // a slice (of input 0) or its gradient (into output 0) over a dim the layout splits: a length
+    // that took the whole dim takes the local one
+    const bool grad = n.domain == kOasesDomain;
+    const ValueId whole = grad ? n.outputs[0] : n.inputs[0];
+    const Shape& global = train.value(whole).shape;
+    const Shape& local = grad ? out0 : s.op.inputs.at(0).second;
+    std::vector<int64_t> axes = attrs.get_ints("axes"), lens = attrs.get_ints("lengths");
+    for (size_t i = 0; i < axes.size() && i < lens.size(); ++i) {
+      size_t a = static_cast<size_t>(axes[i]);
+      if (a < global.size() && a < local.size() && local[a] != global[a] && lens[i] == global[a]) lens[i] = local[a];
+    }
+    attrs.set_ints("lengths", lens);
+  }
+  NodeId id = g.add_node(n.op_type, ins, outs, attrs, n.name, n.domain);
+  g.node(id).opset = n.opset;
+  g.node(id).phase = n.phase;
+  if (Status st = infer_node(g, id); !st.is_ok()) return fail(st.message());
+  std::vector<ValueId> results;
+  k = 0;
+  for (ValueId o : outs) {
+    if (o == kNoId) continue;
+    const Value& val = g.value(o);
+    if (k >= s.op.outputs.size() || val.dtype != s.op.outputs[k].first || val.shape != s.op.outputs[k].second) {
+      return fail(fmt::format("its output {} would be {}[{}]", k, dtype_name(val.dtype), fmt::join(val.shape, "x")));
+    }
+    ++k;
+    results.push_back(o);
+  }
+  g.set_outputs(results);
+  return g;
+}
+
+}  // namespace
+
+Expected<int> measure_priced_ops(const Graph& train, const std::vector<PricedSample>& priced, int threads, int reps, double wall_scale,
+                                 std::map<std::string, OpSample>* acc) {
+  const bool cpu_clock = profile_op_clock(threads) == "thread_cpu";
+  std::mt19937_64 rng(13);
+  std::normal_distribution<double> normal(0.0, 0.5);
+  int timed = 0;
+  for (const PricedSample& s : priced) {
+    if (acc->count(s.op.key)) continue;
+    OASES_ASSIGN_OR_RETURN(Graph g, priced_op_graph(train, s));
+    // float inputs random, integers zero: valid indices, labels and masks for any op
+    std::map<std::string, Tensor> feeds;
+    for (ValueId v : g.inputs()) {
+      const Value& val = g.value(v);
+      Tensor t(val.dtype, val.shape);
+      if (is_floating(val.dtype)) {
+        for (int64_t i = 0; i < t.numel(); ++i) store_from_double(t.raw_mutable(), val.dtype, i, normal(rng));
+      }
+      feeds[val.name] = t;
+    }
+    const Node& n = g.node(g.nodes().front());
+    OpCost c = node_cost(g, n);
+    ExecOptions eo;
+    eo.fuse = false;
+    eo.threads = threads;
+    auto ex = Executor::create(std::move(g), eo);
+    if (!ex) return error("{} ({}): cannot time it alone: {}", s.op.key, s.where(), ex.status().message());
+    (*ex)->state().training = true;
+    (*ex)->set_profiling(true);
+    std::vector<double> us;
+    for (int rep = 0; rep <= reps; ++rep) {
+      if (Status st = (*ex)->execute(feeds); !st.is_ok()) return error("{} ({}): running it alone: {}", s.op.key, s.where(), st.message());
+      if (rep == 0) continue;  // warm-up
+      const Program& p = (*ex)->program();
+      double t = 0;
+      for (size_t i = 0; i < p.instrs.size(); ++i) {
+        if (p.instrs[i].kind != Instr::Kind::kCompute) continue;
+        t += cpu_clock ? (*ex)->node_cpu_us()[i].second - (*ex)->node_cpu_us()[i].first : (*ex)->node_ms()[i] * 1e3 * wall_scale;
+      }
+      us.push_back(t);
+    }
+    OpSample& o = (*acc)[s.op.key];
+    o.op = s.op.op;
+    o.key = s.op.key;
+    o.flops = c.flops;
+    o.bytes = c.bytes;
+    o.us = median(us);
+    o.samples = static_cast<int>(us.size());
+    ++timed;
+  }
+  return timed;
 }
 
 // Fits the profile's executor terms to its own runs, through the simulator that will use them,

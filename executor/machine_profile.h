@@ -15,6 +15,7 @@
 #include "executor/executor.h"
 #include "graph/graph.h"
 #include "planner/analysis.h"
+#include "planner/coverage.h"
 #include "planner/device.h"
 #include "planner/link_model.h"
 #include "planner/profile.h"
@@ -74,6 +75,20 @@ Status measure_model_ops(const Graph& forward, const std::string& model_path, co
                          int64_t chunks, int threads, int reps, const LinkModel& link, std::map<std::string, OpSample>* acc,
                          ExecutorOverheads* overheads, std::vector<CalibrationRun>* calib, const std::string& schedule = "plain",
                          double comm_timeout = kDefaultCommTimeoutS);
+
+// Times alone, as one-node programs on the CPU kernels (unfused), every op of `priced` (the
+// planner's list, planner/coverage.h) that `acc` has no sample of at its key: what the program
+// runs did not time, such as the products the CPU fusion merges with their epilogues, the ops of
+// layouts, chunk counts and pipeline stages not run, the whole vocabulary ops of the tp
+// lowerings. Each is the training graph's node at the sample's local shapes: float inputs random,
+// integer inputs zero (valid indices and labels), constants as the graph has them where their
+// shape is the local one; where the node's shape inputs (Split sizes, Slice bounds, Expand
+// targets) are the global layout's, they are set to give the local outputs. `threads` kernel
+// threads; on the thread's CPU clock with one, else on the wall clock times `wall_scale` (the
+// sharing the program runs' samples were taken under). Returns how many were timed; an error
+// names a node that could not run alone at its shapes.
+Expected<int> measure_priced_ops(const Graph& train, const std::vector<PricedSample>& priced, int threads, int reps, double wall_scale,
+                                 std::map<std::string, OpSample>* acc);
 
 // Fits the profile's collective terms (comm_sync_us, comm_beside_compute_us) to `runs` through the
 // simulator; `emulate` is the link they ran behind ("" for none). With `replayed`, also what the

@@ -157,6 +157,16 @@ Expected<std::vector<PartRecords>> records_under(const Graph& forward, const Gra
       if (o != kNoId) act[static_cast<size_t>(o)] = a;
     }
   }
+  // A node reads an input in the spec its sharding rule asked for (a conversion to it where the
+  // value is made otherwise) and makes an output in the spec the rule gave (a pinned value, the
+  // sequence-parallel residual stream, is converted after): its records have the shapes its
+  // kernel runs at.
+  std::map<std::pair<NodeId, int>, const ShardingSpec*> read_as;
+  std::map<ValueId, const ShardingSpec*> made_as;
+  for (const Conversion& cv : ref.sr.conversions) {
+    if (cv.consumer != kNoId) read_as[{cv.consumer, cv.slot}] = &cv.to;
+    if (cv.consumer == kNoId && cv.slot < 0) made_as[cv.value] = &cv.from;
+  }
   for (NodeId id : order) {
     const Node& n = train.node(id);
     int p = part[static_cast<size_t>(id)];
@@ -166,20 +176,25 @@ Expected<std::vector<PartRecords>> records_under(const Graph& forward, const Gra
     if (is_free_op(n, c)) continue;
     NodeRecord r;
     r.op = node_op_name(n);
+    r.node = id;
     // products differ by which operand is transposed (the profile key says it)
     if (n.attrs.has("transA") || n.attrs.has("transB") || n.attrs.has("trans_a") || n.attrs.has("trans_b")) {
       r.op += fmt::format("|t{}{}", n.attrs.get_int("transA", n.attrs.get_int("trans_a", 0)),
                           n.attrs.get_int("transB", n.attrs.get_int("trans_b", 0)));
     }
-    for (ValueId v : n.inputs) {
+    for (size_t i = 0; i < n.inputs.size(); ++i) {
+      ValueId v = n.inputs[i];
       if (v == kNoId) continue;
-      r.inputs.push_back(record_of(train, v, spec_of(v), ref.dp, ref.tp));
+      auto it = read_as.find({id, static_cast<int>(i)});
+      r.inputs.push_back(record_of(train, v, it != read_as.end() ? *it->second : spec_of(v), ref.dp, ref.tp));
     }
     for (ValueId v : n.outputs) {
       if (v == kNoId) continue;
-      r.outputs.push_back(record_of(train, v, spec_of(v), ref.dp, ref.tp));
-      if (spec_of(v).is_partial(ref.tp)) r.uses_tp = true;
-      if (spec_of(v).is_partial(ref.dp)) r.batch = true;
+      auto it = made_as.find(v);
+      const ShardingSpec& made = it != made_as.end() ? *it->second : spec_of(v);
+      r.outputs.push_back(record_of(train, v, made, ref.dp, ref.tp));
+      if (made.is_partial(ref.tp)) r.uses_tp = true;
+      if (made.is_partial(ref.dp)) r.batch = true;
     }
     for (const auto* side : {&r.inputs, &r.outputs}) {
       for (const TensorRecord& t : *side) {
@@ -401,20 +416,7 @@ Expected<ModelAnalysis> analyze_model(const Graph& forward, const Graph& train, 
       if (recs) a.seqpar = std::move(*recs);
     }
   }
-  std::set<std::string> ops;
-  for (const PartRecords& p : a.plain) {
-    for (const NodeRecord& r : p.nodes) ops.insert(r.op.substr(0, r.op.find('|')));
-  }
-  a.ops.assign(ops.begin(), ops.end());
   return a;
-}
-
-std::vector<std::string> uncovered_ops(const ModelAnalysis& a, const OpTimeModel& m) {
-  std::vector<std::string> out;
-  for (const std::string& op : a.ops) {
-    if (!m.covers(op)) out.push_back(op);
-  }
-  return out;
 }
 
 }  // namespace oases

@@ -33,7 +33,8 @@ struct TensorRecord {
 };
 
 struct NodeRecord {
-  std::string op;
+  std::string op;       // the profile's op name, "|tAB" added for a product's transposed operands
+  NodeId node = kNoId;  // in the training graph read (what oases-profile times alone)
   std::vector<TensorRecord> inputs, outputs;
   double flops = 0, bytes = 0;  // global, one execution over the whole batch
   bool batch = false;           // works on batch rows: runs once per chunk on B/(dp·K) rows
@@ -72,14 +73,10 @@ struct ModelAnalysis {
   std::string mixed_why;               // why not
   std::vector<int64_t> tp_candidates;  // degrees dividing heads, kv heads, MLP width and vocabulary
   std::map<std::string, int> part_index;
-  std::vector<std::string> ops;  // op types with work (what a profile must cover)
 };
 
 // `train`: the training graph (loss + backward, K = 1) made from `forward`; `ranks` bounds the
 // degrees. Reads shapes only.
 Expected<ModelAnalysis> analyze_model(const Graph& forward, const Graph& train, const std::vector<ValueId>& params, int64_t ranks);
-
-// Which op types of the model the profile has no samples of (empty: covered).
-std::vector<std::string> uncovered_ops(const ModelAnalysis& a, const OpTimeModel& m);
 
 }  // namespace oases

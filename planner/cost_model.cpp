@@ -24,18 +24,59 @@ const PartRecords* CostModel::records(int i, bool sp) const {
   return &a_.plain[static_cast<size_t>(i)];
 }
 
-std::vector<Layout> CostModel::layouts(int part, int64_t chunks) const {
+std::vector<Layout> candidate_layouts(const ModelAnalysis& a, int64_t ranks, int part, int64_t chunks) {
   std::vector<Layout> out;
-  int64_t n = ranks();
-  for (int64_t t : a_.tp_candidates) {
-    int64_t d = n / t;
-    if (a_.batch % (d * chunks) != 0) continue;
+  for (int64_t t : a.tp_candidates) {
+    int64_t d = ranks / t;
+    if (a.batch % (d * chunks) != 0) continue;
     out.push_back(Layout{t, false});
-    if (t > 1 && !a_.seqpar.empty() && a_.seq % t == 0) {
+    if (t > 1 && !a.seqpar.empty() && a.seq % t == 0) {
       out.push_back(Layout{t, true});
       // the embedding's collectives sit beside a gather, not a product: nothing to decompose
-      if (a_.parts[static_cast<size_t>(part)] != "embedding") out.push_back(Layout{t, true, true});
+      if (a.parts[static_cast<size_t>(part)] != "embedding") out.push_back(Layout{t, true, true});
     }
+  }
+  return out;
+}
+
+std::vector<Layout> CostModel::layouts(int part, int64_t chunks) const {
+  return candidate_layouts(a_, ranks(), part, chunks);
+}
+
+Expected<std::vector<PricedOp>> priced_part_ops(const PartRecords& recs, int64_t t, int64_t dpk) {
+  auto divides = [&](const TensorRecord& r, int64_t b) {
+    for (size_t k = 0; k < r.shape.size(); ++k) {
+      if (r.mark[k] == 'b' && r.shape[k] % b != 0) return false;
+      if (r.mark[k] == 't' && r.shape[k] % t != 0) return false;
+    }
+    return true;
+  };
+  std::vector<PricedOp> out;
+  out.reserve(recs.nodes.size());
+  for (const NodeRecord& r : recs.nodes) {
+    int64_t b = r.batch ? dpk : 1;
+    PricedOp p;
+    bool ok = true;
+    for (const TensorRecord& x : r.inputs) {
+      ok &= divides(x, b);
+      p.inputs.push_back({x.dtype, x.local_shape(t, b)});
+    }
+    for (const TensorRecord& x : r.outputs) {
+      ok &= divides(x, b);
+      p.outputs.push_back({x.dtype, x.local_shape(t, b)});
+    }
+    if (!ok) return error("{} does not divide into tp {} x {} batch ways (dp x chunks)", r.op.substr(0, r.op.find('|')), t, dpk);
+    size_t bar = r.op.find('|');
+    p.op = r.op.substr(0, bar);
+    p.key = op_key(p.op, p.inputs, p.outputs);
+    if (bar != std::string::npos) p.key.append(" ").append(r.op, bar + 1);
+    double f = static_cast<double>(b) * (r.uses_tp ? static_cast<double>(t) : 1.0);
+    p.flops = r.flops / f;
+    p.bytes = r.bytes / f;
+    p.node = r.node;
+    p.batch = r.batch;
+    p.forward = r.phase == NodeRecord::Phase::kForward;
+    out.push_back(std::move(p));
   }
   return out;
 }
@@ -63,43 +104,20 @@ const PartCost& CostModel::part(int i, const Layout& l, int64_t chunks) {
     return cache_.emplace(key, pc).first->second;
   }
   int64_t t = l.tp, d = ranks() / l.tp, dpk = d * chunks;
-  auto divides = [&](const TensorRecord& r, int64_t b) {
-    for (size_t k = 0; k < r.shape.size(); ++k) {
-      if (r.mark[k] == 'b' && r.shape[k] % b != 0) return false;
-      if (r.mark[k] == 't' && r.shape[k] % t != 0) return false;
-    }
-    return true;
-  };
+  auto priced = priced_part_ops(*recs, t, dpk);
+  if (!priced) {
+    pc.feasible = false;
+    pc.why = priced.status().message();
+    return cache_.emplace(key, pc).first->second;
+  }
   double prod_fwd = 0, prod_bwd = 0;  // per chunk: the matrix products (what ring steps run beside)
-  for (const NodeRecord& r : recs->nodes) {
-    int64_t b = r.batch ? dpk : 1;
-    bool ok = true;
-    std::vector<std::pair<DType, Shape>> in, out;
-    for (const TensorRecord& x : r.inputs) {
-      ok &= divides(x, b);
-      in.push_back({x.dtype, x.local_shape(t, b)});
-    }
-    for (const TensorRecord& x : r.outputs) {
-      ok &= divides(x, b);
-      out.push_back({x.dtype, x.local_shape(t, b)});
-    }
-    if (!ok) {
-      pc.feasible = false;
-      pc.why = fmt::format("{} does not divide into tp {} x dp {} x {} chunks", r.op, t, d, chunks);
-      break;
-    }
-    size_t bar = r.op.find('|');
-    std::string op = r.op.substr(0, bar);
-    std::string k = op_key(op, in, out);
-    if (bar != std::string::npos) k += " " + r.op.substr(bar + 1);
-    double f = static_cast<double>(b) * (r.uses_tp ? static_cast<double>(t) : 1.0);
-    double s = ops_.seconds(op, k, r.flops / f, r.bytes / f);
-    bool fwd = r.phase == NodeRecord::Phase::kForward;
-    if (r.batch) {
-      (fwd ? pc.fwd_chunk : pc.bwd_chunk) += s;
-      if (op.find("MatMul") != std::string::npos || op.find("Gemm") != std::string::npos) (fwd ? prod_fwd : prod_bwd) += s;
+  for (const PricedOp& p : *priced) {
+    double s = ops_.seconds(p.op, p.key, p.flops, p.bytes);
+    if (p.batch) {
+      (p.forward ? pc.fwd_chunk : pc.bwd_chunk) += s;
+      if (p.op.find("MatMul") != std::string::npos || p.op.find("Gemm") != std::string::npos) (p.forward ? prod_fwd : prod_bwd) += s;
     } else {
-      (fwd ? pc.fwd_once : pc.bwd_once) += s;
+      (p.forward ? pc.fwd_once : pc.bwd_once) += s;
     }
   }
   double dec_fwd = 0, dec_bwd = 0;  // per chunk: the collectives collective matmuls decompose

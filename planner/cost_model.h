@@ -63,6 +63,29 @@ struct PartCost {
   double cm_hide_fwd_chunk = 0, cm_hide_bwd_chunk = 0, cm_copy_fwd_chunk = 0, cm_copy_bwd_chunk = 0;
 };
 
+// One op execution the cost model prices: a node of the training graph the analysis read, at one
+// layout's local shapes, keyed as a profile keys it (planner/profile.h op_key; a product's
+// transposed operands follow as " t01"). The profile's sample at `key` times it.
+struct PricedOp {
+  std::string op;   // "MatMul", "oases.AttentionGrad"
+  std::string key;  // "MatMul float32[4x32x64] float32[64x64] -> float32[4x32x64]"
+  NodeId node = kNoId;
+  std::vector<std::pair<DType, Shape>> inputs, outputs;  // local
+  double flops = 0, bytes = 0;                           // one execution on one rank
+  bool batch = false;                                    // once per chunk (else once per step)
+  bool forward = true;
+};
+
+// The ops one part's records price under tp `t` with `dpk` = dp x K batch ways, in record order:
+// what CostModel::part times and what oases-profile measures (planner/coverage.h). An error names
+// the first op whose tensors do not divide into the layout.
+Expected<std::vector<PricedOp>> priced_part_ops(const PartRecords& recs, int64_t t, int64_t dpk);
+
+// Layouts part `part` may take with K chunks on `ranks` ranks: the degree divides the model and
+// the ranks, the batch divides into dp x K, sequence parallelism where the sequence divides (and,
+// but for the embedding, with collective matmuls).
+std::vector<Layout> candidate_layouts(const ModelAnalysis& a, int64_t ranks, int part, int64_t chunks);
+
 struct PartTime {
   double compute = 0, comm = 0, exposed = 0;  // exposed: communication the compute did not hide
   double total() const { return compute + exposed; }
@@ -90,8 +113,7 @@ class CostModel {
   const ClusterSpec& cluster() const { return cluster_; }
   int64_t ranks() const { return cluster_.ranks(); }
   int num_parts() const { return static_cast<int>(a_.parts.size()); }
-  // Layouts a part may take with K chunks (degree divides the model and the ranks, the batch
-  // divides into dp x K, sequence parallelism where the sequence divides).
+  // Layouts a part may take with K chunks (candidate_layouts on the cluster's ranks).
   std::vector<Layout> layouts(int part, int64_t chunks) const;
   const PartCost& part(int i, const Layout& l, int64_t chunks);
   // Moving the batch from one part's layout to the next: forward and backward, per chunk.

@@ -325,9 +325,7 @@ StageCountResult search_stage_count(const Graph& forward, const Graph& train, co
     return out;
   }
   CostModel cm(*an, stage_cluster(cluster, n), ops);
-  for (int64_t f : o.micro_factors) {
-    int64_t M = f * S;
-    if (M > an->batch || an->batch % M != 0) continue;
+  for (int64_t M : pipeline_micro_batches(S, an->batch, o)) {
     SearchOptions so = o.inner;
     // one tp x dp layout for every part: what oases-train's stages run (per-part layouts inside
     // stages are not cut into stage programs yet)
@@ -377,6 +375,28 @@ StageCountResult search_stage_count(const Graph& forward, const Graph& train, co
 
 }  // namespace
 
+std::vector<int64_t> pipeline_stage_counts(const ClusterSpec& cluster, int64_t gpus, int blocks, const PipelinePlanOptions& o) {
+  std::vector<int64_t> counts;
+  for (int64_t S : o.stage_counts) {
+    if (S >= 2 && S <= blocks && gpus % S == 0) counts.push_back(S);
+  }
+  if (o.stage_counts.empty()) {
+    for (int64_t S = 2; S <= std::min<int64_t>(gpus, blocks); ++S) {
+      if (gpus % S == 0 && aligned(cluster, gpus / S)) counts.push_back(S);
+    }
+  }
+  return counts;
+}
+
+std::vector<int64_t> pipeline_micro_batches(int64_t S, int64_t batch, const PipelinePlanOptions& o) {
+  std::vector<int64_t> out;
+  for (int64_t f : o.micro_factors) {
+    int64_t M = f * S;
+    if (M <= batch && batch % M == 0) out.push_back(M);
+  }
+  return out;
+}
+
 Expected<PipelinePlan> search_pipeline(const Graph& forward, const Graph& train, const std::vector<ValueId>& params, const ClusterSpec& cluster,
                                        const OpTimeModel& ops, int64_t gpus, const PipelinePlanOptions& o) {
   auto t0 = std::chrono::steady_clock::now();
@@ -386,15 +406,7 @@ Expected<PipelinePlan> search_pipeline(const Graph& forward, const Graph& train,
     best.why = "the model has fewer than 2 blocks";
     return best;
   }
-  std::vector<int64_t> counts;
-  for (int64_t S : o.stage_counts.empty() ? std::vector<int64_t>{} : o.stage_counts) {
-    if (S >= 2 && S <= blocks && gpus % S == 0) counts.push_back(S);
-  }
-  if (o.stage_counts.empty()) {
-    for (int64_t S = 2; S <= std::min<int64_t>(gpus, blocks); ++S) {
-      if (gpus % S == 0 && aligned(cluster, gpus / S)) counts.push_back(S);
-    }
-  }
+  std::vector<int64_t> counts = pipeline_stage_counts(cluster, gpus, blocks, o);
   // each stage count on a thread of its own (its own analysis and cost model), merged in order
   std::vector<StageCountResult> results(counts.size());
   std::atomic<size_t> next{0};

@@ -61,6 +61,13 @@ struct PipelinePlan {
 Expected<PipelinePlan> search_pipeline(const Graph& forward, const Graph& train, const std::vector<ValueId>& params, const ClusterSpec& cluster,
                                        const OpTimeModel& ops, int64_t gpus, const PipelinePlanOptions& o);
 
+// The stage counts S the search tries for `gpus` GPUs on `cluster` (`blocks` transformer blocks):
+// o.stage_counts where they divide, else every S >= 2 whose stage mesh lines up with the hosts.
+std::vector<int64_t> pipeline_stage_counts(const ClusterSpec& cluster, int64_t gpus, int blocks, const PipelinePlanOptions& o);
+// The micro-batch counts M it tries with S stages on a batch of `batch` (M = factor x S dividing it);
+// the stages' inner search then prices M x K chunks for each K of o.inner_chunks.
+std::vector<int64_t> pipeline_micro_batches(int64_t S, int64_t batch, const PipelinePlanOptions& o);
+
 // The same model laid out by hand: S stages of tp x (N / S / tp) with M micro-batches (Megatron-LM's
 // configurations), priced as the search prices its candidates; the inner schedule is `inner_schedule`.
 Expected<PipelinePlan> price_pipeline(const Graph& forward, const Graph& train, const std::vector<ValueId>& params, const ClusterSpec& cluster,

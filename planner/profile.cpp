@@ -234,7 +234,21 @@ double OpTimeModel::roofline(const std::string& op, double flops, double bytes) 
   return t + device_.launch_us * 1e-6;
 }
 
+void OpTimeModel::log_lookups() {
+  log_ = std::make_shared<LookupLog>();
+}
+
+std::set<std::pair<std::string, std::string>> OpTimeModel::lookups() const {
+  if (!log_) return {};
+  std::lock_guard<std::mutex> lock(log_->mu);
+  return log_->keys;
+}
+
 double OpTimeModel::seconds(const std::string& op, const std::string& key, double flops, double bytes) const {
+  if (log_) {
+    std::lock_guard<std::mutex> lock(log_->mu);
+    log_->keys.insert({op, key});
+  }
   if (profile_) {
     auto it = exact_.find(key);
     if (it != exact_.end()) return it->second * 1e-6 * measured_;

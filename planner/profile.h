@@ -18,6 +18,9 @@
 #pragma once
 
 #include <map>
+#include <memory>
+#include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -140,8 +143,17 @@ class OpTimeModel {
   double comm_start_seconds() const;
   double comm_sync_seconds() const;
   double comm_beside_compute_seconds() const;
+  // Keeps every (op, key) seconds() is asked for from now on, copies included (tests: what the
+  // cost model prices is what planner/coverage.h lists). Safe from the pipeline search's threads.
+  void log_lookups();
+  std::set<std::pair<std::string, std::string>> lookups() const;
 
  private:
+  struct LookupLog {
+    std::mutex mu;
+    std::set<std::pair<std::string, std::string>> keys;
+  };
+  std::shared_ptr<LookupLog> log_;
   const Profile* profile_ = nullptr;
   DeviceSpec device_;
   double sharing_ = 1.0;

@@ -23,10 +23,7 @@ bool interleaved(const std::string& s) {
 std::vector<std::vector<Layout>> part_layouts(CostModel& m, const SearchOptions& o, int64_t K, int64_t tied_tp) {
   std::vector<std::vector<Layout>> out(static_cast<size_t>(m.num_parts()));
   for (int i = 0; i < m.num_parts(); ++i) {
-    for (const Layout& l : m.layouts(i, K)) {
-      if (l.sp && !o.allow_sequence_parallel) continue;
-      if (l.cm && !o.allow_collective_matmul) continue;
-      if (!o.degrees.empty() && std::find(o.degrees.begin(), o.degrees.end(), l.tp) == o.degrees.end()) continue;
+    for (const Layout& l : allowed_layouts(m.analysis(), m.ranks(), o, i, K)) {
       if (tied_tp > 0 && (i == 0 || i == m.num_parts() - 1) && l.tp != tied_tp) continue;
       if (!m.part(i, l, K).feasible) continue;
       out[static_cast<size_t>(i)].push_back(l);
@@ -322,6 +319,17 @@ bool mixed(CostModel& m, const SearchOptions& o) {
 }
 
 }  // namespace
+
+std::vector<Layout> allowed_layouts(const ModelAnalysis& a, int64_t ranks, const SearchOptions& o, int part, int64_t K) {
+  std::vector<Layout> out;
+  for (const Layout& l : candidate_layouts(a, ranks, part, K)) {
+    if (l.sp && !o.allow_sequence_parallel) continue;
+    if (l.cm && !o.allow_collective_matmul) continue;
+    if (!o.degrees.empty() && std::find(o.degrees.begin(), o.degrees.end(), l.tp) == o.degrees.end()) continue;
+    out.push_back(l);
+  }
+  return out;
+}
 
 double plan_objective(CostModel& m, const PlanChoice& p) {
   auto s = schedule_by_name(p.schedule);

@@ -49,6 +49,10 @@ struct SearchResult {
 };
 
 SearchResult search_plan(CostModel& m, const SearchOptions& o);
+
+// The layouts the search prices for part `part` with K chunks on `ranks` ranks: the candidates
+// (candidate_layouts) the options allow (degrees, sequence parallelism, collective matmuls).
+std::vector<Layout> allowed_layouts(const ModelAnalysis& a, int64_t ranks, const SearchOptions& o, int part, int64_t K);
 SearchResult brute_force(CostModel& m, const SearchOptions& o);
 
 // Chain cost and memory of one plan under the search's objective.

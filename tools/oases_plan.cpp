@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <optional>
 #include <sstream>
 #include <thread>
@@ -21,6 +22,7 @@
 
 #include "executor/cpu/blas_select.h"
 #include "graph/atomic_file.h"
+#include "planner/coverage.h"
 #include "planner/link_model.h"
 #include "planner/plan.h"
 #include "planner/pipeline_search.h"
@@ -56,6 +58,54 @@ Expected<std::vector<int64_t>> int_list(const std::string& text, const char* fla
     if (out.back() < least) return error("{} '{}': {} must be at least {}", flag, text, what, least);
   }
   return out;
+}
+
+// A profile must hold a sample of every op shape the planner prices (planner/coverage.h; a GPU
+// profile: of every op). The error names the first one missing, where it is priced, and the
+// oases-profile command that measures them all.
+Status check_profile_covers(const Profile& profile, const std::string& profile_file, const PlanningModel& pm, const ModelAnalysis& a,
+                            const PricingSpace& space, const BindingFlags& bind) {
+  OASES_ASSIGN_OR_RETURN(std::vector<PricedSample> priced, priced_ops(pm.forward, pm.train.graph, pm.train.params, a, space));
+  std::vector<const PricedSample*> missing = uncovered(priced, profile);
+  if (missing.empty()) return Status::ok();
+  std::map<std::string, int> by_op;
+  for (const PricedSample* m : missing) ++by_op[m->op.op];
+  std::vector<std::string> ops, names;
+  for (const auto& [op, n] : by_op) {
+    ops.push_back(fmt::format("{} {}", op, n));
+    names.push_back(op);
+  }
+  const PricedSample& first = *missing.front();
+  if (profile.backend != "cpu") {
+    return error(
+        "{}: the profile does not cover {} of the model's ops: {} (first priced at {}; measure them: oases-profile --backend {} "
+        "--model {} --ranks {} --out {})",
+        profile_file, names.size(), fmt::join(names, ", "), first.where(), profile.backend, pm.path, space.gpus, profile_file);
+  }
+  // the command that measures them: oases-profile times every op shape of oases-plan's default
+  // space on --ranks ranks, its chunk counts widened by --chunks
+  std::string cmd =
+      fmt::format("oases-profile --backend cpu --model {} --ranks {} --batch {} --seq {}", pm.path, space.gpus, pm.batch, pm.seq);
+  PricingSpace def = default_pricing_space(space.gpus);
+  for (int64_t k : space.search.chunks) {
+    if (std::find(def.search.chunks.begin(), def.search.chunks.end(), k) == def.search.chunks.end()) {
+      cmd += fmt::format(" --chunks {}", fmt::join(space.search.chunks, ","));
+      break;
+    }
+  }
+  for (const std::string& d : bind.dims) cmd += " --dim " + d;
+  for (const std::string& sh : bind.shapes) cmd += " --shape " + sh;
+  cmd += " --out " + profile_file;
+  std::string made;
+  if (profile.model.is_object() && profile.model.contains("ranks")) {
+    made = fmt::format("; it measured {} on {} ranks at batch {} x {}", profile.model.value("path", std::string("a model")),
+                       profile.model.value("ranks", int64_t{0}), profile.model.value("batch", int64_t{0}),
+                       profile.model.value("seq", int64_t{0}));
+  } else {
+    made = "; it measured no model (oases-profile without --model)";
+  }
+  return error("{}: the profile does not cover {} of the {} op shapes the planner prices ({}); the first: {} in {}{} (measure them: {})",
+               profile_file, missing.size(), priced.size(), fmt::join(ops, ", "), first.op.key, first.where(), made, cmd);
 }
 
 int legacy(const std::string& model, const std::string& out, const std::string& html, const std::string& dot, int64_t tp, int64_t dp,
@@ -180,13 +230,6 @@ int plan_main(const std::string& model, int64_t gpus, const std::string& cluster
   auto an = analyze_model(pm->forward, pm->train.graph, pm->train.params, gpus);
   if (!an) return fail_with(an.status().with_context(model));
   const ModelAnalysis& a = *an;
-  if (profile) {
-    std::vector<std::string> missing = uncovered_ops(a, ops);
-    if (!missing.empty()) {
-      return fail_with(error("{}: the profile does not cover {} of the model's ops: {} (measure them: oases-profile --model {})",
-                             profile_file, missing.size(), fmt::join(missing, ", "), model));
-    }
-  }
   double limit = memory_gib > 0 ? memory_gib * 1024.0 * 1024 * 1024 : cluster.device.memory_gib * 1024.0 * 1024 * 1024;
   if (memory_gib < 0) return fail_with(error("--memory must be positive, not {}", memory_gib));
   CostModel cm(a, cluster, ops);
@@ -212,18 +255,30 @@ int plan_main(const std::string& model, int64_t gpus, const std::string& cluster
   so.allow_collective_matmul = !no_cm;
   so.memory_limit = limit;
   so.keep_spaces = (simulate || !trace.empty()) && sim_candidates > 1;
+  const bool pipelined = !no_pipeline && gpus >= 2;
+  PipelinePlanOptions po;
+  po.memory_limit = limit;
+  po.inner = so;
+  if (pipelined) {
+    auto counts = int_list(pp_list, "--pp", 2, "stage counts");
+    if (!counts) return fail_with(counts.status());
+    po.stage_counts = *counts;
+  }
+  if (profile) {
+    PricingSpace space;
+    space.gpus = gpus;
+    space.search = so;
+    space.pipeline = pipelined;
+    space.pipe = po;
+    space.gpus_per_node = cluster.gpus_per_node;
+    if (Status s = check_profile_covers(*profile, profile_file, *pm, a, space, bind); !s.is_ok()) return fail_with(s);
+  }
   auto t_search = std::chrono::steady_clock::now();
   SearchResult best = search_plan(cm, so);
   double search_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_search).count();
   // pipeline stages: S meshes of N/S GPUs, each with the inner search's layout
   PipelinePlan pipe;
-  if (!no_pipeline && gpus >= 2) {
-    PipelinePlanOptions po;
-    po.memory_limit = limit;
-    po.inner = so;
-    auto counts = int_list(pp_list, "--pp", 2, "stage counts");
-    if (!counts) return fail_with(counts.status());
-    po.stage_counts = *counts;
+  if (pipelined) {
     auto pr = search_pipeline(pm->forward, pm->train.graph, pm->train.params, cluster, ops, gpus, po);
     if (!pr) return fail_with(pr.status().with_context(model));
     pipe = std::move(*pr);

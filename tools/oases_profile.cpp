@@ -5,8 +5,11 @@
 //   the device's matrix-product and streaming rates; collective times over message sizes and
 //   group sizes on the local communicator (and behind --emulate-link); the optimizer's update
 //   rate; and with --model, every op of the training program at the shapes its plans produce (each
-//   tp degree dividing the model on N ranks, each chunk count): the ranks run as threads sharing the
-//   cores as oases-train --local-ranks N does, and rank 0's kernels are timed one by one.
+//   tp degree of --degrees dividing the model on N ranks, each chunk count of --chunks): the ranks
+//   run as threads sharing the cores as oases-train --local-ranks N does, and rank 0's kernels are
+//   timed one by one; then every op shape `oases-plan MODEL --gpus N` prices (planner/coverage.h:
+//   every degree, chunk count, sequence parallelism and pipeline stage of its default search, the
+//   chunk counts widened by --chunks) that those runs did not time is timed alone.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -21,6 +24,7 @@
 #include "executor/machine_profile.h"
 #include "graph/atomic_file.h"
 #include "kernels/cpu/parallel.h"
+#include "planner/coverage.h"
 #include "planner/profile.h"
 #include "tools/plan_driver.h"
 #include "tools/profile_cuda.h"
@@ -67,8 +71,10 @@ int main(int argc, char** argv) {
     app.add_option("--ranks", ranks, "Ranks (threads) sharing this machine, as oases-train --local-ranks N");
     app.add_option("--batch", batch, "Global batch the plans are made for");
     app.add_option("--seq", seq, "Sequence length the plans are made for");
-    app.add_option("--degrees", degrees_s, "tp degrees to profile (comma list; default every one dividing the model and the ranks)");
-    app.add_option("--chunks", chunks_s, "Micro-batch chunk counts to profile (comma list)");
+    app.add_option("--degrees", degrees_s,
+                   "tp degrees whose programs are run (comma list; default every one dividing the model and the ranks); the op shapes "
+                   "of every degree are measured");
+    app.add_option("--chunks", chunks_s, "Micro-batch chunk counts whose programs are run (comma list); also measured beside oases-plan's");
     app.add_option("--emulate-link", emulate, "Also time collectives behind an emulated link bw=GBPS,latency=US");
     app.add_option("--sizes", sizes_s, "Collective message sizes in bytes (comma list; default 4 KiB to 16 MiB)");
     app.add_option("--reps", reps, "Timed repetitions (the median is kept)");
@@ -152,7 +158,7 @@ int main(int argc, char** argv) {
       auto degrees = profiled_degrees(*a, parse_ints(degrees_s, "--degrees"), model, ranks);
       if (!degrees) return fail_with(degrees.status());
       std::map<std::string, OpSample> acc;
-      ExecutorOverheads ovh, ovh_one;
+      ExecutorOverheads ovh;
       std::vector<CalibrationRun> calib;
       // an interleaved (oases) run, for the calibration only (collectives beside computation, which
       // the plain runs seldom have); the op samples and gaps stay those of the plain runs
@@ -187,19 +193,20 @@ int main(int argc, char** argv) {
           if (Status s = interleaved_run(t, 2); !s.is_ok()) return fail_with(s.with_context(model));
         }
       }
-      // Under tp > 1 the loss is lowered to vocabulary-parallel pieces; when no plan above kept it
-      // whole (dp over every rank does not divide the batch), time it on one rank.
-      bool whole_loss = std::any_of(done.begin(), done.end(), [](const nlohmann::json& d) { return d["tp"].get<int64_t>() == 1; });
-      if (!whole_loss) {
+      // Every op shape the planner prices (planner/coverage.h: oases-plan's default space on these
+      // ranks, its chunk counts widened by --chunks) that the runs did not time, timed alone: the
+      // products the CPU fusion merged, the layouts, chunk counts and pipeline stages not run, the
+      // whole-vocabulary ops that tp lowers
+      PricingSpace space = default_pricing_space(ranks, chunks);
+      auto priced = priced_ops(pm->forward, pm->train.graph, pm->train.params, *a, space);
+      if (!priced) return fail_with(priced.status().with_context(model));
+      {
         auto t0 = Clock::now();
-        auto a1 = analyze_model(pm->forward, pm->train.graph, pm->train.params, 1);
-        if (!a1) return fail_with(a1.status().with_context(model));
-        if (Status s = measure_model_ops(pm->forward, pm->path, *a1, 1, 1, 1, threads, reps, LinkModel{}, &acc, &ovh_one, nullptr, "plain",
-                                         comm_timeout);
-            !s.is_ok())
-          return fail_with(s.with_context(model));
-        std::printf("ops: one rank, 1 chunk: %.1f s\n", seconds_since(t0));
-        done.push_back({{"tp", 1}, {"chunks", 1}, {"ranks", 1}});
+        auto alone = measure_priced_ops(pm->train.graph, *priced, threads, reps, p.work_divisor(), &acc);
+        if (!alone) return fail_with(alone.status().with_context(model));
+        std::printf("ops: the planner prices %zu op shapes (tp %s, chunks %s, pipeline stages); %d not in the runs timed alone: %.1f s\n",
+                    priced->size(), fmt::format("{}", fmt::join(a->tp_candidates, ",")).c_str(),
+                    fmt::format("{}", fmt::join(space.search.chunks, ",")).c_str(), *alone, seconds_since(t0));
       }
       for (auto& [k, s] : acc) p.ops.push_back(s);
       if (ovh.instr_gaps > 0) p.instr_us = ovh.instr_gap_us / static_cast<double>(ovh.instr_gaps);
@@ -221,7 +228,8 @@ int main(int argc, char** argv) {
       }
       std::printf("executor: %.1f us between instructions, %.1f us more after starting a collective (%lld starts timed)\n", p.instr_us,
                   p.comm_start_us, static_cast<long long>(ovh.starts));
-      p.model = {{"path", model}, {"batch", pm->batch}, {"seq", pm->seq}, {"ranks", ranks}, {"profiled", done}};
+      nlohmann::json covers = {{"chunks", space.search.chunks}, {"op_shapes", priced->size()}};
+      p.model = {{"path", model}, {"batch", pm->batch}, {"seq", pm->seq}, {"ranks", ranks}, {"profiled", done}, {"covers", covers}};
       std::printf("ops: %zu distinct op shapes of %s\n", p.ops.size(), model.c_str());
     } else {
       record_available();
