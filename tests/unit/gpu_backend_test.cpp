@@ -471,7 +471,9 @@ TEST(CudaCoverage, DeviceProgramsFuseTheProductsAndTheLoss) {
   EXPECT_GT(count(*dev, "oases.device"), 0);
   for (NodeId id : dev->graph.nodes()) {
     const Node& n = dev->graph.node(id);
-    if (n.domain == "oases.device") EXPECT_EQ(n.op_type, "FusedMatMul") << n.describe();
+    if (n.domain == "oases.device") {
+      EXPECT_EQ(n.op_type, "FusedMatMul") << n.describe();
+    }
   }
   EXPECT_EQ(dev->memory.inplace, 0);
   EXPECT_EQ(dev->fusion.bias, cpu->fusion.bias) << "fp32: the device fuses the same biases as the CPU";
@@ -495,7 +497,9 @@ TEST(CudaCoverage, DeviceProgramsFuseTheProductsAndTheLoss) {
       EXPECT_EQ(n.attrs.get_int("half_output", 0), 1);
       EXPECT_EQ(dev16->graph.value(n.outputs[0]).dtype, DType::kBF16);
     }
-    if (n.domain == "oases.device" && n.op_type == "SoftmaxCrossEntropyLoss") EXPECT_EQ(dev16->graph.value(n.inputs[0]).dtype, DType::kBF16);
+    if (n.domain == "oases.device" && n.op_type == "SoftmaxCrossEntropyLoss") {
+      EXPECT_EQ(dev16->graph.value(n.inputs[0]).dtype, DType::kBF16);
+    }
   }
   EXPECT_EQ(device_ops, (std::set<std::string>{"FusedMatMul", "SoftmaxCrossEntropyLoss", "SoftmaxCrossEntropyGrad"}));
   EXPECT_EQ(dev->fusion.loss_casts, 0) << "fp32 has no casts around the loss";
