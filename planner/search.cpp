@@ -97,7 +97,6 @@ struct ChainResult {
 // Exact chain program for one (schedule, K, tied degree, cap on the working set) over the allowed
 // layouts. Unconstrained (budget < 0): one label per state; constrained: Pareto fronts of
 // (objective, memory).
-
 ChainResult chain(const Tables& t, const std::vector<std::vector<char>>& allowed, double budget, double cap, double incumbent,
                   int64_t* transitions, int64_t* labels) {
   int P = static_cast<int>(t.L.size());

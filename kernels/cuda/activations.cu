@@ -8,6 +8,8 @@
 //   Dropout      y = keep ? x/(1 − p) : 0                    dx = keep ? dy/(1 − p) : 0 (same counter-based mask)
 //
 // Activation gradients are written (=), never accumulated.
+#include <initializer_list>
+
 #include "kernels/cuda/activations.h"
 #include "kernels/cuda/common.cuh"
 
@@ -37,12 +39,12 @@ __device__ __forceinline__ float gelu_slope(bool tanh_form, float v) {
   return cdf + v * pdf;
 }
 
-// 16-byte loads and stores (V elements a thread) where every pointer is 16-byte aligned; the tail
-// (n % V) one element a thread. The activations are memory-bound: this is most of their speed.
+// The first nv·V elements with 16-byte loads and stores (V elements a thread; nv = 0 where a
+// pointer is not 16-byte aligned), the rest one element a thread. The activations are
+// memory-bound: the wide accesses are most of their speed.
 template <class T>
-__global__ void gelu_fwd_kernel(bool tanh_form, const T* x, T* y, int64_t n) {
+__global__ void gelu_fwd_kernel(bool tanh_form, const T* x, T* y, int64_t n, int64_t nv) {
   constexpr int V = 16 / sizeof(T);
-  const int64_t nv = n / V;
   OASES_GRID_STRIDE(i, nv) {
     uint4 a = reinterpret_cast<const uint4*>(x)[i], r;
     const T* as = reinterpret_cast<const T*>(&a);
@@ -54,11 +56,6 @@ __global__ void gelu_fwd_kernel(bool tanh_form, const T* x, T* y, int64_t n) {
   for (int64_t i = nv * V + static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
     y[i] = from_float<T>(gelu_value(tanh_form, to_float(x[i])));
-}
-
-template <class T>
-__global__ void gelu_fwd_scalar_kernel(bool tanh_form, const T* x, T* y, int64_t n) {
-  OASES_GRID_STRIDE(i, n) y[i] = from_float<T>(gelu_value(tanh_form, to_float(x[i])));
 }
 
 template <class T>
@@ -78,9 +75,8 @@ __global__ void bias_act_kernel(T* y, int64_t rows, int64_t cols, const T* bias,
 }
 
 template <class T>
-__global__ void gelu_bwd_kernel(bool tanh_form, const T* dy, const T* x, T* dx, int64_t n) {
+__global__ void gelu_bwd_kernel(bool tanh_form, const T* dy, const T* x, T* dx, int64_t n, int64_t nv) {
   constexpr int V = 16 / sizeof(T);
-  const int64_t nv = n / V;
   OASES_GRID_STRIDE(i, nv) {
     uint4 a = reinterpret_cast<const uint4*>(x)[i], g = reinterpret_cast<const uint4*>(dy)[i], r;
     const T* as = reinterpret_cast<const T*>(&a);
@@ -93,11 +89,6 @@ __global__ void gelu_bwd_kernel(bool tanh_form, const T* dy, const T* x, T* dx, 
   for (int64_t i = nv * V + static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
     dx[i] = from_float<T>(to_float(dy[i]) * gelu_slope(tanh_form, to_float(x[i])));
-}
-
-template <class T>
-__global__ void gelu_bwd_scalar_kernel(bool tanh_form, const T* dy, const T* x, T* dx, int64_t n) {
-  OASES_GRID_STRIDE(i, n) dx[i] = from_float<T>(to_float(dy[i]) * gelu_slope(tanh_form, to_float(x[i])));
 }
 
 template <class T>
@@ -177,23 +168,27 @@ __global__ void dropout_kernel(DropoutArgs a, const T* x, T* y, uint8_t* mask) {
   }
 }
 
-bool aligned16(const void* p) {
-  return (reinterpret_cast<uintptr_t>(p) & 15u) == 0;
+// Elements of type T taken 16 bytes at a time by the activation kernels (0: every pointer must be
+// aligned for any) and the grid for them and the rest.
+template <class T>
+int64_t wide_packs(int64_t n, std::initializer_list<const void*> ptrs) {
+  for (const void* p : ptrs) {
+    if (!aligned16(p)) return 0;
+  }
+  return n / static_cast<int64_t>(16 / sizeof(T));
+}
+unsigned wide_grid(int64_t n, int64_t nv) {
+  return grid_for(nv > 0 ? nv : n, kThreads);  // the tail (fewer than V elements) goes to the first threads
 }
 
 }  // namespace
 
 void gelu_forward(bool tanh_form, Elem t, const void* x, void* y, int64_t n, cudaStream_t s) {
   if (n <= 0) return;
-  const bool wide = aligned16(x) && aligned16(y);
   dispatch_floating("Gelu", t, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    if (wide) {
-      gelu_fwd_kernel<T><<<grid_for((n + 16 / sizeof(T) - 1) / (16 / sizeof(T)), kThreads), kThreads, 0, s>>>(
-          tanh_form, static_cast<const T*>(x), static_cast<T*>(y), n);
-    } else {
-      gelu_fwd_scalar_kernel<T><<<grid_for(n, kThreads), kThreads, 0, s>>>(tanh_form, static_cast<const T*>(x), static_cast<T*>(y), n);
-    }
+    const int64_t nv = wide_packs<T>(n, {x, y});
+    gelu_fwd_kernel<T><<<wide_grid(n, nv), kThreads, 0, s>>>(tanh_form, static_cast<const T*>(x), static_cast<T*>(y), n, nv);
   });
   OASES_CUDA_CHECK_LAUNCH("gelu_fwd_kernel");
 }
@@ -211,16 +206,11 @@ void bias_activation(Elem t, void* y, int64_t rows, int64_t cols, const void* bi
 
 void gelu_backward(bool tanh_form, Elem t, const void* dy, const void* x, void* dx, int64_t n, cudaStream_t s) {
   if (n <= 0) return;
-  const bool wide = aligned16(dy) && aligned16(x) && aligned16(dx);
   dispatch_floating("GeluGrad", t, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    if (wide) {
-      gelu_bwd_kernel<T><<<grid_for((n + 16 / sizeof(T) - 1) / (16 / sizeof(T)), kThreads), kThreads, 0, s>>>(
-          tanh_form, static_cast<const T*>(dy), static_cast<const T*>(x), static_cast<T*>(dx), n);
-    } else {
-      gelu_bwd_scalar_kernel<T><<<grid_for(n, kThreads), kThreads, 0, s>>>(tanh_form, static_cast<const T*>(dy), static_cast<const T*>(x),
-                                                                           static_cast<T*>(dx), n);
-    }
+    const int64_t nv = wide_packs<T>(n, {dy, x, dx});
+    gelu_bwd_kernel<T><<<wide_grid(n, nv), kThreads, 0, s>>>(tanh_form, static_cast<const T*>(dy), static_cast<const T*>(x),
+                                                             static_cast<T*>(dx), n, nv);
   });
   OASES_CUDA_CHECK_LAUNCH("gelu_bwd_kernel");
 }

@@ -77,6 +77,11 @@ __device__ __forceinline__ void store(T* p, int64_t i, V v) {
   }
 }
 
+// Whether 16-byte vector loads and stores may go through p (host side, choosing a kernel).
+inline bool aligned16(const void* p) {
+  return (reinterpret_cast<uintptr_t>(p) & 15u) == 0;
+}
+
 // --- reductions -----------------------------------------------------------------------------
 
 __device__ __forceinline__ float warp_sum(float v) {

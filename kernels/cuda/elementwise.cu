@@ -218,10 +218,6 @@ __global__ void binary_contiguous_kernel(BinaryOp op, const T* a, const T* b, T*
     store(out, i, binary_math<C>(op, static_cast<C>(load(a, i)), static_cast<C>(load(b, i))));
 }
 
-bool aligned16(const void* p) {
-  return (reinterpret_cast<uintptr_t>(p) & 15u) == 0;
-}
-
 // The plan walks all three operands contiguously from their starts.
 bool contiguous3(const NdPlan& p) {
   if (p.it.rank != 1 || p.maps.size() != 3) return false;

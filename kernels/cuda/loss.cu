@@ -28,7 +28,7 @@ __device__ __forceinline__ void report(Fault f, int64_t pos) {
 // logsumexp of one sample's scores xr[a · d], a < c, in one pass: each thread keeps a running
 // maximum and the sum of exponentials scaled to it; the block then combines the pairs.
 template <class TX>
-__device__ __forceinline__ float row_logsumexp(const TX* xr, int64_t c, int64_t d, float* red, float* max_out) {
+__device__ __forceinline__ float row_logsumexp(const TX* xr, int64_t c, int64_t d, float* red) {
   float m = -INFINITY, sum = 0.f;
   for (int64_t a = threadIdx.x; a < c; a += blockDim.x) {
     float x = to_float(xr[a * d]);
@@ -43,7 +43,6 @@ __device__ __forceinline__ float row_logsumexp(const TX* xr, int64_t c, int64_t 
   float part = m == -INFINITY ? 0.f : sum * expf(m - bm);
   if (sum != sum) part = sum;  // a NaN score makes the sum NaN
   float total = block_sum(part, red);
-  *max_out = bm;
   return bm + logf(total);
 }
 
@@ -60,8 +59,7 @@ __global__ void ce_rows_kernel(LossDesc l, const TX* x, const void* labels, cons
   bool bad = !ignored && (lab < 0 || lab >= l.c);
   float lse = 0.f;
   if (from_logits) {
-    float m;
-    lse = row_logsumexp(xr, l.c, l.d, red, &m);
+    lse = row_logsumexp(xr, l.c, l.d, red);
     if (logp) {
       for (int64_t a = threadIdx.x; a < l.c; a += blockDim.x)
         logp[i * l.c * l.d + a * l.d + j] = from_float<T>(to_float(xr[a * l.d]) - lse);
@@ -135,8 +133,7 @@ __global__ void ce_grad_kernel(LossDesc l, const T* dloss, const TX* x, const vo
     for (int64_t a = threadIdx.x; a < l.c; a += blockDim.x) dr[a * l.d] = from_float<TD>(0.f);
     return;
   }
-  float mx;
-  float lse = row_logsumexp(xr, l.c, l.d, red, &mx);
+  float lse = row_logsumexp(xr, l.c, l.d, red);
   float coef = coef_of(l, dloss, denom, sidx) * (w ? to_float(w[lab]) : 1.f);
   for (int64_t a = threadIdx.x; a < l.c; a += blockDim.x) {
     float p = expf(to_float(xr[a * l.d]) - lse);

@@ -23,6 +23,9 @@ namespace oases::cuda {
 namespace {
 
 constexpr int kNormThreads = 256;
+constexpr int64_t kRowsPerBand = 64;
+constexpr int kCachedPerThread = 8;
+constexpr int64_t kCachedCols = kNormThreads * kCachedPerThread;
 
 // a row's statistics, from thread 0
 __device__ __forceinline__ void store_row_stats(float* mean, float* rstd, int64_t row, float mu, float r) {
@@ -30,9 +33,6 @@ __device__ __forceinline__ void store_row_stats(float* mean, float* rstd, int64_
   if (mean) mean[row] = mu;
   if (rstd) rstd[row] = r;
 }
-constexpr int64_t kRowsPerBand = 64;
-constexpr int kCachedPerThread = 8;
-constexpr int64_t kCachedCols = kNormThreads * kCachedPerThread;
 
 // One row per block, the row in registers (n <= kCachedCols).
 template <class T>
@@ -202,6 +202,24 @@ void param_grads(const T* dy, const T* x, const float* mean, const float* rstd, 
   OASES_CUDA_CHECK_LAUNCH("norm_bwd_param_final");
 }
 
+// The forward of LayerNorm (bias may be null) or RMSNorm (rms: no mean), one row per block: the
+// cached kernel for rows of up to kCachedCols elements, else the general one.
+template <class T>
+void norm_forward(const T* x, const T* scale, const T* bias, T* y, float* mean, float* rstd, int64_t rows, int64_t n, float eps, bool rms,
+                  cudaStream_t s) {
+  auto kernel = n <= kCachedCols ? layernorm_fwd_cached_kernel<T> : layernorm_fwd_kernel<T>;
+  kernel<<<static_cast<unsigned>(rows), kNormThreads, 0, s>>>(x, scale, bias, y, mean, rstd, n, eps, rms);
+}
+
+// dx of LayerNorm or RMSNorm (rms: mean null), as norm_forward picks its kernel.
+template <class T>
+void norm_dx(const T* dy, const T* x, const T* scale, const float* mean, const float* rstd, T* dx, int64_t rows, int64_t n, bool rms,
+             cudaStream_t s) {
+  auto kernel = n <= kCachedCols ? norm_bwd_dx_cached_kernel<T> : norm_bwd_dx_kernel<T>;
+  kernel<<<static_cast<unsigned>(rows), kNormThreads, 0, s>>>(dy, x, scale, mean, rstd, dx, n, rms);
+  OASES_CUDA_CHECK_LAUNCH("norm_bwd_dx_kernel");
+}
+
 }  // namespace
 
 size_t norm_backward_scratch_floats(int64_t rows, int64_t n) {
@@ -215,13 +233,8 @@ void layernorm_forward(Elem t, const void* x, const void* scale, const void* bia
   check_rows(rows);
   dispatch_floating("LayerNormalization", t, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    if (n <= kCachedCols) {
-      layernorm_fwd_cached_kernel<T><<<static_cast<unsigned>(rows), kNormThreads, 0, s>>>(
-          static_cast<const T*>(x), static_cast<const T*>(scale), static_cast<const T*>(bias), static_cast<T*>(y), mean, rstd, n, eps, false);
-      return;
-    }
-    layernorm_fwd_kernel<T><<<static_cast<unsigned>(rows), kNormThreads, 0, s>>>(
-        static_cast<const T*>(x), static_cast<const T*>(scale), static_cast<const T*>(bias), static_cast<T*>(y), mean, rstd, n, eps, false);
+    norm_forward<T>(static_cast<const T*>(x), static_cast<const T*>(scale), static_cast<const T*>(bias), static_cast<T*>(y), mean, rstd,
+                    rows, n, eps, false, s);
   });
   OASES_CUDA_CHECK_LAUNCH("layernorm_fwd_kernel");
 }
@@ -231,13 +244,7 @@ void rmsnorm_forward(Elem t, const void* x, const void* scale, void* y, float* r
   check_rows(rows);
   dispatch_floating("RMSNormalization", t, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    if (n <= kCachedCols) {
-      layernorm_fwd_cached_kernel<T><<<static_cast<unsigned>(rows), kNormThreads, 0, s>>>(
-          static_cast<const T*>(x), static_cast<const T*>(scale), nullptr, static_cast<T*>(y), nullptr, rstd, n, eps, true);
-      return;
-    }
-    layernorm_fwd_kernel<T><<<static_cast<unsigned>(rows), kNormThreads, 0, s>>>(static_cast<const T*>(x), static_cast<const T*>(scale),
-                                                                                 nullptr, static_cast<T*>(y), nullptr, rstd, n, eps, true);
+    norm_forward<T>(static_cast<const T*>(x), static_cast<const T*>(scale), nullptr, static_cast<T*>(y), nullptr, rstd, rows, n, eps, true, s);
   });
   OASES_CUDA_CHECK_LAUNCH("rmsnorm_fwd_kernel");
 }
@@ -248,14 +255,9 @@ void layernorm_backward(Elem t, const void* dy, const void* x, const void* scale
   check_rows(rows);
   dispatch_floating("LayerNormGrad", t, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    if (dx && n <= kCachedCols) {
-      norm_bwd_dx_cached_kernel<T><<<static_cast<unsigned>(rows), kNormThreads, 0, s>>>(
-          static_cast<const T*>(dy), static_cast<const T*>(x), static_cast<const T*>(scale), mean, rstd, static_cast<T*>(dx), n, false);
-      OASES_CUDA_CHECK_LAUNCH("norm_bwd_dx_cached_kernel");
-    } else if (dx) {
-      norm_bwd_dx_kernel<T><<<static_cast<unsigned>(rows), kNormThreads, 0, s>>>(
-          static_cast<const T*>(dy), static_cast<const T*>(x), static_cast<const T*>(scale), mean, rstd, static_cast<T*>(dx), n, false);
-      OASES_CUDA_CHECK_LAUNCH("norm_bwd_dx_kernel");
+    if (dx) {
+      norm_dx<T>(static_cast<const T*>(dy), static_cast<const T*>(x), static_cast<const T*>(scale), mean, rstd, static_cast<T*>(dx), rows, n,
+                 false, s);
     }
     param_grads<T>(static_cast<const T*>(dy), static_cast<const T*>(x), mean, rstd, static_cast<T*>(dscale), static_cast<T*>(dbias), rows,
                    n, false, scratch, s);
@@ -268,14 +270,9 @@ void rmsnorm_backward(Elem t, const void* dy, const void* x, const void* scale, 
   check_rows(rows);
   dispatch_floating("RMSNormGrad", t, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    if (dx && n <= kCachedCols) {
-      norm_bwd_dx_cached_kernel<T><<<static_cast<unsigned>(rows), kNormThreads, 0, s>>>(
-          static_cast<const T*>(dy), static_cast<const T*>(x), static_cast<const T*>(scale), nullptr, rstd, static_cast<T*>(dx), n, true);
-      OASES_CUDA_CHECK_LAUNCH("norm_bwd_dx_cached_kernel");
-    } else if (dx) {
-      norm_bwd_dx_kernel<T><<<static_cast<unsigned>(rows), kNormThreads, 0, s>>>(
-          static_cast<const T*>(dy), static_cast<const T*>(x), static_cast<const T*>(scale), nullptr, rstd, static_cast<T*>(dx), n, true);
-      OASES_CUDA_CHECK_LAUNCH("norm_bwd_dx_kernel");
+    if (dx) {
+      norm_dx<T>(static_cast<const T*>(dy), static_cast<const T*>(x), static_cast<const T*>(scale), nullptr, rstd, static_cast<T*>(dx), rows,
+                 n, true, s);
     }
     param_grads<T>(static_cast<const T*>(dy), static_cast<const T*>(x), nullptr, rstd, static_cast<T*>(dscale), nullptr, rows, n, true,
                    scratch, s);
