@@ -329,7 +329,8 @@ Expected<Strategy> apply_part_layouts(Graph& g, const std::vector<PartLayout>& l
   return st;
 }
 
-Status split_batch_inputs_by_part(const Graph& train, const std::vector<PartLayout>& layouts, Strategy* s) {
+Status split_batch_inputs_by_part(const Graph& train, const std::vector<PartLayout>& layouts, Strategy* s,
+                                  const std::map<ValueId, std::vector<ValueId>>& chunks) {
   std::set<int64_t> degrees;
   for (const PartLayout& l : layouts) degrees.insert(l.tp);
   std::map<int64_t, PartAxes> axes;
@@ -340,17 +341,24 @@ Status split_batch_inputs_by_part(const Graph& train, const std::vector<PartLayo
   for (ValueId v : train.inputs()) {
     const Value& val = train.value(v);
     if (val.shape.empty()) continue;
-    std::set<std::string> parts = reader_parts(train, v);
-    if (parts.size() != 1 || !tp_of.count(*parts.begin())) {
-      return error("input '{}' is read by {} parts; parts with different layouts need each batch input read by one", val.name,
-                   parts.size());
+    std::vector<ValueId> carriers = batch_carriers(v, chunks);
+    for (ValueId c : carriers) {
+      const Value& cv = train.value(c);
+      std::set<std::string> parts = reader_parts(train, c);
+      if (parts.size() != 1 || !tp_of.count(*parts.begin())) {
+        return error("input '{}' is read by {} parts; parts with different layouts need each batch input read by one", val.name,
+                     parts.size());
+      }
+      int dp = axes[tp_of[*parts.begin()]].dp;
+      if (dp < 0) continue;
+      int64_t n = s->mesh.axis_size(dp);
+      if (cv.shape.empty() || cv.shape[0] % n != 0)
+        return error("{} data-parallel ranks of part {} do not divide the batch size {} of input '{}'{}", n, *parts.begin(),
+                     cv.shape.empty() ? 0 : cv.shape[0], val.name, c == v ? "" : " in each micro-batch chunk");
+      // (a chunk's slice is made by a node: a pin, not a seed, fixes its spec)
+      (c == v ? s->specs : s->pins)[c] = ShardingSpec::replicated(cv.shape.size()).with_dim(0, dp);
     }
-    int dp = axes[tp_of[*parts.begin()]].dp;
-    int64_t n = s->mesh.axis_size(dp);
-    if (val.shape[0] % n != 0)
-      return error("{} data-parallel ranks of part {} do not divide the batch size {} of input '{}'", n, *parts.begin(), val.shape[0],
-                   val.name);
-    if (dp >= 0) s->specs[v] = ShardingSpec::replicated(val.shape.size()).with_dim(0, dp);
+    if (carriers.front() != v) s->specs[v] = ShardingSpec::replicated(val.shape.size());
   }
   return Status::ok();
 }

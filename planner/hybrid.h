@@ -48,8 +48,10 @@ Status hybrid_inputs_supported(const Graph& forward);
 Expected<Strategy> apply_part_layouts(Graph& g, const std::vector<PartLayout>& layouts, int64_t ranks, const StrategyOptions& opt);
 
 // Specs of the training graph's batch inputs (dim 0 over the dp axis of the part reading them;
-// the loss's targets over the head's); split_batch_inputs calls it for mixed layouts.
-Status split_batch_inputs_by_part(const Graph& train, const std::vector<PartLayout>& layouts, Strategy* s);
+// the loss's targets over the head's); split_batch_inputs calls it for mixed layouts. With micro-batch
+// chunks the split lands on each chunk's slice (see split_batch_inputs).
+Status split_batch_inputs_by_part(const Graph& train, const std::vector<PartLayout>& layouts, Strategy* s,
+                                  const std::map<ValueId, std::vector<ValueId>>& chunks = {});
 
 // True when the layouts need the hybrid machinery (degrees or sequence parallelism differ).
 bool layouts_are_mixed(const std::vector<PartLayout>& layouts);

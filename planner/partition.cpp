@@ -254,6 +254,14 @@ class Partitioner {
       g.remove_node(id);
       g.replace_all_uses(out, in);
     }
+    // Whole markers (values leaving a pipeline stage, made whole by the conversion before them)
+    for (NodeId id : g.nodes()) {
+      if (!g.alive(id) || g.node(id).domain != kOasesDomain || g.node(id).op_type != "Whole") continue;
+      ValueId in = g.node(id).inputs[0], out = g.node(id).outputs[0];
+      spec(out) = spec(in);
+      global_shape_[out] = global_shape_of(in);
+      dissolve_whole_marker(g, id);
+    }
     // every op with a partition lowering rewrites its node (graph/lowering.h)
     const OpRegistry& reg = OpRegistry::global();
     for (NodeId id : g.nodes()) {
@@ -359,6 +367,27 @@ int bucket_gradient_all_reduces(PartitionedGraph& pg, int mesh_axis, int64_t buc
     ++buckets;
   }
   return buckets;
+}
+
+void dissolve_whole_marker(Graph& g, NodeId marker) {
+  ValueId in = g.node(marker).inputs[0], out = g.node(marker).outputs[0];
+  g.remove_node(marker);
+  NodeId p = g.producer(in);
+  if (p == kNoId) {
+    g.replace_all_uses(out, in);
+    return;
+  }
+  const std::vector<ValueId>& outs = g.node(p).outputs;
+  int slot = static_cast<int>(std::find(outs.begin(), outs.end(), in) - outs.begin());
+  g.value(out).shape = g.value(in).shape;
+  g.set_output(p, slot, out);
+  g.replace_all_uses(in, out);
+}
+
+void dissolve_whole_markers(Graph& g) {
+  for (NodeId id : g.nodes()) {
+    if (g.alive(id) && g.node(id).domain == kOasesDomain && g.node(id).op_type == "Whole") dissolve_whole_marker(g, id);
+  }
 }
 
 }  // namespace oases

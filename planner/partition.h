@@ -25,6 +25,12 @@ Expected<PartitionedGraph> partition_graph(const Graph& global, const ShardingRe
 // The graph rank `rank` runs: the template with every constant sliced to its spec.
 Graph local_graph_for_rank(const PartitionedGraph& pg, int64_t rank);
 
+// Removes an oases.Whole marker: its output takes the place of its input (the producer now writes
+// it, the input's readers read it), so the value keeps the id every stage's partition knows it by.
+void dissolve_whole_marker(Graph& g, NodeId marker);
+// Every Whole marker of `g` dissolved (an unpartitioned program, where nothing is partial).
+void dissolve_whole_markers(Graph& g);
+
 }  // namespace oases
 
 namespace oases {

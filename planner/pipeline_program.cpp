@@ -156,6 +156,39 @@ Expected<StageAssignment> assign_stages(const Graph& g, const std::vector<ValueI
   return a;
 }
 
+Expected<int> mark_stage_crossings(Graph& g, const std::vector<ValueId>& params, const std::vector<StageCut>& cuts) {
+  OASES_ASSIGN_OR_RETURN(StageAssignment sa, assign_stages(g, params, cuts, static_cast<int>(cuts.size())));
+  std::map<ValueId, ValueId> marked;
+  for (NodeId id : g.nodes()) {
+    const std::vector<int> readers = sa.stages[static_cast<size_t>(id)];
+    const std::vector<ValueId> ins = g.node(id).inputs;
+    for (size_t slot = 0; slot < ins.size(); ++slot) {
+      ValueId v = ins[slot];
+      NodeId p = v == kNoId ? kNoId : g.producer(v);
+      if (p == kNoId || static_cast<size_t>(p) >= sa.stages.size()) continue;
+      const std::vector<int>& makers = sa.stages[static_cast<size_t>(p)];
+      if (makers.size() != 1 || std::all_of(readers.begin(), readers.end(), [&](int r) { return r == makers[0]; })) continue;
+      auto it = marked.find(v);
+      if (it == marked.end()) {
+        const Value val = g.value(v);
+        const Node pn = g.node(p);
+        ValueId w = g.add_value(g.unique_name(val.name + "/whole"), val.dtype, val.shape, true);
+        NodeId m = g.add_node("Whole", {v}, {w}, {}, g.unique_name(val.name + "/whole"), kOasesDomain);
+        Node& mn = g.node(m);
+        mn.scope = pn.scope;
+        mn.phase = pn.phase;
+        mn.chunk = pn.chunk;
+        // the partitioner anchors the conversions of the marker's output (for its readers) at the
+        // marker: they inherit the origin those of the value itself would have had
+        mn.origin = pn.origin;
+        it = marked.emplace(v, w).first;
+      }
+      g.set_input(id, static_cast<int>(slot), it->second);
+    }
+  }
+  return static_cast<int>(marked.size());
+}
+
 namespace {
 
 // One value crossing from one stage to another.

@@ -71,6 +71,11 @@ struct StageAssignment {
 };
 Expected<StageAssignment> assign_stages(const Graph& g, const std::vector<ValueId>& params, const std::vector<StageCut>& cuts, int stages);
 
+// Marks every value that one stage makes and another reads with an oases.Whole node before its
+// readers on the other stages (the partitioner reduces what is partial there, on the maker's stage,
+// and dissolves the marker). Returns the number of marked values.
+Expected<int> mark_stage_crossings(Graph& g, const std::vector<ValueId>& params, const std::vector<StageCut>& cuts);
+
 // Number of transformer blocks the node scopes of `g` name (the largest block index + 1).
 int count_blocks(const Graph& g);
 

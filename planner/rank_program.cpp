@@ -8,6 +8,7 @@
 #include "graph/passes/mixed_precision.h"
 #include "planner/chunking.h"
 #include "planner/hybrid.h"
+#include "planner/pipeline_program.h"
 
 namespace oases {
 
@@ -210,18 +211,23 @@ Expected<GlobalProgram> build_global_program(Graph forward, const TrainingSpec& 
     for (ValueId c : it->second) chunk_pins[c] = sp;
   }
   gp.strategy.pins.insert(chunk_pins.begin(), chunk_pins.end());
+  if (opts.pipeline && !opts.stage_cuts.empty()) {
+    OASES_RETURN_IF_ERROR(mark_stage_crossings(gp.train.graph, gp.train.params, opts.stage_cuts).status().with_context(where));
+  }
   // the partition
-  OASES_RETURN_IF_ERROR(split_batch_inputs(gp.train.graph, &gp.strategy).with_context(where));
+  OASES_RETURN_IF_ERROR(split_batch_inputs(gp.train.graph, &gp.strategy, *versions).with_context(where));
   for (ValueId p : gp.train.params) {
     auto it = gp.strategy.specs.find(p);
     gp.param_specs.push_back(it != gp.strategy.specs.end() ? it->second : ShardingSpec::replicated(gp.train.graph.value(p).shape.size()));
     gp.param_shapes.push_back(gp.train.graph.value(p).shape);
   }
-  gp.strategy.bucket_tp_gradients = !opts.pipeline;
+  gp.strategy.bucket_gradients = !opts.pipeline;
   if (world > 1 || opts.partition) {
     auto pg = partition_training(gp.train.graph, gp.train.params, gp.strategy, &gp.sharding);
     if (!pg) return pg.status().with_context(where);
     gp.partitioned = std::move(*pg);
+  } else {
+    dissolve_whole_markers(gp.train.graph);  // one rank: nothing is partial
   }
   return gp;
 }

@@ -24,6 +24,7 @@
 #include "graph/training_graph.h"
 #include "planner/memory_plan.h"
 #include "planner/partition.h"
+#include "planner/pipeline.h"
 #include "planner/plan.h"
 #include "planner/schedule.h"
 #include "planner/strategy.h"
@@ -54,8 +55,12 @@ struct GlobalProgramOptions {
   std::string plan_path;   // the plan's file, when it came from one: its specs rule, errors name it
   bool partition = false;  // partition even a one-rank run (plan reports)
   // pipeline stages cut the graph at block boundaries: gradient buckets must not span stages, so
-  // the sequence-parallel tp gradient all-reduces stay one per gradient there
+  // the gradient all-reduces stay one per gradient there
   bool pipeline = false;
+  // the stages' block ranges (with `pipeline`): every value one stage makes and another reads is
+  // made whole on its stage (oases.Whole), so a tied weight's gradient, partial over dp, is reduced
+  // before it crosses (Megatron's order: each stage's all-reduce, then the sum of the two)
+  std::vector<StageCut> stage_cuts;
 };
 
 // What every rank of a run shares.

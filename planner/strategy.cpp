@@ -178,20 +178,31 @@ Expected<Strategy> megatron_strategy(const Graph& g, const StrategyOptions& opt)
   return st;
 }
 
-Status split_batch_inputs(const Graph& g, Strategy* s) {
-  if (!s->part_layouts.empty()) return split_batch_inputs_by_part(g, s->part_layouts, s);
+std::vector<ValueId> batch_carriers(ValueId input, const ChunkVersions& chunks) {
+  auto it = chunks.find(input);
+  if (it == chunks.end() || it->second.empty()) return {input};
+  return it->second;
+}
+
+Status split_batch_inputs(const Graph& g, Strategy* s, const ChunkVersions& chunks) {
+  if (!s->part_layouts.empty()) return split_batch_inputs_by_part(g, s->part_layouts, s, chunks);
   int dp = s->mesh.axis("dp");
   if (dp < 0 || s->mesh.axis_size(dp) == 1) return Status::ok();
   int64_t n = s->mesh.axis_size(dp);
   for (ValueId v : g.inputs()) {
     const Value& val = g.value(v);
     if (val.shape.empty()) continue;
-    if (val.shape[0] % n != 0) {
-      return error("dp {} does not divide the batch size {} of input '{}'", n, val.shape[0], val.name);
+    std::vector<ValueId> carriers = batch_carriers(v, chunks);
+    for (ValueId c : carriers) {
+      const Value& cv = g.value(c);
+      if (cv.shape.empty() || cv.shape[0] % n != 0) {
+        return error("dp {} does not divide the batch size {} of input '{}'{}", n, cv.shape.empty() ? 0 : cv.shape[0], val.name,
+                     c == v ? "" : " in each micro-batch chunk");
+      }
+      // (a chunk's slice is made by a node: a pin, not a seed, fixes its spec)
+      (c == v ? s->specs : s->pins)[c] = ShardingSpec::replicated(cv.shape.size()).with_dim(0, dp);
     }
-    ShardingSpec sp = ShardingSpec::replicated(val.shape.size());
-    sp.dims[0] = DimSpec{dp, 1};
-    s->specs[v] = sp;
+    if (carriers.front() != v) s->specs[v] = ShardingSpec::replicated(val.shape.size());
   }
   return Status::ok();
 }
@@ -215,17 +226,20 @@ Expected<PartitionedGraph> partition_training(const Graph& train, const std::vec
     pg.collectives += cm.shifts - cm.gathers - cm.scatters;
   }
   int dp = s.mesh.axis("dp");
-  if (dp >= 0 && s.mesh.axis_size(dp) > 1 && s.dp_bucket_bytes > 0) bucket_gradient_all_reduces(pg, dp, s.dp_bucket_bytes);
+  const int64_t bucket_bytes = s.bucket_gradients ? s.dp_bucket_bytes : 0;
+  if (dp >= 0 && s.mesh.axis_size(dp) > 1 && bucket_bytes > 0) bucket_gradient_all_reduces(pg, dp, bucket_bytes);
   // sequence parallelism leaves the gradients of weights applied on sequence shards (norms, the
   // row-parallel biases, position embeddings) partial over tp: dozens of tiny all-reduces, bucketed
   // like the data-parallel ones
   int tpa = s.mesh.axis("tp");
-  if (s.bucket_tp_gradients && !s.pins.empty() && s.part_layouts.empty() && tpa >= 0 && s.mesh.axis_size(tpa) > 1 && s.dp_bucket_bytes > 0)
-    bucket_gradient_all_reduces(pg, tpa, s.dp_bucket_bytes);
-  if (!s.part_layouts.empty() && s.dp_bucket_bytes > 0) {
+  bool tp_pins = false;
+  for (const auto& [v, sp] : s.pins) tp_pins |= tpa >= 0 && sp.uses_axis(tpa);
+  if (tp_pins && s.part_layouts.empty() && tpa >= 0 && s.mesh.axis_size(tpa) > 1 && bucket_bytes > 0)
+    bucket_gradient_all_reduces(pg, tpa, bucket_bytes);
+  if (!s.part_layouts.empty() && bucket_bytes > 0) {
     // parts with their own dp axes: the gradients of each axis bucketed apart
     for (int a = 0; a < pg.mesh.num_axes(); ++a) {
-      if (a != dp && pg.mesh.axis_size(a) > 1) bucket_gradient_all_reduces(pg, a, s.dp_bucket_bytes);
+      if (a != dp && pg.mesh.axis_size(a) > 1) bucket_gradient_all_reduces(pg, a, bucket_bytes);
     }
   }
   if (sharding) *sharding = std::move(sr);

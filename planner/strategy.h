@@ -56,8 +56,9 @@ struct Strategy {
   // Collective matmuls (planner/collective_matmul.h) in these parts; every part when the set is empty.
   bool collective_matmul = false;
   std::set<std::string> collective_matmul_parts;
-  // bucket the tp all-reduces of sequence-parallel weight gradients (off for pipeline stages)
-  bool bucket_tp_gradients = true;
+  // bucket the gradient all-reduces (dp, and tp of sequence-parallel weights) across the graph; off
+  // for pipeline stages, where a bucket would join gradients (and the loss) of different stages
+  bool bucket_gradients = true;
 };
 
 // How tp ranks split one attention's q/k/v projections (a.qkv, in order): per projection the
@@ -75,8 +76,16 @@ Expected<std::vector<int>> attention_projection_split(const AttentionInfo& a, in
 // Megatron's strategy for the model's parameters (ValueIds of `g`). Errors name the block and the
 // size that tp does not divide (heads, kv heads, hidden, MLP width, vocabulary).
 Expected<Strategy> megatron_strategy(const Graph& g, const StrategyOptions& opt);
+// The values a batch input's rows reach the model through: with micro-batch chunks, each chunk's
+// slice of it (`chunks`: input -> its slice per chunk, from chunk_batch), else the input itself.
+using ChunkVersions = std::map<ValueId, std::vector<ValueId>>;
+std::vector<ValueId> batch_carriers(ValueId input, const ChunkVersions& chunks);
+
 // Data-parallel batch split of the graph inputs (dim 0) over "dp"; errors when it does not divide.
-Status split_batch_inputs(const Graph& g, Strategy* s);
+// With micro-batch chunks the split lands on each chunk's slice and the input stays whole on every
+// rank (a contiguous slice of a dp-split batch would gather it first: every rank would compute
+// every row of every chunk).
+Status split_batch_inputs(const Graph& g, Strategy* s, const ChunkVersions& chunks = {});
 
 // Global training graph (outputs: loss, then gradients of `params` in order) -> per-rank template.
 // Gradients leave in their parameter's spec; the loss replicated.

@@ -330,6 +330,14 @@ Expected<TrainSetup> prepare_training(const TrainArgs& args, int64_t world) {
   go.plan_path = a.plan;
   go.partition = !a.export_plan.empty();
   go.pipeline = a.pp > 1;
+  std::vector<StageCut> cuts;
+  if (piped) {
+    // the stages' block ranges first: the programs mark the values that cross them
+    int blocks = count_blocks(loaded.graph);
+    if (blocks == 0) return error("{}: no transformer blocks found; pipeline stages are cut at block boundaries", a.model);
+    OASES_ASSIGN_OR_RETURN(cuts, cut_stages(blocks, static_cast<int>(a.pp), a.stages));
+    go.stage_cuts = cuts;
+  }
   // stages with another mesh than the first: their own program of the same training graph, laid
   // out by Megatron's rules on their tp x dp (a plan file's per-parameter specs are the first's)
   std::optional<Graph> forward;
@@ -370,11 +378,7 @@ Expected<TrainSetup> prepare_training(const TrainArgs& args, int64_t world) {
     pl.set_uniform(stage_world);
     for (size_t k = 0; k < meshes.size(); ++k) pl.stage_ranks[k] = meshes[k].tp * meshes[k].dp;
     OASES_ASSIGN_OR_RETURN(pl.schedule, parse_pipeline(a.pipeline));
-    int blocks = count_blocks(train.graph);
-    if (blocks == 0) return error("{}: no transformer blocks found; pipeline stages are cut at block boundaries", a.model);
-    auto cuts = cut_stages(blocks, pl.stages, a.stages);
-    if (!cuts) return cuts.status();
-    pl.cuts = std::move(*cuts);
+    pl.cuts = cuts;
     if (!s.host_of.empty()) {
       pl.hosts.assign(s.host_of.begin(), s.host_of.end());
       if (!a.emulate_link.empty()) {

@@ -95,6 +95,7 @@ double ring_bytes(const Graph& g, const Node& n, double factor_of_full) {
 }  // namespace
 
 void register_layout_op(OpRegistry& r);
+void register_whole_op(OpRegistry& r);
 void register_reshard_op(OpRegistry& r);
 
 void register_collective_ops(OpRegistry& r) {
@@ -301,6 +302,7 @@ void register_collective_ops(OpRegistry& r) {
     r.add(std::move(s));
   }
   register_layout_op(r);
+  register_whole_op(r);
   register_reshard_op(r);
   for (const char* op : {"AllReduce", "ParallelIdentity", "AllGather", "ReduceScatter", "AllToAll", "Broadcast", "Reshard", "RingShift"}) {
     r.find_mutable(kOasesDomain, op)->traits |= kTraitCollective;
@@ -315,6 +317,7 @@ void register_collective_ops(OpRegistry& r) {
     r.find_mutable(kOasesDomain, op)->differentiable = false;
   // The partitioner removes every Layout before a program is built.
   r.find_mutable(kOasesDomain, "Layout")->traits |= kTraitNoKernel;
+  r.find_mutable(kOasesDomain, "Whole")->traits |= kTraitNoKernel;
 
   // --- examples on a group of one member (the gradient check's single rank): each collective
   // is then the identity, which checks the dual op's shapes and attributes; the dual pairing
@@ -352,6 +355,7 @@ void register_collective_ops(OpRegistry& r) {
                         AttrMap{{"mesh", Attribute::of_string("tp=1")},
                                 {"dims", Attribute::of_ints({-1, -1})},
                                 {"grad_dims", Attribute::of_ints({-1, -1})}})});
+  set_examples(r, kOasesDomain, "Whole", {example("whole", {ex_float({4, 6})}, AttrMap{})});
 }
 
 void register_layout_op(OpRegistry& r) {
@@ -384,6 +388,31 @@ void register_layout_op(OpRegistry& r) {
       if (dims[d] >= c.mesh().num_axes()) return c.fail("mesh axis {} of a {}-axis mesh", dims[d], c.mesh().num_axes());
       want.dims[d] = DimSpec{static_cast<int>(dims[d]), 1};
     }
+    c.require(0, want);
+    c.set_out(0, want);
+    return Status::ok();
+  };
+  s.cost = [](const Graph&, const Node&) { return OpCost{}; };
+  r.add(std::move(s));
+}
+
+// A value leaving a pipeline stage: partial sums (a tied weight's gradient contribution, partial
+// over dp) are reduced on the stage that made them, so a transfer always carries whole values.
+void register_whole_op(OpRegistry& r) {
+  OpSchema s;
+  s.domain = kOasesDomain;
+  s.op_type = "Whole";
+  s.min_inputs = s.max_inputs = 1;
+  s.foldable = false;
+  s.view_of_input = 0;
+  s.doc = "identity whose value has no pending partial sums on any mesh (removed by the partitioner, its output taking the reduced value's place)";
+  s.infer = [](InferContext& c) {
+    c.set_output(0, c.dtype(0), c.shape(0));
+    return Status::ok();
+  };
+  s.differentiable = false;  // marks a training graph after autodiff
+  s.shard = [](ShardContext& c) {
+    ShardingSpec want = c.in(0).without_partial();
     c.require(0, want);
     c.set_out(0, want);
     return Status::ok();

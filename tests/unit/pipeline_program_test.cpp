@@ -37,16 +37,23 @@ struct Built {
   }
 };
 
-Expected<GlobalProgram> program_on(const PlanningModel& pm, int64_t tp, int64_t dp, int chunks, const std::string& schedule) {
+// A stage's program as oases-train builds it: the values crossing `cuts` marked whole.
+Expected<GlobalProgram> program_on(const PlanningModel& pm, int64_t tp, int64_t dp, int chunks, const std::string& schedule,
+                                   const std::vector<StageCut>& cuts) {
   Plan plan = Plan::megatron(tp, dp);
   plan.mesh.schedule = schedule;
   plan.mesh.chunks = chunks;
-  return build_global_program(pm.forward, TrainingSpec{}, plan, tp * dp, GlobalProgramOptions{});
+  GlobalProgramOptions opts;
+  opts.pipeline = true;
+  opts.stage_cuts = cuts;
+  return build_global_program(pm.forward, TrainingSpec{}, plan, tp * dp, opts);
 }
 
 Built build(int S, int64_t tp, int M, int K, PipelineSchedule sched, const std::string& schedule = "") {
   PlanningModel pm = tied_model();
-  auto gp = program_on(pm, tp, 1, M * K, schedule);
+  auto cuts = cut_stages(count_blocks(pm.forward), S);
+  EXPECT_TRUE(cuts) << cuts.status().message();
+  auto gp = program_on(pm, tp, 1, M * K, schedule, *cuts);
   EXPECT_TRUE(gp) << gp.status().message();
   Built b{std::move(*gp), {}, {}};
   b.pl.stages = S;
@@ -54,8 +61,6 @@ Built build(int S, int64_t tp, int M, int K, PipelineSchedule sched, const std::
   b.pl.chunks = K;
   b.pl.set_uniform(tp);
   b.pl.schedule = sched;
-  auto cuts = cut_stages(count_blocks(b.gp.train.graph), S);
-  EXPECT_TRUE(cuts) << cuts.status().message();
   b.pl.cuts = *cuts;
   return b;
 }
@@ -66,7 +71,7 @@ Built build_meshes(const std::vector<std::pair<int64_t, int64_t>>& meshes, int M
   Built b = build(S, 1, M, 1, sched);  // the layout and cuts; the stages get their own programs below
   PlanningModel pm = tied_model();
   for (int s = 0; s < S; ++s) {
-    auto gp = program_on(pm, meshes[static_cast<size_t>(s)].first, meshes[static_cast<size_t>(s)].second, M, "");
+    auto gp = program_on(pm, meshes[static_cast<size_t>(s)].first, meshes[static_cast<size_t>(s)].second, M, "", b.pl.cuts);
     EXPECT_TRUE(gp) << gp.status().message();
     b.stage_gp.push_back(std::make_shared<GlobalProgram>(std::move(*gp)));
     b.pl.stage_ranks[static_cast<size_t>(s)] = meshes[static_cast<size_t>(s)].first * meshes[static_cast<size_t>(s)].second;

@@ -57,6 +57,42 @@ TEST(RankProgram, TwoPhasesMatchTheOneCall) {
   EXPECT_GT(differing, 0);
 }
 
+// Data parallelism with micro-batch chunks: each rank computes its own rows of every chunk (a
+// chunk's contiguous slice of a batch already split over dp used to gather the batch first, so
+// every rank computed every row; the gradients agreed, the work was dp times too much).
+TEST(RankProgram, DataParallelChunksComputeTheirRanksRowsOnly) {
+  Graph fwd = gpt2_forward();  // batch 8
+  Plan plan = Plan::megatron(1, 2);
+  plan.mesh.schedule = "oases";
+  plan.mesh.chunks = 2;
+  for (int64_t rank : {0, 1}) {
+    auto r = build_rank_program(fwd, plan, rank);
+    ASSERT_TRUE(r) << r.status().message();
+    const Graph& g = r->train.graph;
+    int slices = 0;
+    for (NodeId id : g.nodes()) {
+      const Node& n = g.node(id);
+      if (n.op_type != "Slice" || !g.value(n.inputs[0]).is_input) continue;
+      ++slices;
+      EXPECT_EQ(g.value(n.inputs[0]).shape[0], 8) << "the input stays whole: " << n.name;
+      // the chunk's slice, then this rank's half of it (on the partition's ShardSlice)
+      int64_t rows = g.value(n.outputs[0]).shape[0];
+      for (const Use& u : g.uses(n.outputs[0])) {
+        const Node& c = g.node(u.node);
+        if (c.op_type == "ShardSlice") rows = g.value(c.outputs[0]).shape[0];
+      }
+      EXPECT_EQ(rows, 2) << n.name;
+    }
+    EXPECT_EQ(slices, 4) << "tokens and targets, two chunks each";
+    for (NodeId id : g.nodes()) {
+      const Node& n = g.node(id);
+      if (n.phase != Node::Phase::kForward || n.op_type != "MatMul") continue;
+      const Shape& x = g.value(n.inputs[0]).shape;
+      if (x.size() == 3) EXPECT_EQ(x[0], 2) << n.name << " computes " << x[0] << " rows";
+    }
+  }
+}
+
 // The vocabulary-parallel loss communicates once a chunk: the ranks' row statistics gathered side
 // by side (it was a max all-reduce and then a sum all-reduce); its gradient adds none.
 TEST(RankProgram, VocabularyParallelLossGathersOnceAChunk) {
