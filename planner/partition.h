@@ -5,6 +5,8 @@
 // over split dims). All ranks share one template; constants and parameters are sliced per rank.
 #pragma once
 
+#include <functional>
+
 #include <map>
 #include <vector>
 
@@ -37,7 +39,8 @@ namespace oases {
 
 // Merges the data-parallel all-reduces of gradients (AllReduce over `mesh_axis` whose result is a
 // graph output) into buckets of about `bucket_bytes`, in the order the gradients become ready;
-// returns the number of buckets.
-int bucket_gradient_all_reduces(PartitionedGraph& pg, int mesh_axis, int64_t bucket_bytes);
+// returns the number of buckets. With `group` (a pipeline: the stage of a node), a bucket never
+// joins all-reduces of different groups.
+int bucket_gradient_all_reduces(PartitionedGraph& pg, int mesh_axis, int64_t bucket_bytes, const std::function<int(NodeId)>& group = {});
 
 }  // namespace oases

@@ -221,7 +221,9 @@ Expected<GlobalProgram> build_global_program(Graph forward, const TrainingSpec& 
     gp.param_specs.push_back(it != gp.strategy.specs.end() ? it->second : ShardingSpec::replicated(gp.train.graph.value(p).shape.size()));
     gp.param_shapes.push_back(gp.train.graph.value(p).shape);
   }
-  gp.strategy.bucket_gradients = !opts.pipeline;
+  // pipeline stages: buckets per stage where the cuts are known, else none
+  gp.strategy.bucket_gradients = !opts.pipeline || !opts.stage_cuts.empty();
+  gp.strategy.stage_cuts = opts.pipeline ? opts.stage_cuts : std::vector<StageCut>{};
   if (world > 1 || opts.partition) {
     auto pg = partition_training(gp.train.graph, gp.train.params, gp.strategy, &gp.sharding);
     if (!pg) return pg.status().with_context(where);

@@ -1,10 +1,13 @@
 #include "planner/strategy.h"
 
+#include <functional>
+
 #include <fmt/format.h>
 
 #include "graph/op_registry.h"
 #include "planner/collective_matmul.h"
 #include "planner/hybrid.h"
+#include "planner/pipeline_program.h"
 #include "planner/propagation.h"
 
 namespace oases {
@@ -227,7 +230,14 @@ Expected<PartitionedGraph> partition_training(const Graph& train, const std::vec
   }
   int dp = s.mesh.axis("dp");
   const int64_t bucket_bytes = s.bucket_gradients ? s.dp_bucket_bytes : 0;
-  if (dp >= 0 && s.mesh.axis_size(dp) > 1 && bucket_bytes > 0) bucket_gradient_all_reduces(pg, dp, bucket_bytes);
+  std::function<int(NodeId)> stage_of;
+  StageAssignment stages;
+  if (!s.stage_cuts.empty() && bucket_bytes > 0) {
+    OASES_ASSIGN_OR_RETURN(stages, assign_stages(pg.local, params, s.stage_cuts, static_cast<int>(s.stage_cuts.size())));
+    stage_of = [&stages](NodeId id) { return stages.stages[static_cast<size_t>(id)].front(); };
+  }
+  auto bucket = [&](int axis) { bucket_gradient_all_reduces(pg, axis, bucket_bytes, stage_of); };
+  if (dp >= 0 && s.mesh.axis_size(dp) > 1 && bucket_bytes > 0) bucket(dp);
   // sequence parallelism leaves the gradients of weights applied on sequence shards (norms, the
   // row-parallel biases, position embeddings) partial over tp: dozens of tiny all-reduces, bucketed
   // like the data-parallel ones
@@ -235,11 +245,11 @@ Expected<PartitionedGraph> partition_training(const Graph& train, const std::vec
   bool tp_pins = false;
   for (const auto& [v, sp] : s.pins) tp_pins |= tpa >= 0 && sp.uses_axis(tpa);
   if (tp_pins && s.part_layouts.empty() && tpa >= 0 && s.mesh.axis_size(tpa) > 1 && bucket_bytes > 0)
-    bucket_gradient_all_reduces(pg, tpa, bucket_bytes);
+    bucket(tpa);
   if (!s.part_layouts.empty() && bucket_bytes > 0) {
     // parts with their own dp axes: the gradients of each axis bucketed apart
     for (int a = 0; a < pg.mesh.num_axes(); ++a) {
-      if (a != dp && pg.mesh.axis_size(a) > 1) bucket_gradient_all_reduces(pg, a, bucket_bytes);
+      if (a != dp && pg.mesh.axis_size(a) > 1) bucket(a);
     }
   }
   if (sharding) *sharding = std::move(sr);

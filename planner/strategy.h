@@ -12,6 +12,7 @@
 
 #include "graph/blocks.h"
 #include "graph/sharding.h"
+#include "planner/pipeline.h"
 #include "planner/partition.h"
 
 namespace oases {
@@ -56,9 +57,11 @@ struct Strategy {
   // Collective matmuls (planner/collective_matmul.h) in these parts; every part when the set is empty.
   bool collective_matmul = false;
   std::set<std::string> collective_matmul_parts;
-  // bucket the gradient all-reduces (dp, and tp of sequence-parallel weights) across the graph; off
-  // for pipeline stages, where a bucket would join gradients (and the loss) of different stages
+  // bucket the gradient all-reduces (dp, and tp of sequence-parallel weights); with `stage_cuts`
+  // (pipeline stages) each stage's apart: a bucket joining two stages' gradients (or the loss)
+  // would make one stage wait for the other's
   bool bucket_gradients = true;
+  std::vector<StageCut> stage_cuts;
 };
 
 // How tp ranks split one attention's q/k/v projections (a.qkv, in order): per projection the

@@ -225,6 +225,35 @@ TEST(PipelineProgram, TransfersPairUpAndReplayWithoutDeadlock) {
   }
 }
 
+// Data parallelism inside the stages: each stage buckets its own gradients' all-reduces (a bucket
+// joining two stages would have one wait for the other), and the tied weight's gradient from the
+// head crosses whole (reduced over dp on the last stage) into the embedding's stage.
+TEST(PipelineProgram, DataParallelStagesBucketTheirOwnGradients) {
+  Built b = build_meshes({{1, 2}, {1, 2}}, 2, PipelineSchedule::k1F1B);
+  RankProgramOptions ro;
+  ro.slice_constants = false;
+  for (int64_t r = 0; r < b.pl.world(); ++r) {
+    StageProgramInfo info;
+    auto rp = build_stage_program(b.stages(), b.pl, r, ro, &info);
+    ASSERT_TRUE(rp) << rp.status().message();
+    const Graph& g = rp->program.graph;
+    int buckets = 0, whole_markers = 0;
+    for (NodeId id : g.nodes()) {
+      const Node& n = g.node(id);
+      whole_markers += n.op_type == "Whole";
+      if (n.op_type != "AllReduce" || n.inputs.size() < 2) continue;
+      ++buckets;
+      for (ValueId v : n.inputs) {
+        NodeId p = g.producer(v);
+        ASSERT_NE(p, kNoId) << n.describe();
+        EXPECT_NE(g.node(p).op_type, "Reshard") << n.describe() << " waits for another stage's gradient";
+      }
+    }
+    EXPECT_GT(buckets, 0) << "rank " << r;
+    EXPECT_EQ(whole_markers, 0) << "the partitioner dissolves every marker";
+  }
+}
+
 // Stages on meshes of other shapes: the transfers carry each side's layout and mesh, pair up and
 // replay without deadlock.
 TEST(PipelineProgram, StagesOnTheirOwnMeshes) {
