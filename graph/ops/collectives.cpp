@@ -358,18 +358,25 @@ void register_collective_ops(OpRegistry& r) {
   set_examples(r, kOasesDomain, "Whole", {example("whole", {ex_float({4, 6})}, AttrMap{})});
 }
 
-void register_layout_op(OpRegistry& r) {
+// An identity that only tells the partitioner something about its value (it removes the node).
+OpSchema marker_schema(const char* op_type, const char* doc) {
   OpSchema s;
   s.domain = kOasesDomain;
-  s.op_type = "Layout";
+  s.op_type = op_type;
   s.min_inputs = s.max_inputs = 1;
   s.foldable = false;
   s.view_of_input = 0;
-  s.doc = "identity fixing the layout of a value on a mesh (removed by the partitioner)";
+  s.doc = doc;
   s.infer = [](InferContext& c) {
     c.set_output(0, c.dtype(0), c.shape(0));
     return Status::ok();
   };
+  s.cost = [](const Graph&, const Node&) { return OpCost{}; };
+  return s;
+}
+
+void register_layout_op(OpRegistry& r) {
+  OpSchema s = marker_schema("Layout", "identity fixing the layout of a value on a mesh (removed by the partitioner)");
   s.grad = [](GradContext& c) {
     AttrMap a;
     a.set_string("mesh", c.attrs().get_string("mesh", ""));
@@ -392,24 +399,15 @@ void register_layout_op(OpRegistry& r) {
     c.set_out(0, want);
     return Status::ok();
   };
-  s.cost = [](const Graph&, const Node&) { return OpCost{}; };
   r.add(std::move(s));
 }
 
 // A value leaving a pipeline stage: partial sums (a tied weight's gradient contribution, partial
 // over dp) are reduced on the stage that made them, so a transfer always carries whole values.
 void register_whole_op(OpRegistry& r) {
-  OpSchema s;
-  s.domain = kOasesDomain;
-  s.op_type = "Whole";
-  s.min_inputs = s.max_inputs = 1;
-  s.foldable = false;
-  s.view_of_input = 0;
-  s.doc = "identity whose value has no pending partial sums on any mesh (removed by the partitioner, its output taking the reduced value's place)";
-  s.infer = [](InferContext& c) {
-    c.set_output(0, c.dtype(0), c.shape(0));
-    return Status::ok();
-  };
+  OpSchema s = marker_schema("Whole",
+                             "identity whose value has no pending partial sums on any mesh (removed by the partitioner, its output taking the "
+                             "reduced value's place)");
   s.differentiable = false;  // marks a training graph after autodiff
   s.shard = [](ShardContext& c) {
     ShardingSpec want = c.in(0).without_partial();
@@ -417,7 +415,6 @@ void register_whole_op(OpRegistry& r) {
     c.set_out(0, want);
     return Status::ok();
   };
-  s.cost = [](const Graph&, const Node&) { return OpCost{}; };
   r.add(std::move(s));
 }
 
