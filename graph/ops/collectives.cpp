@@ -359,7 +359,7 @@ void register_collective_ops(OpRegistry& r) {
 }
 
 // An identity that only tells the partitioner something about its value (it removes the node).
-OpSchema marker_schema(const char* op_type, const char* doc) {
+static OpSchema marker_schema(const char* op_type, const char* doc) {
   OpSchema s;
   s.domain = kOasesDomain;
   s.op_type = op_type;
