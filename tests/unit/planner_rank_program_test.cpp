@@ -88,7 +88,9 @@ TEST(RankProgram, DataParallelChunksComputeTheirRanksRowsOnly) {
       const Node& n = g.node(id);
       if (n.phase != Node::Phase::kForward || n.op_type != "MatMul") continue;
       const Shape& x = g.value(n.inputs[0]).shape;
-      if (x.size() == 3) EXPECT_EQ(x[0], 2) << n.name << " computes " << x[0] << " rows";
+      if (x.size() == 3) {
+        EXPECT_EQ(x[0], 2) << n.name << " computes " << x[0] << " rows";
+      }
     }
   }
 }
