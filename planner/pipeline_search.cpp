@@ -514,4 +514,18 @@ std::string describe_pipeline(const PipelinePlan& p) {
                      p.micro_batches > 0 ? p.inner.chunks / p.micro_batches : 0, tps, p.bubble * 100, xfer * 1e3);
 }
 
+Plan plan_of_pipeline(const ModelAnalysis& stage_a, const PipelinePlan& p) {
+  PlanChoice first = p.inner;
+  if (p.per_stage) first.layouts.assign(first.layouts.size(), p.stage.front().layout);
+  Plan plan = plan_of_choice(stage_a, first, p.stage_ranks);
+  plan.pipeline.stages = p.stages;
+  plan.pipeline.micro_batches = p.micro_batches;
+  std::vector<StageCut> cuts;
+  for (const auto& st : p.stage) cuts.push_back(st.blocks);
+  plan.pipeline.cuts = stages_string(cuts);
+  plan.pipeline.schedule = pipeline_name(p.schedule);
+  plan.mesh.chunks = p.micro_batches > 0 ? p.inner.chunks / p.micro_batches : 1;
+  return plan;
+}
+
 }  // namespace oases

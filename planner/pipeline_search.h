@@ -74,6 +74,11 @@ Expected<PipelinePlan> price_pipeline(const Graph& forward, const Graph& train, 
                                       const OpTimeModel& ops, int64_t gpus, int stages, int64_t tp, int micro_batches,
                                       PipelineSchedule schedule, const std::string& inner_schedule);
 
+// The plan a pipeline's file carries (plan version 3): the stages' inner plan on one stage's mesh
+// (the first stage's tp where the stages differ; the file's "meshes" lists them all) and the
+// stages, micro-batches, cuts and schedule. `stage_a`: the model analysed on p.stage_ranks ranks.
+Plan plan_of_pipeline(const ModelAnalysis& stage_a, const PipelinePlan& p);
+
 nlohmann::json pipeline_plan_json(const PipelinePlan& p, const ModelAnalysis* inner = nullptr);
 std::string describe_pipeline(const PipelinePlan& p);
 

@@ -516,4 +516,26 @@ Plan plan_of_choice(const ModelAnalysis& a, const PlanChoice& p, int64_t ranks) 
   return Plan::from_parts(part_layouts_of(a, p.layouts), ranks, p.schedule, p.chunks);
 }
 
+SearchOptions megatron_search_options(const SearchOptions& asked) {
+  SearchOptions mo = asked;
+  mo.keep_spaces = false;
+  mo.allow_mixed = false;
+  mo.allow_sequence_parallel = false;
+  mo.allow_collective_matmul = false;
+  mo.schedules = {"plain", "default_checkpoint"};
+  mo.chunks = {1};
+  return mo;
+}
+
+std::vector<PlanChoice> simulation_candidates(const SearchResult& best, const SearchResult& megatron, const SearchOptions& asked) {
+  std::vector<PlanChoice> cands;
+  auto in_asked = [&](const PlanChoice& c) {
+    return std::find(asked.schedules.begin(), asked.schedules.end(), c.schedule) != asked.schedules.end() &&
+           std::find(asked.chunks.begin(), asked.chunks.end(), c.chunks) != asked.chunks.end();
+  };
+  if (megatron.found && in_asked(megatron.best)) cands.push_back(megatron.best);
+  for (const SpaceBest& sb : best.spaces) cands.push_back(sb.choice);
+  return cands;
+}
+
 }  // namespace oases

@@ -63,4 +63,14 @@ double plan_memory(CostModel& m, const PlanChoice& p);
 std::vector<PartLayout> part_layouts_of(const ModelAnalysis& a, const std::vector<Layout>& layouts);
 Plan plan_of_choice(const ModelAnalysis& a, const PlanChoice& p, int64_t ranks);
 
+// The Megatron baseline's space beside a search of `asked` (same limit and degrees): one layout for
+// every part, no sequence parallelism nor collective matmuls, plain or default_checkpoint, one
+// chunk. With degrees {1} it is pure data parallelism.
+SearchOptions megatron_search_options(const SearchOptions& asked);
+
+// What replayed programs choose among (oases-plan --simulate): Megatron's split where it lies in the
+// space asked for (its schedule and chunks among `asked`'s), then the best of every (schedule,
+// chunks) space of `best` (a search with keep_spaces), fastest first by the chain model.
+std::vector<PlanChoice> simulation_candidates(const SearchResult& best, const SearchResult& megatron, const SearchOptions& asked);
+
 }  // namespace oases

@@ -1,10 +1,12 @@
 #include "tools/plan_driver.h"
 
 #include <algorithm>
+#include <map>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "planner/coverage.h"
 #include "planner/plan_report.h"
 #include "planner/strategy.h"
 
@@ -174,6 +176,51 @@ Expected<std::string> rerank_by_simulation(const PlanningModel& m, const ModelAn
   return fmt::format("re-ranked by simulation: {} K={} ({}) simulated {:.3f} ms beats the cost model's choice ({}, {:.3f} ms) among {} candidates{}",
                      choice->schedule, choice->chunks, describe_layouts(a, choice->layouts), f.best_s() * 1e3, was, f.first_s() * 1e3,
                      tried.size() - f.over, over);
+}
+
+Status check_profile_covers(const Profile& profile, const std::string& profile_file, const PlanningModel& pm, const ModelAnalysis& a,
+                            const PricingSpace& space, const BindingFlags& bind) {
+  OASES_ASSIGN_OR_RETURN(std::vector<PricedSample> priced, priced_ops(pm.forward, pm.train.graph, pm.train.params, a, space));
+  std::vector<const PricedSample*> missing = uncovered(priced, profile);
+  if (missing.empty()) return Status::ok();
+  std::map<std::string, int> by_op;
+  for (const PricedSample* m : missing) ++by_op[m->op.op];
+  std::vector<std::string> ops, names;
+  for (const auto& [op, n] : by_op) {
+    ops.push_back(fmt::format("{} {}", op, n));
+    names.push_back(op);
+  }
+  const PricedSample& first = *missing.front();
+  if (profile.backend != "cpu") {
+    return error(
+        "{}: the profile does not cover {} of the model's ops: {} (first priced at {}; measure them: oases-profile --backend {} "
+        "--model {} --ranks {} --out {})",
+        profile_file, names.size(), fmt::join(names, ", "), first.where(), profile.backend, pm.path, space.gpus, profile_file);
+  }
+  // the command that measures them: oases-profile times every op shape of oases-plan's default
+  // space on --ranks ranks, its chunk counts widened by --chunks
+  std::string cmd =
+      fmt::format("oases-profile --backend cpu --model {} --ranks {} --batch {} --seq {}", pm.path, space.gpus, pm.batch, pm.seq);
+  PricingSpace def = default_pricing_space(space.gpus);
+  for (int64_t k : space.search.chunks) {
+    if (std::find(def.search.chunks.begin(), def.search.chunks.end(), k) == def.search.chunks.end()) {
+      cmd += fmt::format(" --chunks {}", fmt::join(space.search.chunks, ","));
+      break;
+    }
+  }
+  for (const std::string& d : bind.dims) cmd += " --dim " + d;
+  for (const std::string& sh : bind.shapes) cmd += " --shape " + sh;
+  cmd += " --out " + profile_file;
+  std::string made;
+  if (profile.model.is_object() && profile.model.contains("ranks")) {
+    made = fmt::format("; it measured {} on {} ranks at batch {} x {}", profile.model.value("path", std::string("a model")),
+                       profile.model.value("ranks", int64_t{0}), profile.model.value("batch", int64_t{0}),
+                       profile.model.value("seq", int64_t{0}));
+  } else {
+    made = "; it measured no model (oases-profile without --model)";
+  }
+  return error("{}: the profile does not cover {} of the {} op shapes the planner prices ({}); the first: {} in {}{} (measure them: {})",
+               profile_file, missing.size(), priced.size(), fmt::join(ops, ", "), first.op.key, first.where(), made, cmd);
 }
 
 }  // namespace oases

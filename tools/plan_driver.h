@@ -11,6 +11,7 @@
 #include "graph/training_graph.h"
 #include "planner/analysis.h"
 #include "planner/cost_model.h"
+#include "planner/coverage.h"
 #include "planner/hybrid.h"
 #include "planner/partition.h"
 #include "planner/rank_program.h"
@@ -36,6 +37,12 @@ Expected<PlanningModel> load_planning_model(const std::string& path, ImportOptio
 // divide the model on `ranks` ranks; the error names the degree, the model and the candidates.
 Expected<std::vector<int64_t>> profiled_degrees(const ModelAnalysis& a, const std::vector<int64_t>& asked, const std::string& model,
                                                int64_t ranks);
+
+// A profile must hold a sample of every op shape the planner prices in `space` (planner/coverage.h;
+// a GPU profile: of every op). The error names the first one missing, where it is priced, and the
+// oases-profile command that measures them all (`bind`: the --dim/--shape flags the model took).
+Status check_profile_covers(const Profile& profile, const std::string& profile_file, const PlanningModel& pm, const ModelAnalysis& a,
+                            const PricingSpace& space, const BindingFlags& bind);
 
 // The program rank 0 runs for `plan` (its mesh over plan.mesh.ranks ranks), built as oases-train
 // builds it (planner/rank_program.h), constants unsliced.
