@@ -18,6 +18,18 @@ bool is_param(const Graph& g, ValueId v) {
   return val.is_initializer && is_floating(val.dtype);
 }
 
+// The parameter v is, or the one a Cast makes it from (a mixed-precision training graph reads
+// its fp32 parameters through a Cast to bf16 or fp16); else kNoId.
+ValueId param_or_cast(const Graph& g, ValueId v) {
+  if (v == kNoId) return kNoId;
+  if (is_param(g, v)) return v;
+  NodeId p = g.value(v).producer;
+  if (p == kNoId) return kNoId;
+  const Node& c = g.node(p);
+  if (c.op_type != "Cast" || !is_default_domain(c.domain) || c.inputs.empty() || !is_param(g, c.inputs[0])) return kNoId;
+  return c.inputs[0];
+}
+
 bool is_norm(const Node& n) {
   return op_has_trait(n, kTraitNorm);
 }
@@ -130,23 +142,25 @@ bool match_linear(const Graph& g, NodeId mm, LinearInfo* out) {
     if (n.attrs.get_int("transA", 0)) return false;
     li.transposed = n.attrs.get_int("transB", 0) != 0;
   }
-  if (!is_param(g, w)) {
+  if (param_or_cast(g, w) != kNoId) {
+    w = param_or_cast(g, w);
+  } else {
     NodeId p = g.value(w).producer;
     if (p == kNoId) return false;
     const Node& t = g.node(p);
-    if (t.op_type != "Transpose" || !is_default_domain(t.domain) || !is_param(g, t.inputs[0])) return false;
+    if (t.op_type != "Transpose" || !is_default_domain(t.domain) || param_or_cast(g, t.inputs[0]) == kNoId) return false;
     if (t.attrs.get_ints("perm") != std::vector<int64_t>{1, 0}) return false;
     li.transpose = p;
     li.transposed = !li.transposed;
-    w = t.inputs[0];
+    w = param_or_cast(g, t.inputs[0]);
   }
   const Shape& ws = g.value(w).shape;
   if (ws.size() != 2) return false;
   li.weight = w;
   li.in_features = li.transposed ? ws[1] : ws[0];
   li.out_features = li.transposed ? ws[0] : ws[1];
-  if (n.op_type == "Gemm" && n.has_input(2) && is_param(g, n.inputs[2])) {
-    li.bias = n.inputs[2];
+  if (n.op_type == "Gemm" && n.has_input(2) && param_or_cast(g, n.inputs[2]) != kNoId) {
+    li.bias = param_or_cast(g, n.inputs[2]);
     li.bias_add = mm;
   } else {
     const auto& uses = g.uses(n.outputs[0]);
@@ -154,8 +168,8 @@ bool match_linear(const Graph& g, NodeId mm, LinearInfo* out) {
       const Node& a = g.node(uses[0].node);
       if (a.op_type == "Add" && is_default_domain(a.domain)) {
         ValueId b = a.inputs[0] == n.outputs[0] ? a.inputs[1] : a.inputs[0];
-        if (is_param(g, b) && g.value(b).shape == Shape{li.out_features}) {
-          li.bias = b;
+        if (param_or_cast(g, b) != kNoId && g.value(b).shape == Shape{li.out_features}) {
+          li.bias = param_or_cast(g, b);
           li.bias_add = a.id;
         }
       }

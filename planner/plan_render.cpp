@@ -44,6 +44,24 @@ std::string jstr(const nlohmann::json& j, const char* key, const std::string& de
   return j.contains(key) && j[key].is_string() ? j[key].get<std::string>() : def;
 }
 
+// j[key], or null where j lacks it (a const json's operator[] on a missing key is undefined: a
+// plan whose blocks lack "qkv" rendered a different label from run to run)
+const nlohmann::json& field(const nlohmann::json& j, const char* key) {
+  static const nlohmann::json kNull;
+  auto it = j.find(key);
+  return it == j.end() ? kNull : *it;
+}
+
+// The split of the first entry of a list of linear layers (or of one layer), else `def`.
+std::string first_split(const nlohmann::json& layers, const std::string& def = "replicated") {
+  const nlohmann::json* l = &layers;
+  if (layers.is_array()) {
+    if (layers.empty()) return def;
+    l = &layers[0];
+  }
+  return l->is_null() ? def : jstr(*l, "split", def);
+}
+
 // Collectives of a block part ("attn"/"mlp") and phase, as "all-reduce x2 (1.5 KiB)".
 std::string coll_summary(const nlohmann::json& block, const std::string& part, const std::string& phase, int* count) {
   std::map<std::string, std::pair<int, double>> by_op;
@@ -188,15 +206,15 @@ code{font-size:12px}</style></head><body>)";
     }
     if (b.contains("attention")) {
       const auto& a = b["attention"];
-      std::string qsplit =
-          a.contains("qkv") && !a["qkv"].empty() && !a["qkv"][0].is_null() ? jstr(a["qkv"][0], "split", "replicated") : "replicated";
+      const nlohmann::json& qkv = field(a, "qkv");
+      std::string qsplit = first_split(qkv);
       x = diamond(svg, x, attn_b);
-      x = box(svg, x, a["qkv"].size() == 1 ? "QKV (fused)" : "Q, K, V", qsplit, qsplit, 100);
+      x = box(svg, x, qkv.size() == 1 ? "QKV (fused)" : qkv.size() == 3 ? "Q, K, V" : "QKV", qsplit, qsplit, 100);
       x = arrow(svg, x);
       x = box(svg, x, "attention", fmt::format("{} of {} heads/rank", a["heads_per_rank"].get<int64_t>(), a["heads"].get<int64_t>()),
               qsplit, 130);
       x = arrow(svg, x);
-      std::string osplit = a["out"].is_null() ? "replicated" : jstr(a["out"], "split", "replicated");
+      std::string osplit = first_split(field(a, "out"));
       x = box(svg, x, "out proj", osplit, osplit, 90);
       x = diamond(svg, x + 2, attn_f);
       x = arrow(svg, x);
@@ -207,13 +225,13 @@ code{font-size:12px}</style></head><body>)";
     }
     if (b.contains("mlp")) {
       const auto& m = b["mlp"];
-      std::string usplit = m.contains("up") && !m["up"].empty() ? jstr(m["up"][0], "split", "replicated") : "replicated";
+      std::string usplit = first_split(field(m, "up"));
       x = diamond(svg, x, mlp_b);
-      x = box(svg, x, m["up"].size() == 2 ? "gate, up" : "up proj", usplit, usplit, 90);
+      x = box(svg, x, field(m, "up").size() == 2 ? "gate, up" : "up proj", usplit, usplit, 90);
       x = arrow(svg, x);
       x = box(svg, x, m["activation"].get<std::string>(), usplit, usplit, 80);
       x = arrow(svg, x);
-      std::string dsplit = m["down"].is_null() ? "replicated" : jstr(m["down"], "split", "replicated");
+      std::string dsplit = first_split(field(m, "down"));
       x = box(svg, x, "down proj", dsplit, dsplit, 90);
       x = diamond(svg, x + 2, mlp_f);
     }
@@ -295,16 +313,16 @@ std::string plan_to_dot(const nlohmann::json& p) {
     int idx = b["index"].get<int>();
     if (b.contains("attention")) {
       const auto& a = b["attention"];
-      std::string qs = a["qkv"].empty() || a["qkv"][0].is_null() ? "replicated" : jstr(a["qkv"][0], "split");
+      std::string qs = first_split(field(a, "qkv"));
       node(fmt::format("block {} qkv", idx), qs);
       node(fmt::format("attention {}/{} heads", a["heads_per_rank"].get<int64_t>(), a["heads"].get<int64_t>()), qs);
-      node("out proj", a["out"].is_null() ? "replicated" : jstr(a["out"], "split"));
+      node("out proj", first_split(field(a, "out")));
       coll(af, "all-reduce");
     }
     if (b.contains("mlp")) {
       const auto& m = b["mlp"];
-      node(fmt::format("block {} up", idx), m["up"].empty() ? "replicated" : jstr(m["up"][0], "split"));
-      node("down", m["down"].is_null() ? "replicated" : jstr(m["down"], "split"));
+      node(fmt::format("block {} up", idx), first_split(field(m, "up")));
+      node("down", first_split(field(m, "down")));
       coll(mf, "all-reduce");
     }
   }

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "executor/executor.h"
+#include "graph/blocks.h"
 #include "graph/op_registry.h"
 #include "planner/rank_program.h"
 #include "tools/plan_driver.h"
@@ -92,6 +93,28 @@ TEST(RankProgram, DataParallelChunksComputeTheirRanksRowsOnly) {
         EXPECT_EQ(x[0], 2) << n.name << " computes " << x[0] << " rows";
       }
     }
+  }
+}
+
+// A mixed-precision training graph reads its parameters through Casts: the structure found on it
+// (plan files' and pages' blocks) still names every block's projections and their fp32 weights.
+TEST(RankProgram, StructureOfABf16TrainingGraphNamesItsProjections) {
+  Graph fwd = gpt2_forward();
+  ModelStructure want = find_transformer_structure(fwd);
+  ASSERT_FALSE(want.blocks.empty());
+  Plan plan = Plan::megatron(2, 1);
+  plan.dtype = "bf16";
+  auto gp = build_global_program(fwd, TrainingSpec{}, plan, 2, GlobalProgramOptions{});
+  ASSERT_TRUE(gp) << gp.status().message();
+  ModelStructure got = find_transformer_structure(gp->train.graph);
+  ASSERT_EQ(got.blocks.size(), want.blocks.size());
+  for (size_t b = 0; b < want.blocks.size(); ++b) {
+    ASSERT_EQ(got.blocks[b].attn.qkv.size(), want.blocks[b].attn.qkv.size()) << "block " << b;
+    for (size_t i = 0; i < want.blocks[b].attn.qkv.size(); ++i) EXPECT_EQ(got.blocks[b].attn.qkv[i].weight, want.blocks[b].attn.qkv[i].weight);
+    EXPECT_EQ(got.blocks[b].attn.out.weight, want.blocks[b].attn.out.weight);
+    ASSERT_EQ(got.blocks[b].mlp.up.size(), want.blocks[b].mlp.up.size()) << "block " << b;
+    EXPECT_EQ(got.blocks[b].mlp.down.weight, want.blocks[b].mlp.down.weight);
+    EXPECT_EQ(got.blocks[b].attn.out.bias, want.blocks[b].attn.out.bias);
   }
 }
 
