@@ -126,7 +126,7 @@ Expected<FedModel> load_model_for_feeds(const std::string& path, ImportOptions o
   static CpuEvaluator evaluator;
   FoldOptions fold;
   fold.evaluator = &evaluator;
-  auto reports = run_canonical_pipeline(fm.model.graph, fold);
+  auto reports = run_canonical_passes(fm.model.graph, fold);
   if (!reports) return first;
   fm.model.reports = *reports;
   fm.specialised = true;

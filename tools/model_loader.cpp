@@ -21,7 +21,7 @@ Expected<LoadedModel> load_model(const std::string& path, const ImportOptions& o
   static CpuEvaluator evaluator;
   FoldOptions fold;
   fold.evaluator = &evaluator;
-  auto reports = run_canonical_pipeline(m.graph, fold);
+  auto reports = run_canonical_passes(m.graph, fold);
   if (!reports) return reports.status().with_context(path);
   m.reports = *reports;
   return m;

@@ -77,7 +77,8 @@ std::unique_ptr<Pass> make_loss_sum_over_count_pass();
 // Tags nodes with the transformer block they belong to (Node::scope), see graph/blocks.h.
 std::unique_ptr<Pass> make_find_blocks_pass();
 
-// The standard import pipeline: check, infer+fold, DCE, fusions, infer+fold, DCE, blocks.
-Expected<std::vector<PassReport>> run_canonical_pipeline(Graph& g, const FoldOptions& fold);
+// The standard import passes, in order (graph/passes/canonical_passes.cpp): check, infer+fold,
+// DCE, fusions, infer+fold, DCE, blocks. ("pipeline" in this project means pipeline stages.)
+Expected<std::vector<PassReport>> run_canonical_passes(Graph& g, const FoldOptions& fold);
 
 }  // namespace oases

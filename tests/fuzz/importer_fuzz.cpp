@@ -55,7 +55,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static oases::CpuEvaluator evaluator;
   oases::FoldOptions fold;
   fold.evaluator = &evaluator;
-  auto reports = oases::run_canonical_pipeline(*g, fold);
+  auto reports = oases::run_canonical_passes(*g, fold);
   if (!reports) return 0;
   static const bool run = std::getenv("OASES_FUZZ_RUN") != nullptr;
   if (!run) return 0;

@@ -44,7 +44,7 @@ EinsumRun run_einsum(const std::string& equation, const std::vector<Tensor>& ins
   CpuEvaluator ev;
   FoldOptions fold;
   fold.evaluator = &ev;
-  auto rep = run_canonical_pipeline(g, fold);
+  auto rep = run_canonical_passes(g, fold);
   EXPECT_TRUE(rep) << rep.status().message();
   EinsumRun r;
   r.out_shape = g.value(g.outputs()[0]).shape;
@@ -153,7 +153,7 @@ TEST(Einsum, BadEquationsNameTheNode) {
   attrs.set_string("equation", "ij,jk->ik");
   NodeId n = g.add_node_new_outputs("Einsum", {a, b}, 1, attrs, "mm");
   g.add_output(g.node(n).outputs[0]);
-  auto rep = run_canonical_pipeline(g, FoldOptions{});
+  auto rep = run_canonical_passes(g, FoldOptions{});
   ASSERT_FALSE(rep);
   EXPECT_NE(rep.status().message().find("node 'mm'"), std::string::npos) << rep.status().message();
   EXPECT_NE(rep.status().message().find("label 'j'"), std::string::npos) << rep.status().message();

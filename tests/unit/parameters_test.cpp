@@ -124,7 +124,7 @@ TEST(Parameters, ATokenCopiedPerBatchRowIsOneLearnedToken) {
     n.g.add_initializer("expand", copies);
     ValueId y = n.op("Concat", {n.g.find_value("expand"), x}, AttrMap{{"axis", Attribute::of_int(1)}});
     n.g.set_outputs({y});
-    auto reports = run_canonical_pipeline(n.g, FoldOptions{});
+    auto reports = run_canonical_passes(n.g, FoldOptions{});
     ASSERT_TRUE(reports) << reports.status().message();
     ValueId tok = n.g.find_value("expand");
     ASSERT_NE(tok, kNoId);

@@ -2,7 +2,7 @@
 
 namespace oases {
 
-Expected<std::vector<PassReport>> run_canonical_pipeline(Graph& g, const FoldOptions& fold) {
+Expected<std::vector<PassReport>> run_canonical_passes(Graph& g, const FoldOptions& fold) {
   std::vector<PassReport> reports;
   OASES_RETURN_IF_ERROR(check_supported(g));
   std::vector<std::unique_ptr<Pass>> passes;
