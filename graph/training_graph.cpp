@@ -2,6 +2,7 @@
 
 #include "graph/parameters.h"
 
+#include <algorithm>
 #include <optional>
 #include <regex>
 
@@ -16,6 +17,18 @@ namespace {
 
 bool is_scalar_float(const Value& v) {
   return is_floating(v.dtype) && v.numel() == 1 && v.shape.size() <= 1;
+}
+
+// The rows of the largest 2-D initializer a Gather indexes (0: none).
+int64_t gathered_table_rows(const Graph& g) {
+  int64_t rows = 0;
+  for (ValueId v : g.initializers()) {
+    const Value& val = g.value(v);
+    for (const Use& u : val.uses) {
+      if (g.node(u.node).op_type == "Gather" && u.slot == 0 && val.shape.size() == 2) rows = std::max(rows, val.shape[0]);
+    }
+  }
+  return rows;
 }
 
 }  // namespace
@@ -110,6 +123,8 @@ Expected<TrainingGraph> build_training_graph(Graph g, const TrainingSpec& spec) 
   DeadCodePass dce;
   auto d = dce.run(g);
   if (!d) return d.status();
+  // on the graph as trained, dead code gone: a table whose rows never reach the loss sets no bound
+  if (!tg.appended_loss) tg.vocab = gathered_table_rows(g);
   tg.loss = loss;
   tg.graph = std::move(g);
   return tg;

@@ -30,7 +30,9 @@ struct TrainingGraph {
   std::vector<ValueId> grads;   // gradient of params[i]
   ValueId targets = kNoId;      // input added for the appended loss ("oases_targets")
   bool appended_loss = false;
-  int64_t vocab = 0;                // logits width (appended loss) or the token embedding's rows
+  // the logits' width (appended loss), else the rows of the widest 2-D table an initializer Gather
+  // reads (the token embedding of a model with its own loss): what token ids must stay below
+  int64_t vocab = 0;
   std::vector<std::string> frozen;  // float initializers held fixed
   // every float initializer: trained or not, and why (graph/parameters.h; describe_parameter_split)
   std::vector<InitializerRole> roles;

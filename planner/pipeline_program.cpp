@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <functional>
 #include <map>
+#include <optional>
 #include <set>
 #include <tuple>
 
@@ -697,6 +698,72 @@ Expected<RankProgram> build_stage_program(const std::vector<const GlobalProgram*
   OASES_ASSIGN_OR_RETURN(rp.program, lay_out_program(g, rp.order, keep, fusion_for(opts.fuse, opts.device)));
   tg.graph = std::move(g);
   return rp;
+}
+
+std::vector<const GlobalProgram*> StageGlobals::programs() const {
+  std::vector<const GlobalProgram*> out;
+  for (int k = 0; k < layout.stages; ++k) out.push_back(&program(k));
+  return out;
+}
+
+Expected<StageGlobals> build_stage_globals(Graph forward, const TrainingSpec& spec, const Plan& plan, const Plan::Pipeline& pipe,
+                                           const GlobalProgramOptions& opts) {
+  const auto& meshes = pipe.meshes;
+  const MeshPlan& m0 = plan.mesh;
+  if (pipe.stages < 2 || pipe.micro_batches < 1) return error("a pipeline of {} stages and {} micro-batches", pipe.stages, pipe.micro_batches);
+  if (!meshes.empty() && (static_cast<int64_t>(meshes.size()) != pipe.stages || meshes[0].tp != m0.tp || meshes[0].dp != m0.dp))
+    return error("{} stage meshes for {} stages, the first {}x{} where the plan's is {}x{}", meshes.size(), pipe.stages,
+                 meshes[0].tp, meshes[0].dp, m0.tp, m0.dp);
+  const int64_t first_ranks = m0.tp * m0.dp;
+  // the stages' block ranges first: the programs mark the values that cross them
+  int blocks = count_blocks(forward);
+  if (blocks == 0) return error("{}: no transformer blocks found; pipeline stages are cut at block boundaries", opts.model_path);
+  OASES_ASSIGN_OR_RETURN(std::vector<StageCut> cuts, cut_stages(blocks, static_cast<int>(pipe.stages), pipe.cuts));
+  GlobalProgramOptions go = opts;
+  go.pipeline = true;
+  go.stage_cuts = cuts;
+  const int64_t chunks = m0.chunk_count();  // of one micro-batch
+  Plan p0 = plan;
+  p0.mesh.chunks = chunks * pipe.micro_batches;
+  StageGlobals sg;
+  std::optional<Graph> copy;
+  if (!meshes.empty()) copy = forward;
+  OASES_ASSIGN_OR_RETURN(sg.first, build_global_program(std::move(forward), spec, p0, first_ranks, go));
+  // one program per distinct (tp, dp, schedule); the first stage's is sg.first (null here)
+  std::map<std::tuple<int64_t, int64_t, std::string>, std::shared_ptr<const GlobalProgram>> built{{{m0.tp, m0.dp, m0.schedule}, nullptr}};
+  for (size_t k = 0; k < meshes.size(); ++k) {
+    const auto& m = meshes[k];
+    const std::string sched = m.schedule.empty() ? m0.schedule : m.schedule;
+    auto same = built.find({m.tp, m.dp, sched});
+    if (same != built.end()) {
+      sg.own.push_back(same->second);
+      continue;
+    }
+    Plan ps = p0;
+    ps.mesh.tp = m.tp;
+    ps.mesh.dp = m.dp;
+    ps.mesh.ranks = m.tp * m.dp;
+    ps.mesh.mesh = Mesh{};
+    ps.mesh.parts.clear();
+    ps.mesh.schedule = sched;
+    ps.mesh.recompute.reset();
+    ps.parameters.clear();
+    GlobalProgramOptions gs = go;
+    gs.plan_path.clear();
+    auto gk = build_global_program(*copy, spec, ps, m.tp * m.dp, gs);
+    if (!gk) return gk.status().with_context(fmt::format("stage {} (tp {} x dp {})", k, m.tp, m.dp));
+    sg.own.push_back(std::make_shared<const GlobalProgram>(std::move(*gk)));
+    built.emplace(std::make_tuple(m.tp, m.dp, sched), sg.own.back());
+  }
+  PipelineLayout& pl = sg.layout;
+  pl.stages = static_cast<int>(pipe.stages);
+  pl.micro_batches = static_cast<int>(pipe.micro_batches);
+  pl.chunks = static_cast<int>(chunks);
+  pl.set_uniform(first_ranks);
+  for (size_t k = 0; k < meshes.size(); ++k) pl.stage_ranks[k] = meshes[k].tp * meshes[k].dp;
+  OASES_ASSIGN_OR_RETURN(pl.schedule, parse_pipeline(pipe.schedule));
+  pl.cuts = std::move(cuts);
+  return sg;
 }
 
 }  // namespace oases

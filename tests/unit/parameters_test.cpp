@@ -6,6 +6,7 @@
 
 #include "graph/parameters.h"
 #include "graph/passes/pass.h"
+#include "graph/training_graph.h"
 
 namespace oases {
 namespace {
@@ -102,6 +103,26 @@ TEST(Parameters, SplitIsDescribedWithEachBuffer) {
   EXPECT_EQ(lines[0], "1 parameter (16 elements), 1 buffer (8 elements)");
   EXPECT_NE(lines[1].find("buffer 'mask_table'"), std::string::npos) << lines[1];
   EXPECT_NE(lines[1].find("[2, 4]"), std::string::npos) << lines[1];
+}
+
+// A model with its own scalar loss: the vocabulary (what oases-train's token ids must stay below)
+// is the rows of the table its Gather reads, not those of a table read by nothing the loss needs.
+TEST(Parameters, AModelWithItsOwnLossTakesItsVocabularyFromTheGatheredTable) {
+  for (bool own_loss : {true, false}) {
+    Net n;
+    n.g.opset_imports[""] = 17;
+    ValueId ids = n.g.add_input("ids", DType::kI64, {2, 3});
+    ValueId h = n.op("MatMul", {n.op("Gather", {n.init("emb", {50, 4}), ids}), n.init("w", {4, 4})});
+    n.op("Gather", {n.init("unused", {70, 4}), ids});
+    n.g.set_outputs({own_loss ? n.op("ReduceMean", {n.op("Mul", {h, h})}, AttrMap{{"keepdims", Attribute::of_int(0)}}) : h});
+    InferShapesPass infer;
+    auto st = infer.run(n.g);
+    ASSERT_TRUE(st) << st.status().message();
+    auto tg = build_training_graph(n.g, TrainingSpec{});
+    ASSERT_TRUE(tg) << tg.status().message();
+    EXPECT_EQ(tg->appended_loss, !own_loss);
+    EXPECT_EQ(tg->vocab, own_loss ? 50 : 4);  // appended: the logits' width
+  }
 }
 
 }  // namespace

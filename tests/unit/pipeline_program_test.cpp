@@ -297,6 +297,62 @@ TEST(PipelineProgram, ErrorsNameTheProblem) {
   EXPECT_NE(bad_mesh.status().message().find("partitioned over 1 ranks"), std::string::npos) << bad_mesh.status().message();
 }
 
+// oases-train's stage programs: stages whose (tp, dp, schedule) agree share one program (the
+// first stage's mesh: the first program itself), the cuts are the ones asked for, and every
+// program holds all micro-batches' chunks.
+TEST(PipelineProgram, StageGlobalsShareTheProgramsOfEqualMeshes) {
+  PlanningModel pm = tied_model();
+  Plan plan = Plan::megatron(1, 1);
+  Plan::Pipeline pipe{4, 2, "", "eager-1f1b", {{1, 1, ""}, {2, 1, ""}, {1, 1, ""}, {2, 1, ""}}};
+  auto sg = build_stage_globals(pm.forward, TrainingSpec{}, plan, pipe, GlobalProgramOptions{});
+  ASSERT_TRUE(sg) << sg.status().message();
+  ASSERT_EQ(sg->own.size(), 4u);
+  EXPECT_EQ(sg->own[0], nullptr);
+  EXPECT_EQ(sg->own[2], nullptr);
+  ASSERT_NE(sg->own[1], nullptr);
+  EXPECT_EQ(sg->own[1], sg->own[3]);
+  EXPECT_EQ(&sg->program(2), &sg->first);
+  EXPECT_EQ(sg->program(3).world, 2);
+  EXPECT_EQ(sg->programs(), (std::vector<const GlobalProgram*>{&sg->first, sg->own[1].get(), &sg->first, sg->own[1].get()}));
+  EXPECT_EQ(sg->first.plan.mesh.chunks, 2);
+  EXPECT_EQ(sg->program(1).plan.mesh.chunks, 2);
+  const PipelineLayout& pl = sg->layout;
+  EXPECT_EQ(stages_string(pl.cuts), "0-0,1-1,2-2,3-3");
+  EXPECT_EQ(pl.stage_ranks, (std::vector<int64_t>{1, 2, 1, 2}));
+  EXPECT_EQ(pl.world(), 6);
+  EXPECT_EQ(pl.micro_batches, 2);
+  EXPECT_EQ(pl.chunks, 1);
+  EXPECT_EQ(pl.schedule, PipelineSchedule::kEager1F1B);
+
+  // another schedule is another program; the cuts are the ones given; no stage meshes: one program
+  pipe = Plan::Pipeline{3, 2, "0-1,2-2,3-3", "1f1b", {{1, 1, ""}, {2, 1, ""}, {2, 1, "default_checkpoint"}}};
+  sg = build_stage_globals(pm.forward, TrainingSpec{}, plan, pipe, GlobalProgramOptions{});
+  ASSERT_TRUE(sg) << sg.status().message();
+  EXPECT_EQ(stages_string(sg->layout.cuts), "0-1,2-2,3-3");
+  ASSERT_NE(sg->own[2], nullptr);
+  EXPECT_NE(sg->own[2], sg->own[1]);
+  EXPECT_EQ(sg->own[2]->plan.mesh.schedule, "default_checkpoint");
+  pipe.meshes.clear();
+  sg = build_stage_globals(pm.forward, TrainingSpec{}, plan, pipe, GlobalProgramOptions{});
+  ASSERT_TRUE(sg) << sg.status().message();
+  EXPECT_TRUE(sg->own.empty());
+  EXPECT_EQ(sg->layout.stage_ranks, (std::vector<int64_t>{1, 1, 1}));
+
+  // errors: cuts that leave a block out, a schedule that is none, a model without blocks
+  pipe.cuts = "0-1,3-3,3-3";
+  EXPECT_FALSE(build_stage_globals(pm.forward, TrainingSpec{}, plan, pipe, GlobalProgramOptions{}));
+  pipe.cuts = "";
+  pipe.schedule = "zigzag";
+  EXPECT_FALSE(build_stage_globals(pm.forward, TrainingSpec{}, plan, pipe, GlobalProgramOptions{}));
+  Graph flat = pm.forward;
+  for (NodeId id : flat.nodes()) flat.node(id).scope.clear();
+  GlobalProgramOptions named;
+  named.model_path = "m.onnx";
+  auto none = build_stage_globals(flat, TrainingSpec{}, plan, Plan::Pipeline{2, 2, "", "1f1b", {}}, named);
+  ASSERT_FALSE(none);
+  EXPECT_EQ(none.status().message(), "m.onnx: no transformer blocks found; pipeline stages are cut at block boundaries");
+}
+
 TEST(PipelineSearch, PlansStagesOnAClusterAndPricesAGivenPipeline) {
   PlanningModel pm = tied_model(32);
   auto cluster = load_cluster_file(std::string(OASES_SOURCE_DIR) + "/clusters/a100_dgx_64.json");

@@ -1,0 +1,87 @@
+#include <cstdio>
+#include <cstdlib>
+
+#include "executor/device.h"
+#include "tools/train_setup.h"
+
+namespace oases {
+
+namespace {
+
+void print_schedule(const Graph& g, const std::vector<ScheduledOp>& order) {
+  for (const ScheduledOp& op : order) {
+    const Node& n = g.node(op.node);
+    const char* k = op.kind == ScheduledOp::Kind::kCompute ? "    " : op.kind == ScheduledOp::Kind::kCommStart ? "START" : "WAIT ";
+    std::fprintf(stderr, "%s c%-2d %-9s %-22s %s\n", k, n.chunk,
+                 n.phase == Node::Phase::kForward    ? "fwd"
+                 : n.phase == Node::Phase::kLoss     ? "loss"
+                 : n.phase == Node::Phase::kBackward ? "bwd"
+                                                     : "recompute",
+                 n.op_type.c_str(), n.scope.c_str());
+  }
+}
+
+}  // namespace
+
+// This rank's program (planner/rank_program.h) bound to the executor in a Trainer.
+Expected<std::unique_ptr<Trainer>> make_trainer(const TrainSetup& s, RankRuntime& rt, std::vector<std::unique_ptr<CommGroup>>* nccl_groups,
+                                                std::optional<ScheduleOptions>* sched, StageProgramInfo* stage) {
+  const TrainArgs& a = s.a;
+  const int64_t world_rank = rt.communicator() ? rt.communicator()->rank() : 0;
+  bool lead = world_rank == 0;
+  RankProgramOptions ro;
+  ro.device = a.device;
+  RankProgram rp;
+  if (s.pipe) {
+    if (!stage) return Status::error("internal: a pipeline rank's trainer needs its stage record");
+    std::vector<const GlobalProgram*> stages;
+    for (int k = 0; k < s.pipe->stages; ++k) stages.push_back(&s.stage_program(k));
+    OASES_ASSIGN_OR_RETURN(rp, build_stage_program(stages, *s.pipe, world_rank, ro, stage));
+    if (a.memory_report && rt.rank() == 0) {
+      std::fprintf(stderr, "stage %d (%s): blocks %d-%d, %d sends and %d receives a step, at most %d micro-batches in flight, arena %.1f KiB\n",
+                   stage->stage, a.pipeline.c_str(), s.pipe->cuts[static_cast<size_t>(stage->stage)].first,
+                   s.pipe->cuts[static_cast<size_t>(stage->stage)].last, stage->sends, stage->receives, stage->peak_in_flight,
+                   static_cast<double>(rp.program.memory.arena_bytes) / 1024.0);
+    }
+  } else {
+    OASES_ASSIGN_OR_RETURN(rp, build_rank_program(s.gp, rt.rank(), ro));
+    if (a.memory_report && rt.rank() == 0) {
+      std::fprintf(stderr, "rank 0: activation arena %.1f MiB at its peak (%.1f MiB without reuse), parameters %.1f MiB\n",
+                   static_cast<double>(rp.program.memory.arena_bytes) / (1 << 20), static_cast<double>(rp.program.memory.total_bytes) / (1 << 20),
+                   static_cast<double>(rp.param_bytes) / (1 << 20));
+    }
+  }
+  ExecOptions eo;
+  eo.threads = a.threads;
+  eo.groups = rt.axis_groups();
+  eo.comm = rt.communicator();
+  eo.device = a.device;
+  eo.order = rp.order;
+  if (a.device == "cuda") {
+    // one GPU per rank (the node-local rank picks it); collectives over NCCL, bootstrapped over
+    // this run's communicator
+    const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+    if (!local) local = std::getenv("SLURM_LOCALID");
+    OASES_RETURN_IF_ERROR(cuda_select_device(local ? std::atoi(local) : rt.rank()));
+    if (rt.distributed()) {
+      OASES_ASSIGN_OR_RETURN(*nccl_groups, make_nccl_groups(rt.communicator(), rt.mesh(), rt.rank(), a.comm_timeout));
+      eo.groups.clear();
+      for (auto& g : *nccl_groups) eo.groups.push_back(g.get());
+    }
+  }
+  *sched = rp.schedule;
+  if (lead && rp.schedule && std::getenv("OASES_DUMP_SCHEDULE")) print_schedule(rp.train.graph, rp.order);
+  if (lead && (a.memory_report || a.overlap_report) && rp.schedule) {
+    std::fprintf(stderr, "schedule %s, %lld chunks: %d recomputed nodes (%d collectives); activations kept for backward per block%s:\n",
+                 rp.schedule->name.c_str(), static_cast<long long>(a.chunks), rp.recompute.nodes, rp.recompute.collectives,
+                 s.pipe ? " (stage 0, every micro-batch)" : "");
+    for (const auto& [layer, bytes] : rp.saved_bytes) {
+      std::string where = layer < 0 ? std::string("outside blocks") : fmt::format("layer {}", layer);
+      std::fprintf(stderr, "  %s: %d tensors, %.1f KiB\n", where.c_str(), rp.saved_count.at(layer), static_cast<double>(bytes) / 1024.0);
+    }
+  }
+  OASES_ASSIGN_OR_RETURN(Program compiled, compile_program(std::move(rp.program)));
+  return Trainer::create(std::move(rp.train), s.oc, eo, std::move(compiled));
+}
+
+}  // namespace oases
