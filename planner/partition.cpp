@@ -327,29 +327,6 @@ Graph local_graph_for_rank(const PartitionedGraph& pg, int64_t rank) {
 namespace oases {
 
 namespace {
-int bucket_in_order(PartitionedGraph& pg, const std::vector<NodeId>& cands, int64_t bucket_bytes);
-}  // namespace
-
-int bucket_gradient_all_reduces(PartitionedGraph& pg, int mesh_axis, int64_t bucket_bytes, const std::function<int(NodeId)>& group) {
-  Graph& g = pg.local;
-  auto order = g.topo_order();
-  if (!order) return 0;
-  // candidates in readiness order (per group): single-input all-reduces over the axis feeding a
-  // graph output
-  std::map<int, std::vector<NodeId>> groups;
-  for (NodeId id : *order) {
-    const Node& n = g.node(id);
-    if (n.domain != kOasesDomain || n.op_type != "AllReduce" || n.inputs.size() != 1) continue;
-    if (n.attrs.get_int("mesh_axis", -1) != mesh_axis || n.attrs.get_string("op", "sum") != "sum") continue;
-    if (!g.is_output(n.outputs[0]) || g.value(n.inputs[0]).dtype != DType::kF32) continue;
-    groups[group ? group(id) : 0].push_back(id);
-  }
-  int buckets = 0;
-  for (const auto& [key, cands] : groups) buckets += bucket_in_order(pg, cands, bucket_bytes);
-  return buckets;
-}
-
-namespace {
 
 int bucket_in_order(PartitionedGraph& pg, const std::vector<NodeId>& cands, int64_t bucket_bytes) {
   Graph& g = pg.local;
@@ -385,6 +362,25 @@ int bucket_in_order(PartitionedGraph& pg, const std::vector<NodeId>& cands, int6
 }
 
 }  // namespace
+
+int bucket_gradient_all_reduces(PartitionedGraph& pg, int mesh_axis, int64_t bucket_bytes, const std::function<int(NodeId)>& group) {
+  Graph& g = pg.local;
+  auto order = g.topo_order();
+  if (!order) return 0;
+  // candidates in readiness order (per group): single-input all-reduces over the axis feeding a
+  // graph output
+  std::map<int, std::vector<NodeId>> groups;
+  for (NodeId id : *order) {
+    const Node& n = g.node(id);
+    if (n.domain != kOasesDomain || n.op_type != "AllReduce" || n.inputs.size() != 1) continue;
+    if (n.attrs.get_int("mesh_axis", -1) != mesh_axis || n.attrs.get_string("op", "sum") != "sum") continue;
+    if (!g.is_output(n.outputs[0]) || g.value(n.inputs[0]).dtype != DType::kF32) continue;
+    groups[group ? group(id) : 0].push_back(id);
+  }
+  int buckets = 0;
+  for (const auto& [key, cands] : groups) buckets += bucket_in_order(pg, cands, bucket_bytes);
+  return buckets;
+}
 
 void dissolve_whole_marker(Graph& g, NodeId marker) {
   ValueId in = g.node(marker).inputs[0], out = g.node(marker).outputs[0];
