@@ -22,20 +22,27 @@
 
 #include "executor/device.h"
 #include "executor/half_adapter.h"
-#include "executor/reshard_runner.h"
 #include "graph/op_registry.h"
 #include "graph/passes/fusion.h"
 #include "kernels/cpu/parallel.h"
 
 namespace oases {
 
+const CpuKernelRegistry& program_kernels() {
+  static const CpuKernelRegistry reg = [] {
+    CpuKernelRegistry r = CpuKernelRegistry::global();
+    register_reshard(r);
+    return r;
+  }();
+  return reg;
+}
+
 Expected<Program> compile_program(ProgramLayout layout) {
   Program p;
-  const CpuKernelRegistry& kr = CpuKernelRegistry::global();
+  const CpuKernelRegistry& kr = program_kernels();
   for (const ScheduledOp& op : layout.order) {
     const Node& n = layout.graph.node(op.node);
     const CpuKernelFn* fn = kr.find(n.domain, n.op_type);
-    if (!fn) fn = executor_kernel(n.domain, n.op_type);
     if (!fn) return error("{}: no CPU kernel for this op", n.describe());
     if (has_half_operand(layout.graph, n)) fn = half_adapted_kernel(n.domain, n.op_type, fn);  // mixed precision
     p.kernels.push_back(fn);
@@ -44,6 +51,9 @@ Expected<Program> compile_program(ProgramLayout layout) {
   p.instrs = std::move(layout.order);
   p.memory = std::move(layout.memory);
   p.fusion = layout.fusion;
+  p.reshards = std::move(layout.reshards);
+  if (std::string missing = unplanned_reshards(p.graph, p.reshards); !missing.empty())
+    return error("{}: no transfer plan; the planner plans a program's Reshard nodes as it builds it (planner/reshard_nodes.h)", missing);
   return p;
 }
 
@@ -52,6 +62,7 @@ Expected<Program> compile_program(Graph g, const ExecOptions& opts) {
   // CPU kernels; a device program runs the canonical graph as it is
   OASES_ASSIGN_OR_RETURN(ProgramLayout layout,
                          lay_out_program(std::move(g), opts.order, opts.keep, fusion_for(opts.fuse, opts.device)));
+  layout.reshards = opts.reshards;
   return compile_program(std::move(layout));
 }
 
@@ -223,6 +234,7 @@ Expected<std::unique_ptr<Executor>> Executor::create(Program p, const ExecOption
     c.state = &ex->state_;
     c.groups = &ex->groups_;
     c.comm = opts.comm;
+    if (auto r = ex->prog_.reshards.find(n.name); r != ex->prog_.reshards.end()) c.reshard = r->second.get();
     for (ValueId v : n.inputs) {
       TensorView tv;
       if (v != kNoId) {

@@ -39,6 +39,7 @@ struct Program {
   MemoryPlan memory;
   std::vector<const CpuKernelFn*> kernels;  // per instruction
   FusionStats fusion;
+  ReshardPlans reshards;  // each Reshard node's transfer plan (planner/reshard_nodes.h), by node name
 };
 
 struct ExecOptions {
@@ -47,6 +48,9 @@ struct ExecOptions {
   bool fuse = true;                // executor-level fusion and in-place outputs (graph/passes/fusion.h); OASES_NO_FUSION=1 turns both off
   std::vector<CommGroup*> groups;  // this rank's group per mesh axis (distributed programs)
   Communicator* comm = nullptr;    // this rank's communicator (Reshard between meshes)
+  // The transfer plans of the graph's Reshard nodes (planner/reshard_nodes.h plan_reshards), for
+  // a graph compiled here; a laid-out program carries its own.
+  ReshardPlans reshards;
   // Instruction order from the scheduler (planner/schedule.h); empty: topological order with
   // collectives run in line by the compute thread.
   std::vector<ScheduledOp> order;

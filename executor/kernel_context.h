@@ -14,6 +14,7 @@ namespace oases {
 
 class CommGroup;
 class Communicator;
+struct PlannedReshard;
 
 struct TensorView {
   DType dtype = DType::kUndefined;
@@ -45,6 +46,8 @@ struct KernelContext {
   const std::vector<CommGroup*>* groups = nullptr;
   // This rank's communicator, for traffic between meshes (Reshard); null on a single rank.
   Communicator* comm = nullptr;
+  // A Reshard node's transfer plan (planner/reshard_nodes.h), made when the program was built.
+  const PlannedReshard* reshard = nullptr;
 
   const AttrMap& attrs() const { return node->attrs; }
   // The group of mesh axis `a`; throws naming the node when the program runs without one.
@@ -80,5 +83,9 @@ void register_cpu_layout(CpuKernelRegistry& r);
 void register_cpu_nn(CpuKernelRegistry& r);
 void register_cpu_collectives(CpuKernelRegistry& r);
 void register_cpu_fused(CpuKernelRegistry& r);  // the executor's own fused ops (graph/passes/fusion.h)
+// The kernels programs are bound to (executor/executor.cpp compile_program): the CPU kernels above
+// and the executor's own, which need its communicators (oases.Reshard, executor/reshard_runner.cpp).
+const CpuKernelRegistry& program_kernels();
+void register_reshard(CpuKernelRegistry& r);
 
 }  // namespace oases

@@ -352,60 +352,16 @@ TileData run_reshard(const ReshardPlan& plan, const ReshardProblem& p, Communica
   return dst;
 }
 
-Expected<ReshardProblem> reshard_problem_of(const AttrMap& a, ReshardCluster* cluster) {
-  ReshardProblem p;
-  p.shape = a.get_ints("shape");
-  auto src = placed_layout(a.get_ints("src_mesh"), a.get_ints("src_ranks"), a.get_string("src_layout", ""), p.shape.size());
-  if (!src) return src.status().with_context("source");
-  auto dst = placed_layout(a.get_ints("dst_mesh"), a.get_ints("dst_ranks"), a.get_string("dst_layout", ""), p.shape.size());
-  if (!dst) return dst.status().with_context("destination");
-  p.src = {src->placed, src->spec};
-  p.dst = {dst->placed, dst->spec};
-  p.element_bytes = static_cast<int64_t>(dtype_size(dtype_from_onnx(static_cast<int>(a.get_int("dtype", 1)))));
-  int64_t world = 1;
-  for (const auto* side : {&p.src, &p.dst}) {
-    for (int64_t r : side->placed.ranks) world = std::max(world, r + 1);
-  }
-  std::vector<int64_t> hosts = a.get_ints("hosts");
-  if (!hosts.empty() && static_cast<int64_t>(hosts.size()) < world)
-    return error("hosts names {} ranks, the meshes use {}", hosts.size(), world);
-  cluster->host_of.clear();
-  for (int64_t r = 0; r < world; ++r) cluster->host_of.push_back(hosts.empty() ? 0 : static_cast<int>(hosts[static_cast<size_t>(r)]));
-  cluster->inter = LinkModel{a.get_float("inter_gbps", 1.25), a.get_float("inter_latency_us", 50)};
-  cluster->intra = LinkModel{10, 5};
-  return p;
-}
-
 namespace {
 
-// Plans are the same on every rank and every step: made once per distinct node (its attributes
-// less world_rank) and kept.
-std::shared_ptr<const ReshardPlan> cached_plan(const AttrMap& a, const ReshardProblem& p, const ReshardCluster& c) {
-  static std::mutex mu;
-  static std::map<std::string, std::shared_ptr<const ReshardPlan>> plans;
-  std::string key;
-  for (const char* k : {"shape", "src_mesh", "src_ranks", "dst_mesh", "dst_ranks", "hosts"})
-    key += fmt::format("{}={};", k, fmt::join(a.get_ints(k), ","));
-  for (const char* k : {"src_layout", "dst_layout", "strategy"}) key += fmt::format("{}={};", k, a.get_string(k, ""));
-  key += fmt::format("element_bytes={}", p.element_bytes);
-  std::lock_guard<std::mutex> lock(mu);
-  auto& slot = plans[key];
-  if (!slot) {
-    auto strategy = parse_reshard_strategy(a.get_string("strategy", "auto"));
-    if (!strategy) throw OasesError(strategy.status().message());
-    auto plan = plan_reshard(p, c, {*strategy});
-    if (!plan) throw OasesError(plan.status().message());
-    slot = std::make_shared<const ReshardPlan>(std::move(*plan));
-  }
-  return slot;
-}
-
+// The node's transfer plan was made when the program was built (planner/reshard_nodes.h); the
+// kernel only takes this rank's part in it.
 void reshard_kernel(KernelContext& c) {
-  ReshardCluster cluster;
-  auto p = reshard_problem_of(c.attrs(), &cluster);
-  if (!p) c.fail("{}", p.status().message());
-  p->element_bytes = static_cast<int64_t>(dtype_size(c.out[0].dtype));  // the program's dtype (float64 in checks)
-  std::shared_ptr<const ReshardPlan> plan = cached_plan(c.attrs(), *p, cluster);
+  if (!c.reshard) c.fail("no transfer plan: the planner plans a program's Reshard nodes as it builds it");
+  const PlannedReshard& planned = *c.reshard;
+  const ReshardCluster& cluster = planned.cluster;
+  ReshardProblem p = planned.problem;
+  p.element_bytes = static_cast<int64_t>(dtype_size(c.out[0].dtype));  // the program's dtype (float64 in checks)
   // a program of one rank (both meshes on rank 0) has no communicator: a world of its own
   std::shared_ptr<LocalWorld> solo_world;
   std::unique_ptr<Communicator> solo;
@@ -419,35 +375,33 @@ void reshard_kernel(KernelContext& c) {
   const int64_t me = c.attrs().get_int("world_rank", -1);
   if (me != comm->rank()) c.fail("the program is world rank {}'s, it runs on rank {}", me, comm->rank());
   TileData src;
-  src.element_bytes = p->element_bytes;
-  if (int64_t sr = p->src.placed.mesh_rank(me); sr >= 0 && c.has_input(0)) {
-    auto tiles = tile_boxes(p->src.spec, p->shape, p->src.placed.mesh);
+  src.element_bytes = p.element_bytes;
+  if (int64_t sr = p.src.placed.mesh_rank(me); sr >= 0 && c.has_input(0)) {
+    auto tiles = tile_boxes(p.src.spec, p.shape, p.src.placed.mesh);
     if (!tiles) c.fail("{}", tiles.status().message());
     src.boxes = tiles->boxes[static_cast<size_t>(sr)];
     const char* d = static_cast<const char*>(c.in[0].data);
     if (!src.boxes.empty()) src.data.emplace_back(d, d + c.in[0].nbytes());
   }
   ReshardRunOptions o;
-  o.tag = static_cast<int>(c.attrs().get_int("channel", 1));
+  o.tag = planned.channel;
   o.dtype = c.out[0].dtype;
   o.cluster = cluster;
   // emulated hosts (oases-train --hosts): a transfer between hosts holds their cards for the time
   // the link between hosts takes
   std::optional<HostCards> cards;
-  if (!emulated_cards_dir().empty() && !c.attrs().get_ints("hosts").empty()) {
+  const bool hosts = std::any_of(cluster.host_of.begin(), cluster.host_of.end(), [](int h) { return h != 0; });
+  if (!emulated_cards_dir().empty() && hosts) {
     cards.emplace(emulated_cards_dir());
     o.cards = &*cards;
   }
-  TileData dst = run_reshard(*plan, *p, *comm, src, o);
+  TileData dst = run_reshard(planned.plan, p, *comm, src, o);
   if (!dst.data.empty()) {
     if (dst.data[0].size() != c.out[0].nbytes()) c.fail("received {} bytes for an output of {}", dst.data[0].size(), c.out[0].nbytes());
     std::memcpy(c.out[0].data, dst.data[0].data(), dst.data[0].size());
   }
 }
 
-}  // namespace
-
-namespace {
 std::mutex g_cards_mu;
 std::string g_cards_dir;
 }  // namespace
@@ -462,14 +416,8 @@ std::string emulated_cards_dir() {
   return g_cards_dir;
 }
 
-const CpuKernelFn* executor_kernel(const std::string& domain, const std::string& op) {
-  static const CpuKernelFn reshard = reshard_kernel;
-  if (domain == kOasesDomain && op == "Reshard") return &reshard;
-  return nullptr;
-}
-
-std::vector<std::string> executor_kernel_ops() {
-  return {std::string(kOasesDomain) + ".Reshard"};
+void register_reshard(CpuKernelRegistry& r) {
+  r.add(kOasesDomain, "Reshard", reshard_kernel);
 }
 
 }  // namespace oases

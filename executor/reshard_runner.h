@@ -19,6 +19,7 @@
 #include "graph/dtype.h"
 #include "graph/tiles.h"
 #include "planner/reshard.h"
+#include "planner/reshard_nodes.h"
 
 namespace oases {
 
@@ -103,20 +104,10 @@ struct ReshardRunStats {
 TileData run_reshard(const ReshardPlan& plan, const ReshardProblem& p, Communicator& comm, const TileData& src, const ReshardRunOptions& o,
                      ReshardRunStats* stats = nullptr);
 
-// The problem a Reshard node's attributes describe (graph/ops/collectives.cpp), with the cluster
-// its sender choice and order are planned for; the same on every rank.
-Expected<ReshardProblem> reshard_problem_of(const AttrMap& a, ReshardCluster* cluster);
-
 // The folder of the emulated hosts' network cards that Reshard kernels of this process hold while
-// a transfer crosses hosts (oases-train --hosts with --emulate-link; a node needs its "hosts"
-// attribute too); empty: transfers run at the machine's speed.
+// a transfer crosses hosts (oases-train --hosts with --emulate-link: the node's plan was made for
+// more than one host); empty: transfers run at the machine's speed.
 void set_emulated_cards_dir(const std::string& dir);
 std::string emulated_cards_dir();
-
-// Kernels that need the executor (communicators, the resharding runner): oases.Reshard. Null for
-// any other op.
-const CpuKernelFn* executor_kernel(const std::string& domain, const std::string& op);
-// Their names as CpuKernelRegistry::ops() writes them ("oases.Reshard").
-std::vector<std::string> executor_kernel_ops();
 
 }  // namespace oases

@@ -400,19 +400,10 @@ Expected<RankProgram> build_stage_program(const std::vector<const GlobalProgram*
     for (int64_t i = 0; i < pl.ranks_of(s); ++i) r.push_back(pl.first_rank(s) + i);
     return r;
   };
-  auto base_sizes = [](const Mesh& mesh) {
-    std::vector<int64_t> sizes;
-    for (int ax = 0; ax < mesh.num_axes(); ++ax) {
-      if (mesh.is_base(ax)) sizes.push_back(mesh.sizes[static_cast<size_t>(ax)]);
-    }
-    if (sizes.empty()) sizes.push_back(1);
-    return sizes;
-  };
   // a crossing value's global shape and layout on stage `s`'s mesh, from that stage's partition
   struct Laid {
     Shape shape;
-    std::string layout;
-    std::vector<int64_t> mesh;
+    ReshardSide side;
   };
   auto laid_out_on = [&](int s, const Crossing& t) -> Expected<Laid> {
     const GlobalProgram& gp = *stage_globals[static_cast<size_t>(s)];
@@ -439,9 +430,12 @@ Expected<RankProgram> build_stage_program(const std::vector<const GlobalProgram*
     if (spec.any_partial())
       return error("'{}' crosses from stage {} to {} as a partial sum on stage {}'s mesh; cut the stages where values are whole", name, t.from,
                    t.to, s);
-    return Laid{side.specs ? global_shape_of(val.shape, spec, *side.mesh) : val.shape,
-                side.specs ? layout_string(spec, *side.mesh) : std::string(val.shape.size(), 'R'), base_sizes(*side.mesh)};
+    Shape shape = side.specs ? global_shape_of(val.shape, spec, *side.mesh) : val.shape;
+    return Laid{std::move(shape), ReshardSide{PlacedMesh{*side.mesh, stage_ranks(s)}, std::move(spec)}};
   };
+  // each distinct transfer planned once, for the plan's machine
+  ReshardPlanner planner(reshard_cluster(pl.world(), pl.host_of, pl.inter, pl.intra), ReshardOptions{});
+  ReshardPlans reshards;
   std::vector<NodeId> channel_ops;  // this rank's transfers in the global order
   std::map<NodeId, double> recv_issue;
   std::map<NodeId, ValueId> send_input;
@@ -452,27 +446,11 @@ Expected<RankProgram> build_stage_program(const std::vector<const GlobalProgram*
     OASES_ASSIGN_OR_RETURN(Laid dst, laid_out_on(t.to, t));
     if (src.shape != dst.shape)
       return error("'{}' is {} on stage {} and {} on stage {}", val.name, shape_str(src.shape), t.from, shape_str(dst.shape), t.to);
-    AttrMap a;
-    a.set_ints("shape", src.shape);
-    a.set_ints("src_mesh", src.mesh);
-    a.set_ints("dst_mesh", dst.mesh);
-    a.set_ints("src_ranks", stage_ranks(t.from));
-    a.set_ints("dst_ranks", stage_ranks(t.to));
-    a.set_string("src_layout", src.layout);
-    a.set_string("dst_layout", dst.layout);
-    a.set_int("world_rank", world_rank);
-    a.set_int("dtype", dtype_to_onnx(val.dtype));
-    a.set_int("channel", 1);
-    if (!pl.hosts.empty()) {
-      a.set_ints("hosts", pl.hosts);
-      if (pl.inter_gbps > 0) {
-        a.set_float("inter_gbps", static_cast<float>(pl.inter_gbps));
-        a.set_float("inter_latency_us", static_cast<float>(pl.inter_latency_us));
-      }
-    }
+    ReshardProblem problem{src.shape, static_cast<int64_t>(dtype_size(val.dtype)), src.side, dst.side};
+    AttrMap a = reshard_attrs(problem, world_rank, val.dtype, 1);
     if (info)
       info->transfers.push_back(fmt::format("{}>{} {}{} #{} {} {} -> {}", t.from, t.to, t.forward ? "F" : "B", t.micro, t.ident,
-                                            shape_str(src.shape), src.layout, dst.layout));
+                                            shape_str(src.shape), a.get_string("src_layout", ""), a.get_string("dst_layout", "")));
     std::string name = g.unique_name(fmt::format("pipe/{}/{}to{}", val.name, t.from, t.to));
     NodeId n = kNoId;
     if (t.to == me) {
@@ -486,6 +464,9 @@ Expected<RankProgram> build_stage_program(const std::vector<const GlobalProgram*
     nn.phase = t.forward ? Node::Phase::kForward : Node::Phase::kBackward;
     nn.chunk = -1;
     if (Status st = infer_node(g, n); !st) return st.with_context(fmt::format("stage {} of world rank {}", me, world_rank));
+    auto planned = planner.plan(problem, 1);
+    if (!planned) return planned.status().with_context(fmt::format("'{}' from stage {} to {}", val.name, t.from, t.to));
+    reshards[g.node(n).name] = *planned;
     channel_ops.push_back(n);
     if (info) ++(t.to == me ? info->receives : info->sends);
   }
@@ -696,6 +677,7 @@ Expected<RankProgram> build_stage_program(const std::vector<const GlobalProgram*
   std::set<ValueId> keep = opts.keep;
   for (const auto& [n, v] : send_input) keep.insert(g.node(n).outputs[0]);
   OASES_ASSIGN_OR_RETURN(rp.program, lay_out_program(g, rp.order, keep, fusion_for(opts.fuse, opts.device)));
+  rp.program.reshards = std::move(reshards);
   tg.graph = std::move(g);
   return rp;
 }

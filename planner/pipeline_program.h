@@ -50,11 +50,11 @@ struct PipelineLayout {
   std::vector<int64_t> stage_ranks;  // ranks of each stage's mesh (its tp x dp), in world-rank order
   PipelineSchedule schedule = PipelineSchedule::k1F1B;
   std::vector<StageCut> cuts;   // block ranges, one per stage
-  // Emulated hosts (oases-train --hosts): the host of each world rank and the link between hosts,
-  // written on the transfers ("hosts", "inter_gbps", "inter_latency_us") so their sender choice,
-  // order and emulation know them; empty: one machine.
-  std::vector<int64_t> hosts;
-  double inter_gbps = 0, inter_latency_us = 0;
+  // The machine the transfers' sender choice and order are planned for (and, with emulated hosts
+  // (oases-train --hosts), emulate): the host of each world rank (empty: one host) and the links
+  // between and inside hosts (unset: the machine at hand's shared memory).
+  std::vector<int> host_of;
+  LinkModel inter, intra;
   // every stage on `ranks` ranks
   void set_uniform(int64_t ranks) { stage_ranks.assign(static_cast<size_t>(std::max(stages, 0)), ranks); }
   int64_t ranks_of(int stage) const { return stage_ranks.at(static_cast<size_t>(stage)); }

@@ -26,6 +26,7 @@
 #include "planner/partition.h"
 #include "planner/pipeline.h"
 #include "planner/plan.h"
+#include "planner/reshard_nodes.h"
 #include "planner/schedule.h"
 #include "planner/strategy.h"
 
@@ -38,6 +39,7 @@ struct ProgramLayout {
   std::vector<ScheduledOp> order;  // every live node once (collectives as a start and a wait)
   MemoryPlan memory;
   FusionStats fusion;
+  ReshardPlans reshards;  // the transfer plan of each Reshard node, made as the program was built
 };
 
 // Which executor fusion a program gets (graph/passes/fusion.h): kCpu on the CPU, kDevice (the

@@ -145,11 +145,9 @@ Status build_programs(TrainSetup& s, Graph forward, const Plan& plan, int64_t st
   s.stage_gp = std::move(sg.own);
   PipelineLayout& pl = s.pipe.emplace(std::move(sg.layout));
   if (!s.host_of.empty()) {
-    pl.hosts.assign(s.host_of.begin(), s.host_of.end());
+    pl.host_of.assign(s.host_of.begin(), s.host_of.end());
     if (!a.emulate_link.empty()) {
-      OASES_ASSIGN_OR_RETURN(LinkModel lm, parse_link_model(a.emulate_link));
-      pl.inter_gbps = lm.bandwidth_gbps;
-      pl.inter_latency_us = lm.latency_us;
+      OASES_ASSIGN_OR_RETURN(pl.inter, parse_link_model(a.emulate_link));
     }
   }
   return Status::ok();

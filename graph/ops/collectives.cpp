@@ -20,10 +20,11 @@
 // the destination mesh). Attributes: shape (global), src_mesh/dst_mesh (sizes), src_ranks/
 // dst_ranks (world ranks), src_layout/dst_layout (R, S0, S01, ... per dimension; ":P<axes>" for a
 // partial-sum source), world_rank (whose program this is), dtype (ONNX type, for a rank without
-// x), hosts (host of each world rank, for sender choice and order), strategy, channel (the
-// communication channel, 1 by default, so a pending receive never queues in front of the
-// mesh's own collectives). Every attribute but world_rank is the same on every rank, so every
-// rank plans the same global order. Grad: the Reshard back (src and dst swapped).
+// x), strategy, channel (the communication channel, 1 by default, so a pending receive never
+// queues in front of the mesh's own collectives). Every attribute but world_rank is the same on
+// every rank. The transfer plan (senders, one global order) is made by the planner when it builds
+// the program, for the plan's machine, and kept with it (planner/reshard_nodes.h); the kernel
+// only runs it. Grad: the Reshard back (src and dst swapped).
 //
 // Local ops of partitioned graphs whose result depends on this rank's place in a group (the group
 // rank is read at run time, so every rank runs the same graph):

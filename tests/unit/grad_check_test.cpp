@@ -13,6 +13,7 @@
 #include "executor/executor.h"
 #include "graph/autodiff.h"
 #include "graph/passes/pass.h"
+#include "planner/reshard_nodes.h"
 
 namespace oases {
 namespace {
@@ -48,13 +49,17 @@ struct Builder {
 
 using BuildFn = std::function<std::vector<ValueId>(Builder&)>;
 
-// A group of one member for mesh axis 0: the collectives' examples run on it (as the identity).
-ExecOptions one_member_group() {
+// A group of one member for mesh axis 0: the collectives' examples run on it (as the identity);
+// the Reshards of `g` (one rank holding both meshes) planned for one machine.
+ExecOptions one_member_group(const Graph& g) {
   static std::shared_ptr<LocalWorld> world = make_local_world(1);
   static std::unique_ptr<Communicator> comm = local_communicator(world, 0);
   static std::unique_ptr<CommGroup> group = comm->make_group({0});
   ExecOptions o;
   o.groups = {group.get()};
+  auto plans = plan_reshards(g, reshard_cluster(1, {}, LinkModel{}, LinkModel{}));
+  EXPECT_TRUE(plans) << plans.status().message();
+  if (plans) o.reshards = *plans;
   return o;
 }
 
@@ -73,7 +78,7 @@ double run_loss(const Graph& g, ValueId loss) {
   Graph h = g;
   h.set_outputs({loss});
   layouts_to_identity(h);
-  auto ex = Executor::create(h, one_member_group());
+  auto ex = Executor::create(h, one_member_group(h));
   EXPECT_TRUE(ex) << ex.status().message();
   auto out = (*ex)->run({});
   EXPECT_TRUE(out) << out.status().message();
@@ -115,7 +120,7 @@ void check_outputs(const std::string& name, const BuildFn& build, double tol = 1
   }
   train.set_outputs(outs);
   layouts_to_identity(train);
-  auto ex = Executor::create(train, one_member_group());
+  auto ex = Executor::create(train, one_member_group(train));
   ASSERT_TRUE(ex) << ex.status().message();
   auto res = (*ex)->run({});
   ASSERT_TRUE(res) << res.status().message();

@@ -13,7 +13,6 @@
 #include "executor/device.h"
 #include "executor/executor.h"
 #include "executor/kernel_context.h"
-#include "executor/reshard_runner.h"
 #include "graph/autodiff.h"
 #include "graph/op_registry.h"
 #include "graph/passes/pass.h"
@@ -25,8 +24,7 @@ namespace {
 
 std::set<std::string> cpu_kernel_names() {
   std::set<std::string> s;
-  for (const std::string& op : CpuKernelRegistry::global().ops()) s.insert(op);
-  for (const std::string& op : executor_kernel_ops()) s.insert(op);
+  for (const std::string& op : program_kernels().ops()) s.insert(op);
   return s;
 }
 

@@ -15,6 +15,7 @@
 #include "graph/autodiff.h"
 #include "graph/op_registry.h"
 #include "planner/reshard.h"
+#include "planner/reshard_nodes.h"
 #include "planner/schedule.h"
 
 namespace oases {
@@ -32,7 +33,6 @@ AttrMap reshard_attrs(const Shape& shape, const std::vector<int64_t>& sm, const 
   a.set_string("dst_layout", dl);
   a.set_int("world_rank", me);
   a.set_int("channel", 1);
-  a.set_ints("hosts", {0, 0, 1, 1, 1, 1});
   return a;
 }
 
@@ -74,6 +74,11 @@ TEST(ReshardProgram, MovesTilesBetweenMeshesOnTheSecondChannel) {
       ExecOptions eo;
       eo.order = *order;
       eo.comm = comm.get();
+      // planned as a builder plans it: once, for the machine (hosts 0, 0, 1, 1, 1, 1)
+      auto plans = plan_reshards(g, reshard_cluster(world, {0, 0, 1, 1, 1, 1}, LinkModel{1.25, 50}, LinkModel{10, 2}));
+      if (!plans) return fail(plans.status().message());
+      if (plans->size() != 1 || plans->begin()->second->cluster.host_of[2] != 1) return fail("the Reshard's plan is not for the machine given");
+      eo.reshards = *plans;
       auto ex = Executor::create(std::move(g), eo);
       if (!ex) return fail(ex.status().message());
       std::map<std::string, Tensor> feed;
@@ -143,6 +148,41 @@ TEST(ReshardProgram, ShapeRuleAndBackwardSwapTheMeshes) {
   st = infer_node(h, k);
   ASSERT_FALSE(st.is_ok());
   EXPECT_NE(st.message().find("neither mesh"), std::string::npos) << st.message();
+}
+
+// The kernel never plans: a program whose Reshard has no transfer plan is refused when it is
+// compiled, naming the node; the plan a builder made is the one the program keeps.
+TEST(ReshardProgram, TransferPlansAreMadeAtBuildTimeNotByTheKernel) {
+  Graph g;
+  g.opset_imports[""] = 17;
+  g.opset_imports[kOasesDomain] = 1;
+  ValueId x = g.add_input("x", DType::kF32, {4, 6});
+  NodeId n = g.add_node_new_outputs("Reshard", {x}, 1, reshard_attrs({4, 6}, {1}, {0}, "S0R", {1}, {0}, "RS0", 0), "move", kOasesDomain);
+  ASSERT_TRUE(infer_node(g, n).is_ok());
+  g.add_output(g.node(n).outputs[0]);
+  auto unplanned = compile_program(g);
+  ASSERT_FALSE(unplanned);
+  EXPECT_NE(unplanned.status().message().find("node 'move'"), std::string::npos) << unplanned.status().message();
+  EXPECT_NE(unplanned.status().message().find("no transfer plan"), std::string::npos) << unplanned.status().message();
+  ExecOptions eo;
+  auto plans = plan_reshards(g, reshard_cluster(1, {}, LinkModel{}, LinkModel{}));
+  ASSERT_TRUE(plans) << plans.status().message();
+  eo.reshards = *plans;
+  auto ex = Executor::create(g, eo);
+  ASSERT_TRUE(ex) << ex.status().message();
+  Tensor in(DType::kF32, {4, 6});
+  for (int i = 0; i < 24; ++i) in.mutable_data<float>()[i] = static_cast<float>(i);
+  auto out = (*ex)->run({{"x", in}});
+  ASSERT_TRUE(out) << out.status().message();
+  for (int i = 0; i < 24; ++i) EXPECT_EQ(out->at(0).data<float>()[i], static_cast<float>(i));
+  // one problem, one plan: two nodes moving the same layout share it
+  NodeId m = g.add_node_new_outputs("Reshard", {x}, 1, reshard_attrs({4, 6}, {1}, {0}, "S0R", {1}, {0}, "RS0", 0), "again", kOasesDomain);
+  ASSERT_TRUE(infer_node(g, m).is_ok());
+  auto both = plan_reshards(g, reshard_cluster(1, {}, LinkModel{}, LinkModel{}));
+  ASSERT_TRUE(both) << both.status().message();
+  EXPECT_EQ(both->at("move").get(), both->at("again").get());
+  // an unset link is the machine at hand's shared memory as the planner prices it, never zero
+  EXPECT_TRUE(both->at("move")->cluster.intra.enabled());
 }
 
 TEST(ChannelChecker, ConsistentOrdersPassCrossedOrdersDeadlock) {
