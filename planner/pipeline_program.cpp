@@ -439,7 +439,10 @@ Expected<RankProgram> build_stage_program(const std::vector<const GlobalProgram*
   std::vector<NodeId> channel_ops;  // this rank's transfers in the global order
   std::map<NodeId, double> recv_issue;
   std::map<NodeId, ValueId> send_input;
-  if (info) info->transfers.clear();
+  if (info) {
+    info->transfers.clear();
+    info->transfer_nodes.clear();
+  }
   for (const Crossing& t : transfers) {
     const Value& val = g.value(t.value);
     OASES_ASSIGN_OR_RETURN(Laid src, laid_out_on(t.from, t));
@@ -467,6 +470,7 @@ Expected<RankProgram> build_stage_program(const std::vector<const GlobalProgram*
     auto planned = planner.plan(problem, 1);
     if (!planned) return planned.status().with_context(fmt::format("'{}' from stage {} to {}", val.name, t.from, t.to));
     reshards[g.node(n).name] = *planned;
+    if (info) info->transfer_nodes.push_back(g.node(n).name);
     channel_ops.push_back(n);
     if (info) ++(t.to == me ? info->receives : info->sends);
   }

@@ -91,6 +91,7 @@ struct StageProgramInfo {
   // -> dst-layout"): every rank of two stages must list the same transfers between them, or the
   // run would wait forever (compared across the world before the first step).
   std::vector<std::string> transfers;
+  std::vector<std::string> transfer_nodes;  // the Reshard node of each of `transfers`
 };
 
 // The program world rank `world_rank` runs: its stage's graph, recomputation applied, ordered as

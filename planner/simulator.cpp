@@ -173,7 +173,10 @@ Expected<SimResult> replay(const Graph& g, const std::vector<ScheduledOp>& order
     *work_wall = work * (share * slow_both + (1.0 - share) * slow_comm_alone);
     return std::max(link, *work_wall);
   };
-  for (const ScheduledOp& op : order) {
+  r.instr_end_s.reserve(order.size());
+  for (size_t i = 0; i < order.size(); ++i) {
+    if (i > 0) r.instr_end_s.push_back(now);
+    const ScheduledOp& op = order[i];
     const Node& n = g.node(op.node);
     bool coll = is_collective(n);
     if (op.kind != ScheduledOp::Kind::kCommStart && instr_s > 0) {  // the executor's dispatch
@@ -237,6 +240,7 @@ Expected<SimResult> replay(const Graph& g, const std::vector<ScheduledOp>& order
     r.exposed_s += wait;
     r.per_layer[layer_of(n)].second += wait;
   }
+  if (!order.empty()) r.instr_end_s.push_back(now);
   if (out) {
     *out = Overlaps{};
     auto share = [&](const std::pair<double, double>& span) {

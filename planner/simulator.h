@@ -55,6 +55,7 @@ struct SimResult {
   int collectives = 0;
   std::map<int, std::pair<double, double>> per_layer;  // layer (-1 other) -> (comm, exposed)
   nlohmann::json trace = nlohmann::json::array();      // Chrome trace events ("X", pid 0)
+  std::vector<double> instr_end_s;  // the compute thread's time at the end of each instruction of the order
 };
 
 // `order` empty: topological order with collectives in line (oases-train without --schedule).

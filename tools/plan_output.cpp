@@ -9,6 +9,8 @@
 #include <fmt/format.h>
 
 #include "graph/atomic_file.h"
+#include "planner/pipeline_replay.h"
+#include "planner/pipeline_search.h"
 #include "planner/plan_report.h"
 #include "tools/plan_command.h"
 
@@ -114,6 +116,40 @@ Status print_reference_pipeline(const PlanOptions& o, const PlanSearch& s) {
   return Status::ok();
 }
 
+// --simulate with a pipeline: every stage's program built as oases-train builds it and replayed
+// (planner/pipeline_replay.h), beside what the pipeline search predicted.
+static Expected<nlohmann::json> replay_pipeline_plan(PlanSearch& s, const Profile* floor) {
+  auto stage_a = analyze_model(s.pm.forward, s.pm.train.graph, s.pm.train.params, s.pipe.stage_ranks);
+  if (!stage_a) return stage_a.status().with_context(s.pm.path);
+  Plan plan = plan_of_pipeline(*stage_a, s.pipe);
+  GlobalProgramOptions go;
+  go.model_path = s.pm.path;
+  OASES_ASSIGN_OR_RETURN(StageGlobals sg, build_stage_globals(s.pm.forward, TrainingSpec{}, plan, plan.pipeline, go));
+  OASES_ASSIGN_OR_RETURN(PipelineReplay r, replay_pipeline(sg, s.cluster, s.ops, floor));
+  const PipelinePlan& p = s.pipe;
+  std::printf("  %-15s step %9.3f ms  (stage programs replayed; the search predicted %.3f ms; bubble %.0f%%)\n", "pipeline", r.step_s * 1e3,
+              p.step_s * 1e3, r.sim.bubble * 100);
+  nlohmann::json stages = nlohmann::json::array();
+  for (const StageReplay& st : r.stages) {
+    const auto k = static_cast<size_t>(st.stage);
+    const bool boundary = k < r.times.transfer_s.size() && k < p.transfer_s.size();
+    std::printf("  %-15s stage %d (rank %lld): forward %.3f ms, backward %.3f ms per micro-batch (predicted %.3f, %.3f); other %.3f ms%s\n", "",
+                st.stage, static_cast<long long>(st.world_rank), st.forward_s * 1e3, st.backward_s * 1e3, p.stage[k].forward_s * 1e3,
+                p.stage[k].backward_s * 1e3, st.other_s * 1e3,
+                boundary ? fmt::format("; transfer to {} {:.3f} ms (predicted {:.3f})", st.stage + 1, r.times.transfer_s[k] * 1e3,
+                                       p.transfer_s[k] * 1e3)
+                               .c_str()
+                         : "");
+    stages.push_back({{"stage", st.stage},
+                      {"forward_ms", st.forward_s * 1e3},
+                      {"backward_ms", st.backward_s * 1e3},
+                      {"other_ms", st.other_s * 1e3},
+                      {"predicted_forward_ms", p.stage[k].forward_s * 1e3},
+                      {"predicted_backward_ms", p.stage[k].backward_s * 1e3}});
+  }
+  return nlohmann::json{{"step_ms", r.step_s * 1e3}, {"predicted_step_ms", p.step_s * 1e3}, {"bubble", r.sim.bubble}, {"stages", stages}};
+}
+
 Expected<nlohmann::json> simulate_plans(const PlanOptions& o, PlanSearch& s) {
   nlohmann::json sims = nlohmann::json::object();
   if (!o.simulate && o.trace.empty()) return sims;
@@ -143,6 +179,9 @@ Expected<nlohmann::json> simulate_plans(const PlanOptions& o, PlanSearch& s) {
       if (Status st = write_text_file(o.trace, doc.dump() + "\n"); !st.is_ok()) return st;
       std::printf("  wrote predicted trace %s\n", o.trace.c_str());
     }
+  }
+  if (s.pipe.found) {
+    OASES_ASSIGN_OR_RETURN(sims["pipeline"], replay_pipeline_plan(s, floor));
   }
   return sims;
 }

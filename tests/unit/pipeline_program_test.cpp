@@ -11,6 +11,7 @@
 #include "graph/op_registry.h"
 #include "planner/device.h"
 #include "planner/pipeline_program.h"
+#include "planner/pipeline_replay.h"
 #include "planner/pipeline_search.h"
 #include "planner/profile.h"
 #include "planner/reshard.h"
@@ -351,6 +352,47 @@ TEST(PipelineProgram, StageGlobalsShareTheProgramsOfEqualMeshes) {
   auto none = build_stage_globals(flat, TrainingSpec{}, plan, Plan::Pipeline{2, 2, "", "1f1b", {}}, named);
   ASSERT_FALSE(none);
   EXPECT_EQ(none.status().message(), "m.onnx: no transformer blocks found; pipeline stages are cut at block boundaries");
+}
+
+// oases-plan --simulate for a pipeline: every stage's program (as oases-train builds it) replayed
+// by the one-rank simulator, its Reshards priced by their build-time transfer plans on the
+// cluster's links, the pipeline simulator composing the replays.
+TEST(PipelineReplay, StageProgramsAreReplayedAndComposed) {
+  PlanningModel pm = tied_model(32);
+  auto cluster = load_cluster_file(std::string(OASES_SOURCE_DIR) + "/clusters/rtx3090_pcie_32.json");
+  ASSERT_TRUE(cluster) << cluster.status().message();
+  OpTimeModel ops = op_time_model(*cluster, nullptr);
+  Plan plan = Plan::megatron(2, 1);
+  auto sg = build_stage_globals(pm.forward, TrainingSpec{}, plan, Plan::Pipeline{2, 4, "", "1f1b", {}}, GlobalProgramOptions{});
+  ASSERT_TRUE(sg) << sg.status().message();
+  auto r = replay_pipeline(*sg, *cluster, ops, nullptr);
+  ASSERT_TRUE(r) << r.status().message();
+  ASSERT_EQ(r->stages.size(), 2u);
+  double other = 0, optimizer = 0;
+  for (const StageReplay& st : r->stages) {
+    EXPECT_EQ(st.world_rank, st.stage * 2);
+    EXPECT_GT(st.forward_s, 0);
+    EXPECT_GT(st.backward_s, 0);
+    EXPECT_GT(st.optimizer_s, 0);
+    // the replay's compute thread time is accounted for whole: 4 micro-batches' steps and the rest
+    EXPECT_NEAR(4 * (st.forward_s + st.backward_s) + st.other_s, st.sim.step_s - st.sim.optimizer_s, 1e-12);
+    other = std::max(other, st.other_s);
+    optimizer = std::max(optimizer, st.optimizer_s);
+  }
+  // the activation crossing the boundary: [32 / 4 micro-batches, 16, 64] fp32 moved between two
+  // tp 2 meshes over the cluster's PCIe at no less than bytes / bandwidth
+  ASSERT_EQ(r->times.transfer_s.size(), 1u);
+  const double bytes = 8.0 * 16 * 64 * 4;
+  EXPECT_GE(r->times.transfer_s[0], bytes / (cluster->intra.bandwidth_gbps * 1e9));
+  EXPECT_LT(r->times.transfer_s[0], 1e-3);
+  auto again = simulate_pipeline(PipelineSchedule::k1F1B, 4, r->times);
+  ASSERT_TRUE(again);
+  EXPECT_DOUBLE_EQ(r->step_s, again->step_s + other + optimizer);
+  // 1F1B over 2 stages: at least every micro-batch of the slower stage, plus the other stage's
+  // first forward and last backward
+  const auto& a = r->stages[0];
+  const auto& b = r->stages[1];
+  EXPECT_GE(r->sim.step_s + 1e-12, 4 * std::max(a.forward_s + a.backward_s, b.forward_s + b.backward_s));
 }
 
 TEST(PipelineSearch, PlansStagesOnAClusterAndPricesAGivenPipeline) {

@@ -1,0 +1,46 @@
+// A pipeline plan priced from the programs that run (issue 30 item 5): each stage's program (built
+// as oases-train builds it, planner/pipeline_program.h) is replayed by the one-rank simulator
+// (planner/simulator.h), and the pipeline simulator (planner/pipeline.h) composes what the replays
+// measured.
+//
+// Per stage, the replay's compute-thread time of each instruction goes to the pipeline step of its
+// node (its micro-batch, forward or backward: recomputation is backward work) or, for nodes of no
+// micro-batch (weight casts, gradient sums, the data-parallel all-reduces), to the stage's
+// "other" time. A stage's forward and backward per micro-batch are the means over its
+// micro-batches. The Reshards between stages cost the compute thread only their hand-off in the
+// replay (they run on channel 1); their time is what their transfer plans predicted for the plan's
+// machine (planner/reshard_nodes.h): per boundary, the forward transfers of one micro-batch. The
+// step is the pipeline's makespan, then the slowest stage's other time and optimizer step.
+#pragma once
+
+#include <vector>
+
+#include "planner/device.h"
+#include "planner/pipeline.h"
+#include "planner/pipeline_program.h"
+#include "planner/profile.h"
+#include "planner/simulator.h"
+
+namespace oases {
+
+struct StageReplay {
+  int stage = 0;
+  int64_t world_rank = 0;                // the rank whose program was replayed (the stage's first)
+  double forward_s = 0, backward_s = 0;  // one micro-batch, the mean
+  double other_s = 0;                    // nodes of no micro-batch
+  double optimizer_s = 0;
+  SimResult sim;  // the whole program's replay (as one rank alone: transfers arrive at once)
+};
+
+struct PipelineReplay {
+  std::vector<StageReplay> stages;
+  PipelineTimes times;  // what the pipeline simulator was given
+  PipelineSim sim;
+  double step_s = 0;
+};
+
+// Builds and replays the first rank's program of every stage of `sg` on `cluster` with `ops`
+// (`local_floor` as SimOptions says); the transfers planned for `cluster`'s hosts and links.
+Expected<PipelineReplay> replay_pipeline(const StageGlobals& sg, const ClusterSpec& cluster, const OpTimeModel& ops, const Profile* local_floor);
+
+}  // namespace oases
