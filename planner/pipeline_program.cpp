@@ -318,7 +318,7 @@ Expected<RankProgram> build_stage_program(const std::vector<const GlobalProgram*
   const std::vector<ValueId> grads(g.outputs().begin() + 1, g.outputs().end());
 
   // recomputation on the whole graph (its copies carry their origin, so they follow it)
-  const MeshPlan& mp = global.plan.mesh;
+  const MeshPlan& mp = global.plan.mesh();
   OASES_ASSIGN_OR_RETURN(ScheduleOptions so, schedule_by_name(mp.schedule.empty() ? "plain" : mp.schedule));
   so.checkpoint = mp.recompute_mode();
   rp.schedule = so;
@@ -692,62 +692,56 @@ std::vector<const GlobalProgram*> StageGlobals::programs() const {
   return out;
 }
 
-Expected<StageGlobals> build_stage_globals(Graph forward, const TrainingSpec& spec, const Plan& plan, const Plan::Pipeline& pipe,
-                                           const GlobalProgramOptions& opts) {
-  const auto& meshes = pipe.meshes;
-  const MeshPlan& m0 = plan.mesh;
-  if (pipe.stages < 2 || pipe.micro_batches < 1) return error("a pipeline of {} stages and {} micro-batches", pipe.stages, pipe.micro_batches);
-  if (!meshes.empty() && (static_cast<int64_t>(meshes.size()) != pipe.stages || meshes[0].tp != m0.tp || meshes[0].dp != m0.dp))
-    return error("{} stage meshes for {} stages, the first {}x{} where the plan's is {}x{}", meshes.size(), pipe.stages,
-                 meshes[0].tp, meshes[0].dp, m0.tp, m0.dp);
-  const int64_t first_ranks = m0.tp * m0.dp;
+Expected<StageGlobals> build_stage_globals(Graph forward, const TrainingSpec& spec, const Plan& plan, const GlobalProgramOptions& opts) {
+  const int64_t S = plan.num_stages();
+  const MeshPlan& m0 = plan.mesh();
+  const int64_t M = plan.micro_batches > 0 ? plan.micro_batches : S;
+  if (S < 2) return error("a pipeline of {} stages", S);
+  auto ranks_of = [](const MeshPlan& m) { return m.ranks > 0 ? m.ranks : std::max<int64_t>(m.tp, 1) * std::max<int64_t>(m.dp, 1); };
   // the stages' block ranges first: the programs mark the values that cross them
   int blocks = count_blocks(forward);
   if (blocks == 0) return error("{}: no transformer blocks found; pipeline stages are cut at block boundaries", opts.model_path);
-  OASES_ASSIGN_OR_RETURN(std::vector<StageCut> cuts, cut_stages(blocks, static_cast<int>(pipe.stages), pipe.cuts));
+  OASES_ASSIGN_OR_RETURN(std::vector<StageCut> cuts, cut_stages(blocks, static_cast<int>(S), plan.cuts()));
   GlobalProgramOptions go = opts;
   go.pipeline = true;
   go.stage_cuts = cuts;
-  const int64_t chunks = m0.chunk_count();  // of one micro-batch
+  const int64_t chunks = m0.chunk_count();  // of one micro-batch, every stage's
   Plan p0 = plan;
-  p0.mesh.chunks = chunks * pipe.micro_batches;
+  p0.stages = {m0};
+  p0.mesh().blocks.clear();
+  p0.mesh().chunks = chunks * M;
   StageGlobals sg;
   std::optional<Graph> copy;
-  if (!meshes.empty()) copy = forward;
-  OASES_ASSIGN_OR_RETURN(sg.first, build_global_program(std::move(forward), spec, p0, first_ranks, go));
-  // one program per distinct (tp, dp, schedule); the first stage's is sg.first (null here)
-  std::map<std::tuple<int64_t, int64_t, std::string>, std::shared_ptr<const GlobalProgram>> built{{{m0.tp, m0.dp, m0.schedule}, nullptr}};
-  for (size_t k = 0; k < meshes.size(); ++k) {
-    const auto& m = meshes[k];
-    const std::string sched = m.schedule.empty() ? m0.schedule : m.schedule;
-    auto same = built.find({m.tp, m.dp, sched});
+  if (std::any_of(plan.stages.begin(), plan.stages.end(), [&](const MeshPlan& m) { return !same_stage_layout(m, m0); })) copy = forward;
+  OASES_ASSIGN_OR_RETURN(sg.first, build_global_program(std::move(forward), spec, p0, ranks_of(m0), go));
+  // one program per distinct stage layout; the first stage's is sg.first (null here)
+  std::vector<std::pair<MeshPlan, std::shared_ptr<const GlobalProgram>>> built{{m0, nullptr}};
+  for (int64_t k = 0; k < S; ++k) {
+    const MeshPlan& m = plan.stages[static_cast<size_t>(k)];
+    auto same = std::find_if(built.begin(), built.end(), [&](const auto& b) { return same_stage_layout(b.first, m); });
     if (same != built.end()) {
       sg.own.push_back(same->second);
       continue;
     }
     Plan ps = p0;
-    ps.mesh.tp = m.tp;
-    ps.mesh.dp = m.dp;
-    ps.mesh.ranks = m.tp * m.dp;
-    ps.mesh.mesh = Mesh{};
-    ps.mesh.parts.clear();
-    ps.mesh.schedule = sched;
-    ps.mesh.recompute.reset();
-    ps.parameters.clear();
+    ps.mesh() = m;
+    ps.mesh().blocks.clear();
+    ps.mesh().chunks = chunks * M;
+    ps.parameters.clear();  // a plan's parameter specs are for the first stage's mesh
     GlobalProgramOptions gs = go;
     gs.plan_path.clear();
-    auto gk = build_global_program(*copy, spec, ps, m.tp * m.dp, gs);
+    auto gk = build_global_program(*copy, spec, ps, ranks_of(m), gs);
     if (!gk) return gk.status().with_context(fmt::format("stage {} (tp {} x dp {})", k, m.tp, m.dp));
     sg.own.push_back(std::make_shared<const GlobalProgram>(std::move(*gk)));
-    built.emplace(std::make_tuple(m.tp, m.dp, sched), sg.own.back());
+    built.emplace_back(m, sg.own.back());
   }
+  if (std::all_of(sg.own.begin(), sg.own.end(), [](const auto& p) { return p == nullptr; })) sg.own.clear();
   PipelineLayout& pl = sg.layout;
-  pl.stages = static_cast<int>(pipe.stages);
-  pl.micro_batches = static_cast<int>(pipe.micro_batches);
+  pl.stages = static_cast<int>(S);
+  pl.micro_batches = static_cast<int>(M);
   pl.chunks = static_cast<int>(chunks);
-  pl.set_uniform(first_ranks);
-  for (size_t k = 0; k < meshes.size(); ++k) pl.stage_ranks[k] = meshes[k].tp * meshes[k].dp;
-  OASES_ASSIGN_OR_RETURN(pl.schedule, parse_pipeline(pipe.schedule));
+  for (const MeshPlan& m : plan.stages) pl.stage_ranks.push_back(ranks_of(m));
+  OASES_ASSIGN_OR_RETURN(pl.schedule, parse_pipeline(plan.pipeline));
   pl.cuts = std::move(cuts);
   return sg;
 }

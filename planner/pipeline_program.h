@@ -108,8 +108,8 @@ Expected<RankProgram> build_stage_program(const GlobalProgram& global, const Pip
 // each rank's program from.
 struct StageGlobals {
   GlobalProgram first;  // stage 0's program, and that of every stage on the same mesh
-  // Per stage, with Plan::Pipeline::meshes: its own program where its (tp, dp, schedule) differs
-  // from the first stage's, one shared by the stages that agree; null: `first`.
+  // Per stage: its own program where its layout differs from the first stage's, one shared by
+  // the stages that agree; null: `first` (empty: every stage's is `first`).
   std::vector<std::shared_ptr<const GlobalProgram>> own;
   PipelineLayout layout;  // one machine (PipelineLayout::hosts empty)
   const GlobalProgram& program(int stage) const {
@@ -119,16 +119,13 @@ struct StageGlobals {
   std::vector<const GlobalProgram*> programs() const;  // per stage
 };
 
-// The programs of the `pipe.stages` stages of `forward`. `plan` lays out the first stage: its
-// tp x dp mesh, intra-stage schedule and the chunks K of one micro-batch (each program holds all
-// pipe.micro_batches x K chunks, cut into stages later). The stages' block ranges are `pipe.cuts`
-// ("": balanced) over the blocks `forward` has; the values crossing them are marked in every
-// program (GlobalProgramOptions::stage_cuts). `pipe.meshes`, when given, names each stage's mesh
-// (the first must be the plan's; a schedule "" is the plan's): a stage on another mesh gets
-// Megatron's layout there, since a plan file's per-parameter specs are for the first mesh.
-// `pipe.schedule` is gpipe, 1f1b or eager-1f1b. Errors name the model or the stage.
-Expected<StageGlobals> build_stage_globals(Graph forward, const TrainingSpec& spec, const Plan& plan, const Plan::Pipeline& pipe,
-                                           const GlobalProgramOptions& opts);
+// The programs of the stages of `plan` (planner/plan.h: each stage a block range on its own mesh)
+// for `forward`. Each program holds all plan.micro_batches x K chunks (K: the first stage's chunks
+// of one micro-batch), cut into stages later. The stages' block ranges are their "blocks" (none:
+// balanced) over the blocks `forward` has; the values crossing them are marked in every program
+// (GlobalProgramOptions::stage_cuts). Stages of one layout share one program. Errors name the
+// model or the stage.
+Expected<StageGlobals> build_stage_globals(Graph forward, const TrainingSpec& spec, const Plan& plan, const GlobalProgramOptions& opts);
 
 // Compares what every rank says of its transfers (StageProgramInfo::transfers, with its stage, by
 // world rank): an error names the first two ranks of a pair of stages whose lists differ.

@@ -468,7 +468,7 @@ nlohmann::json pipeline_plan_json(const PipelinePlan& p, const ModelAnalysis* in
   j["inner"] = {{"schedule", p.inner.schedule}, {"chunks_per_micro_batch", p.micro_batches > 0 ? p.inner.chunks / p.micro_batches : 0}};
   if (inner) j["inner"]["layouts"] = describe_layouts(*inner, p.inner.layouts);
   if (p.per_stage) {
-    // each stage's mesh, as Plan::Pipeline reads it (oases-train runs them with --plan)
+    // each stage's mesh (the plan's "pipeline" object lists them as its stages)
     nlohmann::json meshes = nlohmann::json::array();
     for (const auto& s : p.stage) meshes.push_back({{"tp", s.layout.tp}, {"dp", s.ranks / std::max<int64_t>(1, s.layout.tp)}});
     j["meshes"] = meshes;
@@ -518,13 +518,25 @@ Plan plan_of_pipeline(const ModelAnalysis& stage_a, const PipelinePlan& p) {
   PlanChoice first = p.inner;
   if (p.per_stage) first.layouts.assign(first.layouts.size(), p.stage.front().layout);
   Plan plan = plan_of_choice(stage_a, first, p.stage_ranks);
-  plan.pipeline.stages = p.stages;
-  plan.pipeline.micro_batches = p.micro_batches;
-  std::vector<StageCut> cuts;
-  for (const auto& st : p.stage) cuts.push_back(st.blocks);
-  plan.pipeline.cuts = stages_string(cuts);
-  plan.pipeline.schedule = pipeline_name(p.schedule);
-  plan.mesh.chunks = p.micro_batches > 0 ? p.inner.chunks / p.micro_batches : 1;
+  plan.mesh().chunks = p.micro_batches > 0 ? p.inner.chunks / p.micro_batches : 1;
+  plan.micro_batches = p.micro_batches;
+  plan.pipeline = pipeline_name(p.schedule);
+  const MeshPlan m0 = plan.mesh();
+  plan.stages.clear();
+  for (const auto& st : p.stage) {
+    // a stage of another tp than the first runs Megatron's split on its mesh
+    MeshPlan m = m0;
+    if (p.per_stage && st.layout.tp != p.stage.front().layout.tp) {
+      m = MeshPlan{};
+      m.tp = st.layout.tp;
+      m.dp = st.ranks / std::max<int64_t>(1, st.layout.tp);
+      m.ranks = st.ranks;
+      m.schedule = m0.schedule;
+      m.chunks = m0.chunks;
+    }
+    m.blocks = fmt::format("{}-{}", st.blocks.first, st.blocks.last);
+    plan.stages.push_back(std::move(m));
+  }
   return plan;
 }
 

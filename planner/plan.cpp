@@ -302,36 +302,67 @@ CheckpointMode MeshPlan::recompute_mode() const {
 
 bool MeshPlan::operator==(const MeshPlan& o) const {
   return ranks == o.ranks && tp == o.tp && dp == o.dp && same_mesh(mesh, o.mesh) && parts == o.parts && schedule == o.schedule &&
-         chunks == o.chunks && recompute == o.recompute;
+         chunks == o.chunks && recompute == o.recompute && blocks == o.blocks;
+}
+
+bool same_stage_layout(const MeshPlan& a, const MeshPlan& b) {
+  return a.ranks == b.ranks && a.tp == b.tp && a.dp == b.dp && same_mesh(a.mesh, b.mesh) && a.parts == b.parts && a.schedule == b.schedule &&
+         a.recompute == b.recompute;
+}
+
+MeshPlan Plan::stage_on(int64_t tp, int64_t dp, const std::string& schedule) const {
+  const MeshPlan& m0 = mesh();
+  const std::string s = schedule.empty() ? m0.schedule : schedule;
+  if ((tp == m0.tp || (tp <= 0 && m0.tp <= 0)) && (dp == m0.dp || (dp <= 0 && m0.dp <= 0)) && s == m0.schedule) {
+    MeshPlan same = m0;
+    same.blocks.clear();
+    return same;
+  }
+  MeshPlan m;
+  m.tp = tp;
+  m.dp = dp;
+  m.ranks = tp * dp;
+  m.schedule = s;
+  m.chunks = m0.chunks;
+  return m;
+}
+
+std::string Plan::cuts() const {
+  std::vector<std::string> b;
+  for (const MeshPlan& st : stages) {
+    if (st.blocks.empty()) return "";
+    b.push_back(st.blocks);
+  }
+  return fmt::format("{}", fmt::join(b, ","));
 }
 
 Plan Plan::megatron(int64_t tp, int64_t dp) {
   Plan p;
   p.version = 1;
-  p.mesh.tp = tp;
-  p.mesh.dp = dp;
-  p.mesh.ranks = tp * dp;
+  p.mesh().tp = tp;
+  p.mesh().dp = dp;
+  p.mesh().ranks = tp * dp;
   return p;
 }
 
 Plan Plan::from_parts(std::vector<PartLayout> parts, int64_t ranks, std::string schedule, int64_t chunks) {
   Plan p;
   p.version = kPlanVersion;
-  p.mesh.ranks = ranks;
-  p.mesh.parts = std::move(parts);
-  if (!p.mesh.parts.empty() && !layouts_are_mixed(p.mesh.parts)) {
-    p.mesh.tp = p.mesh.parts[0].tp;
-    p.mesh.dp = ranks / p.mesh.tp;
+  p.mesh().ranks = ranks;
+  p.mesh().parts = std::move(parts);
+  if (!p.mesh().parts.empty() && !layouts_are_mixed(p.mesh().parts)) {
+    p.mesh().tp = p.mesh().parts[0].tp;
+    p.mesh().dp = ranks / p.mesh().tp;
   }
-  p.mesh.schedule = std::move(schedule);
-  p.mesh.chunks = chunks;
+  p.mesh().schedule = std::move(schedule);
+  p.mesh().chunks = chunks;
   return p;
 }
 
 namespace {
 
-// "0-5,6-11": `stages` ranges FIRST-LAST, each starting where the one before ended (the model's
-// block count is checked when the stages are cut, planner/pipeline.h cut_stages).
+}  // namespace
+
 Status check_cuts(const std::string& cuts, int64_t stages) {
   std::regex item_re("([0-9]{1,9})-([0-9]{1,9})");
   int64_t count = 0, next = 0;
@@ -354,6 +385,8 @@ Status check_cuts(const std::string& cuts, int64_t stages) {
   return Status::ok();
 }
 
+namespace {
+
 // The mesh the plan's parameter specs name axes of: the file's mesh, else a tp x dp one.
 std::optional<Mesh> spec_mesh(const MeshPlan& m) {
   if (!m.mesh.axes.empty()) return m.mesh;
@@ -364,7 +397,7 @@ std::optional<Mesh> spec_mesh(const MeshPlan& m) {
 }  // namespace
 
 Status Plan::validate() const {
-  const MeshPlan& m = mesh;
+  const MeshPlan& m = mesh();
   if (m.ranks < 0 || m.ranks > kMaxPlanRanks) return error("mesh.ranks: {} ranks (1 to {})", m.ranks, kMaxPlanRanks);
   if (m.tp < 0 || m.dp < 0 || m.tp > kMaxPlanRanks || m.dp > kMaxPlanRanks)
     return error("mesh: tp {} x dp {}: degrees must be positive, at most {}", m.tp, m.dp, kMaxPlanRanks);
@@ -403,30 +436,38 @@ Status Plan::validate() const {
   if (dp_bucket_bytes < 0) return error("dp_bucket_bytes: {} is negative", dp_bucket_bytes);
   if (batch < 0 || batch > kMaxPlanBatch) return error("batch: {} sequences (1 to {})", batch, kMaxPlanBatch);
   if (seq < 0 || seq > kMaxPlanSeq) return error("seq: {} tokens (1 to {})", seq, kMaxPlanSeq);
-  const Pipeline& pp = pipeline;
-  if (pp.stages < 1 || pp.stages > kMaxPlanRanks) return error("pipeline.stages: {} stages (1 to {})", pp.stages, kMaxPlanRanks);
-  if (pp.micro_batches < 0 || pp.micro_batches > kMaxPlanChunks)
-    return error("pipeline.micro_batches: {} micro-batches (1 to {})", pp.micro_batches, kMaxPlanChunks);
-  if (!pp.schedule.empty() && !parse_pipeline(pp.schedule))
-    return error("pipeline.schedule: unknown pipeline schedule '{}' (gpipe, 1f1b, eager-1f1b)", pp.schedule);
-  if (!pp.cuts.empty()) OASES_RETURN_IF_ERROR(check_cuts(pp.cuts, pp.stages));
-  if (!pp.meshes.empty() && static_cast<int64_t>(pp.meshes.size()) != pp.stages)
-    return error("pipeline.meshes: {} meshes for {} stages (one mesh per stage)", pp.meshes.size(), pp.stages);
-  for (size_t k = 0; k < pp.meshes.size(); ++k) {
-    const Pipeline::StageMesh& sm = pp.meshes[k];
-    if (sm.tp < 1 || sm.dp < 1 || sm.tp > kMaxPlanRanks || sm.dp > kMaxPlanRanks)
-      return error("pipeline.meshes[{}]: tp {} x dp {} (each 1 to {})", k, sm.tp, sm.dp, kMaxPlanRanks);
-    if (!sm.schedule.empty())
-      OASES_RETURN_IF_ERROR(schedule_by_name(sm.schedule).status().with_context(fmt::format("pipeline.meshes[{}].schedule", k)));
+  const int64_t S = num_stages();
+  if (S < 1 || S > kMaxPlanRanks) return error("pipeline.stages: {} stages (1 to {})", S, kMaxPlanRanks);
+  if (micro_batches < 0 || micro_batches > kMaxPlanChunks)
+    return error("pipeline.micro_batches: {} micro-batches (1 to {})", micro_batches, kMaxPlanChunks);
+  if (S > 1 && !parse_pipeline(pipeline))
+    return error("pipeline.schedule: unknown pipeline schedule '{}' (gpipe, 1f1b, eager-1f1b)", pipeline);
+  int64_t with_blocks = 0;
+  for (int64_t k = 1; k < S; ++k) {
+    const MeshPlan& st = stages[static_cast<size_t>(k)];
+    const std::string at = fmt::format("pipeline.stages[{}]", k);
+    if (st.tp < 1 || st.dp < 1 || st.tp > kMaxPlanRanks || st.dp > kMaxPlanRanks)
+      return error("{}: tp {} x dp {} (each 1 to {})", at, st.tp, st.dp, kMaxPlanRanks);
+    if (st.ranks > 0 && st.ranks != st.tp * st.dp) return error("{}: tp {} x dp {} on {} ranks", at, st.tp, st.dp, st.ranks);
+    if (!st.schedule.empty()) OASES_RETURN_IF_ERROR(schedule_by_name(st.schedule).status().with_context(at + ".schedule"));
+    if (st.chunks < 0 || st.chunks > kMaxPlanChunks) return error("{}.chunks: {} is not 1 to {}", at, st.chunks, kMaxPlanChunks);
   }
+  for (const MeshPlan& st : stages) with_blocks += !st.blocks.empty();
+  if (with_blocks > 0 && with_blocks < S) return Status::error("pipeline.stages: every stage names its blocks, or none does");
+  if (with_blocks == S && S > 1) OASES_RETURN_IF_ERROR(check_cuts(cuts(), S));
   // every sequence of the batch in one piece: dp x micro-batches x chunks divide it (on each
   // stage's mesh; dp where the plan fixes one)
   if (batch > 0) {
-    const bool piped = pp.stages > 1 && pp.micro_batches > 0;
-    const int64_t micro = piped ? pp.micro_batches : 1, chunks = m.chunk_count();
-    std::vector<int64_t> dps{m.dp};
-    for (const Pipeline::StageMesh& sm : pp.meshes) dps.push_back(sm.dp);
-    for (int64_t dp : dps) {
+    const bool piped = S > 1 && micro_batches > 0;
+    const int64_t micro = piped ? micro_batches : 1, chunks = m.chunk_count();
+    std::vector<int64_t> dps;  // each stage's dp; a stage of per-part layouts: each part's
+    for (const MeshPlan& st : stages) {
+      if (st.dp > 0 || st.parts.empty() || st.ranks <= 0) dps.push_back(st.dp);
+      for (const PartLayout& l : st.parts) {
+        if (st.dp <= 0 && st.ranks > 0 && l.tp > 0) dps.push_back(st.ranks / l.tp);
+      }
+    }
+    for (const int64_t dp : dps) {
       // each factor is at most 2^20: the product fits
       if (batch % (std::max<int64_t>(dp, 1) * micro * chunks) == 0) continue;
       std::string pieces = dp > 0 ? fmt::format("dp {} x ", dp) : "";
@@ -444,8 +485,8 @@ Status Plan::validate() const {
   return Status::ok();
 }
 
-Expected<std::vector<Plan::Pipeline::StageMesh>> parse_stage_meshes(const std::string& text, int64_t stages) {
-  std::vector<Plan::Pipeline::StageMesh> out;
+Expected<std::vector<MeshPlan>> parse_stage_meshes(const std::string& text, int64_t stages) {
+  std::vector<MeshPlan> out;
   std::regex re("([0-9]+)x([0-9]+)(:([a-z_]+))?");
   size_t start = 0;
   while (start <= text.size()) {
@@ -454,7 +495,7 @@ Expected<std::vector<Plan::Pipeline::StageMesh>> parse_stage_meshes(const std::s
     std::smatch m;
     if (!std::regex_match(item, m, re))
       return error("--stage-meshes {}: '{}' is not TPxDP or TPxDP:SCHEDULE (e.g. 2x1,1x2:oases)", text, item);
-    Plan::Pipeline::StageMesh sm;
+    MeshPlan sm;
     try {
       sm.tp = std::stoll(m[1]);
       sm.dp = std::stoll(m[2]);
@@ -463,6 +504,7 @@ Expected<std::vector<Plan::Pipeline::StageMesh>> parse_stage_meshes(const std::s
     }
     if (sm.tp < 1 || sm.dp < 1 || sm.tp > (int64_t{1} << 20) || sm.dp > (int64_t{1} << 20))
       return error("--stage-meshes {}: '{}' needs tp and dp from 1 to 2^20", text, item);
+    sm.ranks = sm.tp * sm.dp;
     sm.schedule = m[4];
     if (!sm.schedule.empty() && !schedule_by_name(sm.schedule)) return error("--stage-meshes {}: schedule '{}' is unknown", text, sm.schedule);
     out.push_back(sm);
@@ -473,7 +515,7 @@ Expected<std::vector<Plan::Pipeline::StageMesh>> parse_stage_meshes(const std::s
   return out;
 }
 
-std::string stage_meshes_string(const std::vector<Plan::Pipeline::StageMesh>& meshes) {
+std::string stage_meshes_string(const std::vector<MeshPlan>& meshes) {
   std::string s;
   for (const auto& m : meshes) {
     if (!s.empty()) s += ",";
@@ -483,25 +525,26 @@ std::string stage_meshes_string(const std::vector<Plan::Pipeline::StageMesh>& me
   return s;
 }
 
-nlohmann::json Plan::Pipeline::to_json() const {
+nlohmann::json Plan::pipeline_json() const {
   // what is not fixed (0 or "") is left out: the reader takes the run's default
-  nlohmann::json j{{"stages", stages}};
+  nlohmann::json j{{"schedule", pipeline}};
   if (micro_batches > 0) j["micro_batches"] = micro_batches;
-  if (!cuts.empty()) j["cuts"] = cuts;
-  if (!schedule.empty()) j["schedule"] = schedule;
-  if (!meshes.empty()) {
-    j["meshes"] = nlohmann::json::array();
-    for (const StageMesh& m : meshes) {
-      nlohmann::json mj{{"tp", m.tp}, {"dp", m.dp}};
-      if (!m.schedule.empty()) mj["schedule"] = m.schedule;
-      j["meshes"].push_back(mj);
-    }
+  j["stages"] = nlohmann::json::array();
+  for (const MeshPlan& m : stages) {
+    nlohmann::json sj = nlohmann::json::object();
+    if (!m.blocks.empty()) sj["blocks"] = m.blocks;
+    if (m.tp > 0) sj["tp"] = m.tp;
+    if (m.dp > 0) sj["dp"] = m.dp;
+    if (m.ranks > 0) sj["ranks"] = m.ranks;
+    if (!m.schedule.empty()) sj["schedule"] = m.schedule;
+    if (m.chunks > 0) sj["chunks"] = m.chunks;
+    j["stages"].push_back(sj);
   }
   return j;
 }
 
 nlohmann::json Plan::to_json() const {
-  const MeshPlan& m = mesh;
+  const MeshPlan& m = mesh();
   nlohmann::json j;
   j["format"] = "oases-plan";
   // version 1 unless the plan needs what version 2 added
@@ -543,9 +586,9 @@ nlohmann::json Plan::to_json() const {
     }
     j["parts"] = parts;
   }
-  if (pipeline.stages > 1) {
-    j["version"] = kPlanVersionPipeline;
-    j["pipeline"] = pipeline.to_json();
+  if (num_stages() > 1) {
+    j["version"] = kPlanVersionStages;
+    j["pipeline"] = pipeline_json();
   }
   if (!parameters.empty()) {
     j["parameters"] = nlohmann::json::array();
@@ -555,13 +598,13 @@ nlohmann::json Plan::to_json() const {
 }
 
 bool Plan::operator==(const Plan& o) const {
-  return mesh == o.mesh && vocab_parallel == o.vocab_parallel && sequence_parallel == o.sequence_parallel &&
-         collective_matmul == o.collective_matmul && dtype == o.dtype &&
-         dp_bucket_bytes == o.dp_bucket_bytes && batch == o.batch && seq == o.seq && parameters == o.parameters && pipeline == o.pipeline;
+  return stages == o.stages && vocab_parallel == o.vocab_parallel && sequence_parallel == o.sequence_parallel &&
+         collective_matmul == o.collective_matmul && dtype == o.dtype && dp_bucket_bytes == o.dp_bucket_bytes && batch == o.batch &&
+         seq == o.seq && parameters == o.parameters && (num_stages() == 1 || (pipeline == o.pipeline && micro_batches == o.micro_batches));
 }
 
 std::string Plan::to_string() const {
-  const MeshPlan& m = mesh;
+  const MeshPlan& m = mesh();
   std::string out;
   if (!m.parts.empty() && m.tp == 0) {
     std::vector<std::string> degrees;
@@ -583,11 +626,15 @@ std::string Plan::to_string() const {
   if (collective_matmul) out += ", collective matmuls";
   if (batch > 0 || seq > 0) out += fmt::format(", batch {} x {}", batch, seq);
   if (!parameters.empty()) out += fmt::format(", {} parameter specs", parameters.size());
+  if (num_stages() > 1) {
+    out += fmt::format(", pipeline of {} stages ({}, {} micro-batches{})", num_stages(), pipeline,
+                       micro_batches > 0 ? std::to_string(micro_batches) : "default", cuts().empty() ? "" : ", blocks " + cuts());
+  }
   return out;
 }
 
 Status adopt_plan(const Plan& p, const std::string& path, int64_t world, RunShape* run) {
-  const MeshPlan& m = p.mesh;
+  const MeshPlan& m = p.mesh();
   if (m.ranks > 0 && m.ranks != world) {
     return error("{}: the plan is for {} ranks, this run has {} (run it with --local-ranks {} or mpirun -np {})", path, m.ranks, world,
                  m.ranks, m.ranks);
@@ -621,7 +668,7 @@ Status adopt_plan(const Plan& p, const std::string& path, int64_t world, RunShap
 }
 
 Expected<Strategy> strategy_for_plan(const Plan& p, const std::string& path, Graph& g, const StrategyOptions& opt) {
-  const MeshPlan& m = p.mesh;
+  const MeshPlan& m = p.mesh();
   if (p.version >= 2 && !m.parts.empty()) {
     StrategyOptions so = opt;
     so.vocab_parallel = p.vocab_parallel;

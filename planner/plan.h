@@ -22,9 +22,14 @@ namespace oases {
 // schedule the plan was made for ("batch", "seq", "schedule") and the predictions; version 1 files
 // (one tp x dp mesh) still read.
 constexpr int kPlanVersion = 2;
-// A pipeline plan (a "pipeline" object: stages, micro-batches, block cuts, schedule) is version 3;
-// readers take 1 to 3.
+// Version 3: a "pipeline" object of S stages sharing one layout (stages, micro-batches, block cuts,
+// schedule, optionally each stage's tp x dp and schedule as "meshes"). Read, no longer written.
 constexpr int kPlanVersionPipeline = 3;
+// Version 4: the plan is a list of stages ("pipeline": {"schedule", "micro_batches", "stages":
+// [one object per stage: its blocks, tp x dp or ranks, schedule and chunks]}), the top-level mesh,
+// schedule and parts being the first stage's. Readers take 1 to 4; a plan of one stage is written
+// as version 1 or 2.
+constexpr int kPlanVersionStages = 4;
 
 // The most a plan may give: ranks of a mesh or of one of its axes, tp and dp degrees, pipeline
 // stages; micro-batch chunks and pipeline micro-batches; sequences per batch and tokens per
@@ -44,6 +49,7 @@ struct MeshPlan {
   std::string schedule;                     // planner/schedule.h names; "": in line (no schedule)
   int64_t chunks = 0;                       // micro-batch chunks; 0: the schedule's default
   std::optional<CheckpointMode> recompute;  // unset: what the schedule implies
+  std::string blocks;                       // a pipeline stage's transformer blocks "FIRST-LAST" ("": cut evenly)
 
   // 2 with a schedule, else 1, unless fixed.
   int64_t chunk_count() const { return chunks > 0 ? chunks : (schedule.empty() ? 1 : 2); }
@@ -52,14 +58,21 @@ struct MeshPlan {
   bool operator==(const MeshPlan& o) const;
 };
 
-// A parallel training plan, independent of any graph: the mesh and its layouts, the schedule, the
-// compute type, and optional per-parameter spec overrides by initializer name. Strategy (planner/
+// A parallel training plan, independent of any graph: a list of stages, each a range of the
+// model's blocks on its own mesh of ranks with its layouts, schedule and chunks (one mesh is one
+// stage; the world's ranks are the stages' meshes one after another), the pipeline schedule and
+// micro-batches when there are several, the compute type, and optional per-parameter spec
+// overrides by initializer name (for the first stage's mesh). Strategy (planner/
 // strategy.h) is what a Plan becomes on one graph (ValueIds -> specs): strategy_for_plan below.
 // Plan files are JSON (version 1: one tp x dp mesh and "parameters"; version 2 adds "parts",
 // "batch", "seq", "schedule"); a Plan's own keys are a subset of what oases-plan writes.
 struct Plan {
-  int version = kPlanVersion;  // what the file it came from said (to_json writes 1 or 2)
-  MeshPlan mesh;
+  int version = kPlanVersion;  // what the file it came from said (to_json writes 1, 2 or 4)
+  // Never empty. A later stage runs the first stage's layouts where its tp x dp and schedule are
+  // the first's, else Megatron's split on its mesh (stage_on).
+  std::vector<MeshPlan> stages = std::vector<MeshPlan>(1);
+  std::string pipeline = "1f1b";  // with several stages: gpipe | 1f1b | eager-1f1b
+  int64_t micro_batches = 0;      // with several stages: micro-batches a step (0: as many as stages)
   bool vocab_parallel = true;
   bool sequence_parallel = false;
   // Collective matmuls (planner/collective_matmul.h) in every part (with sequence parallelism);
@@ -71,24 +84,19 @@ struct Plan {
   // Spec text per initializer ("[S(tp), R]"): overrides of the layout (a version 1 plan), or, with
   // "parts", what the layouts must give (checked).
   std::map<std::string, std::string> parameters;
-  // Pipeline stages (version 3): the mesh above is one stage's; stages > 1 runs S of them.
-  struct Pipeline {
-    int64_t stages = 1, micro_batches = 0;
-    std::string cuts;      // "0-47,48-95"
-    std::string schedule;  // gpipe | 1f1b | eager-1f1b
-    // Each stage's own mesh ("meshes": [{"tp": 2, "dp": 1, "schedule": "oases"}, ...]); empty: every
-    // stage runs the plan's mesh. A stage's schedule "" is the plan's; the chunks are the plan's.
-    struct StageMesh {
-      int64_t tp = 1, dp = 1;
-      std::string schedule;
-      bool operator==(const StageMesh& o) const { return tp == o.tp && dp == o.dp && schedule == o.schedule; }
-    };
-    std::vector<StageMesh> meshes;
-    bool operator==(const Pipeline& o) const {
-      return stages == o.stages && micro_batches == o.micro_batches && cuts == o.cuts && schedule == o.schedule && meshes == o.meshes;
-    }
-    nlohmann::json to_json() const;  // the plan file's "pipeline" object
-  } pipeline;
+
+  // The first stage's mesh (the only one without a pipeline).
+  MeshPlan& mesh() { return stages.front(); }
+  const MeshPlan& mesh() const { return stages.front(); }
+  int64_t num_stages() const { return static_cast<int64_t>(stages.size()); }
+  // The stages' block ranges "0-5,6-11" ("" when the stages do not fix them: cut evenly).
+  std::string cuts() const;
+  // A stage on tp x dp ranks running `schedule` ("": the first stage's): the first stage itself
+  // (its layouts, no blocks) where these are its own, else Megatron's split on that mesh with the
+  // first stage's chunks. What the plan's later stages are made of.
+  MeshPlan stage_on(int64_t tp, int64_t dp, const std::string& schedule) const;
+  // The plan file's "pipeline" object (version 4), for several stages.
+  nlohmann::json pipeline_json() const;
 
   // Megatron's split over one tp x dp mesh.
   static Plan megatron(int64_t tp, int64_t dp);
@@ -117,8 +125,15 @@ const char* recompute_name(CheckpointMode m);
 Expected<CheckpointMode> recompute_by_name(const std::string& name);
 
 // "2x1,1x2:oases" (tp x dp[:schedule] per stage, `stages` of them) and back.
-Expected<std::vector<Plan::Pipeline::StageMesh>> parse_stage_meshes(const std::string& text, int64_t stages);
-std::string stage_meshes_string(const std::vector<Plan::Pipeline::StageMesh>& meshes);
+Expected<std::vector<MeshPlan>> parse_stage_meshes(const std::string& text, int64_t stages);
+std::string stage_meshes_string(const std::vector<MeshPlan>& meshes);
+// "0-5,6-11": `stages` ranges FIRST-LAST, each starting where the one before ended (the model's
+// block count is checked when the stages are cut, planner/pipeline.h cut_stages); errors name
+// "pipeline.cuts".
+Status check_cuts(const std::string& cuts, int64_t stages);
+// Whether two stages run the same program: the same mesh, layouts and schedule (their blocks and
+// chunks aside: a pipeline's stages share the first stage's chunks).
+bool same_stage_layout(const MeshPlan& a, const MeshPlan& b);
 
 // What a run's command line leaves open, filled from a plan (0 or "" is open).
 struct RunShape {

@@ -58,6 +58,7 @@ std::string printable(const std::string& s) {
 class FieldReader {
  public:
   explicit FieldReader(const std::string& path) : path_(path) {}
+  const std::string& path() const { return path_; }
 
   template <class... Args>
   Status fail(const std::string& field, fmt::format_string<Args...> f, Args&&... args) const {
@@ -260,30 +261,92 @@ Status read_parts(const FieldReader& f, const json& pj, MeshPlan* m) {
   return Status::ok();
 }
 
-Status read_pipeline(const FieldReader& f, const json& pj, Plan::Pipeline* p) {
-  OASES_RETURN_IF_ERROR(f.object(pj, "pipeline"));
-  OASES_RETURN_IF_ERROR(
-      optional_field(pj, "stages", &p->stages, [&](const json& v) { return f.integer(v, "pipeline.stages", 1, kMaxPlanRanks); }));
+// Version 3: {"stages": S, "micro_batches", "cuts": "0-1,2-3", "schedule", "meshes": [{"tp", "dp",
+// "schedule"}]}.
+Status read_pipeline_v3(const FieldReader& f, const json& pj, Plan* p) {
+  int64_t stages = 1;
+  std::string cuts;
+  OASES_RETURN_IF_ERROR(optional_field(pj, "stages", &stages, [&](const json& v) { return f.integer(v, "pipeline.stages", 1, kMaxPlanRanks); }));
   OASES_RETURN_IF_ERROR(optional_field(pj, "micro_batches", &p->micro_batches,
                                        [&](const json& v) { return f.integer(v, "pipeline.micro_batches", 1, kMaxPlanChunks); }));
-  OASES_RETURN_IF_ERROR(optional_field(pj, "cuts", &p->cuts, [&](const json& v) { return f.text(v, "pipeline.cuts"); }));
-  p->schedule = "1f1b";
-  OASES_RETURN_IF_ERROR(optional_field(pj, "schedule", &p->schedule, [&](const json& v) { return f.text(v, "pipeline.schedule"); }));
+  OASES_RETURN_IF_ERROR(optional_field(pj, "cuts", &cuts, [&](const json& v) { return f.text(v, "pipeline.cuts"); }));
+  OASES_RETURN_IF_ERROR(optional_field(pj, "schedule", &p->pipeline, [&](const json& v) { return f.text(v, "pipeline.schedule"); }));
+  std::vector<MeshPlan> out;
   if (pj.contains("meshes")) {
     const json& mj = pj["meshes"];
     OASES_RETURN_IF_ERROR(f.list(mj, "pipeline.meshes"));
-    if (static_cast<int64_t>(mj.size()) != p->stages)
-      return f.fail("pipeline.meshes", "{} meshes for {} stages (one mesh per stage)", mj.size(), p->stages);
+    if (static_cast<int64_t>(mj.size()) != stages) return f.fail("pipeline.meshes", "{} meshes for {} stages (one mesh per stage)", mj.size(), stages);
     for (size_t k = 0; k < mj.size(); ++k) {
       const std::string at = fmt::format("pipeline.meshes[{}]", k);
       OASES_RETURN_IF_ERROR(f.object(mj[k], at));
-      Plan::Pipeline::StageMesh sm;
-      OASES_RETURN_IF_ERROR(optional_field(mj[k], "tp", &sm.tp, [&](const json& v) { return f.integer(v, at + ".tp", 1, kMaxPlanRanks); }));
-      OASES_RETURN_IF_ERROR(optional_field(mj[k], "dp", &sm.dp, [&](const json& v) { return f.integer(v, at + ".dp", 1, kMaxPlanRanks); }));
-      OASES_RETURN_IF_ERROR(optional_field(mj[k], "schedule", &sm.schedule, [&](const json& v) { return f.text(v, at + ".schedule"); }));
-      p->meshes.push_back(sm);
+      int64_t tp = 1, dp = 1;
+      std::string sched;
+      OASES_RETURN_IF_ERROR(optional_field(mj[k], "tp", &tp, [&](const json& v) { return f.integer(v, at + ".tp", 1, kMaxPlanRanks); }));
+      OASES_RETURN_IF_ERROR(optional_field(mj[k], "dp", &dp, [&](const json& v) { return f.integer(v, at + ".dp", 1, kMaxPlanRanks); }));
+      OASES_RETURN_IF_ERROR(optional_field(mj[k], "schedule", &sched, [&](const json& v) { return f.text(v, at + ".schedule"); }));
+      if (!sched.empty()) {
+        if (auto known = schedule_by_name(sched); !known) return known.status().with_context(at + ".schedule").with_context(f.path());
+      }
+      if (k == 0 && p->mesh().tp > 0 && (tp != p->mesh().tp || dp != p->mesh().dp))
+        return f.fail(at, "tp {} x dp {}, but the plan's mesh is tp {} x dp {} (the first stage's)", tp, dp, p->mesh().tp, p->mesh().dp);
+      out.push_back(k == 0 ? p->mesh() : p->stage_on(tp, dp, sched));
+    }
+  } else {
+    out.assign(static_cast<size_t>(stages), p->mesh());
+  }
+  if (!cuts.empty()) {
+    if (Status st = check_cuts(cuts, stages); !st.is_ok()) return st.with_context(f.path());
+    size_t k = 0;
+    for (size_t start = 0;; ++k) {
+      size_t comma = cuts.find(',', start);
+      out[k].blocks = cuts.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+      if (comma == std::string::npos) break;
+      start = comma + 1;
     }
   }
+  p->stages = std::move(out);
+  return Status::ok();
+}
+
+// Version 4: {"schedule", "micro_batches", "stages": [{"blocks", "tp", "dp", "ranks", "schedule",
+// "chunks"}, ...]}; the first stage is the plan's top-level mesh, schedule and parts.
+Status read_pipeline_v4(const FieldReader& f, const json& pj, Plan* p) {
+  OASES_RETURN_IF_ERROR(optional_field(pj, "micro_batches", &p->micro_batches,
+                                       [&](const json& v) { return f.integer(v, "pipeline.micro_batches", 1, kMaxPlanChunks); }));
+  OASES_RETURN_IF_ERROR(optional_field(pj, "schedule", &p->pipeline, [&](const json& v) { return f.text(v, "pipeline.schedule"); }));
+  if (!pj.contains("stages")) return f.fail("pipeline.stages", "missing: a list of the stages");
+  const json& sj = pj["stages"];
+  OASES_RETURN_IF_ERROR(f.list(sj, "pipeline.stages"));
+  if (sj.empty() || static_cast<int64_t>(sj.size()) > kMaxPlanRanks)
+    return f.fail("pipeline.stages", "{} stages (1 to {})", sj.size(), kMaxPlanRanks);
+  std::vector<MeshPlan> out;
+  for (size_t k = 0; k < sj.size(); ++k) {
+    const std::string at = fmt::format("pipeline.stages[{}]", k);
+    OASES_RETURN_IF_ERROR(f.object(sj[k], at));
+    int64_t tp = 0, dp = 0, ranks = 0, chunks = 0;
+    std::string sched, blocks;
+    OASES_RETURN_IF_ERROR(optional_field(sj[k], "tp", &tp, [&](const json& v) { return f.integer(v, at + ".tp", 1, kMaxPlanRanks); }));
+    OASES_RETURN_IF_ERROR(optional_field(sj[k], "dp", &dp, [&](const json& v) { return f.integer(v, at + ".dp", 1, kMaxPlanRanks); }));
+    OASES_RETURN_IF_ERROR(optional_field(sj[k], "ranks", &ranks, [&](const json& v) { return f.integer(v, at + ".ranks", 1, kMaxPlanRanks); }));
+    OASES_RETURN_IF_ERROR(optional_field(sj[k], "chunks", &chunks, [&](const json& v) { return f.integer(v, at + ".chunks", 1, kMaxPlanChunks); }));
+    OASES_RETURN_IF_ERROR(optional_field(sj[k], "schedule", &sched, [&](const json& v) { return f.text(v, at + ".schedule"); }));
+    OASES_RETURN_IF_ERROR(optional_field(sj[k], "blocks", &blocks, [&](const json& v) { return f.text(v, at + ".blocks"); }));
+    const MeshPlan& m0 = p->mesh();
+    if (k == 0) {
+      if ((tp > 0 && tp != m0.tp) || (dp > 0 && dp != m0.dp) || (ranks > 0 && ranks != m0.ranks) || sched != m0.schedule ||
+          (chunks > 0 && chunks != m0.chunk_count()))
+        return f.fail(at, "is not the plan's own mesh and schedule (the first stage is the top-level \"mesh\", \"schedule\" and \"parts\")");
+      out.push_back(m0);
+    } else {
+      if (tp <= 0 || dp <= 0) return f.fail(at, "a stage after the first needs \"tp\" and \"dp\"");
+      MeshPlan m = p->stage_on(tp, dp, sched);
+      if (chunks > 0 && chunks != m0.chunk_count())
+        return f.fail(at + ".chunks", "{}, the first stage's are {} (the stages share one chunk count)", chunks, m0.chunk_count());
+      out.push_back(std::move(m));
+    }
+    out.back().blocks = blocks;
+  }
+  p->stages = std::move(out);
   return Status::ok();
 }
 
@@ -324,7 +387,7 @@ Expected<Plan> Plan::from_json(const json& j, const std::string& path) {
   const FieldReader f(path);
   if (!j.is_object()) return error("{}: a plan is a JSON object, not {}", path, json_kind(j));
   Plan p;
-  MeshPlan& m = p.mesh;
+  MeshPlan& m = p.mesh();
   if (j.contains("format")) {
     OASES_ASSIGN_OR_RETURN(std::string format, f.text(j["format"], "format"));
     if (format != "oases-plan") return f.fail("format", "'{}' is not \"oases-plan\"", format);
@@ -333,7 +396,7 @@ Expected<Plan> Plan::from_json(const json& j, const std::string& path) {
   if (j.contains("version")) {
     OASES_ASSIGN_OR_RETURN(int64_t v,
                            f.integer(j["version"], "version", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max()));
-    if (v < 1 || v > kPlanVersionPipeline) return error("{}: plan version {} (this build reads 1 to {})", path, v, kPlanVersionPipeline);
+    if (v < 1 || v > kPlanVersionStages) return error("{}: plan version {} (this build reads 1 to {})", path, v, kPlanVersionStages);
     p.version = static_cast<int>(v);
   }
   if (j.contains("mesh")) OASES_RETURN_IF_ERROR(read_mesh(f, j["mesh"], &m));
@@ -350,8 +413,12 @@ Expected<Plan> Plan::from_json(const json& j, const std::string& path) {
                                        [&](const json& v) { return f.integer(v, "dp_bucket_bytes", 0, int64_t{1} << 40); }));
   if (j.contains("schedule")) OASES_RETURN_IF_ERROR(read_schedule(f, j["schedule"], &m));
   if (j.contains("parts")) OASES_RETURN_IF_ERROR(read_parts(f, j["parts"], &m));
-  if (j.contains("pipeline")) OASES_RETURN_IF_ERROR(read_pipeline(f, j["pipeline"], &p.pipeline));
   if (j.contains("parameters")) OASES_RETURN_IF_ERROR(read_parameters(f, j["parameters"], &p.parameters));
+  // the stages last: those on the first stage's mesh take its layouts
+  if (j.contains("pipeline")) {
+    OASES_RETURN_IF_ERROR(f.object(j["pipeline"], "pipeline"));
+    OASES_RETURN_IF_ERROR(p.version >= kPlanVersionStages ? read_pipeline_v4(f, j["pipeline"], &p) : read_pipeline_v3(f, j["pipeline"], &p));
+  }
   // the fields together (bounds again, schedules, cuts, specs, the batch's split)
   if (Status st = p.validate(); !st.is_ok()) return st.with_context(path);
   return p;

@@ -80,6 +80,22 @@ std::string coll_summary(const nlohmann::json& block, const std::string& part, c
   return s;
 }
 
+// A plan's pipeline stages: a list of them (version 4) or their count (version 3).
+int64_t stage_count(const nlohmann::json& pp) {
+  if (!pp.is_object() || !pp.contains("stages")) return 1;
+  const auto& st = pp["stages"];
+  return st.is_array() ? static_cast<int64_t>(st.size()) : st.is_number_integer() ? st.get<int64_t>() : 1;
+}
+
+// The ranks of every stage together (version 4: each stage's own; version 3: stages x the mesh's).
+int64_t ranks_in_all(const nlohmann::json& pp, int64_t first_ranks) {
+  const auto& st = pp["stages"];
+  if (!st.is_array()) return first_ranks * stage_count(pp);
+  int64_t n = 0;
+  for (const auto& m : st) n += m.value("ranks", m.value("tp", int64_t{1}) * m.value("dp", int64_t{1}));
+  return n;
+}
+
 }  // namespace
 
 // The pipeline section: a card per figure, the stages (blocks, ranks, times, memory) and the
@@ -88,7 +104,7 @@ std::string pipeline_html(const nlohmann::json& pp) {
   std::ostringstream o;
   double step = pp.value("step_s", 0.0);
   o << "<h2>Pipeline stages</h2><div class=\"cards\">";
-  o << fmt::format("<div class=\"card\">stages<b>{}</b>of {} ranks each</div>", pp.value("stages", 0), pp.value("stage_ranks", 0));
+  o << fmt::format("<div class=\"card\">stages<b>{}</b>of {} ranks each</div>", stage_count(pp), pp.value("stage_ranks", 0));
   o << fmt::format("<div class=\"card\">micro-batches<b>{}</b>{}</div>", pp.value("micro_batches", 0), esc(jstr(pp, "schedule")));
   o << fmt::format("<div class=\"card\">predicted step<b>{:.4g} ms</b>bubble {:.0f}%</div>", step * 1e3, pp.value("bubble", 0.0) * 100);
   o << fmt::format("<div class=\"card\">memory per GPU<b>{}</b>the fullest stage</div>", bytes_str(pp.value("memory_bytes", 0.0)));
@@ -107,7 +123,7 @@ std::string pipeline_html(const nlohmann::json& pp) {
                      st.value("peak_in_flight", 0), bytes_str(st.value("memory_bytes", 0.0)));
   }
   o << "</table>";
-  const int stages = pp.value("stages", 0);
+  const int stages = static_cast<int>(stage_count(pp));
   double end = 0;
   for (const auto& e : pp.value("timeline", nlohmann::json::array())) end = std::max(end, e.value("end_s", 0.0));
   if (stages > 0 && end > 0) {
@@ -159,9 +175,9 @@ code{font-size:12px}</style></head><body>)";
     << esc(jstr(p, "strategy")) << "</div>";
   const auto& mem = p["memory"];
   o << "<div class=\"cards\">";
-  bool piped = p.contains("pipeline") && p["pipeline"].is_object() && p["pipeline"].value("stages", 1) > 1;
+  bool piped = p.contains("pipeline") && stage_count(p["pipeline"]) > 1;
   o << fmt::format("<div class=\"card\">{}<b>{}</b>{}</div>", piped ? "ranks per stage" : "ranks", p["mesh"]["ranks"].get<int64_t>(),
-                   piped ? fmt::format("{} in all", p["mesh"]["ranks"].get<int64_t>() * p["pipeline"].value("stages", 1)) : "");
+                   piped ? fmt::format("{} in all", ranks_in_all(p["pipeline"], p["mesh"]["ranks"].get<int64_t>())) : "");
   o << fmt::format("<div class=\"card\">parameters per rank<b>{}</b>of {} in all</div>",
                    bytes_str(mem["parameter_bytes_per_rank"].get<double>()), bytes_str(mem["parameter_bytes_total"].get<double>()));
   o << fmt::format("<div class=\"card\">collectives per step<b>{}</b></div>", p["summary"]["collectives_per_step"].get<int64_t>());

@@ -99,15 +99,15 @@ nlohmann::json choice_json(const ModelAnalysis& a, const PlanChoice& p, int64_t 
 // plus the plan's own keys (parts, schedule, shapes) and, by the caller, the predictions.
 Expected<nlohmann::json> plan_report(const Graph& forward, const Plan& plan, const std::string& model_path) {
   Plan one_chunk = plan;
-  one_chunk.mesh.chunks = 1;  // the report shows the model's own graph
-  one_chunk.mesh.schedule.clear();
+  one_chunk.mesh().chunks = 1;  // the report shows the model's own graph
+  one_chunk.mesh().schedule.clear();
   GlobalProgramOptions go;
   go.model_path = model_path;
   go.partition = true;
-  OASES_ASSIGN_OR_RETURN(GlobalProgram gp, build_global_program(forward, TrainingSpec{}, one_chunk, plan.mesh.ranks, go));
+  OASES_ASSIGN_OR_RETURN(GlobalProgram gp, build_global_program(forward, TrainingSpec{}, one_chunk, plan.mesh().ranks, go));
   nlohmann::json j = plan_to_json(gp.train.graph, *gp.partitioned, gp.sharding, gp.strategy, model_path);
   if (plan.dtype != "fp32") j["dtype"] = plan.dtype;  // the compute type the plan was made for
-  if (plan.mesh.parts.empty()) return j;  // one Megatron split: the version 1 report as it is
+  if (plan.mesh().parts.empty()) return j;  // one Megatron split: the version 1 report as it is
   nlohmann::json own = plan.to_json();
   j["strategy"] = "oases-planner";
   j["version"] = kPlanVersion;  // the per-part layouts are version 2
@@ -115,9 +115,9 @@ Expected<nlohmann::json> plan_report(const Graph& forward, const Plan& plan, con
     if (own.contains(key)) j[key] = own[key];
   }
   std::set<int64_t> degrees;
-  for (const PartLayout& l : plan.mesh.parts) degrees.insert(l.tp);
+  for (const PartLayout& l : plan.mesh().parts) degrees.insert(l.tp);
   std::map<int64_t, PartAxes> axes;
-  if (auto mesh = mesh_for_degrees(plan.mesh.ranks, degrees, &axes); mesh) {
+  if (auto mesh = mesh_for_degrees(plan.mesh().ranks, degrees, &axes); mesh) {
     for (auto& part : j["parts"]) {
       const PartAxes& ax = axes[part["tp"].get<int64_t>()];
       part["tp_axis"] = ax.tp >= 0 ? mesh->axes[static_cast<size_t>(ax.tp)] : "";

@@ -155,7 +155,7 @@ Expected<GlobalProgram> build_global_program(Graph forward, const TrainingSpec& 
   GlobalProgram gp;
   gp.plan = plan;
   gp.world = world;
-  const MeshPlan& m = plan.mesh;
+  const MeshPlan& m = plan.mesh();
   const std::string& where = opts.model_path;
   // the layouts are found on the forward graph
   StrategyOptions so;
@@ -255,7 +255,7 @@ Expected<RankProgram> build_rank_program(const GlobalProgram& global, int64_t ra
   }
   for (ValueId p : tg.params) rp.param_bytes += static_cast<double>(tg.graph.value(p).nbytes());
   // the schedule: recomputation, then the instruction order (the same on every rank)
-  const MeshPlan& m = global.plan.mesh;
+  const MeshPlan& m = global.plan.mesh();
   if (!m.schedule.empty()) {
     OASES_ASSIGN_OR_RETURN(rp.schedule, schedule_by_name(m.schedule));
     rp.schedule->checkpoint = m.recompute_mode();
@@ -270,7 +270,7 @@ Expected<RankProgram> build_rank_program(const GlobalProgram& global, int64_t ra
 
 Expected<RankProgram> build_rank_program(const Graph& forward, const Plan& plan, int64_t rank, const TrainingSpec& spec,
                                          const RankProgramOptions& opts) {
-  int64_t world = plan.mesh.ranks > 0 ? plan.mesh.ranks : std::max<int64_t>(1, plan.mesh.tp) * std::max<int64_t>(1, plan.mesh.dp);
+  int64_t world = plan.mesh().ranks > 0 ? plan.mesh().ranks : std::max<int64_t>(1, plan.mesh().tp) * std::max<int64_t>(1, plan.mesh().dp);
   OASES_ASSIGN_OR_RETURN(GlobalProgram gp, build_global_program(forward, spec, plan, world, GlobalProgramOptions{}));
   return build_rank_program(gp, rank, opts);
 }

@@ -64,7 +64,7 @@ Expected<PlanningModel> load_planning_model(const std::string& path, ImportOptio
 Expected<RankProgram> planned_rank_program(const PlanningModel& m, const Plan& plan) {
   GlobalProgramOptions go;
   go.model_path = m.path;
-  OASES_ASSIGN_OR_RETURN(GlobalProgram gp, build_global_program(m.forward, TrainingSpec{}, plan, plan.mesh.ranks, go));
+  OASES_ASSIGN_OR_RETURN(GlobalProgram gp, build_global_program(m.forward, TrainingSpec{}, plan, plan.mesh().ranks, go));
   RankProgramOptions ro;
   ro.slice_constants = false;  // shapes only: the weights may be unread
   return build_rank_program(gp, 0, ro);

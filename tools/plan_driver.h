@@ -44,7 +44,7 @@ Expected<std::vector<int64_t>> profiled_degrees(const ModelAnalysis& a, const st
 Status check_profile_covers(const Profile& profile, const std::string& profile_file, const PlanningModel& pm, const ModelAnalysis& a,
                             const PricingSpace& space, const BindingFlags& bind);
 
-// The program rank 0 runs for `plan` (its mesh over plan.mesh.ranks ranks), built as oases-train
+// The program rank 0 runs for `plan` (its mesh over plan.mesh().ranks ranks), built as oases-train
 // builds it (planner/rank_program.h), constants unsliced.
 Expected<RankProgram> planned_rank_program(const PlanningModel& m, const Plan& plan);
 

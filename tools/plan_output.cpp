@@ -124,7 +124,7 @@ static Expected<nlohmann::json> replay_pipeline_plan(PlanSearch& s, const Profil
   Plan plan = plan_of_pipeline(*stage_a, s.pipe);
   GlobalProgramOptions go;
   go.model_path = s.pm.path;
-  OASES_ASSIGN_OR_RETURN(StageGlobals sg, build_stage_globals(s.pm.forward, TrainingSpec{}, plan, plan.pipeline, go));
+  OASES_ASSIGN_OR_RETURN(StageGlobals sg, build_stage_globals(s.pm.forward, TrainingSpec{}, plan, go));
   OASES_ASSIGN_OR_RETURN(PipelineReplay r, replay_pipeline(sg, s.cluster, s.ops, floor));
   const PipelinePlan& p = s.pipe;
   std::printf("  %-15s step %9.3f ms  (stage programs replayed; the search predicted %.3f ms; bubble %.0f%%)\n", "pipeline", r.step_s * 1e3,
@@ -205,8 +205,14 @@ Status write_chosen_plan(const PlanOptions& o, PlanSearch& s, const nlohmann::js
   j["prediction"] = predictions(s, pipeline_wins, o.gpus);
   if (!sims.empty()) j["simulation"] = sims;
   if (pipeline_wins) {
-    j["pipeline"] = pipeline_plan_json(s.pipe, &*stage_a);
-    j["version"] = kPlanVersionPipeline;
+    // the plan's stages (what oases-train reads), then what the search found out about them
+    nlohmann::json pj = chosen.pipeline_json();
+    const nlohmann::json found = pipeline_plan_json(s.pipe, &*stage_a);
+    for (const auto& [key, value] : found.items()) {
+      if (!pj.contains(key) && key != "meshes") pj[key] = value;
+    }
+    j["pipeline"] = pj;
+    j["version"] = kPlanVersionStages;
   } else if (s.pipe.found) {
     j["pipeline_candidate"] = pipeline_plan_json(s.pipe);
   }

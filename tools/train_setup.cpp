@@ -42,18 +42,18 @@ Expected<Plan> run_plan(TrainArgs& a, int64_t world) {
     return error("tp {} x dp {} = {} ranks, but the run has {} (world size must equal tp x dp)", a.tp, a.dp, a.tp * a.dp, world);
   }
   if (a.chunks <= 0) a.chunks = a.schedule.empty() ? 1 : 2;
-  plan.mesh.tp = a.tp;
-  plan.mesh.dp = a.dp;
-  if (plan.mesh.ranks <= 0) plan.mesh.ranks = world;
-  plan.mesh.schedule = a.schedule;
-  plan.mesh.chunks = a.chunks;
+  plan.mesh().tp = a.tp;
+  plan.mesh().dp = a.dp;
+  if (plan.mesh().ranks <= 0) plan.mesh().ranks = world;
+  plan.mesh().schedule = a.schedule;
+  plan.mesh().chunks = a.chunks;
   plan.sequence_parallel = plan.sequence_parallel || a.sequence_parallel;
   plan.collective_matmul = plan.collective_matmul || a.collective_matmul;
   bool cm = plan.collective_matmul;
-  for (const PartLayout& l : plan.mesh.parts) cm = cm || l.collective_matmul;
+  for (const PartLayout& l : plan.mesh().parts) cm = cm || l.collective_matmul;
   if (cm) {
     bool sp = plan.sequence_parallel;
-    for (const PartLayout& l : plan.mesh.parts) sp = sp || l.sequence_parallel;
+    for (const PartLayout& l : plan.mesh().parts) sp = sp || l.sequence_parallel;
     if (!sp) return Status::error("--collective-matmul decomposes the gathers and scatters of sequence parallelism: add --sequence-parallel");
   }
   plan.dp_bucket_bytes = static_cast<int64_t>(a.dp_bucket_mb * (1 << 20));
@@ -82,19 +82,22 @@ Status check_output_paths(const TrainArgs& a) {
 // --pp: the plan file's stages where the command line names none, and the pipeline flags checked;
 // `meshes` receives --stage-meshes. Returns the ranks of the first stage's mesh (without stages:
 // the world's).
-Expected<int64_t> resolve_stages(TrainArgs& a, int64_t world, std::vector<Plan::Pipeline::StageMesh>* meshes) {
-  // pipeline stages: the world is pp meshes of tp x dp ranks; a version-3 plan names them
+Expected<int64_t> resolve_stages(TrainArgs& a, int64_t world, std::vector<MeshPlan>* meshes) {
+  // pipeline stages: the world is pp meshes of tp x dp ranks; a plan of several stages names them
   if (!a.plan.empty()) {
     OASES_ASSIGN_OR_RETURN(Plan from_file, Plan::read(a.plan));
-    const Plan::Pipeline& fp = from_file.pipeline;
-    if (fp.stages > 1 && a.pp <= 1) {
-      a.pp = fp.stages;
-      if (a.micro_batches <= 0) a.micro_batches = fp.micro_batches;
-      if (a.stages.empty()) a.stages = fp.cuts;
-      if (!fp.schedule.empty()) a.pipeline = fp.schedule;
-      if (a.stage_meshes.empty()) a.stage_meshes = stage_meshes_string(fp.meshes);
-    } else if (fp.stages > 1 && a.pp != fp.stages) {
-      return error("{}: the plan has {} pipeline stages, --pp says {}", a.plan, fp.stages, a.pp);
+    const int64_t S = from_file.num_stages();
+    if (S > 1 && a.pp <= 1) {
+      a.pp = S;
+      if (a.micro_batches <= 0) a.micro_batches = from_file.micro_batches;
+      if (a.stages.empty()) a.stages = from_file.cuts();
+      a.pipeline = from_file.pipeline;
+      const MeshPlan& m0 = from_file.mesh();
+      bool own = std::any_of(from_file.stages.begin(), from_file.stages.end(),
+                             [&](const MeshPlan& m) { return m.tp != m0.tp || m.dp != m0.dp || m.schedule != m0.schedule; });
+      if (a.stage_meshes.empty() && own) a.stage_meshes = stage_meshes_string(from_file.stages);
+    } else if (S > 1 && a.pp != S) {
+      return error("{}: the plan has {} pipeline stages, --pp says {}", a.plan, S, a.pp);
     }
   }
   const bool piped = a.pp > 1;
@@ -121,10 +124,35 @@ Expected<int64_t> resolve_stages(TrainArgs& a, int64_t world, std::vector<Plan::
   return !piped ? world : meshes->empty() ? world / a.pp : (*meshes)[0].tp * (*meshes)[0].dp;
 }
 
+// The plan's stages from the command line: the first stage is `plan`'s mesh, the others `meshes`
+// (--stage-meshes; none: the first's), each with its blocks (--stages), the pipeline schedule and
+// micro-batches.
+Expected<Plan> staged_plan(const TrainArgs& a, const Plan& plan, const std::vector<MeshPlan>& meshes) {
+  Plan staged = plan;
+  staged.pipeline = a.pipeline;
+  staged.micro_batches = a.micro_batches;
+  std::vector<std::string> blocks;
+  for (size_t start = 0; !a.stages.empty();) {
+    size_t comma = a.stages.find(',', start);
+    blocks.push_back(a.stages.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  if (!blocks.empty() && static_cast<int64_t>(blocks.size()) != a.pp)
+    return error("--stages '{}' gives {} stages, --pp {}", a.stages, blocks.size(), a.pp);
+  staged.stages.clear();
+  for (int64_t k = 0; k < a.pp; ++k) {
+    const auto i = static_cast<size_t>(k);
+    MeshPlan m = k == 0 || meshes.empty() ? plan.mesh() : plan.stage_on(meshes[i].tp, meshes[i].dp, meshes[i].schedule);
+    m.blocks = blocks.empty() ? "" : blocks[i];
+    staged.stages.push_back(std::move(m));
+  }
+  return staged;
+}
+
 // The training graph and its layout: one program, or one per pipeline stage mesh with the layout
 // of the stages (on --hosts: the emulated hosts and their link).
-Status build_programs(TrainSetup& s, Graph forward, const Plan& plan, int64_t stage_world,
-                      const std::vector<Plan::Pipeline::StageMesh>& meshes) {
+Status build_programs(TrainSetup& s, Graph forward, const Plan& plan, int64_t stage_world, const std::vector<MeshPlan>& meshes) {
   const TrainArgs& a = s.a;
   TrainingSpec spec;
   spec.loss = a.loss;
@@ -135,12 +163,13 @@ Status build_programs(TrainSetup& s, Graph forward, const Plan& plan, int64_t st
   go.model_path = a.model;
   go.plan_path = a.plan;
   go.partition = !a.export_plan.empty();
+  s.plan = plan;
   if (a.pp <= 1) {
     OASES_ASSIGN_OR_RETURN(s.gp, build_global_program(std::move(forward), spec, plan, stage_world, go));
     return Status::ok();
   }
-  Plan::Pipeline pipe{a.pp, a.micro_batches, a.stages, a.pipeline, meshes};
-  OASES_ASSIGN_OR_RETURN(StageGlobals sg, build_stage_globals(std::move(forward), spec, plan, pipe, go));
+  OASES_ASSIGN_OR_RETURN(s.plan, staged_plan(a, plan, meshes));
+  OASES_ASSIGN_OR_RETURN(StageGlobals sg, build_stage_globals(std::move(forward), spec, s.plan, go));
   s.gp = std::move(sg.first);
   s.stage_gp = std::move(sg.own);
   PipelineLayout& pl = s.pipe.emplace(std::move(sg.layout));
@@ -153,14 +182,18 @@ Status build_programs(TrainSetup& s, Graph forward, const Plan& plan, int64_t st
   return Status::ok();
 }
 
-// --export-plan: the first stage's layout (every stage's without stage meshes) and the stages, so
+// --export-plan: the first stage's layout and, under --pp, the stages (their blocks as cut), so
 // oases-train --plan runs it again.
-Status export_plan(const TrainSetup& s, const std::vector<Plan::Pipeline::StageMesh>& meshes) {
+Status export_plan(const TrainSetup& s) {
   const TrainArgs& a = s.a;
   nlohmann::json j = plan_to_json(s.gp.train.graph, *s.gp.partitioned, s.gp.sharding, s.gp.strategy, a.model);
   if (s.pipe) {
-    j["version"] = kPlanVersionPipeline;
-    j["pipeline"] = Plan::Pipeline{s.pipe->stages, s.pipe->micro_batches, stages_string(s.pipe->cuts), pipeline_name(s.pipe->schedule), meshes}.to_json();
+    Plan staged = s.plan;
+    staged.micro_batches = s.pipe->micro_batches;
+    for (size_t k = 0; k < staged.stages.size() && k < s.pipe->cuts.size(); ++k)
+      staged.stages[k].blocks = fmt::format("{}-{}", s.pipe->cuts[k].first, s.pipe->cuts[k].last);
+    j["version"] = kPlanVersionStages;
+    j["pipeline"] = staged.pipeline_json();
   }
   return write_file_atomically(a.export_plan, j.dump(2) + "\n");
 }
@@ -197,7 +230,7 @@ Expected<TrainSetup> prepare_training(const TrainArgs& args, int64_t world) {
   if (a.steps == 0 && a.dump_grads.empty() && a.export_onnx.empty() && a.export_plan.empty()) {
     return Status::error("--steps 0 does nothing without --dump-grads, --export-onnx or --export-plan");
   }
-  std::vector<Plan::Pipeline::StageMesh> meshes;
+  std::vector<MeshPlan> meshes;
   OASES_ASSIGN_OR_RETURN(int64_t stage_world, resolve_stages(a, world, &meshes));
   if (a.hosts > 0 && world % a.hosts != 0) return error("--hosts {} does not divide the {} ranks of this run", a.hosts, world);
   if (a.hosts > 1) {
@@ -221,7 +254,7 @@ Expected<TrainSetup> prepare_training(const TrainArgs& args, int64_t world) {
   const TrainingGraph& train = s.gp.train;
   s.vocab = train.vocab;
   OASES_RETURN_IF_ERROR(prepare_data(s));
-  if (!a.export_plan.empty()) OASES_RETURN_IF_ERROR(export_plan(s, meshes));
+  if (!a.export_plan.empty()) OASES_RETURN_IF_ERROR(export_plan(s));
   s.oc = optimizer_config(a);
   for (size_t i = 0; i < train.params.size(); ++i) {
     const Value& v = train.graph.value(train.params[i]);

@@ -21,6 +21,7 @@ namespace oases {
 
 struct TrainSetup {
   TrainArgs a;       // with what the plan fixed filled in
+  Plan plan;         // what the run trains: the plan file and the command line together, its stages under --pp
   GlobalProgram gp;  // training graph, strategy, partition (global shapes)
   int64_t batch = 0, seq = 0, vocab = 0;
   std::map<std::string, Tensor> fixed_feeds;  // --inputs DIR

@@ -78,8 +78,8 @@ run "gpt2_4l meshes schedules" gpt2_4l "$T" "$G" --local-ranks 4 -- --pp 2 --sta
 run "gpt2_4l mpi meshes 1x1,2x1" gpt2_4l "${MPIRUN[@]}" -np 3 "$T" "$G" -- --pp 2 --stage-meshes 1x1,2x1:oases --chunks 2 --micro-batches 4
 "$T" "$G" "${common[@]}" --steps 0 --local-ranks 4 --pp 2 --stage-meshes 2x1,1x2 --export-plan "$WORK/meshes.plan.json" \
   || fail "export a pipeline plan with stage meshes"
-/usr/bin/python3 -c "import json,sys; p=json.load(open(sys.argv[1]))['pipeline']; assert p['meshes'] == \
-[{'tp': 2, 'dp': 1}, {'tp': 1, 'dp': 2}], p" "$WORK/meshes.plan.json" || fail "exported plan lacks the stage meshes"
+/usr/bin/python3 -c "import json,sys; p=json.load(open(sys.argv[1]))['pipeline']; assert [(x['tp'], x['dp']) for x in p['stages']] == \
+[(2, 1), (1, 2)], p" "$WORK/meshes.plan.json" || fail "exported plan lacks the stage meshes"
 run "gpt2_4l from a plan with stage meshes" gpt2_4l "$T" "$G" --local-ranks 4 -- --plan "$WORK/meshes.plan.json"
 # the planner puts stages on their own meshes where that is faster: a vocabulary-heavy stack on 2
 # PCIe hosts under a tight memory limit gets a tp stage and a dp stage (planner/pipeline_search.h:
@@ -95,7 +95,7 @@ V=$WORK/stacks/gpt_h128_l4_v16384_s64/model.onnx
 "$OASES_BIN/oases-plan" "$V" --gpus 4 --cluster "$WORK/pcie.json" --batch 32 --seq 64 --memory 0.045 --pp 2 --dtype fp32 --out "$WORK/own.plan.json" \
   >"$WORK/own.plan.txt" || fail "plan stages on their own meshes"
 grep -Eq "stage tp (1,2|2,1)" "$WORK/own.plan.txt" || fail "the planner kept one tp for both stages: $(grep -A1 '  pipeline  ' "$WORK/own.plan.txt")"
-/usr/bin/python3 -c "import json,sys; p=json.load(open(sys.argv[1]))['pipeline']; m=[(x['tp'], x['dp']) for x in p['meshes']]; \
+/usr/bin/python3 -c "import json,sys; p=json.load(open(sys.argv[1]))['pipeline']; m=[(x['tp'], x['dp']) for x in p['stages']]; \
 assert sorted(m) == [(1, 2), (2, 1)], p" \
   "$WORK/own.plan.json" || fail "the plan file lacks the stage meshes"
 "$T" "$V" --synthetic --batch 32 --seq 64 --steps 2 -q --local-ranks 4 --plan "$WORK/own.plan.json" || fail "run the planner's stage meshes"
@@ -118,12 +118,13 @@ run "gpt2_4l pp2 tp2 sequence-parallel" gpt2_4l "$T" "$OASES_SOURCE_DIR/models/t
 run "gpt2_4l pp2 tp2 collective matmuls oases" gpt2_4l "$T" "$OASES_SOURCE_DIR/models/train/gpt2_4l/model.onnx" --local-ranks 4 -- --pp 2 \
   --tp 2 --sequence-parallel --collective-matmul --schedule oases --chunks 2
 
-# --export-plan writes the stages into the plan (version 3); --plan alone runs them again
+# --export-plan writes the stages into the plan (version 4); --plan alone runs them again
 G=$OASES_SOURCE_DIR/models/train/gpt2_4l/model.onnx
 "$T" "$G" "${common[@]}" --steps 0 --local-ranks 4 --pp 2 --tp 2 --pipeline eager-1f1b --stages 0-0,1-3 --export-plan "$WORK/pp.plan.json" \
   || fail "export a pipeline plan"
-/usr/bin/python3 -c "import json,sys; p=json.load(open(sys.argv[1])); assert p['version'] == 3 and p['pipeline'] == \
-{'stages': 2, 'micro_batches': 2, 'cuts': '0-0,1-3', 'schedule': 'eager-1f1b'}, p.get('pipeline')" "$WORK/pp.plan.json" \
+/usr/bin/python3 -c "import json,sys; p=json.load(open(sys.argv[1])); q=p['pipeline']; assert p['version'] == 4 and \
+q['schedule'] == 'eager-1f1b' and q['micro_batches'] == 2 and [(s['blocks'], s['tp'], s['dp']) for s in q['stages']] == \
+[('0-0', 2, 1), ('1-3', 2, 1)], q" "$WORK/pp.plan.json" \
   || fail "exported plan lacks its pipeline"
 run "gpt2_4l from an exported pipeline plan" gpt2_4l "$T" "$G" --local-ranks 4 -- --plan "$WORK/pp.plan.json"
 

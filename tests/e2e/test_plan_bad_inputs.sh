@@ -3,7 +3,8 @@
 # naming the file and the field, exit code 2, nothing else printed (the runs are not quiet). Once
 # chunks 0, -3 and 10^12 and mesh sizes [0, 2] trained without a word. The plans are made by
 # oases-train --export-plan, with --tp 2 (version 1: one tp x dp mesh and the parameters' specs)
-# and with --pp 2 (version 3: a pipeline), each also run unchanged, then one field changed.
+# and with --pp 2 (version 4: a list of stages), each also run unchanged, then one field changed;
+# a version 3 pipeline file still runs.
 source "$(dirname "$0")/lib.sh"
 MODEL=$OASES_SOURCE_DIR/models/small/gpt2_tiny/model.onnx
 T=$OASES_BIN/oases-train
@@ -20,10 +21,11 @@ p = json.load(open(plan))
 at = p
 for k in path[:-1]:
     at = at.setdefault(k, {}) if not isinstance(at, list) else at[int(k)]
+last = int(path[-1]) if isinstance(at, list) else path[-1]
 if value == "-":
-    del at[path[-1]]
+    del at[last]
 else:
-    at[path[-1]] = json.loads(value)
+    at[last] = json.loads(value)
 json.dump(p, open(out, "w"))
 PY
 }
@@ -70,18 +72,35 @@ expect_error "dtype fp8" "^error: .*/dtype\.json: dtype: unknown dtype 'fp8'" "$
 edit version '"1"' version
 expect_error "version as a string" "^error: .*/version\.json: version: a string where an integer belongs$" "${RUN[@]}" --plan "$WORK/version.json"
 
-# a pipeline plan (version 3): the stages' fields
+# a pipeline plan (version 4): the stages' fields
 "$T" "$MODEL" --synthetic --steps 0 -q --local-ranks 2 --pp 2 --export-plan "$WORK/pp.json" || fail "export a pipeline plan"
 "${RUN[@]}" -q --plan "$WORK/pp.json" || fail "the good pipeline plan does not run"
 edit pipeline.micro_batches 0 micro0 pp
 expect_error "micro-batches 0" "^error: .*/micro0\.json: pipeline\.micro_batches: 0 is not a positive integer$" "${RUN[@]}" --plan "$WORK/micro0.json"
-edit pipeline.cuts '"0-0,2-3"' cuts pp
+edit pipeline.stages.1.blocks '"2-3"' cuts pp
 expect_error "cuts with a gap" "^error: .*/cuts\.json: pipeline\.cuts: stage 1 starts at block 2, not 1" "${RUN[@]}" --plan "$WORK/cuts.json"
-edit pipeline.stages 0 stages0 pp
-expect_error "stages 0" "^error: .*/stages0\.json: pipeline\.stages: 0 is not a positive integer$" "${RUN[@]}" --plan "$WORK/stages0.json"
+edit pipeline.stages '[]' stages0 pp
+expect_error "stages 0" "^error: .*/stages0\.json: pipeline\.stages: 0 stages \(1 to 1048576\)$" "${RUN[@]}" --plan "$WORK/stages0.json"
 edit pipeline.schedule '"zigzag"' zigzag pp
 expect_error "pipeline schedule" "^error: .*/zigzag\.json: pipeline\.schedule: unknown pipeline schedule 'zigzag'" \
   "${RUN[@]}" --plan "$WORK/zigzag.json"
-edit pipeline.meshes '[{"tp": 1, "dp": 1}]' meshes pp
-expect_error "one mesh for two stages" "^error: .*/meshes\.json: pipeline\.meshes: 1 meshes for 2 stages" "${RUN[@]}" --plan "$WORK/meshes.json"
+edit pipeline.stages.1 '{"blocks": "1-3"}' meshes pp
+expect_error "a stage without its mesh" "^error: .*/meshes\.json: pipeline\.stages\[1\]: a stage after the first needs \"tp\" and \"dp\"" \
+  "${RUN[@]}" --plan "$WORK/meshes.json"
+edit pipeline.stages.1.chunks 4 chunks4 pp
+expect_error "a stage of other chunks" "^error: .*/chunks4\.json: pipeline\.stages\[1\]\.chunks: 4, the first stage's are 1" \
+  "${RUN[@]}" --plan "$WORK/chunks4.json"
+# version 3 files still load: the same pipeline as counts and cuts
+/usr/bin/python3 - "$WORK/pp.json" "$WORK/v3.json" <<'PY'
+import json, sys
+p = json.load(open(sys.argv[1]))
+q = p["pipeline"]
+p["version"] = 3
+p["pipeline"] = {"stages": len(q["stages"]), "micro_batches": q["micro_batches"], "schedule": q["schedule"],
+                 "cuts": ",".join(s["blocks"] for s in q["stages"])}
+json.dump(p, open(sys.argv[2], "w"))
+PY
+"${RUN[@]}" -q --plan "$WORK/v3.json" || fail "a version 3 pipeline plan does not run"
+edit pipeline.meshes '[{"tp": 1, "dp": 1}]' v3meshes v3
+expect_error "one mesh for two stages" "^error: .*/v3meshes\.json: pipeline\.meshes: 1 meshes for 2 stages" "${RUN[@]}" --plan "$WORK/v3meshes.json"
 finish

@@ -55,7 +55,7 @@ Expected<GlobalProgram> program(const Graph& fwd, int64_t tp, bool cm, const std
   Plan plan = Plan::megatron(tp, 1);
   plan.sequence_parallel = true;
   plan.collective_matmul = cm;
-  plan.mesh.schedule = schedule;
+  plan.mesh().schedule = schedule;
   return build_global_program(fwd, TrainingSpec{}, plan, tp, GlobalProgramOptions{});
 }
 
@@ -94,7 +94,7 @@ TEST(CollectiveMatmul, OnlyThePartsAsked) {
     l.tp = 2;
     l.sequence_parallel = true;
     l.collective_matmul = part == "layer.1.mlp";
-    plan.mesh.parts.push_back(l);
+    plan.mesh().parts.push_back(l);
   }
   auto gp = build_global_program(fwd, TrainingSpec{}, plan, 2, GlobalProgramOptions{});
   ASSERT_TRUE(gp) << gp.status().message();

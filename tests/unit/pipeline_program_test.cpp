@@ -27,6 +27,31 @@ PlanningModel tied_model(int64_t batch = 8) {
   return std::move(*pm);
 }
 
+// `plan` as the first of S stages (M micro-batches, `schedule`), cut at `cuts` ("": evenly), the
+// others on `meshes` ("2x1,1x1:oases"; "": the first's), as oases-train makes them.
+Plan staged(const Plan& plan, int64_t S, int64_t M, const std::string& schedule, const std::string& cuts = "", const std::string& meshes = "") {
+  Plan p = plan;
+  p.micro_batches = M;
+  p.pipeline = schedule;
+  std::vector<MeshPlan> own;
+  if (!meshes.empty()) own = parse_stage_meshes(meshes, S).value();
+  std::vector<std::string> blocks;
+  for (size_t start = 0; !cuts.empty();) {
+    size_t comma = cuts.find(',', start);
+    blocks.push_back(cuts.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  p.stages.clear();
+  for (int64_t k = 0; k < S; ++k) {
+    const auto i = static_cast<size_t>(k);
+    MeshPlan m = own.empty() || k == 0 ? plan.mesh() : plan.stage_on(own[i].tp, own[i].dp, own[i].schedule);
+    if (i < blocks.size()) m.blocks = blocks[i];
+    p.stages.push_back(m);
+  }
+  return p;
+}
+
 struct Built {
   GlobalProgram gp;  // stage 0's
   PipelineLayout pl;
@@ -42,8 +67,8 @@ struct Built {
 Expected<GlobalProgram> program_on(const PlanningModel& pm, int64_t tp, int64_t dp, int chunks, const std::string& schedule,
                                    const std::vector<StageCut>& cuts) {
   Plan plan = Plan::megatron(tp, dp);
-  plan.mesh.schedule = schedule;
-  plan.mesh.chunks = chunks;
+  plan.mesh().schedule = schedule;
+  plan.mesh().chunks = chunks;
   GlobalProgramOptions opts;
   opts.pipeline = true;
   opts.stage_cuts = cuts;
@@ -304,8 +329,7 @@ TEST(PipelineProgram, ErrorsNameTheProblem) {
 TEST(PipelineProgram, StageGlobalsShareTheProgramsOfEqualMeshes) {
   PlanningModel pm = tied_model();
   Plan plan = Plan::megatron(1, 1);
-  Plan::Pipeline pipe{4, 2, "", "eager-1f1b", {{1, 1, ""}, {2, 1, ""}, {1, 1, ""}, {2, 1, ""}}};
-  auto sg = build_stage_globals(pm.forward, TrainingSpec{}, plan, pipe, GlobalProgramOptions{});
+  auto sg = build_stage_globals(pm.forward, TrainingSpec{}, staged(plan, 4, 2, "eager-1f1b", "", "1x1,2x1,1x1,2x1"), GlobalProgramOptions{});
   ASSERT_TRUE(sg) << sg.status().message();
   ASSERT_EQ(sg->own.size(), 4u);
   EXPECT_EQ(sg->own[0], nullptr);
@@ -315,8 +339,8 @@ TEST(PipelineProgram, StageGlobalsShareTheProgramsOfEqualMeshes) {
   EXPECT_EQ(&sg->program(2), &sg->first);
   EXPECT_EQ(sg->program(3).world, 2);
   EXPECT_EQ(sg->programs(), (std::vector<const GlobalProgram*>{&sg->first, sg->own[1].get(), &sg->first, sg->own[1].get()}));
-  EXPECT_EQ(sg->first.plan.mesh.chunks, 2);
-  EXPECT_EQ(sg->program(1).plan.mesh.chunks, 2);
+  EXPECT_EQ(sg->first.plan.mesh().chunks, 2);
+  EXPECT_EQ(sg->program(1).plan.mesh().chunks, 2);
   const PipelineLayout& pl = sg->layout;
   EXPECT_EQ(stages_string(pl.cuts), "0-0,1-1,2-2,3-3");
   EXPECT_EQ(pl.stage_ranks, (std::vector<int64_t>{1, 2, 1, 2}));
@@ -326,30 +350,26 @@ TEST(PipelineProgram, StageGlobalsShareTheProgramsOfEqualMeshes) {
   EXPECT_EQ(pl.schedule, PipelineSchedule::kEager1F1B);
 
   // another schedule is another program; the cuts are the ones given; no stage meshes: one program
-  pipe = Plan::Pipeline{3, 2, "0-1,2-2,3-3", "1f1b", {{1, 1, ""}, {2, 1, ""}, {2, 1, "default_checkpoint"}}};
-  sg = build_stage_globals(pm.forward, TrainingSpec{}, plan, pipe, GlobalProgramOptions{});
+  sg = build_stage_globals(pm.forward, TrainingSpec{}, staged(plan, 3, 2, "1f1b", "0-1,2-2,3-3", "1x1,2x1,2x1:default_checkpoint"),
+                           GlobalProgramOptions{});
   ASSERT_TRUE(sg) << sg.status().message();
   EXPECT_EQ(stages_string(sg->layout.cuts), "0-1,2-2,3-3");
   ASSERT_NE(sg->own[2], nullptr);
   EXPECT_NE(sg->own[2], sg->own[1]);
-  EXPECT_EQ(sg->own[2]->plan.mesh.schedule, "default_checkpoint");
-  pipe.meshes.clear();
-  sg = build_stage_globals(pm.forward, TrainingSpec{}, plan, pipe, GlobalProgramOptions{});
+  EXPECT_EQ(sg->own[2]->plan.mesh().schedule, "default_checkpoint");
+  sg = build_stage_globals(pm.forward, TrainingSpec{}, staged(plan, 3, 2, "1f1b", "0-1,2-2,3-3"), GlobalProgramOptions{});
   ASSERT_TRUE(sg) << sg.status().message();
   EXPECT_TRUE(sg->own.empty());
   EXPECT_EQ(sg->layout.stage_ranks, (std::vector<int64_t>{1, 1, 1}));
 
   // errors: cuts that leave a block out, a schedule that is none, a model without blocks
-  pipe.cuts = "0-1,3-3,3-3";
-  EXPECT_FALSE(build_stage_globals(pm.forward, TrainingSpec{}, plan, pipe, GlobalProgramOptions{}));
-  pipe.cuts = "";
-  pipe.schedule = "zigzag";
-  EXPECT_FALSE(build_stage_globals(pm.forward, TrainingSpec{}, plan, pipe, GlobalProgramOptions{}));
+  EXPECT_FALSE(build_stage_globals(pm.forward, TrainingSpec{}, staged(plan, 3, 2, "1f1b", "0-1,3-3,3-3"), GlobalProgramOptions{}));
+  EXPECT_FALSE(build_stage_globals(pm.forward, TrainingSpec{}, staged(plan, 3, 2, "zigzag"), GlobalProgramOptions{}));
   Graph flat = pm.forward;
   for (NodeId id : flat.nodes()) flat.node(id).scope.clear();
   GlobalProgramOptions named;
   named.model_path = "m.onnx";
-  auto none = build_stage_globals(flat, TrainingSpec{}, plan, Plan::Pipeline{2, 2, "", "1f1b", {}}, named);
+  auto none = build_stage_globals(flat, TrainingSpec{}, staged(plan, 2, 2, "1f1b"), named);
   ASSERT_FALSE(none);
   EXPECT_EQ(none.status().message(), "m.onnx: no transformer blocks found; pipeline stages are cut at block boundaries");
 }
@@ -363,7 +383,7 @@ TEST(PipelineReplay, StageProgramsAreReplayedAndComposed) {
   ASSERT_TRUE(cluster) << cluster.status().message();
   OpTimeModel ops = op_time_model(*cluster, nullptr);
   Plan plan = Plan::megatron(2, 1);
-  auto sg = build_stage_globals(pm.forward, TrainingSpec{}, plan, Plan::Pipeline{2, 4, "", "1f1b", {}}, GlobalProgramOptions{});
+  auto sg = build_stage_globals(pm.forward, TrainingSpec{}, staged(plan, 2, 4, "1f1b"), GlobalProgramOptions{});
   ASSERT_TRUE(sg) << sg.status().message();
   auto r = replay_pipeline(*sg, *cluster, ops, nullptr);
   ASSERT_TRUE(r) << r.status().message();
@@ -436,40 +456,71 @@ TEST(PipelineSearch, PlansStagesOnAClusterAndPricesAGivenPipeline) {
   EXPECT_FALSE(bad);
 }
 
-TEST(PipelinePlanFile, VersionThreeRoundTripsAndOlderVersionsStillLoad) {
-  Plan p = Plan::megatron(2, 1);
-  p.pipeline.stages = 4;
-  p.pipeline.micro_batches = 8;
-  p.pipeline.cuts = "0-0,1-1,2-2,3-3";
-  p.pipeline.schedule = "eager-1f1b";
+// A plan is a list of stages: version 4 files write them and read them back; version 3 files (one
+// "pipeline" object of S stages sharing the plan's mesh, or naming each stage's tp x dp) still load
+// into the same stages.
+TEST(PipelinePlanFile, VersionFourRoundTripsAndVersionThreeStillLoads) {
+  Plan p = staged(Plan::megatron(2, 1), 4, 8, "eager-1f1b", "0-0,1-1,2-2,3-3");
   nlohmann::json j = p.to_json();
-  EXPECT_EQ(j["version"], kPlanVersionPipeline);
+  EXPECT_EQ(j["version"], kPlanVersionStages);
+  ASSERT_TRUE(j["pipeline"]["stages"].is_array());
+  EXPECT_EQ(j["pipeline"]["stages"].size(), 4u);
   auto back = Plan::from_json(j, "plan.json");
   ASSERT_TRUE(back) << back.status().message();
   Plan q = *back;
-  q.mesh.mesh = p.mesh.mesh;  // a file's mesh comes back as axes: compare what a run uses
-  EXPECT_TRUE(q == p);
+  for (size_t k = 0; k < q.stages.size(); ++k) q.stages[k].mesh = p.stages[k].mesh;  // a file's mesh comes back as axes
+  EXPECT_TRUE(q == p) << q.to_string() << " vs " << p.to_string();
   EXPECT_EQ(back->to_json(), j);
+  EXPECT_EQ(back->cuts(), "0-0,1-1,2-2,3-3");
   auto old = Plan::from_json(Plan::megatron(2, 1).to_json(), "old.json");
   ASSERT_TRUE(old);
-  EXPECT_EQ(old->pipeline.stages, 1);
+  EXPECT_EQ(old->num_stages(), 1);
   nlohmann::json future = j;
-  future["version"] = kPlanVersionPipeline + 1;
+  future["version"] = kPlanVersionStages + 1;
   EXPECT_FALSE(Plan::from_json(future, "future.json"));
-  // each stage its own mesh
-  p.pipeline.meshes = {{2, 1, "oases"}, {1, 2, ""}, {1, 1, ""}, {2, 2, "plain"}};
-  auto meshes = Plan::from_json(p.to_json(), "meshes.json");
+
+  // version 3: the same pipeline as an object of counts and cuts
+  nlohmann::json v3 = Plan::megatron(2, 1).to_json();
+  v3["version"] = kPlanVersionPipeline;
+  v3["pipeline"] = {{"stages", 4}, {"micro_batches", 8}, {"cuts", "0-0,1-1,2-2,3-3"}, {"schedule", "eager-1f1b"}};
+  auto three = Plan::from_json(v3, "v3.json");
+  ASSERT_TRUE(three) << three.status().message();
+  EXPECT_EQ(three->to_json(), j);
+  // version 3 with each stage's own mesh: stages on the first's keep its layout, others Megatron's
+  v3["pipeline"]["meshes"] = {{{"tp", 2}, {"dp", 1}}, {{"tp", 1}, {"dp", 2}}, {{"tp", 2}, {"dp", 1}}, {{"tp", 2}, {"dp", 2}, {"schedule", "plain"}}};
+  auto meshes = Plan::from_json(v3, "meshes.json");
   ASSERT_TRUE(meshes) << meshes.status().message();
-  EXPECT_TRUE(meshes->pipeline == p.pipeline);
-  EXPECT_EQ(stage_meshes_string(meshes->pipeline.meshes), "2x1:oases,1x2,1x1,2x2:plain");
-  auto parsed = parse_stage_meshes("2x1:oases,1x2,1x1,2x2:plain", 4);
-  ASSERT_TRUE(parsed) << parsed.status().message();
-  EXPECT_TRUE(*parsed == p.pipeline.meshes);
-  nlohmann::json short_list = p.to_json();
+  EXPECT_EQ(stage_meshes_string(meshes->stages), "2x1,1x2,2x1,2x2:plain");
+  EXPECT_TRUE(same_stage_layout(meshes->stages[2], meshes->stages[0]));
+  EXPECT_FALSE(same_stage_layout(meshes->stages[1], meshes->stages[0]));
+  auto again = Plan::from_json(meshes->to_json(), "meshes4.json");
+  ASSERT_TRUE(again) << again.status().message();
+  EXPECT_EQ(again->to_json(), meshes->to_json());
+  EXPECT_EQ(stage_meshes_string(again->stages), "2x1,1x2,2x1,2x2:plain");
+  nlohmann::json short_list = v3;
   short_list["pipeline"]["meshes"].erase(3);
   auto bad = Plan::from_json(short_list, "short.json");
   ASSERT_FALSE(bad);
   EXPECT_NE(bad.status().message().find("one mesh per stage"), std::string::npos) << bad.status().message();
+  // a version 4 stage after the first without its mesh, a first stage that is not the plan's
+  nlohmann::json no_mesh = j;
+  no_mesh["pipeline"]["stages"][2].erase("tp");
+  bad = Plan::from_json(no_mesh, "no_mesh.json");
+  ASSERT_FALSE(bad);
+  EXPECT_NE(bad.status().message().find("pipeline.stages[2]"), std::string::npos) << bad.status().message();
+  nlohmann::json other_first = j;
+  other_first["pipeline"]["stages"][0]["tp"] = 1;
+  EXPECT_FALSE(Plan::from_json(other_first, "first.json"));
+  nlohmann::json half_cut = j;
+  half_cut["pipeline"]["stages"][1].erase("blocks");
+  bad = Plan::from_json(half_cut, "half.json");
+  ASSERT_FALSE(bad);
+  EXPECT_NE(bad.status().message().find("every stage names its blocks"), std::string::npos) << bad.status().message();
+
+  auto parsed = parse_stage_meshes("2x1:oases,1x2,1x1,2x2:plain", 4);
+  ASSERT_TRUE(parsed) << parsed.status().message();
+  EXPECT_EQ(stage_meshes_string(*parsed), "2x1:oases,1x2,1x1,2x2:plain");
+  EXPECT_EQ((*parsed)[3].ranks, 4);
   EXPECT_FALSE(parse_stage_meshes("2x1,0x2,1x1,1x1", 4));
   EXPECT_FALSE(parse_stage_meshes("2x1,1x2", 4));
   EXPECT_FALSE(parse_stage_meshes("2x1,,1x1,1x1", 4));

@@ -16,7 +16,7 @@ Plan sample_plan() {
   p.seq = 128;
   p.dtype = "bf16";
   p.dp_bucket_bytes = 1 << 20;
-  p.mesh.recompute = CheckpointMode::kBlock;
+  p.mesh().recompute = CheckpointMode::kBlock;
   return p;
 }
 
@@ -33,7 +33,7 @@ TEST(PlanTest, RoundTripKeepsEveryField) {
     ASSERT_TRUE(back.is_ok()) << back.status().message();
     // the mesh a file names comes back as axes; compare what a run uses
     Plan q = *back;
-    q.mesh.mesh = p.mesh.mesh;
+    q.mesh().mesh = p.mesh().mesh;
     q.version = p.version;
     EXPECT_EQ(q, p) << p.to_string() << " vs " << q.to_string();
     EXPECT_EQ(back->to_json(), p.to_json());
@@ -43,14 +43,14 @@ TEST(PlanTest, RoundTripKeepsEveryField) {
 TEST(PlanTest, EqualityAndToString) {
   Plan a = sample_plan(), b = sample_plan();
   EXPECT_EQ(a, b);
-  b.mesh.parts[1].tp = 2;
+  b.mesh().parts[1].tp = 2;
   EXPECT_NE(a, b);
   b = a;
-  b.mesh.recompute.reset();
+  b.mesh().recompute.reset();
   EXPECT_NE(a, b);
-  EXPECT_EQ(b.mesh.recompute_mode(), CheckpointMode::kCommOptimized);  // oases's own
-  EXPECT_EQ(Plan::megatron(2, 1).mesh.chunk_count(), 1);
-  EXPECT_EQ(a.mesh.chunk_count(), 4);
+  EXPECT_EQ(b.mesh().recompute_mode(), CheckpointMode::kCommOptimized);  // oases's own
+  EXPECT_EQ(Plan::megatron(2, 1).mesh().chunk_count(), 1);
+  EXPECT_EQ(a.mesh().chunk_count(), 4);
   EXPECT_EQ(Plan::megatron(2, 2).to_string(), "tp 2 x dp 2, in line x 1 chunks, fp32");
   EXPECT_NE(a.to_string().find("recompute block"), std::string::npos) << a.to_string();
 }
@@ -62,40 +62,41 @@ TEST(PlanTest, ValidateNamesWhatIsWrong) {
     EXPECT_NE(s.message().find(needle), std::string::npos) << s.message();
   };
   Plan p = Plan::megatron(2, 2);
-  p.mesh.ranks = 8;
+  p.mesh().ranks = 8;
   expect_error(p, "tp 2 x dp 2 = 4 ranks, but the mesh has 8");
   p = Plan::megatron(2, 2);
-  p.mesh.schedule = "fastest";
+  p.mesh().schedule = "fastest";
   expect_error(p, "unknown schedule 'fastest'");
   p = Plan::megatron(2, 2);
   p.dtype = "fp8";
   expect_error(p, "unknown dtype 'fp8'");
   p = Plan::megatron(2, 2);
-  p.mesh.chunks = -1;
+  p.mesh().chunks = -1;
   expect_error(p, "schedule.chunks: -1 is not a positive integer");
   p = Plan::megatron(2, 2);
-  p.mesh.chunks = kMaxPlanChunks + 1;
+  p.mesh().chunks = kMaxPlanChunks + 1;
   expect_error(p, "schedule.chunks: 1048577 is more than 1048576");
   p = Plan::megatron(2, 2);
-  p.mesh.schedule = "oases";
-  p.mesh.chunks = 3;
+  p.mesh().schedule = "oases";
+  p.mesh().chunks = 3;
   p.batch = 8;
   expect_error(p, "schedule.chunks: dp 2 x 3 chunks do not divide the batch of 8");
   p = Plan::megatron(2, 1);
-  p.mesh.mesh = Mesh{{"dp", "tp"}, {0, 2}};
+  p.mesh().mesh = Mesh{{"dp", "tp"}, {0, 2}};
   expect_error(p, "mesh.sizes[0]: 0 is not a size from 1 to 1048576");
   p = Plan::megatron(2, 1);
   p.parameters["wte"] = "[S(tp)/0, R]";
   expect_error(p, "parameters['wte']: spec '[S(tp)/0, R]': 0 segments");
   p = Plan::megatron(2, 1);
-  p.pipeline.stages = 2;
-  p.pipeline.cuts = "0-1,3-4";
+  p.stages = {p.mesh(), p.mesh()};
+  p.stages[0].blocks = "0-1";
+  p.stages[1].blocks = "3-4";
   expect_error(p, "pipeline.cuts: stage 1 starts at block 3, not 2");
   p = sample_plan();
-  p.mesh.parts[0].tp = 3;
+  p.mesh().parts[0].tp = 3;
   expect_error(p, "part 'embedding' has tp 3, which does not divide 8 ranks");
   p = sample_plan();
-  p.mesh.ranks = 0;
+  p.mesh().ranks = 0;
   expect_error(p, "needs \"mesh\"");
 }
 
@@ -108,15 +109,15 @@ TEST(PlanTest, ReadsVersionOneAndTwo) {
   auto p1 = Plan::from_json(v1, "v1.json");
   ASSERT_TRUE(p1.is_ok()) << p1.status().message();
   EXPECT_EQ(p1->version, 1);
-  EXPECT_EQ(p1->mesh.tp, 2);
-  EXPECT_EQ(p1->mesh.dp, 2);
-  EXPECT_EQ(p1->mesh.ranks, 4);
+  EXPECT_EQ(p1->mesh().tp, 2);
+  EXPECT_EQ(p1->mesh().dp, 2);
+  EXPECT_EQ(p1->mesh().ranks, 4);
   EXPECT_EQ(p1->parameters.at("wte"), "[S(tp), R]");
   EXPECT_TRUE(p1->validate().is_ok());
   auto map = Plan::from_json(nlohmann::json::parse(R"({"parameters": {"wte": "[R, S(tp)]"}})"), "map.json");
   ASSERT_TRUE(map.is_ok());
   EXPECT_EQ(map->version, 1);
-  EXPECT_EQ(map->mesh.ranks, 0);
+  EXPECT_EQ(map->mesh().ranks, 0);
   EXPECT_EQ(map->parameters.at("wte"), "[R, S(tp)]");
   // version 2: what oases-plan --gpus writes (parts, shapes, schedule, a compound mesh)
   nlohmann::json v2 = nlohmann::json::parse(R"({"format": "oases-plan", "version": 2, "strategy": "oases-planner",
@@ -128,12 +129,12 @@ TEST(PlanTest, ReadsVersionOneAndTwo) {
   auto p2 = Plan::from_json(v2, "v2.json");
   ASSERT_TRUE(p2.is_ok()) << p2.status().message();
   EXPECT_EQ(p2->version, 2);
-  EXPECT_EQ(p2->mesh.ranks, 4);
-  EXPECT_EQ(p2->mesh.tp, 0);  // mixed degrees
-  ASSERT_EQ(p2->mesh.parts.size(), 2u);
-  EXPECT_TRUE(p2->mesh.parts[1].sequence_parallel);
-  EXPECT_EQ(p2->mesh.schedule, "oases");
-  EXPECT_EQ(p2->mesh.chunks, 2);
+  EXPECT_EQ(p2->mesh().ranks, 4);
+  EXPECT_EQ(p2->mesh().tp, 0);  // mixed degrees
+  ASSERT_EQ(p2->mesh().parts.size(), 2u);
+  EXPECT_TRUE(p2->mesh().parts[1].sequence_parallel);
+  EXPECT_EQ(p2->mesh().schedule, "oases");
+  EXPECT_EQ(p2->mesh().chunks, 2);
   EXPECT_EQ(p2->batch, 8);
   EXPECT_EQ(p2->seq, 32);
   EXPECT_TRUE(p2->validate().is_ok()) << p2->validate().message();
@@ -142,12 +143,12 @@ TEST(PlanTest, ReadsVersionOneAndTwo) {
 TEST(PlanTest, NewerVersionIsAOneLineError) {
   auto p = Plan::from_json(nlohmann::json::parse(R"({"version": 7})"), "future.json");
   ASSERT_FALSE(p.is_ok());
-  EXPECT_EQ(p.status().message(), "future.json: plan version 7 (this build reads 1 to 3)");
+  EXPECT_EQ(p.status().message(), "future.json: plan version 7 (this build reads 1 to 4)");
   std::string path = ::testing::TempDir() + "/oases_plan_future.json";
-  std::ofstream(path) << R"({"version": 4})";
+  std::ofstream(path) << R"({"version": 5})";
   auto r = Plan::read(path);
   ASSERT_FALSE(r.is_ok());
-  EXPECT_NE(r.status().message().find(path + ": plan version 4"), std::string::npos) << r.status().message();
+  EXPECT_NE(r.status().message().find(path + ": plan version 5"), std::string::npos) << r.status().message();
   EXPECT_EQ(r.status().message().find('\n'), std::string::npos);
 }
 
@@ -179,7 +180,7 @@ TEST(PlanFileTest, EveryBadFieldIsOneLineNamingTheFileAndTheField) {
       {"/schedule/chunks", "1e300", "plan.json: schedule.chunks: 1e+300 is more than 1048576, the most a plan may give"},
       {"/schedule/chunks", "2.5", "plan.json: schedule.chunks: 2.5 is not an integer"},
       {"/schedule/chunks", "\"2\"", "plan.json: schedule.chunks: a string where an integer belongs"},
-      {"/schedule/chunks", "3", "plan.json: pipeline.micro_batches: 2 micro-batches x 3 chunks do not divide the batch of 16"},
+      {"/schedule/chunks", "3", "plan.json: pipeline.micro_batches: dp 2 x 2 micro-batches x 3 chunks do not divide the batch of 16"},
       {"/mesh/sizes", "[0, 2]", "plan.json: mesh.sizes[0]: 0 is not a positive integer"},
       {"/mesh/sizes", "[2, -2]", "plan.json: mesh.sizes[1]: -2 is not a positive integer"},
       {"/mesh/sizes", "[2, 4294967296]", "plan.json: mesh.sizes[1]: 4294967296 is more than 1048576, the most a plan may give"},
@@ -193,7 +194,7 @@ TEST(PlanFileTest, EveryBadFieldIsOneLineNamingTheFileAndTheField) {
       {"/mesh/parts", "[[], [5]]", "plan.json: mesh.parts[1][0]: axis 5 of a 2-axis mesh"},
       {"/mesh", "[2, 2]", "plan.json: mesh: a list where an object belongs"},
       {"/version", "3.5", "plan.json: version: 3.5 is not an integer"},
-      {"/version", "0", "plan.json: plan version 0 (this build reads 1 to 3)"},
+      {"/version", "0", "plan.json: plan version 0 (this build reads 1 to 4)"},
       {"/version", "\"3\"", "plan.json: version: a string where an integer belongs"},
       {"/format", "\"onnx\"", "plan.json: format: 'onnx' is not \"oases-plan\""},
       // a name that would break the one line (here, or quoted when the plan runs)
@@ -221,7 +222,7 @@ TEST(PlanFileTest, EveryBadFieldIsOneLineNamingTheFileAndTheField) {
       {"/pipeline/stages", "0", "plan.json: pipeline.stages: 0 is not a positive integer"},
       {"/pipeline/stages", "3", "plan.json: pipeline.meshes: 2 meshes for 3 stages (one mesh per stage)"},
       {"/pipeline/micro_batches", "0", "plan.json: pipeline.micro_batches: 0 is not a positive integer"},
-      {"/pipeline/micro_batches", "3", "plan.json: pipeline.micro_batches: 3 micro-batches x 2 chunks do not divide the batch of 16"},
+      {"/pipeline/micro_batches", "3", "plan.json: pipeline.micro_batches: dp 2 x 3 micro-batches x 2 chunks do not divide the batch of 16"},
       {"/pipeline/cuts", "\"0-0,1-3,4-5\"", "plan.json: pipeline.cuts: '0-0,1-3,4-5' cuts 3 stages, the plan has 2"},
       {"/pipeline/cuts", "\"0-0,2-3\"", "plan.json: pipeline.cuts: stage 1 starts at block 2, not 1 (every block once, in order)"},
       {"/pipeline/cuts", "\"0-0;1-3\"", "plan.json: pipeline.cuts: '0-0;1-3' is not a list of FIRST-LAST block ranges (e.g. 0-5,6-11)"},
@@ -261,13 +262,13 @@ TEST(PlanFileTest, OptionalFieldsAndNumbersWithoutAFraction) {
   j["batch"] = 32;
   auto p = Plan::from_json(j, "plan.json");
   ASSERT_TRUE(p.is_ok()) << p.status().message();
-  EXPECT_EQ(p->mesh.ranks, 4);
+  EXPECT_EQ(p->mesh().ranks, 4);
   EXPECT_EQ(p->version, 2);
-  EXPECT_EQ(p->mesh.chunks, 4);
+  EXPECT_EQ(p->mesh().chunks, 4);
   // a plan of parameter specs alone (version 1, written by hand)
   auto map = Plan::from_json(nlohmann::json::parse(R"j({"parameters": {"wte": "[R, S(tp)] P(dp)"}})j"), "map.json");
   ASSERT_TRUE(map.is_ok()) << map.status().message();
-  EXPECT_EQ(map->mesh.ranks, 0);
+  EXPECT_EQ(map->mesh().ranks, 0);
 }
 
 TEST(PlanFileTest, ReadValidatesBeforeReturning) {
@@ -289,14 +290,14 @@ TEST(PlanFileTest, ReadValidatesBeforeReturning) {
 TEST(PlanFileTest, WrittenPlansReadBack) {
   // what is not fixed (chunks 0: the schedule's default; a pipeline's micro-batches) is left out
   Plan p = Plan::from_parts({{"embedding", 2, false}, {"head", 2, false}}, 4, "oases", 0);
-  p.pipeline.stages = 2;
+  p.stages = {p.mesh(), p.mesh()};
   nlohmann::json j = p.to_json();
   EXPECT_FALSE(j["schedule"].contains("chunks")) << j.dump();
   EXPECT_FALSE(j["pipeline"].contains("micro_batches")) << j.dump();
   auto back = Plan::from_json(j, "written.json");
   ASSERT_TRUE(back.is_ok()) << back.status().message();
-  EXPECT_EQ(back->mesh.chunks, 0);
-  EXPECT_EQ(back->mesh.chunk_count(), 2);
+  EXPECT_EQ(back->mesh().chunks, 0);
+  EXPECT_EQ(back->mesh().chunk_count(), 2);
   EXPECT_EQ(back->to_json(), Plan::from_json(back->to_json(), "again.json")->to_json());
 }
 

@@ -30,8 +30,8 @@ int count_kind(const std::vector<ScheduledOp>& order, ScheduledOp::Kind k) {
 TEST(RankProgram, TwoPhasesMatchTheOneCall) {
   Graph fwd = gpt2_forward();
   Plan plan = Plan::megatron(2, 1);
-  plan.mesh.schedule = "oases";
-  plan.mesh.chunks = 2;
+  plan.mesh().schedule = "oases";
+  plan.mesh().chunks = 2;
   auto gp = build_global_program(fwd, TrainingSpec{}, plan, 2, GlobalProgramOptions{});
   ASSERT_TRUE(gp) << gp.status().message();
   ASSERT_TRUE(gp->partitioned.has_value());
@@ -64,8 +64,8 @@ TEST(RankProgram, TwoPhasesMatchTheOneCall) {
 TEST(RankProgram, DataParallelChunksComputeTheirRanksRowsOnly) {
   Graph fwd = gpt2_forward();  // batch 8
   Plan plan = Plan::megatron(1, 2);
-  plan.mesh.schedule = "oases";
-  plan.mesh.chunks = 2;
+  plan.mesh().schedule = "oases";
+  plan.mesh().chunks = 2;
   for (int64_t rank : {0, 1}) {
     auto r = build_rank_program(fwd, plan, rank);
     ASSERT_TRUE(r) << r.status().message();
@@ -123,8 +123,8 @@ TEST(RankProgram, StructureOfABf16TrainingGraphNamesItsProjections) {
 TEST(RankProgram, VocabularyParallelLossGathersOnceAChunk) {
   Graph fwd = gpt2_forward();
   Plan plan = Plan::megatron(2, 1);
-  plan.mesh.schedule = "oases";
-  plan.mesh.chunks = 2;
+  plan.mesh().schedule = "oases";
+  plan.mesh().chunks = 2;
   auto r = build_rank_program(fwd, plan, 0);
   ASSERT_TRUE(r) << r.status().message();
   const Graph& g = r->train.graph;
@@ -148,8 +148,8 @@ TEST(RankProgram, PlanFieldsShapeTheProgram) {
   EXPECT_TRUE(base->order.empty());
   // recomputation as a field: the comm-optimised schedule without any recomputation
   Plan no_recompute = plain;
-  no_recompute.mesh.schedule = "oases";
-  no_recompute.mesh.recompute = CheckpointMode::kNone;
+  no_recompute.mesh().schedule = "oases";
+  no_recompute.mesh().recompute = CheckpointMode::kNone;
   auto nr = build_rank_program(fwd, no_recompute, 0);
   ASSERT_TRUE(nr) << nr.status().message();
   EXPECT_EQ(nr->recompute.nodes, 0);
@@ -168,7 +168,7 @@ TEST(RankProgram, PlanFieldsShapeTheProgram) {
 TEST(RankProgram, TheExecutorRunsTheProgramAsBuilt) {
   Graph fwd = gpt2_forward();
   Plan plan = Plan::megatron(1, 1);
-  plan.mesh.schedule = "optim_comm_checkpoint";
+  plan.mesh().schedule = "optim_comm_checkpoint";
   auto rp = build_rank_program(fwd, plan, 0);
   ASSERT_TRUE(rp) << rp.status().message();
   size_t instrs = rp->program.order.size();

@@ -20,8 +20,8 @@ Expected<RankProgram> gpt2_rank0(const std::string& schedule, int chunks) {
   std::string path = std::string(OASES_SOURCE_DIR) + "/models/train/gpt2_bytes/model.onnx";
   OASES_ASSIGN_OR_RETURN(PlanningModel pm, load_planning_model(path, ImportOptions{}, 8, 16));
   Plan plan = Plan::megatron(2, 1);
-  plan.mesh.schedule = schedule;
-  plan.mesh.chunks = chunks;
+  plan.mesh().schedule = schedule;
+  plan.mesh().chunks = chunks;
   return build_rank_program(pm.forward, plan, 0);
 }
 
