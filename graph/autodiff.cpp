@@ -135,7 +135,15 @@ Expected<BackwardResult> build_backward(Graph& g, ValueId loss, const std::vecto
     if (it == contrib.end() || it->second.empty()) return kNoId;
     std::vector<ValueId>& c = it->second;
     if (c.size() == 1) return c[0];
-    // sum in a fixed order: contributions as they were made
+    // Sum in a fixed order: by the micro-batch chunk that made each contribution (the order the
+    // schedules run the chunks' backward passes), then as they were made. The reverse pass meets
+    // the last chunk first; summing in that order kept every earlier chunk's weight gradient alive
+    // until the last chunk's arrived (K copies of the gradients at the peak).
+    auto chunk_of = [&](ValueId x) {
+      NodeId p = g.value(x).producer;
+      return p == kNoId ? -1 : g.node(p).chunk;
+    };
+    std::stable_sort(c.begin(), c.end(), [&](ValueId a, ValueId b) { return chunk_of(a) < chunk_of(b); });
     ValueId acc = c[0];
     for (size_t i = 1; i < c.size(); ++i) {
       std::string name = g.unique_name(where + "/grad/accumulate");
