@@ -96,6 +96,44 @@ TEST(RankProgram, DataParallelChunksComputeTheirRanksRowsOnly) {
   }
 }
 
+// A parameter's gradient over K chunks is summed in the order the chunks' backward passes run
+// (chunk 0 first), so each chunk's contribution is added as soon as it exists: more chunks do not
+// keep more copies of the weight gradients (summed in the reverse pass's order, K = 8 once held
+// all eight at the peak: an arena three times K = 1's).
+TEST(RankProgram, ChunkGradientsAreSummedAsTheChunksRun) {
+  Graph fwd = gpt2_forward();  // batch 8
+  size_t arena1 = 0;
+  for (int64_t k : {1, 8}) {
+    Plan plan = Plan::megatron(1, 1);
+    plan.mesh().schedule = "default_checkpoint";
+    plan.mesh().chunks = k;
+    auto r = build_rank_program(fwd, plan, 0);
+    ASSERT_TRUE(r) << r.status().message();
+    if (k == 1) {
+      arena1 = r->program.memory.arena_bytes;
+      continue;
+    }
+    EXPECT_LT(r->program.memory.arena_bytes, arena1 + arena1 / 4) << "K = 8: " << r->program.memory.arena_bytes << " bytes, K = 1: " << arena1;
+    // every accumulation adds the next chunk's contribution to the sum of the earlier ones
+    const Graph& g = r->train.graph;
+    int checked = 0;
+    for (NodeId id : g.nodes()) {
+      const Node& n = g.node(id);
+      if (n.name.find("/grad/accumulate") == std::string::npos || n.op_type != "Add") continue;
+      auto chunk_of = [&](ValueId v) {
+        NodeId p = g.value(v).producer;
+        return p == kNoId ? -1 : g.node(p).chunk;
+      };
+      const NodeId first = g.value(n.inputs[0]).producer;
+      if (first == kNoId || g.node(first).name.find("/grad/accumulate") == std::string::npos) {
+        EXPECT_LE(chunk_of(n.inputs[0]), chunk_of(n.inputs[1])) << n.name;
+        ++checked;
+      }
+    }
+    EXPECT_GT(checked, 0);
+  }
+}
+
 // A mixed-precision training graph reads its parameters through Casts: the structure found on it
 // (plan files' and pages' blocks) still names every block's projections and their fp32 weights.
 TEST(RankProgram, StructureOfABf16TrainingGraphNamesItsProjections) {
