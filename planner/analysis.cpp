@@ -280,6 +280,7 @@ Expected<std::vector<PartRecords>> records_under(const Graph& forward, const Gra
     out[static_cast<size_t>(p)].param_elements += n;
     if (!spec_of(w).is_replicated()) out[static_cast<size_t>(p)].split_param_elements += n;
   }
+  std::set<ValueId> norm_inputs;  // kept by the comm-optimised recomputation
   for (NodeId id : order) {
     const Node& n = train.node(id);
     int p = part[static_cast<size_t>(id)];
@@ -292,13 +293,37 @@ Expected<std::vector<PartRecords>> records_under(const Graph& forward, const Gra
     }
     if (op_has_trait(n, kTraitNorm) && act[static_cast<size_t>(n.inputs[0])]) {
       out[static_cast<size_t>(p)].kept_comm_opt.push_back(record_of(train, n.inputs[0], spec_of(n.inputs[0]), ref.dp, ref.tp));
+      norm_inputs.insert(n.inputs[0]);
     }
   }
+  // A reduced value whose forward readers are Adds (a bias, then the residual) ending in a kept norm
+  // input needs no keeping of its own: the recomputation restarts from that sum (the program keeps
+  // it alone).
+  std::function<bool(ValueId, int)> covered = [&](ValueId v, int depth) {
+    if (norm_inputs.count(v)) return true;
+    if (depth == 0) return false;
+    bool any = false;
+    for (const Use& u : train.uses(v)) {
+      const Node& r = train.node(u.node);
+      if (!fwd(r)) continue;
+      if (r.op_type != "Add" || !covered(r.outputs[0], depth - 1)) return false;
+      any = true;
+    }
+    return any;
+  };
+  std::set<std::pair<ValueId, std::string>> kept_converted;
   for (const Conversion& cv : ref.sr.conversions) {
     NodeId at = cv.consumer != kNoId ? cv.consumer : train.value(cv.value).producer;
-    if (at == kNoId || !fwd(train.node(at)) || !act[static_cast<size_t>(cv.value)]) continue;
+    if (at == kNoId || !fwd(train.node(at)) || !act[static_cast<size_t>(cv.value)] || covered(cv.value, 3)) continue;
     int p = part[static_cast<size_t>(at)];
-    if (p >= 0 && cv.from.is_partial(ref.tp))
+    // what a forward collective made: a reduction's result, and (sequence parallelism) a gather's
+    // whole sequence that the next product reads back in its backward
+    auto sharded_on_tp = [&](const ShardingSpec& sp) {
+      return std::any_of(sp.dims.begin(), sp.dims.end(), [&](const DimSpec& d) { return d.axis == ref.tp; });
+    };
+    const bool gathered = ref.tp >= 0 && sharded_on_tp(cv.from) && !sharded_on_tp(cv.to) && !cv.to.any_partial();
+    // once a value, however many readers took it converted (LLaMA's q, k and v read one gather)
+    if (p >= 0 && (cv.from.is_partial(ref.tp) || gathered) && kept_converted.insert({cv.value, cv.to.to_string()}).second)
       out[static_cast<size_t>(p)].kept_comm_opt.push_back(record_of(train, cv.value, cv.to, ref.dp, ref.tp));
   }
   // the value entering each part

@@ -247,7 +247,13 @@ double CostModel::part_memory(int i, const Layout& l, const ScheduleOptions& s, 
 double CostModel::part_transient(int i, const Layout& l, const ScheduleOptions& s, int64_t chunks) {
   const PartCost& pc = part(i, l, chunks);
   if (!pc.block || s.checkpoint == CheckpointMode::kNone) return 0;
-  double active = s.interleave ? static_cast<double>(std::min<int64_t>(chunks, 2)) : 1.0;
+  // An interleaved schedule runs each step for every chunk in turn. Recomputing whole blocks
+  // (overlap_checkpoint), a block's recomputation for all K chunks comes before its backward for
+  // any, so every chunk's recomputed activations of the block are alive at once; restarting from
+  // the kept collectives' results (oases), two chunks' at a time; in line, one chunk's (what the
+  // built programs' arenas show: bench/plan/memory_table.py).
+  double active = 1.0;
+  if (s.interleave) active = s.checkpoint == CheckpointMode::kBlock ? static_cast<double>(chunks) : std::min<double>(static_cast<double>(chunks), 2.0);
   return active * pc.saved_plain_chunk;
 }
 
