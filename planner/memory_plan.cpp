@@ -71,6 +71,63 @@ class OffsetAllocator {
   size_t top_ = 0;
 };
 
+// An arena value alive from step `first` to step `last` (inclusive), `bytes` rounded to kAlign.
+struct Lifetime {
+  ValueId value = kNoId;
+  int first = 0, last = 0;
+  size_t bytes = 0;
+};
+
+// Above this many values the quadratic offline assignment is not tried (planning GPT-3's shapes
+// builds programs of hundreds of thousands).
+constexpr size_t kOfflineValues = 40000;
+
+// Best-fit as the program runs: at each step its outputs are placed, then the values last used
+// there are released. Returns the arena's size.
+size_t assign_online(const std::vector<Lifetime>& lives, size_t steps, std::vector<int64_t>* offsets) {
+  OffsetAllocator alloc;
+  offsets->assign(lives.size(), 0);
+  std::vector<std::vector<size_t>> frees(steps + 1);
+  size_t next = 0;
+  for (size_t pos = 0; pos < steps; ++pos) {
+    for (; next < lives.size() && lives[next].first == static_cast<int>(pos); ++next) {
+      (*offsets)[next] = alloc.allocate(lives[next].bytes);
+      if (lives[next].last < static_cast<int>(steps)) frees[static_cast<size_t>(lives[next].last)].push_back(next);
+    }
+    for (size_t i : frees[pos]) alloc.release((*offsets)[i]);
+  }
+  return alloc.peak();
+}
+
+// Greedy by size: the largest values first, each at the lowest offset where it overlaps no value
+// already placed whose lifetime meets its own. Returns the arena's size.
+size_t assign_by_size(const std::vector<Lifetime>& lives, std::vector<int64_t>* offsets) {
+  std::vector<size_t> order(lives.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return lives[a].bytes > lives[b].bytes; });
+  offsets->assign(lives.size(), 0);
+  std::vector<size_t> placed;
+  std::vector<std::pair<int64_t, int64_t>> busy;  // [offset, end) of the placed values alive beside it
+  size_t peak = 0;
+  for (size_t i : order) {
+    const Lifetime& l = lives[i];
+    busy.clear();
+    for (size_t j : placed) {
+      if (lives[j].first <= l.last && l.first <= lives[j].last) busy.emplace_back((*offsets)[j], (*offsets)[j] + static_cast<int64_t>(lives[j].bytes));
+    }
+    std::sort(busy.begin(), busy.end());
+    int64_t off = 0;
+    for (const auto& [b, e] : busy) {
+      if (off + static_cast<int64_t>(l.bytes) <= b) break;
+      off = std::max(off, e);
+    }
+    (*offsets)[i] = off;
+    placed.push_back(i);
+    peak = std::max(peak, static_cast<size_t>(off) + l.bytes);
+  }
+  return peak;
+}
+
 }  // namespace
 
 MemoryPlan MemoryPlan::build(const Graph& g, const std::vector<NodeId>& order, const std::set<ValueId>& keep,
@@ -148,35 +205,46 @@ MemoryPlan MemoryPlan::build(const Graph& g, const std::vector<PlanStep>& steps,
   for (ValueId v : keep) pinned[root[v]] = 1;
   for (ValueId v : g.outputs()) pinned[root[v]] = 1;
 
-  OffsetAllocator alloc;
-  // OASES_NO_MEMORY_REUSE=1 gives every value its own space (for debugging the plan)
-  std::vector<std::vector<ValueId>> frees(steps.size());
+  // Every arena value's lifetime: from the step defining it to its last use (inclusive; pinned
+  // ones to the end). OASES_NO_MEMORY_REUSE=1 gives every value its own space (for debugging).
+  std::vector<Lifetime> lives;
   for (size_t pos = 0; pos < steps.size(); ++pos) {
     const Node& n = g.node(steps[pos].node);
-    if (steps[pos].defines) {
-      for (ValueId out : n.outputs) {
-        if (out == kNoId) continue;
-        ValueSlot& s = p.slots[out];
-        if (s.kind == ValueSlot::Kind::kConstant || s.kind == ValueSlot::Kind::kInput) continue;
-        const Value& val = g.value(out);
-        s.bytes = val.nbytes();
-        if (root[out] != out) {
-          s.kind = ValueSlot::Kind::kView;
-          s.root = root[out];
-          continue;
-        }
-        s.kind = ValueSlot::Kind::kArena;
-        s.offset = alloc.allocate(s.bytes);
-        p.total_bytes += (s.bytes + kAlign - 1) / kAlign * kAlign;
-        if (!pinned[out] && reuse) {
-          int lu = last_use[out] < 0 ? static_cast<int>(pos) : last_use[out];
-          frees[static_cast<size_t>(lu)].push_back(out);
-        }
+    if (!steps[pos].defines) continue;
+    for (ValueId out : n.outputs) {
+      if (out == kNoId) continue;
+      ValueSlot& s = p.slots[out];
+      if (s.kind == ValueSlot::Kind::kConstant || s.kind == ValueSlot::Kind::kInput) continue;
+      s.bytes = g.value(out).nbytes();
+      if (root[out] != out) {
+        s.kind = ValueSlot::Kind::kView;
+        s.root = root[out];
+        continue;
       }
+      s.kind = ValueSlot::Kind::kArena;
+      const size_t bytes = std::max<size_t>(kAlign, (s.bytes + kAlign - 1) / kAlign * kAlign);
+      p.total_bytes += (s.bytes + kAlign - 1) / kAlign * kAlign;
+      int last = kForever;
+      if (!pinned[out] && reuse) last = last_use[out] < 0 ? static_cast<int>(pos) : last_use[out];
+      lives.push_back(Lifetime{out, static_cast<int>(pos), last, bytes});
     }
-    for (ValueId v : frees[pos]) alloc.release(p.slots[v].offset);
   }
-  p.arena_bytes = alloc.peak();
+  // Offsets: the online best-fit (in step order), and, for programs of up to kOfflineValues
+  // values, the offline greedy-by-size assignment (largest first, each at the lowest offset free
+  // of every value alive beside it), which packs much tighter where chunks leave holes; the
+  // smaller arena wins.
+  std::vector<int64_t> offsets;
+  size_t peak = assign_online(lives, steps.size(), &offsets);
+  if (reuse && lives.size() <= kOfflineValues) {
+    std::vector<int64_t> packed;
+    const size_t tight = assign_by_size(lives, &packed);
+    if (tight < peak) {
+      peak = tight;
+      offsets = std::move(packed);
+    }
+  }
+  for (size_t i = 0; i < lives.size(); ++i) p.slots[lives[i].value].offset = offsets[i];
+  p.arena_bytes = peak;
   return p;
 }
 
