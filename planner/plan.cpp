@@ -363,6 +363,17 @@ namespace {
 
 }  // namespace
 
+std::vector<std::string> split_cuts(const std::string& cuts) {
+  std::vector<std::string> out;
+  for (size_t start = 0; !cuts.empty();) {
+    size_t comma = cuts.find(',', start);
+    out.push_back(cuts.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return out;
+}
+
 Status check_cuts(const std::string& cuts, int64_t stages) {
   std::regex item_re("([0-9]{1,9})-([0-9]{1,9})");
   int64_t count = 0, next = 0;

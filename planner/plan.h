@@ -131,6 +131,8 @@ std::string stage_meshes_string(const std::vector<MeshPlan>& meshes);
 // block count is checked when the stages are cut, planner/pipeline.h cut_stages); errors name
 // "pipeline.cuts".
 Status check_cuts(const std::string& cuts, int64_t stages);
+// The ranges of "0-5,6-11" as written ({"0-5", "6-11"}; "" gives none), unchecked.
+std::vector<std::string> split_cuts(const std::string& cuts);
 // Whether two stages run the same program: the same mesh, layouts and schedule (their blocks and
 // chunks aside: a pipeline's stages share the first stage's chunks).
 bool same_stage_layout(const MeshPlan& a, const MeshPlan& b);

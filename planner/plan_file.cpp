@@ -296,13 +296,8 @@ Status read_pipeline_v3(const FieldReader& f, const json& pj, Plan* p) {
   }
   if (!cuts.empty()) {
     if (Status st = check_cuts(cuts, stages); !st.is_ok()) return st.with_context(f.path());
-    size_t k = 0;
-    for (size_t start = 0;; ++k) {
-      size_t comma = cuts.find(',', start);
-      out[k].blocks = cuts.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-      if (comma == std::string::npos) break;
-      start = comma + 1;
-    }
+    const std::vector<std::string> blocks = split_cuts(cuts);
+    for (size_t k = 0; k < blocks.size() && k < out.size(); ++k) out[k].blocks = blocks[k];
   }
   p->stages = std::move(out);
   return Status::ok();

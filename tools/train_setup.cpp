@@ -131,13 +131,7 @@ Expected<Plan> staged_plan(const TrainArgs& a, const Plan& plan, const std::vect
   Plan staged = plan;
   staged.pipeline = a.pipeline;
   staged.micro_batches = a.micro_batches;
-  std::vector<std::string> blocks;
-  for (size_t start = 0; !a.stages.empty();) {
-    size_t comma = a.stages.find(',', start);
-    blocks.push_back(a.stages.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
-    if (comma == std::string::npos) break;
-    start = comma + 1;
-  }
+  const std::vector<std::string> blocks = split_cuts(a.stages);
   if (!blocks.empty() && static_cast<int64_t>(blocks.size()) != a.pp)
     return error("--stages '{}' gives {} stages, --pp {}", a.stages, blocks.size(), a.pp);
   staged.stages.clear();

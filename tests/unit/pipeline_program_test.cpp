@@ -35,13 +35,7 @@ Plan staged(const Plan& plan, int64_t S, int64_t M, const std::string& schedule,
   p.pipeline = schedule;
   std::vector<MeshPlan> own;
   if (!meshes.empty()) own = parse_stage_meshes(meshes, S).value();
-  std::vector<std::string> blocks;
-  for (size_t start = 0; !cuts.empty();) {
-    size_t comma = cuts.find(',', start);
-    blocks.push_back(cuts.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
-    if (comma == std::string::npos) break;
-    start = comma + 1;
-  }
+  const std::vector<std::string> blocks = split_cuts(cuts);
   p.stages.clear();
   for (int64_t k = 0; k < S; ++k) {
     const auto i = static_cast<size_t>(k);
