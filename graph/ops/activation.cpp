@@ -21,6 +21,7 @@ void register_activation_ops(OpRegistry& r) {
   }
   {
     OpSchema s = same_as_input_schema("Gelu", 1, 1);
+    s.traits = kTraitActivation;
     s.infer = [](InferContext& c) {
       std::string approx = c.attrs().get_string("approximate", "none");
       if (approx != "none" && approx != "tanh") return c.fail("approximate must be 'none' or 'tanh', got '{}'", approx);
@@ -39,6 +40,7 @@ void register_activation_ops(OpRegistry& r) {
   }
   {
     OpSchema s = same_as_input_schema("Silu", 1, 1);
+    s.traits = kTraitActivation;
     s.domain = kOasesDomain;
     s.doc = "x * sigmoid(x)";
     s.cost = [](const Graph& g, const Node& n) { return elementwise_cost(g, n, 5.0); };
@@ -48,6 +50,7 @@ void register_activation_ops(OpRegistry& r) {
     OpSchema s;
     s.domain = kOasesDomain;
     s.op_type = "SwiGLU";
+    s.traits = kTraitActivation;
     s.doc = "silu(gate) * up";
     s.min_inputs = s.max_inputs = 2;
     s.infer = [](InferContext& c) {

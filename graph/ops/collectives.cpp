@@ -102,6 +102,7 @@ void register_collective_ops(OpRegistry& r) {
   {
     // variadic: a bucket of tensors reduced in one call (data-parallel gradients), output i = input i
     OpSchema s = collective("AllReduce");
+    s.traits = kTraitCombinesChunks;
     s.max_inputs = INT_MAX;
     s.max_outputs = INT_MAX;
     s.infer = [](InferContext& c) {
@@ -142,6 +143,7 @@ void register_collective_ops(OpRegistry& r) {
   }
   {
     OpSchema s = collective("AllGather");
+    s.traits = kTraitCombinesChunks;
     s.infer = [](InferContext& c) {
       int64_t d;
       OASES_RETURN_IF_ERROR(check_dim(c, &d));
@@ -161,6 +163,7 @@ void register_collective_ops(OpRegistry& r) {
   }
   {
     OpSchema s = collective("ReduceScatter");
+    s.traits = kTraitCombinesChunks;
     s.infer = [](InferContext& c) {
       int64_t d;
       OASES_RETURN_IF_ERROR(check_dim(c, &d));
@@ -180,6 +183,7 @@ void register_collective_ops(OpRegistry& r) {
   }
   {
     OpSchema s = collective("ShardSlice");
+    s.traits = kTraitCombinesChunks;
     s.infer = [](InferContext& c) {
       int64_t d;
       OASES_RETURN_IF_ERROR(check_dim(c, &d));
@@ -228,6 +232,7 @@ void register_collective_ops(OpRegistry& r) {
   }
   {
     OpSchema s = collective("AllToAll");
+    s.traits = kTraitCombinesChunks;
     s.infer = [](InferContext& c) {
       int64_t sd = normalize_axis(c.attrs().get_int("split_dim", 0), c.rank(0));
       int64_t cd = normalize_axis(c.attrs().get_int("concat_dim", 0), c.rank(0));
@@ -252,6 +257,7 @@ void register_collective_ops(OpRegistry& r) {
   }
   {
     OpSchema s = collective("Broadcast");
+    s.traits = kTraitCombinesChunks;
     s.infer = [](InferContext& c) {
       c.set_output(0, c.dtype(0), c.shape(0));
       return Status::ok();

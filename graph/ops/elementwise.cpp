@@ -23,7 +23,7 @@ Status check_same_dtype(InferContext& c, int first, int last) {
   return Status::ok();
 }
 
-void add_unary(OpRegistry& r, const std::string& op, double flops, bool float_only = false) {
+OpSchema& add_unary(OpRegistry& r, const std::string& op, double flops, bool float_only = false) {
   OpSchema s = same_as_input_schema(op, 1, 1);
   s.infer = [float_only](InferContext& c) {
     if (float_only && !is_floating(c.dtype(0))) {
@@ -33,7 +33,7 @@ void add_unary(OpRegistry& r, const std::string& op, double flops, bool float_on
     return Status::ok();
   };
   s.cost = [flops](const Graph& g, const Node& n) { return elementwise_cost(g, n, flops); };
-  r.add(std::move(s));
+  return r.add(std::move(s));
 }
 
 void add_binary(OpRegistry& r, const std::string& op, int min_in, int max_in, bool same_type = true, DType out = DType::kUndefined) {
@@ -53,7 +53,9 @@ void add_binary(OpRegistry& r, const std::string& op, int min_in, int max_in, bo
 
 void register_elementwise_ops(OpRegistry& r) {
   // Unary math (flops per element are rough: a transcendental counts as several operations).
-  for (const char* op : {"Neg", "Abs", "Sign", "Relu", "Identity"}) add_unary(r, op, 1);
+  for (const char* op : {"Neg", "Abs", "Sign"}) add_unary(r, op, 1);
+  add_unary(r, "Relu", 1).traits = kTraitActivation;
+  add_unary(r, "Identity", 1).traits = kTraitRelayout;
   for (const char* op : {"Floor", "Ceil", "Round", "Reciprocal"}) add_unary(r, op, 1, true);
   for (const char* op : {"Sqrt", "Exp", "Log", "Erf", "Tanh", "Sigmoid", "Sin", "Cos", "Softplus", "Softsign"}) {
     add_unary(r, op, 4, true);
@@ -120,6 +122,7 @@ void register_elementwise_ops(OpRegistry& r) {
   }
   {
     OpSchema s = same_as_input_schema("Cast", 1, 1);
+    s.traits = kTraitRelayout;
     s.infer = [](InferContext& c) {
       int64_t to = c.attrs().get_int("to", 0);
       DType dt = dtype_from_onnx(static_cast<int>(to));

@@ -244,6 +244,7 @@ void register_matmul_ops(OpRegistry& r) {
   {
     OpSchema s;
     s.op_type = "MatMul";
+    s.traits = kTraitWeightProduct;
     s.min_inputs = s.max_inputs = 2;
     s.infer = infer_matmul;
     s.cost = matmul_cost;
@@ -252,6 +253,7 @@ void register_matmul_ops(OpRegistry& r) {
   {
     OpSchema s;
     s.op_type = "Gemm";
+    s.traits = kTraitWeightProduct;
     s.min_inputs = 2;
     s.max_inputs = 3;
     s.infer = [](InferContext& c) {
@@ -279,6 +281,7 @@ void register_matmul_ops(OpRegistry& r) {
   {
     OpSchema s;
     s.op_type = "Einsum";
+    s.traits = kTraitWeightProduct;
     s.min_inputs = 1;
     s.infer = infer_einsum;
     s.cost = [](const Graph& g, const Node& n) {

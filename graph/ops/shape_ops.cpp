@@ -191,6 +191,7 @@ void register_shape_ops(OpRegistry& r) {
   {
     OpSchema s;
     s.op_type = "Reshape";
+    s.traits = kTraitRelayout;
     s.min_inputs = 1;
     s.max_inputs = 2;
     s.view_of_input = 0;
@@ -207,6 +208,7 @@ void register_shape_ops(OpRegistry& r) {
   {
     OpSchema s;
     s.op_type = "Flatten";
+    s.traits = kTraitRelayout;
     s.min_inputs = s.max_inputs = 1;
     s.view_of_input = 0;
     s.infer = [](InferContext& c) {
@@ -225,6 +227,7 @@ void register_shape_ops(OpRegistry& r) {
   {
     OpSchema s;
     s.op_type = "Transpose";
+    s.traits = kTraitRelayout;
     s.min_inputs = s.max_inputs = 1;
     s.infer = [](InferContext& c) {
       int64_t rank = c.rank(0);
@@ -252,6 +255,7 @@ void register_shape_ops(OpRegistry& r) {
   {
     OpSchema s;
     s.op_type = "Squeeze";
+    s.traits = kTraitRelayout;
     s.oldest_version = 1;  // before opset 13 the axes are an attribute, the canonical form
     s.min_inputs = 1;
     s.max_inputs = 2;
@@ -287,6 +291,7 @@ void register_shape_ops(OpRegistry& r) {
   {
     OpSchema s;
     s.op_type = "Unsqueeze";
+    s.traits = kTraitRelayout;
     s.oldest_version = 1;  // before opset 13 the axes are an attribute, the canonical form
     s.min_inputs = 1;
     s.max_inputs = 2;
@@ -321,6 +326,7 @@ void register_shape_ops(OpRegistry& r) {
   {
     OpSchema s;
     s.op_type = "Expand";
+    s.traits = kTraitRelayout;
     s.min_inputs = 1;
     s.max_inputs = 2;
     s.non_differentiable_inputs = {1};
@@ -482,6 +488,7 @@ void register_shape_ops(OpRegistry& r) {
   {
     OpSchema s;
     s.op_type = "Shape";
+    s.traits = kTraitShapeOnly;
     s.min_inputs = s.max_inputs = 1;
     s.infer = [](InferContext& c) {
       int64_t rank = c.rank(0);
@@ -501,6 +508,7 @@ void register_shape_ops(OpRegistry& r) {
   {
     OpSchema s;
     s.op_type = "Size";
+    s.traits = kTraitShapeOnly;
     s.min_inputs = s.max_inputs = 1;
     s.infer = [](InferContext& c) {
       c.set_output(0, DType::kI64, {});
