@@ -1,6 +1,7 @@
 // The op registry: one OpSchema per op type, holding every device-independent rule of the op:
-// how old opsets are normalised to the canonical form, the shape rule, (later) the gradient and
-// sharding rules and the cost. Kernels live in kernels/, never here.
+// how old opsets are normalised to the canonical form, the shape rule, the gradient, sharding and
+// partition-lowering rules, the cost, its traits and the examples the registry-driven tests run.
+// Kernels live in kernels/, never here.
 //
 // Canonical form: operands that fix shapes (Reshape's shape, Slice's starts/ends, reduction axes,
 // Split sizes, ...) are moved from inputs into attributes once they are constant, so passes,
