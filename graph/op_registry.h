@@ -163,9 +163,9 @@ class OpRegistry {
  public:
   // The registry with every op of the project registered.
   static const OpRegistry& global();
+  // Registers a complete schema: each op file builds an op's every rule in one block, then adds it.
   OpSchema& add(OpSchema s);
   const OpSchema* find(const std::string& domain, const std::string& op_type) const;
-  OpSchema* find_mutable(const std::string& domain, const std::string& op_type);
   std::vector<const OpSchema*> all() const;
 
  private:

@@ -59,12 +59,6 @@ std::function<std::vector<OpExample>()> examples_of(std::vector<OpExample> examp
   return [ex = std::move(examples)] { return ex; };
 }
 
-void set_examples(OpRegistry& r, const std::string& domain, const std::string& op, std::vector<OpExample> examples) {
-  OpSchema* s = r.find_mutable(domain, op);
-  if (!s) throw OasesError("set_examples: no op " + domain + "." + op);
-  s->examples = examples_of(std::move(examples));
-}
-
 OpExample example(std::string name, std::vector<ExampleInput> inputs, AttrMap attrs, int outputs) {
   return OpExample{std::move(name), std::move(inputs), std::move(attrs), outputs};
 }

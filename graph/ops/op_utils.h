@@ -19,7 +19,6 @@ Status infer_broadcast(InferContext& c, DType out = DType::kUndefined);
 
 // Examples of an op (OpSchema::examples) made once, at registration, for the registry-driven tests.
 std::function<std::vector<OpExample>()> examples_of(std::vector<OpExample> examples);
-void set_examples(OpRegistry& r, const std::string& domain, const std::string& op, std::vector<OpExample> examples);
 // One example: its name, inputs, attributes and output count.
 OpExample example(std::string name, std::vector<ExampleInput> inputs, AttrMap attrs = {}, int outputs = 1);
 

@@ -87,7 +87,7 @@ TEST(OpRegistry, CheckerNamesEveryMissingPiece) {
   EXPECT_TRUE(names("CUDA kernel"));
 
   // a gradient without examples for the gradient check is still incomplete
-  OpSchema* w = r.find_mutable("test", "HalfWritten");
+  OpSchema* w = &s;  // the same op, filled in piece by piece
   w->infer = [](InferContext&) { return Status::ok(); };
   w->grad = [](GradContext&) { return Status::ok(); };
   w->shard = [](ShardContext&) { return Status::ok(); };
