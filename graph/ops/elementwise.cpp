@@ -234,16 +234,17 @@ void register_elementwise_ops(OpRegistry& r) {
     double flops;
     bool float_only;
     OpExample example;
+    uint32_t traits = 0;
   };
   const OpExample matrix = example("matrix", {ex_float({4, 6}, -2.0, 2.0)});
   const OpExample positive = example("positive", {ex_float({4, 6}, 0.5, 2.0)});
   for (const Unary& u :
-       {Unary{"Abs", 1, false, matrix}, Unary{"Relu", 1, false, matrix}, Unary{"Reciprocal", 1, true, positive},
+       {Unary{"Abs", 1, false, matrix}, Unary{"Relu", 1, false, matrix, kTraitActivation}, Unary{"Reciprocal", 1, true, positive},
         Unary{"Sqrt", 4, true, positive}, Unary{"Exp", 4, true, matrix}, Unary{"Log", 4, true, positive}, Unary{"Erf", 4, true, matrix},
         Unary{"Tanh", 4, true, matrix}, Unary{"Sigmoid", 4, true, matrix}, Unary{"Sin", 4, true, matrix}, Unary{"Cos", 4, true, matrix},
         Unary{"Softplus", 4, true, matrix}, Unary{"Softsign", 4, true, matrix}}) {
     OpSchema s = unary_schema(u.op, u.flops, u.float_only);
-    if (std::string(u.op) == "Relu") s.traits = kTraitActivation;
+    s.traits = u.traits;
     s.grad = [op = u.op](GradContext& c) { return unary_grad(c, op); };
     s.shard = shard_nonlinear;
     s.examples = examples_of({u.example});
