@@ -1,6 +1,7 @@
 #include "graph/blocks.h"
 
 #include <algorithm>
+#include <cctype>
 #include <climits>
 #include <cstdlib>
 #include <map>
@@ -36,6 +37,15 @@ bool is_norm(const Node& n) {
 
 bool is_matmul(const Node& n) {
   return op_has_trait(n, kTraitLinear);
+}
+
+// MlpInfo::kind of an activation: its op type in lower case ("gelu", "relu", "silu", "swiglu"),
+// "gelu_tanh" for Gelu's tanh approximation.
+std::string activation_kind(const Node& n) {
+  std::string kind = n.op_type;
+  for (char& ch : kind) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  if (kind == "gelu" && n.attrs.get_string("approximate", "none") == "tanh") kind = "gelu_tanh";
+  return kind;
 }
 
 // Walks backwards from v, stopping at norms and linear layers; collects the linear layers met.
@@ -256,18 +266,8 @@ ModelStructure find_transformer_structure(const Graph& g) {
   // MLPs: activations between linear layers, assigned to the block whose attention precedes them
   for (NodeId id : order) {
     const Node& n = g.node(id);
-    std::string kind;
-    if (n.op_type == "Gelu" && is_default_domain(n.domain)) {
-      kind = n.attrs.get_string("approximate", "none") == "tanh" ? "gelu_tanh" : "gelu";
-    } else if (n.op_type == "SwiGLU" && n.domain == kOasesDomain) {
-      kind = "swiglu";
-    } else if (n.op_type == "Silu" && n.domain == kOasesDomain) {
-      kind = "silu";
-    } else if (n.op_type == "Relu" && is_default_domain(n.domain)) {
-      kind = "relu";
-    } else {
-      continue;
-    }
+    if (!op_has_trait(n, kTraitActivation)) continue;
+    std::string kind = activation_kind(n);
     MlpInfo mi;
     mi.activation = id;
     mi.kind = kind;
@@ -312,8 +312,7 @@ ModelStructure find_transformer_structure(const Graph& g) {
     auto stream_input = [&](ValueId v) {
       if (v == kNoId || g.value(v).producer == kNoId) return v;
       const Node& p = g.node(g.value(v).producer);
-      bool norm = p.op_type == "LayerNormalization" || p.op_type == "RMSNormalization";
-      return norm && p.has_input(0) ? p.inputs[0] : v;
+      return is_norm(p) && p.has_input(0) ? p.inputs[0] : v;
     };
     for (size_t b = 0; b < ms.blocks.size() && b < attns.size(); ++b) {
       if (!ms.blocks[b].has_attn || ms.blocks[b].has_mlp) continue;

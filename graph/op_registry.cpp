@@ -47,11 +47,6 @@ const OpSchema* OpRegistry::find(const std::string& domain, const std::string& o
   return it == ops_.end() ? nullptr : &it->second;
 }
 
-OpSchema* OpRegistry::find_mutable(const std::string& domain, const std::string& op_type) {
-  auto it = ops_.find({is_default_domain(domain) ? std::string() : domain, op_type});
-  return it == ops_.end() ? nullptr : &it->second;
-}
-
 std::vector<const OpSchema*> OpRegistry::all() const {
   std::vector<const OpSchema*> out;
   for (const auto& [k, v] : ops_) out.push_back(&v);

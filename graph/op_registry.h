@@ -1,6 +1,7 @@
 // The op registry: one OpSchema per op type, holding every device-independent rule of the op:
-// how old opsets are normalised to the canonical form, the shape rule, (later) the gradient and
-// sharding rules and the cost. Kernels live in kernels/, never here.
+// how old opsets are normalised to the canonical form, the shape rule, the gradient, sharding and
+// partition-lowering rules, the cost, its traits and the examples the registry-driven tests run.
+// Kernels live in kernels/, never here.
 //
 // Canonical form: operands that fix shapes (Reshape's shape, Slice's starts/ends, reduction axes,
 // Split sizes, ...) are moved from inputs into attributes once they are constant, so passes,
@@ -77,8 +78,23 @@ enum OpTrait : uint32_t {
   // Never executed: removed or folded before a program runs (no kernel needed).
   kTraitNoKernel = 1u << 7,
   // Draws from the run's counter-based generator, keyed by step and chunk (Dropout and its
-  // gradient): its kernels take a per-step key, so a captured device graph cannot replay it.
+  // gradient): its kernels take a per-step key, so a captured device graph cannot replay it; a
+  // micro-batch chunk's copy replays the whole batch's mask at its rows (planner/chunking.cpp).
   kTraitRandom = 1u << 8,
+  // The nonlinearity of a transformer MLP (Gelu, Relu, oases.Silu, oases.SwiGLU): the block finder
+  // (graph/blocks.cpp) looks for the MLP's projections around it.
+  kTraitActivation = 1u << 9,
+  // A product whose operands 0 and 1 may be a layer's weights (MatMul, Gemm, Conv, Einsum): an
+  // initializer read there beside a non-constant operand is trained (graph/parameters.cpp).
+  kTraitWeightProduct = 1u << 10,
+  // Output 0 holds input 0's elements moved, cast or repeated (Transpose, Reshape, Cast, Expand,
+  // ...): a read of it is a read of the input (graph/parameters.cpp).
+  kTraitRelayout = 1u << 11,
+  // Reads only its input's shape, never its data (Shape, Size): the result is known before run time.
+  kTraitShapeOnly = 1u << 12,
+  // Over the micro-batch chunk axis, a combination of the chunks' values rather than an op run per
+  // chunk: planner/chunking.cpp rewrites it into local Adds, Concats or Slices (or rejects it).
+  kTraitCombinesChunks = 1u << 13,
 };
 
 // One small instance of an op for the registry-driven tests: the finite-difference gradient check
@@ -147,9 +163,9 @@ class OpRegistry {
  public:
   // The registry with every op of the project registered.
   static const OpRegistry& global();
+  // Registers a complete schema: each op file builds an op's every rule in one block, then adds it.
   OpSchema& add(OpSchema s);
   const OpSchema* find(const std::string& domain, const std::string& op_type) const;
-  OpSchema* find_mutable(const std::string& domain, const std::string& op_type);
   std::vector<const OpSchema*> all() const;
 
  private:

@@ -15,8 +15,7 @@ namespace oases {
 namespace {
 
 bool is_view(const Node& n) {
-  static const std::set<std::string> kViews = {"Transpose", "Reshape", "Unsqueeze", "Squeeze", "Flatten", "Cast", "Identity", "Expand"};
-  return is_default_domain(n.domain) && kViews.count(n.op_type) > 0;
+  return op_has_trait(n, kTraitRelayout);
 }
 
 // A module path as PyTorch writes one: dotted identifiers ("h.0.attn.c_attn.weight"); the
@@ -66,7 +65,7 @@ class Classifier {
         sx = 0;
       } else {
         const Node& n = g_.node(val.producer);
-        if (is_default_domain(n.domain) && (n.op_type == "Shape" || n.op_type == "Size")) {
+        if (op_has_trait(n, kTraitShapeOnly)) {
           sx = 1;
           stack.pop_back();
           continue;
@@ -118,18 +117,16 @@ class Classifier {
       }
       return false;
     };
-    if ((op == "MatMul" || op == "Gemm" || op == "Conv" || op == "ConvTranspose" || op == "Einsum") && slot <= 1 && other_dynamic()) {
-      return fmt::format("weight of {}", n.describe());
-    }
-    if (op == "Gemm" && slot == 2 && other_dynamic()) return fmt::format("bias of {}", n.describe());
-    if ((op == "Conv" || op == "ConvTranspose") && slot == 2 && other_dynamic()) return fmt::format("bias of {}", n.describe());
+    if (op_has_trait(n, kTraitWeightProduct) && slot <= 1 && other_dynamic()) return fmt::format("weight of {}", n.describe());
+    // Gemm's and Conv's input 2 is their bias
+    if ((op == "Gemm" || op == "Conv") && slot == 2 && other_dynamic()) return fmt::format("bias of {}", n.describe());
     if (op == "Gather" && slot == 0 && !is_static(n.input(1))) return fmt::format("embedding table read by {}", n.describe());
     // ViT's class token, prepended to the patch embeddings along the sequence (a copy the exporter
     // made per batch row is one token again: graph/passes/unfold_batch_copies.cpp)
     if (op == "Concat" && n.attrs.get_int("axis", 0) != 0 && other_dynamic()) {
       return fmt::format("learned token concatenated with activations at {}", n.describe());
     }
-    if (op.find("Normalization") != std::string::npos && slot >= 1) return fmt::format("scale or bias of {}", n.describe());
+    if (op_has_trait(n, kTraitNorm) && slot >= 1) return fmt::format("scale or bias of {}", n.describe());
     if ((op == "Mul" || op == "Add" || op == "Sub" || op == "Div") && n.num_inputs() == 2 && slot <= 1) {
       ValueId other = n.inputs[1 - slot];
       if (is_static(other)) return "";

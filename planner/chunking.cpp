@@ -42,8 +42,7 @@ class Unroller {
     for (NodeId id : order) {
       if (!g_.alive(id)) continue;
       Node& n = g_.node(id);
-      if (n.domain == kOasesDomain && (n.op_type == "AllReduce" || n.op_type == "AllGather" || n.op_type == "ReduceScatter" ||
-                                       n.op_type == "ShardSlice" || n.op_type == "AllToAll" || n.op_type == "Broadcast")) {
+      if (op_has_trait(n, kTraitCombinesChunks)) {
         OASES_RETURN_IF_ERROR(combine(id));
         continue;
       }
@@ -84,7 +83,7 @@ class Unroller {
 
   void repeat(NodeId id) {
     Node proto = g_.node(id);
-    bool dropout = proto.op_type == "Dropout" || proto.op_type == "DropoutGrad";
+    bool dropout = op_has_trait(proto, kTraitRandom);
     Shape local = proto.inputs.empty() || proto.inputs[0] == kNoId ? Shape{} : g_.value(proto.inputs[0]).shape;
     std::vector<std::vector<ValueId>> outs(proto.outputs.size());
     for (int k = 0; k < K_; ++k) {

@@ -40,7 +40,8 @@ constexpr int64_t kMaxPlanBatch = int64_t{1} << 24;
 constexpr int64_t kMaxPlanSeq = int64_t{1} << 24;
 
 // What one mesh of ranks runs: its shape, how each part of the model is laid out on it, and the
-// schedule. A later list of pipeline stages holds one of these per stage (each over its own ranks).
+// schedule. A pipeline plan (Plan::pipeline) runs it on every stage, each stage over its own ranks,
+// unless a stage has its own tp x dp and schedule (Plan::Pipeline::meshes).
 struct MeshPlan {
   int64_t ranks = 0;                        // ranks of the mesh; 0: the plan does not say (the run's world)
   int64_t tp = 0, dp = 0;                   // one tp x dp grid for every part; 0: not fixed, or the parts differ
@@ -65,7 +66,8 @@ struct MeshPlan {
 // overrides by initializer name (for the first stage's mesh). Strategy (planner/
 // strategy.h) is what a Plan becomes on one graph (ValueIds -> specs): strategy_for_plan below.
 // Plan files are JSON (version 1: one tp x dp mesh and "parameters"; version 2 adds "parts",
-// "batch", "seq", "schedule"); a Plan's own keys are a subset of what oases-plan writes.
+// "batch", "seq", "schedule"; version 3 a "pipeline" of counts and cuts; version 4 the stages
+// listed); a Plan's own keys are a subset of what oases-plan writes.
 struct Plan {
   int version = kPlanVersion;  // what the file it came from said (to_json writes 1, 2 or 4)
   // Never empty. A later stage runs the first stage's layouts where its tp x dp and schedule are

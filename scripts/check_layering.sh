@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Checks the layering of shared/DESIGN.md ("Layers and who may include whom") on every
+# Checks the layering of docs/ARCHITECTURE.md ("Layers": who may use whom) on every
 # `#include "..."` of the project's C++ and CUDA sources: a file in folder F may include headers of
 # the folders F may use, nothing else. graph/ and planner/ also never include a CUDA, MPI or NCCL
 # header. The build enforces the same table (each layer's target sees only its own and its
@@ -50,7 +50,7 @@ for layer in "${!allowed[@]}"; do
              '^[[:space:]]*#[[:space:]]*include' "$root/$layer" | sort)
 done
 if ((bad)); then
-  echo "layering: back-edges found (the allowed table is in shared/DESIGN.md and scripts/check_layering.sh)"
+  echo "layering: back-edges found (the allowed table is in docs/ARCHITECTURE.md and scripts/check_layering.sh)"
   exit 1
 fi
 echo "layering: every include follows the table"

@@ -137,6 +137,28 @@ Status ops::lower_attention_kv_heads(LowerContext& c, int q, bool grad) {
   return Status::ok();
 }
 
+namespace {
+
+// Examples: q [B, H, Tq, D], k [B, Hkv, Tk, D], v [B, Hkv, Tk, Dv].
+std::vector<OpExample> attention_examples() {
+  auto qkv = [](int64_t h, int64_t hk) {
+    return std::vector<ExampleInput>{ex_float({2, h, 4, 4}), ex_float({2, hk, 6, 4}), ex_float({2, hk, 6, 2})};
+  };
+  std::vector<ExampleInput> add_mask = qkv(2, 2);
+  Tensor m(DType::kF32, {2, 1, 1, 6});
+  for (int i = 0; i < 12; ++i) m.mutable_data<float>()[i] = i % 6 == 5 ? -1e9f : 0.1f * static_cast<float>(i);
+  add_mask.push_back(ex_data(m));
+  std::vector<ExampleInput> bool_mask = qkv(2, 2);
+  Tensor bm(DType::kBool, {1, 1, 4, 6});
+  for (int i = 0; i < 24; ++i) bm.mutable_data<uint8_t>()[i] = (i % 3) != 1;
+  bool_mask.push_back(ex_data(bm));
+  return {example("plain", qkv(2, 2)), example("multi-query", qkv(2, 1)),
+          example("causal GQA", qkv(4, 2), AttrMap{{"causal", Attribute::of_int(1)}, {"scale", Attribute::of_float(0.3f)}}),
+          example("additive mask", add_mask), example("bool mask causal", bool_mask, AttrMap{{"causal", Attribute::of_int(1)}})};
+}
+
+}  // namespace
+
 void register_attention_ops(OpRegistry& r) {
   OpSchema s;
   s.domain = kOasesDomain;
@@ -146,6 +168,8 @@ void register_attention_ops(OpRegistry& r) {
   s.max_inputs = 4;
   s.max_outputs = 2;  // optional log-sum-exp of each query row [B, H, Tq] for the backward pass
   s.non_differentiable_inputs = {3};
+  s.float32_inputs = {3};  // the additive mask: the kernels read float32
+  s.traits = kTraitComputeBound;
   s.infer = [](InferContext& c) {
     const Shape &q = c.shape(0), &k = c.shape(1), &v = c.shape(2);
     if (q.size() != 4 || k.size() != 4 || v.size() != 4) {
@@ -164,19 +188,8 @@ void register_attention_ops(OpRegistry& r) {
     if (c.has_output(1)) c.set_output(1, DType::kF32, {q[0], q[1], q[2]});
     return Status::ok();
   };
-  s.cost = [](const Graph& g, const Node& n) {
-    const Shape& q = g.value(n.inputs[0]).shape;
-    const Shape& k = g.value(n.inputs[1]).shape;
-    const Shape& v = g.value(n.inputs[2]).shape;
-    double bh = static_cast<double>(q[0] * q[1]);
-    double flops = bh * static_cast<double>(q[2] * k[2]) * (2.0 * static_cast<double>(q[3]) + 2.0 * static_cast<double>(v[3]) + 5.0);
-    if (n.attrs.get_int("causal", 0)) flops *= 0.5;
-    return OpCost{flops, io_bytes(g, n)};
-  };
-  r.add(std::move(s));
-
-  // --- gradient rule: recomputes the probabilities from q, k and the saved log-sum-exp ------
-  r.find_mutable(kOasesDomain, "Attention")->grad = [](GradContext& c) {
+  // recomputes the probabilities from q, k and the saved log-sum-exp
+  s.grad = [](GradContext& c) {
     const Shape& q = c.shape(c.input(0));
     ValueId lse = c.ensure_output(1, DType::kF32, {q[0], q[1], q[2]});
     std::vector<ValueId> ins{c.grad_out(0), c.input(0), c.input(1), c.input(2), c.output(0), lse};
@@ -187,30 +200,19 @@ void register_attention_ops(OpRegistry& r) {
     for (int i = 0; i < 3; ++i) c.add_grad(i, d[i]);
     return Status::ok();
   };
-
-  r.find_mutable(kOasesDomain, "Attention")->shard = [](ShardContext& c) { return shard_attention(c, 0, false); };
-  r.find_mutable(kOasesDomain, "Attention")->lower = [](LowerContext& c) { return lower_attention_kv_heads(c, 0, false); };
-  r.find_mutable(kOasesDomain, "Attention")->traits |= kTraitComputeBound;
-  r.find_mutable(kOasesDomain, "Attention")->float32_inputs = {3};  // the additive mask: the kernels read float32
-
-  // --- examples: q [B, H, Tq, D], k [B, Hkv, Tk, D], v [B, Hkv, Tk, Dv] ----------------------
-  {
-    auto qkv = [](int64_t h, int64_t hk) {
-      return std::vector<ExampleInput>{ex_float({2, h, 4, 4}), ex_float({2, hk, 6, 4}), ex_float({2, hk, 6, 2})};
-    };
-    std::vector<ExampleInput> add_mask = qkv(2, 2);
-    Tensor m(DType::kF32, {2, 1, 1, 6});
-    for (int i = 0; i < 12; ++i) m.mutable_data<float>()[i] = i % 6 == 5 ? -1e9f : 0.1f * static_cast<float>(i);
-    add_mask.push_back(ex_data(m));
-    std::vector<ExampleInput> bool_mask = qkv(2, 2);
-    Tensor bm(DType::kBool, {1, 1, 4, 6});
-    for (int i = 0; i < 24; ++i) bm.mutable_data<uint8_t>()[i] = (i % 3) != 1;
-    bool_mask.push_back(ex_data(bm));
-    set_examples(r, kOasesDomain, "Attention",
-                 {example("plain", qkv(2, 2)), example("multi-query", qkv(2, 1)),
-                  example("causal GQA", qkv(4, 2), AttrMap{{"causal", Attribute::of_int(1)}, {"scale", Attribute::of_float(0.3f)}}),
-                  example("additive mask", add_mask), example("bool mask causal", bool_mask, AttrMap{{"causal", Attribute::of_int(1)}})});
-  }
+  s.shard = [](ShardContext& c) { return shard_attention(c, 0, false); };
+  s.lower = [](LowerContext& c) { return lower_attention_kv_heads(c, 0, false); };
+  s.cost = [](const Graph& g, const Node& n) {
+    const Shape& q = g.value(n.inputs[0]).shape;
+    const Shape& k = g.value(n.inputs[1]).shape;
+    const Shape& v = g.value(n.inputs[2]).shape;
+    double bh = static_cast<double>(q[0] * q[1]);
+    double flops = bh * static_cast<double>(q[2] * k[2]) * (2.0 * static_cast<double>(q[3]) + 2.0 * static_cast<double>(v[3]) + 5.0);
+    if (n.attrs.get_int("causal", 0)) flops *= 0.5;
+    return OpCost{flops, io_bytes(g, n)};
+  };
+  s.examples = examples_of(attention_examples());
+  r.add(std::move(s));
 }
 
 }  // namespace oases

@@ -64,8 +64,18 @@ OpSchema collective(const std::string& op) {
   s.op_type = op;
   s.min_inputs = s.max_inputs = 1;
   s.foldable = false;
+  s.traits = kTraitPostPartition;  // made in partitioned graphs: never sharded itself
   s.doc = "collective over mesh axis `mesh_axis`";
   return s;
+}
+
+// The attributes of a group of one member (the gradient check's single rank): each collective is
+// then the identity, which checks the dual op's shapes and attributes; the dual pairing across
+// ranks is what the tensor-parallel equivalence tests check.
+AttrMap one_member(AttrMap a) {
+  a.set_int("mesh_axis", 0);
+  a.set_int("group_size", 1);
+  return a;
 }
 
 int64_t group_size(const InferContext& c) {
@@ -103,6 +113,7 @@ void register_collective_ops(OpRegistry& r) {
   {
     // variadic: a bucket of tensors reduced in one call (data-parallel gradients), output i = input i
     OpSchema s = collective("AllReduce");
+    s.traits |= kTraitCollective | kTraitCombinesChunks;
     s.max_inputs = INT_MAX;
     s.max_outputs = INT_MAX;
     s.infer = [](InferContext& c) {
@@ -125,10 +136,12 @@ void register_collective_ops(OpRegistry& r) {
       double p = static_cast<double>(std::max<int64_t>(1, n.attrs.get_int("group_size", 1)));
       return OpCost{0, 2.0 * full * (p - 1) / p};
     };
+    s.examples = examples_of({example("one member", {ex_float({4, 6})}, one_member({}))});
     r.add(std::move(s));
   }
   {
     OpSchema s = collective("ParallelIdentity");
+    s.traits |= kTraitCollective;
     s.view_of_input = 0;
     s.infer = [](InferContext& c) {
       c.set_output(0, c.dtype(0), c.shape(0));
@@ -139,10 +152,12 @@ void register_collective_ops(OpRegistry& r) {
       return Status::ok();
     };
     s.cost = [](const Graph&, const Node&) { return OpCost{}; };
+    s.examples = examples_of({example("one member", {ex_float({4, 6})}, one_member({}))});
     r.add(std::move(s));
   }
   {
     OpSchema s = collective("AllGather");
+    s.traits |= kTraitCollective | kTraitCombinesChunks;
     s.infer = [](InferContext& c) {
       int64_t d;
       OASES_RETURN_IF_ERROR(check_dim(c, &d));
@@ -158,10 +173,13 @@ void register_collective_ops(OpRegistry& r) {
     s.cost = [](const Graph& g, const Node& n) {
       return OpCost{0, ring_bytes(g, n, 1.0) * static_cast<double>(n.attrs.get_int("group_size", 1))};
     };
+    s.examples = examples_of({example("one member", {ex_float({4, 6})},
+                                      one_member(AttrMap{{"dim", Attribute::of_int(1)}, {"segments", Attribute::of_int(1)}}))});
     r.add(std::move(s));
   }
   {
     OpSchema s = collective("ReduceScatter");
+    s.traits |= kTraitCollective | kTraitCombinesChunks;
     s.infer = [](InferContext& c) {
       int64_t d;
       OASES_RETURN_IF_ERROR(check_dim(c, &d));
@@ -177,10 +195,13 @@ void register_collective_ops(OpRegistry& r) {
       return Status::ok();
     };
     s.cost = [](const Graph& g, const Node& n) { return OpCost{0, ring_bytes(g, n, 1.0)}; };
+    s.examples = examples_of({example("one member", {ex_float({4, 6})},
+                                      one_member(AttrMap{{"dim", Attribute::of_int(1)}, {"segments", Attribute::of_int(1)}}))});
     r.add(std::move(s));
   }
   {
     OpSchema s = collective("ShardSlice");
+    s.traits |= kTraitCombinesChunks;  // local: no communication, so not a collective
     s.infer = [](InferContext& c) {
       int64_t d;
       OASES_RETURN_IF_ERROR(check_dim(c, &d));
@@ -196,19 +217,25 @@ void register_collective_ops(OpRegistry& r) {
       return Status::ok();
     };
     s.cost = [](const Graph& g, const Node& n) { return OpCost{0, io_bytes(g, n)}; };
+    s.examples = examples_of({example("one member", {ex_float({4, 6})},
+                                      one_member(AttrMap{{"dim", Attribute::of_int(1)}, {"segments", Attribute::of_int(1)}}))});
     r.add(std::move(s));
   }
   {
     OpSchema s = collective("RingShift");
+    s.traits |= kTraitCollective;
+    s.differentiable = false;  // made by the collective-matmul pass, after autodiff
     s.infer = [](InferContext& c) {
       c.set_output(0, c.dtype(0), c.shape(0));
       return Status::ok();
     };
     s.cost = [](const Graph& g, const Node& n) { return OpCost{0, static_cast<double>(g.value(n.inputs[0]).nbytes())}; };
+    s.examples = examples_of({example("one member", {ex_float({4, 6})}, one_member({}))});
     r.add(std::move(s));
   }
   {
     OpSchema s = collective("RingAssemble");
+    s.differentiable = false;  // made by the collective-matmul pass, after autodiff
     s.max_inputs = INT_MAX;
     s.infer = [](InferContext& c) {
       int64_t d;
@@ -225,10 +252,12 @@ void register_collective_ops(OpRegistry& r) {
       return Status::ok();
     };
     s.cost = [](const Graph& g, const Node& n) { return OpCost{0, io_bytes(g, n)}; };
+    s.examples = examples_of({example("one member", {ex_float({4, 6})}, one_member(AttrMap{{"dim", Attribute::of_int(0)}}))});
     r.add(std::move(s));
   }
   {
     OpSchema s = collective("AllToAll");
+    s.traits |= kTraitCollective | kTraitCombinesChunks;
     s.infer = [](InferContext& c) {
       int64_t sd = normalize_axis(c.attrs().get_int("split_dim", 0), c.rank(0));
       int64_t cd = normalize_axis(c.attrs().get_int("concat_dim", 0), c.rank(0));
@@ -249,10 +278,13 @@ void register_collective_ops(OpRegistry& r) {
       return Status::ok();
     };
     s.cost = [](const Graph& g, const Node& n) { return OpCost{0, ring_bytes(g, n, 1.0)}; };
+    s.examples = examples_of({example("one member", {ex_float({4, 6})},
+                                      one_member(AttrMap{{"split_dim", Attribute::of_int(1)}, {"concat_dim", Attribute::of_int(0)}}))});
     r.add(std::move(s));
   }
   {
     OpSchema s = collective("Broadcast");
+    s.traits |= kTraitCollective | kTraitCombinesChunks;
     s.infer = [](InferContext& c) {
       c.set_output(0, c.dtype(0), c.shape(0));
       return Status::ok();
@@ -262,10 +294,12 @@ void register_collective_ops(OpRegistry& r) {
       return Status::ok();
     };
     s.cost = [](const Graph& g, const Node& n) { return OpCost{0, ring_bytes(g, n, 1.0)}; };
+    s.examples = examples_of({example("one member", {ex_float({4, 6})}, one_member({}))});
     r.add(std::move(s));
   }
   {
     OpSchema s = collective("ShardedGather");
+    s.differentiable = false;  // made by the lowering of vocabulary-parallel ops, after autodiff
     s.min_inputs = s.max_inputs = 2;
     s.non_differentiable_inputs = {1};
     s.infer = [](InferContext& c) {
@@ -281,6 +315,7 @@ void register_collective_ops(OpRegistry& r) {
   }
   {
     OpSchema s = collective("ShardedPick");
+    s.differentiable = false;  // made by the lowering of vocabulary-parallel ops, after autodiff
     s.min_inputs = s.max_inputs = 2;
     s.infer = [](InferContext& c) {
       c.set_output(0, c.dtype(0), c.shape(1));
@@ -294,6 +329,7 @@ void register_collective_ops(OpRegistry& r) {
   }
   {
     OpSchema s = collective("ShardedOneHotSub");
+    s.differentiable = false;  // made by the lowering of vocabulary-parallel ops, after autodiff
     s.min_inputs = s.max_inputs = 2;
     s.infer = [](InferContext& c) {
       c.set_output(0, c.dtype(0), c.shape(0));
@@ -305,58 +341,6 @@ void register_collective_ops(OpRegistry& r) {
   register_layout_op(r);
   register_whole_op(r);
   register_reshard_op(r);
-  for (const char* op : {"AllReduce", "ParallelIdentity", "AllGather", "ReduceScatter", "AllToAll", "Broadcast", "Reshard", "RingShift"}) {
-    r.find_mutable(kOasesDomain, op)->traits |= kTraitCollective;
-  }
-  // Made by the partitioner (collectives and rank-dependent local ops): never sharded themselves.
-  for (const char* op : {"AllReduce", "ParallelIdentity", "AllGather", "ReduceScatter", "ShardSlice", "AllToAll", "Broadcast",
-                         "ShardedGather", "ShardedPick", "ShardedOneHotSub", "Reshard", "RingShift", "RingAssemble"}) {
-    r.find_mutable(kOasesDomain, op)->traits |= kTraitPostPartition;
-  }
-  // The lowering of vocabulary-parallel ops and the collective-matmul pass make these after autodiff.
-  for (const char* op : {"ShardedGather", "ShardedPick", "ShardedOneHotSub", "RingShift", "RingAssemble"})
-    r.find_mutable(kOasesDomain, op)->differentiable = false;
-  // The partitioner removes every Layout before a program is built.
-  r.find_mutable(kOasesDomain, "Layout")->traits |= kTraitNoKernel;
-  r.find_mutable(kOasesDomain, "Whole")->traits |= kTraitNoKernel;
-
-  // --- examples on a group of one member (the gradient check's single rank): each collective
-  // is then the identity, which checks the dual op's shapes and attributes; the dual pairing
-  // across ranks is what the tensor-parallel equivalence tests check
-  auto group = [](AttrMap a) {
-    a.set_int("mesh_axis", 0);
-    a.set_int("group_size", 1);
-    return a;
-  };
-  for (const char* op : {"AllReduce", "ParallelIdentity", "Broadcast", "RingShift"}) {
-    set_examples(r, kOasesDomain, op, {example("one member", {ex_float({4, 6})}, group({}))});
-  }
-  set_examples(r, kOasesDomain, "RingAssemble", {example("one member", {ex_float({4, 6})}, group(AttrMap{{"dim", Attribute::of_int(0)}}))});
-  for (const char* op : {"AllGather", "ReduceScatter", "ShardSlice"}) {
-    set_examples(
-        r, kOasesDomain, op,
-        {example("one member", {ex_float({4, 6})}, group(AttrMap{{"dim", Attribute::of_int(1)}, {"segments", Attribute::of_int(1)}}))});
-  }
-  // one rank holding both meshes: the resharding is a local copy
-  set_examples(r, kOasesDomain, "Reshard",
-               {example("one rank", {ex_float({4, 6})},
-                        AttrMap{{"shape", Attribute::of_ints({4, 6})},
-                                {"src_mesh", Attribute::of_ints({1})},
-                                {"src_ranks", Attribute::of_ints({0})},
-                                {"src_layout", Attribute::of_string("S0R")},
-                                {"dst_mesh", Attribute::of_ints({1})},
-                                {"dst_ranks", Attribute::of_ints({0})},
-                                {"dst_layout", Attribute::of_string("RS0")},
-                                {"world_rank", Attribute::of_int(0)}})});
-  set_examples(r, kOasesDomain, "AllToAll",
-               {example("one member", {ex_float({4, 6})},
-                        group(AttrMap{{"split_dim", Attribute::of_int(1)}, {"concat_dim", Attribute::of_int(0)}}))});
-  set_examples(r, kOasesDomain, "Layout",
-               {example("whole", {ex_float({4, 6})},
-                        AttrMap{{"mesh", Attribute::of_string("tp=1")},
-                                {"dims", Attribute::of_ints({-1, -1})},
-                                {"grad_dims", Attribute::of_ints({-1, -1})}})});
-  set_examples(r, kOasesDomain, "Whole", {example("whole", {ex_float({4, 6})}, AttrMap{})});
 }
 
 // An identity that only tells the partitioner something about its value (it removes the node).
@@ -378,6 +362,7 @@ static OpSchema marker_schema(const char* op_type, const char* doc) {
 
 void register_layout_op(OpRegistry& r) {
   OpSchema s = marker_schema("Layout", "identity fixing the layout of a value on a mesh (removed by the partitioner)");
+  s.traits = kTraitNoKernel;  // the partitioner removes every Layout before a program is built
   s.grad = [](GradContext& c) {
     AttrMap a;
     a.set_string("mesh", c.attrs().get_string("mesh", ""));
@@ -400,22 +385,29 @@ void register_layout_op(OpRegistry& r) {
     c.set_out(0, want);
     return Status::ok();
   };
+  s.examples = examples_of({example(
+      "whole", {ex_float({4, 6})},
+      AttrMap{
+          {"mesh", Attribute::of_string("tp=1")}, {"dims", Attribute::of_ints({-1, -1})}, {"grad_dims", Attribute::of_ints({-1, -1})}})});
   r.add(std::move(s));
 }
 
 // A value leaving a pipeline stage: partial sums (a tied weight's gradient contribution, partial
 // over dp) are reduced on the stage that made them, so a transfer always carries whole values.
 void register_whole_op(OpRegistry& r) {
-  OpSchema s = marker_schema("Whole",
-                             "identity whose value has no pending partial sums on any mesh (removed by the partitioner, its output taking the "
-                             "reduced value's place)");
-  s.differentiable = false;  // marks a training graph after autodiff
+  OpSchema s =
+      marker_schema("Whole",
+                    "identity whose value has no pending partial sums on any mesh (removed by the partitioner, its output taking the "
+                    "reduced value's place)");
+  s.differentiable = false;   // marks a training graph after autodiff
+  s.traits = kTraitNoKernel;  // the partitioner removes every Whole before a program is built
   s.shard = [](ShardContext& c) {
     ShardingSpec want = c.in(0).without_partial();
     c.require(0, want);
     c.set_out(0, want);
     return Status::ok();
   };
+  s.examples = examples_of({example("whole", {ex_float({4, 6})}, AttrMap{})});
   r.add(std::move(s));
 }
 
@@ -426,6 +418,7 @@ void register_reshard_op(OpRegistry& r) {
   s.min_inputs = 0;
   s.max_inputs = 1;
   s.foldable = false;
+  s.traits = kTraitCollective | kTraitPostPartition;
   s.doc = "cross-mesh resharding of a value between two placed meshes (planner/reshard.h)";
   s.infer = [](InferContext& c) {
     const AttrMap& a = c.attrs();
@@ -487,6 +480,16 @@ void register_reshard_op(OpRegistry& r) {
     for (ValueId v : n.outputs) bytes += static_cast<double>(g.value(v).nbytes());
     return OpCost{0, bytes};
   };
+  // one rank holding both meshes: the resharding is a local copy
+  s.examples = examples_of({example("one rank", {ex_float({4, 6})},
+                                    AttrMap{{"shape", Attribute::of_ints({4, 6})},
+                                            {"src_mesh", Attribute::of_ints({1})},
+                                            {"src_ranks", Attribute::of_ints({0})},
+                                            {"src_layout", Attribute::of_string("S0R")},
+                                            {"dst_mesh", Attribute::of_ints({1})},
+                                            {"dst_ranks", Attribute::of_ints({0})},
+                                            {"dst_layout", Attribute::of_string("RS0")},
+                                            {"world_rank", Attribute::of_int(0)}})});
   r.add(std::move(s));
 }
 

@@ -173,7 +173,7 @@ void register_conv_ops(OpRegistry& r) {
     s.oldest_version = 1;  // Conv-1 and Conv-11 differ in documentation only
     s.infer = infer_conv;
     s.cost = [](const Graph& g, const Node& n) { return conv_cost(g, n, 1); };
-    s.traits = kTraitComputeBound;
+    s.traits = kTraitComputeBound | kTraitWeightProduct;
     s.doc = "N-D convolution (group 1) by im2col and GEMM";
     // dx = ConvGradInput(dy, w), dw = ConvGradWeight(dy, x), db = Σ dy over N and space
     s.grad = [](GradContext& c) {

@@ -86,6 +86,82 @@ Status infer_scatter_elements(InferContext& c) {
   return Status::ok();
 }
 
+// Gather from a table sharded along the gathered axis (a vocabulary-parallel embedding): each
+// rank gathers the rows it holds and zeros the others, so the output is a partial sum.
+Status shard_gather(ShardContext& c) {
+  size_t axis = static_cast<size_t>(c.node().attrs.get_int("axis", 0));
+  ShardingSpec data = c.in(0), idx = c.in(1).without_partial();
+  uint32_t used = 0;
+  for (const auto& d : data.dims) {
+    if (d.axis >= 0) used |= 1u << d.axis;
+  }
+  for (auto& d : idx.dims) {
+    if (d.axis >= 0 && ((used >> d.axis) & 1u)) d = DimSpec{};
+  }
+  if (data.dims[axis].segments > 1) data.dims[axis] = DimSpec{};
+  c.require(0, data);
+  c.require(1, idx);
+  ShardingSpec out;
+  out.partial = data.partial;
+  for (size_t d = 0; d < axis; ++d) out.dims.push_back(data.dims[d]);
+  for (const auto& d : idx.dims) out.dims.push_back(d);
+  for (size_t d = axis + 1; d < data.dims.size(); ++d) out.dims.push_back(data.dims[d]);
+  if (data.dims[axis].axis >= 0) out.partial |= 1u << data.dims[axis].axis;
+  c.set_out(0, out);
+  return Status::ok();
+}
+
+// A Gather from a row-split table masks ids outside its rows.
+Status lower_gather(LowerContext& c) {
+  Node& n = c.node();
+  size_t axis = static_cast<size_t>(n.attrs.get_int("axis", 0));
+  int split = c.spec(n.inputs[0]).dims[axis].axis;
+  if (split < 0) return Status::ok();
+  if (axis != 0) return error("{}: a table split along gathered axis {} is not supported", n.describe(), axis);
+  n.op_type = "ShardedGather";
+  n.domain = kOasesDomain;
+  n.attrs = c.collective_attrs(split);
+  return Status::ok();
+}
+
+// zeros of v's shape (not v * 0, which is NaN where v is infinite, e.g. a mask table)
+ValueId zeros_like(GradContext& c, ValueId v) {
+  return c.zeros(c.shape(v), c.dtype(v));
+}
+
+// Gradients of the element/ND gathers and scatters: the gather of dy is the scatter's transpose,
+// summed where indices repeat (reduction "add"); an assigning scatter blocks dy where it wrote
+// (indices unique, as ONNX requires).
+Status gather_elements_grad(GradContext& c, bool nd) {
+  AttrMap a{{"reduction", Attribute::of_string("add")}};
+  if (!nd) a.set_int("axis", c.attrs().get_int("axis", 0));
+  if (nd && c.attrs().get_int("batch_dims", 0) != 0) return c.fail("the gradient of GatherND with batch_dims is not supported");
+  c.add_grad(0, c.op(nd ? "ScatterND" : "ScatterElements", {zeros_like(c, c.input(0)), c.input(1), c.grad_out(0)}, a));
+  return Status::ok();
+}
+
+Status scatter_grad(GradContext& c, bool nd) {
+  std::string red = c.attrs().get_string("reduction", "none");
+  if (red != "none" && red != "add") return c.fail("the gradient of a scatter with reduction '{}' is not supported", red);
+  AttrMap axis;
+  if (!nd) axis.set_int("axis", c.attrs().get_int("axis", 0));
+  if (c.needs(0)) {
+    c.add_grad(0, red == "add" ? c.op("Identity", {c.grad_out(0)})
+                               : c.op(nd ? "ScatterND" : "ScatterElements", {c.grad_out(0), c.input(1), zeros_like(c, c.input(2))}, axis));
+  }
+  if (c.needs(2)) c.add_grad(2, c.op(nd ? "GatherND" : "GatherElements", {c.grad_out(0), c.input(1)}, axis));
+  return Status::ok();
+}
+
+OpCost index_read_cost(const Graph& g, const Node& n) {
+  double indices = static_cast<double>(g.value(n.inputs[1]).nbytes());
+  return OpCost{0, indices + 2 * static_cast<double>(g.value(n.outputs[0]).nbytes())};
+}
+
+OpCost one_pass_cost(const Graph& g, const Node& n) {
+  return OpCost{out_numel(g, n), io_bytes(g, n)};
+}
+
 }  // namespace
 
 void register_indexing_ops(OpRegistry& r) {
@@ -114,6 +190,15 @@ void register_indexing_ops(OpRegistry& r) {
       return OpCost{
           0, io_bytes(g, n) - static_cast<double>(g.value(n.inputs[0]).nbytes()) + 2 * static_cast<double>(g.value(n.outputs[0]).nbytes())};
     };
+    s.grad = [](GradContext& c) {
+      AttrMap a{{"axis", Attribute::of_int(c.attrs().get_int("axis", 0))}, {"data_shape", Attribute::of_ints(c.shape(c.input(0)))}};
+      c.add_grad(0, c.op("GatherGrad", {c.grad_out(0), c.input(1), c.input(0)}, a, kOasesDomain));
+      return Status::ok();
+    };
+    s.shard = shard_gather;
+    s.lower = lower_gather;
+    s.examples = examples_of({example("repeated rows accumulate", {ex_float({6, 4}), ex_ints({4, 0, 4, 2, -1, 1}, {2, 3})}),
+                              example("axis 1", {ex_float({2, 5, 4}), ex_ints({3, 1}, {2})}, AttrMap{{"axis", Attribute::of_int(1)}})});
     r.add(std::move(s));
   }
   {
@@ -139,10 +224,15 @@ void register_indexing_ops(OpRegistry& r) {
       c.set_output(0, c.dtype(0), c.shape(1));
       return Status::ok();
     };
-    s.cost = [](const Graph& g, const Node& n) {
-      double indices = static_cast<double>(g.value(n.inputs[1]).nbytes());
-      return OpCost{0, indices + 2 * static_cast<double>(g.value(n.outputs[0]).nbytes())};
-    };
+    s.cost = index_read_cost;
+    s.grad = [](GradContext& c) { return gather_elements_grad(c, false); };
+    s.shard = shard_replicated_only;
+    s.examples = examples_of(
+        {example("along columns, repeats", {ex_float({4, 6}), ex_ints({0, 5, 5, 1, 2, 3, 4, 4, 0, 1, 1, 2}, {4, 3})},
+                 AttrMap{{"axis", Attribute::of_int(1)}}),
+         example("rotate-half reads, negative indices", {ex_float({3, 4}), ex_ints({1, 1, 0, 3, -1, 2, 2, 0, 0, 3, 1, 1, 2, 2, 0}, {3, 5})},
+                 AttrMap{{"axis", Attribute::of_int(1)}}),
+         example("axis 0", {ex_float({4, 2}), ex_ints({3, 0, 3, 3, 1, 2}, {3, 2})})});
     r.add(std::move(s));
   }
   {
@@ -151,19 +241,32 @@ void register_indexing_ops(OpRegistry& r) {
     s.min_inputs = s.max_inputs = 2;
     s.non_differentiable_inputs = {1};
     s.infer = infer_gather_nd;
-    s.cost = [](const Graph& g, const Node& n) {
-      double indices = static_cast<double>(g.value(n.inputs[1]).nbytes());
-      return OpCost{0, indices + 2 * static_cast<double>(g.value(n.outputs[0]).nbytes())};
-    };
+    s.cost = index_read_cost;
+    s.grad = [](GradContext& c) { return gather_elements_grad(c, true); };
+    s.shard = shard_replicated_only;
+    s.examples =
+        examples_of({example("rows, repeats", {ex_float({4, 6}), ex_ints({3, 0, 3}, {3, 1})}),
+                     example("slices of rows, one read twice", {ex_float({3, 4, 2}), ex_ints({0, 1, 2, 3, 0, 1, -1, 0}, {2, 2, 2})})});
     r.add(std::move(s));
   }
   for (const char* op : {"ScatterND", "ScatterElements"}) {
+    const bool nd = std::string(op) == "ScatterND";
     OpSchema s;
     s.op_type = op;
     s.min_inputs = s.max_inputs = 3;
     s.non_differentiable_inputs = {1};
-    s.infer = std::string(op) == "ScatterND" ? infer_scatter_nd : infer_scatter_elements;
-    s.cost = [](const Graph& g, const Node& n) { return OpCost{out_numel(g, n), io_bytes(g, n)}; };
+    s.infer = nd ? infer_scatter_nd : infer_scatter_elements;
+    s.cost = one_pass_cost;
+    s.grad = [nd](GradContext& c) { return scatter_grad(c, nd); };
+    s.shard = shard_replicated_only;
+    s.examples =
+        nd ? examples_of({example("rows", {ex_float({4, 6}), ex_ints({3, 0}, {2, 1}), ex_float({2, 6})}),
+                          example("add", {ex_float({4, 6}), ex_ints({3, 3}, {2, 1}), ex_float({2, 6})},
+                                  AttrMap{{"reduction", Attribute::of_string("add")}})})
+           : examples_of({example("rows", {ex_float({4, 6}), ex_ints({0, 1, 2, 3, 0, 1, 3, 2, 1, 0, 2, 3}, {2, 6}), ex_float({2, 6})},
+                                  AttrMap{{"axis", Attribute::of_int(0)}}),
+                          example("add", {ex_float({4, 6}), ex_ints({0, 0, 2, 3, 0, 1, 0, 2, 1, 0, 2, 3}, {2, 6}), ex_float({2, 6})},
+                                  AttrMap{{"axis", Attribute::of_int(0)}, {"reduction", Attribute::of_string("add")}})});
     r.add(std::move(s));
   }
   {
@@ -187,6 +290,17 @@ void register_indexing_ops(OpRegistry& r) {
       c.set_output(0, c.dtype(0), c.shape(0));
       return Status::ok();
     };
+    s.grad = [](GradContext& c) {
+      c.add_grad(0, c.op("Trilu", {c.grad_out(0)}, c.attrs()));
+      return Status::ok();
+    };
+    s.shard = [](ShardContext& c) {
+      c.require_replicated_dims(0, static_cast<int64_t>(c.in(0).rank()) - 2, static_cast<int64_t>(c.in(0).rank()));
+      c.set_out(0, c.in(0));
+      return Status::ok();
+    };
+    s.cost = one_pass_cost;
+    s.examples = examples_of({example("lower", {ex_float({2, 4, 4})}, AttrMap{{"upper", Attribute::of_int(0)}})});
     r.add(std::move(s));
   }
   {
@@ -212,6 +326,21 @@ void register_indexing_ops(OpRegistry& r) {
       c.set_output(0, c.dtype(0), c.shape(0));
       return Status::ok();
     };
+    s.grad = [](GradContext& c) {
+      AttrMap a = c.attrs();
+      a.set_int("reverse", a.get_int("reverse", 0) ? 0 : 1);
+      c.add_grad(0, c.op("CumSum", {c.grad_out(0)}, a));
+      return Status::ok();
+    };
+    s.shard = [](ShardContext& c) {
+      int64_t axis = c.node().attrs.get_int("axis", 0);
+      c.require_replicated_dims(0, axis, axis + 1);
+      c.set_out(0, c.in(0));
+      return Status::ok();
+    };
+    s.cost = one_pass_cost;
+    s.examples = examples_of(
+        {example("exclusive", {ex_float({4, 4})}, AttrMap{{"axis", Attribute::of_int(1)}, {"exclusive", Attribute::of_int(1)}})});
     r.add(std::move(s));
   }
   {
@@ -234,144 +363,11 @@ void register_indexing_ops(OpRegistry& r) {
       c.set_output(0, c.dtype(2), out);
       return Status::ok();
     };
+    s.differentiable = false;  // indices in, constants out
+    s.shard = shard_replicated_only;
+    s.cost = [](const Graph& g, const Node& n) { return OpCost{0, io_bytes(g, n)}; };
     r.add(std::move(s));
   }
-
-  // --- gradient rules -------------------------------------------------------------------
-  r.find_mutable("", "Gather")->grad = [](GradContext& c) {
-    AttrMap a{{"axis", Attribute::of_int(c.attrs().get_int("axis", 0))}, {"data_shape", Attribute::of_ints(c.shape(c.input(0)))}};
-    c.add_grad(0, c.op("GatherGrad", {c.grad_out(0), c.input(1), c.input(0)}, a, kOasesDomain));
-    return Status::ok();
-  };
-  r.find_mutable("", "Trilu")->grad = [](GradContext& c) {
-    c.add_grad(0, c.op("Trilu", {c.grad_out(0)}, c.attrs()));
-    return Status::ok();
-  };
-  r.find_mutable("", "CumSum")->grad = [](GradContext& c) {
-    AttrMap a = c.attrs();
-    a.set_int("reverse", a.get_int("reverse", 0) ? 0 : 1);
-    c.add_grad(0, c.op("CumSum", {c.grad_out(0)}, a));
-    return Status::ok();
-  };
-
-  // --- sharding rules -----------------------------------------------------------------------
-  // Gather from a table sharded along the gathered axis (a vocabulary-parallel embedding): each
-  // rank gathers the rows it holds and zeros the others, so the output is a partial sum.
-  // --- partition lowering: a Gather from a row-split table masks ids outside its rows ----------
-  r.find_mutable("", "Gather")->lower = [](LowerContext& c) {
-    Node& n = c.node();
-    size_t axis = static_cast<size_t>(n.attrs.get_int("axis", 0));
-    int split = c.spec(n.inputs[0]).dims[axis].axis;
-    if (split < 0) return Status::ok();
-    if (axis != 0) return error("{}: a table split along gathered axis {} is not supported", n.describe(), axis);
-    n.op_type = "ShardedGather";
-    n.domain = kOasesDomain;
-    n.attrs = c.collective_attrs(split);
-    return Status::ok();
-  };
-
-  r.find_mutable("", "Gather")->shard = [](ShardContext& c) {
-    size_t axis = static_cast<size_t>(c.node().attrs.get_int("axis", 0));
-    ShardingSpec data = c.in(0), idx = c.in(1).without_partial();
-    uint32_t used = 0;
-    for (const auto& d : data.dims) {
-      if (d.axis >= 0) used |= 1u << d.axis;
-    }
-    for (auto& d : idx.dims) {
-      if (d.axis >= 0 && ((used >> d.axis) & 1u)) d = DimSpec{};
-    }
-    if (data.dims[axis].segments > 1) data.dims[axis] = DimSpec{};
-    c.require(0, data);
-    c.require(1, idx);
-    ShardingSpec out;
-    out.partial = data.partial;
-    for (size_t d = 0; d < axis; ++d) out.dims.push_back(data.dims[d]);
-    for (const auto& d : idx.dims) out.dims.push_back(d);
-    for (size_t d = axis + 1; d < data.dims.size(); ++d) out.dims.push_back(data.dims[d]);
-    if (data.dims[axis].axis >= 0) out.partial |= 1u << data.dims[axis].axis;
-    c.set_out(0, out);
-    return Status::ok();
-  };
-  for (const char* op : {"GatherElements", "GatherND", "ScatterND", "ScatterElements", "OneHot"}) {
-    if (OpSchema* s = r.find_mutable("", op)) s->shard = shard_replicated_only;
-  }
-  r.find_mutable("", "Trilu")->shard = [](ShardContext& c) {
-    c.require_replicated_dims(0, static_cast<int64_t>(c.in(0).rank()) - 2, static_cast<int64_t>(c.in(0).rank()));
-    c.set_out(0, c.in(0));
-    return Status::ok();
-  };
-  r.find_mutable("", "CumSum")->shard = [](ShardContext& c) {
-    int64_t axis = c.node().attrs.get_int("axis", 0);
-    c.require_replicated_dims(0, axis, axis + 1);
-    c.set_out(0, c.in(0));
-    return Status::ok();
-  };
-
-  // --- examples -------------------------------------------------------------------------------
-  set_examples(r, "", "Gather",
-               {example("repeated rows accumulate", {ex_float({6, 4}), ex_ints({4, 0, 4, 2, -1, 1}, {2, 3})}),
-                example("axis 1", {ex_float({2, 5, 4}), ex_ints({3, 1}, {2})}, AttrMap{{"axis", Attribute::of_int(1)}})});
-  set_examples(r, "", "Trilu", {example("lower", {ex_float({2, 4, 4})}, AttrMap{{"upper", Attribute::of_int(0)}})});
-  set_examples(r, "", "CumSum",
-               {example("exclusive", {ex_float({4, 4})}, AttrMap{{"axis", Attribute::of_int(1)}, {"exclusive", Attribute::of_int(1)}})});
-
-  // --- gradients of the element/ND gathers and scatters: the gather of dy is the scatter's
-  // transpose, summed where indices repeat (reduction "add"); an assigning scatter blocks dy where
-  // it wrote (indices unique, as ONNX requires)
-  // zeros of v's shape (not v * 0, which is NaN where v is infinite, e.g. a mask table)
-  auto zeros_like = [](GradContext& c, ValueId v) { return c.zeros(c.shape(v), c.dtype(v)); };
-  for (const char* op : {"GatherElements", "GatherND"}) {
-    bool nd = std::string(op) == "GatherND";
-    r.find_mutable("", op)->grad = [nd, zeros_like](GradContext& c) {
-      AttrMap a{{"reduction", Attribute::of_string("add")}};
-      if (!nd) a.set_int("axis", c.attrs().get_int("axis", 0));
-      if (nd && c.attrs().get_int("batch_dims", 0) != 0) return c.fail("the gradient of GatherND with batch_dims is not supported");
-      c.add_grad(0, c.op(nd ? "ScatterND" : "ScatterElements", {zeros_like(c, c.input(0)), c.input(1), c.grad_out(0)}, a));
-      return Status::ok();
-    };
-  }
-  for (const char* op : {"ScatterElements", "ScatterND"}) {
-    bool nd = std::string(op) == "ScatterND";
-    r.find_mutable("", op)->grad = [nd, zeros_like](GradContext& c) {
-      std::string red = c.attrs().get_string("reduction", "none");
-      if (red != "none" && red != "add") return c.fail("the gradient of a scatter with reduction '{}' is not supported", red);
-      AttrMap axis;
-      if (!nd) axis.set_int("axis", c.attrs().get_int("axis", 0));
-      if (c.needs(0)) {
-        c.add_grad(0, red == "add"
-                          ? c.op("Identity", {c.grad_out(0)})
-                          : c.op(nd ? "ScatterND" : "ScatterElements", {c.grad_out(0), c.input(1), zeros_like(c, c.input(2))}, axis));
-      }
-      if (c.needs(2)) c.add_grad(2, c.op(nd ? "GatherND" : "GatherElements", {c.grad_out(0), c.input(1)}, axis));
-      return Status::ok();
-    };
-  }
-  r.find_mutable("", "OneHot")->differentiable = false;  // indices in, constants out
-  for (const char* op : {"Trilu", "CumSum"}) {
-    r.find_mutable("", op)->cost = [](const Graph& g, const Node& n) { return OpCost{out_numel(g, n), io_bytes(g, n)}; };
-  }
-  r.find_mutable("", "OneHot")->cost = [](const Graph& g, const Node& n) { return OpCost{0, io_bytes(g, n)}; };
-
-  // --- examples of the element/ND gathers and scatters ------------------------------------------
-  set_examples(
-      r, "", "GatherElements",
-      {example("along columns, repeats", {ex_float({4, 6}), ex_ints({0, 5, 5, 1, 2, 3, 4, 4, 0, 1, 1, 2}, {4, 3})},
-               AttrMap{{"axis", Attribute::of_int(1)}}),
-       example("rotate-half reads, negative indices", {ex_float({3, 4}), ex_ints({1, 1, 0, 3, -1, 2, 2, 0, 0, 3, 1, 1, 2, 2, 0}, {3, 5})},
-               AttrMap{{"axis", Attribute::of_int(1)}}),
-       example("axis 0", {ex_float({4, 2}), ex_ints({3, 0, 3, 3, 1, 2}, {3, 2})})});
-  set_examples(r, "", "GatherND",
-               {example("rows, repeats", {ex_float({4, 6}), ex_ints({3, 0, 3}, {3, 1})}),
-                example("slices of rows, one read twice", {ex_float({3, 4, 2}), ex_ints({0, 1, 2, 3, 0, 1, -1, 0}, {2, 2, 2})})});
-  set_examples(r, "", "ScatterElements",
-               {example("rows", {ex_float({4, 6}), ex_ints({0, 1, 2, 3, 0, 1, 3, 2, 1, 0, 2, 3}, {2, 6}), ex_float({2, 6})},
-                        AttrMap{{"axis", Attribute::of_int(0)}}),
-                example("add", {ex_float({4, 6}), ex_ints({0, 0, 2, 3, 0, 1, 0, 2, 1, 0, 2, 3}, {2, 6}), ex_float({2, 6})},
-                        AttrMap{{"axis", Attribute::of_int(0)}, {"reduction", Attribute::of_string("add")}})});
-  set_examples(
-      r, "", "ScatterND",
-      {example("rows", {ex_float({4, 6}), ex_ints({3, 0}, {2, 1}), ex_float({2, 6})}),
-       example("add", {ex_float({4, 6}), ex_ints({3, 3}, {2, 1}), ex_float({2, 6})}, AttrMap{{"reduction", Attribute::of_string("add")}})});
 }
 
 }  // namespace oases

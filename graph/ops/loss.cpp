@@ -311,55 +311,50 @@ Status lower_cross_entropy_grad(LowerContext& c, bool nll) {
 
 }  // namespace ops
 
+namespace {
+
+std::vector<OpExample> cross_entropy_examples() {
+  std::vector<OpExample> sce;
+  for (const char* red : {"mean", "sum", "none"}) {
+    sce.push_back(example(red, {ex_float({4, 6}, -2, 2), ex_ints({1, 0, 5, 2}, {4})}, AttrMap{{"reduction", Attribute::of_string(red)}}));
+  }
+  Tensor w(DType::kF64, {6});
+  for (int i = 0; i < 6; ++i) w.mutable_data<double>()[i] = 0.5 + 0.17 * i;
+  sce.push_back(example("ignore index, weights, extra dims",
+                        {ex_float({2, 6, 4}, -2, 2), ex_ints({1, -100, 4, 2, 0, 3, 5, 1}, {2, 4}), ex_data(w)},
+                        AttrMap{{"ignore_index", Attribute::of_int(-100)}}));
+  return sce;
+}
+
+}  // namespace
+
 void register_loss_ops(OpRegistry& r) {
   for (const char* op : {"SoftmaxCrossEntropyLoss", "NegativeLogLikelihoodLoss"}) {
+    const bool nll = std::string(op) == "NegativeLogLikelihoodLoss";
     OpSchema s;
     s.op_type = op;
     s.min_inputs = 2;
     s.max_inputs = 3;
-    s.max_outputs = std::string(op) == "SoftmaxCrossEntropyLoss" ? 2 : 1;
+    s.max_outputs = nll ? 1 : 2;
     s.non_differentiable_inputs = {1, 2};
+    s.traits = kTraitLoss;
     s.infer = infer_loss;
-    s.cost = [](const Graph& g, const Node& n) { return OpCost{6.0 * static_cast<double>(g.value(n.inputs[0]).numel()), io_bytes(g, n)}; };
-    r.add(std::move(s));
-  }
-
-  // --- gradient rules -------------------------------------------------------------------
-  for (const char* op : {"SoftmaxCrossEntropyLoss", "NegativeLogLikelihoodLoss"}) {
-    bool sce = std::string(op) == "SoftmaxCrossEntropyLoss";
-    r.find_mutable("", op)->grad = [sce](GradContext& c) {
+    s.grad = [nll](GradContext& c) {
       if (c.grad_out(1) != kNoId) return c.fail("the gradient through the log-probability output is not supported");
       AttrMap a{{"reduction", Attribute::of_string(c.attrs().get_string("reduction", "mean"))}};
       if (c.attrs().has("ignore_index")) a.set_int("ignore_index", c.attrs().get_int("ignore_index", -100));
       std::vector<ValueId> ins{c.grad_out(0), c.input(0), c.input(1)};
       if (c.node().has_input(2)) ins.push_back(c.input(2));
-      c.add_grad(0, c.op(sce ? "SoftmaxCrossEntropyGrad" : "NLLLossGrad", ins, a, kOasesDomain));
+      c.add_grad(0, c.op(nll ? "NLLLossGrad" : "SoftmaxCrossEntropyGrad", ins, a, kOasesDomain));
       return Status::ok();
     };
-  }
-
-  for (const char* op : {"SoftmaxCrossEntropyLoss", "NegativeLogLikelihoodLoss"}) {
-    OpSchema* s = r.find_mutable("", op);
-    bool nll = std::string(op) == "NegativeLogLikelihoodLoss";
-    s->shard = [](ShardContext& c) { return shard_cross_entropy(c, 0, false); };
-    s->lower = [nll](LowerContext& c) { return lower_cross_entropy(c, nll); };
-    s->traits |= kTraitLoss;
-  }
-
-  // --- examples -------------------------------------------------------------------------------
-  {
-    std::vector<OpExample> sce;
-    for (const char* red : {"mean", "sum", "none"}) {
-      sce.push_back(example(red, {ex_float({4, 6}, -2, 2), ex_ints({1, 0, 5, 2}, {4})}, AttrMap{{"reduction", Attribute::of_string(red)}}));
-    }
-    Tensor w(DType::kF64, {6});
-    for (int i = 0; i < 6; ++i) w.mutable_data<double>()[i] = 0.5 + 0.17 * i;
-    sce.push_back(example("ignore index, weights, extra dims",
-                          {ex_float({2, 6, 4}, -2, 2), ex_ints({1, -100, 4, 2, 0, 3, 5, 1}, {2, 4}), ex_data(w)},
-                          AttrMap{{"ignore_index", Attribute::of_int(-100)}}));
-    set_examples(r, "", "SoftmaxCrossEntropyLoss", std::move(sce));
-    set_examples(r, "", "NegativeLogLikelihoodLoss",
-                 {example("mean", {ex_float({4, 6}), ex_ints({1, 0, 5, 2}, {4})}, AttrMap{{"reduction", Attribute::of_string("mean")}})});
+    s.shard = [](ShardContext& c) { return shard_cross_entropy(c, 0, false); };
+    s.lower = [nll](LowerContext& c) { return lower_cross_entropy(c, nll); };
+    s.cost = [](const Graph& g, const Node& n) { return OpCost{6.0 * static_cast<double>(g.value(n.inputs[0]).numel()), io_bytes(g, n)}; };
+    s.examples = nll ? examples_of({example("mean", {ex_float({4, 6}), ex_ints({1, 0, 5, 2}, {4})},
+                                            AttrMap{{"reduction", Attribute::of_string("mean")}})})
+                     : examples_of(cross_entropy_examples());
+    r.add(std::move(s));
   }
 }
 

@@ -240,18 +240,150 @@ Status shard_matmul(ShardContext& c, bool ta, bool tb) {
   return Status::ok();
 }
 
+namespace {
+
+// MatMul: dA = dY·Bᵀ, dB = Aᵀ·dY through oases.MatMulT (no transposed copies). A weight (rank-2 B
+// under batched A) gets its gradient as one [batch·M, K]ᵀ x [batch·M, N] product.
+Status matmul_grad(GradContext& c) {
+  ValueId a = c.input(0), b = c.input(1), dy = c.grad_out(0);
+  Shape sa = c.shape(a), sb = c.shape(b);
+  if (sa.size() == 1 || sb.size() == 1) {
+    // promote vectors to matrices, then reshape the gradients back
+    ValueId a2 = sa.size() == 1 ? c.op("Reshape", {a}, AttrMap{{"shape", Attribute::of_ints({1, sa[0]})}}) : a;
+    ValueId b2 = sb.size() == 1 ? c.op("Reshape", {b}, AttrMap{{"shape", Attribute::of_ints({sb[0], 1})}}) : b;
+    Shape sa2 = c.shape(a2), sb2 = c.shape(b2);
+    auto bs = broadcast_shapes(Shape(sa2.begin(), sa2.end() - 2), Shape(sb2.begin(), sb2.end() - 2));
+    Shape full = *bs;
+    full.push_back(sa2[sa2.size() - 2]);
+    full.push_back(sb2.back());
+    ValueId dy2 = c.op("Reshape", {dy}, AttrMap{{"shape", Attribute::of_ints(full)}});
+    if (c.needs(0)) {
+      ValueId da = c.unbroadcast(c.op("MatMulT", {dy2, b2}, AttrMap{{"trans_b", Attribute::of_int(1)}}, kOasesDomain), c.shape(a2));
+      c.add_grad(0, c.op("Reshape", {da}, AttrMap{{"shape", Attribute::of_ints(sa)}}));
+    }
+    if (c.needs(1)) {
+      ValueId db = c.unbroadcast(c.op("MatMulT", {a2, dy2}, AttrMap{{"trans_a", Attribute::of_int(1)}}, kOasesDomain), c.shape(b2));
+      c.add_grad(1, c.op("Reshape", {db}, AttrMap{{"shape", Attribute::of_ints(sb)}}));
+    }
+    return Status::ok();
+  }
+  if (c.needs(0)) {
+    c.add_grad(0, c.unbroadcast(c.op("MatMulT", {dy, b}, AttrMap{{"trans_b", Attribute::of_int(1)}}, kOasesDomain), sa));
+  }
+  if (c.needs(1)) {
+    if (sb.size() == 2 && sa.size() > 2) {
+      int64_t rows = shape_numel(sa) / sa.back();
+      ValueId a2 = c.op("Reshape", {a}, AttrMap{{"shape", Attribute::of_ints({rows, sa.back()})}});
+      ValueId d2 = c.op("Reshape", {dy}, AttrMap{{"shape", Attribute::of_ints({rows, sb.back()})}});
+      c.add_grad(1, c.op("MatMulT", {a2, d2}, AttrMap{{"trans_a", Attribute::of_int(1)}}, kOasesDomain));
+    } else {
+      c.add_grad(1, c.unbroadcast(c.op("MatMulT", {a, dy}, AttrMap{{"trans_a", Attribute::of_int(1)}}, kOasesDomain), sb));
+    }
+  }
+  return Status::ok();
+}
+
+// Gemm: Y = α·op(A)·op(B) + β·C
+Status gemm_grad(GradContext& c) {
+  bool ta = c.attrs().get_int("transA", 0) != 0, tb = c.attrs().get_int("transB", 0) != 0;
+  float alpha = c.attrs().get_float("alpha", 1.f), beta = c.attrs().get_float("beta", 1.f);
+  ValueId a = c.input(0), b = c.input(1), dy = c.grad_out(0);
+  ValueId sdy = alpha == 1.f ? dy : c.op("Mul", {dy, c.scalar(alpha, c.dtype(dy))});
+  auto mm = [&](ValueId x, ValueId y, bool tx, bool ty) {
+    return c.op("MatMulT", {x, y}, AttrMap{{"trans_a", Attribute::of_int(tx)}, {"trans_b", Attribute::of_int(ty)}}, kOasesDomain);
+  };
+  // op(A) = A or Aᵀ: d op(A) = dY·op(B)ᵀ
+  if (c.needs(0)) c.add_grad(0, ta ? mm(b, sdy, tb, true) : mm(sdy, b, false, !tb));
+  if (c.needs(1)) c.add_grad(1, tb ? mm(sdy, a, true, ta) : mm(a, sdy, !ta, false));
+  if (c.node().has_input(2) && c.needs(2)) {
+    ValueId g = beta == 1.f ? dy : c.op("Mul", {dy, c.scalar(beta, c.dtype(dy))});
+    c.add_grad(2, c.unbroadcast(g, c.shape(c.input(2))));
+  }
+  return Status::ok();
+}
+
+Status shard_gemm(ShardContext& c) {
+  bool ta = c.node().attrs.get_int("transA", 0) != 0, tb = c.node().attrs.get_int("transB", 0) != 0;
+  OASES_RETURN_IF_ERROR(shard_matmul(c, ta, tb));
+  if (c.has_input(2)) {
+    ShardingSpec out = c.outputs()[0];
+    if (out.any_partial()) {
+      // C would be added once per rank: contract over replicated K instead
+      size_t ak = ta ? 0 : 1, bk = tb ? 1 : 0;
+      c.require(0, c.in(0).with_dim(ak, -1).without_partial());
+      c.require(1, c.in(1).with_dim(bk, -1).without_partial());
+      out = out.without_partial();
+      c.set_out(0, out);
+    }
+    // C broadcasts to [M, N]: its non-broadcast dims follow the output
+    Shape cs = c.in_shape(2), so = c.out_shape(0);
+    ShardingSpec want = ShardingSpec::replicated(cs.size());
+    for (size_t j = 0; j < cs.size(); ++j) {
+      size_t d = so.size() - cs.size() + j;
+      if (cs[j] == so[d]) want.dims[j] = out.dims[d];
+    }
+    c.require(2, want);
+  }
+  return Status::ok();
+}
+
+OpCost einsum_cost(const Graph& g, const Node& n) {
+  // one multiply-add per operand for every assignment of all the labels
+  std::string eq = n.attrs.get_string("equation", "");
+  std::map<char, int64_t> size;
+  size_t k = 0, p = 0;
+  for (size_t i = 0; i < eq.size() && eq[i] != '-'; ++i) {
+    if (eq[i] == ',') {
+      ++k;
+      p = 0;
+      continue;
+    }
+    const Shape& s = g.value(n.inputs[k]).shape;
+    if (p < s.size()) size[eq[i]] = std::max(size[eq[i]], s[p]);
+    ++p;
+  }
+  double assignments = 1;
+  for (const auto& [ch, d] : size) assignments *= static_cast<double>(d);
+  return OpCost{2.0 * static_cast<double>(n.inputs.size()) * assignments, io_bytes(g, n)};
+}
+
+std::vector<OpExample> gemm_examples() {
+  std::vector<OpExample> gemm;
+  for (int ta = 0; ta < 2; ++ta) {
+    for (int tb = 0; tb < 2; ++tb) {
+      gemm.push_back(example(fmt::format("transA={} transB={}", ta, tb),
+                             {ex_float(ta ? Shape{6, 4} : Shape{4, 6}), ex_float(tb ? Shape{2, 6} : Shape{6, 2}), ex_float({2})},
+                             AttrMap{{"transA", Attribute::of_int(ta)},
+                                     {"transB", Attribute::of_int(tb)},
+                                     {"alpha", Attribute::of_float(0.7f)},
+                                     {"beta", Attribute::of_float(1.3f)}}));
+    }
+  }
+  return gemm;
+}
+
+}  // namespace
+
 void register_matmul_ops(OpRegistry& r) {
   {
     OpSchema s;
     s.op_type = "MatMul";
+    s.traits = kTraitWeightProduct | kTraitLinear | kTraitComputeBound;
     s.min_inputs = s.max_inputs = 2;
     s.infer = infer_matmul;
+    s.grad = matmul_grad;
+    s.shard = [](ShardContext& c) { return shard_matmul(c, false, false); };
     s.cost = matmul_cost;
+    s.examples = examples_of(
+        {example("2D", {ex_float({4, 6}), ex_float({6, 2})}), example("weight", {ex_float({2, 4, 6}), ex_float({6, 4})}),
+         example("batched broadcast", {ex_float({2, 1, 4, 6}), ex_float({2, 6, 2})}),
+         example("vector left", {ex_float({4}), ex_float({2, 4, 6})}), example("vector right", {ex_float({2, 4, 6}), ex_float({6})})});
     r.add(std::move(s));
   }
   {
     OpSchema s;
     s.op_type = "Gemm";
+    s.traits = kTraitWeightProduct | kTraitLinear | kTraitComputeBound;
     s.min_inputs = 2;
     s.max_inputs = 3;
     s.infer = [](InferContext& c) {
@@ -269,156 +401,31 @@ void register_matmul_ops(OpRegistry& r) {
       c.set_output(0, c.dtype(0), {m, n});
       return Status::ok();
     };
+    s.grad = gemm_grad;
+    s.shard = shard_gemm;
     s.cost = [](const Graph& g, const Node& n) {
       const Shape& a = g.value(n.inputs[0]).shape;
       int64_t k = n.attrs.get_int("transA", 0) ? a[0] : a[1];
       return OpCost{2.0 * out_numel(g, n) * static_cast<double>(k), io_bytes(g, n)};
     };
+    s.examples = examples_of(gemm_examples());
     r.add(std::move(s));
   }
   {
+    // No canonical training graph keeps an Einsum (attention is fused, products are MatMul), so
+    // it runs on whole tensors and has no gradient rule.
     OpSchema s;
     s.op_type = "Einsum";
+    s.traits = kTraitWeightProduct | kTraitComputeBound;
     s.min_inputs = 1;
+    s.differentiable = false;
     s.infer = infer_einsum;
-    s.cost = [](const Graph& g, const Node& n) {
-      // one multiply-add per operand for every assignment of all the labels
-      std::string eq = n.attrs.get_string("equation", "");
-      std::map<char, int64_t> size;
-      size_t k = 0, p = 0;
-      for (size_t i = 0; i < eq.size() && eq[i] != '-'; ++i) {
-        if (eq[i] == ',') {
-          ++k;
-          p = 0;
-          continue;
-        }
-        const Shape& s = g.value(n.inputs[k]).shape;
-        if (p < s.size()) size[eq[i]] = std::max(size[eq[i]], s[p]);
-        ++p;
-      }
-      double assignments = 1;
-      for (const auto& [ch, d] : size) assignments *= static_cast<double>(d);
-      return OpCost{2.0 * static_cast<double>(n.inputs.size()) * assignments, io_bytes(g, n)};
-    };
+    s.shard = shard_replicated_only;
+    s.cost = einsum_cost;
+    s.examples = examples_of(
+        {example("matrix product", {ex_float({4, 6}), ex_float({6, 2})}, AttrMap{{"equation", Attribute::of_string("ij,jk->ik")}})});
     r.add(std::move(s));
   }
-
-  // --- gradient rules -------------------------------------------------------------------
-  // MatMul: dA = dY·Bᵀ, dB = Aᵀ·dY through oases.MatMulT (no transposed copies). A weight
-  // (rank-2 B under batched A) gets its gradient as one [batch·M, K]ᵀ x [batch·M, N] product.
-  r.find_mutable("", "MatMul")->grad = [](GradContext& c) {
-    ValueId a = c.input(0), b = c.input(1), dy = c.grad_out(0);
-    Shape sa = c.shape(a), sb = c.shape(b);
-    if (sa.size() == 1 || sb.size() == 1) {
-      // promote vectors to matrices, then reshape the gradients back
-      ValueId a2 = sa.size() == 1 ? c.op("Reshape", {a}, AttrMap{{"shape", Attribute::of_ints({1, sa[0]})}}) : a;
-      ValueId b2 = sb.size() == 1 ? c.op("Reshape", {b}, AttrMap{{"shape", Attribute::of_ints({sb[0], 1})}}) : b;
-      Shape sa2 = c.shape(a2), sb2 = c.shape(b2);
-      auto bs = broadcast_shapes(Shape(sa2.begin(), sa2.end() - 2), Shape(sb2.begin(), sb2.end() - 2));
-      Shape full = *bs;
-      full.push_back(sa2[sa2.size() - 2]);
-      full.push_back(sb2.back());
-      ValueId dy2 = c.op("Reshape", {dy}, AttrMap{{"shape", Attribute::of_ints(full)}});
-      if (c.needs(0)) {
-        ValueId da = c.unbroadcast(c.op("MatMulT", {dy2, b2}, AttrMap{{"trans_b", Attribute::of_int(1)}}, kOasesDomain), c.shape(a2));
-        c.add_grad(0, c.op("Reshape", {da}, AttrMap{{"shape", Attribute::of_ints(sa)}}));
-      }
-      if (c.needs(1)) {
-        ValueId db = c.unbroadcast(c.op("MatMulT", {a2, dy2}, AttrMap{{"trans_a", Attribute::of_int(1)}}, kOasesDomain), c.shape(b2));
-        c.add_grad(1, c.op("Reshape", {db}, AttrMap{{"shape", Attribute::of_ints(sb)}}));
-      }
-      return Status::ok();
-    }
-    if (c.needs(0)) {
-      c.add_grad(0, c.unbroadcast(c.op("MatMulT", {dy, b}, AttrMap{{"trans_b", Attribute::of_int(1)}}, kOasesDomain), sa));
-    }
-    if (c.needs(1)) {
-      if (sb.size() == 2 && sa.size() > 2) {
-        int64_t rows = shape_numel(sa) / sa.back();
-        ValueId a2 = c.op("Reshape", {a}, AttrMap{{"shape", Attribute::of_ints({rows, sa.back()})}});
-        ValueId d2 = c.op("Reshape", {dy}, AttrMap{{"shape", Attribute::of_ints({rows, sb.back()})}});
-        c.add_grad(1, c.op("MatMulT", {a2, d2}, AttrMap{{"trans_a", Attribute::of_int(1)}}, kOasesDomain));
-      } else {
-        c.add_grad(1, c.unbroadcast(c.op("MatMulT", {a, dy}, AttrMap{{"trans_a", Attribute::of_int(1)}}, kOasesDomain), sb));
-      }
-    }
-    return Status::ok();
-  };
-  // Gemm: Y = α·op(A)·op(B) + β·C
-  r.find_mutable("", "Gemm")->grad = [](GradContext& c) {
-    bool ta = c.attrs().get_int("transA", 0) != 0, tb = c.attrs().get_int("transB", 0) != 0;
-    float alpha = c.attrs().get_float("alpha", 1.f), beta = c.attrs().get_float("beta", 1.f);
-    ValueId a = c.input(0), b = c.input(1), dy = c.grad_out(0);
-    ValueId sdy = alpha == 1.f ? dy : c.op("Mul", {dy, c.scalar(alpha, c.dtype(dy))});
-    auto mm = [&](ValueId x, ValueId y, bool tx, bool ty) {
-      return c.op("MatMulT", {x, y}, AttrMap{{"trans_a", Attribute::of_int(tx)}, {"trans_b", Attribute::of_int(ty)}}, kOasesDomain);
-    };
-    // op(A) = A or Aᵀ: d op(A) = dY·op(B)ᵀ
-    if (c.needs(0)) c.add_grad(0, ta ? mm(b, sdy, tb, true) : mm(sdy, b, false, !tb));
-    if (c.needs(1)) c.add_grad(1, tb ? mm(sdy, a, true, ta) : mm(a, sdy, !ta, false));
-    if (c.node().has_input(2) && c.needs(2)) {
-      ValueId g = beta == 1.f ? dy : c.op("Mul", {dy, c.scalar(beta, c.dtype(dy))});
-      c.add_grad(2, c.unbroadcast(g, c.shape(c.input(2))));
-    }
-    return Status::ok();
-  };
-
-  // --- sharding rules -----------------------------------------------------------------------
-  r.find_mutable("", "MatMul")->shard = [](ShardContext& c) { return shard_matmul(c, false, false); };
-  r.find_mutable("", "Gemm")->shard = [](ShardContext& c) {
-    bool ta = c.node().attrs.get_int("transA", 0) != 0, tb = c.node().attrs.get_int("transB", 0) != 0;
-    OASES_RETURN_IF_ERROR(shard_matmul(c, ta, tb));
-    if (c.has_input(2)) {
-      ShardingSpec out = c.outputs()[0];
-      if (out.any_partial()) {
-        // C would be added once per rank: contract over replicated K instead
-        size_t ak = ta ? 0 : 1, bk = tb ? 1 : 0;
-        c.require(0, c.in(0).with_dim(ak, -1).without_partial());
-        c.require(1, c.in(1).with_dim(bk, -1).without_partial());
-        out = out.without_partial();
-        c.set_out(0, out);
-      }
-      // C broadcasts to [M, N]: its non-broadcast dims follow the output
-      Shape cs = c.in_shape(2), so = c.out_shape(0);
-      ShardingSpec want = ShardingSpec::replicated(cs.size());
-      for (size_t j = 0; j < cs.size(); ++j) {
-        size_t d = so.size() - cs.size() + j;
-        if (cs[j] == so[d]) want.dims[j] = out.dims[d];
-      }
-      c.require(2, want);
-    }
-    return Status::ok();
-  };
-
-  for (const char* op : {"MatMul", "Gemm"}) r.find_mutable("", op)->traits |= kTraitLinear | kTraitComputeBound;
-  r.find_mutable("", "Einsum")->traits |= kTraitComputeBound;
-
-  // --- examples -------------------------------------------------------------------------------
-  set_examples(
-      r, "", "MatMul",
-      {example("2D", {ex_float({4, 6}), ex_float({6, 2})}), example("weight", {ex_float({2, 4, 6}), ex_float({6, 4})}),
-       example("batched broadcast", {ex_float({2, 1, 4, 6}), ex_float({2, 6, 2})}),
-       example("vector left", {ex_float({4}), ex_float({2, 4, 6})}), example("vector right", {ex_float({2, 4, 6}), ex_float({6})})});
-  {
-    std::vector<OpExample> gemm;
-    for (int ta = 0; ta < 2; ++ta) {
-      for (int tb = 0; tb < 2; ++tb) {
-        gemm.push_back(example(fmt::format("transA={} transB={}", ta, tb),
-                               {ex_float(ta ? Shape{6, 4} : Shape{4, 6}), ex_float(tb ? Shape{2, 6} : Shape{6, 2}), ex_float({2})},
-                               AttrMap{{"transA", Attribute::of_int(ta)},
-                                       {"transB", Attribute::of_int(tb)},
-                                       {"alpha", Attribute::of_float(0.7f)},
-                                       {"beta", Attribute::of_float(1.3f)}}));
-      }
-    }
-    set_examples(r, "", "Gemm", std::move(gemm));
-  }
-  // Einsum: no canonical training graph keeps one (attention is fused, products are MatMul), so
-  // it runs on whole tensors and has no gradient rule
-  r.find_mutable("", "Einsum")->differentiable = false;
-  set_examples(r, "", "Einsum",
-               {example("matrix product", {ex_float({4, 6}), ex_float({6, 2})}, AttrMap{{"equation", Attribute::of_string("ij,jk->ik")}})});
-  r.find_mutable("", "Einsum")->shard = shard_replicated_only;
 }
 
 }  // namespace oases

@@ -32,10 +32,27 @@ Status lower_dropout_mask(LowerContext& c) {
 
 }  // namespace ops
 
+namespace {
+
+// Constants and generators: no inputs to differentiate (EyeLike's only input gives its shape);
+// folded before execution or written whole on every rank.
+OpSchema generator(const char* op) {
+  OpSchema s;
+  s.op_type = op;
+  s.differentiable = false;
+  s.shard = shard_replicated_only;
+  return s;
+}
+
+OpCost output_bytes_cost(const Graph& g, const Node& n) {
+  return OpCost{0, static_cast<double>(g.value(n.outputs[0]).nbytes())};
+}
+
+}  // namespace
+
 void register_misc_ops(OpRegistry& r) {
   {
-    OpSchema s;
-    s.op_type = "Constant";
+    OpSchema s = generator("Constant");
     s.min_inputs = s.max_inputs = 0;
     s.oldest_version = 1;  // the value attributes of every version are read below (sparse_value is not)
     s.infer = [](InferContext& c) {
@@ -59,11 +76,11 @@ void register_misc_ops(OpRegistry& r) {
       c.graph().set_constant(c.node().outputs[0], t);
       return Status::ok();
     };
+    s.cost = zero_cost;  // folded into a constant before execution
     r.add(std::move(s));
   }
   {
-    OpSchema s;
-    s.op_type = "ConstantOfShape";
+    OpSchema s = generator("ConstantOfShape");
     s.min_inputs = 0;
     s.max_inputs = 1;
     s.normalize = [](InferContext& c) -> Status {
@@ -82,11 +99,15 @@ void register_misc_ops(OpRegistry& r) {
       c.set_output(0, dt, shape);
       return Status::ok();
     };
+    s.lower = [](LowerContext& c) {
+      c.node().attrs.set_ints("shape", c.local_shape(c.node().outputs[0]));
+      return Status::ok();
+    };
+    s.cost = output_bytes_cost;
     r.add(std::move(s));
   }
   {
-    OpSchema s;
-    s.op_type = "Range";
+    OpSchema s = generator("Range");
     s.min_inputs = s.max_inputs = 3;
     s.infer = [](InferContext& c) {
       const Tensor *a = c.constant(0), *b = c.constant(1), *d = c.constant(2);
@@ -99,11 +120,11 @@ void register_misc_ops(OpRegistry& r) {
       c.set_output(0, c.dtype(0), {n});
       return Status::ok();
     };
+    s.cost = output_bytes_cost;
     r.add(std::move(s));
   }
   {
-    OpSchema s;
-    s.op_type = "EyeLike";
+    OpSchema s = generator("EyeLike");
     s.min_inputs = s.max_inputs = 1;
     s.non_differentiable_inputs = {0};
     s.infer = [](InferContext& c) {
@@ -116,7 +137,8 @@ void register_misc_ops(OpRegistry& r) {
       c.set_output(0, dt, c.shape(0));
       return Status::ok();
     };
-    s.cost = [](const Graph& g, const Node& n) { return OpCost{0, static_cast<double>(g.value(n.outputs[0]).nbytes())}; };
+    s.cost = output_bytes_cost;
+    s.examples = examples_of({example("wide", {ex_float({4, 6})}, AttrMap{{"k", Attribute::of_int(1)}})});
     r.add(std::move(s));
   }
   {
@@ -132,6 +154,7 @@ void register_misc_ops(OpRegistry& r) {
     s.max_outputs = 2;
     s.foldable = false;
     s.non_differentiable_inputs = {1, 2};
+    s.float32_inputs = {1};  // ratio
     s.normalize = [](InferContext& c) -> Status {
       if (c.has_input(2) && c.constant(2)) {
         c.node().attrs.set_int("training_mode", c.constant(2)->item() != 0 ? 1 : 0);
@@ -160,51 +183,24 @@ void register_misc_ops(OpRegistry& r) {
       if (c.has_output(1)) c.set_output(1, DType::kBool, c.shape(0));
       return Status::ok();
     };
-    s.cost = [](const Graph& g, const Node& n) { return elementwise_cost(g, n, 2.0); };
-    r.add(std::move(s));
-  }
-
-  // --- gradient rule: the mask is replayed from the forward node's RNG key, never stored ----
-  r.find_mutable("", "Dropout")->grad = [](GradContext& c) {
-    AttrMap a{{"ratio", Attribute::of_float(c.attrs().get_float("ratio", 0.5f))},
-              {"training_mode", Attribute::of_int(c.attrs().get_int("training_mode", 0))},
-              {"key_node", Attribute::of_string(c.attrs().get_string("key_node", c.node().name))}};
-    for (const char* k : {"mask_shape", "mask_offsets", "shard_axes"}) {
-      if (const Attribute* v = c.attrs().find(k)) a.set(k, *v);
-    }
-    c.add_grad(0, c.op("DropoutGrad", {c.grad_out(0)}, a, kOasesDomain));
-    return Status::ok();
-  };
-
-  // --- sharding rules -----------------------------------------------------------------------
-  r.find_mutable("", "Dropout")->shard = [](ShardContext& c) { return shard_same_as_input(c, PartialPolicy::kNone); };
-
-  // --- partition lowering -------------------------------------------------------------------
-  r.find_mutable("", "ConstantOfShape")->lower = [](LowerContext& c) {
-    c.node().attrs.set_ints("shape", c.local_shape(c.node().outputs[0]));
-    return Status::ok();
-  };
-  r.find_mutable("", "Dropout")->lower = lower_dropout_mask;
-  r.find_mutable("", "Dropout")->float32_inputs = {1};  // ratio
-
-  // --- examples: the mask is replayed from the node's key, so repeated runs agree ------------
-  set_examples(
-      r, "", "Dropout",
-      {example("training", {ex_float({4, 6})}, AttrMap{{"ratio", Attribute::of_float(0.3f)}, {"training_mode", Attribute::of_int(1)}})});
-
-  // --- constants and generators: no inputs to differentiate (EyeLike's only input gives its
-  // shape); folded before execution or written whole on every rank
-  for (const char* op : {"Constant", "ConstantOfShape", "Range", "EyeLike"}) {
-    OpSchema* s = r.find_mutable("", op);
-    s->differentiable = false;
-    s->shard = shard_replicated_only;
-  }
-  set_examples(r, "", "EyeLike", {example("wide", {ex_float({4, 6})}, AttrMap{{"k", Attribute::of_int(1)}})});
-  r.find_mutable("", "Constant")->cost = zero_cost;  // folded into a constant before execution
-  for (const char* op : {"ConstantOfShape", "Range"}) {
-    r.find_mutable("", op)->cost = [](const Graph& g, const Node& n) {
-      return OpCost{0, static_cast<double>(g.value(n.outputs[0]).nbytes())};
+    // the mask is replayed from the forward node's RNG key, never stored
+    s.grad = [](GradContext& c) {
+      AttrMap a{{"ratio", Attribute::of_float(c.attrs().get_float("ratio", 0.5f))},
+                {"training_mode", Attribute::of_int(c.attrs().get_int("training_mode", 0))},
+                {"key_node", Attribute::of_string(c.attrs().get_string("key_node", c.node().name))}};
+      for (const char* k : {"mask_shape", "mask_offsets", "shard_axes"}) {
+        if (const Attribute* v = c.attrs().find(k)) a.set(k, *v);
+      }
+      c.add_grad(0, c.op("DropoutGrad", {c.grad_out(0)}, a, kOasesDomain));
+      return Status::ok();
     };
+    s.shard = [](ShardContext& c) { return shard_same_as_input(c, PartialPolicy::kNone); };
+    s.lower = lower_dropout_mask;
+    s.cost = [](const Graph& g, const Node& n) { return elementwise_cost(g, n, 2.0); };
+    // the mask is replayed from the node's key, so repeated runs agree
+    s.examples = examples_of(
+        {example("training", {ex_float({4, 6})}, AttrMap{{"ratio", Attribute::of_float(0.3f)}, {"training_mode", Attribute::of_int(1)}})});
+    r.add(std::move(s));
   }
 }
 

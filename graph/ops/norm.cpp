@@ -37,6 +37,22 @@ Status infer_norm(InferContext& c, bool has_bias_input) {
   return Status::ok();
 }
 
+// The normalised dims whole, rows may be split.
+Status shard_norm(ShardContext& c) {
+  int64_t rank = static_cast<int64_t>(c.in(0).rank());
+  int64_t axis = normalize_axis(c.node().attrs.get_int("axis", -1), rank);
+  c.require_no_partial();
+  c.require_replicated_dims(0, axis, rank);
+  for (int i = 1; i < c.num_inputs(); ++i) {
+    if (c.has_input(i)) c.require(i, ShardingSpec::replicated(c.in(i).rank()));
+  }
+  c.set_out(0, c.in(0));
+  for (int k = 1; k < c.num_outputs(); ++k) {
+    if (c.has_output(k)) c.set_out(k, c.in(0));  // statistics: rows split alike, normalised dims size 1
+  }
+  return Status::ok();
+}
+
 }  // namespace
 
 void register_norm_ops(OpRegistry& r) {
@@ -46,8 +62,27 @@ void register_norm_ops(OpRegistry& r) {
     s.min_inputs = 2;
     s.max_inputs = 3;
     s.max_outputs = 3;
+    s.traits = kTraitNorm;
     s.infer = [](InferContext& c) { return infer_norm(c, true); };
+    s.grad = [](GradContext& c) {
+      ValueId x = c.input(0);
+      int64_t axis = c.attrs().get_int("axis", -1);
+      Shape stat = c.shape(x);
+      for (size_t i = static_cast<size_t>(axis); i < stat.size(); ++i) stat[i] = 1;
+      ValueId mean = c.ensure_output(1, DType::kF32, stat), rstd = c.ensure_output(2, DType::kF32, stat);
+      bool bias = c.node().has_input(2);
+      auto d = c.op_n("LayerNormGrad", {c.grad_out(0), x, c.input(1), mean, rstd}, bias ? 3 : 2, AttrMap{{"axis", Attribute::of_int(axis)}},
+                      kOasesDomain);
+      c.add_grad(0, d[0]);
+      if (c.needs(1)) c.add_grad(1, c.unbroadcast(d[1], c.shape(c.input(1))));
+      if (bias && c.needs(2)) c.add_grad(2, c.unbroadcast(d[2], c.shape(c.input(2))));
+      return Status::ok();
+    };
+    s.shard = shard_norm;
     s.cost = [](const Graph& g, const Node& n) { return elementwise_cost(g, n, 8.0); };
+    s.examples = examples_of(
+        {example("scale and bias", {ex_float({2, 4, 6}), ex_float({6}), ex_float({6})}, AttrMap{{"epsilon", Attribute::of_float(1e-5f)}}),
+         example("two axes", {ex_float({2, 4, 6}), ex_float({4, 6})}, AttrMap{{"axis", Attribute::of_int(1)}})});
     r.add(std::move(s));
   }
   {
@@ -58,65 +93,24 @@ void register_norm_ops(OpRegistry& r) {
     s.min_inputs = 2;
     s.max_inputs = 2;
     s.max_outputs = 2;  // y, inverse rms
+    s.traits = kTraitNorm;
     s.infer = [](InferContext& c) { return infer_norm(c, false); };
+    s.grad = [](GradContext& c) {
+      ValueId x = c.input(0);
+      int64_t axis = c.attrs().get_int("axis", -1);
+      Shape stat = c.shape(x);
+      for (size_t i = static_cast<size_t>(axis); i < stat.size(); ++i) stat[i] = 1;
+      ValueId rstd = c.ensure_output(1, DType::kF32, stat);
+      auto d = c.op_n("RMSNormGrad", {c.grad_out(0), x, c.input(1), rstd}, 2, AttrMap{{"axis", Attribute::of_int(axis)}}, kOasesDomain);
+      c.add_grad(0, d[0]);
+      if (c.needs(1)) c.add_grad(1, c.unbroadcast(d[1], c.shape(c.input(1))));
+      return Status::ok();
+    };
+    s.shard = shard_norm;
     s.cost = [](const Graph& g, const Node& n) { return elementwise_cost(g, n, 5.0); };
+    s.examples = examples_of({example("scale", {ex_float({2, 4, 6}), ex_float({6})}, AttrMap{{"epsilon", Attribute::of_float(1e-6f)}})});
     r.add(std::move(s));
   }
-
-  // --- gradient rules -------------------------------------------------------------------
-  r.find_mutable("", "LayerNormalization")->grad = [](GradContext& c) {
-    ValueId x = c.input(0);
-    int64_t axis = c.attrs().get_int("axis", -1);
-    Shape stat = c.shape(x);
-    for (size_t i = static_cast<size_t>(axis); i < stat.size(); ++i) stat[i] = 1;
-    ValueId mean = c.ensure_output(1, DType::kF32, stat), rstd = c.ensure_output(2, DType::kF32, stat);
-    bool bias = c.node().has_input(2);
-    auto d = c.op_n("LayerNormGrad", {c.grad_out(0), x, c.input(1), mean, rstd}, bias ? 3 : 2, AttrMap{{"axis", Attribute::of_int(axis)}},
-                    kOasesDomain);
-    c.add_grad(0, d[0]);
-    if (c.needs(1)) c.add_grad(1, c.unbroadcast(d[1], c.shape(c.input(1))));
-    if (bias && c.needs(2)) c.add_grad(2, c.unbroadcast(d[2], c.shape(c.input(2))));
-    return Status::ok();
-  };
-  r.find_mutable(kOasesDomain, "RMSNormalization")->grad = [](GradContext& c) {
-    ValueId x = c.input(0);
-    int64_t axis = c.attrs().get_int("axis", -1);
-    Shape stat = c.shape(x);
-    for (size_t i = static_cast<size_t>(axis); i < stat.size(); ++i) stat[i] = 1;
-    ValueId rstd = c.ensure_output(1, DType::kF32, stat);
-    auto d = c.op_n("RMSNormGrad", {c.grad_out(0), x, c.input(1), rstd}, 2, AttrMap{{"axis", Attribute::of_int(axis)}}, kOasesDomain);
-    c.add_grad(0, d[0]);
-    if (c.needs(1)) c.add_grad(1, c.unbroadcast(d[1], c.shape(c.input(1))));
-    return Status::ok();
-  };
-
-  // --- sharding rules: the normalised dims whole, rows may be split ------------------------
-  auto norm_rule = [](ShardContext& c) {
-    int64_t rank = static_cast<int64_t>(c.in(0).rank());
-    int64_t axis = normalize_axis(c.node().attrs.get_int("axis", -1), rank);
-    c.require_no_partial();
-    c.require_replicated_dims(0, axis, rank);
-    for (int i = 1; i < c.num_inputs(); ++i) {
-      if (c.has_input(i)) c.require(i, ShardingSpec::replicated(c.in(i).rank()));
-    }
-    c.set_out(0, c.in(0));
-    for (int k = 1; k < c.num_outputs(); ++k) {
-      if (c.has_output(k)) c.set_out(k, c.in(0));  // statistics: rows split alike, normalised dims size 1
-    }
-    return Status::ok();
-  };
-  r.find_mutable("", "LayerNormalization")->shard = norm_rule;
-  r.find_mutable(kOasesDomain, "RMSNormalization")->shard = norm_rule;
-  r.find_mutable("", "LayerNormalization")->traits |= kTraitNorm;
-  r.find_mutable(kOasesDomain, "RMSNormalization")->traits |= kTraitNorm;
-
-  // --- examples -------------------------------------------------------------------------------
-  set_examples(
-      r, "", "LayerNormalization",
-      {example("scale and bias", {ex_float({2, 4, 6}), ex_float({6}), ex_float({6})}, AttrMap{{"epsilon", Attribute::of_float(1e-5f)}}),
-       example("two axes", {ex_float({2, 4, 6}), ex_float({4, 6})}, AttrMap{{"axis", Attribute::of_int(1)}})});
-  set_examples(r, kOasesDomain, "RMSNormalization",
-               {example("scale", {ex_float({2, 4, 6}), ex_float({6})}, AttrMap{{"epsilon", Attribute::of_float(1e-6f)}})});
 }
 
 }  // namespace oases

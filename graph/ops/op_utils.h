@@ -17,8 +17,8 @@ OpSchema same_as_input_schema(const std::string& op_type, int min_in, int max_in
 // Output dtype equal to `out` or input 0's when kUndefined, shape = broadcast of all inputs.
 Status infer_broadcast(InferContext& c, DType out = DType::kUndefined);
 
-// Sets the examples of an op (OpSchema::examples), for the registry-driven tests.
-void set_examples(OpRegistry& r, const std::string& domain, const std::string& op, std::vector<OpExample> examples);
+// Examples of an op (OpSchema::examples) made once, at registration, for the registry-driven tests.
+std::function<std::vector<OpExample>()> examples_of(std::vector<OpExample> examples);
 // One example: its name, inputs, attributes and output count.
 OpExample example(std::string name, std::vector<ExampleInput> inputs, AttrMap attrs = {}, int outputs = 1);
 

@@ -163,6 +163,23 @@ Status infer_split(InferContext& c) {
   return Status::ok();
 }
 
+// The gradient of an op that only re-views its input's elements (Reshape, Flatten, Squeeze,
+// Unsqueeze): dy reshaped back to the input's shape.
+Status reshape_back_grad(GradContext& c) {
+  c.add_grad(0, c.op("Reshape", {c.grad_out(0)}, AttrMap{{"shape", Attribute::of_ints(c.shape(c.input(0)))}}));
+  return Status::ok();
+}
+
+// Partition lowering of Reshape and Expand: the "shape" attribute takes the local shape.
+Status lower_shape_to_local(LowerContext& c) {
+  c.node().attrs.set_ints("shape", c.local_shape(c.node().outputs[0]));
+  return Status::ok();
+}
+
+Attribute ints(std::vector<int64_t> v) {
+  return Attribute::of_ints(std::move(v));
+}
+
 }  // namespace
 
 namespace ops {
@@ -191,6 +208,7 @@ void register_shape_ops(OpRegistry& r) {
   {
     OpSchema s;
     s.op_type = "Reshape";
+    s.traits = kTraitRelayout;
     s.min_inputs = 1;
     s.max_inputs = 2;
     s.view_of_input = 0;
@@ -202,11 +220,16 @@ void register_shape_ops(OpRegistry& r) {
     };
     s.infer = infer_reshape;
     s.cost = [](const Graph&, const Node&) { return OpCost{}; };
+    s.grad = reshape_back_grad;
+    s.shard = shard_reshape;
+    s.lower = lower_shape_to_local;
+    s.examples = examples_of({example("merge and split", {ex_float({2, 6})}, AttrMap{{"shape", ints({4, 3})}})});
     r.add(std::move(s));
   }
   {
     OpSchema s;
     s.op_type = "Flatten";
+    s.traits = kTraitRelayout;
     s.min_inputs = s.max_inputs = 1;
     s.view_of_input = 0;
     s.infer = [](InferContext& c) {
@@ -220,11 +243,15 @@ void register_shape_ops(OpRegistry& r) {
       return Status::ok();
     };
     s.cost = [](const Graph&, const Node&) { return OpCost{}; };
+    s.grad = reshape_back_grad;
+    s.shard = shard_reshape;
+    s.examples = examples_of({example("axis 2", {ex_float({2, 4, 2})}, AttrMap{{"axis", Attribute::of_int(2)}})});
     r.add(std::move(s));
   }
   {
     OpSchema s;
     s.op_type = "Transpose";
+    s.traits = kTraitRelayout;
     s.min_inputs = s.max_inputs = 1;
     s.infer = [](InferContext& c) {
       int64_t rank = c.rank(0);
@@ -247,11 +274,27 @@ void register_shape_ops(OpRegistry& r) {
       return Status::ok();
     };
     s.cost = [](const Graph& g, const Node& n) { return OpCost{0, io_bytes(g, n)}; };
+    s.grad = [](GradContext& c) {
+      std::vector<int64_t> perm = c.attrs().get_ints("perm"), inv(perm.size());
+      for (size_t i = 0; i < perm.size(); ++i) inv[perm[i]] = static_cast<int64_t>(i);
+      c.add_grad(0, c.op("Transpose", {c.grad_out(0)}, AttrMap{{"perm", Attribute::of_ints(inv)}}));
+      return Status::ok();
+    };
+    s.shard = [](ShardContext& c) {
+      std::vector<int64_t> perm = c.node().attrs.get_ints("perm");
+      ShardingSpec out = ShardingSpec::replicated(perm.size());
+      out.partial = c.in(0).partial;
+      for (size_t i = 0; i < perm.size(); ++i) out.dims[i] = c.in(0).dims[static_cast<size_t>(perm[i])];
+      c.set_out(0, out);
+      return Status::ok();
+    };
+    s.examples = examples_of({example("rotate", {ex_float({2, 4, 6})}, AttrMap{{"perm", ints({2, 0, 1})}})});
     r.add(std::move(s));
   }
   {
     OpSchema s;
     s.op_type = "Squeeze";
+    s.traits = kTraitRelayout;
     s.oldest_version = 1;  // before opset 13 the axes are an attribute, the canonical form
     s.min_inputs = 1;
     s.max_inputs = 2;
@@ -282,11 +325,15 @@ void register_shape_ops(OpRegistry& r) {
       return Status::ok();
     };
     s.cost = [](const Graph&, const Node&) { return OpCost{}; };
+    s.grad = reshape_back_grad;
+    s.shard = shard_reshape;
+    s.examples = examples_of({example("middle", {ex_float({2, 1, 4})}, AttrMap{{"axes", ints({1})}})});
     r.add(std::move(s));
   }
   {
     OpSchema s;
     s.op_type = "Unsqueeze";
+    s.traits = kTraitRelayout;
     s.oldest_version = 1;  // before opset 13 the axes are an attribute, the canonical form
     s.min_inputs = 1;
     s.max_inputs = 2;
@@ -316,11 +363,15 @@ void register_shape_ops(OpRegistry& r) {
       return Status::ok();
     };
     s.cost = [](const Graph&, const Node&) { return OpCost{}; };
+    s.grad = reshape_back_grad;
+    s.shard = shard_reshape;
+    s.examples = examples_of({example("two", {ex_float({2, 4})}, AttrMap{{"axes", ints({0, 2})}})});
     r.add(std::move(s));
   }
   {
     OpSchema s;
     s.op_type = "Expand";
+    s.traits = kTraitRelayout;
     s.min_inputs = 1;
     s.max_inputs = 2;
     s.non_differentiable_inputs = {1};
@@ -337,6 +388,13 @@ void register_shape_ops(OpRegistry& r) {
       return Status::ok();
     };
     s.cost = [](const Graph& g, const Node& n) { return OpCost{0, io_bytes(g, n)}; };
+    s.grad = [](GradContext& c) {
+      c.add_grad(0, c.unbroadcast(c.grad_out(0), c.shape(c.input(0))));
+      return Status::ok();
+    };
+    s.shard = [](ShardContext& c) { return shard_elementwise(c, PartialPolicy::kAdditive); };
+    s.lower = lower_shape_to_local;
+    s.examples = examples_of({example("broadcast", {ex_float({4, 1})}, AttrMap{{"shape", ints({2, 4, 6})}})});
     r.add(std::move(s));
   }
   {
@@ -367,6 +425,38 @@ void register_shape_ops(OpRegistry& r) {
       return Status::ok();
     };
     s.cost = [](const Graph& g, const Node& n) { return OpCost{0, io_bytes(g, n)}; };
+    s.grad = [](GradContext& c) {
+      int64_t axis = c.attrs().get_int("axis", 0);
+      int n = c.node().num_inputs();
+      std::vector<int64_t> sizes;
+      for (int i = 0; i < n; ++i) sizes.push_back(c.shape(c.input(i))[axis]);
+      auto parts = c.op_n("Split", {c.grad_out(0)}, n, AttrMap{{"axis", Attribute::of_int(axis)}, {"split", Attribute::of_ints(sizes)}});
+      for (int i = 0; i < n; ++i) c.add_grad(i, parts[i]);
+      return Status::ok();
+    };
+    s.shard = [](ShardContext& c) {
+      int64_t axis = c.node().attrs.get_int("axis", 0);
+      size_t ax = static_cast<size_t>(axis);
+      // equal parts each split alike along the axis make one segmented split (the inverse of Split's
+      // rule: the gradient of a fused QKV's q, k and v)
+      const DimSpec& d0 = c.in(0).dims[ax];
+      bool segmented = d0.axis >= 0 && d0.segments == 1 && c.num_inputs() > 1;
+      for (int i = 0; i < c.num_inputs() && segmented; ++i) {
+        segmented = c.in(i) == c.in(0) && c.in_shape(i)[ax] == c.in_shape(0)[ax];
+      }
+      if (segmented) {
+        c.set_out(0, c.in(0).with_dim(ax, d0.axis, c.num_inputs()));
+        return Status::ok();
+      }
+      ShardingSpec ref = c.in(0).with_dim(static_cast<size_t>(axis), -1);
+      uint32_t all_partial = ~0u;
+      for (int i = 0; i < c.num_inputs(); ++i) all_partial &= c.in(i).partial;
+      ref.partial = all_partial;
+      for (int i = 0; i < c.num_inputs(); ++i) c.require(i, ref);
+      c.set_out(0, ref);
+      return Status::ok();
+    };
+    s.examples = examples_of({example("columns", {ex_float({2, 4}), ex_float({2, 2})}, AttrMap{{"axis", Attribute::of_int(1)}})});
     r.add(std::move(s));
   }
   {
@@ -383,6 +473,47 @@ void register_shape_ops(OpRegistry& r) {
     };
     s.infer = infer_split;
     s.cost = [](const Graph& g, const Node& n) { return OpCost{0, io_bytes(g, n)}; };
+    s.grad = [](GradContext& c) {
+      int64_t axis = c.attrs().get_int("axis", 0);
+      std::vector<ValueId> parts;
+      for (size_t i = 0; i < c.node().outputs.size(); ++i) {
+        ValueId g = c.grad_out(static_cast<int>(i));
+        ValueId o = c.output(static_cast<int>(i));
+        parts.push_back(g != kNoId ? g : c.zeros(c.shape(o), c.dtype(o)));
+      }
+      c.add_grad(0, c.op("Concat", parts, AttrMap{{"axis", Attribute::of_int(axis)}}));
+      return Status::ok();
+    };
+    s.shard = [](ShardContext& c) {
+      size_t axis = static_cast<size_t>(c.node().attrs.get_int("axis", 0));
+      std::vector<int64_t> split = c.node().attrs.get_ints("split");
+      const DimSpec& d = c.in(0).dims[axis];
+      bool equal = std::all_of(split.begin(), split.end(), [&](int64_t s) { return s == split[0]; });
+      ShardingSpec out = c.in(0);
+      if (d.axis >= 0) {
+        if (d.segments == static_cast<int>(split.size()) && equal) {
+          out.dims[axis] = DimSpec{d.axis, 1};  // each segment is one output, split over the axis
+        } else {
+          c.require(0, c.in(0).with_dim(axis, -1));
+          out.dims[axis] = DimSpec{};
+        }
+      }
+      for (int k = 0; k < c.num_outputs(); ++k) {
+        if (c.has_output(k)) c.set_out(k, out);
+      }
+      return Status::ok();
+    };
+    s.lower = [](LowerContext& c) {
+      Node& n = c.node();
+      size_t axis = static_cast<size_t>(n.attrs.get_int("axis", 0));
+      std::vector<int64_t> sizes;
+      for (ValueId o : n.outputs) sizes.push_back(c.local_shape(o)[axis]);
+      n.attrs.set_ints("split", sizes);
+      return Status::ok();
+    };
+    s.examples =
+        examples_of({example("three parts", {ex_float({2, 7})}, AttrMap{{"axis", Attribute::of_int(1)}, {"split", ints({2, 4, 1})}}, 3),
+                     example("even parts", {ex_float({4, 6})}, AttrMap{{"axis", Attribute::of_int(0)}, {"split", ints({2, 2})}}, 2)});
     r.add(std::move(s));
   }
   {
@@ -402,6 +533,32 @@ void register_shape_ops(OpRegistry& r) {
     };
     s.infer = infer_slice;
     s.cost = [](const Graph& g, const Node& n) { return OpCost{0, io_bytes(g, n)}; };
+    s.grad = [](GradContext& c) {
+      AttrMap a;
+      for (const char* k : {"axes", "starts", "steps", "lengths"}) a.set_ints(k, c.attrs().get_ints(k));
+      a.set_ints("input_shape", c.shape(c.input(0)));
+      c.add_grad(0, c.op("SliceGrad", {c.grad_out(0)}, a, kOasesDomain));
+      return Status::ok();
+    };
+    s.shard = [](ShardContext& c) {
+      std::vector<int64_t> axes = c.node().attrs.get_ints("axes"), starts = c.node().attrs.get_ints("starts");
+      std::vector<int64_t> steps = c.node().attrs.get_ints("steps"), lens = c.node().attrs.get_ints("lengths");
+      Shape in = c.in_shape(0);
+      ShardingSpec want = c.in(0);
+      for (size_t i = 0; i < axes.size(); ++i) {
+        size_t a = static_cast<size_t>(axes[i]);
+        bool full = starts[i] == 0 && steps[i] == 1 && lens[i] == in[a];
+        if (!full) want.dims[a] = DimSpec{};
+      }
+      c.require(0, want);
+      c.set_out(0, want);
+      return Status::ok();
+    };
+    s.lower = [](LowerContext& c) { return lower_slice_lengths(c, false); };
+    s.examples =
+        examples_of({example("steps", {ex_float({4, 7})},
+                             AttrMap{{"starts", ints({1, 6})}, {"ends", ints({4, 0})}, {"axes", ints({0, 1})}, {"steps", ints({2, -2})}}),
+                     example("columns", {ex_float({4, 6})}, AttrMap{{"starts", ints({1})}, {"ends", ints({5})}, {"axes", ints({1})}})});
     r.add(std::move(s));
   }
   {
@@ -430,6 +587,32 @@ void register_shape_ops(OpRegistry& r) {
       return Status::ok();
     };
     s.cost = [](const Graph& g, const Node& n) { return OpCost{0, io_bytes(g, n)}; };
+    // dy [r0·s0, r1·s1, ...] viewed as [r0, s0, r1, s1, ...], summed over the repeats
+    s.grad = [](GradContext& c) {
+      std::vector<int64_t> rep = c.attrs().get_ints("repeats");
+      const Shape& xs = c.shape(c.input(0));
+      Shape split;
+      std::vector<int64_t> axes;
+      for (size_t i = 0; i < xs.size(); ++i) {
+        axes.push_back(static_cast<int64_t>(split.size()));
+        split.push_back(rep[i]);
+        split.push_back(xs[i]);
+      }
+      ValueId v = c.op("Reshape", {c.grad_out(0)}, AttrMap{{"shape", Attribute::of_ints(split)}});
+      c.add_grad(0, c.op("ReduceSum", {v}, AttrMap{{"axes", Attribute::of_ints(axes)}, {"keepdims", Attribute::of_int(0)}}));
+      return Status::ok();
+    };
+    s.shard = [](ShardContext& c) {
+      std::vector<int64_t> rep = c.node().attrs.get_ints("repeats");
+      ShardingSpec want = c.in(0).without_partial();
+      for (size_t i = 0; i < rep.size(); ++i) {
+        if (rep[i] != 1) want.dims[i] = DimSpec{};
+      }
+      c.require(0, want);
+      c.set_out(0, want);
+      return Status::ok();
+    };
+    s.examples = examples_of({example("rows and columns", {ex_float({2, 3})}, AttrMap{{"repeats", ints({2, 2})}})});
     r.add(std::move(s));
   }
   {
@@ -477,11 +660,47 @@ void register_shape_ops(OpRegistry& r) {
       return Status::ok();
     };
     s.cost = [](const Graph& g, const Node& n) { return OpCost{0, io_bytes(g, n)}; };
+    s.grad = [](GradContext& c) {
+      if (c.attrs().get_string("mode", "constant") != "constant") return c.fail("only constant padding is differentiable here");
+      std::vector<int64_t> pads = c.attrs().get_ints("pads");
+      const Shape& in = c.shape(c.input(0));
+      int64_t rank = static_cast<int64_t>(in.size());
+      std::vector<int64_t> axes, starts, steps, lens;
+      for (int64_t d = 0; d < rank; ++d) {
+        if (pads[d] < 0 || pads[d + rank] < 0) return c.fail("negative pads are not differentiable here");
+        axes.push_back(d);
+        starts.push_back(pads[d]);
+        steps.push_back(1);
+        lens.push_back(in[d]);
+      }
+      AttrMap a{{"axes", Attribute::of_ints(axes)},
+                {"starts", Attribute::of_ints(starts)},
+                {"steps", Attribute::of_ints(steps)},
+                {"lengths", Attribute::of_ints(lens)},
+                {"resolved", Attribute::of_int(1)}};
+      c.add_grad(0, c.op("Slice", {c.grad_out(0)}, a));
+      return Status::ok();
+    };
+    s.shard = [](ShardContext& c) {
+      std::vector<int64_t> pads = c.node().attrs.get_ints("pads");
+      size_t rank = c.in(0).rank();
+      bool zero = c.node().attrs.get_float("value", 0.f) == 0.f && c.node().attrs.get_string("mode", "constant") == "constant" &&
+                  c.node().num_inputs() < 3;
+      ShardingSpec want = zero ? c.in(0) : c.in(0).without_partial();
+      for (size_t i = 0; i < rank; ++i) {
+        if (pads[i] != 0 || pads[i + rank] != 0) want.dims[i] = DimSpec{};
+      }
+      c.require(0, want);
+      c.set_out(0, want);
+      return Status::ok();
+    };
+    s.examples = examples_of({example("constant", {ex_float({2, 4})}, AttrMap{{"pads", ints({1, 0, 0, 2})}})});
     r.add(std::move(s));
   }
   {
     OpSchema s;
     s.op_type = "Shape";
+    s.traits = kTraitShapeOnly;
     s.min_inputs = s.max_inputs = 1;
     s.infer = [](InferContext& c) {
       int64_t rank = c.rank(0);
@@ -496,232 +715,23 @@ void register_shape_ops(OpRegistry& r) {
       return Status::ok();
     };
     s.cost = [](const Graph&, const Node&) { return OpCost{}; };
+    s.differentiable = false;
+    s.shard = shard_replicated_only;  // reads the whole (global) shape: folded into a constant before anything runs
     r.add(std::move(s));
   }
   {
     OpSchema s;
     s.op_type = "Size";
+    s.traits = kTraitShapeOnly;
     s.min_inputs = s.max_inputs = 1;
     s.infer = [](InferContext& c) {
       c.set_output(0, DType::kI64, {});
       return Status::ok();
     };
     s.cost = [](const Graph&, const Node&) { return OpCost{}; };
+    s.differentiable = false;
+    s.shard = shard_replicated_only;  // reads the whole (global) shape: folded into a constant before anything runs
     r.add(std::move(s));
-  }
-
-  // --- gradient rules -------------------------------------------------------------------
-  for (const char* op : {"Reshape", "Flatten", "Squeeze", "Unsqueeze"}) {
-    r.find_mutable("", op)->grad = [](GradContext& c) {
-      c.add_grad(0, c.op("Reshape", {c.grad_out(0)}, AttrMap{{"shape", Attribute::of_ints(c.shape(c.input(0)))}}));
-      return Status::ok();
-    };
-  }
-  r.find_mutable("", "Transpose")->grad = [](GradContext& c) {
-    std::vector<int64_t> perm = c.attrs().get_ints("perm"), inv(perm.size());
-    for (size_t i = 0; i < perm.size(); ++i) inv[perm[i]] = static_cast<int64_t>(i);
-    c.add_grad(0, c.op("Transpose", {c.grad_out(0)}, AttrMap{{"perm", Attribute::of_ints(inv)}}));
-    return Status::ok();
-  };
-  r.find_mutable("", "Expand")->grad = [](GradContext& c) {
-    c.add_grad(0, c.unbroadcast(c.grad_out(0), c.shape(c.input(0))));
-    return Status::ok();
-  };
-  r.find_mutable("", "Concat")->grad = [](GradContext& c) {
-    int64_t axis = c.attrs().get_int("axis", 0);
-    int n = c.node().num_inputs();
-    std::vector<int64_t> sizes;
-    for (int i = 0; i < n; ++i) sizes.push_back(c.shape(c.input(i))[axis]);
-    auto parts = c.op_n("Split", {c.grad_out(0)}, n, AttrMap{{"axis", Attribute::of_int(axis)}, {"split", Attribute::of_ints(sizes)}});
-    for (int i = 0; i < n; ++i) c.add_grad(i, parts[i]);
-    return Status::ok();
-  };
-  r.find_mutable("", "Split")->grad = [](GradContext& c) {
-    int64_t axis = c.attrs().get_int("axis", 0);
-    std::vector<ValueId> parts;
-    for (size_t i = 0; i < c.node().outputs.size(); ++i) {
-      ValueId g = c.grad_out(static_cast<int>(i));
-      ValueId o = c.output(static_cast<int>(i));
-      parts.push_back(g != kNoId ? g : c.zeros(c.shape(o), c.dtype(o)));
-    }
-    c.add_grad(0, c.op("Concat", parts, AttrMap{{"axis", Attribute::of_int(axis)}}));
-    return Status::ok();
-  };
-  r.find_mutable("", "Slice")->grad = [](GradContext& c) {
-    AttrMap a;
-    for (const char* k : {"axes", "starts", "steps", "lengths"}) a.set_ints(k, c.attrs().get_ints(k));
-    a.set_ints("input_shape", c.shape(c.input(0)));
-    c.add_grad(0, c.op("SliceGrad", {c.grad_out(0)}, a, kOasesDomain));
-    return Status::ok();
-  };
-  r.find_mutable("", "Pad")->grad = [](GradContext& c) {
-    if (c.attrs().get_string("mode", "constant") != "constant") return c.fail("only constant padding is differentiable here");
-    std::vector<int64_t> pads = c.attrs().get_ints("pads");
-    const Shape& in = c.shape(c.input(0));
-    int64_t rank = static_cast<int64_t>(in.size());
-    std::vector<int64_t> axes, starts, steps, lens;
-    for (int64_t d = 0; d < rank; ++d) {
-      if (pads[d] < 0 || pads[d + rank] < 0) return c.fail("negative pads are not differentiable here");
-      axes.push_back(d);
-      starts.push_back(pads[d]);
-      steps.push_back(1);
-      lens.push_back(in[d]);
-    }
-    AttrMap a{{"axes", Attribute::of_ints(axes)},
-              {"starts", Attribute::of_ints(starts)},
-              {"steps", Attribute::of_ints(steps)},
-              {"lengths", Attribute::of_ints(lens)},
-              {"resolved", Attribute::of_int(1)}};
-    c.add_grad(0, c.op("Slice", {c.grad_out(0)}, a));
-    return Status::ok();
-  };
-
-  // --- sharding rules -----------------------------------------------------------------------
-  for (const char* op : {"Reshape", "Flatten", "Squeeze", "Unsqueeze"}) r.find_mutable("", op)->shard = shard_reshape;
-  r.find_mutable("", "Transpose")->shard = [](ShardContext& c) {
-    std::vector<int64_t> perm = c.node().attrs.get_ints("perm");
-    ShardingSpec out = ShardingSpec::replicated(perm.size());
-    out.partial = c.in(0).partial;
-    for (size_t i = 0; i < perm.size(); ++i) out.dims[i] = c.in(0).dims[static_cast<size_t>(perm[i])];
-    c.set_out(0, out);
-    return Status::ok();
-  };
-  r.find_mutable("", "Expand")->shard = [](ShardContext& c) { return shard_elementwise(c, PartialPolicy::kAdditive); };
-  r.find_mutable("", "Concat")->shard = [](ShardContext& c) {
-    int64_t axis = c.node().attrs.get_int("axis", 0);
-    size_t ax = static_cast<size_t>(axis);
-    // equal parts each split alike along the axis make one segmented split (the inverse of Split's
-    // rule: the gradient of a fused QKV's q, k and v)
-    const DimSpec& d0 = c.in(0).dims[ax];
-    bool segmented = d0.axis >= 0 && d0.segments == 1 && c.num_inputs() > 1;
-    for (int i = 0; i < c.num_inputs() && segmented; ++i) {
-      segmented = c.in(i) == c.in(0) && c.in_shape(i)[ax] == c.in_shape(0)[ax];
-    }
-    if (segmented) {
-      c.set_out(0, c.in(0).with_dim(ax, d0.axis, c.num_inputs()));
-      return Status::ok();
-    }
-    ShardingSpec ref = c.in(0).with_dim(static_cast<size_t>(axis), -1);
-    uint32_t all_partial = ~0u;
-    for (int i = 0; i < c.num_inputs(); ++i) all_partial &= c.in(i).partial;
-    ref.partial = all_partial;
-    for (int i = 0; i < c.num_inputs(); ++i) c.require(i, ref);
-    c.set_out(0, ref);
-    return Status::ok();
-  };
-  r.find_mutable("", "Split")->shard = [](ShardContext& c) {
-    size_t axis = static_cast<size_t>(c.node().attrs.get_int("axis", 0));
-    std::vector<int64_t> split = c.node().attrs.get_ints("split");
-    const DimSpec& d = c.in(0).dims[axis];
-    bool equal = std::all_of(split.begin(), split.end(), [&](int64_t s) { return s == split[0]; });
-    ShardingSpec out = c.in(0);
-    if (d.axis >= 0) {
-      if (d.segments == static_cast<int>(split.size()) && equal) {
-        out.dims[axis] = DimSpec{d.axis, 1};  // each segment is one output, split over the axis
-      } else {
-        c.require(0, c.in(0).with_dim(axis, -1));
-        out.dims[axis] = DimSpec{};
-      }
-    }
-    for (int k = 0; k < c.num_outputs(); ++k) {
-      if (c.has_output(k)) c.set_out(k, out);
-    }
-    return Status::ok();
-  };
-  r.find_mutable("", "Slice")->shard = [](ShardContext& c) {
-    std::vector<int64_t> axes = c.node().attrs.get_ints("axes"), starts = c.node().attrs.get_ints("starts");
-    std::vector<int64_t> steps = c.node().attrs.get_ints("steps"), lens = c.node().attrs.get_ints("lengths");
-    Shape in = c.in_shape(0);
-    ShardingSpec want = c.in(0);
-    for (size_t i = 0; i < axes.size(); ++i) {
-      size_t a = static_cast<size_t>(axes[i]);
-      bool full = starts[i] == 0 && steps[i] == 1 && lens[i] == in[a];
-      if (!full) want.dims[a] = DimSpec{};
-    }
-    c.require(0, want);
-    c.set_out(0, want);
-    return Status::ok();
-  };
-
-  // --- partition lowering: shape attributes take the local shapes ---------------------------
-  for (const char* op : {"Reshape", "Expand"}) {
-    r.find_mutable("", op)->lower = [](LowerContext& c) {
-      c.node().attrs.set_ints("shape", c.local_shape(c.node().outputs[0]));
-      return Status::ok();
-    };
-  }
-  r.find_mutable("", "Split")->lower = [](LowerContext& c) {
-    Node& n = c.node();
-    size_t axis = static_cast<size_t>(n.attrs.get_int("axis", 0));
-    std::vector<int64_t> sizes;
-    for (ValueId o : n.outputs) sizes.push_back(c.local_shape(o)[axis]);
-    n.attrs.set_ints("split", sizes);
-    return Status::ok();
-  };
-  r.find_mutable("", "Slice")->lower = [](LowerContext& c) { return lower_slice_lengths(c, false); };
-
-  r.find_mutable("", "Tile")->shard = [](ShardContext& c) {
-    std::vector<int64_t> rep = c.node().attrs.get_ints("repeats");
-    ShardingSpec want = c.in(0).without_partial();
-    for (size_t i = 0; i < rep.size(); ++i) {
-      if (rep[i] != 1) want.dims[i] = DimSpec{};
-    }
-    c.require(0, want);
-    c.set_out(0, want);
-    return Status::ok();
-  };
-  r.find_mutable("", "Pad")->shard = [](ShardContext& c) {
-    std::vector<int64_t> pads = c.node().attrs.get_ints("pads");
-    size_t rank = c.in(0).rank();
-    bool zero = c.node().attrs.get_float("value", 0.f) == 0.f && c.node().attrs.get_string("mode", "constant") == "constant" &&
-                c.node().num_inputs() < 3;
-    ShardingSpec want = zero ? c.in(0) : c.in(0).without_partial();
-    for (size_t i = 0; i < rank; ++i) {
-      if (pads[i] != 0 || pads[i + rank] != 0) want.dims[i] = DimSpec{};
-    }
-    c.require(0, want);
-    c.set_out(0, want);
-    return Status::ok();
-  };
-
-  // --- examples -------------------------------------------------------------------------------
-  auto ints = [](std::vector<int64_t> v) { return Attribute::of_ints(std::move(v)); };
-  set_examples(r, "", "Reshape", {example("merge and split", {ex_float({2, 6})}, AttrMap{{"shape", ints({4, 3})}})});
-  set_examples(r, "", "Transpose", {example("rotate", {ex_float({2, 4, 6})}, AttrMap{{"perm", ints({2, 0, 1})}})});
-  set_examples(r, "", "Squeeze", {example("middle", {ex_float({2, 1, 4})}, AttrMap{{"axes", ints({1})}})});
-  set_examples(r, "", "Unsqueeze", {example("two", {ex_float({2, 4})}, AttrMap{{"axes", ints({0, 2})}})});
-  set_examples(r, "", "Flatten", {example("axis 2", {ex_float({2, 4, 2})}, AttrMap{{"axis", Attribute::of_int(2)}})});
-  set_examples(r, "", "Expand", {example("broadcast", {ex_float({4, 1})}, AttrMap{{"shape", ints({2, 4, 6})}})});
-  set_examples(r, "", "Concat", {example("columns", {ex_float({2, 4}), ex_float({2, 2})}, AttrMap{{"axis", Attribute::of_int(1)}})});
-  set_examples(r, "", "Split",
-               {example("three parts", {ex_float({2, 7})}, AttrMap{{"axis", Attribute::of_int(1)}, {"split", ints({2, 4, 1})}}, 3),
-                example("even parts", {ex_float({4, 6})}, AttrMap{{"axis", Attribute::of_int(0)}, {"split", ints({2, 2})}}, 2)});
-  set_examples(r, "", "Slice",
-               {example("steps", {ex_float({4, 7})},
-                        AttrMap{{"starts", ints({1, 6})}, {"ends", ints({4, 0})}, {"axes", ints({0, 1})}, {"steps", ints({2, -2})}}),
-                example("columns", {ex_float({4, 6})}, AttrMap{{"starts", ints({1})}, {"ends", ints({5})}, {"axes", ints({1})}})});
-  set_examples(r, "", "Pad", {example("constant", {ex_float({2, 4})}, AttrMap{{"pads", ints({1, 0, 0, 2})}})});
-
-  // Tile: dy [r0·s0, r1·s1, ...] viewed as [r0, s0, r1, s1, ...], summed over the repeats
-  r.find_mutable("", "Tile")->grad = [](GradContext& c) {
-    std::vector<int64_t> rep = c.attrs().get_ints("repeats");
-    const Shape& xs = c.shape(c.input(0));
-    Shape split;
-    std::vector<int64_t> axes;
-    for (size_t i = 0; i < xs.size(); ++i) {
-      axes.push_back(static_cast<int64_t>(split.size()));
-      split.push_back(rep[i]);
-      split.push_back(xs[i]);
-    }
-    ValueId v = c.op("Reshape", {c.grad_out(0)}, AttrMap{{"shape", Attribute::of_ints(split)}});
-    c.add_grad(0, c.op("ReduceSum", {v}, AttrMap{{"axes", Attribute::of_ints(axes)}, {"keepdims", Attribute::of_int(0)}}));
-    return Status::ok();
-  };
-  set_examples(r, "", "Tile", {example("rows and columns", {ex_float({2, 3})}, AttrMap{{"repeats", ints({2, 2})}})});
-  // Shape and Size read the whole (global) shape: folded into constants before anything runs
-  for (const char* op : {"Shape", "Size"}) {
-    r.find_mutable("", op)->differentiable = false;
-    r.find_mutable("", op)->shard = shard_replicated_only;
   }
 }
 

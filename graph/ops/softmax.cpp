@@ -9,6 +9,7 @@ using namespace ops;
 
 void register_softmax_ops(OpRegistry& r) {
   for (const char* op : {"Softmax", "LogSoftmax"}) {
+    const bool log = std::string(op) == "LogSoftmax";
     OpSchema s;
     s.op_type = op;
     s.min_inputs = s.max_inputs = 1;
@@ -20,34 +21,24 @@ void register_softmax_ops(OpRegistry& r) {
       c.set_output(0, c.dtype(0), c.shape(0));
       return Status::ok();
     };
-    s.cost = [](const Graph& g, const Node& n) { return elementwise_cost(g, n, 6.0); };
-    r.add(std::move(s));
-  }
-
-  // --- gradient rules -------------------------------------------------------------------
-  for (const char* op : {"Softmax", "LogSoftmax"}) {
-    bool log = std::string(op) == "LogSoftmax";
-    r.find_mutable("", op)->grad = [log](GradContext& c) {
+    s.grad = [log](GradContext& c) {
       AttrMap a{{"axis", Attribute::of_int(c.attrs().get_int("axis", -1))}, {"log", Attribute::of_int(log)}};
       c.add_grad(0, c.op("SoftmaxGrad", {c.grad_out(0), c.output(0)}, a, kOasesDomain));
       return Status::ok();
     };
-  }
-
-  // --- sharding rules: the softmax axis whole -------------------------------------------------
-  for (const char* op : {"Softmax", "LogSoftmax"}) {
-    r.find_mutable("", op)->shard = [](ShardContext& c) {
+    // the softmax axis whole
+    s.shard = [](ShardContext& c) {
       int64_t axis = c.node().attrs.get_int("axis", -1);
       c.require_no_partial();
       c.require_replicated_dims(0, axis, axis + 1);
       c.set_out(0, c.in(0));
       return Status::ok();
     };
+    s.cost = [](const Graph& g, const Node& n) { return elementwise_cost(g, n, 6.0); };
+    s.examples = log ? examples_of({example("last axis", {ex_float({4, 6}, -2, 2)})})
+                     : examples_of({example("middle axis", {ex_float({2, 4, 6}, -2, 2)}, AttrMap{{"axis", Attribute::of_int(1)}})});
+    r.add(std::move(s));
   }
-
-  // --- examples -------------------------------------------------------------------------------
-  set_examples(r, "", "Softmax", {example("middle axis", {ex_float({2, 4, 6}, -2, 2)}, AttrMap{{"axis", Attribute::of_int(1)}})});
-  set_examples(r, "", "LogSoftmax", {example("last axis", {ex_float({4, 6}, -2, 2)})});
 }
 
 }  // namespace oases

@@ -127,7 +127,7 @@ Expected<PassReport> InferShapesPass::run(Graph& g) {
     bool fold = false;
     if (n->op_type == "Constant" && is_default_domain(n->domain)) {
       fold = true;  // infer already attached the constant
-    } else if ((n->op_type == "Shape" || n->op_type == "Size") && is_default_domain(n->domain)) {
+    } else if (op_has_trait(*n, kTraitShapeOnly)) {
       const Shape& in = g.value(n->inputs[0]).shape;
       Tensor t;
       if (n->op_type == "Shape") {
