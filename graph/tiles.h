@@ -60,8 +60,9 @@ struct TileMap {
 // rank, an axis off the mesh or used twice, a segmented dimension that segments do not divide.
 Expected<TileMap> tile_boxes(const ShardingSpec& spec, const Shape& shape, const Mesh& mesh);
 
-// A layout placed on world ranks, as the Reshard op's attributes write each side: the mesh's
-// sizes (base axes m0, m1, ...), its world ranks, and a layout string (parse_layout).
+// A value's layout on a placed mesh: each side of a resharding (planner/reshard.h). A Reshard
+// node's attributes write it as the mesh's sizes (base axes m0, m1, ...), its world ranks, and a
+// layout string (parse_layout); placed_layout reads them back.
 struct PlacedLayout {
   PlacedMesh placed;
   ShardingSpec spec;

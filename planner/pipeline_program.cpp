@@ -403,7 +403,7 @@ Expected<RankProgram> build_stage_program(const std::vector<const GlobalProgram*
   // a crossing value's global shape and layout on stage `s`'s mesh, from that stage's partition
   struct Laid {
     Shape shape;
-    ReshardSide side;
+    PlacedLayout side;
   };
   auto laid_out_on = [&](int s, const Crossing& t) -> Expected<Laid> {
     const GlobalProgram& gp = *stage_globals[static_cast<size_t>(s)];
@@ -431,7 +431,7 @@ Expected<RankProgram> build_stage_program(const std::vector<const GlobalProgram*
       return error("'{}' crosses from stage {} to {} as a partial sum on stage {}'s mesh; cut the stages where values are whole", name, t.from,
                    t.to, s);
     Shape shape = side.specs ? global_shape_of(val.shape, spec, *side.mesh) : val.shape;
-    return Laid{std::move(shape), ReshardSide{PlacedMesh{*side.mesh, stage_ranks(s)}, std::move(spec)}};
+    return Laid{std::move(shape), PlacedLayout{PlacedMesh{*side.mesh, stage_ranks(s)}, std::move(spec)}};
   };
   // each distinct transfer planned once, for the plan's machine
   ReshardPlanner planner(reshard_cluster(pl.world(), pl.host_of, pl.inter, pl.intra), ReshardOptions{});

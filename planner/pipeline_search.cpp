@@ -115,7 +115,7 @@ double boundary_seconds(const ClusterSpec& cluster, int64_t gpus, int64_t n, con
     ShardingSpec spec = ShardingSpec::replicated(3);
     if (dp > 1 && shape[0] % dp == 0) spec.dims[0] = DimSpec{0, 1};
     if (l.sp && tp > 1 && seq % tp == 0) spec.dims[1] = DimSpec{1, 1};
-    return ReshardSide{PlacedMesh::contiguous(mesh, first), spec};
+    return PlacedLayout{PlacedMesh::contiguous(mesh, first), spec};
   };
   ReshardProblem p;
   p.shape = shape;

@@ -28,11 +28,6 @@
 
 namespace oases {
 
-struct ReshardSide {
-  PlacedMesh placed;
-  ShardingSpec spec;
-};
-
 // Where the world's ranks live and how fast the hosts talk.
 struct ReshardCluster {
   std::vector<int> host_of;  // per world rank
@@ -46,7 +41,7 @@ struct ReshardCluster {
 struct ReshardProblem {
   Shape shape;
   int64_t element_bytes = 4;
-  ReshardSide src, dst;
+  PlacedLayout src, dst;  // each side's layout on its placed mesh (graph/tiles.h)
 };
 
 struct UnitTask {

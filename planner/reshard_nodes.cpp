@@ -30,7 +30,7 @@ bool is_reshard(const Node& n) {
 }
 
 std::string problem_key(const ReshardProblem& p, int channel) {
-  auto side = [](const ReshardSide& s) {
+  auto side = [](const PlacedLayout& s) {
     return fmt::format("{} on {} [{}]", s.spec.to_string(&s.placed.mesh), s.placed.mesh.to_string(), fmt::join(s.placed.ranks, ","));
   };
   return fmt::format("{} x{} B: {} -> {}; channel {}", shape_str(p.shape), p.element_bytes, side(p.src), side(p.dst), channel);
@@ -78,8 +78,8 @@ Expected<ReshardProblem> reshard_problem_of(const AttrMap& a) {
   if (!src) return src.status().with_context("source");
   auto dst = placed_layout(a.get_ints("dst_mesh"), a.get_ints("dst_ranks"), a.get_string("dst_layout", ""), p.shape.size());
   if (!dst) return dst.status().with_context("destination");
-  p.src = {src->placed, src->spec};
-  p.dst = {dst->placed, dst->spec};
+  p.src = std::move(*src);
+  p.dst = std::move(*dst);
   p.element_bytes = static_cast<int64_t>(dtype_size(dtype_from_onnx(static_cast<int>(a.get_int("dtype", 1)))));
   return p;
 }
