@@ -74,6 +74,7 @@ Expected<PipelineReplay> replay_pipeline(const StageGlobals& sg, const ClusterSp
     st.forward_s = fwd / M;
     st.backward_s = bwd / M;
     st.optimizer_s = sim->optimizer_s;
+    st.memory_bytes = 3.0 * rp->param_bytes + static_cast<double>(prog.memory.arena_bytes);
     st.sim = std::move(*sim);
     out.times.forward_s.push_back(st.forward_s);
     out.times.backward_s.push_back(st.backward_s);

@@ -29,6 +29,9 @@ struct StageReplay {
   double forward_s = 0, backward_s = 0;  // one micro-batch, the mean
   double other_s = 0;                    // nodes of no micro-batch
   double optimizer_s = 0;
+  // what the rank holds: parameters and AdamW's two moments kept by the trainer, plus the
+  // executor's activation arena (gradients, the micro-batches in flight, transfer buffers)
+  double memory_bytes = 0;
   SimResult sim;  // the whole program's replay (as one rank alone: transfers arrive at once)
 };
 

@@ -133,9 +133,11 @@ static Expected<nlohmann::json> replay_pipeline_plan(PlanSearch& s, const Profil
   for (const StageReplay& st : r.stages) {
     const auto k = static_cast<size_t>(st.stage);
     const bool boundary = k < r.times.transfer_s.size() && k < p.transfer_s.size();
-    std::printf("  %-15s stage %d (rank %lld): forward %.3f ms, backward %.3f ms per micro-batch (predicted %.3f, %.3f); other %.3f ms%s\n", "",
+    std::printf("  %-15s stage %d (rank %lld): forward %.3f ms, backward %.3f ms per micro-batch (predicted %.3f, %.3f); other %.3f ms; "
+                "memory %s (predicted %s)%s\n", "",
                 st.stage, static_cast<long long>(st.world_rank), st.forward_s * 1e3, st.backward_s * 1e3, p.stage[k].forward_s * 1e3,
-                p.stage[k].backward_s * 1e3, st.other_s * 1e3,
+                p.stage[k].backward_s * 1e3, st.other_s * 1e3, describe_bytes(st.memory_bytes).c_str(),
+                describe_bytes(p.stage[k].memory_bytes).c_str(),
                 boundary ? fmt::format("; transfer to {} {:.3f} ms (predicted {:.3f})", st.stage + 1, r.times.transfer_s[k] * 1e3,
                                        p.transfer_s[k] * 1e3)
                                .c_str()
@@ -144,6 +146,8 @@ static Expected<nlohmann::json> replay_pipeline_plan(PlanSearch& s, const Profil
                       {"forward_ms", st.forward_s * 1e3},
                       {"backward_ms", st.backward_s * 1e3},
                       {"other_ms", st.other_s * 1e3},
+                      {"memory_bytes", st.memory_bytes},
+                      {"predicted_memory_bytes", p.stage[k].memory_bytes},
                       {"predicted_forward_ms", p.stage[k].forward_s * 1e3},
                       {"predicted_backward_ms", p.stage[k].backward_s * 1e3}});
   }

@@ -388,6 +388,7 @@ TEST(PipelineReplay, StageProgramsAreReplayedAndComposed) {
     EXPECT_GT(st.forward_s, 0);
     EXPECT_GT(st.backward_s, 0);
     EXPECT_GT(st.optimizer_s, 0);
+    EXPECT_GT(st.memory_bytes, 3.0 * 4 * 64 * 64);  // at least a block's weights and moments (fp32, hidden 64)
     // the replay's compute thread time is accounted for whole: 4 micro-batches' steps and the rest
     EXPECT_NEAR(4 * (st.forward_s + st.backward_s) + st.other_s, st.sim.step_s - st.sim.optimizer_s, 1e-12);
     other = std::max(other, st.other_s);
