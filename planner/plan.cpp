@@ -457,6 +457,7 @@ Status Plan::validate() const {
   for (int64_t k = 1; k < S; ++k) {
     const MeshPlan& st = stages[static_cast<size_t>(k)];
     const std::string at = fmt::format("pipeline.stages[{}]", k);
+    if (same_stage_layout(st, m)) continue;  // the first stage's mesh, checked above
     if (st.tp < 1 || st.dp < 1 || st.tp > kMaxPlanRanks || st.dp > kMaxPlanRanks)
       return error("{}: tp {} x dp {} (each 1 to {})", at, st.tp, st.dp, kMaxPlanRanks);
     if (st.ranks > 0 && st.ranks != st.tp * st.dp) return error("{}: tp {} x dp {} on {} ranks", at, st.tp, st.dp, st.ranks);

@@ -332,8 +332,15 @@ Status read_pipeline_v4(const FieldReader& f, const json& pj, Plan* p) {
           (chunks > 0 && chunks != m0.chunk_count()))
         return f.fail(at, "is not the plan's own mesh and schedule (the first stage is the top-level \"mesh\", \"schedule\" and \"parts\")");
       out.push_back(m0);
+    } else if (tp <= 0 && dp <= 0) {
+      // no mesh of its own: the first stage's mesh, layouts and schedule
+      if (!sched.empty() && sched != m0.schedule)
+        return f.fail(at, "schedule '{}' without \"tp\" and \"dp\" (a stage without them runs the first stage's mesh and schedule)", sched);
+      if ((ranks > 0 && ranks != m0.ranks) || (chunks > 0 && chunks != m0.chunk_count()))
+        return f.fail(at, "ranks or chunks without \"tp\" and \"dp\" that are not the first stage's");
+      out.push_back(p->stage_on(m0.tp, m0.dp, m0.schedule));
     } else {
-      if (tp <= 0 || dp <= 0) return f.fail(at, "a stage after the first needs \"tp\" and \"dp\"");
+      if (tp <= 0 || dp <= 0) return f.fail(at, "a stage after the first needs both \"tp\" and \"dp\", or neither (the first stage's mesh)");
       MeshPlan m = p->stage_on(tp, dp, sched);
       if (chunks > 0 && chunks != m0.chunk_count())
         return f.fail(at + ".chunks", "{}, the first stage's are {} (the stages share one chunk count)", chunks, m0.chunk_count());

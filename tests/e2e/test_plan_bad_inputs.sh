@@ -84,9 +84,11 @@ expect_error "stages 0" "^error: .*/stages0\.json: pipeline\.stages: 0 stages \(
 edit pipeline.schedule '"zigzag"' zigzag pp
 expect_error "pipeline schedule" "^error: .*/zigzag\.json: pipeline\.schedule: unknown pipeline schedule 'zigzag'" \
   "${RUN[@]}" --plan "$WORK/zigzag.json"
-edit pipeline.stages.1 '{"blocks": "1-3"}' meshes pp
-expect_error "a stage without its mesh" "^error: .*/meshes\.json: pipeline\.stages\[1\]: a stage after the first needs \"tp\" and \"dp\"" \
+edit pipeline.stages.1 '{"blocks": "1-1", "tp": 1}' meshes pp
+expect_error "a stage with half a mesh" "^error: .*/meshes\.json: pipeline\.stages\[1\]: a stage after the first needs both \"tp\" and \"dp\", or neither" \
   "${RUN[@]}" --plan "$WORK/meshes.json"
+edit pipeline.stages.1 '{"blocks": "1-1"}' first_mesh pp
+"${RUN[@]}" -q --plan "$WORK/first_mesh.json" || fail "a stage without tp and dp (the first stage's mesh) does not run"
 edit pipeline.stages.1.chunks 4 chunks4 pp
 expect_error "a stage of other chunks" "^error: .*/chunks4\.json: pipeline\.stages\[1\]\.chunks: 4, the first stage's are 1" \
   "${RUN[@]}" --plan "$WORK/chunks4.json"

@@ -43,7 +43,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (back->to_json() != written) die("a written plan reads back as another", written.dump() + " vs " + back->to_json().dump());
   (void)p->to_string();
   oases::RunShape run;
-  const int64_t world = p->mesh.ranks > 0 ? p->mesh.ranks : 4;
+  const int64_t world = p->mesh().ranks > 0 ? p->mesh().ranks : 4;
   (void)oases::adopt_plan(*p, path, world, &run);
   return 0;
 }

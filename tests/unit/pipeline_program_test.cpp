@@ -512,6 +512,21 @@ TEST(PipelinePlanFile, VersionFourRoundTripsAndVersionThreeStillLoads) {
   ASSERT_FALSE(bad);
   EXPECT_NE(bad.status().message().find("every stage names its blocks"), std::string::npos) << bad.status().message();
 
+  // per-part layouts (mixed sequence parallelism: no single tp) on every stage: later stages run
+  // the first's mesh, written without a tp x dp of their own and read back as such
+  nlohmann::json mixed = nlohmann::json::parse(R"({"format": "oases-plan", "version": 3,
+      "mesh": {"axes": ["dp", "tp"], "sizes": [2, 2], "ranks": 4}, "batch": 16, "seq": 32, "schedule": {"name": "oases", "chunks": 2},
+      "parts": [{"part": "embedding", "tp": 2, "dp": 2}, {"part": "layer.0.attn", "tp": 2, "sequence_parallel": true}],
+      "pipeline": {"stages": 2, "micro_batches": 2, "cuts": "0-0,1-3", "schedule": "1f1b"}})");
+  auto parts = Plan::from_json(mixed, "parts.json");
+  ASSERT_TRUE(parts) << parts.status().message();
+  EXPECT_EQ(parts->mesh().tp, 0);
+  EXPECT_TRUE(same_stage_layout(parts->stages[1], parts->stages[0]));
+  auto parts4 = Plan::from_json(parts->to_json(), "parts4.json");
+  ASSERT_TRUE(parts4) << parts4.status().message();
+  EXPECT_EQ(parts4->to_json(), parts->to_json());
+  EXPECT_FALSE(parts->to_json()["pipeline"]["stages"][1].contains("tp"));
+
   auto parsed = parse_stage_meshes("2x1:oases,1x2,1x1,2x2:plain", 4);
   ASSERT_TRUE(parsed) << parsed.status().message();
   EXPECT_EQ(stage_meshes_string(*parsed), "2x1:oases,1x2,1x1,2x2:plain");
