@@ -22,6 +22,7 @@
 
 #include "graph/op_registry.h"
 #include "graph/status.h"
+#include "planner/reshard_nodes.h"
 
 namespace oases {
 

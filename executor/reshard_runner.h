@@ -19,7 +19,6 @@
 #include "graph/dtype.h"
 #include "graph/tiles.h"
 #include "planner/reshard.h"
-#include "planner/reshard_nodes.h"
 
 namespace oases {
 

@@ -327,6 +327,24 @@ MeshPlan Plan::stage_on(int64_t tp, int64_t dp, const std::string& schedule) con
   return m;
 }
 
+Expected<Plan> with_stages(const Plan& first, int64_t stages, int64_t micro_batches, const std::string& schedule, const std::string& cuts,
+                           const std::vector<MeshPlan>& meshes) {
+  Plan staged = first;
+  staged.pipeline = schedule;
+  staged.micro_batches = micro_batches;
+  const std::vector<std::string> blocks = split_cuts(cuts);
+  if (!blocks.empty() && static_cast<int64_t>(blocks.size()) != stages)
+    return error("--stages '{}' gives {} stages, --pp {}", cuts, blocks.size(), stages);
+  staged.stages.clear();
+  for (int64_t k = 0; k < stages; ++k) {
+    const auto i = static_cast<size_t>(k);
+    MeshPlan m = k == 0 || meshes.empty() ? first.mesh() : first.stage_on(meshes[i].tp, meshes[i].dp, meshes[i].schedule);
+    m.blocks = blocks.empty() ? "" : blocks[i];
+    staged.stages.push_back(std::move(m));
+  }
+  return staged;
+}
+
 std::string Plan::cuts() const {
   std::vector<std::string> b;
   for (const MeshPlan& st : stages) {

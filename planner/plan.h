@@ -135,6 +135,12 @@ std::string stage_meshes_string(const std::vector<MeshPlan>& meshes);
 Status check_cuts(const std::string& cuts, int64_t stages);
 // The ranges of "0-5,6-11" as written ({"0-5", "6-11"}; "" gives none), unchecked.
 std::vector<std::string> split_cuts(const std::string& cuts);
+// `first`'s mesh as the first of `stages` stages running the pipeline `schedule` with
+// `micro_batches`, cut at `cuts` ("0-5,6-11"; "": evenly), the others on `meshes` (empty: the
+// first's; else each stage's tp x dp and schedule, Plan::stage_on). What oases-train's --pp,
+// --stages and --stage-meshes make; an error names a cuts list of another stage count.
+Expected<Plan> with_stages(const Plan& first, int64_t stages, int64_t micro_batches, const std::string& schedule, const std::string& cuts,
+                           const std::vector<MeshPlan>& meshes);
 // Whether two stages run the same program: the same mesh, layouts and schedule (their blocks and
 // chunks aside: a pipeline's stages share the first stage's chunks).
 bool same_stage_layout(const MeshPlan& a, const MeshPlan& b);

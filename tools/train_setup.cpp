@@ -124,26 +124,6 @@ Expected<int64_t> resolve_stages(TrainArgs& a, int64_t world, std::vector<MeshPl
   return !piped ? world : meshes->empty() ? world / a.pp : (*meshes)[0].tp * (*meshes)[0].dp;
 }
 
-// The plan's stages from the command line: the first stage is `plan`'s mesh, the others `meshes`
-// (--stage-meshes; none: the first's), each with its blocks (--stages), the pipeline schedule and
-// micro-batches.
-Expected<Plan> staged_plan(const TrainArgs& a, const Plan& plan, const std::vector<MeshPlan>& meshes) {
-  Plan staged = plan;
-  staged.pipeline = a.pipeline;
-  staged.micro_batches = a.micro_batches;
-  const std::vector<std::string> blocks = split_cuts(a.stages);
-  if (!blocks.empty() && static_cast<int64_t>(blocks.size()) != a.pp)
-    return error("--stages '{}' gives {} stages, --pp {}", a.stages, blocks.size(), a.pp);
-  staged.stages.clear();
-  for (int64_t k = 0; k < a.pp; ++k) {
-    const auto i = static_cast<size_t>(k);
-    MeshPlan m = k == 0 || meshes.empty() ? plan.mesh() : plan.stage_on(meshes[i].tp, meshes[i].dp, meshes[i].schedule);
-    m.blocks = blocks.empty() ? "" : blocks[i];
-    staged.stages.push_back(std::move(m));
-  }
-  return staged;
-}
-
 // The training graph and its layout: one program, or one per pipeline stage mesh with the layout
 // of the stages (on --hosts: the emulated hosts and their link).
 Status build_programs(TrainSetup& s, Graph forward, const Plan& plan, int64_t stage_world, const std::vector<MeshPlan>& meshes) {
@@ -162,7 +142,7 @@ Status build_programs(TrainSetup& s, Graph forward, const Plan& plan, int64_t st
     OASES_ASSIGN_OR_RETURN(s.gp, build_global_program(std::move(forward), spec, plan, stage_world, go));
     return Status::ok();
   }
-  OASES_ASSIGN_OR_RETURN(s.plan, staged_plan(a, plan, meshes));
+  OASES_ASSIGN_OR_RETURN(s.plan, with_stages(plan, a.pp, a.micro_batches, a.pipeline, a.stages, meshes));
   OASES_ASSIGN_OR_RETURN(StageGlobals sg, build_stage_globals(std::move(forward), spec, s.plan, go));
   s.gp = std::move(sg.first);
   s.stage_gp = std::move(sg.own);

@@ -30,20 +30,9 @@ PlanningModel tied_model(int64_t batch = 8) {
 // `plan` as the first of S stages (M micro-batches, `schedule`), cut at `cuts` ("": evenly), the
 // others on `meshes` ("2x1,1x1:oases"; "": the first's), as oases-train makes them.
 Plan staged(const Plan& plan, int64_t S, int64_t M, const std::string& schedule, const std::string& cuts = "", const std::string& meshes = "") {
-  Plan p = plan;
-  p.micro_batches = M;
-  p.pipeline = schedule;
   std::vector<MeshPlan> own;
   if (!meshes.empty()) own = parse_stage_meshes(meshes, S).value();
-  const std::vector<std::string> blocks = split_cuts(cuts);
-  p.stages.clear();
-  for (int64_t k = 0; k < S; ++k) {
-    const auto i = static_cast<size_t>(k);
-    MeshPlan m = own.empty() || k == 0 ? plan.mesh() : plan.stage_on(own[i].tp, own[i].dp, own[i].schedule);
-    if (i < blocks.size()) m.blocks = blocks[i];
-    p.stages.push_back(m);
-  }
-  return p;
+  return with_stages(plan, S, M, schedule, cuts, own).value();
 }
 
 struct Built {
