@@ -6,4 +6,11 @@ bash scripts/setup.sh
 bash scripts/setup_python.sh
 bash scripts/build.sh
 cd "${OASES_BUILD_DIR:-build}"
-ctest --output-on-failure -j "$(nproc)" "$@"
+rc=0
+ctest --output-on-failure -j "$(nproc)" "$@" || rc=$?
+if [[ $rc -ne 0 && -f Testing/Temporary/LastTest.log ]]; then
+  # the end-to-end scripts' failure lines once more, last: a log cut to its head and tail keeps them
+  echo "== failure lines of the failed tests (Testing/Temporary/LastTest.log):"
+  grep -E '^ *FAIL: |^\[  FAILED  \]' Testing/Temporary/LastTest.log | cut -c1-600 | tail -n 40 || true
+fi
+exit "$rc"

@@ -5,7 +5,8 @@ WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 FAILURES=0
 
-fail() { echo "FAIL: $*"; FAILURES=$((FAILURES + 1)); }
+FAILED_LINES=()
+fail() { echo "FAIL: $*"; FAILURES=$((FAILURES + 1)); FAILED_LINES+=("$*"); }
 
 # expect_error NAME PATTERN CMD...: CMD must exit 2 with one line on stderr `error: ...` matching PATTERN
 expect_error() {
@@ -48,7 +49,12 @@ print(f"{max(e / s for e, s in zip(errs, scales)):.1e}" if errs and len(errs) ==
 }
 
 finish() {
-  if [[ $FAILURES -ne 0 ]]; then echo "$FAILURES failure(s)"; exit 1; fi
+  # the failures again at the end, where a truncated log (CI keeps its head and tail) still shows them
+  if [[ $FAILURES -ne 0 ]]; then
+    echo "$FAILURES failure(s):"
+    printf '  FAIL: %s\n' "${FAILED_LINES[@]}" | cut -c1-600
+    exit 1
+  fi
   echo "all passed"
   exit 0
 }
