@@ -50,13 +50,13 @@ std::map<std::string, Tensor> StageRules::pooled(const std::map<std::string, Ten
   return piped() ? world_->merge_tensors(rt_.rank() == 0 ? full : std::map<std::string, Tensor>{}) : full;
 }
 
-Status StageRules::check_transfers(const PipelineLayout& pl) {
+Status StageRules::check_transfers(const Plan& plan) {
   if (!piped()) return Status::ok();
   std::vector<std::vector<std::string>> all;
   std::vector<int> stage_of;
   for (const std::string& text : world_->gather_strings(join_lines(stage_.transfers))) {
     all.push_back(split_lines(text));
-    stage_of.push_back(pl.stage_of_rank(static_cast<int64_t>(stage_of.size())));
+    stage_of.push_back(plan.stage_of_rank(static_cast<int64_t>(stage_of.size())));
   }
   return check_stage_transfers(stage_of, all);
 }

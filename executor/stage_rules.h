@@ -70,7 +70,7 @@ class StageRules {
 
   // Every rank of two stages must list the same transfers between them, else both would wait
   // forever at the first step: an error names the first two ranks that differ.
-  Status check_transfers(const PipelineLayout& pl);
+  Status check_transfers(const Plan& plan);  // `plan`: the pipeline's stages and their ranks
 
   // The global gradient norm from this rank's per-parameter Σ g² (`specs`: their shardings over
   // the stage's mesh): a pipeline sums the stages, a tied weight once; a distributed run sums the

@@ -1,6 +1,7 @@
 #include "planner/pipeline_program.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <functional>
 #include <map>
 #include <optional>
@@ -226,25 +227,15 @@ Shape global_shape_of(const Shape& local, const ShardingSpec& spec, const Mesh& 
 
 }  // namespace
 
-int64_t PipelineLayout::world() const {
-  int64_t w = 0;
-  for (int64_t r : stage_ranks) w += r;
-  return w;
-}
-
-int PipelineLayout::stage_of_rank(int64_t world_rank) const {
-  int64_t first = 0;
-  for (size_t s = 0; s < stage_ranks.size(); ++s) {
-    if (world_rank >= first && world_rank < first + stage_ranks[s]) return static_cast<int>(s);
-    first += stage_ranks[s];
+Expected<std::vector<StageCut>> stage_cuts_of(const Plan& plan) {
+  const int64_t S = plan.num_stages();
+  for (int64_t k = 0; k < S; ++k) {
+    if (plan.stages[static_cast<size_t>(k)].blocks.empty()) return error("stage {} of {} has no block range", k, S);
   }
-  return -1;
-}
-
-int64_t PipelineLayout::first_rank(int stage) const {
-  int64_t first = 0;
-  for (int s = 0; s < stage; ++s) first += stage_ranks.at(static_cast<size_t>(s));
-  return first;
+  int first = 0, last = -1;
+  if (std::sscanf(plan.stages.back().blocks.c_str(), "%d-%d", &first, &last) != 2 || last < 0)
+    return error("stage {}'s blocks '{}' are not FIRST-LAST", S - 1, plan.stages.back().blocks);
+  return cut_stages(last + 1, static_cast<int>(S), plan.cuts());
 }
 
 Status check_stage_transfers(const std::vector<int>& stage_of, const std::vector<std::vector<std::string>>& transfers) {
@@ -275,25 +266,37 @@ Status check_stage_transfers(const std::vector<int>& stage_of, const std::vector
   return Status::ok();
 }
 
-Expected<RankProgram> build_stage_program(const GlobalProgram& global, const PipelineLayout& pl, int64_t world_rank,
+Expected<RankProgram> build_stage_program(const GlobalProgram& global, const Plan& plan, const ReshardCluster& machine, int64_t world_rank,
                                           const RankProgramOptions& opts, StageProgramInfo* info) {
-  std::vector<const GlobalProgram*> all(static_cast<size_t>(std::max(pl.stages, 0)), &global);
-  return build_stage_program(all, pl, world_rank, opts, info);
+  std::vector<const GlobalProgram*> all(static_cast<size_t>(plan.num_stages()), &global);
+  return build_stage_program(all, plan, machine, world_rank, opts, info);
 }
 
-Expected<RankProgram> build_stage_program(const std::vector<const GlobalProgram*>& stage_globals, const PipelineLayout& pl,
-                                          int64_t world_rank, const RankProgramOptions& opts, StageProgramInfo* info) {
-  const int S = pl.stages, M = pl.micro_batches, K = std::max(1, pl.chunks);
-  if (S < 1 || M < 1 || pl.stage_ranks.size() != static_cast<size_t>(S) || stage_globals.size() != static_cast<size_t>(S))
-    return error("a pipeline of {} stages, {} micro-batches, {} stage meshes, {} stage programs", S, M, pl.stage_ranks.size(), stage_globals.size());
+Expected<RankProgram> build_stage_program(const StageGlobals& sg, int64_t world_rank, const RankProgramOptions& opts, StageProgramInfo* info) {
+  return build_stage_program(sg.programs(), sg.plan, sg.machine, world_rank, opts, info);
+}
+
+Expected<RankProgram> build_stage_program(const std::vector<const GlobalProgram*>& stage_globals, const Plan& plan,
+                                          const ReshardCluster& machine, int64_t world_rank, const RankProgramOptions& opts,
+                                          StageProgramInfo* info) {
+  const int S = static_cast<int>(plan.num_stages());
+  const int M = static_cast<int>(plan.micro_batches > 0 ? plan.micro_batches : S);
+  const int K = static_cast<int>(plan.mesh().chunk_count());
+  if (S < 1 || stage_globals.size() != static_cast<size_t>(S))
+    return error("a pipeline of {} stages, {} micro-batches, {} stage programs", S, M, stage_globals.size());
+  OASES_ASSIGN_OR_RETURN(const std::vector<StageCut> cuts, stage_cuts_of(plan));
+  OASES_ASSIGN_OR_RETURN(const PipelineSchedule schedule, parse_pipeline(plan.pipeline));
   for (int s = 0; s < S; ++s) {
-    if (pl.ranks_of(s) < 1) return error("stage {} has {} ranks", s, pl.ranks_of(s));
-    if (stage_globals[static_cast<size_t>(s)]->world != pl.ranks_of(s))
-      return error("stage {}'s program was partitioned over {} ranks, the stage has {}", s, stage_globals[static_cast<size_t>(s)]->world, pl.ranks_of(s));
+    if (plan.stage_ranks(s) < 1) return error("stage {} has {} ranks", s, plan.stage_ranks(s));
+    if (stage_globals[static_cast<size_t>(s)]->world != plan.stage_ranks(s))
+      return error("stage {}'s program was partitioned over {} ranks, the stage has {}", s, stage_globals[static_cast<size_t>(s)]->world,
+                   plan.stage_ranks(s));
   }
-  if (world_rank < 0 || world_rank >= pl.world()) return error("world rank {} of a {}-rank pipeline", world_rank, pl.world());
-  const int me = pl.stage_of_rank(world_rank);
-  const int64_t local = world_rank - pl.first_rank(me);
+  if (machine.world() != plan.world())
+    return error("the transfers are planned for a machine of {} ranks, the pipeline has {}", machine.world(), plan.world());
+  if (world_rank < 0 || world_rank >= plan.world()) return error("world rank {} of a {}-rank pipeline", world_rank, plan.world());
+  const int me = plan.stage_of_rank(world_rank);
+  const int64_t local = world_rank - plan.first_rank(me);
   const GlobalProgram& global = *stage_globals[static_cast<size_t>(me)];
   // the model's own values: ids below this are the same in every stage's partition
   const size_t base_values = global.train.graph.num_values();
@@ -323,7 +326,7 @@ Expected<RankProgram> build_stage_program(const std::vector<const GlobalProgram*
   so.checkpoint = mp.recompute_mode();
   rp.schedule = so;
   OASES_ASSIGN_OR_RETURN(rp.recompute, apply_recompute(g, so.checkpoint));
-  OASES_ASSIGN_OR_RETURN(StageAssignment sa, assign_stages(g, params, pl.cuts, S));
+  OASES_ASSIGN_OR_RETURN(StageAssignment sa, assign_stages(g, params, cuts, S));
   auto in_stage = [&](NodeId id, int s) { return contains(sa.stages[static_cast<size_t>(id)], s); };
   auto home = [&](NodeId id) { return sa.stages[static_cast<size_t>(id)].front(); };
   auto micro_of = [&](const Node& n) { return n.chunk < 0 ? -1 : n.chunk / K; };
@@ -331,7 +334,7 @@ Expected<RankProgram> build_stage_program(const std::vector<const GlobalProgram*
   // the pipeline in unit times: when each stage's steps end
   PipelineTimes unit{std::vector<double>(static_cast<size_t>(S), 1.0), std::vector<double>(static_cast<size_t>(S), 2.0),
                      std::vector<double>(static_cast<size_t>(S - 1), 0.0)};
-  OASES_ASSIGN_OR_RETURN(PipelineSim sim, simulate_pipeline(pl.schedule, M, unit));
+  OASES_ASSIGN_OR_RETURN(PipelineSim sim, simulate_pipeline(schedule, M, unit));
   std::map<std::tuple<int, bool, int>, double> step_end;
   std::vector<double> stage_end(static_cast<size_t>(S), 0);
   for (const PipelineEvent& e : sim.events) {
@@ -397,7 +400,7 @@ Expected<RankProgram> build_stage_program(const std::vector<const GlobalProgram*
   }
   auto stage_ranks = [&](int s) {
     std::vector<int64_t> r;
-    for (int64_t i = 0; i < pl.ranks_of(s); ++i) r.push_back(pl.first_rank(s) + i);
+    for (int64_t i = 0; i < plan.stage_ranks(s); ++i) r.push_back(plan.first_rank(s) + i);
     return r;
   };
   // a crossing value's global shape and layout on stage `s`'s mesh, from that stage's partition
@@ -434,7 +437,7 @@ Expected<RankProgram> build_stage_program(const std::vector<const GlobalProgram*
     return Laid{std::move(shape), PlacedLayout{PlacedMesh{*side.mesh, stage_ranks(s)}, std::move(spec)}};
   };
   // each distinct transfer planned once, for the plan's machine
-  ReshardPlanner planner(reshard_cluster(pl.world(), pl.host_of, pl.inter, pl.intra), ReshardOptions{});
+  ReshardPlanner planner(machine, ReshardOptions{});
   ReshardPlans reshards;
   std::vector<NodeId> channel_ops;  // this rank's transfers in the global order
   std::map<NodeId, double> recv_issue;
@@ -599,7 +602,7 @@ Expected<RankProgram> build_stage_program(const std::vector<const GlobalProgram*
     }
     input_only[static_cast<size_t>(id)] = only;
   }
-  std::vector<PipeStep> steps = stage_steps(pl.schedule, me, S, M);
+  std::vector<PipeStep> steps = stage_steps(schedule, me, S, M);
   std::map<std::pair<bool, int>, int> step_index;
   for (size_t i = 0; i < steps.size(); ++i) step_index[{steps[i].forward, steps[i].micro}] = static_cast<int>(i);
   std::vector<int> target(NN, -1);  // the step a node runs in; -1: none (as soon as it can)
@@ -688,7 +691,7 @@ Expected<RankProgram> build_stage_program(const std::vector<const GlobalProgram*
 
 std::vector<const GlobalProgram*> StageGlobals::programs() const {
   std::vector<const GlobalProgram*> out;
-  for (int k = 0; k < layout.stages; ++k) out.push_back(&program(k));
+  for (int64_t k = 0; k < plan.num_stages(); ++k) out.push_back(&program(static_cast<int>(k)));
   return out;
 }
 
@@ -697,7 +700,6 @@ Expected<StageGlobals> build_stage_globals(Graph forward, const TrainingSpec& sp
   const MeshPlan& m0 = plan.mesh();
   const int64_t M = plan.micro_batches > 0 ? plan.micro_batches : S;
   if (S < 2) return error("a pipeline of {} stages", S);
-  auto ranks_of = [](const MeshPlan& m) { return m.ranks > 0 ? m.ranks : std::max<int64_t>(m.tp, 1) * std::max<int64_t>(m.dp, 1); };
   // the stages' block ranges first: the programs mark the values that cross them
   int blocks = count_blocks(forward);
   if (blocks == 0) return error("{}: no transformer blocks found; pipeline stages are cut at block boundaries", opts.model_path);
@@ -713,7 +715,7 @@ Expected<StageGlobals> build_stage_globals(Graph forward, const TrainingSpec& sp
   StageGlobals sg;
   std::optional<Graph> copy;
   if (std::any_of(plan.stages.begin(), plan.stages.end(), [&](const MeshPlan& m) { return !same_stage_layout(m, m0); })) copy = forward;
-  OASES_ASSIGN_OR_RETURN(sg.first, build_global_program(std::move(forward), spec, p0, ranks_of(m0), go));
+  OASES_ASSIGN_OR_RETURN(sg.first, build_global_program(std::move(forward), spec, p0, plan.stage_ranks(0), go));
   // one program per distinct stage layout; the first stage's is sg.first (null here)
   std::vector<std::pair<MeshPlan, std::shared_ptr<const GlobalProgram>>> built{{m0, nullptr}};
   for (int64_t k = 0; k < S; ++k) {
@@ -730,19 +732,21 @@ Expected<StageGlobals> build_stage_globals(Graph forward, const TrainingSpec& sp
     ps.parameters.clear();  // a plan's parameter specs are for the first stage's mesh
     GlobalProgramOptions gs = go;
     gs.plan_path.clear();
-    auto gk = build_global_program(*copy, spec, ps, ranks_of(m), gs);
+    auto gk = build_global_program(*copy, spec, ps, plan.stage_ranks(k), gs);
     if (!gk) return gk.status().with_context(fmt::format("stage {} (tp {} x dp {})", k, m.tp, m.dp));
     sg.own.push_back(std::make_shared<const GlobalProgram>(std::move(*gk)));
     built.emplace_back(m, sg.own.back());
   }
   if (std::all_of(sg.own.begin(), sg.own.end(), [](const auto& p) { return p == nullptr; })) sg.own.clear();
-  PipelineLayout& pl = sg.layout;
-  pl.stages = static_cast<int>(S);
-  pl.micro_batches = static_cast<int>(M);
-  pl.chunks = static_cast<int>(chunks);
-  for (const MeshPlan& m : plan.stages) pl.stage_ranks.push_back(ranks_of(m));
-  OASES_ASSIGN_OR_RETURN(pl.schedule, parse_pipeline(plan.pipeline));
-  pl.cuts = std::move(cuts);
+  sg.plan = plan;
+  sg.plan.micro_batches = M;
+  for (int64_t k = 0; k < S; ++k) {
+    MeshPlan& m = sg.plan.stages[static_cast<size_t>(k)];
+    m.ranks = plan.stage_ranks(k);
+    m.blocks = fmt::format("{}-{}", cuts[static_cast<size_t>(k)].first, cuts[static_cast<size_t>(k)].last);
+  }
+  OASES_RETURN_IF_ERROR(parse_pipeline(sg.plan.pipeline).status());
+  sg.machine = reshard_cluster(sg.plan.world(), {}, {}, {});
   return sg;
 }
 

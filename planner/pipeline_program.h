@@ -40,28 +40,9 @@
 
 #include "planner/pipeline.h"
 #include "planner/rank_program.h"
+#include "planner/reshard.h"
 
 namespace oases {
-
-struct PipelineLayout {
-  int stages = 1;
-  int micro_batches = 1;
-  int chunks = 1;               // K: chunks of one micro-batch (the intra-stage schedule's)
-  std::vector<int64_t> stage_ranks;  // ranks of each stage's mesh (its tp x dp), in world-rank order
-  PipelineSchedule schedule = PipelineSchedule::k1F1B;
-  std::vector<StageCut> cuts;   // block ranges, one per stage
-  // The machine the transfers' sender choice and order are planned for (and, with emulated hosts
-  // (oases-train --hosts), emulate): the host of each world rank (empty: one host) and the links
-  // between and inside hosts (unset: the machine at hand's shared memory).
-  std::vector<int> host_of;
-  LinkModel inter, intra;
-  // every stage on `ranks` ranks
-  void set_uniform(int64_t ranks) { stage_ranks.assign(static_cast<size_t>(std::max(stages, 0)), ranks); }
-  int64_t ranks_of(int stage) const { return stage_ranks.at(static_cast<size_t>(stage)); }
-  int64_t world() const;
-  int stage_of_rank(int64_t world_rank) const;  // -1 past the world
-  int64_t first_rank(int stage) const;
-};
 
 // Every node's stages (usually one; copied forward nodes several), by NodeId; errors name a node
 // that cannot be placed.
@@ -94,30 +75,44 @@ struct StageProgramInfo {
   std::vector<std::string> transfer_nodes;  // the Reshard node of each of `transfers`
 };
 
+// The stages' block ranges of a staged plan whose stages all have their "blocks" (as
+// build_stage_globals leaves them); an error says which stage has none.
+Expected<std::vector<StageCut>> stage_cuts_of(const Plan& plan);
+
 // The program world rank `world_rank` runs: its stage's graph, recomputation applied, ordered as
-// above, fused and memory-planned. `stage_globals[s]` is stage s's program: the same model and
-// training spec chunked into micro_batches x chunks chunks, partitioned over that stage's mesh of
-// pl.ranks_of(s) ranks (or a one-rank stage); stages may share one.
-Expected<RankProgram> build_stage_program(const std::vector<const GlobalProgram*>& stage_globals, const PipelineLayout& pl,
-                                          int64_t world_rank, const RankProgramOptions& opts, StageProgramInfo* info);
+// above, fused and memory-planned. `plan` is the pipeline with its stages resolved (each stage's
+// blocks and ranks, the micro-batches: StageGlobals::plan); `stage_globals[s]` is stage s's
+// program: the same model and training spec chunked into micro_batches x chunks chunks,
+// partitioned over that stage's mesh of plan.stage_ranks(s) ranks (stages may share one). The
+// transfers between stages are planned for `machine` (every world rank's host and the links).
+Expected<RankProgram> build_stage_program(const std::vector<const GlobalProgram*>& stage_globals, const Plan& plan,
+                                          const ReshardCluster& machine, int64_t world_rank, const RankProgramOptions& opts,
+                                          StageProgramInfo* info);
 // Every stage with the layout of `global`.
-Expected<RankProgram> build_stage_program(const GlobalProgram& global, const PipelineLayout& pl, int64_t world_rank,
+Expected<RankProgram> build_stage_program(const GlobalProgram& global, const Plan& plan, const ReshardCluster& machine, int64_t world_rank,
                                           const RankProgramOptions& opts, StageProgramInfo* info);
 
-// Every stage's program of a pipeline and the pipeline's layout: what build_stage_program makes
-// each rank's program from.
+// Every stage's program of a pipeline, its plan with the stages resolved and the machine its
+// transfers are planned for: what build_stage_program makes each rank's program from.
 struct StageGlobals {
   GlobalProgram first;  // stage 0's program, and that of every stage on the same mesh
   // Per stage: its own program where its layout differs from the first stage's, one shared by
   // the stages that agree; null: `first` (empty: every stage's is `first`).
   std::vector<std::shared_ptr<const GlobalProgram>> own;
-  PipelineLayout layout;  // one machine (PipelineLayout::hosts empty)
+  // The plan with what a run leaves open fixed: each stage's blocks (as cut) and ranks, the
+  // micro-batches. What oases-train --export-plan writes.
+  Plan plan;
+  // The hosts of the world's ranks and their links (build_stage_globals: one machine, its shared
+  // memory as this machine prices it; oases-train --hosts and the simulator set their own).
+  ReshardCluster machine;
   const GlobalProgram& program(int stage) const {
     const auto k = static_cast<size_t>(stage);
     return k < own.size() && own[k] ? *own[k] : first;
   }
   std::vector<const GlobalProgram*> programs() const;  // per stage
 };
+// build_stage_program for `world_rank` of sg's pipeline.
+Expected<RankProgram> build_stage_program(const StageGlobals& sg, int64_t world_rank, const RankProgramOptions& opts, StageProgramInfo* info);
 
 // The programs of the stages of `plan` (planner/plan.h: each stage a block range on its own mesh)
 // for `forward`. Each program holds all plan.micro_batches x K chunks (K: the first stage's chunks

@@ -17,28 +17,27 @@ bool backward_work(const Node& n) {
 
 // Time of the forward transfers of stage `s`'s program to stage s + 1 (per micro-batch: their sum
 // over `micro_batches`).
-double boundary_seconds(const RankProgram& rp, const StageProgramInfo& info, const PipelineLayout& pl, int s) {
+double boundary_seconds(const RankProgram& rp, const StageProgramInfo& info, const Plan& plan, int s) {
   double sum = 0;
   for (const std::string& name : info.transfer_nodes) {
     auto it = rp.program.reshards.find(name);
     if (it == rp.program.reshards.end()) continue;
     const ReshardProblem& p = it->second->problem;
     if (p.src.placed.ranks.empty() || p.dst.placed.ranks.empty()) continue;
-    if (pl.stage_of_rank(p.src.placed.ranks.front()) == s && pl.stage_of_rank(p.dst.placed.ranks.front()) == s + 1)
+    if (plan.stage_of_rank(p.src.placed.ranks.front()) == s && plan.stage_of_rank(p.dst.placed.ranks.front()) == s + 1)
       sum += it->second->plan.predicted_s;
   }
-  return sum / std::max(1, pl.micro_batches);
+  return sum / static_cast<double>(std::max<int64_t>(1, plan.micro_batches));
 }
 
 }  // namespace
 
 Expected<PipelineReplay> replay_pipeline(const StageGlobals& sg, const ClusterSpec& cluster, const OpTimeModel& ops, const Profile* local_floor) {
-  PipelineLayout pl = sg.layout;
-  const ReshardCluster machine = reshard_cluster(cluster, pl.world());
-  pl.host_of = machine.host_of;
-  pl.inter = machine.inter;
-  pl.intra = machine.intra;
-  const int S = pl.stages, M = std::max(1, pl.micro_batches), K = std::max(1, pl.chunks);
+  const Plan& plan = sg.plan;
+  const ReshardCluster machine = reshard_cluster(cluster, plan.world());
+  OASES_ASSIGN_OR_RETURN(const PipelineSchedule schedule, parse_pipeline(plan.pipeline));
+  const int S = static_cast<int>(plan.num_stages()), M = static_cast<int>(std::max<int64_t>(1, plan.micro_batches)),
+            K = static_cast<int>(plan.mesh().chunk_count());
   PipelineReplay out;
   RankProgramOptions ro;
   ro.slice_constants = false;  // shapes only: the weights may be unread
@@ -46,9 +45,9 @@ Expected<PipelineReplay> replay_pipeline(const StageGlobals& sg, const ClusterSp
   for (int s = 0; s < S; ++s) {
     StageReplay st;
     st.stage = s;
-    st.world_rank = pl.first_rank(s);
+    st.world_rank = plan.first_rank(s);
     StageProgramInfo info;
-    auto rp = build_stage_program(globals, pl, st.world_rank, ro, &info);
+    auto rp = build_stage_program(globals, plan, machine, st.world_rank, ro, &info);
     if (!rp) return rp.status().with_context(fmt::format("stage {}", s));
     const ProgramLayout& prog = rp->program;
     SimOptions o;
@@ -78,11 +77,11 @@ Expected<PipelineReplay> replay_pipeline(const StageGlobals& sg, const ClusterSp
     st.sim = std::move(*sim);
     out.times.forward_s.push_back(st.forward_s);
     out.times.backward_s.push_back(st.backward_s);
-    if (s + 1 < S) out.times.transfer_s.push_back(boundary_seconds(*rp, info, pl, s));
+    if (s + 1 < S) out.times.transfer_s.push_back(boundary_seconds(*rp, info, plan, s));
     out.stages.push_back(std::move(st));
   }
   out.times.half_duplex = cluster.nodes > 1 && cluster.inter.kind == "emulated";
-  OASES_ASSIGN_OR_RETURN(out.sim, simulate_pipeline(pl.schedule, M, out.times));
+  OASES_ASSIGN_OR_RETURN(out.sim, simulate_pipeline(schedule, M, out.times));
   double other = 0, optimizer = 0;
   for (const StageReplay& st : out.stages) {
     other = std::max(other, st.other_s);

@@ -1,5 +1,6 @@
 #include "planner/plan.h"
 
+#include <algorithm>
 #include <fstream>
 #include <map>
 #include <optional>
@@ -352,6 +353,29 @@ std::string Plan::cuts() const {
     b.push_back(st.blocks);
   }
   return fmt::format("{}", fmt::join(b, ","));
+}
+
+int64_t Plan::stage_ranks(int64_t stage) const {
+  const MeshPlan& m = stages.at(static_cast<size_t>(stage));
+  return m.ranks > 0 ? m.ranks : std::max<int64_t>(m.tp, 1) * std::max<int64_t>(m.dp, 1);
+}
+
+int64_t Plan::world() const { return first_rank(num_stages()); }
+
+int64_t Plan::first_rank(int64_t stage) const {
+  int64_t first = 0;
+  for (int64_t s = 0; s < stage; ++s) first += stage_ranks(s);
+  return first;
+}
+
+int Plan::stage_of_rank(int64_t world_rank) const {
+  int64_t first = 0;
+  for (int64_t s = 0; s < num_stages(); ++s) {
+    const int64_t n = stage_ranks(s);
+    if (world_rank >= first && world_rank < first + n) return static_cast<int>(s);
+    first += n;
+  }
+  return -1;
 }
 
 Plan Plan::megatron(int64_t tp, int64_t dp) {

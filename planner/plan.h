@@ -93,6 +93,13 @@ struct Plan {
   int64_t num_stages() const { return static_cast<int64_t>(stages.size()); }
   // The stages' block ranges "0-5,6-11" ("" when the stages do not fix them: cut evenly).
   std::string cuts() const;
+  // The world's ranks, the stages' meshes one after another: stage s's ranks (its "ranks", else
+  // tp x dp with an open degree counted as 1), their sum, the first of them, and the stage a world
+  // rank belongs to (-1 past the world).
+  int64_t stage_ranks(int64_t stage) const;
+  int64_t world() const;
+  int64_t first_rank(int64_t stage) const;
+  int stage_of_rank(int64_t world_rank) const;
   // A stage on tp x dp ranks running `schedule` ("": the first stage's): the first stage itself
   // (its layouts, no blocks) where these are its own, else Megatron's split on that mesh with the
   // first stage's chunks. What the plan's later stages are made of.

@@ -32,16 +32,15 @@ Expected<std::unique_ptr<Trainer>> make_trainer(const TrainSetup& s, RankRuntime
   RankProgramOptions ro;
   ro.device = a.device;
   RankProgram rp;
-  if (s.pipe) {
+  if (s.piped()) {
     if (!stage) return Status::error("internal: a pipeline rank's trainer needs its stage record");
     std::vector<const GlobalProgram*> stages;
-    for (int k = 0; k < s.pipe->stages; ++k) stages.push_back(&s.stage_program(k));
-    OASES_ASSIGN_OR_RETURN(rp, build_stage_program(stages, *s.pipe, world_rank, ro, stage));
+    for (int64_t k = 0; k < s.plan.num_stages(); ++k) stages.push_back(&s.stage_program(static_cast<int>(k)));
+    OASES_ASSIGN_OR_RETURN(rp, build_stage_program(stages, s.plan, s.machine, world_rank, ro, stage));
     if (a.memory_report && rt.rank() == 0) {
-      std::fprintf(stderr, "stage %d (%s): blocks %d-%d, %d sends and %d receives a step, at most %d micro-batches in flight, arena %.1f KiB\n",
-                   stage->stage, a.pipeline.c_str(), s.pipe->cuts[static_cast<size_t>(stage->stage)].first,
-                   s.pipe->cuts[static_cast<size_t>(stage->stage)].last, stage->sends, stage->receives, stage->peak_in_flight,
-                   static_cast<double>(rp.program.memory.arena_bytes) / 1024.0);
+      std::fprintf(stderr, "stage %d (%s): blocks %s, %d sends and %d receives a step, at most %d micro-batches in flight, arena %.1f KiB\n",
+                   stage->stage, a.pipeline.c_str(), s.plan.stages[static_cast<size_t>(stage->stage)].blocks.c_str(), stage->sends,
+                   stage->receives, stage->peak_in_flight, static_cast<double>(rp.program.memory.arena_bytes) / 1024.0);
     }
   } else {
     OASES_ASSIGN_OR_RETURN(rp, build_rank_program(s.gp, rt.rank(), ro));
@@ -74,7 +73,7 @@ Expected<std::unique_ptr<Trainer>> make_trainer(const TrainSetup& s, RankRuntime
   if (lead && (a.memory_report || a.overlap_report) && rp.schedule) {
     std::fprintf(stderr, "schedule %s, %lld chunks: %d recomputed nodes (%d collectives); activations kept for backward per block%s:\n",
                  rp.schedule->name.c_str(), static_cast<long long>(a.chunks), rp.recompute.nodes, rp.recompute.collectives,
-                 s.pipe ? " (stage 0, every micro-batch)" : "");
+                 s.piped() ? " (stage 0, every micro-batch)" : "");
     for (const auto& [layer, bytes] : rp.saved_bytes) {
       std::string where = layer < 0 ? std::string("outside blocks") : fmt::format("layer {}", layer);
       std::fprintf(stderr, "  %s: %d tensors, %.1f KiB\n", where.c_str(), rp.saved_count.at(layer), static_cast<double>(bytes) / 1024.0);

@@ -5,11 +5,11 @@ namespace oases {
 // Under --pp, `rt_` is the rank's stage (its mesh, groups and rank in the stage) and `world` every
 // rank of the run.
 Status RankRun::start(RankRuntime* world) {
-  const bool piped = s_.pipe.has_value();
+  const bool piped = s_.piped();
   StageProgramInfo stage;
   OASES_ASSIGN_OR_RETURN(trainer_, make_trainer(s_, rt_, &nccl_groups_, &sched_, piped ? &stage : nullptr));
   if (piped) {
-    rules_.emplace(rt_, *world, std::move(stage), s_.pipe->stages);
+    rules_.emplace(rt_, *world, std::move(stage), static_cast<int>(s_.plan.num_stages()));
   } else {
     rules_.emplace(rt_);
   }
@@ -22,7 +22,7 @@ Status RankRun::start(RankRuntime* world) {
   tracing_ = !a_.trace.empty() || a_.overlap_report;
   tr().executor().set_tracing(tracing_);
   gp_ = piped ? &s_.stage_program(rules_->stage()) : &s_.gp;
-  if (piped) OASES_RETURN_IF_ERROR(rules_->check_transfers(*s_.pipe));
+  if (piped) OASES_RETURN_IF_ERROR(rules_->check_transfers(s_.plan));
   pspecs_ = rules_->of_stage(gp_->param_specs);
   pshapes_ = rules_->of_stage(gp_->param_shapes);
   rules_->use_global_norm(tr(), pspecs_);

@@ -77,7 +77,7 @@ void RankRun::print_start() const {
                a.grad_accum > 1 ? fmt::format(" x {} micro-batches", a.grad_accum).c_str() : "", static_cast<long long>(a.steps),
                rules_->piped() ? fmt::format(", {} ranks (pp {} x {}, {}, {} micro-batches, stages {}, {})", rules_->everyone().size(), a.pp,
                                              a.stage_meshes.empty() ? fmt::format("tp {} x dp {}", a.tp, a.dp) : "meshes " + a.stage_meshes, a.pipeline,
-                                             a.micro_batches, stages_string(s_.pipe->cuts), rt.communicator() ? rt.communicator()->kind() : "local")
+                                             a.micro_batches, s_.plan.cuts(), rt.communicator() ? rt.communicator()->kind() : "local")
                                      .c_str()
                : rt.size() > 1 ? fmt::format(", {} ranks (tp {} x dp {}, {})", rt.size(), a.tp, a.dp,
                                              rt.communicator() ? rt.communicator()->kind() : "local")
@@ -125,7 +125,7 @@ Status RankRun::write_trace() {
     about["pp"] = a_.pp;
     about["pipeline"] = a_.pipeline;
     about["micro_batches"] = a_.micro_batches;
-    about["stages"] = stages_string(s_.pipe->cuts);
+    about["stages"] = s_.plan.cuts();
   }
   size_t events = 0;
   OASES_RETURN_IF_ERROR(write_trace_file(all, about, a_.trace, &events));

@@ -19,7 +19,7 @@ namespace {
 // norm sums the stages (a tied weight counted once), and checkpoints, gradient dumps and exports
 // pool every stage's parameters on world rank 0 (executor/stage_rules.h).
 Status run_rank(const TrainSetup& s, RankRuntime& rt, RankRuntime* world = nullptr) {
-  if (s.pipe.has_value() && !world) return Status::error("internal: a pipeline rank needs the world's runtime");
+  if (s.piped() && !world) return Status::error("internal: a pipeline rank needs the world's runtime");
   RankRun run(s, rt);
   OASES_RETURN_IF_ERROR(run.start(world));
   OASES_RETURN_IF_ERROR(run.before_training());
@@ -55,9 +55,9 @@ int run_training(TrainArgs& a, int argc, char** argv) {
   }
   // groups inside one emulated host are not slowed; the link emulated is the one between hosts
   if (!setup->host_of.empty()) set_emulated_hosts(setup->host_of);
-  if (!setup->pipe) return l.run(setup->gp.mesh(), link, [&](RankRuntime& rt) { return run_rank(*setup, rt); });
+  if (!setup->piped()) return l.run(setup->gp.mesh(), link, [&](RankRuntime& rt) { return run_rank(*setup, rt); });
   // a pipeline: the world's ranks, each running its stage on the stage's own mesh
-  const PipelineLayout& pl = *setup->pipe;
+  const Plan& pl = setup->plan;
   Mesh everyone{{"world"}, {pl.world()}, {}};
   const bool cards = a.hosts > 1 && link.enabled();
   int rc = l.run(everyone, link, [&](RankRuntime& world) -> Status {

@@ -146,12 +146,14 @@ Status build_programs(TrainSetup& s, Graph forward, const Plan& plan, int64_t st
   OASES_ASSIGN_OR_RETURN(StageGlobals sg, build_stage_globals(std::move(forward), spec, s.plan, go));
   s.gp = std::move(sg.first);
   s.stage_gp = std::move(sg.own);
-  PipelineLayout& pl = s.pipe.emplace(std::move(sg.layout));
+  s.plan = std::move(sg.plan);
+  s.machine = std::move(sg.machine);
   if (!s.host_of.empty()) {
-    pl.host_of.assign(s.host_of.begin(), s.host_of.end());
+    LinkModel inter;
     if (!a.emulate_link.empty()) {
-      OASES_ASSIGN_OR_RETURN(pl.inter, parse_link_model(a.emulate_link));
+      OASES_ASSIGN_OR_RETURN(inter, parse_link_model(a.emulate_link));
     }
+    s.machine = reshard_cluster(s.plan.world(), s.host_of, inter, LinkModel{});
   }
   return Status::ok();
 }
@@ -161,13 +163,9 @@ Status build_programs(TrainSetup& s, Graph forward, const Plan& plan, int64_t st
 Status export_plan(const TrainSetup& s) {
   const TrainArgs& a = s.a;
   nlohmann::json j = plan_to_json(s.gp.train.graph, *s.gp.partitioned, s.gp.sharding, s.gp.strategy, a.model);
-  if (s.pipe) {
-    Plan staged = s.plan;
-    staged.micro_batches = s.pipe->micro_batches;
-    for (size_t k = 0; k < staged.stages.size() && k < s.pipe->cuts.size(); ++k)
-      staged.stages[k].blocks = fmt::format("{}-{}", s.pipe->cuts[k].first, s.pipe->cuts[k].last);
+  if (s.piped()) {
     j["version"] = kPlanVersionStages;
-    j["pipeline"] = staged.pipeline_json();
+    j["pipeline"] = s.plan.pipeline_json();
   }
   return write_file_atomically(a.export_plan, j.dump(2) + "\n");
 }
@@ -236,7 +234,7 @@ Expected<TrainSetup> prepare_training(const TrainArgs& args, int64_t world) {
   }
   s.model_hash = fnv1a(s.fingerprint +
                            fmt::format("nodes={};tp={};dp={};pp={};stages={};meshes={};", train.graph.num_nodes(), a.tp, a.dp, a.pp,
-                                       s.pipe ? stages_string(s.pipe->cuts) : "", a.stage_meshes) +
+                                       s.piped() ? s.plan.cuts() : "", a.stage_meshes) +
                        binary_identity());
   return s;
 }

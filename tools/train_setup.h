@@ -33,8 +33,11 @@ struct TrainSetup {
   OptimizerConfig oc;
   std::string fingerprint;  // names, dtypes and shapes of the trainable parameters
   uint64_t model_hash = 0;  // every rank must run the same model, layout and binary
-  // --pp S > 1: the stages (gp is then one stage's tp x dp program, chunked into M x K chunks)
-  std::optional<PipelineLayout> pipe;
+  // --pp S > 1: `plan` has the stages (each one's blocks and ranks fixed, the micro-batches; gp is
+  // then the first stage's program, chunked into M x K chunks), and `machine` the hosts of the
+  // world's ranks and their links the transfers are planned for.
+  bool piped() const { return plan.num_stages() > 1; }
+  ReshardCluster machine;
   // --stage-meshes: the program of each stage whose mesh is not the first's (null: gp's)
   std::vector<std::shared_ptr<const GlobalProgram>> stage_gp;
   const GlobalProgram& stage_program(int stage) const {

@@ -37,12 +37,18 @@ Plan staged(const Plan& plan, int64_t S, int64_t M, const std::string& schedule,
 
 struct Built {
   GlobalProgram gp;  // stage 0's
-  PipelineLayout pl;
+  Plan plan;         // the pipeline, its stages resolved (blocks, ranks, micro-batches)
+  std::vector<StageCut> cuts;
+  ReshardCluster machine;                                // one machine
   std::vector<std::shared_ptr<GlobalProgram>> stage_gp;  // per stage (with stage meshes)
   std::vector<const GlobalProgram*> stages() const {
     std::vector<const GlobalProgram*> out;
-    for (int s = 0; s < pl.stages; ++s) out.push_back(stage_gp.empty() ? &gp : stage_gp[static_cast<size_t>(s)].get());
+    for (int64_t s = 0; s < plan.num_stages(); ++s) out.push_back(stage_gp.empty() ? &gp : stage_gp[static_cast<size_t>(s)].get());
     return out;
+  }
+  void set_stage_ranks(int64_t s, int64_t ranks) {
+    plan.stages[static_cast<size_t>(s)].ranks = ranks;
+    machine = reshard_cluster(plan.world(), {}, {}, {});
   }
 };
 
@@ -64,13 +70,12 @@ Built build(int S, int64_t tp, int M, int K, PipelineSchedule sched, const std::
   EXPECT_TRUE(cuts) << cuts.status().message();
   auto gp = program_on(pm, tp, 1, M * K, schedule, *cuts);
   EXPECT_TRUE(gp) << gp.status().message();
-  Built b{std::move(*gp), {}, {}};
-  b.pl.stages = S;
-  b.pl.micro_batches = M;
-  b.pl.chunks = K;
-  b.pl.set_uniform(tp);
-  b.pl.schedule = sched;
-  b.pl.cuts = *cuts;
+  Plan first = Plan::megatron(tp, 1);
+  first.mesh().schedule = schedule;
+  first.mesh().chunks = K;
+  Built b{std::move(*gp), staged(first, S, M, pipeline_name(sched), stages_string(*cuts)), *cuts, {}, {}};
+  b.plan.micro_batches = M;
+  b.machine = reshard_cluster(b.plan.world(), {}, {}, {});
   return b;
 }
 
@@ -80,10 +85,10 @@ Built build_meshes(const std::vector<std::pair<int64_t, int64_t>>& meshes, int M
   Built b = build(S, 1, M, 1, sched);  // the layout and cuts; the stages get their own programs below
   PlanningModel pm = tied_model();
   for (int s = 0; s < S; ++s) {
-    auto gp = program_on(pm, meshes[static_cast<size_t>(s)].first, meshes[static_cast<size_t>(s)].second, M, "", b.pl.cuts);
+    auto gp = program_on(pm, meshes[static_cast<size_t>(s)].first, meshes[static_cast<size_t>(s)].second, M, "", b.cuts);
     EXPECT_TRUE(gp) << gp.status().message();
     b.stage_gp.push_back(std::make_shared<GlobalProgram>(std::move(*gp)));
-    b.pl.stage_ranks[static_cast<size_t>(s)] = meshes[static_cast<size_t>(s)].first * meshes[static_cast<size_t>(s)].second;
+    b.set_stage_ranks(s, meshes[static_cast<size_t>(s)].first * meshes[static_cast<size_t>(s)].second);
   }
   return b;
 }
@@ -91,7 +96,7 @@ Built build_meshes(const std::vector<std::pair<int64_t, int64_t>>& meshes, int M
 TEST(PipelineProgram, NodesGoToTheirBlocksStageAndTheTiedWeightToBoth) {
   Built b = build(2, 1, 2, 1, PipelineSchedule::k1F1B);
   const Graph& g = b.gp.train.graph;
-  auto sa = assign_stages(g, b.gp.train.params, b.pl.cuts, 2);
+  auto sa = assign_stages(g, b.gp.train.params, b.cuts, 2);
   ASSERT_TRUE(sa) << sa.status().message();
   EXPECT_EQ(sa->blocks, 4);
   int tied_holders = 0;
@@ -132,9 +137,9 @@ struct RankTransfers {
 };
 
 void check_built_programs(const Built& b, int K, PipelineSchedule sched) {
-  const int S = b.pl.stages, M = b.pl.micro_batches;
-  const int64_t world = b.pl.world();
-  auto stage_of = [&](int64_t r) { return b.pl.stage_of_rank(r); };
+  const int S = static_cast<int>(b.plan.num_stages()), M = static_cast<int>(b.plan.micro_batches);
+  const int64_t world = b.plan.world();
+  auto stage_of = [&](int64_t r) { return b.plan.stage_of_rank(r); };
   std::vector<std::vector<std::string>> listed(static_cast<size_t>(world));
   std::vector<int> stage_of_rank;
   std::map<std::string, int> ids;  // transfer -> op id shared by its participants
@@ -143,7 +148,7 @@ void check_built_programs(const Built& b, int K, PipelineSchedule sched) {
     RankProgramOptions ro;
     ro.slice_constants = false;
     StageProgramInfo info;
-    auto rp = build_stage_program(b.stages(), b.pl, r, ro, &info);
+    auto rp = build_stage_program(b.stages(), b.plan, b.machine, r, ro, &info);
     ASSERT_TRUE(rp) << rp.status().message();
     const int s = info.stage;
     EXPECT_EQ(s, stage_of(r));
@@ -203,7 +208,7 @@ void check_built_programs(const Built& b, int K, PipelineSchedule sched) {
   for (const auto& [key, id] : ids) {
     int from = std::stoi(key.substr(key.rfind(' ') + 1)), to = std::stoi(key.substr(key.rfind('>') + 1));
     for (int s : {from, to}) {
-      for (int64_t i = 0; i < b.pl.ranks_of(s); ++i) who[id].push_back(b.pl.first_rank(s) + i);
+      for (int64_t i = 0; i < b.plan.stage_ranks(s); ++i) who[id].push_back(b.plan.first_rank(s) + i);
     }
   }
   std::vector<std::vector<ChannelInstr>> programs;
@@ -241,9 +246,9 @@ TEST(PipelineProgram, DataParallelStagesBucketTheirOwnGradients) {
   Built b = build_meshes({{1, 2}, {1, 2}}, 2, PipelineSchedule::k1F1B);
   RankProgramOptions ro;
   ro.slice_constants = false;
-  for (int64_t r = 0; r < b.pl.world(); ++r) {
+  for (int64_t r = 0; r < b.plan.world(); ++r) {
     StageProgramInfo info;
-    auto rp = build_stage_program(b.stages(), b.pl, r, ro, &info);
+    auto rp = build_stage_program(b.stages(), b.plan, b.machine, r, ro, &info);
     ASSERT_TRUE(rp) << rp.status().message();
     const Graph& g = rp->program.graph;
     int buckets = 0, whole_markers = 0;
@@ -269,7 +274,7 @@ TEST(PipelineProgram, StagesOnTheirOwnMeshes) {
   for (PipelineSchedule sched : {PipelineSchedule::kGPipe, PipelineSchedule::k1F1B, PipelineSchedule::kEager1F1B}) {
     SCOPED_TRACE(pipeline_name(sched));
     Built b = build_meshes({{2, 1}, {1, 2}}, 2, sched);
-    EXPECT_EQ(b.pl.world(), 4);
+    EXPECT_EQ(b.plan.world(), 4);
     check_built_programs(b, 1, sched);
     check_built_programs(build_meshes({{1, 1}, {2, 2}, {1, 2}, {2, 1}}, 4, sched), 1, sched);
   }
@@ -279,7 +284,7 @@ TEST(PipelineProgram, StagesOnTheirOwnMeshes) {
   RankProgramOptions ro;
   ro.slice_constants = false;
   StageProgramInfo info;
-  auto rp = build_stage_program(b.stages(), b.pl, 2, ro, &info);
+  auto rp = build_stage_program(b.stages(), b.plan, b.machine, 2, ro, &info);
   ASSERT_TRUE(rp) << rp.status().message();
   EXPECT_EQ(info.stage, 1);
   int seen = 0;
@@ -297,11 +302,11 @@ TEST(PipelineProgram, StagesOnTheirOwnMeshes) {
 TEST(PipelineProgram, ErrorsNameTheProblem) {
   Built b = build(2, 1, 2, 1, PipelineSchedule::k1F1B);
   StageProgramInfo info;
-  auto bad_rank = build_stage_program(b.gp, b.pl, 5, RankProgramOptions{}, &info);
+  auto bad_rank = build_stage_program(b.gp, b.plan, b.machine, 5, RankProgramOptions{}, &info);
   ASSERT_FALSE(bad_rank);
   EXPECT_NE(bad_rank.status().message().find("world rank 5"), std::string::npos) << bad_rank.status().message();
-  b.pl.set_uniform(2);
-  auto bad_mesh = build_stage_program(b.gp, b.pl, 0, RankProgramOptions{}, &info);
+  for (int64_t s = 0; s < b.plan.num_stages(); ++s) b.set_stage_ranks(s, 2);
+  auto bad_mesh = build_stage_program(b.gp, b.plan, b.machine, 0, RankProgramOptions{}, &info);
   ASSERT_FALSE(bad_mesh);
   EXPECT_NE(bad_mesh.status().message().find("partitioned over 1 ranks"), std::string::npos) << bad_mesh.status().message();
 }
@@ -324,26 +329,33 @@ TEST(PipelineProgram, StageGlobalsShareTheProgramsOfEqualMeshes) {
   EXPECT_EQ(sg->programs(), (std::vector<const GlobalProgram*>{&sg->first, sg->own[1].get(), &sg->first, sg->own[1].get()}));
   EXPECT_EQ(sg->first.plan.mesh().chunks, 2);
   EXPECT_EQ(sg->program(1).plan.mesh().chunks, 2);
-  const PipelineLayout& pl = sg->layout;
-  EXPECT_EQ(stages_string(pl.cuts), "0-0,1-1,2-2,3-3");
-  EXPECT_EQ(pl.stage_ranks, (std::vector<int64_t>{1, 2, 1, 2}));
+  // the plan resolved: each stage's blocks and ranks, the micro-batches; the machine of its world
+  const Plan& pl = sg->plan;
+  EXPECT_EQ(pl.cuts(), "0-0,1-1,2-2,3-3");
+  EXPECT_EQ(stages_string(stage_cuts_of(pl).value()), "0-0,1-1,2-2,3-3");
+  EXPECT_EQ((std::vector<int64_t>{pl.stage_ranks(0), pl.stage_ranks(1), pl.stage_ranks(2), pl.stage_ranks(3)}),
+            (std::vector<int64_t>{1, 2, 1, 2}));
   EXPECT_EQ(pl.world(), 6);
+  EXPECT_EQ(pl.first_rank(3), 4);
+  EXPECT_EQ(pl.stage_of_rank(2), 1);
+  EXPECT_EQ(pl.stage_of_rank(6), -1);
   EXPECT_EQ(pl.micro_batches, 2);
-  EXPECT_EQ(pl.chunks, 1);
-  EXPECT_EQ(pl.schedule, PipelineSchedule::kEager1F1B);
+  EXPECT_EQ(pl.mesh().chunk_count(), 1);
+  EXPECT_EQ(pl.pipeline, "eager-1f1b");
+  EXPECT_EQ(sg->machine.world(), 6);
 
   // another schedule is another program; the cuts are the ones given; no stage meshes: one program
   sg = build_stage_globals(pm.forward, TrainingSpec{}, staged(plan, 3, 2, "1f1b", "0-1,2-2,3-3", "1x1,2x1,2x1:default_checkpoint"),
                            GlobalProgramOptions{});
   ASSERT_TRUE(sg) << sg.status().message();
-  EXPECT_EQ(stages_string(sg->layout.cuts), "0-1,2-2,3-3");
+  EXPECT_EQ(sg->plan.cuts(), "0-1,2-2,3-3");
   ASSERT_NE(sg->own[2], nullptr);
   EXPECT_NE(sg->own[2], sg->own[1]);
   EXPECT_EQ(sg->own[2]->plan.mesh().schedule, "default_checkpoint");
   sg = build_stage_globals(pm.forward, TrainingSpec{}, staged(plan, 3, 2, "1f1b", "0-1,2-2,3-3"), GlobalProgramOptions{});
   ASSERT_TRUE(sg) << sg.status().message();
   EXPECT_TRUE(sg->own.empty());
-  EXPECT_EQ(sg->layout.stage_ranks, (std::vector<int64_t>{1, 1, 1}));
+  EXPECT_EQ(sg->plan.world(), 3);
 
   // errors: cuts that leave a block out, a schedule that is none, a model without blocks
   EXPECT_FALSE(build_stage_globals(pm.forward, TrainingSpec{}, staged(plan, 3, 2, "1f1b", "0-1,3-3,3-3"), GlobalProgramOptions{}));

@@ -29,18 +29,18 @@ using testutil::TempDir;
 // contiguous ranks. `info_of(world_rank)` is the rank's StageProgramInfo (its stage is set here).
 using InfoOf = std::function<StageProgramInfo(int world_rank)>;
 Status run_pipeline(const std::vector<int64_t>& stage_ranks, const InfoOf& info_of,
-                    const std::function<Status(StageRules&, RankRuntime& stage_rt)>& body, PipelineLayout* layout = nullptr) {
-  PipelineLayout pl;
-  pl.stages = static_cast<int>(stage_ranks.size());
-  pl.stage_ranks = stage_ranks;
-  if (layout) *layout = pl;
+                    const std::function<Status(StageRules&, RankRuntime& stage_rt)>& body, Plan* plan = nullptr) {
+  Plan pl;
+  pl.stages.assign(stage_ranks.size(), MeshPlan{});
+  for (size_t s = 0; s < stage_ranks.size(); ++s) pl.stages[s].ranks = stage_ranks[s];
+  if (plan) *plan = pl;
   return run_thread_ranks(pl.world(), Mesh{{"world"}, {pl.world()}, {}}, LinkModel{}, 1, 30, [&](RankRuntime& world) -> Status {
     const int st = pl.stage_of_rank(world.rank());
-    PlacedMesh placed = PlacedMesh::contiguous(Mesh{{"tp"}, {pl.ranks_of(st)}, {}}, pl.first_rank(st));
+    PlacedMesh placed = PlacedMesh::contiguous(Mesh{{"tp"}, {pl.stage_ranks(st)}, {}}, pl.first_rank(st));
     OASES_ASSIGN_OR_RETURN(auto stage_rt, RankRuntime::create(world.communicator(), placed));
     StageProgramInfo info = info_of(world.rank());
     info.stage = st;
-    StageRules rules(*stage_rt, world, std::move(info), pl.stages);
+    StageRules rules(*stage_rt, world, std::move(info), static_cast<int>(pl.num_stages()));
     return body(rules, *stage_rt);
   });
 }
@@ -139,7 +139,7 @@ TEST(StageRules, TheGradientNormCountsATiedWeightOnce) {
 
 TEST(StageRules, ATransferListMismatchNamesTheRanks) {
   const std::string send = "0>1 0 h [2, 4] R -> R", other = "0>1 0 h [2, 8] R -> R";
-  PipelineLayout pl;
+  Plan pl;
   // agreeing lists pass on every rank
   Status ok = run_pipeline(
       {1, 2}, [&](int) { return stage_with({}, {send}); }, [&](StageRules& rules, RankRuntime&) { return rules.check_transfers(pl); }, &pl);
