@@ -315,6 +315,13 @@ struct StageCountResult {
   Status status;
 };
 
+// The plan of a found pipeline and its inner layouts in words (`stage_a`: the model on one
+// stage's GPUs).
+void with_plan(const ModelAnalysis& stage_a, PipelinePlan& p) {
+  p.plan = plan_of_pipeline(stage_a, p);
+  p.inner_layouts = describe_layouts(stage_a, p.inner.layouts);
+}
+
 StageCountResult search_stage_count(const Graph& forward, const Graph& train, const std::vector<ValueId>& params, const ClusterSpec& cluster,
                                     const OpTimeModel& ops, int64_t gpus, int64_t S, int blocks, const PipelinePlanOptions& o) {
   StageCountResult out;
@@ -370,6 +377,7 @@ StageCountResult search_stage_count(const Graph& forward, const Graph& train, co
       if (fits_somewhere) break;
     }
   }
+  if (out.best.found) with_plan(*an, out.best);
   return out;
 }
 
@@ -453,10 +461,11 @@ Expected<PipelinePlan> price_pipeline(const Graph& forward, const Graph& train, 
   }
   PipelinePlan pp = price(cm, cluster, ops, gpus, stages, micro_batches, p, schedule, blocks);
   if (!pp.found) return Status::error(pp.why);
+  with_plan(a, pp);
   return pp;
 }
 
-nlohmann::json pipeline_plan_json(const PipelinePlan& p, const ModelAnalysis* inner) {
+nlohmann::json pipeline_plan_json(const PipelinePlan& p) {
   nlohmann::json j;
   j["stages"] = p.stages;
   j["stage_ranks"] = p.stage_ranks;
@@ -466,7 +475,7 @@ nlohmann::json pipeline_plan_json(const PipelinePlan& p, const ModelAnalysis* in
   for (const auto& s : p.stage) cuts.push_back(s.blocks);
   j["cuts"] = stages_string(cuts);
   j["inner"] = {{"schedule", p.inner.schedule}, {"chunks_per_micro_batch", p.micro_batches > 0 ? p.inner.chunks / p.micro_batches : 0}};
-  if (inner) j["inner"]["layouts"] = describe_layouts(*inner, p.inner.layouts);
+  if (!p.inner_layouts.empty()) j["inner"]["layouts"] = p.inner_layouts;
   if (p.per_stage) {
     // each stage's mesh (the plan's "pipeline" object lists them as its stages)
     nlohmann::json meshes = nlohmann::json::array();

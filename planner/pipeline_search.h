@@ -54,6 +54,11 @@ struct PipelinePlan {
   int64_t candidates = 0;  // (S, M, K, schedule) priced
   double search_ms = 0;
   std::string why;  // when nothing was found
+  // What was found as a plan (planner/plan.h): the stages' blocks and meshes, the inner schedule,
+  // micro-batches and pipeline schedule; what oases-plan writes and oases-train runs. And the
+  // inner layouts in words (plan_report.h describe_layouts).
+  Plan plan;
+  std::string inner_layouts;
 };
 
 // `forward`/`train`/`params`: the model as the one-mesh search plans it (planner/analysis.h).
@@ -74,12 +79,13 @@ Expected<PipelinePlan> price_pipeline(const Graph& forward, const Graph& train, 
                                       const OpTimeModel& ops, int64_t gpus, int stages, int64_t tp, int micro_batches,
                                       PipelineSchedule schedule, const std::string& inner_schedule);
 
-// The plan a pipeline's file carries (plan version 3): the stages' inner plan on one stage's mesh
-// (the first stage's tp where the stages differ; the file's "meshes" lists them all) and the
-// stages, micro-batches, cuts and schedule. `stage_a`: the model analysed on p.stage_ranks ranks.
+// The plan of a pipeline the search found (PipelinePlan::plan, what its file carries): the first
+// stage's inner plan on its mesh, each later stage the same or, on another tp, Megatron's split
+// there, with their blocks, the micro-batches and the schedule. `stage_a`: the model analysed on
+// p.stage_ranks ranks.
 Plan plan_of_pipeline(const ModelAnalysis& stage_a, const PipelinePlan& p);
 
-nlohmann::json pipeline_plan_json(const PipelinePlan& p, const ModelAnalysis* inner = nullptr);
+nlohmann::json pipeline_plan_json(const PipelinePlan& p);
 std::string describe_pipeline(const PipelinePlan& p);
 
 }  // namespace oases

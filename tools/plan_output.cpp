@@ -119,12 +119,9 @@ Status print_reference_pipeline(const PlanOptions& o, const PlanSearch& s) {
 // --simulate with a pipeline: every stage's program built as oases-train builds it and replayed
 // (planner/pipeline_replay.h), beside what the pipeline search predicted.
 static Expected<nlohmann::json> replay_pipeline_plan(PlanSearch& s, const Profile* floor) {
-  auto stage_a = analyze_model(s.pm.forward, s.pm.train.graph, s.pm.train.params, s.pipe.stage_ranks);
-  if (!stage_a) return stage_a.status().with_context(s.pm.path);
-  Plan plan = plan_of_pipeline(*stage_a, s.pipe);
   GlobalProgramOptions go;
   go.model_path = s.pm.path;
-  OASES_ASSIGN_OR_RETURN(StageGlobals sg, build_stage_globals(s.pm.forward, TrainingSpec{}, plan, go));
+  OASES_ASSIGN_OR_RETURN(StageGlobals sg, build_stage_globals(s.pm.forward, TrainingSpec{}, s.pipe.plan, go));
   OASES_ASSIGN_OR_RETURN(PipelineReplay r, replay_pipeline(sg, s.cluster, s.ops, floor));
   const PipelinePlan& p = s.pipe;
   std::printf("  %-15s step %9.3f ms  (stage programs replayed; the search predicted %.3f ms; bubble %.0f%%)\n", "pipeline", r.step_s * 1e3,
@@ -191,17 +188,8 @@ Expected<nlohmann::json> simulate_plans(const PlanOptions& o, PlanSearch& s) {
 }
 
 Status write_chosen_plan(const PlanOptions& o, PlanSearch& s, const nlohmann::json& sims, bool pipeline_wins) {
-  // a pipeline's file: its stages' inner plan (one stage's mesh) and the stages (plan version 3)
-  std::optional<ModelAnalysis> stage_a;
-  Plan chosen;
-  if (pipeline_wins) {
-    auto sa = analyze_model(s.pm.forward, s.pm.train.graph, s.pm.train.params, s.pipe.stage_ranks);
-    if (!sa) return sa.status().with_context(o.model);
-    stage_a = std::move(*sa);
-    chosen = plan_of_pipeline(*stage_a, s.pipe);
-  } else {
-    chosen = plan_of_choice(s.a, s.best.best, o.gpus);
-  }
+  // a pipeline's file: its stages, each with its mesh and blocks (plan version 4)
+  Plan chosen = pipeline_wins ? s.pipe.plan : plan_of_choice(s.a, s.best.best, o.gpus);
   chosen.batch = s.pm.batch;
   chosen.seq = s.pm.seq;
   chosen.dtype = s.dtype;  // oases-train --plan trains in it unless --dtype says otherwise
@@ -211,7 +199,7 @@ Status write_chosen_plan(const PlanOptions& o, PlanSearch& s, const nlohmann::js
   if (pipeline_wins) {
     // the plan's stages (what oases-train reads), then what the search found out about them
     nlohmann::json pj = chosen.pipeline_json();
-    const nlohmann::json found = pipeline_plan_json(s.pipe, &*stage_a);
+    const nlohmann::json found = pipeline_plan_json(s.pipe);
     for (const auto& [key, value] : found.items()) {
       if (!pj.contains(key) && key != "meshes") pj[key] = value;
     }

@@ -443,11 +443,22 @@ TEST(PipelineSearch, PlansStagesOnAClusterAndPricesAGivenPipeline) {
   auto j = pipeline_plan_json(*p);
   EXPECT_EQ(j["stages"], p->stages);
   EXPECT_FALSE(j["timeline"].empty());
+  // the search's answer is a Plan: its stages with their blocks and meshes, valid as it stands
+  const Plan& plan = p->plan;
+  ASSERT_EQ(plan.num_stages(), p->stages);
+  EXPECT_EQ(plan.world(), 16);
+  EXPECT_EQ(plan.micro_batches, p->micro_batches);
+  EXPECT_EQ(plan.pipeline, pipeline_name(p->schedule));
+  EXPECT_EQ(stages_string(stage_cuts_of(plan).value()), j["cuts"].get<std::string>());
+  EXPECT_TRUE(plan.validate().is_ok()) << plan.validate().message();
+  EXPECT_FALSE(p->inner_layouts.empty());
   // a given pipeline, priced the same way: more micro-batches, a smaller bubble
   auto few = price_pipeline(pm.forward, pm.train.graph, pm.train.params, *cluster, ops, 16, 2, 4, 2, PipelineSchedule::k1F1B, "plain");
   auto many = price_pipeline(pm.forward, pm.train.graph, pm.train.params, *cluster, ops, 16, 2, 4, 8, PipelineSchedule::k1F1B, "plain");
   ASSERT_TRUE(few && many) << (few ? many.status().message() : few.status().message());
   EXPECT_LT(many->bubble, few->bubble);
+  EXPECT_EQ(many->plan.num_stages(), 2);
+  EXPECT_EQ(many->plan.mesh().tp, 4);
   auto bad = price_pipeline(pm.forward, pm.train.graph, pm.train.params, *cluster, ops, 16, 3, 4, 2, PipelineSchedule::k1F1B, "plain");
   EXPECT_FALSE(bad);
 }
