@@ -76,7 +76,7 @@ void RankRun::print_start() const {
                s_.gp.param_shapes.size(), static_cast<long long>(values), static_cast<long long>(s_.batch), static_cast<long long>(s_.seq),
                a.grad_accum > 1 ? fmt::format(" x {} micro-batches", a.grad_accum).c_str() : "", static_cast<long long>(a.steps),
                rules_->piped() ? fmt::format(", {} ranks (pp {} x {}, {}, {} micro-batches, stages {}, {})", rules_->everyone().size(), a.pp,
-                                             a.stage_meshes.empty() ? fmt::format("tp {} x dp {}", a.tp, a.dp) : "meshes " + a.stage_meshes, a.pipeline,
+                                             s_.meshes_text(), a.pipeline,
                                              a.micro_batches, s_.plan.cuts(), rt.communicator() ? rt.communicator()->kind() : "local")
                                      .c_str()
                : rt.size() > 1 ? fmt::format(", {} ranks (tp {} x dp {}, {})", rt.size(), a.tp, a.dp,

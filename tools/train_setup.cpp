@@ -80,9 +80,11 @@ Status check_output_paths(const TrainArgs& a) {
 
 
 // --pp: the plan file's stages where the command line names none, and the pipeline flags checked;
-// `meshes` receives --stage-meshes. Returns the ranks of the first stage's mesh (without stages:
-// the world's).
-Expected<int64_t> resolve_stages(TrainArgs& a, int64_t world, std::vector<MeshPlan>* meshes) {
+// `meshes` receives each stage's mesh (--stage-meshes, or the plan file's stages, `*from_plan` then
+// true: they run as the file has them). Returns the ranks of the first stage's mesh (without
+// stages: the world's).
+Expected<int64_t> resolve_stages(TrainArgs& a, int64_t world, std::vector<MeshPlan>* meshes, bool* from_plan) {
+  *from_plan = false;
   // pipeline stages: the world is pp meshes of tp x dp ranks; a plan of several stages names them
   if (!a.plan.empty()) {
     OASES_ASSIGN_OR_RETURN(Plan from_file, Plan::read(a.plan));
@@ -90,12 +92,21 @@ Expected<int64_t> resolve_stages(TrainArgs& a, int64_t world, std::vector<MeshPl
     if (S > 1 && a.pp <= 1) {
       a.pp = S;
       if (a.micro_batches <= 0) a.micro_batches = from_file.micro_batches;
-      if (a.stages.empty()) a.stages = from_file.cuts();
       a.pipeline = from_file.pipeline;
-      const MeshPlan& m0 = from_file.mesh();
-      bool own = std::any_of(from_file.stages.begin(), from_file.stages.end(),
-                             [&](const MeshPlan& m) { return m.tp != m0.tp || m.dp != m0.dp || m.schedule != m0.schedule; });
-      if (a.stage_meshes.empty() && own) a.stage_meshes = stage_meshes_string(from_file.stages);
+      if (a.stages.empty() && a.stage_meshes.empty()) {
+        if (from_file.world() != world)
+          return error("{}: the plan's {} stages need {} ranks, this run has {} (run it with --local-ranks {} or mpirun -np {})", a.plan, S,
+                       from_file.world(), world, from_file.world(), from_file.world());
+        *from_plan = true;
+        *meshes = from_file.stages;
+      } else {
+        // the command line recuts the stages or puts them on other meshes: the rest from the file
+        if (a.stages.empty()) a.stages = from_file.cuts();
+        const MeshPlan& m0 = from_file.mesh();
+        bool own = std::any_of(from_file.stages.begin(), from_file.stages.end(),
+                               [&](const MeshPlan& m) { return m.tp != m0.tp || m.dp != m0.dp || m.schedule != m0.schedule; });
+        if (a.stage_meshes.empty() && own) a.stage_meshes = stage_meshes_string(from_file.stages);
+      }
     } else if (S > 1 && a.pp != S) {
       return error("{}: the plan has {} pipeline stages, --pp says {}", a.plan, S, a.pp);
     }
@@ -121,12 +132,16 @@ Expected<int64_t> resolve_stages(TrainArgs& a, int64_t world, std::vector<MeshPl
     if (a.device != "cpu") return Status::error("--pp runs on the CPU only: cross-stage transfers have no GPU path yet");
     if (a.micro_batches <= 0) a.micro_batches = a.pp;
   }
-  return !piped ? world : meshes->empty() ? world / a.pp : (*meshes)[0].tp * (*meshes)[0].dp;
+  if (!piped) return world;
+  if (meshes->empty()) return world / a.pp;
+  const MeshPlan& m0 = meshes->front();
+  return m0.ranks > 0 ? m0.ranks : std::max<int64_t>(m0.tp, 1) * std::max<int64_t>(m0.dp, 1);
 }
 
 // The training graph and its layout: one program, or one per pipeline stage mesh with the layout
 // of the stages (on --hosts: the emulated hosts and their link).
-Status build_programs(TrainSetup& s, Graph forward, const Plan& plan, int64_t stage_world, const std::vector<MeshPlan>& meshes) {
+Status build_programs(TrainSetup& s, Graph forward, const Plan& plan, int64_t stage_world, const std::vector<MeshPlan>& meshes,
+                      bool from_plan) {
   const TrainArgs& a = s.a;
   TrainingSpec spec;
   spec.loss = a.loss;
@@ -142,7 +157,13 @@ Status build_programs(TrainSetup& s, Graph forward, const Plan& plan, int64_t st
     OASES_ASSIGN_OR_RETURN(s.gp, build_global_program(std::move(forward), spec, plan, stage_world, go));
     return Status::ok();
   }
-  OASES_ASSIGN_OR_RETURN(s.plan, with_stages(plan, a.pp, a.micro_batches, a.pipeline, a.stages, meshes));
+  if (from_plan) {
+    // the plan file's stages as they are (their first mesh as the run adopted it)
+    s.plan.micro_batches = a.micro_batches;
+    s.plan.pipeline = a.pipeline;
+  } else {
+    OASES_ASSIGN_OR_RETURN(s.plan, with_stages(plan, a.pp, a.micro_batches, a.pipeline, a.stages, meshes));
+  }
   OASES_ASSIGN_OR_RETURN(StageGlobals sg, build_stage_globals(std::move(forward), spec, s.plan, go));
   s.gp = std::move(sg.first);
   s.stage_gp = std::move(sg.own);
@@ -191,6 +212,12 @@ OptimizerConfig optimizer_config(const TrainArgs& a) {
 
 }  // namespace
 
+std::string TrainSetup::meshes_text() const {
+  const MeshPlan& m0 = plan.mesh();
+  const bool own = std::any_of(plan.stages.begin(), plan.stages.end(), [&](const MeshPlan& m) { return !same_stage_layout(m, m0); });
+  return own ? "meshes " + stage_meshes_string(plan.stages) : fmt::format("tp {} x dp {}", a.tp, a.dp);
+}
+
 Expected<TrainSetup> prepare_training(const TrainArgs& args, int64_t world) {
   TrainSetup s;
   s.a = args;
@@ -203,7 +230,8 @@ Expected<TrainSetup> prepare_training(const TrainArgs& args, int64_t world) {
     return Status::error("--steps 0 does nothing without --dump-grads, --export-onnx or --export-plan");
   }
   std::vector<MeshPlan> meshes;
-  OASES_ASSIGN_OR_RETURN(int64_t stage_world, resolve_stages(a, world, &meshes));
+  bool from_plan = false;
+  OASES_ASSIGN_OR_RETURN(int64_t stage_world, resolve_stages(a, world, &meshes, &from_plan));
   if (a.hosts > 0 && world % a.hosts != 0) return error("--hosts {} does not divide the {} ranks of this run", a.hosts, world);
   if (a.hosts > 1) {
     for (int64_t r = 0; r < world; ++r) s.host_of.push_back(static_cast<int>(r / (world / a.hosts)));
@@ -220,9 +248,11 @@ Expected<TrainSetup> prepare_training(const TrainArgs& args, int64_t world) {
   plan.batch = s.batch;
   plan.seq = s.seq;
   if (a.pp > 1) OASES_RETURN_IF_ERROR(check_pipeline_batch(s.batch, a.dp, a.micro_batches, a.chunks));
-  for (const auto& m : meshes) OASES_RETURN_IF_ERROR(check_pipeline_batch(s.batch, m.dp, a.micro_batches, a.chunks));
+  for (const auto& m : meshes) {
+    if (m.dp > 0) OASES_RETURN_IF_ERROR(check_pipeline_batch(s.batch, m.dp, a.micro_batches, a.chunks));
+  }
   OASES_ASSIGN_OR_RETURN(LoadedModel loaded, load_model(a.model, opts));
-  OASES_RETURN_IF_ERROR(build_programs(s, std::move(loaded.graph), plan, stage_world, meshes));
+  OASES_RETURN_IF_ERROR(build_programs(s, std::move(loaded.graph), plan, stage_world, meshes, from_plan));
   const TrainingGraph& train = s.gp.train;
   s.vocab = train.vocab;
   OASES_RETURN_IF_ERROR(prepare_data(s));
@@ -234,7 +264,7 @@ Expected<TrainSetup> prepare_training(const TrainArgs& args, int64_t world) {
   }
   s.model_hash = fnv1a(s.fingerprint +
                            fmt::format("nodes={};tp={};dp={};pp={};stages={};meshes={};", train.graph.num_nodes(), a.tp, a.dp, a.pp,
-                                       s.piped() ? s.plan.cuts() : "", a.stage_meshes) +
+                                       s.piped() ? s.plan.cuts() : "", s.meshes_text()) +
                        binary_identity());
   return s;
 }

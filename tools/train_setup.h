@@ -37,6 +37,8 @@ struct TrainSetup {
   // then the first stage's program, chunked into M x K chunks), and `machine` the hosts of the
   // world's ranks and their links the transfers are planned for.
   bool piped() const { return plan.num_stages() > 1; }
+  // "tp 2 x dp 1" where every stage has the first's mesh, else "meshes 2x1,1x2:oases"
+  std::string meshes_text() const;
   ReshardCluster machine;
   // --stage-meshes: the program of each stage whose mesh is not the first's (null: gp's)
   std::vector<std::shared_ptr<const GlobalProgram>> stage_gp;

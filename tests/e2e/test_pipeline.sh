@@ -99,6 +99,8 @@ grep -Eq "stage tp (1,2|2,1)" "$WORK/own.plan.txt" || fail "the planner kept one
 assert sorted(m) == [(1, 2), (2, 1)], p" \
   "$WORK/own.plan.json" || fail "the plan file lacks the stage meshes"
 "$T" "$V" --synthetic --batch 32 --seq 64 --steps 2 -q --local-ranks 4 --plan "$WORK/own.plan.json" || fail "run the planner's stage meshes"
+expect_error "a staged plan on too few ranks" "the plan's 2 stages need 4 ranks, this run has 2" \
+  "$T" "$V" --synthetic --batch 32 --seq 64 --steps 2 -q --local-ranks 2 --plan "$WORK/own.plan.json"
 expect_error "stage meshes and --tp" "not both" "$T" "$G" --synthetic --steps 1 --pp 2 --local-ranks 4 --stage-meshes 2x1,1x2 --tp 2
 expect_error "stage meshes off the world" "needs 4 ranks, the run has 5" "$T" "$G" --synthetic --steps 1 --pp 2 --local-ranks 5 \
   --stage-meshes 2x1,1x2
