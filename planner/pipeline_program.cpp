@@ -522,13 +522,10 @@ Expected<RankProgram> build_stage_program(const std::vector<const GlobalProgram*
   for (const ScheduledOp& op : base) {
     if (op.kind != ScheduledOp::Kind::kCommWait && !channel_set.count(op.node)) seq.push_back(op.node);
   }
-  std::vector<ScheduledOp> order;
+  CommIssuer issuer(g);  // the starts and waits, as in one mesh's schedules
   std::vector<char> emitted(static_cast<size_t>(g.max_node_id()), 0);
   std::vector<char> ready(g.num_values(), 0);
   for (ValueId v = 0; v < static_cast<ValueId>(g.num_values()); ++v) ready[static_cast<size_t>(v)] = g.producer(v) == kNoId;
-  std::map<ValueId, NodeId> pending;  // made by a started collective not yet waited for
-  std::set<NodeId> waited;
-  std::vector<NodeId> started;
   // A send's buffer is released at its wait: each send is awaited at the start of the second step
   // after the one that started it, so its transfer has the whole next step's compute to hide
   // behind and a stage keeps at most two steps' sends (every wait follows its start, and every
@@ -537,26 +534,15 @@ Expected<RankProgram> build_stage_program(const std::vector<const GlobalProgram*
   std::vector<std::pair<int, NodeId>> sends_started;
   auto wait_sends_before = [&](int step) {
     for (const auto& [at, id] : sends_started) {
-      if (at <= step - 2 && waited.insert(id).second) order.push_back({ScheduledOp::Kind::kCommWait, id});
+      if (at <= step - 2) issuer.wait(id);
     }
   };
   auto emit = [&](NodeId id) {
-    const Node& n = g.node(id);
-    bool comm = is_collective(n);
-    for (ValueId v : n.inputs) {
-      auto it = pending.find(v);
-      if (it == pending.end()) continue;
-      bool same_channel = comm && g.node(it->second).attrs.get_int("channel", 0) == n.attrs.get_int("channel", 0);
-      if (!same_channel && waited.insert(it->second).second) order.push_back({ScheduledOp::Kind::kCommWait, it->second});
-    }
-    order.push_back({comm ? ScheduledOp::Kind::kCommStart : ScheduledOp::Kind::kCompute, id});
+    issuer.issue(id);
     emitted[static_cast<size_t>(id)] = 1;
-    for (ValueId o : n.outputs) {
-      if (o == kNoId) continue;
-      ready[static_cast<size_t>(o)] = 1;
-      if (comm) pending[o] = id;
+    for (ValueId o : g.node(id).outputs) {
+      if (o != kNoId) ready[static_cast<size_t>(o)] = 1;
     }
-    if (comm) started.push_back(id);
     if (send_input.count(id)) sends_started.push_back({current_step, id});
   };
   size_t next_channel = 0;
@@ -670,14 +656,12 @@ Expected<RankProgram> build_stage_program(const std::vector<const GlobalProgram*
   pump_channel();
   if (next_channel < channel_ops.size())
     return error("stage {}: transfer {} cannot start in the global order", me, g.node(channel_ops[next_channel]).describe());
-  for (NodeId c : started) {
-    if (waited.insert(c).second) order.push_back({ScheduledOp::Kind::kCommWait, c});
-  }
+  issuer.finish();
   if (info) {
     info->steps = steps;
     info->peak_in_flight = peak_in_flight(steps);
   }
-  rp.order = order;
+  rp.order = issuer.take();
   rp.saved_bytes = saved_activation_bytes(g, rp.order);
   rp.saved_count = saved_activation_count(g, rp.order);
   // the sends' outputs are empty and read by nobody: kept, so no pass drops the sends

@@ -340,39 +340,36 @@ Expected<std::vector<ScheduledOp>> schedule_program(const Graph& g, const Schedu
     }
   }
   if (seq.size() != topo.size()) return Status::error("scheduling: the graph has a cycle");
-  // collectives: start where scheduled, wait before the first reader (or at the end)
-  std::vector<ScheduledOp> out;
-  std::map<ValueId, NodeId> pending;  // value produced by a started, not yet awaited collective
-  std::set<NodeId> waited;
-  auto wait_for = [&](NodeId c) {
-    if (waited.insert(c).second) out.push_back(ScheduledOp{ScheduledOp::Kind::kCommWait, c});
-  };
-  for (NodeId id : seq) {
-    const Node& n = g.node(id);
-    bool comm = is_collective(n);
-    if (!comm) {
-      for (ValueId v : n.inputs) {
-        auto it = pending.find(v);
-        if (it != pending.end()) wait_for(it->second);
-      }
-      out.push_back(ScheduledOp{ScheduledOp::Kind::kCompute, id});
-      continue;
-    }
+  CommIssuer issuer(g);
+  for (NodeId id : seq) issuer.issue(id);
+  issuer.finish();
+  return issuer.take();
+}
+
+void CommIssuer::wait(NodeId c) {
+  if (waited_.insert(c).second) order_.push_back(ScheduledOp{ScheduledOp::Kind::kCommWait, c});
+}
+
+void CommIssuer::issue(NodeId id) {
+  const Node& n = g_.node(id);
+  const bool comm = is_collective(n);
+  for (ValueId v : n.inputs) {
+    auto it = pending_.find(v);
+    if (it == pending_.end()) continue;
     // a collective reading another's output on the same channel: that channel's thread runs them
     // in order, no wait needed; across channels (Reshard on channel 1) the reader waits first
-    for (ValueId v : n.inputs) {
-      auto it = pending.find(v);
-      if (it != pending.end() && g.node(it->second).attrs.get_int("channel", 0) != n.attrs.get_int("channel", 0)) wait_for(it->second);
-    }
-    out.push_back(ScheduledOp{ScheduledOp::Kind::kCommStart, id});
-    for (ValueId o : n.outputs) {
-      if (o != kNoId) pending[o] = id;
-    }
+    if (!comm || g_.node(it->second).attrs.get_int("channel", 0) != n.attrs.get_int("channel", 0)) wait(it->second);
   }
-  for (NodeId id : seq) {
-    if (is_collective(g.node(id))) wait_for(id);
+  order_.push_back(ScheduledOp{comm ? ScheduledOp::Kind::kCommStart : ScheduledOp::Kind::kCompute, id});
+  if (!comm) return;
+  started_.push_back(id);
+  for (ValueId o : n.outputs) {
+    if (o != kNoId) pending_[o] = id;
   }
-  return out;
+}
+
+void CommIssuer::finish() {
+  for (NodeId c : started_) wait(c);
 }
 
 namespace {

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -52,6 +53,29 @@ Expected<RecomputeReport> apply_recompute(Graph& g, CheckpointMode mode);
 
 // The instruction order of one rank.
 Expected<std::vector<ScheduledOp>> schedule_program(const Graph& g, const ScheduleOptions& opt);
+
+// Issues a rank's instructions in the order given, with its collectives' starts and waits: a
+// collective starts where it is issued; an instruction reading its output waits for it first
+// (unless it is a collective on the same channel: that channel's thread runs them in order);
+// finish() waits for every collective not awaited yet, in the order they started. The in-stage
+// schedules (schedule_program) and the pipeline's stage programs (planner/pipeline_program.h)
+// both order their instructions through it.
+class CommIssuer {
+ public:
+  explicit CommIssuer(const Graph& g) : g_(g) {}
+  void issue(NodeId id);  // its waits, then the start of a collective or the compute instruction
+  void wait(NodeId c);    // wait for a started collective here (nothing when it was awaited)
+  void finish();
+  const std::vector<ScheduledOp>& order() const { return order_; }
+  std::vector<ScheduledOp> take() { return std::move(order_); }
+
+ private:
+  const Graph& g_;
+  std::vector<ScheduledOp> order_;
+  std::map<ValueId, NodeId> pending_;  // made by a started collective not yet awaited
+  std::set<NodeId> waited_;
+  std::vector<NodeId> started_;
+};
 
 // Bytes of forward activations each block keeps for the backward pass under `order` (values made
 // by the block's forward nodes that a later backward or recompute instruction reads), by layer.
