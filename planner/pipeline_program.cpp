@@ -225,6 +225,177 @@ Shape global_shape_of(const Shape& local, const ShardingSpec& spec, const Mesh& 
   return s;
 }
 
+// This rank's transfers, as the order phase needs them.
+struct StageTransfers {
+  std::vector<NodeId> channel_ops;       // in the global order
+  std::map<NodeId, double> recv_issue;   // a receive: when its value is sent, in the unit-time pipeline
+  std::map<NodeId, ValueId> send_input;  // a send: the value it sends
+};
+
+// The pipeline in unit times as one stage sees it: when each of its steps ends.
+struct StageClock {
+  PipelineSchedule schedule = PipelineSchedule::k1F1B;
+  int me = 0, S = 1, M = 1, K = 1;  // this stage, the stages, micro-batches and chunks of one
+  std::map<std::tuple<int, bool, int>, double> step_end;  // (stage, forward, micro-batch) -> end
+};
+
+// The order phase: the intra-stage schedule's order cut into the stage's pipeline steps, the
+// transfers started in the global order (see the top of pipeline_program.h).
+Expected<std::vector<ScheduledOp>> order_stage(const Graph& g, const ScheduleOptions& so, const StageTransfers& xfer, const StageClock& clock,
+                                               const std::vector<ValueId>& params, StageProgramInfo* info) {
+  const std::vector<NodeId>& channel_ops = xfer.channel_ops;
+  const std::map<NodeId, double>& recv_issue = xfer.recv_issue;
+  const std::map<NodeId, ValueId>& send_input = xfer.send_input;
+  const int me = clock.me, M = clock.M;
+  auto micro_of = [&](const Node& n) { return n.chunk < 0 ? -1 : n.chunk / clock.K; };
+  OASES_ASSIGN_OR_RETURN(std::vector<ScheduledOp> base, schedule_program(g, so));
+  std::set<NodeId> channel_set(channel_ops.begin(), channel_ops.end());
+  std::vector<NodeId> seq;
+  for (const ScheduledOp& op : base) {
+    if (op.kind != ScheduledOp::Kind::kCommWait && !channel_set.count(op.node)) seq.push_back(op.node);
+  }
+  CommIssuer issuer(g);  // the starts and waits, as in one mesh's schedules
+  std::vector<char> emitted(static_cast<size_t>(g.max_node_id()), 0);
+  std::vector<char> ready(g.num_values(), 0);
+  for (ValueId v = 0; v < static_cast<ValueId>(g.num_values()); ++v) ready[static_cast<size_t>(v)] = g.producer(v) == kNoId;
+  // A send's buffer is released at its wait: each send is awaited at the start of the second step
+  // after the one that started it, so its transfer has the whole next step's compute to hide
+  // behind and a stage keeps at most two steps' sends (every wait follows its start, and every
+  // rank starts its transfers in the global order, so a wait never blocks a transfer it needs).
+  int current_step = -1;
+  std::vector<std::pair<int, NodeId>> sends_started;
+  auto wait_sends_before = [&](int step) {
+    for (const auto& [at, id] : sends_started) {
+      if (at <= step - 2) issuer.wait(id);
+    }
+  };
+  auto emit = [&](NodeId id) {
+    issuer.issue(id);
+    emitted[static_cast<size_t>(id)] = 1;
+    for (ValueId o : g.node(id).outputs) {
+      if (o != kNoId) ready[static_cast<size_t>(o)] = 1;
+    }
+    if (send_input.count(id)) sends_started.push_back({current_step, id});
+  };
+  size_t next_channel = 0;
+  auto pump_channel = [&]() {
+    while (next_channel < channel_ops.size()) {
+      NodeId c = channel_ops[next_channel];
+      auto s = send_input.find(c);
+      if (s != send_input.end() && !ready[static_cast<size_t>(s->second)]) return;
+      emit(c);
+      ++next_channel;
+    }
+  };
+  double now = -0.5;  // end of the last step run, in the unit-time pipeline
+  auto inputs_ready = [&](NodeId id, bool in_time) {
+    for (ValueId v : g.node(id).inputs) {
+      if (v == kNoId) continue;
+      if (!ready[static_cast<size_t>(v)]) return false;
+      NodeId p = g.producer(v);
+      if (in_time && p != kNoId) {
+        auto r = recv_issue.find(p);
+        if (r != recv_issue.end() && r->second > now) return false;
+      }
+    }
+    return true;
+  };
+  // Nodes that read only inputs and constants (the loss's token count, masks, slices of the
+  // targets) run as soon as they can, whatever micro-batch they name: a backward may need them
+  // (the mean's divisor counts every micro-batch's tokens) before their micro-batch's forward.
+  // Every other node runs in the first step at or after its own in which all its inputs exist
+  // (a sum over the micro-batches' losses waits for the last of them).
+  const size_t NN = static_cast<size_t>(g.max_node_id());
+  std::vector<char> input_only(NN, 0);
+  std::set<ValueId> param_set(params.begin(), params.end());
+  for (NodeId id : seq) {
+    const Node& n = g.node(id);
+    if (!forward_side(n)) continue;
+    bool only = true;
+    for (ValueId v : n.inputs) {
+      if (v == kNoId) continue;
+      NodeId p = g.producer(v);
+      // a trainable parameter is no input: what reads one is the model's own computation
+      if (p == kNoId ? param_set.count(v) > 0 : !input_only[static_cast<size_t>(p)]) only = false;
+    }
+    input_only[static_cast<size_t>(id)] = only;
+  }
+  std::vector<PipeStep> steps = stage_steps(clock.schedule, me, clock.S, M);
+  std::map<std::pair<bool, int>, int> step_index;
+  for (size_t i = 0; i < steps.size(); ++i) step_index[{steps[i].forward, steps[i].micro}] = static_cast<int>(i);
+  std::vector<int> target(NN, -1);  // the step a node runs in; -1: none (as soon as it can)
+  std::vector<char> tagged(NN, 0);  // runs in a step (else: as soon as its inputs are there)
+  std::vector<NodeId> untagged;
+  for (NodeId id : seq) {
+    const Node& n = g.node(id);
+    int t = -1;
+    for (ValueId v : n.inputs) {
+      NodeId p = v == kNoId ? kNoId : g.producer(v);
+      if (p != kNoId && !channel_set.count(p)) t = std::max(t, target[static_cast<size_t>(p)]);
+    }
+    int m = input_only[static_cast<size_t>(id)] ? -1 : micro_of(n);
+    if (m >= 0) {
+      auto it = step_index.find({forward_side(n), m});
+      if (it == step_index.end()) return error("stage {}: {} works on micro-batch {} of {}", me, n.describe(), m, M);
+      t = std::max(t, it->second);
+      tagged[static_cast<size_t>(id)] = 1;
+    } else {
+      untagged.push_back(id);
+    }
+    target[static_cast<size_t>(id)] = t;
+  }
+  auto emit_ready_untagged = [&](bool in_time) {
+    for (bool changed = true; changed;) {
+      changed = false;
+      for (NodeId id : untagged) {
+        if (emitted[static_cast<size_t>(id)] || !inputs_ready(id, in_time)) continue;
+        emit(id);
+        pump_channel();
+        changed = true;
+      }
+    }
+  };
+  // an untagged node a step needs now: with its untagged inputs first
+  std::function<Status(NodeId)> emit_with_inputs = [&](NodeId id) -> Status {
+    for (ValueId v : g.node(id).inputs) {
+      if (v == kNoId || ready[static_cast<size_t>(v)]) continue;
+      NodeId p = g.producer(v);
+      if (p == kNoId || channel_set.count(p) || tagged[static_cast<size_t>(p)] || emitted[static_cast<size_t>(p)])
+        return error("stage {}: {} needs '{}' before the pipeline order makes it", me, g.node(id).describe(), g.value(v).name);
+      OASES_RETURN_IF_ERROR(emit_with_inputs(p));
+    }
+    emit(id);
+    pump_channel();
+    return Status::ok();
+  };
+  pump_channel();
+  emit_ready_untagged(true);
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const PipeStep& st = steps[i];
+    current_step = static_cast<int>(i);
+    wait_sends_before(current_step);
+    for (NodeId id : seq) {
+      if (emitted[static_cast<size_t>(id)] || !tagged[static_cast<size_t>(id)] || target[static_cast<size_t>(id)] != static_cast<int>(i)) continue;
+      OASES_RETURN_IF_ERROR(emit_with_inputs(id));
+    }
+    now = clock.step_end.at({me, st.forward, st.micro});
+    emit_ready_untagged(true);
+  }
+  emit_ready_untagged(false);
+  for (NodeId id : seq) {
+    if (!emitted[static_cast<size_t>(id)]) OASES_RETURN_IF_ERROR(emit_with_inputs(id));
+  }
+  pump_channel();
+  if (next_channel < channel_ops.size())
+    return error("stage {}: transfer {} cannot start in the global order", me, g.node(channel_ops[next_channel]).describe());
+  issuer.finish();
+  if (info) {
+    info->steps = steps;
+    info->peak_in_flight = peak_in_flight(steps);
+  }
+  return issuer.take();
+}
+
 }  // namespace
 
 Expected<std::vector<StageCut>> stage_cuts_of(const Plan& plan) {
@@ -335,7 +506,8 @@ Expected<RankProgram> build_stage_program(const std::vector<const GlobalProgram*
   PipelineTimes unit{std::vector<double>(static_cast<size_t>(S), 1.0), std::vector<double>(static_cast<size_t>(S), 2.0),
                      std::vector<double>(static_cast<size_t>(S - 1), 0.0)};
   OASES_ASSIGN_OR_RETURN(PipelineSim sim, simulate_pipeline(schedule, M, unit));
-  std::map<std::tuple<int, bool, int>, double> step_end;
+  StageClock clock{schedule, me, S, M, K, {}};
+  std::map<std::tuple<int, bool, int>, double>& step_end = clock.step_end;
   std::vector<double> stage_end(static_cast<size_t>(S), 0);
   for (const PipelineEvent& e : sim.events) {
     if (e.transfer) continue;
@@ -439,9 +611,10 @@ Expected<RankProgram> build_stage_program(const std::vector<const GlobalProgram*
   // each distinct transfer planned once, for the plan's machine
   ReshardPlanner planner(machine, ReshardOptions{});
   ReshardPlans reshards;
-  std::vector<NodeId> channel_ops;  // this rank's transfers in the global order
-  std::map<NodeId, double> recv_issue;
-  std::map<NodeId, ValueId> send_input;
+  StageTransfers xfer;
+  std::vector<NodeId>& channel_ops = xfer.channel_ops;  // this rank's transfers in the global order
+  std::map<NodeId, double>& recv_issue = xfer.recv_issue;
+  std::map<NodeId, ValueId>& send_input = xfer.send_input;
   if (info) {
     info->transfers.clear();
     info->transfer_nodes.clear();
@@ -516,152 +689,7 @@ Expected<RankProgram> build_stage_program(const std::vector<const GlobalProgram*
   for (ValueId p : tg.params) rp.param_bytes += static_cast<double>(g.value(p).nbytes());
 
   // the order: the intra-stage schedule's, cut into the pipeline's steps
-  OASES_ASSIGN_OR_RETURN(std::vector<ScheduledOp> base, schedule_program(g, so));
-  std::set<NodeId> channel_set(channel_ops.begin(), channel_ops.end());
-  std::vector<NodeId> seq;
-  for (const ScheduledOp& op : base) {
-    if (op.kind != ScheduledOp::Kind::kCommWait && !channel_set.count(op.node)) seq.push_back(op.node);
-  }
-  CommIssuer issuer(g);  // the starts and waits, as in one mesh's schedules
-  std::vector<char> emitted(static_cast<size_t>(g.max_node_id()), 0);
-  std::vector<char> ready(g.num_values(), 0);
-  for (ValueId v = 0; v < static_cast<ValueId>(g.num_values()); ++v) ready[static_cast<size_t>(v)] = g.producer(v) == kNoId;
-  // A send's buffer is released at its wait: each send is awaited at the start of the second step
-  // after the one that started it, so its transfer has the whole next step's compute to hide
-  // behind and a stage keeps at most two steps' sends (every wait follows its start, and every
-  // rank starts its transfers in the global order, so a wait never blocks a transfer it needs).
-  int current_step = -1;
-  std::vector<std::pair<int, NodeId>> sends_started;
-  auto wait_sends_before = [&](int step) {
-    for (const auto& [at, id] : sends_started) {
-      if (at <= step - 2) issuer.wait(id);
-    }
-  };
-  auto emit = [&](NodeId id) {
-    issuer.issue(id);
-    emitted[static_cast<size_t>(id)] = 1;
-    for (ValueId o : g.node(id).outputs) {
-      if (o != kNoId) ready[static_cast<size_t>(o)] = 1;
-    }
-    if (send_input.count(id)) sends_started.push_back({current_step, id});
-  };
-  size_t next_channel = 0;
-  auto pump_channel = [&]() {
-    while (next_channel < channel_ops.size()) {
-      NodeId c = channel_ops[next_channel];
-      auto s = send_input.find(c);
-      if (s != send_input.end() && !ready[static_cast<size_t>(s->second)]) return;
-      emit(c);
-      ++next_channel;
-    }
-  };
-  double now = -0.5;  // end of the last step run, in the unit-time pipeline
-  auto inputs_ready = [&](NodeId id, bool in_time) {
-    for (ValueId v : g.node(id).inputs) {
-      if (v == kNoId) continue;
-      if (!ready[static_cast<size_t>(v)]) return false;
-      NodeId p = g.producer(v);
-      if (in_time && p != kNoId) {
-        auto r = recv_issue.find(p);
-        if (r != recv_issue.end() && r->second > now) return false;
-      }
-    }
-    return true;
-  };
-  // Nodes that read only inputs and constants (the loss's token count, masks, slices of the
-  // targets) run as soon as they can, whatever micro-batch they name: a backward may need them
-  // (the mean's divisor counts every micro-batch's tokens) before their micro-batch's forward.
-  // Every other node runs in the first step at or after its own in which all its inputs exist
-  // (a sum over the micro-batches' losses waits for the last of them).
-  const size_t NN = static_cast<size_t>(g.max_node_id());
-  std::vector<char> input_only(NN, 0);
-  std::set<ValueId> param_set(params.begin(), params.end());
-  for (NodeId id : seq) {
-    const Node& n = g.node(id);
-    if (!forward_side(n)) continue;
-    bool only = true;
-    for (ValueId v : n.inputs) {
-      if (v == kNoId) continue;
-      NodeId p = g.producer(v);
-      // a trainable parameter is no input: what reads one is the model's own computation
-      if (p == kNoId ? param_set.count(v) > 0 : !input_only[static_cast<size_t>(p)]) only = false;
-    }
-    input_only[static_cast<size_t>(id)] = only;
-  }
-  std::vector<PipeStep> steps = stage_steps(schedule, me, S, M);
-  std::map<std::pair<bool, int>, int> step_index;
-  for (size_t i = 0; i < steps.size(); ++i) step_index[{steps[i].forward, steps[i].micro}] = static_cast<int>(i);
-  std::vector<int> target(NN, -1);  // the step a node runs in; -1: none (as soon as it can)
-  std::vector<char> tagged(NN, 0);  // runs in a step (else: as soon as its inputs are there)
-  std::vector<NodeId> untagged;
-  for (NodeId id : seq) {
-    const Node& n = g.node(id);
-    int t = -1;
-    for (ValueId v : n.inputs) {
-      NodeId p = v == kNoId ? kNoId : g.producer(v);
-      if (p != kNoId && !channel_set.count(p)) t = std::max(t, target[static_cast<size_t>(p)]);
-    }
-    int m = input_only[static_cast<size_t>(id)] ? -1 : micro_of(n);
-    if (m >= 0) {
-      auto it = step_index.find({forward_side(n), m});
-      if (it == step_index.end()) return error("stage {}: {} works on micro-batch {} of {}", me, n.describe(), m, M);
-      t = std::max(t, it->second);
-      tagged[static_cast<size_t>(id)] = 1;
-    } else {
-      untagged.push_back(id);
-    }
-    target[static_cast<size_t>(id)] = t;
-  }
-  auto emit_ready_untagged = [&](bool in_time) {
-    for (bool changed = true; changed;) {
-      changed = false;
-      for (NodeId id : untagged) {
-        if (emitted[static_cast<size_t>(id)] || !inputs_ready(id, in_time)) continue;
-        emit(id);
-        pump_channel();
-        changed = true;
-      }
-    }
-  };
-  // an untagged node a step needs now: with its untagged inputs first
-  std::function<Status(NodeId)> emit_with_inputs = [&](NodeId id) -> Status {
-    for (ValueId v : g.node(id).inputs) {
-      if (v == kNoId || ready[static_cast<size_t>(v)]) continue;
-      NodeId p = g.producer(v);
-      if (p == kNoId || channel_set.count(p) || tagged[static_cast<size_t>(p)] || emitted[static_cast<size_t>(p)])
-        return error("stage {}: {} needs '{}' before the pipeline order makes it", me, g.node(id).describe(), g.value(v).name);
-      OASES_RETURN_IF_ERROR(emit_with_inputs(p));
-    }
-    emit(id);
-    pump_channel();
-    return Status::ok();
-  };
-  pump_channel();
-  emit_ready_untagged(true);
-  for (size_t i = 0; i < steps.size(); ++i) {
-    const PipeStep& st = steps[i];
-    current_step = static_cast<int>(i);
-    wait_sends_before(current_step);
-    for (NodeId id : seq) {
-      if (emitted[static_cast<size_t>(id)] || !tagged[static_cast<size_t>(id)] || target[static_cast<size_t>(id)] != static_cast<int>(i)) continue;
-      OASES_RETURN_IF_ERROR(emit_with_inputs(id));
-    }
-    now = step_end.at({me, st.forward, st.micro});
-    emit_ready_untagged(true);
-  }
-  emit_ready_untagged(false);
-  for (NodeId id : seq) {
-    if (!emitted[static_cast<size_t>(id)]) OASES_RETURN_IF_ERROR(emit_with_inputs(id));
-  }
-  pump_channel();
-  if (next_channel < channel_ops.size())
-    return error("stage {}: transfer {} cannot start in the global order", me, g.node(channel_ops[next_channel]).describe());
-  issuer.finish();
-  if (info) {
-    info->steps = steps;
-    info->peak_in_flight = peak_in_flight(steps);
-  }
-  rp.order = issuer.take();
+  OASES_ASSIGN_OR_RETURN(rp.order, order_stage(g, so, xfer, clock, params, info));
   rp.saved_bytes = saved_activation_bytes(g, rp.order);
   rp.saved_count = saved_activation_count(g, rp.order);
   // the sends' outputs are empty and read by nobody: kept, so no pass drops the sends
