@@ -14,6 +14,7 @@
 #include "planner/pipeline_program.h"
 #include "planner/plan_report.h"
 #include "planner/reshard.h"
+#include "planner/reshard_nodes.h"
 #include "planner/schedule.h"
 
 namespace oases {
@@ -122,9 +123,9 @@ double boundary_seconds(const ClusterSpec& cluster, int64_t gpus, int64_t n, con
   p.element_bytes = 4;
   p.src = side(from, 0);
   p.dst = side(to, n);
-  int hosts = static_cast<int>(std::max<int64_t>(1, gpus / std::max<int64_t>(1, cluster.gpus_per_node)));
-  ReshardCluster rc = ReshardCluster::spread(std::max<int64_t>(gpus, 2 * n), hosts, LinkModel{cluster.inter.bandwidth_gbps, cluster.inter.latency_us},
-                                             LinkModel{cluster.intra.bandwidth_gbps, cluster.intra.latency_us});
+  // the machine as the stage programs' transfers are planned for it (planner/reshard_nodes.h): the
+  // hosts' ranks in order, NVLink inside a host where it has it
+  const ReshardCluster rc = reshard_cluster(cluster, std::max<int64_t>(gpus, 2 * n));
   ReshardOptions ro;
   ro.search_max_tasks = 0;  // the greedy: boundaries of hundreds of ranks
   auto plan = plan_reshard(p, rc, ro);
