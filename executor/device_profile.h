@@ -16,7 +16,7 @@
 
 #include "graph/graph.h"
 #include "planner/analysis.h"
-#include "planner/device.h"
+#include "planner/cluster_spec.h"
 #include "planner/profile.h"
 
 namespace oases {

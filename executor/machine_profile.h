@@ -15,8 +15,8 @@
 #include "executor/executor.h"
 #include "graph/graph.h"
 #include "planner/analysis.h"
+#include "planner/cluster_spec.h"
 #include "planner/coverage.h"
-#include "planner/device.h"
 #include "planner/link_model.h"
 #include "planner/profile.h"
 

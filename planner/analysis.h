@@ -17,7 +17,7 @@
 
 #include "graph/blocks.h"
 #include "graph/graph.h"
-#include "planner/device.h"
+#include "planner/cluster_spec.h"
 #include "planner/profile.h"
 #include "planner/strategy.h"
 

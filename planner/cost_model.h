@@ -27,7 +27,7 @@
 #include <vector>
 
 #include "planner/analysis.h"
-#include "planner/device.h"
+#include "planner/cluster_spec.h"
 #include "planner/profile.h"
 #include "planner/schedule.h"
 

@@ -15,7 +15,7 @@
 
 #include <vector>
 
-#include "planner/device.h"
+#include "planner/cluster_spec.h"
 #include "planner/pipeline.h"
 #include "planner/pipeline_program.h"
 #include "planner/profile.h"

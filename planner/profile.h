@@ -28,7 +28,7 @@
 
 #include "graph/graph.h"
 #include "graph/op_registry.h"
-#include "planner/device.h"
+#include "planner/cluster_spec.h"
 
 namespace oases {
 

@@ -18,7 +18,7 @@
 #include <string>
 
 #include "graph/graph.h"
-#include "planner/device.h"
+#include "planner/cluster_spec.h"
 #include "planner/reshard.h"
 
 namespace oases {

@@ -34,7 +34,7 @@
 #include "graph/graph.h"
 #include "graph/program_order.h"
 #include "graph/sharding.h"
-#include "planner/device.h"
+#include "planner/cluster_spec.h"
 #include "planner/profile.h"
 
 namespace oases {

@@ -9,7 +9,7 @@
 
 #include "graph/blocks.h"
 #include "graph/op_registry.h"
-#include "planner/device.h"
+#include "planner/cluster_spec.h"
 #include "planner/pipeline_program.h"
 #include "planner/pipeline_replay.h"
 #include "planner/pipeline_search.h"

@@ -1,4 +1,4 @@
-#include "planner/device.h"
+#include "planner/cluster_spec.h"
 
 #include <algorithm>
 #include <cctype>
