@@ -311,12 +311,12 @@ double thread_cpu_us() {
 
 void Executor::run_compute(size_t i) {
   bind(i);
-  if (profiling_ || tracing_) {
-    double c0 = profiling_ ? thread_cpu_us() : 0;
+  if (node_timing_ || tracing_) {
+    double c0 = node_timing_ ? thread_cpu_us() : 0;
     double t0 = now_us();
     (*prog_.kernels[i])(contexts_[i]);
     double t1 = now_us();
-    if (profiling_) {
+    if (node_timing_) {
       node_ms_[i] = (t1 - t0) / 1000.0;
       node_cpu_us_[i] = {c0, thread_cpu_us()};
     }
@@ -364,13 +364,13 @@ Status Executor::execute(const std::map<std::string, Tensor>& inputs) {
   for (ValueId v : g.inputs()) held_inputs_.push_back(inputs.at(g.value(v).name));
   if (device_) {
     try {
-      device_->run(input_ptrs_, arena_, profiling_ ? &node_ms_ : nullptr);
+      device_->run(input_ptrs_, arena_, node_timing_ ? &node_ms_ : nullptr);
     } catch (const std::exception& e) {
       return Status::error(e.what());
     }
     return Status::ok();
   }
-  if (profiling_) {
+  if (node_timing_) {
     node_ms_.assign(prog_.instrs.size(), 0.0);
     node_cpu_us_.assign(prog_.instrs.size(), {0.0, 0.0});
   }
@@ -403,9 +403,9 @@ Status Executor::execute(const std::map<std::string, Tensor>& inputs) {
         }
         case Instr::Kind::kCommWait: {
           double t0 = tracing_ ? now_us() : 0;
-          double c0 = profiling_ ? thread_cpu_us() : 0;
+          double c0 = node_timing_ ? thread_cpu_us() : 0;
           thread_of(g.node(ins.node))->wait(start_of[static_cast<size_t>(ins.node)]);
-          if (profiling_) node_cpu_us_[i] = {c0, thread_cpu_us()};
+          if (node_timing_) node_cpu_us_[i] = {c0, thread_cpu_us()};
           if (tracing_) events_.push_back(TraceEvent{ins.node, 0, "wait", t0, now_us() - t0});
           break;
         }

@@ -107,12 +107,13 @@ class Executor {
   TensorView view(ValueId v) const;
   const Program& program() const { return prog_; }
   RunState& state() { return state_; }
-  // Per-node wall time of the last run, when profiling is on.
-  void set_profiling(bool on) { profiling_ = on; }
-  bool profiling() const { return profiling_; }
+  // Per-node wall time of the last run, when node timing is on (oases-train/oases-run --profile,
+  // oases-profile's measured runs).
+  void set_node_timing(bool on) { node_timing_ = on; }
+  bool node_timing() const { return node_timing_; }
   const std::vector<double>& node_ms() const { return node_ms_; }
   // Per-instruction {start, end} on the compute thread's own CPU clock (microseconds of CPU time
-  // it was given), when profiling on the host: a kernel's work whatever share of the cores the
+  // it was given), when timing nodes on the host: a kernel's work whatever share of the cores the
   // thread got (ranks sharing cores), and between two of them the executor's own work. Kernels and
   // waits have one; collective starts (run on the communication thread) and devices do not.
   const std::vector<std::pair<double, double>>& node_cpu_us() const { return node_cpu_us_; }
@@ -129,7 +130,7 @@ class Executor {
   std::vector<const void*> input_ptrs_;  // by ValueId, during run
   std::vector<Tensor> held_inputs_;
   RunState state_;
-  bool profiling_ = false;
+  bool node_timing_ = false;
   std::vector<double> node_ms_;
   std::vector<std::pair<double, double>> node_cpu_us_;
   std::vector<KernelContext> contexts_;

@@ -1,4 +1,4 @@
-// What oases-train reports about its runs besides the per-op profile (executor/profile_report.h):
+// What oases-train reports about its runs besides the per-op node times (executor/node_time_report.h, --profile):
 // communication hidden behind computation and exposed per step and per block (--overlap-report),
 // and Chrome traces of the executor's timed events (--trace).
 #pragma once

@@ -318,7 +318,7 @@ Expected<StepStats> Trainer::device_step(const std::vector<std::map<std::string,
       const auto& feeds = with_loss_scale(train_->graph(), micro[static_cast<size_t>(m)], loss_scale_, &buf);
       OASES_ASSIGN_OR_RETURN(std::vector<const void*> ptrs, train_->input_pointers(feeds));
       train_->state().chunk = 0;
-      dev_->micro_batch(ptrs, m, count, train_->profiling());
+      dev_->micro_batch(ptrs, m, count, train_->node_timing());
     }
     device_grads_ = true;
     micro_in_accum_ = count;
@@ -348,7 +348,7 @@ Expected<StepStats> Trainer::device_step(const std::vector<std::map<std::string,
     st.run_ms = out.run_ms;
     st.update_ms = out.update_ms;
     st.device = true;
-    if (train_->profiling()) {
+    if (train_->node_timing()) {
       std::vector<double> ms;
       train_->device_runner()->read_timing(&ms);
       train_->set_node_ms(std::move(ms));

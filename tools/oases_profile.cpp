@@ -21,7 +21,7 @@
 
 #include "executor/cpu/blas_select.h"
 #include "executor/device.h"
-#include "executor/machine_profile.h"
+#include "executor/measure_machine.h"
 #include "graph/atomic_file.h"
 #include "kernels/cpu/parallel.h"
 #include "planner/coverage.h"

@@ -16,8 +16,8 @@
 #include "executor/cpu/blas_select.h"
 #include "executor/device.h"
 #include "executor/executor.h"
+#include "executor/node_time_report.h"
 #include "executor/notes.h"
-#include "executor/profile_report.h"
 #include "graph/atomic_file.h"
 #include "kernels/cpu/blas_core.h"
 #include "kernels/cpu/parallel.h"
@@ -71,7 +71,7 @@ Status check_run_args(const RunArgs& a) {
 
 // The warm-up runs, then the timed ones: their times in ms (each run's op times into `prof` with
 // --profile).
-Expected<std::vector<double>> run_timed(Executor& ex, const std::map<std::string, Tensor>& feeds, const RunArgs& a, ProfileReport* prof) {
+Expected<std::vector<double>> run_timed(Executor& ex, const std::map<std::string, Tensor>& feeds, const RunArgs& a, NodeTimeReport* prof) {
   for (int r = 0; r < std::max(0, a.warmup); ++r) OASES_RETURN_IF_ERROR(ex.execute(feeds).with_context(a.model));
   std::vector<double> times;
   for (int r = 0; r < std::max(1, a.repeat); ++r) {
@@ -168,8 +168,8 @@ int run(const RunArgs& a) {
   eo.device = a.device;
   auto ex = Executor::create(fed->model.graph, eo);
   if (!ex) return fail_with(ex.status().with_context(a.model));
-  (*ex)->set_profiling(a.profile);
-  ProfileReport prof;
+  (*ex)->set_node_timing(a.profile);
+  NodeTimeReport prof;
   auto times = run_timed(**ex, *feeds, a, &prof);
   if (!times) return fail_with(times.status());
   std::vector<Tensor> outs;

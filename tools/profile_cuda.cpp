@@ -7,8 +7,8 @@
 #include <fmt/ranges.h>
 
 #include "executor/device.h"
-#include "executor/device_profile.h"
-#include "executor/machine_profile.h"
+#include "executor/measure_cuda.h"
+#include "executor/measure_machine.h"
 #include "graph/atomic_file.h"
 #include "tools/plan_driver.h"
 

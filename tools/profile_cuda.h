@@ -1,4 +1,4 @@
-// oases-profile --backend cuda: the GPU at hand measured for the planner (executor/device_profile.h).
+// oases-profile --backend cuda: the GPU at hand measured for the planner (executor/measure_cuda.h).
 #pragma once
 
 #include <cstdint>

@@ -120,7 +120,7 @@ Status RankRun::before_training() {
     guard_.after_validation(start_, v);
     if (lead()) std::fprintf(stderr, "step %lld  val loss %.4f\n", static_cast<long long>(start_), v);
   }
-  tr().executor().set_profiling(a_.profile);
+  tr().executor().set_node_timing(a_.profile);
   return Status::ok();
 }
 

@@ -13,7 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "executor/loss_scaler.h"
-#include "executor/profile_report.h"
+#include "executor/node_time_report.h"
 #include "executor/run_report.h"
 #include "executor/stage_rules.h"
 #include "executor/test_hooks.h"
@@ -92,7 +92,7 @@ class RankRun {
   OverlapStats overlap_;
   nlohmann::json trace_json_ = nlohmann::json::array();
   const TestFault fault_;  // the tests of peer failures
-  ProfileReport prof_;
+  NodeTimeReport prof_;
 };
 
 }  // namespace oases

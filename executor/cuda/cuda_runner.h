@@ -62,7 +62,7 @@ class CudaRunner : public DeviceRunner {
   cudaStream_t streams_[2] = {nullptr, nullptr};
   cudaStream_t copy_stream_ = nullptr;
   std::vector<cudaEvent_t> events_;
-  std::vector<cudaEvent_t> timing_;  // profiling: a start and an end event per instruction, made on first use
+  std::vector<cudaEvent_t> timing_;  // node timing: a start and an end event per instruction, made on first use
   cudaEvent_t fork_ = nullptr, comm_end_ = nullptr, done_ = nullptr;
   StreamPlan plan_;
   void* arena_ = nullptr;

@@ -15,7 +15,7 @@
 
 #include "executor/cuda/cuda_runner.h"
 #include "executor/cuda/device_trainer.h"
-#include "executor/device_profile.h"
+#include "executor/measure_cuda.h"
 #include "executor/multi_tensor.h"
 #include "kernels/cuda/optim.h"
 

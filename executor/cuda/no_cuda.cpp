@@ -3,8 +3,8 @@
 #include <nlohmann/json.hpp>
 
 #include "executor/device.h"
-#include "executor/device_profile.h"
 #include "executor/executor.h"
+#include "executor/measure_cuda.h"
 
 namespace oases {
 

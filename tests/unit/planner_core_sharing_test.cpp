@@ -6,7 +6,7 @@
 // beyond that to its own runs.
 #include <gtest/gtest.h>
 
-#include "executor/machine_profile.h"
+#include "executor/measure_machine.h"
 #include "planner/simulator.h"
 #include "tools/plan_driver.h"
 

@@ -8,7 +8,7 @@
 #include <map>
 #include <set>
 
-#include "executor/machine_profile.h"
+#include "executor/measure_machine.h"
 #include "planner/coverage.h"
 #include "planner/pipeline_search.h"
 #include "planner/search.h"

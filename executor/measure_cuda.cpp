@@ -1,4 +1,4 @@
-#include "executor/device_profile.h"
+#include "executor/measure_cuda.h"
 
 #include <algorithm>
 #include <random>
@@ -70,7 +70,7 @@ Expected<double> time_alone(const Graph& g, int reps, std::mt19937_64& rng) {
   eo.fuse = false;
   OASES_ASSIGN_OR_RETURN(auto ex, Executor::create(g, eo));
   ex->state().training = true;
-  ex->set_profiling(true);
+  ex->set_node_timing(true);
   auto feeds = feeds_for(g, rng);
   OASES_RETURN_IF_ERROR(ex->execute(feeds));
   std::vector<double> ms;

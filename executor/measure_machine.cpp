@@ -1,4 +1,4 @@
-#include "executor/machine_profile.h"
+#include "executor/measure_machine.h"
 
 #include <unistd.h>
 
@@ -351,7 +351,7 @@ Status measure_model_ops(const Graph& forward, const std::string& model_path, co
       if (v == kNoId) continue;
       feeds[name] = gp.partitioned ? slice_for_rank(t, gp.partitioned->specs[static_cast<size_t>(v)], gp.mesh(), r) : t;
     }
-    ex->set_profiling(r == 0);
+    ex->set_node_timing(r == 0);
     ex->set_tracing(r == 0 && !cpu_clock);  // the wall clock's spans come from the trace
     for (int rep = 0; rep <= reps; ++rep) {
       auto t_run = Clock::now();
@@ -512,7 +512,7 @@ Expected<int> measure_priced_ops(const Graph& train, const std::vector<PricedSam
     auto ex = Executor::create(std::move(g), eo);
     if (!ex) return error("{} ({}): cannot time it alone: {}", s.op.key, s.where(), ex.status().message());
     (*ex)->state().training = true;
-    (*ex)->set_profiling(true);
+    (*ex)->set_node_timing(true);
     std::vector<double> us;
     for (int rep = 0; rep <= reps; ++rep) {
       if (Status st = (*ex)->execute(feeds); !st.is_ok()) return error("{} ({}): running it alone: {}", s.op.key, s.where(), st.message());

@@ -1,11 +1,11 @@
-#include "executor/profile_report.h"
+#include "executor/node_time_report.h"
 
 #include <algorithm>
 #include <cstdio>
 
 namespace oases {
 
-void ProfileReport::add(const Executor& ex, double run_ms, const StepStats* device_step) {
+void NodeTimeReport::add(const Executor& ex, double run_ms, const StepStats* device_step) {
   if (device_step) {
     device_run_ms_ += device_step->run_ms;
     device_update_ms_ += device_step->update_ms;
@@ -25,7 +25,7 @@ void ProfileReport::add(const Executor& ex, double run_ms, const StepStats* devi
   runs_++;
 }
 
-void ProfileReport::print(const Executor& ex, const std::string& unit, size_t slowest) const {
+void NodeTimeReport::print(const Executor& ex, const std::string& unit, size_t slowest) const {
   if (runs_ == 0) return;
   const double nr = static_cast<double>(runs_);
   std::vector<std::pair<double, std::string>> rows;
@@ -63,9 +63,10 @@ void ProfileReport::print(const Executor& ex, const std::string& unit, size_t sl
     const double dn = static_cast<double>(device_runs_);
     double programs = device_run_ms_ / dn, update = device_update_ms_ / dn, wall = run_ms_ / nr;
     // the instructions' times are the last micro-batch's (the events are reused per micro-batch)
-    std::printf("device step: %.2f ms wall = programs %.2f ms (instructions %.2f ms of the last micro-batch) + update %.2f ms + host %.2f ms "
-                "(%.1f%% of the step outside the device's work)\n",
-                wall, programs, nodes_ms, update, wall - programs - update, wall > 0 ? 100.0 * (wall - programs - update) / wall : 0.0);
+    std::printf(
+        "device step: %.2f ms wall = programs %.2f ms (instructions %.2f ms of the last micro-batch) + update %.2f ms + host %.2f ms "
+        "(%.1f%% of the step outside the device's work)\n",
+        wall, programs, nodes_ms, update, wall - programs - update, wall > 0 ? 100.0 * (wall - programs - update) / wall : 0.0);
   }
   std::printf("activation arena %.1f MiB (%.1f MiB without reuse)\n", static_cast<double>(p.memory.arena_bytes) / (1 << 20),
               static_cast<double>(p.memory.total_bytes) / (1 << 20));

@@ -1,5 +1,5 @@
 // Time per op type and the slowest nodes over a number of runs of one executor (oases-run and
-// oases-train --profile). Profiling must be on (Executor::set_profiling) for the runs added.
+// oases-train --profile). Node timing must be on (Executor::set_node_timing) for the runs added.
 #pragma once
 
 #include <map>
@@ -11,7 +11,7 @@
 
 namespace oases {
 
-class ProfileReport {
+class NodeTimeReport {
  public:
   // Adds the per-node times of the executor's last run; `run_ms`: the run's (or step's) wall time,
   // 0 when only node times are to be shown.
