@@ -396,6 +396,312 @@ Expected<std::vector<ScheduledOp>> order_stage(const Graph& g, const ScheduleOpt
   return issuer.take();
 }
 
+// One rank's stage program, built in named phases (build() runs them in order):
+//   check      the plan, its machine and the stage programs agree; this rank's stage;
+//   cut        this rank's partition of its stage's program, recomputation applied, and every
+//              node's stages (assign_stages);
+//   clock      the pipeline in unit times: when each stage's steps end (the transfers' order);
+//   crossings  the values this rank sends to or receives from another stage, in the global order;
+//   transfers  the stage's graph: the other stages' nodes out, each crossing an oases.Reshard
+//              between the two stage meshes with its transfer plan for the machine;
+//   outputs    the stage's loss (last stage), parameters and gradients;
+//   order      order_stage, then fusion and the memory plan (lay_out_program).
+class StageBuilder {
+ public:
+  StageBuilder(const std::vector<const GlobalProgram*>& globals, const Plan& plan, const ReshardCluster& machine, int64_t world_rank,
+               const RankProgramOptions& opts, StageProgramInfo* info)
+      : globals_(globals), plan_(plan), machine_(machine), world_rank_(world_rank), opts_(opts), info_(info) {}
+
+  Expected<RankProgram> build() {
+    OASES_RETURN_IF_ERROR(check());
+    OASES_RETURN_IF_ERROR(cut());
+    OASES_RETURN_IF_ERROR(clock());
+    OASES_ASSIGN_OR_RETURN(std::vector<Crossing> crossings, find_crossings());
+    OASES_RETURN_IF_ERROR(place_transfers(crossings));
+    stage_outputs();
+    OASES_ASSIGN_OR_RETURN(rp_.order, order_stage(g_, so_, xfer_, clock_, params_, info_));
+    rp_.saved_bytes = saved_activation_bytes(g_, rp_.order);
+    rp_.saved_count = saved_activation_count(g_, rp_.order);
+    // the sends' outputs are empty and read by nobody: kept, so no pass drops the sends
+    std::set<ValueId> keep = opts_.keep;
+    for (const auto& [n, v] : xfer_.send_input) keep.insert(g_.node(n).outputs[0]);
+    OASES_ASSIGN_OR_RETURN(rp_.program, lay_out_program(g_, rp_.order, keep, fusion_for(opts_.fuse, opts_.device)));
+    rp_.program.reshards = std::move(reshards_);
+    rp_.train.graph = std::move(g_);
+    return std::move(rp_);
+  }
+
+ private:
+  Status check() {
+    S_ = static_cast<int>(plan_.num_stages());
+    M_ = static_cast<int>(plan_.micro_batches > 0 ? plan_.micro_batches : S_);
+    K_ = static_cast<int>(plan_.mesh().chunk_count());
+    if (S_ < 1 || globals_.size() != static_cast<size_t>(S_))
+      return error("a pipeline of {} stages, {} micro-batches, {} stage programs", S_, M_, globals_.size());
+    OASES_ASSIGN_OR_RETURN(cuts_, stage_cuts_of(plan_));
+    OASES_ASSIGN_OR_RETURN(schedule_, parse_pipeline(plan_.pipeline));
+    for (int s = 0; s < S_; ++s) {
+      if (plan_.stage_ranks(s) < 1) return error("stage {} has {} ranks", s, plan_.stage_ranks(s));
+      if (globals_[static_cast<size_t>(s)]->world != plan_.stage_ranks(s))
+        return error("stage {}'s program was partitioned over {} ranks, the stage has {}", s, globals_[static_cast<size_t>(s)]->world,
+                     plan_.stage_ranks(s));
+    }
+    if (machine_.world() != plan_.world())
+      return error("the transfers are planned for a machine of {} ranks, the pipeline has {}", machine_.world(), plan_.world());
+    if (world_rank_ < 0 || world_rank_ >= plan_.world()) return error("world rank {} of a {}-rank pipeline", world_rank_, plan_.world());
+    me_ = plan_.stage_of_rank(world_rank_);
+    global_ = globals_[static_cast<size_t>(me_)];
+    // the model's own values: ids below this are the same in every stage's partition
+    base_values_ = global_->train.graph.num_values();
+    for (const GlobalProgram* other : globals_) {
+      if (other->train.graph.num_values() != base_values_ || other->train.graph.outputs().size() != global_->train.graph.outputs().size())
+        return error("the stages' programs are of different training graphs ({} and {} values): every stage needs the same model, micro-batches, chunks and dtype",
+                     base_values_, other->train.graph.num_values());
+    }
+    return Status::ok();
+  }
+
+  Status cut() {
+    const int64_t local = world_rank_ - plan_.first_rank(me_);
+    rp_.rank = local;
+    rp_.mesh = global_->mesh();
+    if (global_->partitioned) {
+      g_ = opts_.slice_constants ? local_graph_for_rank(*global_->partitioned, local) : global_->partitioned->local;
+      rp_.collectives = global_->partitioned->collectives;
+    } else {
+      g_ = global_->train.graph;
+    }
+    params_ = global_->train.params;
+    if (g_.outputs().size() != params_.size() + 1)
+      return error("the training graph has {} outputs for {} parameters", g_.outputs().size(), params_.size());
+    loss_ = g_.outputs()[0];
+    grads_.assign(g_.outputs().begin() + 1, g_.outputs().end());
+    // recomputation on the whole graph (its copies carry their origin, so they follow it)
+    const MeshPlan& mp = global_->plan.mesh();
+    OASES_ASSIGN_OR_RETURN(so_, schedule_by_name(mp.schedule.empty() ? "plain" : mp.schedule));
+    so_.checkpoint = mp.recompute_mode();
+    rp_.schedule = so_;
+    OASES_ASSIGN_OR_RETURN(rp_.recompute, apply_recompute(g_, so_.checkpoint));
+    OASES_ASSIGN_OR_RETURN(sa_, assign_stages(g_, params_, cuts_, S_));
+    return Status::ok();
+  }
+
+  Status clock() {
+    PipelineTimes unit{std::vector<double>(static_cast<size_t>(S_), 1.0), std::vector<double>(static_cast<size_t>(S_), 2.0),
+                       std::vector<double>(static_cast<size_t>(S_ - 1), 0.0)};
+    OASES_ASSIGN_OR_RETURN(PipelineSim sim, simulate_pipeline(schedule_, M_, unit));
+    clock_ = StageClock{schedule_, me_, S_, M_, K_, {}};
+    stage_end_.assign(static_cast<size_t>(S_), 0);
+    for (const PipelineEvent& e : sim.events) {
+      if (e.transfer) continue;
+      clock_.step_end[{e.stage, e.forward, e.micro}] = e.end_s;
+      stage_end_[static_cast<size_t>(e.stage)] = std::max(stage_end_[static_cast<size_t>(e.stage)], e.end_s);
+    }
+    return Status::ok();
+  }
+
+  bool in_stage(NodeId id, int s) const { return contains(sa_.stages[static_cast<size_t>(id)], s); }
+  int home(NodeId id) const { return sa_.stages[static_cast<size_t>(id)].front(); }
+  int micro_of(const Node& n) const { return n.chunk < 0 ? -1 : n.chunk / K_; }
+
+  // `v`, read on stage `to`, made on another: a crossing when this rank is on either side
+  Status add_crossing(ValueId v, int to, const std::map<ValueId, size_t>& out_slot, std::map<std::pair<ValueId, int>, Crossing>* found) const {
+    NodeId p = g_.producer(v);
+    if (p == kNoId) return Status::ok();
+    if (sa_.stages[static_cast<size_t>(p)].size() != 1)
+      return error("{} is copied into several stages, yet stage {} lacks it", g_.node(p).describe(), to);
+    int from = home(p);
+    if (from != me_ && to != me_) return Status::ok();
+    Crossing t;
+    t.value = v;
+    auto slot = out_slot.find(v);
+    t.ident = slot != out_slot.end() ? static_cast<int64_t>(base_values_ + slot->second) : static_cast<int64_t>(v);
+    t.from = from;
+    t.to = to;
+    const Node& pn = g_.node(p);
+    t.forward = forward_side(pn);
+    t.micro = micro_of(pn);
+    if (t.micro < 0) {
+      t.micro = t.forward ? -1 : M_;
+      t.issue = t.forward ? -1.0 : stage_end_[static_cast<size_t>(from)];
+    } else {
+      auto it = clock_.step_end.find({from, t.forward, t.micro});
+      if (it == clock_.step_end.end()) return error("{} works on micro-batch {}, which stage {} never runs", pn.describe(), t.micro, from);
+      t.issue = it->second;
+    }
+    found->emplace(std::make_pair(v, to), t);
+    return Status::ok();
+  }
+
+  Expected<std::vector<Crossing>> find_crossings() const {
+    std::map<std::pair<ValueId, int>, Crossing> found;
+    std::map<ValueId, size_t> out_slot;  // the loss and the gradients: known by their slot on every stage
+    for (size_t k = 0; k < g_.outputs().size(); ++k) out_slot.emplace(g_.outputs()[k], k);
+    for (NodeId id : g_.nodes()) {
+      for (int t : sa_.stages[static_cast<size_t>(id)]) {
+        for (ValueId v : g_.node(id).inputs) {
+          if (v == kNoId) continue;
+          NodeId p = g_.producer(v);
+          if (p != kNoId && !in_stage(p, t)) OASES_RETURN_IF_ERROR(add_crossing(v, t, out_slot, &found));
+        }
+      }
+    }
+    for (size_t i = 0; i < params_.size(); ++i) {
+      NodeId p = g_.producer(grads_[i]);
+      for (int t : sa_.param_holders[i]) {
+        if (p != kNoId && !in_stage(p, t)) OASES_RETURN_IF_ERROR(add_crossing(grads_[i], t, out_slot, &found));
+      }
+    }
+    if (g_.producer(loss_) != kNoId && !in_stage(g_.producer(loss_), S_ - 1))
+      OASES_RETURN_IF_ERROR(add_crossing(loss_, S_ - 1, out_slot, &found));
+    std::vector<Crossing> out;
+    for (const auto& [k, t] : found) out.push_back(t);
+    std::sort(out.begin(), out.end(), [](const Crossing& a, const Crossing& b) { return a.key() < b.key(); });
+    return out;
+  }
+
+  // a crossing value's global shape and layout on stage `s`'s mesh, from that stage's partition
+  struct Laid {
+    Shape shape;
+    PlacedLayout side;
+  };
+  Expected<Laid> laid_out_on(int s, const Crossing& t) const {
+    const GlobalProgram& gp = *globals_[static_cast<size_t>(s)];
+    const StageSide side = side_of(gp);
+    const std::string& name = g_.value(t.value).name;
+    ValueId v = t.value;
+    if (&gp != global_) {
+      if (t.ident >= static_cast<int64_t>(base_values_)) {
+        size_t k = static_cast<size_t>(t.ident - static_cast<int64_t>(base_values_));
+        if (k >= side.graph->outputs().size()) return error("'{}' crosses as output {}, which stage {} lacks", name, k, s);
+        v = side.graph->outputs()[k];
+      } else if (static_cast<size_t>(v) >= base_values_) {
+        return error("'{}' crosses from stage {} to {} as a value the partition made; stages of different layouts exchange only the model's own values",
+                     name, t.from, t.to);
+      }
+    }
+    if (static_cast<size_t>(v) >= side.graph->num_values()) return error("'{}' crossing to stage {} is not in stage {}'s program", name, t.to, s);
+    const Value& val = side.graph->value(v);
+    ShardingSpec spec = ShardingSpec::replicated(val.shape.size());
+    if (side.specs) {
+      if (static_cast<size_t>(v) >= side.specs->size()) return error("'{}' crosses from stage {} to {} but has no layout", name, t.from, t.to);
+      spec = (*side.specs)[static_cast<size_t>(v)];
+    }
+    if (spec.any_partial())
+      return error("'{}' crosses from stage {} to {} as a partial sum on stage {}'s mesh; cut the stages where values are whole", name, t.from,
+                   t.to, s);
+    Shape shape = side.specs ? global_shape_of(val.shape, spec, *side.mesh) : val.shape;
+    std::vector<int64_t> ranks;
+    for (int64_t i = 0; i < plan_.stage_ranks(s); ++i) ranks.push_back(plan_.first_rank(s) + i);
+    return Laid{std::move(shape), PlacedLayout{PlacedMesh{*side.mesh, std::move(ranks)}, std::move(spec)}};
+  }
+
+  Status place_transfers(const std::vector<Crossing>& crossings) {
+    for (NodeId id : g_.nodes()) {
+      if (!in_stage(id, me_)) g_.remove_node(id);
+    }
+    // each distinct transfer planned once, for the plan's machine
+    ReshardPlanner planner(machine_, ReshardOptions{});
+    if (info_) {
+      info_->transfers.clear();
+      info_->transfer_nodes.clear();
+    }
+    for (const Crossing& t : crossings) {
+      const Value& val = g_.value(t.value);
+      OASES_ASSIGN_OR_RETURN(Laid src, laid_out_on(t.from, t));
+      OASES_ASSIGN_OR_RETURN(Laid dst, laid_out_on(t.to, t));
+      if (src.shape != dst.shape)
+        return error("'{}' is {} on stage {} and {} on stage {}", val.name, shape_str(src.shape), t.from, shape_str(dst.shape), t.to);
+      ReshardProblem problem{src.shape, static_cast<int64_t>(dtype_size(val.dtype)), src.side, dst.side};
+      AttrMap a = reshard_attrs(problem, world_rank_, val.dtype, 1);
+      if (info_)
+        info_->transfers.push_back(fmt::format("{}>{} {}{} #{} {} {} -> {}", t.from, t.to, t.forward ? "F" : "B", t.micro, t.ident,
+                                               shape_str(src.shape), a.get_string("src_layout", ""), a.get_string("dst_layout", "")));
+      std::string name = g_.unique_name(fmt::format("pipe/{}/{}to{}", val.name, t.from, t.to));
+      NodeId n = kNoId;
+      if (t.to == me_) {
+        n = g_.add_node("Reshard", {}, {t.value}, a, name, kOasesDomain);
+        xfer_.recv_issue[n] = t.issue;
+      } else {
+        n = g_.add_node_new_outputs("Reshard", {t.value}, 1, a, name, kOasesDomain);
+        xfer_.send_input[n] = t.value;
+      }
+      Node& nn = g_.node(n);
+      nn.phase = t.forward ? Node::Phase::kForward : Node::Phase::kBackward;
+      nn.chunk = -1;
+      if (Status st = infer_node(g_, n); !st) return st.with_context(fmt::format("stage {} of world rank {}", me_, world_rank_));
+      auto planned = planner.plan(problem, 1);
+      if (!planned) return planned.status().with_context(fmt::format("'{}' from stage {} to {}", val.name, t.from, t.to));
+      reshards_[g_.node(n).name] = *planned;
+      if (info_) info_->transfer_nodes.push_back(g_.node(n).name);
+      xfer_.channel_ops.push_back(n);
+      if (info_) ++(t.to == me_ ? info_->receives : info_->sends);
+    }
+    for (ValueId v : std::vector<ValueId>(g_.inputs())) {
+      if (g_.uses(v).empty()) g_.remove_input(v);
+    }
+    return Status::ok();
+  }
+
+  void stage_outputs() {
+    TrainingGraph& tg = rp_.train;
+    std::vector<ValueId> outs;
+    if (me_ == S_ - 1) {
+      outs.push_back(loss_);
+      tg.loss = loss_;
+    }
+    if (info_) {
+      info_->stage = me_;
+      info_->param_index.clear();
+      info_->counts_in_norm.clear();
+    }
+    for (size_t i = 0; i < params_.size(); ++i) {
+      const auto& holders = sa_.param_holders[i];
+      if (!contains(holders, me_)) {
+        if (g_.value(params_[i]).is_initializer) g_.remove_initializer(params_[i]);
+        continue;
+      }
+      // updated in place: every rank owns its copy (ranks as threads share the template's tensors)
+      if (!global_->partitioned) g_.value(params_[i]).constant = g_.value(params_[i]).constant.clone();
+      tg.params.push_back(params_[i]);
+      tg.grads.push_back(grads_[i]);
+      outs.push_back(grads_[i]);
+      if (info_) {
+        info_->param_index.push_back(i);
+        info_->counts_in_norm.push_back(holders.front() == me_);
+      }
+    }
+    g_.set_outputs(outs);
+    tg.targets = global_->train.targets;
+    tg.appended_loss = global_->train.appended_loss;
+    tg.vocab = global_->train.vocab;
+    tg.frozen = global_->train.frozen;
+    for (ValueId p : tg.params) rp_.param_bytes += static_cast<double>(g_.value(p).nbytes());
+  }
+
+  const std::vector<const GlobalProgram*>& globals_;
+  const Plan& plan_;
+  const ReshardCluster& machine_;
+  const int64_t world_rank_;
+  const RankProgramOptions& opts_;
+  StageProgramInfo* info_;
+  int S_ = 1, M_ = 1, K_ = 1, me_ = 0;
+  std::vector<StageCut> cuts_;
+  PipelineSchedule schedule_ = PipelineSchedule::k1F1B;
+  const GlobalProgram* global_ = nullptr;
+  size_t base_values_ = 0;
+  RankProgram rp_;
+  Graph g_;
+  std::vector<ValueId> params_, grads_;
+  ValueId loss_ = kNoId;
+  ScheduleOptions so_;
+  StageAssignment sa_;
+  StageClock clock_;
+  std::vector<double> stage_end_;
+  StageTransfers xfer_;
+  ReshardPlans reshards_;
+};
+
 }  // namespace
 
 Expected<std::vector<StageCut>> stage_cuts_of(const Plan& plan) {
@@ -450,255 +756,8 @@ Expected<RankProgram> build_stage_program(const StageGlobals& sg, int64_t world_
 Expected<RankProgram> build_stage_program(const std::vector<const GlobalProgram*>& stage_globals, const Plan& plan,
                                           const ReshardCluster& machine, int64_t world_rank, const RankProgramOptions& opts,
                                           StageProgramInfo* info) {
-  const int S = static_cast<int>(plan.num_stages());
-  const int M = static_cast<int>(plan.micro_batches > 0 ? plan.micro_batches : S);
-  const int K = static_cast<int>(plan.mesh().chunk_count());
-  if (S < 1 || stage_globals.size() != static_cast<size_t>(S))
-    return error("a pipeline of {} stages, {} micro-batches, {} stage programs", S, M, stage_globals.size());
-  OASES_ASSIGN_OR_RETURN(const std::vector<StageCut> cuts, stage_cuts_of(plan));
-  OASES_ASSIGN_OR_RETURN(const PipelineSchedule schedule, parse_pipeline(plan.pipeline));
-  for (int s = 0; s < S; ++s) {
-    if (plan.stage_ranks(s) < 1) return error("stage {} has {} ranks", s, plan.stage_ranks(s));
-    if (stage_globals[static_cast<size_t>(s)]->world != plan.stage_ranks(s))
-      return error("stage {}'s program was partitioned over {} ranks, the stage has {}", s, stage_globals[static_cast<size_t>(s)]->world,
-                   plan.stage_ranks(s));
-  }
-  if (machine.world() != plan.world())
-    return error("the transfers are planned for a machine of {} ranks, the pipeline has {}", machine.world(), plan.world());
-  if (world_rank < 0 || world_rank >= plan.world()) return error("world rank {} of a {}-rank pipeline", world_rank, plan.world());
-  const int me = plan.stage_of_rank(world_rank);
-  const int64_t local = world_rank - plan.first_rank(me);
-  const GlobalProgram& global = *stage_globals[static_cast<size_t>(me)];
-  // the model's own values: ids below this are the same in every stage's partition
-  const size_t base_values = global.train.graph.num_values();
-  for (const GlobalProgram* other : stage_globals) {
-    if (other->train.graph.num_values() != base_values || other->train.graph.outputs().size() != global.train.graph.outputs().size())
-      return error("the stages' programs are of different training graphs ({} and {} values): every stage needs the same model, micro-batches, chunks and dtype",
-                   base_values, other->train.graph.num_values());
-  }
-  RankProgram rp;
-  rp.rank = local;
-  rp.mesh = global.mesh();
-  Graph g;
-  if (global.partitioned) {
-    g = opts.slice_constants ? local_graph_for_rank(*global.partitioned, local) : global.partitioned->local;
-    rp.collectives = global.partitioned->collectives;
-  } else {
-    g = global.train.graph;
-  }
-  const std::vector<ValueId>& params = global.train.params;
-  if (g.outputs().size() != params.size() + 1) return error("the training graph has {} outputs for {} parameters", g.outputs().size(), params.size());
-  const ValueId loss = g.outputs()[0];
-  const std::vector<ValueId> grads(g.outputs().begin() + 1, g.outputs().end());
-
-  // recomputation on the whole graph (its copies carry their origin, so they follow it)
-  const MeshPlan& mp = global.plan.mesh();
-  OASES_ASSIGN_OR_RETURN(ScheduleOptions so, schedule_by_name(mp.schedule.empty() ? "plain" : mp.schedule));
-  so.checkpoint = mp.recompute_mode();
-  rp.schedule = so;
-  OASES_ASSIGN_OR_RETURN(rp.recompute, apply_recompute(g, so.checkpoint));
-  OASES_ASSIGN_OR_RETURN(StageAssignment sa, assign_stages(g, params, cuts, S));
-  auto in_stage = [&](NodeId id, int s) { return contains(sa.stages[static_cast<size_t>(id)], s); };
-  auto home = [&](NodeId id) { return sa.stages[static_cast<size_t>(id)].front(); };
-  auto micro_of = [&](const Node& n) { return n.chunk < 0 ? -1 : n.chunk / K; };
-
-  // the pipeline in unit times: when each stage's steps end
-  PipelineTimes unit{std::vector<double>(static_cast<size_t>(S), 1.0), std::vector<double>(static_cast<size_t>(S), 2.0),
-                     std::vector<double>(static_cast<size_t>(S - 1), 0.0)};
-  OASES_ASSIGN_OR_RETURN(PipelineSim sim, simulate_pipeline(schedule, M, unit));
-  StageClock clock{schedule, me, S, M, K, {}};
-  std::map<std::tuple<int, bool, int>, double>& step_end = clock.step_end;
-  std::vector<double> stage_end(static_cast<size_t>(S), 0);
-  for (const PipelineEvent& e : sim.events) {
-    if (e.transfer) continue;
-    step_end[{e.stage, e.forward, e.micro}] = e.end_s;
-    stage_end[static_cast<size_t>(e.stage)] = std::max(stage_end[static_cast<size_t>(e.stage)], e.end_s);
-  }
-
-  // every transfer this rank takes part in
-  std::map<std::pair<ValueId, int>, Crossing> found;
-  std::map<ValueId, size_t> out_slot;  // the loss and the gradients: known by their slot on every stage
-  for (size_t k = 0; k < g.outputs().size(); ++k) out_slot.emplace(g.outputs()[k], k);
-  auto add_transfer = [&](ValueId v, int to) -> Status {
-    NodeId p = g.producer(v);
-    if (p == kNoId) return Status::ok();
-    if (sa.stages[static_cast<size_t>(p)].size() != 1) return error("{} is copied into several stages, yet stage {} lacks it", g.node(p).describe(), to);
-    int from = home(p);
-    if (from != me && to != me) return Status::ok();
-    Crossing t;
-    t.value = v;
-    auto slot = out_slot.find(v);
-    t.ident = slot != out_slot.end() ? static_cast<int64_t>(base_values + slot->second) : static_cast<int64_t>(v);
-    t.from = from;
-    t.to = to;
-    const Node& pn = g.node(p);
-    t.forward = forward_side(pn);
-    t.micro = micro_of(pn);
-    if (t.micro < 0) {
-      t.micro = t.forward ? -1 : M;
-      t.issue = t.forward ? -1.0 : stage_end[static_cast<size_t>(from)];
-    } else {
-      auto it = step_end.find({from, t.forward, t.micro});
-      if (it == step_end.end()) return error("{} works on micro-batch {}, which stage {} never runs", pn.describe(), t.micro, from);
-      t.issue = it->second;
-    }
-    found.emplace(std::make_pair(v, to), t);
-    return Status::ok();
-  };
-  for (NodeId id : g.nodes()) {
-    for (int t : sa.stages[static_cast<size_t>(id)]) {
-      for (ValueId v : g.node(id).inputs) {
-        if (v == kNoId) continue;
-        NodeId p = g.producer(v);
-        if (p != kNoId && !in_stage(p, t)) OASES_RETURN_IF_ERROR(add_transfer(v, t));
-      }
-    }
-  }
-  for (size_t i = 0; i < params.size(); ++i) {
-    NodeId p = g.producer(grads[i]);
-    for (int t : sa.param_holders[i]) {
-      if (p != kNoId && !in_stage(p, t)) OASES_RETURN_IF_ERROR(add_transfer(grads[i], t));
-    }
-  }
-  if (g.producer(loss) != kNoId && !in_stage(g.producer(loss), S - 1)) OASES_RETURN_IF_ERROR(add_transfer(loss, S - 1));
-  std::vector<Crossing> transfers;
-  for (const auto& [k, t] : found) transfers.push_back(t);
-  std::sort(transfers.begin(), transfers.end(), [](const Crossing& a, const Crossing& b) { return a.key() < b.key(); });
-
-  // the stage's graph: the other stages' nodes out, the transfers in
-  std::vector<NodeId> all = g.nodes();
-  for (NodeId id : all) {
-    if (!in_stage(id, me)) g.remove_node(id);
-  }
-  auto stage_ranks = [&](int s) {
-    std::vector<int64_t> r;
-    for (int64_t i = 0; i < plan.stage_ranks(s); ++i) r.push_back(plan.first_rank(s) + i);
-    return r;
-  };
-  // a crossing value's global shape and layout on stage `s`'s mesh, from that stage's partition
-  struct Laid {
-    Shape shape;
-    PlacedLayout side;
-  };
-  auto laid_out_on = [&](int s, const Crossing& t) -> Expected<Laid> {
-    const GlobalProgram& gp = *stage_globals[static_cast<size_t>(s)];
-    const StageSide side = side_of(gp);
-    const std::string& name = g.value(t.value).name;
-    ValueId v = t.value;
-    if (&gp != &global) {
-      if (t.ident >= static_cast<int64_t>(base_values)) {
-        size_t k = static_cast<size_t>(t.ident - static_cast<int64_t>(base_values));
-        if (k >= side.graph->outputs().size()) return error("'{}' crosses as output {}, which stage {} lacks", name, k, s);
-        v = side.graph->outputs()[k];
-      } else if (static_cast<size_t>(v) >= base_values) {
-        return error("'{}' crosses from stage {} to {} as a value the partition made; stages of different layouts exchange only the model's own values",
-                     name, t.from, t.to);
-      }
-    }
-    if (static_cast<size_t>(v) >= side.graph->num_values()) return error("'{}' crossing to stage {} is not in stage {}'s program", name, t.to, s);
-    const Value& val = side.graph->value(v);
-    ShardingSpec spec = ShardingSpec::replicated(val.shape.size());
-    if (side.specs) {
-      if (static_cast<size_t>(v) >= side.specs->size()) return error("'{}' crosses from stage {} to {} but has no layout", name, t.from, t.to);
-      spec = (*side.specs)[static_cast<size_t>(v)];
-    }
-    if (spec.any_partial())
-      return error("'{}' crosses from stage {} to {} as a partial sum on stage {}'s mesh; cut the stages where values are whole", name, t.from,
-                   t.to, s);
-    Shape shape = side.specs ? global_shape_of(val.shape, spec, *side.mesh) : val.shape;
-    return Laid{std::move(shape), PlacedLayout{PlacedMesh{*side.mesh, stage_ranks(s)}, std::move(spec)}};
-  };
-  // each distinct transfer planned once, for the plan's machine
-  ReshardPlanner planner(machine, ReshardOptions{});
-  ReshardPlans reshards;
-  StageTransfers xfer;
-  std::vector<NodeId>& channel_ops = xfer.channel_ops;  // this rank's transfers in the global order
-  std::map<NodeId, double>& recv_issue = xfer.recv_issue;
-  std::map<NodeId, ValueId>& send_input = xfer.send_input;
-  if (info) {
-    info->transfers.clear();
-    info->transfer_nodes.clear();
-  }
-  for (const Crossing& t : transfers) {
-    const Value& val = g.value(t.value);
-    OASES_ASSIGN_OR_RETURN(Laid src, laid_out_on(t.from, t));
-    OASES_ASSIGN_OR_RETURN(Laid dst, laid_out_on(t.to, t));
-    if (src.shape != dst.shape)
-      return error("'{}' is {} on stage {} and {} on stage {}", val.name, shape_str(src.shape), t.from, shape_str(dst.shape), t.to);
-    ReshardProblem problem{src.shape, static_cast<int64_t>(dtype_size(val.dtype)), src.side, dst.side};
-    AttrMap a = reshard_attrs(problem, world_rank, val.dtype, 1);
-    if (info)
-      info->transfers.push_back(fmt::format("{}>{} {}{} #{} {} {} -> {}", t.from, t.to, t.forward ? "F" : "B", t.micro, t.ident,
-                                            shape_str(src.shape), a.get_string("src_layout", ""), a.get_string("dst_layout", "")));
-    std::string name = g.unique_name(fmt::format("pipe/{}/{}to{}", val.name, t.from, t.to));
-    NodeId n = kNoId;
-    if (t.to == me) {
-      n = g.add_node("Reshard", {}, {t.value}, a, name, kOasesDomain);
-      recv_issue[n] = t.issue;
-    } else {
-      n = g.add_node_new_outputs("Reshard", {t.value}, 1, a, name, kOasesDomain);
-      send_input[n] = t.value;
-    }
-    Node& nn = g.node(n);
-    nn.phase = t.forward ? Node::Phase::kForward : Node::Phase::kBackward;
-    nn.chunk = -1;
-    if (Status st = infer_node(g, n); !st) return st.with_context(fmt::format("stage {} of world rank {}", me, world_rank));
-    auto planned = planner.plan(problem, 1);
-    if (!planned) return planned.status().with_context(fmt::format("'{}' from stage {} to {}", val.name, t.from, t.to));
-    reshards[g.node(n).name] = *planned;
-    if (info) info->transfer_nodes.push_back(g.node(n).name);
-    channel_ops.push_back(n);
-    if (info) ++(t.to == me ? info->receives : info->sends);
-  }
-  for (ValueId v : std::vector<ValueId>(g.inputs())) {
-    if (g.uses(v).empty()) g.remove_input(v);
-  }
-  // outputs: the loss on the last stage, the gradients of the stage's parameters
-  TrainingGraph& tg = rp.train;
-  std::vector<ValueId> outs;
-  if (me == S - 1) {
-    outs.push_back(loss);
-    tg.loss = loss;
-  }
-  if (info) {
-    info->stage = me;
-    info->param_index.clear();
-    info->counts_in_norm.clear();
-  }
-  for (size_t i = 0; i < params.size(); ++i) {
-    const auto& holders = sa.param_holders[i];
-    if (!contains(holders, me)) {
-      if (g.value(params[i]).is_initializer) g.remove_initializer(params[i]);
-      continue;
-    }
-    // updated in place: every rank owns its copy (ranks as threads share the template's tensors)
-    if (!global.partitioned) g.value(params[i]).constant = g.value(params[i]).constant.clone();
-    tg.params.push_back(params[i]);
-    tg.grads.push_back(grads[i]);
-    outs.push_back(grads[i]);
-    if (info) {
-      info->param_index.push_back(i);
-      info->counts_in_norm.push_back(holders.front() == me);
-    }
-  }
-  g.set_outputs(outs);
-  tg.targets = global.train.targets;
-  tg.appended_loss = global.train.appended_loss;
-  tg.vocab = global.train.vocab;
-  tg.frozen = global.train.frozen;
-  for (ValueId p : tg.params) rp.param_bytes += static_cast<double>(g.value(p).nbytes());
-
-  // the order: the intra-stage schedule's, cut into the pipeline's steps
-  OASES_ASSIGN_OR_RETURN(rp.order, order_stage(g, so, xfer, clock, params, info));
-  rp.saved_bytes = saved_activation_bytes(g, rp.order);
-  rp.saved_count = saved_activation_count(g, rp.order);
-  // the sends' outputs are empty and read by nobody: kept, so no pass drops the sends
-  std::set<ValueId> keep = opts.keep;
-  for (const auto& [n, v] : send_input) keep.insert(g.node(n).outputs[0]);
-  OASES_ASSIGN_OR_RETURN(rp.program, lay_out_program(g, rp.order, keep, fusion_for(opts.fuse, opts.device)));
-  rp.program.reshards = std::move(reshards);
-  tg.graph = std::move(g);
-  return rp;
+  StageBuilder b(stage_globals, plan, machine, world_rank, opts, info);
+  return b.build();
 }
 
 std::vector<const GlobalProgram*> StageGlobals::programs() const {
