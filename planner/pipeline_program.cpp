@@ -760,6 +760,22 @@ Expected<RankProgram> build_stage_program(const std::vector<const GlobalProgram*
   return b.build();
 }
 
+Expected<StageGlobals> build_plan_programs(Graph forward, const TrainingSpec& spec, const Plan& plan, int64_t world,
+                                           const GlobalProgramOptions& opts) {
+  if (plan.num_stages() > 1) return build_stage_globals(std::move(forward), spec, plan, opts);
+  StageGlobals sg;
+  OASES_ASSIGN_OR_RETURN(sg.first, build_global_program(std::move(forward), spec, plan, world, opts));
+  sg.plan = plan;
+  sg.machine = reshard_cluster(world, {}, {}, {});
+  return sg;
+}
+
+Expected<RankProgram> build_rank_program(const StageGlobals& sg, int64_t world_rank, const RankProgramOptions& opts, StageProgramInfo* info) {
+  if (sg.plan.num_stages() <= 1) return build_rank_program(sg.first, world_rank, opts);
+  if (!info) return Status::error("a pipeline rank's program needs its stage record");
+  return build_stage_program(sg, world_rank, opts, info);
+}
+
 std::vector<const GlobalProgram*> StageGlobals::programs() const {
   std::vector<const GlobalProgram*> out;
   for (int64_t k = 0; k < plan.num_stages(); ++k) out.push_back(&program(static_cast<int>(k)));

@@ -114,6 +114,16 @@ struct StageGlobals {
 // build_stage_program for `world_rank` of sg's pipeline.
 Expected<RankProgram> build_stage_program(const StageGlobals& sg, int64_t world_rank, const RankProgramOptions& opts, StageProgramInfo* info);
 
+// The one builder. Every program a plan's ranks run, one stage or many: a plan of one stage is
+// its GlobalProgram over `world` ranks (planner/rank_program.h), several stages
+// build_stage_globals's (`world` then the stages' meshes together).
+Expected<StageGlobals> build_plan_programs(Graph forward, const TrainingSpec& spec, const Plan& plan, int64_t world,
+                                           const GlobalProgramOptions& opts);
+// The program world rank `world_rank` runs of them: build_rank_program of the one mesh, or
+// build_stage_program of the rank's stage (`info`: what the stage holds; needed with stages).
+Expected<RankProgram> build_rank_program(const StageGlobals& sg, int64_t world_rank, const RankProgramOptions& opts,
+                                         StageProgramInfo* info = nullptr);
+
 // The programs of the stages of `plan` (planner/plan.h: each stage a block range on its own mesh)
 // for `forward`. Each program holds all plan.micro_batches x K chunks (K: the first stage's chunks
 // of one micro-batch), cut into stages later. The stages' block ranges are their "blocks" (none:

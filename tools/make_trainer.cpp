@@ -34,16 +34,14 @@ Expected<std::unique_ptr<Trainer>> make_trainer(const TrainSetup& s, RankRuntime
   RankProgram rp;
   if (s.piped()) {
     if (!stage) return Status::error("internal: a pipeline rank's trainer needs its stage record");
-    std::vector<const GlobalProgram*> stages;
-    for (int64_t k = 0; k < s.plan.num_stages(); ++k) stages.push_back(&s.stage_program(static_cast<int>(k)));
-    OASES_ASSIGN_OR_RETURN(rp, build_stage_program(stages, s.plan, s.machine, world_rank, ro, stage));
+    OASES_ASSIGN_OR_RETURN(rp, build_rank_program(s.programs, world_rank, ro, stage));
     if (a.memory_report && rt.rank() == 0) {
       std::fprintf(stderr, "stage %d (%s): blocks %s, %d sends and %d receives a step, at most %d micro-batches in flight, arena %.1f KiB\n",
-                   stage->stage, a.pipeline.c_str(), s.plan.stages[static_cast<size_t>(stage->stage)].blocks.c_str(), stage->sends,
+                   stage->stage, a.pipeline.c_str(), s.plan().stages[static_cast<size_t>(stage->stage)].blocks.c_str(), stage->sends,
                    stage->receives, stage->peak_in_flight, static_cast<double>(rp.program.memory.arena_bytes) / 1024.0);
     }
   } else {
-    OASES_ASSIGN_OR_RETURN(rp, build_rank_program(s.gp, rt.rank(), ro));
+    OASES_ASSIGN_OR_RETURN(rp, build_rank_program(s.programs, rt.rank(), ro));
     if (a.memory_report && rt.rank() == 0) {
       std::fprintf(stderr, "rank 0: activation arena %.1f MiB at its peak (%.1f MiB without reuse), parameters %.1f MiB\n",
                    static_cast<double>(rp.program.memory.arena_bytes) / (1 << 20), static_cast<double>(rp.program.memory.total_bytes) / (1 << 20),

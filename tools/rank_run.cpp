@@ -9,7 +9,7 @@ Status RankRun::start(RankRuntime* world) {
   StageProgramInfo stage;
   OASES_ASSIGN_OR_RETURN(trainer_, make_trainer(s_, rt_, &nccl_groups_, &sched_, piped ? &stage : nullptr));
   if (piped) {
-    rules_.emplace(rt_, *world, std::move(stage), static_cast<int>(s_.plan.num_stages()));
+    rules_.emplace(rt_, *world, std::move(stage), static_cast<int>(s_.plan().num_stages()));
   } else {
     rules_.emplace(rt_);
   }
@@ -21,8 +21,8 @@ Status RankRun::start(RankRuntime* world) {
   tr().skip_nonfinite = true;
   tracing_ = !a_.trace.empty() || a_.overlap_report;
   tr().executor().set_tracing(tracing_);
-  gp_ = piped ? &s_.stage_program(rules_->stage()) : &s_.gp;
-  if (piped) OASES_RETURN_IF_ERROR(rules_->check_transfers(s_.plan));
+  gp_ = piped ? &s_.stage_program(rules_->stage()) : &s_.gp();
+  if (piped) OASES_RETURN_IF_ERROR(rules_->check_transfers(s_.plan()));
   pspecs_ = rules_->of_stage(gp_->param_specs);
   pshapes_ = rules_->of_stage(gp_->param_shapes);
   rules_->use_global_norm(tr(), pspecs_);
@@ -75,7 +75,7 @@ Expected<std::vector<std::map<std::string, Tensor>>> RankRun::next_feeds() {
       continue;
     }
     OASES_ASSIGN_OR_RETURN(Batch b, sampler_.next(s_.batch, s_.seq));
-    micro.push_back(slice_feeds(feeds_for_batch(s_.gp.train.graph, s_.roles, b)));
+    micro.push_back(slice_feeds(feeds_for_batch(s_.gp().train.graph, s_.roles, b)));
   }
   return micro;
 }
@@ -92,7 +92,7 @@ Expected<double> RankRun::validate() {
   double sum = 0;
   for (int64_t i = 0; i < a_.val_batches; ++i) {
     Batch b = val_sampler_.at(i, s_.batch, s_.seq);
-    OASES_ASSIGN_OR_RETURN(double l, eval(slice_feeds(feeds_for_batch(s_.gp.train.graph, s_.roles, b))));
+    OASES_ASSIGN_OR_RETURN(double l, eval(slice_feeds(feeds_for_batch(s_.gp().train.graph, s_.roles, b))));
     sum += l;
   }
   return sum / static_cast<double>(a_.val_batches);
@@ -103,7 +103,7 @@ Expected<double> RankRun::validate() {
 Status RankRun::before_training() {
   if (lead() && !a_.quiet) {
     // which initializers train, and why each buffer does not (graph/parameters.h)
-    for (const std::string& line : describe_parameter_split(s_.gp.train.graph, s_.gp.train.roles)) std::fprintf(stderr, "%s\n", line.c_str());
+    for (const std::string& line : describe_parameter_split(s_.gp().train.graph, s_.gp().train.roles)) std::fprintf(stderr, "%s\n", line.c_str());
   }
   if (a_.steps == 0 && !a_.dump_grads.empty()) {
     OASES_ASSIGN_OR_RETURN(auto micro, next_feeds());

@@ -55,7 +55,7 @@ Status RankRun::dump() {
   for (size_t i = 0; i < tr().training_graph().params.size(); ++i) full[tr().param_name(i)] = rt_.gather(tr().gradient(i), pspecs_[i], pshapes_[i]);
   full = rules_->pooled(full);
   // numbered in the whole model's parameter order
-  const TrainingGraph& whole = s_.gp.train;
+  const TrainingGraph& whole = s_.gp().train;
   for (size_t i = 0; lead() && i < whole.params.size(); ++i) {
     std::string name = whole.graph.value(whole.params[i]).name;
     auto it = full.find(name);
@@ -71,13 +71,13 @@ void RankRun::print_start() const {
   const TrainArgs& a = a_;
   const RankRuntime& rt = rt_;
   int64_t values = 0;
-  for (const Shape& sh : s_.gp.param_shapes) values += shape_numel(sh);
+  for (const Shape& sh : s_.gp().param_shapes) values += shape_numel(sh);
   std::fprintf(stderr, "training %s: %zu parameters (%lld values), batch %lld x %lld tokens%s, %lld steps%s\n", a.model.c_str(),
-               s_.gp.param_shapes.size(), static_cast<long long>(values), static_cast<long long>(s_.batch), static_cast<long long>(s_.seq),
+               s_.gp().param_shapes.size(), static_cast<long long>(values), static_cast<long long>(s_.batch), static_cast<long long>(s_.seq),
                a.grad_accum > 1 ? fmt::format(" x {} micro-batches", a.grad_accum).c_str() : "", static_cast<long long>(a.steps),
                rules_->piped() ? fmt::format(", {} ranks (pp {} x {}, {}, {} micro-batches, stages {}, {})", rules_->everyone().size(), a.pp,
                                              s_.meshes_text(), a.pipeline,
-                                             a.micro_batches, s_.plan.cuts(), rt.communicator() ? rt.communicator()->kind() : "local")
+                                             a.micro_batches, s_.plan().cuts(), rt.communicator() ? rt.communicator()->kind() : "local")
                                      .c_str()
                : rt.size() > 1 ? fmt::format(", {} ranks (tp {} x dp {}, {})", rt.size(), a.tp, a.dp,
                                              rt.communicator() ? rt.communicator()->kind() : "local")
@@ -125,7 +125,7 @@ Status RankRun::write_trace() {
     about["pp"] = a_.pp;
     about["pipeline"] = a_.pipeline;
     about["micro_batches"] = a_.micro_batches;
-    about["stages"] = s_.plan.cuts();
+    about["stages"] = s_.plan().cuts();
   }
   size_t events = 0;
   OASES_RETURN_IF_ERROR(write_trace_file(all, about, a_.trace, &events));

@@ -55,9 +55,9 @@ int run_training(TrainArgs& a, int argc, char** argv) {
   }
   // groups inside one emulated host are not slowed; the link emulated is the one between hosts
   if (!setup->host_of.empty()) set_emulated_hosts(setup->host_of);
-  if (!setup->piped()) return l.run(setup->gp.mesh(), link, [&](RankRuntime& rt) { return run_rank(*setup, rt); });
+  if (!setup->piped()) return l.run(setup->gp().mesh(), link, [&](RankRuntime& rt) { return run_rank(*setup, rt); });
   // a pipeline: the world's ranks, each running its stage on the stage's own mesh
-  const Plan& pl = setup->plan;
+  const Plan& pl = setup->plan();
   Mesh everyone{{"world"}, {pl.world()}, {}};
   const bool cards = a.hosts > 1 && link.enabled();
   int rc = l.run(everyone, link, [&](RankRuntime& world) -> Status {

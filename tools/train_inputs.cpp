@@ -104,7 +104,7 @@ Status read_input_files(const TrainArgs& a, ImportOptions* opts, TrainSetup* s) 
 
 Status prepare_data(TrainSetup& s) {
   const TrainArgs& a = s.a;
-  const TrainingGraph& train = s.gp.train;
+  const TrainingGraph& train = s.gp().train;
   if (s.fixed_feeds.empty()) {
     auto roles = input_roles(train.graph, train.targets);
     if (!roles) return roles.status().with_context(a.model);

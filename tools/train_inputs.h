@@ -12,7 +12,7 @@ Status bind_token_shapes(const TrainArgs& a, ImportOptions* opts, int64_t* batch
 // --inputs DIR: input_N.pb files by name (or position), their shapes bound, into s->fixed_feeds
 // (and s->class_labels from labels.pb); the batch and sequence from the first token input.
 Status read_input_files(const TrainArgs& a, ImportOptions* opts, TrainSetup* s);
-// How the batches feed the inputs, and the tokens (with the validation split), on s.gp's graph.
+// How the batches feed the inputs, and the tokens (with the validation split), on s.gp()'s graph.
 Status prepare_data(TrainSetup& s);
 
 }  // namespace oases

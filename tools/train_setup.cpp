@@ -152,29 +152,21 @@ Status build_programs(TrainSetup& s, Graph forward, const Plan& plan, int64_t st
   go.model_path = a.model;
   go.plan_path = a.plan;
   go.partition = !a.export_plan.empty();
-  s.plan = plan;
-  if (a.pp <= 1) {
-    OASES_ASSIGN_OR_RETURN(s.gp, build_global_program(std::move(forward), spec, plan, stage_world, go));
-    return Status::ok();
-  }
-  if (from_plan) {
+  Plan run = plan;
+  if (a.pp > 1 && from_plan) {
     // the plan file's stages as they are (their first mesh as the run adopted it)
-    s.plan.micro_batches = a.micro_batches;
-    s.plan.pipeline = a.pipeline;
-  } else {
-    OASES_ASSIGN_OR_RETURN(s.plan, with_stages(plan, a.pp, a.micro_batches, a.pipeline, a.stages, meshes));
+    run.micro_batches = a.micro_batches;
+    run.pipeline = a.pipeline;
+  } else if (a.pp > 1) {
+    OASES_ASSIGN_OR_RETURN(run, with_stages(plan, a.pp, a.micro_batches, a.pipeline, a.stages, meshes));
   }
-  OASES_ASSIGN_OR_RETURN(StageGlobals sg, build_stage_globals(std::move(forward), spec, s.plan, go));
-  s.gp = std::move(sg.first);
-  s.stage_gp = std::move(sg.own);
-  s.plan = std::move(sg.plan);
-  s.machine = std::move(sg.machine);
+  OASES_ASSIGN_OR_RETURN(s.programs, build_plan_programs(std::move(forward), spec, run, stage_world, go));
   if (!s.host_of.empty()) {
     LinkModel inter;
     if (!a.emulate_link.empty()) {
       OASES_ASSIGN_OR_RETURN(inter, parse_link_model(a.emulate_link));
     }
-    s.machine = reshard_cluster(s.plan.world(), s.host_of, inter, LinkModel{});
+    s.programs.machine = reshard_cluster(s.plan().world(), s.host_of, inter, LinkModel{});
   }
   return Status::ok();
 }
@@ -183,10 +175,10 @@ Status build_programs(TrainSetup& s, Graph forward, const Plan& plan, int64_t st
 // oases-train --plan runs it again.
 Status export_plan(const TrainSetup& s) {
   const TrainArgs& a = s.a;
-  nlohmann::json j = plan_to_json(s.gp.train.graph, *s.gp.partitioned, s.gp.sharding, s.gp.strategy, a.model);
+  nlohmann::json j = plan_to_json(s.gp().train.graph, *s.gp().partitioned, s.gp().sharding, s.gp().strategy, a.model);
   if (s.piped()) {
     j["version"] = kPlanVersionStages;
-    j["pipeline"] = s.plan.pipeline_json();
+    j["pipeline"] = s.plan().pipeline_json();
   }
   return write_file_atomically(a.export_plan, j.dump(2) + "\n");
 }
@@ -213,9 +205,9 @@ OptimizerConfig optimizer_config(const TrainArgs& a) {
 }  // namespace
 
 std::string TrainSetup::meshes_text() const {
-  const MeshPlan& m0 = plan.mesh();
-  const bool own = std::any_of(plan.stages.begin(), plan.stages.end(), [&](const MeshPlan& m) { return !same_stage_layout(m, m0); });
-  return own ? "meshes " + stage_meshes_string(plan.stages) : fmt::format("tp {} x dp {}", a.tp, a.dp);
+  const MeshPlan& m0 = plan().mesh();
+  const bool own = std::any_of(plan().stages.begin(), plan().stages.end(), [&](const MeshPlan& m) { return !same_stage_layout(m, m0); });
+  return own ? "meshes " + stage_meshes_string(plan().stages) : fmt::format("tp {} x dp {}", a.tp, a.dp);
 }
 
 Expected<TrainSetup> prepare_training(const TrainArgs& args, int64_t world) {
@@ -253,7 +245,7 @@ Expected<TrainSetup> prepare_training(const TrainArgs& args, int64_t world) {
   }
   OASES_ASSIGN_OR_RETURN(LoadedModel loaded, load_model(a.model, opts));
   OASES_RETURN_IF_ERROR(build_programs(s, std::move(loaded.graph), plan, stage_world, meshes, from_plan));
-  const TrainingGraph& train = s.gp.train;
+  const TrainingGraph& train = s.gp().train;
   s.vocab = train.vocab;
   OASES_RETURN_IF_ERROR(prepare_data(s));
   if (!a.export_plan.empty()) OASES_RETURN_IF_ERROR(export_plan(s));
@@ -264,7 +256,7 @@ Expected<TrainSetup> prepare_training(const TrainArgs& args, int64_t world) {
   }
   s.model_hash = fnv1a(s.fingerprint +
                            fmt::format("nodes={};tp={};dp={};pp={};stages={};meshes={};", train.graph.num_nodes(), a.tp, a.dp, a.pp,
-                                       s.piped() ? s.plan.cuts() : "", s.meshes_text()) +
+                                       s.piped() ? s.plan().cuts() : "", s.meshes_text()) +
                        binary_identity());
   return s;
 }

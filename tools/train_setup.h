@@ -21,8 +21,15 @@ namespace oases {
 
 struct TrainSetup {
   TrainArgs a;       // with what the plan fixed filled in
-  Plan plan;         // what the run trains: the plan file and the command line together, its stages under --pp
-  GlobalProgram gp;  // training graph, strategy, partition (global shapes)
+  // What the run trains: the plan (the plan file and the command line together; under --pp its
+  // stages, each one's blocks and ranks fixed, and the micro-batches), every stage's program (one
+  // mesh: `first` alone; gp() is then the first stage's, chunked into M x K chunks) and the machine
+  // the transfers between stages are planned for (planner/pipeline_program.h).
+  StageGlobals programs;
+  GlobalProgram& gp() { return programs.first; }
+  const GlobalProgram& gp() const { return programs.first; }
+  const Plan& plan() const { return programs.plan; }
+  const GlobalProgram& stage_program(int stage) const { return programs.program(stage); }
   int64_t batch = 0, seq = 0, vocab = 0;
   std::map<std::string, Tensor> fixed_feeds;  // --inputs DIR
   std::optional<Tensor> class_labels;         // --inputs DIR/labels.pb: an image classifier's targets [B]
@@ -33,18 +40,9 @@ struct TrainSetup {
   OptimizerConfig oc;
   std::string fingerprint;  // names, dtypes and shapes of the trainable parameters
   uint64_t model_hash = 0;  // every rank must run the same model, layout and binary
-  // --pp S > 1: `plan` has the stages (each one's blocks and ranks fixed, the micro-batches; gp is
-  // then the first stage's program, chunked into M x K chunks), and `machine` the hosts of the
-  // world's ranks and their links the transfers are planned for.
-  bool piped() const { return plan.num_stages() > 1; }
+  bool piped() const { return plan().num_stages() > 1; }
   // "tp 2 x dp 1" where every stage has the first's mesh, else "meshes 2x1,1x2:oases"
   std::string meshes_text() const;
-  ReshardCluster machine;
-  // --stage-meshes: the program of each stage whose mesh is not the first's (null: gp's)
-  std::vector<std::shared_ptr<const GlobalProgram>> stage_gp;
-  const GlobalProgram& stage_program(int stage) const {
-    return static_cast<size_t>(stage) < stage_gp.size() && stage_gp[static_cast<size_t>(stage)] ? *stage_gp[static_cast<size_t>(stage)] : gp;
-  }
   std::vector<int> host_of;  // --hosts N: the emulated host of each world rank (empty: one machine)
 };
 
