@@ -320,6 +320,17 @@ std::vector<int> comm_thread_nices() {
   return out;
 }
 
+// Every thread of this process by name (what a failure below reports).
+std::string thread_names() {
+  std::string out;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::ifstream comm(e.path() / "comm");
+    std::string name;
+    if (std::getline(comm, name)) out += (out.empty() ? "" : ", ") + e.path().filename().string() + ":" + name;
+  }
+  return out;
+}
+
 // The communication thread asks the OS for OASES_COMM_NICE nice levels from the process's (-10 by
 // default; 0 leaves it), and the report says what it got. Checked on the threads themselves: the
 // nice the kernel holds for each live communication thread (read from /proc while its executor
@@ -346,8 +357,15 @@ TEST(CommThread, RunsAtTheNiceItAskedForAndSaysWhatItGot) {
       auto res = (*ex)->run({{"x", iota({4}, static_cast<float>(r))}});
       ASSERT_TRUE(res) << res.status().message();
       EXPECT_FLOAT_EQ((*res)[0].data<float>()[3], 3.f + 4.f);
-      // this executor's communication thread ran the all-reduce, so it is alive and named
+      // this executor's communication thread ran the all-reduce, so it is alive and named; the
+      // listing is read again for up to 2 s should /proc not show it yet (CI once saw none on a
+      // loaded machine)
       std::vector<int> nices = comm_thread_nices();
+      for (int tries = 0; nices.empty() && tries < 200; ++tries) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        nices = comm_thread_nices();
+      }
+      if (nices.empty()) ADD_FAILURE() << "rank " << r << ": threads " << thread_names();
       std::lock_guard<std::mutex> lock(mu);
       seen[static_cast<size_t>(r)] = nices;
     });
