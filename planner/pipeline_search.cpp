@@ -44,6 +44,9 @@ int block_of_part(const std::string& name) {
 struct PartFigures {
   std::vector<double> fwd, bwd, static_bytes, saved_all, transient;
   std::vector<int> block;  // -1 embedding, -2 head
+  // A head tied to the embedding on a stage without it holds its own copy of the table (with its
+  // gradient and moments): the embedding part's static bytes under the head's layout.
+  double tied_copy_bytes = 0;
 };
 
 PartFigures part_figures(CostModel& cm, const PlanChoice& p, int micro_batches) {
@@ -66,6 +69,13 @@ PartFigures part_figures(CostModel& cm, const PlanChoice& p, int micro_batches) 
     f.saved_all.push_back(std::max(0.0, cm.part_memory(i, cur, s, p.chunks) - st));
     f.transient.push_back(cm.part_transient(i, cur, s, p.chunks));
     f.block.push_back(block_of_part(a.parts[static_cast<size_t>(i)]));
+  }
+  if (a.tied_head) {
+    const auto emb = std::find(f.block.begin(), f.block.end(), -1), head = std::find(f.block.begin(), f.block.end(), -2);
+    if (emb != f.block.end() && head != f.block.end()) {
+      const Layout& head_layout = p.layouts[static_cast<size_t>(head - f.block.begin())];
+      f.tied_copy_bytes = 4.0 * cm.part(static_cast<int>(emb - f.block.begin()), head_layout, p.chunks).param_bytes;
+    }
   }
   return f;
 }
@@ -155,6 +165,7 @@ double add_stage_parts(const PartFigures& f, int M, PipelineStagePlan* st) {
     saved += f.saved_all[i];
     transient = std::max(transient, f.transient[i]);
   }
+  if (st->head && !st->embedding) statics += f.tied_copy_bytes;
   st->memory_bytes = statics + saved * st->peak_in_flight / M + transient;
   return statics;
 }
