@@ -1,6 +1,7 @@
 #include "graph/autodiff.h"
 
 #include <algorithm>
+#include <limits>
 #include <set>
 
 namespace oases {
@@ -138,10 +139,15 @@ Expected<BackwardResult> build_backward(Graph& g, ValueId loss, const std::vecto
     // Sum in a fixed order: by the micro-batch chunk that made each contribution (the order the
     // schedules run the chunks' backward passes), then as they were made. The reverse pass meets
     // the last chunk first; summing in that order kept every earlier chunk's weight gradient alive
-    // until the last chunk's arrived (K copies of the gradients at the peak).
+    // until the last chunk's arrived (K copies of the gradients at the peak). Contributions of no
+    // chunk come last: they are made once every chunk's backward has run (a tied head's gradient,
+    // transposed once after its chunks are summed); first, they held every chunk's gradient of the
+    // tied embedding until the end, and put the data-parallel reduction on each chunk's (a partial
+    // sum added to a whole value is reduced before the add).
     auto chunk_of = [&](ValueId x) {
       NodeId p = g.value(x).producer;
-      return p == kNoId ? -1 : g.node(p).chunk;
+      const int c = p == kNoId ? -1 : g.node(p).chunk;
+      return c < 0 ? std::numeric_limits<int>::max() : c;
     };
     std::stable_sort(c.begin(), c.end(), [&](ValueId a, ValueId b) { return chunk_of(a) < chunk_of(b); });
     ValueId acc = c[0];

@@ -248,4 +248,62 @@ MemoryPlan MemoryPlan::build(const Graph& g, const std::vector<PlanStep>& steps,
   return p;
 }
 
+LivePeak live_peak(const Graph& g, const std::vector<PlanStep>& steps, const MemoryPlan& plan, const std::set<ValueId>& keep) {
+  const size_t n = g.num_values();
+  auto root_of = [&](ValueId v) -> ValueId {
+    if (v == kNoId || static_cast<size_t>(v) >= plan.slots.size()) return kNoId;
+    const ValueSlot& s = plan.slots[static_cast<size_t>(v)];
+    if (s.kind == ValueSlot::Kind::kView) return s.root;
+    return s.kind == ValueSlot::Kind::kArena ? v : kNoId;
+  };
+  const size_t none = std::numeric_limits<size_t>::max();
+  std::vector<size_t> first(n, none), last(n, 0);
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const Node& node = g.node(steps[i].node);
+    if (steps[i].defines) {
+      for (ValueId o : node.outputs) {
+        ValueId r = root_of(o);
+        if (r == kNoId) continue;
+        first[static_cast<size_t>(r)] = std::min(first[static_cast<size_t>(r)], i);
+        last[static_cast<size_t>(r)] = std::max(last[static_cast<size_t>(r)], i);
+      }
+    }
+    if (steps[i].uses) {
+      for (ValueId v : node.inputs) {
+        ValueId r = root_of(v);
+        if (r != kNoId) last[static_cast<size_t>(r)] = std::max(last[static_cast<size_t>(r)], i);
+      }
+    }
+  }
+  auto to_end = [&](ValueId v) {
+    ValueId r = root_of(v);
+    if (r != kNoId && !steps.empty()) last[static_cast<size_t>(r)] = steps.size() - 1;
+  };
+  for (ValueId v : keep) to_end(v);
+  for (ValueId v : g.outputs()) to_end(v);
+  // bytes alive at each step: +bytes where a value starts, -bytes after its last step
+  std::vector<int64_t> delta(steps.size() + 1, 0);
+  for (size_t v = 0; v < n; ++v) {
+    if (first[v] == none) continue;
+    const auto b = static_cast<int64_t>(plan.slots[v].bytes);
+    delta[first[v]] += b;
+    delta[last[v] + 1] -= b;
+  }
+  LivePeak peak;
+  int64_t alive = 0;
+  for (size_t i = 0; i < steps.size(); ++i) {
+    alive += delta[i];
+    if (alive > static_cast<int64_t>(peak.bytes)) {
+      peak.bytes = static_cast<size_t>(alive);
+      peak.step = i;
+    }
+  }
+  for (size_t v = 0; v < n; ++v) {
+    if (first[v] != none && first[v] <= peak.step && last[v] >= peak.step)
+      peak.values.push_back(LiveValue{static_cast<ValueId>(v), plan.slots[v].bytes});
+  }
+  std::sort(peak.values.begin(), peak.values.end(), [](const LiveValue& a, const LiveValue& b) { return a.bytes > b.bytes; });
+  return peak;
+}
+
 }  // namespace oases

@@ -46,4 +46,17 @@ struct MemoryPlan {
                           const InplaceFn& inplace_input = {});
 };
 
+// The arena values alive together at the step where the most arena bytes are (a value lives from
+// the step that defines it to its last reader, a view's bytes counted with its root's; values in
+// `keep` and the graph's outputs to the end), largest first: what --memory-report lists.
+struct LiveValue {
+  ValueId value = kNoId;
+  size_t bytes = 0;
+};
+struct LivePeak {
+  size_t step = 0, bytes = 0;  // the step and the bytes alive at it
+  std::vector<LiveValue> values;
+};
+LivePeak live_peak(const Graph& g, const std::vector<PlanStep>& steps, const MemoryPlan& plan, const std::set<ValueId>& keep);
+
 }  // namespace oases

@@ -21,6 +21,21 @@ void print_schedule(const Graph& g, const std::vector<ScheduledOp>& order) {
   }
 }
 
+// --memory-report: the largest values alive together at the arena's busiest step.
+void print_live_peak(const ProgramLayout& p, const char* who) {
+  std::vector<PlanStep> steps;
+  for (const ScheduledOp& op : p.order)
+    steps.push_back(PlanStep{op.node, op.kind != ScheduledOp::Kind::kCommWait, op.kind != ScheduledOp::Kind::kCommStart});
+  const LivePeak peak = live_peak(p.graph, steps, p.memory, {});
+  std::fprintf(stderr, "%s: %.1f MiB alive at step %zu of %zu (%s), the largest of %zu values:\n", who,
+               static_cast<double>(peak.bytes) / (1 << 20), peak.step, steps.size(),
+               peak.step < steps.size() ? p.graph.node(steps[peak.step].node).describe().c_str() : "-", peak.values.size());
+  for (size_t i = 0; i < peak.values.size() && i < 8; ++i) {
+    const Value& v = p.graph.value(peak.values[i].value);
+    std::fprintf(stderr, "  %8.1f KiB  %s %s\n", static_cast<double>(peak.values[i].bytes) / 1024.0, v.name.c_str(), shape_str(v.shape).c_str());
+  }
+}
+
 }  // namespace
 
 // This rank's program (planner/rank_program.h) bound to the executor in a Trainer.
@@ -39,6 +54,7 @@ Expected<std::unique_ptr<Trainer>> make_trainer(const TrainSetup& s, RankRuntime
       std::fprintf(stderr, "stage %d (%s): blocks %s, %d sends and %d receives a step, at most %d micro-batches in flight, arena %.1f KiB\n",
                    stage->stage, a.pipeline.c_str(), s.plan().stages[static_cast<size_t>(stage->stage)].blocks.c_str(), stage->sends,
                    stage->receives, stage->peak_in_flight, static_cast<double>(rp.program.memory.arena_bytes) / 1024.0);
+      print_live_peak(rp.program, fmt::format("stage {}", stage->stage).c_str());
     }
   } else {
     OASES_ASSIGN_OR_RETURN(rp, build_rank_program(s.programs, rt.rank(), ro));
@@ -46,6 +62,7 @@ Expected<std::unique_ptr<Trainer>> make_trainer(const TrainSetup& s, RankRuntime
       std::fprintf(stderr, "rank 0: activation arena %.1f MiB at its peak (%.1f MiB without reuse), parameters %.1f MiB\n",
                    static_cast<double>(rp.program.memory.arena_bytes) / (1 << 20), static_cast<double>(rp.program.memory.total_bytes) / (1 << 20),
                    static_cast<double>(rp.param_bytes) / (1 << 20));
+      print_live_peak(rp.program, "rank 0");
     }
   }
   ExecOptions eo;

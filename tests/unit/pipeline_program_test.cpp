@@ -268,6 +268,34 @@ TEST(PipelineProgram, DataParallelStagesBucketTheirOwnGradients) {
   }
 }
 
+// The tied embedding's gradient on the first stage of dp 2: every micro-batch's gradient is summed
+// first and the sum all-reduced once, the head's share (sent by the last stage once all its
+// micro-batches ran) added last; each micro-batch's gradient reduced on its own, and all of them
+// held until the head's share came, made the first stage's peak 3x its need (h128 x 4, vocab
+// 16384, pp 2: 75.7 MiB, 25.8 after).
+TEST(PipelineProgram, TiedGradientIsSummedOverMicroBatchesBeforeItsReduction) {
+  Built b = build_meshes({{1, 2}, {1, 2}}, 4, PipelineSchedule::k1F1B);
+  RankProgramOptions ro;
+  ro.slice_constants = false;
+  StageProgramInfo info;
+  auto rp = build_stage_program(b.stages(), b.plan, b.machine, 0, ro, &info);
+  ASSERT_TRUE(rp) << rp.status().message();
+  const Graph& g = rp->program.graph;
+  int reductions = 0;  // all-reduces of the word embedding's gradient (or of a part of it)
+  for (NodeId id : g.nodes()) {
+    const Node& n = g.node(id);
+    if (n.op_type != "AllReduce") continue;
+    for (ValueId v : n.inputs) {
+      if (g.value(v).name.find("wte") != std::string::npos) {
+        ++reductions;
+        break;
+      }
+    }
+  }
+  EXPECT_EQ(reductions, 1) << "each micro-batch's embedding gradient all-reduced before the sum";
+  EXPECT_GE(info.sends, 1);
+}
+
 // Stages on meshes of other shapes: the transfers carry each side's layout and mesh, pair up and
 // replay without deadlock.
 TEST(PipelineProgram, StagesOnTheirOwnMeshes) {
