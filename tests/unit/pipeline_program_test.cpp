@@ -46,6 +46,12 @@ struct Built {
     for (int64_t s = 0; s < plan.num_stages(); ++s) out.push_back(stage_gp.empty() ? &gp : stage_gp[static_cast<size_t>(s)].get());
     return out;
   }
+  // world rank `rank`'s program, shapes only (the weights unread)
+  Expected<RankProgram> shapes_program(int64_t rank, StageProgramInfo* info) const {
+    RankProgramOptions ro;
+    ro.slice_constants = false;
+    return build_stage_program(stages(), plan, machine, rank, ro, info);
+  }
   void set_stage_ranks(int64_t s, int64_t ranks) {
     plan.stages[static_cast<size_t>(s)].ranks = ranks;
     machine = reshard_cluster(plan.world(), {}, {}, {});
@@ -275,10 +281,8 @@ TEST(PipelineProgram, DataParallelStagesBucketTheirOwnGradients) {
 // 16384, pp 2: 75.7 MiB, 25.8 after).
 TEST(PipelineProgram, TiedGradientIsSummedOverMicroBatchesBeforeItsReduction) {
   Built b = build_meshes({{1, 2}, {1, 2}}, 4, PipelineSchedule::k1F1B);
-  RankProgramOptions ro;
-  ro.slice_constants = false;
   StageProgramInfo info;
-  auto rp = build_stage_program(b.stages(), b.plan, b.machine, 0, ro, &info);
+  auto rp = b.shapes_program(0, &info);
   ASSERT_TRUE(rp) << rp.status().message();
   const Graph& g = rp->program.graph;
   int reductions = 0;  // all-reduces of the word embedding's gradient (or of a part of it)
@@ -309,10 +313,8 @@ TEST(PipelineProgram, StagesOnTheirOwnMeshes) {
   // a transfer from the tp 2 stage to the dp 2 stage: its source laid out on a 2-rank tp mesh,
   // its destination on the other stage's ranks
   Built b = build_meshes({{2, 1}, {1, 2}}, 2, PipelineSchedule::k1F1B);
-  RankProgramOptions ro;
-  ro.slice_constants = false;
   StageProgramInfo info;
-  auto rp = build_stage_program(b.stages(), b.plan, b.machine, 2, ro, &info);
+  auto rp = b.shapes_program(2, &info);
   ASSERT_TRUE(rp) << rp.status().message();
   EXPECT_EQ(info.stage, 1);
   int seen = 0;
