@@ -7,10 +7,6 @@
 
 namespace oases {
 
-std::string Layout::to_string() const {
-  return fmt::format("tp{}{}{}", tp, sp ? "+sp" : "", cm ? "+cm" : "");
-}
-
 std::string describe_bytes(double b) {
   if (b >= 1024.0 * 1024 * 1024) return fmt::format("{:.2f} GiB", b / (1024.0 * 1024 * 1024));
   if (b >= 1024.0 * 1024) return fmt::format("{:.1f} MiB", b / (1024.0 * 1024));
@@ -90,8 +86,8 @@ double CostModel::collective(CollectiveKind k, double bytes, int64_t n, int64_t 
 }
 
 const PartCost& CostModel::part(int i, const Layout& l, int64_t chunks) {
-  const PartRecords* recs = records(i, l.sp);
-  auto key = std::make_tuple(recs ? recs->signature : "none:" + std::to_string(i), l.tp, l.sp, l.cm, chunks);
+  const PartRecords* recs = records(i, l.sequence_parallel);
+  auto key = std::make_tuple(recs ? recs->signature : "none:" + std::to_string(i), l.tp, l.sequence_parallel, l.collective_matmul, chunks);
   auto it = cache_.find(key);
   if (it != cache_.end()) return it->second;
   PartCost pc;
@@ -126,7 +122,8 @@ const PartCost& CostModel::part(int i, const Layout& l, int64_t chunks) {
     if (n <= 1) continue;
     double bytes = c.tensor.local_elements(t, c.batch ? dpk : 1) * static_cast<double>(dtype_size(c.tensor.dtype));
     double s = collective(c.kind, bytes, n, stride);
-    bool ring = l.cm && !c.over_dp && c.batch && (c.kind == CollectiveKind::kAllGather || c.kind == CollectiveKind::kReduceScatter);
+    bool ring =
+        l.collective_matmul && !c.over_dp && c.batch && (c.kind == CollectiveKind::kAllGather || c.kind == CollectiveKind::kReduceScatter);
     if (ring) {
       // decomposed: the same bytes in n - 1 shifts; the parts are copied into place (gather: the
       // gathered value and the products' outputs; scatter: the rows each step reads)
@@ -154,7 +151,7 @@ const PartCost& CostModel::part(int i, const Layout& l, int64_t chunks) {
       pc.comm_dp += s;
     }
   }
-  if (l.cm && t > 1) {
+  if (l.collective_matmul && t > 1) {
     double frac = static_cast<double>(t - 1) / static_cast<double>(t);
     pc.cm_hide_fwd_chunk = std::min(dec_fwd, frac * prod_fwd);
     // backward: the input-gradient products (about half of the products) sit beside the ring steps
@@ -183,8 +180,8 @@ double CostModel::reshard_seconds(int i, const Layout& from, const Layout& to, i
   double rows = static_cast<double>(e.shape.empty() ? 1 : e.shape[0]) / static_cast<double>(chunks);
   double s = 0;
   // the sequence gathered out of a sequence-parallel layout (forward), or into one (backward)
-  if (from.sp) s += collective(CollectiveKind::kAllGather, rows / static_cast<double>(da) * whole_row * es, from.tp, 1);
-  if (to.sp) s += collective(CollectiveKind::kAllGather, rows / static_cast<double>(db) * whole_row * es, to.tp, 1);
+  if (from.sequence_parallel) s += collective(CollectiveKind::kAllGather, rows / static_cast<double>(da) * whole_row * es, from.tp, 1);
+  if (to.sequence_parallel) s += collective(CollectiveKind::kAllGather, rows / static_cast<double>(db) * whole_row * es, to.tp, 1);
   // the batch: gathered over the minor dp axes where the next part has fewer dp ranks (forward), or
   // where the previous one has (backward); a slice costs nothing
   if (da > db) s += collective(CollectiveKind::kAllGather, rows / static_cast<double>(db) * whole_row * es, da / db, from.tp);

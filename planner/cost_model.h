@@ -33,17 +33,6 @@
 
 namespace oases {
 
-struct Layout {
-  int64_t tp = 1;
-  bool sp = false;
-  bool cm = false;  // with sp: collective matmuls (planner/collective_matmul.h), the ring steps beside the products
-  bool operator==(const Layout& o) const { return tp == o.tp && sp == o.sp && cm == o.cm; }
-  bool operator<(const Layout& o) const { return std::tie(tp, sp, cm) < std::tie(o.tp, o.sp, o.cm); }
-  // the same split of the values (cm only changes how a part's collectives run)
-  bool same_split(const Layout& o) const { return tp == o.tp && sp == o.sp; }
-  std::string to_string() const;
-};
-
 // One part under one layout with K chunks, on one rank (seconds, bytes).
 struct PartCost {
   bool feasible = true;
@@ -57,7 +46,7 @@ struct PartCost {
   double saved_plain_chunk = 0, saved_entry_chunk = 0, saved_commopt_chunk = 0;  // bytes per chunk
   bool block = false;        // a block part (attention or MLP), checkpointed by the schedules
   bool block_start = false;  // the attention part: owns the block input
-  // collective matmuls (Layout::cm), per chunk: the ring steps' time that the products beside them
+  // collective matmuls (Layout::collective_matmul), per chunk: the ring steps' time that the products beside them
   // can hide (each of the n - 1 steps under the product of the part already here; backward, the
   // input-gradient products only), and the copies that place and pick the parts
   double cm_hide_fwd_chunk = 0, cm_hide_bwd_chunk = 0, cm_copy_fwd_chunk = 0, cm_copy_bwd_chunk = 0;

@@ -22,7 +22,7 @@ PricingSpace default_pricing_space(int64_t gpus, const std::vector<int64_t>& mor
 
 std::string PricedSample::where() const {
   std::string w = fmt::format("{} at tp {} x dp {}, {} chunk{}", part, layout.tp, ranks / layout.tp, chunks, chunks == 1 ? "" : "s");
-  if (layout.sp) w += ", sequence-parallel";
+  if (layout.sequence_parallel) w += ", sequence-parallel";
   if (stages > 1) w += fmt::format(", a stage of {} pipeline stages", stages);
   return w;
 }
@@ -36,8 +36,8 @@ void add_space(const ModelAnalysis& a, int64_t ranks, const SearchOptions& so, i
   for (int i = 0; i < static_cast<int>(a.parts.size()); ++i) {
     std::set<std::pair<int64_t, bool>> done;  // a collective-matmul layout prices its split's ops
     for (const Layout& l : allowed_layouts(a, ranks, so, i, chunks)) {
-      if (!done.insert({l.tp, l.sp}).second) continue;
-      const std::vector<PartRecords>& recs = l.sp ? a.seqpar : a.plain;
+      if (!done.insert({l.tp, l.sequence_parallel}).second) continue;
+      const std::vector<PartRecords>& recs = l.sequence_parallel ? a.seqpar : a.plain;
       if (recs.empty()) continue;
       auto ops = priced_part_ops(recs[static_cast<size_t>(i)], l.tp, ranks / l.tp * chunks);
       if (!ops) continue;  // the layout does not divide this part: never priced
@@ -46,7 +46,7 @@ void add_space(const ModelAnalysis& a, int64_t ranks, const SearchOptions& so, i
         PricedSample s;
         s.op = std::move(op);
         s.part = a.parts[static_cast<size_t>(i)];
-        s.layout = Layout{l.tp, l.sp};
+        s.layout = Layout{l.tp, l.sequence_parallel};
         s.ranks = ranks;
         s.chunks = chunks;
         s.stages = stages;

@@ -125,7 +125,7 @@ double boundary_seconds(const ClusterSpec& cluster, int64_t gpus, int64_t n, con
     Mesh mesh{{"dp", "tp"}, {dp, tp}, {}};
     ShardingSpec spec = ShardingSpec::replicated(3);
     if (dp > 1 && shape[0] % dp == 0) spec.dims[0] = DimSpec{0, 1};
-    if (l.sp && tp > 1 && seq % tp == 0) spec.dims[1] = DimSpec{1, 1};
+    if (l.sequence_parallel && tp > 1 && seq % tp == 0) spec.dims[1] = DimSpec{1, 1};
     return PlacedLayout{PlacedMesh::contiguous(mesh, first), spec};
   };
   ReshardProblem p;
@@ -258,7 +258,7 @@ PipelinePlan price_own_meshes(CostModel& cm, const ClusterSpec& cluster, const O
   const int64_t n = uniform.stage_ranks;
   const PlanChoice& inner = uniform.inner;
   if (inner.layouts.empty()) return none;
-  const bool sp = inner.layouts.front().sp;
+  const bool sp = inner.layouts.front().sequence_parallel;
   for (const Layout& l : inner.layouts) {
     if (!(l == inner.layouts.front())) return none;  // per-part layouts: not cut into stages
   }
@@ -506,7 +506,7 @@ nlohmann::json pipeline_plan_json(const PipelinePlan& p) {
                       {"head", s.head},
                       {"ranks", fmt::format("{}-{}", s.first_rank, s.first_rank + s.ranks - 1)},
                       {"tp", s.layout.tp},
-                      {"sequence_parallel", s.layout.sp},
+                      {"sequence_parallel", s.layout.sequence_parallel},
                       {"forward_s", s.forward_s},
                       {"backward_s", s.backward_s},
                       {"memory_bytes", s.memory_bytes},

@@ -88,8 +88,11 @@ nlohmann::json simulation_json(const SimResult& sim, double memory_bytes) {
 nlohmann::json choice_json(const ModelAnalysis& a, const PlanChoice& p, int64_t ranks) {
   nlohmann::json parts = nlohmann::json::array();
   for (size_t i = 0; i < p.layouts.size(); ++i) {
-    nlohmann::json x = {{"part", a.parts[i]}, {"tp", p.layouts[i].tp}, {"dp", ranks / p.layouts[i].tp}, {"sequence_parallel", p.layouts[i].sp}};
-    if (p.layouts[i].cm) x["collective_matmul"] = true;
+    nlohmann::json x = {{"part", a.parts[i]},
+                        {"tp", p.layouts[i].tp},
+                        {"dp", ranks / p.layouts[i].tp},
+                        {"sequence_parallel", p.layouts[i].sequence_parallel}};
+    if (p.layouts[i].collective_matmul) x["collective_matmul"] = true;
     parts.push_back(x);
   }
   return {{"parts", parts}, {"schedule", {{"name", p.schedule}, {"chunks", p.chunks}}}};

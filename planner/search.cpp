@@ -322,8 +322,8 @@ bool mixed(CostModel& m, const SearchOptions& o) {
 std::vector<Layout> allowed_layouts(const ModelAnalysis& a, int64_t ranks, const SearchOptions& o, int part, int64_t K) {
   std::vector<Layout> out;
   for (const Layout& l : candidate_layouts(a, ranks, part, K)) {
-    if (l.sp && !o.allow_sequence_parallel) continue;
-    if (l.cm && !o.allow_collective_matmul) continue;
+    if (l.sequence_parallel && !o.allow_sequence_parallel) continue;
+    if (l.collective_matmul && !o.allow_collective_matmul) continue;
     if (!o.degrees.empty() && std::find(o.degrees.begin(), o.degrees.end(), l.tp) == o.degrees.end()) continue;
     out.push_back(l);
   }
@@ -508,7 +508,7 @@ SearchResult brute_force(CostModel& m, const SearchOptions& o) {
 
 std::vector<PartLayout> part_layouts_of(const ModelAnalysis& a, const std::vector<Layout>& layouts) {
   std::vector<PartLayout> out;
-  for (size_t i = 0; i < a.parts.size() && i < layouts.size(); ++i) out.push_back(PartLayout{a.parts[i], layouts[i].tp, layouts[i].sp, layouts[i].cm});
+  for (size_t i = 0; i < a.parts.size() && i < layouts.size(); ++i) out.push_back(PartLayout{a.parts[i], layouts[i]});
   return out;
 }
 

@@ -22,7 +22,7 @@ struct SearchOptions {
   double memory_limit = 0;  // bytes per rank, 0: none
   bool allow_mixed = true;  // parts may take different layouts (when the model allows)
   bool allow_sequence_parallel = true;
-  bool allow_collective_matmul = true;  // sequence-parallel parts may decompose their collectives (Layout::cm)
+  bool allow_collective_matmul = true;  // sequence-parallel parts may decompose their collectives (Layout::collective_matmul)
   std::vector<int64_t> degrees;  // tp degrees allowed (empty: every candidate)
   // Also keep the best fitting plan of every (schedule, K) space (SearchResult::spaces), for a
   // caller that ranks them by another measure (oases-plan --simulate). Each space is then searched

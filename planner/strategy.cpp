@@ -25,6 +25,10 @@ ShardingSpec linear_spec(const Graph& g, const LinearInfo& l, bool column, int t
 
 }  // namespace
 
+std::string Layout::to_string() const {
+  return fmt::format("tp{}{}{}", tp, sequence_parallel ? "+sp" : "", collective_matmul ? "+cm" : "");
+}
+
 Expected<std::vector<int>> attention_projection_split(const AttentionInfo& a, int64_t tp, const std::string& what) {
   if (a.heads % tp != 0) return error("{}: tp {} does not divide its {} attention heads", what, tp, a.heads);
   bool kv_split = a.kv_heads % tp == 0;

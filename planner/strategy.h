@@ -8,6 +8,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "graph/blocks.h"
@@ -32,17 +33,26 @@ struct LayerSplit {
   std::vector<ValueId> weights;
 };
 
-// One recognised part of a transformer (the token embedding, a block's attention or MLP, the head
-// with its loss) split Megatron's way over its own tp degree, the other ranks data-parallel
-// (planner/hybrid.h).
-struct PartLayout {
-  std::string part;  // "embedding", "layer.3.attn", "layer.3.mlp", "head"
+// How one recognised part of a transformer (the token embedding, a block's attention or MLP, the
+// head with its loss) is split: Megatron's way over its own `tp` ranks, the other ranks
+// data-parallel (planner/hybrid.h), what the cost model prices and the search chooses.
+struct Layout {
   int64_t tp = 1;
-  bool sequence_parallel = false;
-  bool collective_matmul = false;  // its sequence-parallel gathers and scatters decomposed into ring steps
-  bool operator==(const PartLayout& o) const {
-    return part == o.part && tp == o.tp && sequence_parallel == o.sequence_parallel && collective_matmul == o.collective_matmul;
-  }
+  bool sequence_parallel = false;  // norms and residuals split over the sequence
+  bool collective_matmul = false;  // its sequence-parallel gathers and scatters decomposed into ring steps (planner/collective_matmul.h)
+  auto operator<=>(const Layout&) const = default;
+  // the same split of the values (collective_matmul only changes how a part's collectives run)
+  bool same_split(const Layout& o) const { return tp == o.tp && sequence_parallel == o.sequence_parallel; }
+  std::string to_string() const;  // "tp2+sp+cm"
+};
+
+// One part's layout, with the part's name: a plan's per-part layouts.
+struct PartLayout : Layout {
+  std::string part;  // "embedding", "layer.3.attn", "layer.3.mlp", "head"
+
+  PartLayout() = default;
+  PartLayout(std::string part_name, const Layout& layout) : Layout(layout), part(std::move(part_name)) {}
+  auto operator<=>(const PartLayout&) const = default;
 };
 
 struct Strategy {

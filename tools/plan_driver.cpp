@@ -127,14 +127,15 @@ Expected<std::string> choose_collective_matmuls_by_simulation(const PlanningMode
   std::vector<PlanChoice> tried{*choice};
   for (bool every : {true, false}) {  // every sequence-parallel part (but the embedding) decomposed, or none
     PlanChoice c = *choice;
-    for (size_t i = 0; i < c.layouts.size(); ++i) c.layouts[i].cm = every && c.layouts[i].sp && c.layouts[i].tp > 1 && a.parts[i] != "embedding";
+    for (size_t i = 0; i < c.layouts.size(); ++i)
+      c.layouts[i].collective_matmul = every && c.layouts[i].sequence_parallel && c.layouts[i].tp > 1 && a.parts[i] != "embedding";
     add_distinct(&tried, c);
   }
   if (tried.size() < 2) return std::string();
   OASES_ASSIGN_OR_RETURN(Fastest f, fastest_by_simulation(m, a, ranks, cluster, ops, local_floor, tried, 0));
   *choice = tried[f.best];
   int on = 0;
-  for (const Layout& l : choice->layouts) on += l.cm;
+  for (const Layout& l : choice->layouts) on += l.collective_matmul;
   return fmt::format("collective matmuls (decided by simulation beside {} x {} chunks): {} of {} parts, simulated {:.3f} ms (the search's choice {:.3f} ms)",
                      choice->schedule, choice->chunks, on, choice->layouts.size(), f.best_s() * 1e3, f.first_s() * 1e3);
 }
@@ -150,7 +151,7 @@ Expected<std::string> rerank_by_simulation(const PlanningModel& m, const ModelAn
   auto add_with_no_sp = [&](const PlanChoice& c) {
     if (tried.size() < limit) add_distinct(&tried, c);
     PlanChoice no_sp = c;
-    for (Layout& l : no_sp.layouts) l.sp = l.cm = false;
+    for (Layout& l : no_sp.layouts) l.sequence_parallel = l.collective_matmul = false;
     if (tried.size() < limit) add_distinct(&tried, no_sp);
   };
   add_with_no_sp(*choice);
@@ -163,7 +164,7 @@ Expected<std::string> rerank_by_simulation(const PlanningModel& m, const ModelAn
   std::vector<std::string> each;
   for (size_t i = 0; i < tried.size(); ++i) {
     bool sp = false, cm = false;
-    for (const Layout& l : tried[i].layouts) sp |= l.sp, cm |= l.cm;
+    for (const Layout& l : tried[i].layouts) sp |= l.sequence_parallel, cm |= l.collective_matmul;
     each.push_back(fmt::format("{} K={}{}: {}", tried[i].schedule, tried[i].chunks, cm ? "+cm" : sp ? "+sp" : "",
                                f.step_s[i] < 0 ? std::string("over the memory limit") : fmt::format("{:.1f} ms", f.step_s[i] * 1e3)));
   }

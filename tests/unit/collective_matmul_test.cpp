@@ -168,7 +168,7 @@ TEST(CollectiveMatmul, PricedPerPart) {
   int blocks = 0;
   for (int i = 0; i < cm.num_parts(); ++i) {
     bool has_cm = false;
-    for (const Layout& l : cm.layouts(i, 1)) has_cm |= l.cm;
+    for (const Layout& l : cm.layouts(i, 1)) has_cm |= l.collective_matmul;
     if (a->parts[static_cast<size_t>(i)] == "embedding") {
       EXPECT_FALSE(has_cm);
       continue;
@@ -190,7 +190,7 @@ TEST(CollectiveMatmul, PricedPerPart) {
   o.allow_collective_matmul = false;
   SearchResult off = search_plan(cm, o);
   ASSERT_TRUE(off.found);
-  for (const Layout& l : off.best.layouts) EXPECT_FALSE(l.cm);
+  for (const Layout& l : off.best.layouts) EXPECT_FALSE(l.collective_matmul);
 }
 
 }  // namespace

@@ -116,7 +116,7 @@ TEST(PricedOps, UncoveredNamesTheShapeAndWhere) {
   EXPECT_TRUE(uncovered(*priced, p).empty());
 
   // drop the first shape only a sequence-parallel layout prices (the profile's runs never have one)
-  auto sp = std::find_if(priced->begin(), priced->end(), [](const PricedSample& s) { return s.layout.sp; });
+  auto sp = std::find_if(priced->begin(), priced->end(), [](const PricedSample& s) { return s.layout.sequence_parallel; });
   ASSERT_NE(sp, priced->end());
   p.ops.erase(p.ops.begin() + (sp - priced->begin()));
   auto missing = uncovered(*priced, p);
@@ -157,7 +157,7 @@ TEST(PricedOps, FollowTheSearchOptions) {
   EXPECT_LT(fewer->size(), base->size());
   for (const PricedSample& s : *fewer) {
     EXPECT_EQ(s.layout.tp, 2);
-    EXPECT_FALSE(s.layout.sp);
+    EXPECT_FALSE(s.layout.sequence_parallel);
     EXPECT_EQ(s.stages, 1);
   }
 }

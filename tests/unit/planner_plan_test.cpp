@@ -10,8 +10,8 @@ namespace oases {
 namespace {
 
 Plan sample_plan() {
-  Plan p =
-      Plan::from_parts({{"embedding", 2, false}, {"layer.0.attn", 4, true}, {"layer.0.mlp", 4, true}, {"head", 2, false}}, 8, "oases", 4);
+  Plan p = Plan::from_parts({{"embedding", {2, false}}, {"layer.0.attn", {4, true}}, {"layer.0.mlp", {4, true}}, {"head", {2, false}}}, 8,
+                            "oases", 4);
   p.batch = 16;
   p.seq = 128;
   p.dtype = "bf16";
@@ -289,7 +289,7 @@ TEST(PlanFileTest, ReadValidatesBeforeReturning) {
 
 TEST(PlanFileTest, WrittenPlansReadBack) {
   // what is not fixed (chunks 0: the schedule's default; a pipeline's micro-batches) is left out
-  Plan p = Plan::from_parts({{"embedding", 2, false}, {"head", 2, false}}, 4, "oases", 0);
+  Plan p = Plan::from_parts({{"embedding", {2, false}}, {"head", {2, false}}}, 4, "oases", 0);
   p.stages = {p.mesh(), p.mesh()};
   nlohmann::json j = p.to_json();
   EXPECT_FALSE(j["schedule"].contains("chunks")) << j.dump();
