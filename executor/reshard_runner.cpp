@@ -26,39 +26,6 @@
 
 namespace oases {
 
-namespace {
-
-// Copies the part `region` between two dense boxes holding it (row-major, `es` bytes each).
-void copy_region(const Box& region, const Box& from_box, const char* from, const Box& to_box, char* to, int64_t es) {
-  size_t nd = region.offset.size();
-  if (region.empty()) return;
-  if (nd == 0) {
-    std::memcpy(to, from, static_cast<size_t>(es));
-    return;
-  }
-  auto strides = [&](const Box& b) {
-    std::vector<int64_t> s(nd, es);
-    for (size_t d = nd - 1; d > 0; --d) s[d - 1] = s[d] * b.extent[d];
-    return s;
-  };
-  std::vector<int64_t> fs = strides(from_box), ts = strides(to_box);
-  int64_t row = region.extent[nd - 1] * es;
-  std::vector<int64_t> i(nd, 0);
-  while (true) {
-    int64_t fo = 0, to_off = 0;
-    for (size_t d = 0; d < nd; ++d) {
-      fo += (region.offset[d] + i[d] - from_box.offset[d]) * fs[d];
-      to_off += (region.offset[d] + i[d] - to_box.offset[d]) * ts[d];
-    }
-    std::memcpy(to + to_off, from + fo, static_cast<size_t>(row));
-    size_t d = nd - 1;
-    while (d > 0 && ++i[d - 1] == region.extent[d - 1]) i[--d] = 0;
-    if (d == 0) break;
-  }
-}
-
-}  // namespace
-
 TileData TileData::zeros(const TileMap& tiles, int64_t r, int64_t element_bytes) {
   TileData t;
   t.element_bytes = element_bytes;

@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cstring>
 #include <map>
 #include <set>
 
@@ -97,6 +98,7 @@ Expected<TileMap> tile_boxes(const ShardingSpec& spec, const Shape& shape, const
   TileMap t;
   const int64_t n = mesh.size();
   t.boxes.resize(static_cast<size_t>(n));
+  t.part_shapes.resize(static_cast<size_t>(n));
   // Ranks agreeing on every base axis that shards a dimension hold the same boxes; among them,
   // those also agreeing on the partial axes hold equal data.
   std::map<std::vector<int64_t>, std::vector<int64_t>> replicas, partials;
@@ -122,6 +124,12 @@ Expected<TileMap> tile_boxes(const ShardingSpec& spec, const Shape& shape, const
         if (hi > lo) ranges[d].push_back({s * seg + lo, hi - lo});
       }
     }
+    Shape& part = t.part_shapes[static_cast<size_t>(r)];
+    for (const auto& rd : ranges) {
+      int64_t len = 0;
+      for (auto [off, l] : rd) len += l;
+      part.push_back(len);
+    }
     std::vector<Box> boxes(1);
     for (size_t d = 0; d < shape.size(); ++d) {
       std::vector<Box> next;
@@ -144,6 +152,41 @@ Expected<TileMap> tile_boxes(const ShardingSpec& spec, const Shape& shape, const
   for (auto& [k, g] : replicas) t.replica_groups.push_back(g);
   for (auto& [k, g] : partials) t.partial_groups.push_back(g);
   return t;
+}
+
+void copy_region(const Box& region, const Box& from_box, const char* from, const Box& to_box, char* to, int64_t es) {
+  size_t nd = region.offset.size();
+  if (region.empty()) return;
+  if (nd == 0) {
+    std::memcpy(to, from, static_cast<size_t>(es));
+    return;
+  }
+  auto strides = [&](const Box& b) {
+    std::vector<int64_t> s(nd, es);
+    for (size_t d = nd - 1; d > 0; --d) s[d - 1] = s[d] * b.extent[d];
+    return s;
+  };
+  std::vector<int64_t> fs = strides(from_box), ts = strides(to_box);
+  // dimensions `inner` … nd - 1 are one contiguous run in both boxes: inside the innermost one,
+  // the region spans the others whole
+  size_t inner = nd - 1;
+  int64_t row = region.extent[nd - 1] * es;
+  while (inner > 0 && region.extent[inner] == from_box.extent[inner] && region.extent[inner] == to_box.extent[inner]) {
+    --inner;
+    row *= region.extent[inner];
+  }
+  std::vector<int64_t> i(nd, 0);
+  while (true) {
+    int64_t fo = 0, to_off = 0;
+    for (size_t d = 0; d < nd; ++d) {
+      fo += (region.offset[d] + i[d] - from_box.offset[d]) * fs[d];
+      to_off += (region.offset[d] + i[d] - to_box.offset[d]) * ts[d];
+    }
+    std::memcpy(to + to_off, from + fo, static_cast<size_t>(row));
+    size_t d = inner;
+    while (d > 0 && ++i[d - 1] == region.extent[d - 1]) i[--d] = 0;
+    if (d == 0) break;
+  }
 }
 
 Expected<PlacedLayout> placed_layout(const std::vector<int64_t>& sizes, const std::vector<int64_t>& ranks, const std::string& layout,

@@ -54,11 +54,17 @@ struct TileMap {
   // Partial specs: mesh ranks whose parts sum to the value (same boxes, differing only in the
   // partial axes), ascending; empty when the spec is not partial.
   std::vector<std::vector<int64_t>> partial_groups;
+  // Per mesh rank: the shape of its part as a tensor, its boxes side by side (a segmented
+  // dimension's pieces concatenated in segment order); zero-sized for an empty tile.
+  std::vector<Shape> part_shapes;
 };
 
-// Every rank's tile of a value of `shape` laid out by `spec` on `mesh`. Errors: a spec of another
-// rank, an axis off the mesh or used twice, a segmented dimension that segments do not divide.
+// Every rank's tile of a value of `shape` laid out by `spec` on `mesh`: the one computation of
+// a rank's part (graph/slicing.h copies tensors by it). Errors: a spec of another rank, an axis
+// off the mesh or used twice, a segmented dimension that segments do not divide.
 Expected<TileMap> tile_boxes(const ShardingSpec& spec, const Shape& shape, const Mesh& mesh);
+// Copies the part `region` between two dense boxes holding it (row-major, `es` bytes each).
+void copy_region(const Box& region, const Box& from_box, const char* from, const Box& to_box, char* to, int64_t es);
 
 // A value's layout on a placed mesh: each side of a resharding (planner/reshard.h). A Reshard
 // node's attributes write it as the mesh's sizes (base axes m0, m1, ...), its world ranks, and a
