@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -53,6 +54,14 @@ class ShardingSpec {
   Status validate(const Shape& global, const Mesh& mesh) const;
   Shape local_shape(const Shape& global, const Mesh& mesh) const;
 };
+
+// The notation ShardingSpec::to_string writes, read back: "[S(tp), R]", "[S(tp)/3, R] P(dp)" ->
+// spec over `mesh`; errors name the text. Segments run from 1 to kMaxSegments; nothing but
+// P(axis) terms may follow the brackets. `lookup`, when given, names the axes instead of the
+// mesh's axis names (an index, -1 when unknown; it may add an axis to the mesh).
+constexpr int64_t kMaxSegments = int64_t{1} << 20;
+using AxisLookup = std::function<int(const std::string& name)>;
+Expected<ShardingSpec> parse_spec(const std::string& text, const Mesh& mesh, const AxisLookup& lookup = nullptr);
 
 struct ShardingSpecHash {
   size_t operator()(const ShardingSpec& s) const { return s.hash(); }

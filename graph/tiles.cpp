@@ -253,6 +253,20 @@ Expected<std::vector<int>> digits(const std::string& s, size_t& i, const std::st
 }  // namespace
 
 Expected<ShardingSpec> parse_layout(const std::string& text, size_t rank, Mesh* mesh) {
+  if (size_t first = text.find_first_not_of(' '); first != std::string::npos && text[first] == '[') {
+    // the notation of ShardingSpec::to_string over axes m0, m1, ... and compound axes m01, ...
+    auto spec = parse_spec(text, *mesh, [&](const std::string& name) -> int {
+      if (name.size() < 2 || name[0] != 'm' || name.find_first_not_of("0123456789", 1) != std::string::npos) return -1;
+      size_t i = 1;
+      auto bases = digits(name, i, text);
+      if (!bases) return -1;
+      auto a = axis_over(*bases, mesh, text);
+      return a ? *a : -1;
+    });
+    if (!spec) return spec.status();
+    if (spec->rank() != rank) return error("layout '{}' has {} dimensions, the tensor {}", text, spec->rank(), rank);
+    return spec;
+  }
   std::string dims_text = text, partial_text;
   if (size_t colon = text.find(':'); colon != std::string::npos) {
     dims_text = text.substr(0, colon);
@@ -291,27 +305,17 @@ Expected<ShardingSpec> parse_layout(const std::string& text, size_t rank, Mesh* 
 }
 
 std::string layout_string(const ShardingSpec& spec, const Mesh& mesh) {
-  std::string s;
-  for (const DimSpec& d : spec.dims) {
-    if (d.axis < 0) {
-      s += 'R';
-      continue;
-    }
-    s += 'S';
-    if (mesh.is_base(d.axis)) {
-      s += std::to_string(d.axis);
+  Mesh named = mesh;
+  for (int a = 0; a < named.num_axes(); ++a) {
+    std::string& name = named.axes[static_cast<size_t>(a)];
+    if (named.is_base(a)) {
+      name = fmt::format("m{}", a);
     } else {
-      for (int b : mesh.parts[static_cast<size_t>(d.axis)]) s += std::to_string(b);
-    }
-    if (d.segments > 1) s += fmt::format("/{}", d.segments);
-  }
-  if (spec.any_partial()) {
-    s += ":P";
-    for (int a = 0; a < mesh.num_axes(); ++a) {
-      if (spec.is_partial(a)) s += std::to_string(a);
+      name = "m";
+      for (int b : named.parts[static_cast<size_t>(a)]) name += std::to_string(b);
     }
   }
-  return s;
+  return spec.to_string(&named);
 }
 
 }  // namespace oases

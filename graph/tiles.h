@@ -78,11 +78,14 @@ Expected<PlacedLayout> placed_layout(const std::vector<int64_t>& sizes, const st
 
 // "2x4" → base axes m0=2, m1=4 ("8" → one axis). Sizes 1 … 2^20, at most 8 axes.
 Expected<Mesh> parse_mesh_shape(const std::string& text);
-// A layout written one token per tensor dimension: R, or S followed by mesh axes (S0, S1, S01:
-// sharded over axis 0, 1, or both, major first), optionally followed by ":P" and the axes the
-// value is a partial sum over ("S0R:P1"). An axis pair adds a compound axis to `mesh`.
+// A layout as ShardingSpec::to_string writes it over axes named m0, m1, ... ("[S(m0), R]",
+// "[S(m01), R]": sharded over both axes, major first; "[S(m0), R] P(m1)": a partial sum over m1),
+// or in the compact notation of one token per tensor dimension that oases-reshard's --src/--dst
+// also take: R, or S followed by mesh axes (S0, S1, S01), optionally followed by ":P" and the
+// partial axes ("S0R:P1"). An axis pair adds a compound axis to `mesh`.
 Expected<ShardingSpec> parse_layout(const std::string& text, size_t rank, Mesh* mesh);
-// The inverse of parse_layout for specs over base axes and compound axes of base axes.
+// `spec` written as parse_layout reads it back on a mesh of the same base sizes (the bracket
+// notation, the mesh's base axes named m0, m1, ... and its compound axes by their base axes).
 std::string layout_string(const ShardingSpec& spec, const Mesh& mesh);
 
 }  // namespace oases

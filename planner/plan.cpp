@@ -212,64 +212,6 @@ nlohmann::json plan_to_json(const Graph& global, const PartitionedGraph& pg, con
   return j;
 }
 
-Expected<ShardingSpec> parse_spec(const std::string& text, const Mesh& mesh) {
-  ShardingSpec s;
-  size_t open = text.find('['), close = text.find(']');
-  if (open == std::string::npos || close == std::string::npos || close < open) return error("spec '{}' must look like [R, S(tp)]", text);
-  std::string body = text.substr(open + 1, close - open - 1);
-  auto trim = [](std::string x) {
-    while (!x.empty() && std::isspace(static_cast<unsigned char>(x.front()))) x.erase(x.begin());
-    while (!x.empty() && std::isspace(static_cast<unsigned char>(x.back()))) x.pop_back();
-    return x;
-  };
-  size_t pos = 0;
-  while (pos <= body.size() && !trim(body).empty()) {
-    size_t comma = body.find(',', pos);
-    std::string tok = trim(body.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos));
-    if (tok == "R") {
-      s.dims.push_back(DimSpec{});
-    } else if (tok.rfind("S(", 0) == 0) {
-      size_t rp = tok.find(')');
-      if (rp == std::string::npos) return error("spec '{}': '{}' is not S(axis)", text, tok);
-      std::string ax = tok.substr(2, rp - 2);
-      int a = mesh.axis(ax);
-      if (a < 0) return error("spec '{}': mesh axis '{}' does not exist (the mesh is {})", text, ax, mesh.to_string());
-      int segs = 1;
-      if (rp + 1 < tok.size()) {
-        if (tok[rp + 1] != '/') return error("spec '{}': '{}' is not S(axis) or S(axis)/segments", text, tok);
-        const std::string digits = tok.substr(rp + 2);
-        if (digits.empty() || digits.size() > 7 || digits.find_first_not_of("0123456789") != std::string::npos)
-          return error("spec '{}': bad segment count in '{}'", text, tok);
-        segs = std::stoi(digits);
-        if (segs < 1 || segs > kMaxPlanChunks) return error("spec '{}': {} segments in '{}' (1 to {})", text, segs, tok, kMaxPlanChunks);
-      }
-      s.dims.push_back(DimSpec{a, segs});
-    } else {
-      return error("spec '{}': '{}' is neither R nor S(axis)", text, tok);
-    }
-    if (comma == std::string::npos) break;
-    pos = comma + 1;
-  }
-  if (open != 0 && !trim(text.substr(0, open)).empty()) return error("spec '{}': '{}' before the brackets", text, text.substr(0, open));
-  // after the brackets: the partial sums, " P(dp) P(tp)"
-  std::string rest = text.substr(close + 1);
-  size_t p = 0;
-  while (p < rest.size()) {
-    if (std::isspace(static_cast<unsigned char>(rest[p]))) {
-      ++p;
-      continue;
-    }
-    if (rest.compare(p, 2, "P(") != 0) return error("spec '{}': '{}' is not P(axis)", text, trim(rest.substr(p)));
-    size_t rp = rest.find(')', p);
-    if (rp == std::string::npos) return error("spec '{}': unclosed P(", text);
-    int a = mesh.axis(rest.substr(p + 2, rp - p - 2));
-    if (a < 0 || a >= 32) return error("spec '{}': unknown mesh axis in {}", text, rest.substr(p, rp - p + 1));
-    s.partial |= 1u << a;
-    p = rp + 1;
-  }
-  return s;
-}
-
 const char* recompute_name(CheckpointMode m) {
   switch (m) {
     case CheckpointMode::kNone: return "none";

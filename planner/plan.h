@@ -169,8 +169,4 @@ Expected<Strategy> strategy_for_plan(const Plan& p, const std::string& path, Gra
 nlohmann::json plan_to_json(const Graph& global, const PartitionedGraph& pg, const ShardingResult& sr, const Strategy& s,
                             const std::string& model_path);
 
-// "[S(tp), R]", "[S(tp)/3, R] P(dp)" -> spec over `mesh`; errors name the text. Segments run from
-// 1 to 2^20; nothing but P(axis) terms may follow the brackets.
-Expected<ShardingSpec> parse_spec(const std::string& text, const Mesh& mesh);
-
 }  // namespace oases

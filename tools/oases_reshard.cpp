@@ -9,7 +9,8 @@
 // bit. Exit 0 only when every tile is exact; 1 when one is not; 2 on bad input.
 //
 // A layout is one token per tensor dimension: R, S0, S1 or S01 (sharded over mesh axis 0, 1 or
-// both), optionally ":P<axes>" for a partial-sum source. The source mesh takes the first world
+// both), optionally ":P<axes>" for a partial-sum source; or, as the output writes it, a spec over
+// axes m0, m1 ("[S(m0), R, R]", "[R, S(m01)] P(m1)"). The source mesh takes the first world
 // ranks and the destination mesh the next ones unless --src-ranks/--dst-ranks place them; --hosts N
 // spreads the world's ranks over N emulated hosts in order, whose cards --emulate-link models.
 #include <algorithm>

@@ -53,7 +53,32 @@ TEST(Tiles, BothAxesMajorFirstAndTheOtherOrder) {
   auto t2 = tile_boxes(layout("S10R", 2, &m2), {8, 3}, m2).value();
   // axis 1 major: rank (i, j) holds row j * 2 + i
   for (int r = 0; r < 8; ++r) EXPECT_EQ(t2.boxes[r][0].offset[0], (r % 4) * 2 + r / 4) << r;
-  EXPECT_EQ(layout_string(layout("S01R", 2, &m), m), "S01R");
+  EXPECT_EQ(layout_string(layout("S01R", 2, &m), m), "[S(m01), R]");
+}
+
+// Layouts are written in the one spec notation and read in either: what layout_string writes
+// (segments and partial sums included) reads back on a mesh rebuilt from the base sizes, and the
+// compact form reads to the same spec.
+TEST(Tiles, LayoutsReadInEitherNotationAndWriteInOne) {
+  Mesh m = mesh_of("2x4");
+  ShardingSpec s01 = layout("S01R", 2, &m), s10 = layout("S10R", 2, &m), p = layout("S0R:P1", 2, &m);
+  ShardingSpec seg = ShardingSpec::replicated(2).with_dim(1, 1, 3);
+  for (const ShardingSpec& s : {s01, s10, p, seg}) {
+    std::string text = layout_string(s, m);
+    Mesh fresh = mesh_of("2x4");
+    auto back = parse_layout(text, 2, &fresh);
+    ASSERT_TRUE(back) << text << ": " << back.status().message();
+    EXPECT_EQ(layout_string(*back, fresh), text);
+    EXPECT_EQ(back->to_string(&fresh), text);
+  }
+  EXPECT_EQ(layout_string(p, m), "[S(m0), R] P(m1)");
+  EXPECT_EQ(layout_string(seg, m), "[R, S(m1)/3]");
+  Mesh a = mesh_of("2x4"), b = mesh_of("2x4");
+  EXPECT_EQ(layout_string(layout("RS01", 2, &a), a), layout_string(layout("[R, S(m01)]", 2, &b), b));
+  auto off = parse_layout("[S(m2), R]", 2, &b);
+  ASSERT_FALSE(off);
+  EXPECT_NE(off.status().message().find("mesh axis 'm2' does not exist"), std::string::npos) << off.status().message();
+  EXPECT_FALSE(parse_layout("[S(m0)]", 2, &b));  // one dimension for two
 }
 
 TEST(Tiles, SegmentsGiveOneBoxEach) {
