@@ -433,14 +433,14 @@ class StageBuilder {
 
  private:
   Status check() {
-    S_ = static_cast<int>(plan_.num_stages());
-    M_ = static_cast<int>(plan_.micro_batches > 0 ? plan_.micro_batches : S_);
-    K_ = static_cast<int>(plan_.mesh().chunk_count());
-    if (S_ < 1 || globals_.size() != static_cast<size_t>(S_))
-      return error("a pipeline of {} stages, {} micro-batches, {} stage programs", S_, M_, globals_.size());
+    clock_.S = static_cast<int>(plan_.num_stages());
+    clock_.M = static_cast<int>(plan_.micro_batches > 0 ? plan_.micro_batches : clock_.S);
+    clock_.K = static_cast<int>(plan_.mesh().chunk_count());
+    if (clock_.S < 1 || globals_.size() != static_cast<size_t>(clock_.S))
+      return error("a pipeline of {} stages, {} micro-batches, {} stage programs", clock_.S, clock_.M, globals_.size());
     OASES_ASSIGN_OR_RETURN(cuts_, stage_cuts_of(plan_));
-    OASES_ASSIGN_OR_RETURN(schedule_, parse_pipeline(plan_.pipeline));
-    for (int s = 0; s < S_; ++s) {
+    OASES_ASSIGN_OR_RETURN(clock_.schedule, parse_pipeline(plan_.pipeline));
+    for (int s = 0; s < clock_.S; ++s) {
       if (plan_.stage_ranks(s) < 1) return error("stage {} has {} ranks", s, plan_.stage_ranks(s));
       if (globals_[static_cast<size_t>(s)]->world != plan_.stage_ranks(s))
         return error("stage {}'s program was partitioned over {} ranks, the stage has {}", s, globals_[static_cast<size_t>(s)]->world,
@@ -449,8 +449,8 @@ class StageBuilder {
     if (machine_.world() != plan_.world())
       return error("the transfers are planned for a machine of {} ranks, the pipeline has {}", machine_.world(), plan_.world());
     if (world_rank_ < 0 || world_rank_ >= plan_.world()) return error("world rank {} of a {}-rank pipeline", world_rank_, plan_.world());
-    me_ = plan_.stage_of_rank(world_rank_);
-    global_ = globals_[static_cast<size_t>(me_)];
+    clock_.me = plan_.stage_of_rank(world_rank_);
+    global_ = globals_[static_cast<size_t>(clock_.me)];
     // the model's own values: ids below this are the same in every stage's partition
     base_values_ = global_->train.graph.num_values();
     for (const GlobalProgram* other : globals_) {
@@ -462,7 +462,7 @@ class StageBuilder {
   }
 
   Status cut() {
-    const int64_t local = world_rank_ - plan_.first_rank(me_);
+    const int64_t local = world_rank_ - plan_.first_rank(clock_.me);
     rp_.rank = local;
     rp_.mesh = global_->mesh();
     if (global_->partitioned) {
@@ -482,16 +482,15 @@ class StageBuilder {
     so_.checkpoint = mp.recompute_mode();
     rp_.schedule = so_;
     OASES_ASSIGN_OR_RETURN(rp_.recompute, apply_recompute(g_, so_.checkpoint));
-    OASES_ASSIGN_OR_RETURN(sa_, assign_stages(g_, params_, cuts_, S_));
+    OASES_ASSIGN_OR_RETURN(sa_, assign_stages(g_, params_, cuts_, clock_.S));
     return Status::ok();
   }
 
   Status clock() {
-    PipelineTimes unit{std::vector<double>(static_cast<size_t>(S_), 1.0), std::vector<double>(static_cast<size_t>(S_), 2.0),
-                       std::vector<double>(static_cast<size_t>(S_ - 1), 0.0)};
-    OASES_ASSIGN_OR_RETURN(PipelineSim sim, simulate_pipeline(schedule_, M_, unit));
-    clock_ = StageClock{schedule_, me_, S_, M_, K_, {}};
-    stage_end_.assign(static_cast<size_t>(S_), 0);
+    PipelineTimes unit{std::vector<double>(static_cast<size_t>(clock_.S), 1.0), std::vector<double>(static_cast<size_t>(clock_.S), 2.0),
+                       std::vector<double>(static_cast<size_t>(clock_.S - 1), 0.0)};
+    OASES_ASSIGN_OR_RETURN(PipelineSim sim, simulate_pipeline(clock_.schedule, clock_.M, unit));
+    stage_end_.assign(static_cast<size_t>(clock_.S), 0);
     for (const PipelineEvent& e : sim.events) {
       if (e.transfer) continue;
       clock_.step_end[{e.stage, e.forward, e.micro}] = e.end_s;
@@ -502,7 +501,7 @@ class StageBuilder {
 
   bool in_stage(NodeId id, int s) const { return contains(sa_.stages[static_cast<size_t>(id)], s); }
   int home(NodeId id) const { return sa_.stages[static_cast<size_t>(id)].front(); }
-  int micro_of(const Node& n) const { return n.chunk < 0 ? -1 : n.chunk / K_; }
+  int micro_of(const Node& n) const { return n.chunk < 0 ? -1 : n.chunk / clock_.K; }
 
   // `v`, read on stage `to`, made on another: a crossing when this rank is on either side
   Status add_crossing(ValueId v, int to, const std::map<ValueId, size_t>& out_slot, std::map<std::pair<ValueId, int>, Crossing>* found) const {
@@ -511,7 +510,7 @@ class StageBuilder {
     if (sa_.stages[static_cast<size_t>(p)].size() != 1)
       return error("{} is copied into several stages, yet stage {} lacks it", g_.node(p).describe(), to);
     int from = home(p);
-    if (from != me_ && to != me_) return Status::ok();
+    if (from != clock_.me && to != clock_.me) return Status::ok();
     Crossing t;
     t.value = v;
     auto slot = out_slot.find(v);
@@ -522,7 +521,7 @@ class StageBuilder {
     t.forward = forward_side(pn);
     t.micro = micro_of(pn);
     if (t.micro < 0) {
-      t.micro = t.forward ? -1 : M_;
+      t.micro = t.forward ? -1 : clock_.M;
       t.issue = t.forward ? -1.0 : stage_end_[static_cast<size_t>(from)];
     } else {
       auto it = clock_.step_end.find({from, t.forward, t.micro});
@@ -552,8 +551,8 @@ class StageBuilder {
         if (p != kNoId && !in_stage(p, t)) OASES_RETURN_IF_ERROR(add_crossing(grads_[i], t, out_slot, &found));
       }
     }
-    if (g_.producer(loss_) != kNoId && !in_stage(g_.producer(loss_), S_ - 1))
-      OASES_RETURN_IF_ERROR(add_crossing(loss_, S_ - 1, out_slot, &found));
+    if (g_.producer(loss_) != kNoId && !in_stage(g_.producer(loss_), clock_.S - 1))
+      OASES_RETURN_IF_ERROR(add_crossing(loss_, clock_.S - 1, out_slot, &found));
     std::vector<Crossing> out;
     for (const auto& [k, t] : found) out.push_back(t);
     std::sort(out.begin(), out.end(), [](const Crossing& a, const Crossing& b) { return a.key() < b.key(); });
@@ -598,7 +597,7 @@ class StageBuilder {
 
   Status place_transfers(const std::vector<Crossing>& crossings) {
     for (NodeId id : g_.nodes()) {
-      if (!in_stage(id, me_)) g_.remove_node(id);
+      if (!in_stage(id, clock_.me)) g_.remove_node(id);
     }
     // each distinct transfer planned once, for the plan's machine
     ReshardPlanner planner(machine_, ReshardOptions{});
@@ -619,7 +618,7 @@ class StageBuilder {
                                                shape_str(src.shape), a.get_string("src_layout", ""), a.get_string("dst_layout", "")));
       std::string name = g_.unique_name(fmt::format("pipe/{}/{}to{}", val.name, t.from, t.to));
       NodeId n = kNoId;
-      if (t.to == me_) {
+      if (t.to == clock_.me) {
         n = g_.add_node("Reshard", {}, {t.value}, a, name, kOasesDomain);
         xfer_.recv_issue[n] = t.issue;
       } else {
@@ -629,13 +628,13 @@ class StageBuilder {
       Node& nn = g_.node(n);
       nn.phase = t.forward ? Node::Phase::kForward : Node::Phase::kBackward;
       nn.chunk = -1;
-      if (Status st = infer_node(g_, n); !st) return st.with_context(fmt::format("stage {} of world rank {}", me_, world_rank_));
+      if (Status st = infer_node(g_, n); !st) return st.with_context(fmt::format("stage {} of world rank {}", clock_.me, world_rank_));
       auto planned = planner.plan(problem, 1);
       if (!planned) return planned.status().with_context(fmt::format("'{}' from stage {} to {}", val.name, t.from, t.to));
       reshards_[g_.node(n).name] = *planned;
       if (info_) info_->transfer_nodes.push_back(g_.node(n).name);
       xfer_.channel_ops.push_back(n);
-      if (info_) ++(t.to == me_ ? info_->receives : info_->sends);
+      if (info_) ++(t.to == clock_.me ? info_->receives : info_->sends);
     }
     for (ValueId v : std::vector<ValueId>(g_.inputs())) {
       if (g_.uses(v).empty()) g_.remove_input(v);
@@ -646,18 +645,18 @@ class StageBuilder {
   void stage_outputs() {
     TrainingGraph& tg = rp_.train;
     std::vector<ValueId> outs;
-    if (me_ == S_ - 1) {
+    if (clock_.me == clock_.S - 1) {
       outs.push_back(loss_);
       tg.loss = loss_;
     }
     if (info_) {
-      info_->stage = me_;
+      info_->stage = clock_.me;
       info_->param_index.clear();
       info_->counts_in_norm.clear();
     }
     for (size_t i = 0; i < params_.size(); ++i) {
       const auto& holders = sa_.param_holders[i];
-      if (!contains(holders, me_)) {
+      if (!contains(holders, clock_.me)) {
         if (g_.value(params_[i]).is_initializer) g_.remove_initializer(params_[i]);
         continue;
       }
@@ -668,7 +667,7 @@ class StageBuilder {
       outs.push_back(grads_[i]);
       if (info_) {
         info_->param_index.push_back(i);
-        info_->counts_in_norm.push_back(holders.front() == me_);
+        info_->counts_in_norm.push_back(holders.front() == clock_.me);
       }
     }
     g_.set_outputs(outs);
@@ -685,9 +684,7 @@ class StageBuilder {
   const int64_t world_rank_;
   const RankProgramOptions& opts_;
   StageProgramInfo* info_;
-  int S_ = 1, M_ = 1, K_ = 1, me_ = 0;
   std::vector<StageCut> cuts_;
-  PipelineSchedule schedule_ = PipelineSchedule::k1F1B;
   const GlobalProgram* global_ = nullptr;
   size_t base_values_ = 0;
   RankProgram rp_;
@@ -696,7 +693,7 @@ class StageBuilder {
   ValueId loss_ = kNoId;
   ScheduleOptions so_;
   StageAssignment sa_;
-  StageClock clock_;
+  StageClock clock_;  // the stage, the pipeline's counts and schedule (check), its steps' ends (clock)
   std::vector<double> stage_end_;
   StageTransfers xfer_;
   ReshardPlans reshards_;
