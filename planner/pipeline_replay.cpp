@@ -1,10 +1,12 @@
 #include "planner/pipeline_replay.h"
 
 #include <algorithm>
+#include <map>
 
 #include <fmt/format.h>
 
 #include "graph/op_registry.h"
+#include "planner/plan_report.h"
 #include "planner/reshard_nodes.h"
 
 namespace oases {
@@ -15,19 +17,34 @@ bool backward_work(const Node& n) {
   return n.phase == Node::Phase::kBackward || n.phase == Node::Phase::kRecompute;
 }
 
-// Time of the forward transfers of stage `s`'s program to stage s + 1 (per micro-batch: their sum
-// over `micro_batches`).
-double boundary_seconds(const RankProgram& rp, const StageProgramInfo& info, const Plan& plan, int s) {
-  double sum = 0;
+// What stage `s`'s program sends: the forward transfers to stage s + 1 of one micro-batch (their
+// sum over the micro-batches, divided by them) and, once a step, the transfers of values of no
+// micro-batch (a tied table's gradient sum), in any direction.
+struct Sends {
+  double per_micro_batch_s = 0, per_step_s = 0;
+};
+Sends stage_sends(const RankProgram& rp, const StageProgramInfo& info, const Plan& plan, int s) {
+  Sends out;
+  const Graph& g = rp.program.graph;
+  std::map<std::string, NodeId> by_name;
+  for (NodeId id : g.nodes()) by_name.emplace(g.node(id).name, id);
   for (const std::string& name : info.transfer_nodes) {
     auto it = rp.program.reshards.find(name);
-    if (it == rp.program.reshards.end()) continue;
+    auto node = by_name.find(name);
+    if (it == rp.program.reshards.end() || node == by_name.end()) continue;
     const ReshardProblem& p = it->second->problem;
-    if (p.src.placed.ranks.empty() || p.dst.placed.ranks.empty()) continue;
-    if (plan.stage_of_rank(p.src.placed.ranks.front()) == s && plan.stage_of_rank(p.dst.placed.ranks.front()) == s + 1)
-      sum += it->second->plan.predicted_s;
+    if (p.src.placed.ranks.empty() || p.dst.placed.ranks.empty() || plan.stage_of_rank(p.src.placed.ranks.front()) != s) continue;
+    // the value sent: made by a node of one micro-batch's chunk, or once a step
+    const std::vector<ValueId>& in = g.node(node->second).inputs;
+    const NodeId maker = in.empty() || in[0] == kNoId ? kNoId : g.producer(in[0]);
+    if (maker == kNoId || g.node(maker).chunk < 0) {
+      out.per_step_s += it->second->plan.predicted_s;
+    } else if (plan.stage_of_rank(p.dst.placed.ranks.front()) == s + 1) {
+      out.per_micro_batch_s += it->second->plan.predicted_s;
+    }
   }
-  return sum / static_cast<double>(std::max<int64_t>(1, plan.micro_batches));
+  out.per_micro_batch_s /= static_cast<double>(std::max<int64_t>(1, plan.micro_batches));
+  return out;
 }
 
 }  // namespace
@@ -77,7 +94,9 @@ Expected<PipelineReplay> replay_pipeline(const StageGlobals& sg, const ClusterSp
     st.sim = std::move(*sim);
     out.times.forward_s.push_back(st.forward_s);
     out.times.backward_s.push_back(st.backward_s);
-    if (s + 1 < S) out.times.transfer_s.push_back(boundary_seconds(*rp, info, plan, s));
+    const Sends sends = stage_sends(*rp, info, plan, s);
+    if (s + 1 < S) out.times.transfer_s.push_back(sends.per_micro_batch_s);
+    out.exchange_s += sends.per_step_s;
     out.stages.push_back(std::move(st));
   }
   out.times.half_duplex = cluster.nodes > 1 && cluster.inter.kind == "emulated";
@@ -87,8 +106,57 @@ Expected<PipelineReplay> replay_pipeline(const StageGlobals& sg, const ClusterSp
     other = std::max(other, st.other_s);
     optimizer = std::max(optimizer, st.optimizer_s);
   }
-  out.step_s = out.sim.step_s + other + optimizer;
+  out.step_s = out.sim.step_s + other + out.exchange_s + optimizer;
   return out;
+}
+
+Expected<PipelineReplay> replay_pipeline(const Graph& forward, const std::string& model_path, const Plan& plan, const ClusterSpec& cluster,
+                                         const OpTimeModel& ops, const Profile* local_floor) {
+  GlobalProgramOptions go;
+  go.model_path = model_path;
+  OASES_ASSIGN_OR_RETURN(StageGlobals sg, build_stage_globals(forward, TrainingSpec{}, plan, go));
+  return replay_pipeline(sg, cluster, ops, local_floor);
+}
+
+Expected<PipelineRanking> rank_pipelines_by_replay(const Graph& forward, const std::string& model_path, const PipelinePlan& found,
+                                                   double memory_limit, const ClusterSpec& cluster, const OpTimeModel& ops,
+                                                   const Profile* local_floor) {
+  PipelineRanking r;
+  r.tried.push_back(found);
+  r.tried.front().runners_up.clear();
+  for (const PipelinePlan& p : found.runners_up) r.tried.push_back(p);
+  std::vector<std::string> each;
+  bool any = false;
+  for (size_t i = 0; i < r.tried.size(); ++i) {
+    const PipelinePlan& p = r.tried[i];
+    auto rep = replay_pipeline(forward, model_path, p.plan, cluster, ops, local_floor);
+    if (!rep) return rep.status().with_context(fmt::format("replaying pipeline candidate {} ({})", i + 1, describe_pipeline(p)));
+    double mem = 0;
+    for (const StageReplay& st : rep->stages) mem = std::max(mem, st.memory_bytes);
+    const bool fits = memory_limit <= 0 || mem <= memory_limit;
+    if (fits && (!any || rep->step_s < r.replays[r.best].step_s)) r.best = i;
+    any |= fits;
+    each.push_back(fmt::format("pp {} M={} {} {}{}: predicted {:.3f} ms, replayed {:.3f} ms, {}{}", p.stages, p.micro_batches,
+                               pipeline_name(p.schedule), p.inner.schedule, p.per_stage ? " (own stage tp)" : "", p.step_s * 1e3,
+                               rep->step_s * 1e3, describe_bytes(mem), fits ? "" : " (over the limit)"));
+    r.memory_bytes.push_back(mem);
+    r.replays.push_back(std::move(*rep));
+  }
+  r.none_fits = !any;
+  const PipelinePlan& won = r.tried[r.best];
+  std::string head;
+  if (r.none_fits) {
+    head = fmt::format("no pipeline candidate's programs fit {} a rank; the search's choice stays", describe_bytes(memory_limit));
+  } else if (r.best == 0) {
+    head = fmt::format("the search's choice is the fastest of {} replayed", r.tried.size());
+  } else {
+    const bool first_fits = memory_limit <= 0 || r.memory_bytes.front() <= memory_limit;
+    head = fmt::format("pp {} M={} {} replayed {:.3f} ms is the fastest whose programs fit; the search's choice replayed {:.3f} ms{}", won.stages,
+                       won.micro_batches, pipeline_name(won.schedule), r.replays[r.best].step_s * 1e3, r.replays.front().step_s * 1e3,
+                       first_fits ? "" : fmt::format(", {} (over the limit)", describe_bytes(r.memory_bytes.front())));
+  }
+  r.text = fmt::format("pipeline re-ranked by replay: {}\n    replayed: {}", head, fmt::join(each, "; "));
+  return r;
 }
 
 }  // namespace oases

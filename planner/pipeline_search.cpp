@@ -7,6 +7,7 @@
 #include <limits>
 #include <map>
 #include <thread>
+#include <tuple>
 
 #include <fmt/format.h>
 
@@ -114,32 +115,59 @@ std::vector<StageCut> balanced_cut(const std::vector<double>& block_cost, int S,
   return cuts;
 }
 
-// One micro-batch's activation [B/M, T, H] crossing from one stage mesh to the next, laid out as
-// the inner plan leaves it (batch over dp, sequence over tp with sequence parallelism, else
-// replicated over tp), priced by the resharding planner on the whole cluster.
-double boundary_seconds(const ClusterSpec& cluster, int64_t gpus, int64_t n, const Layout& from, const Layout& to, int64_t batch, int64_t seq,
-                        int64_t hidden, int micro_batches) {
-  Shape shape{batch / micro_batches, seq, hidden};
-  auto side = [&](const Layout& l, int64_t first) {
-    int64_t tp = l.tp, dp = n / l.tp;
-    Mesh mesh{{"dp", "tp"}, {dp, tp}, {}};
-    ShardingSpec spec = ShardingSpec::replicated(3);
-    if (dp > 1 && shape[0] % dp == 0) spec.dims[0] = DimSpec{0, 1};
-    if (l.sequence_parallel && tp > 1 && seq % tp == 0) spec.dims[1] = DimSpec{1, 1};
-    return PlacedLayout{PlacedMesh::contiguous(mesh, first), spec};
-  };
+// A stage's mesh of n GPUs (dp x tp, placed from world rank `first`) holding a value as `spec`.
+PlacedLayout stage_side(const Layout& l, int64_t n, int64_t first, ShardingSpec spec) {
+  const int64_t tp = std::max<int64_t>(1, l.tp);
+  Mesh mesh{{"dp", "tp"}, {n / tp, tp}, {}};
+  return PlacedLayout{PlacedMesh::contiguous(mesh, first), std::move(spec)};
+}
+
+// The time the resharding planner predicts for moving `shape` (fp32) from `src` to `dst` on the
+// machine as the stage programs' transfers are planned for it (planner/reshard_nodes.h: the hosts'
+// ranks in order, NVLink inside a host where it has it).
+double reshard_seconds(const ClusterSpec& cluster, int64_t world, const Shape& shape, PlacedLayout src, PlacedLayout dst) {
   ReshardProblem p;
   p.shape = shape;
   p.element_bytes = 4;
-  p.src = side(from, 0);
-  p.dst = side(to, n);
-  // the machine as the stage programs' transfers are planned for it (planner/reshard_nodes.h): the
-  // hosts' ranks in order, NVLink inside a host where it has it
-  const ReshardCluster rc = reshard_cluster(cluster, std::max<int64_t>(gpus, 2 * n));
-  ReshardOptions ro;
-  ro.search_max_tasks = 0;  // the greedy: boundaries of hundreds of ranks
-  auto plan = plan_reshard(p, rc, ro);
+  p.src = std::move(src);
+  p.dst = std::move(dst);
+  // as the program's transfers are planned (the order searched for a few tasks, else the greedy)
+  auto plan = plan_reshard(p, reshard_cluster(cluster, world), ReshardOptions{});
   return plan ? plan->predicted_s : std::numeric_limits<double>::infinity();
+}
+
+// One micro-batch's activation [B/M, T, H] crossing from stage s's mesh (n GPUs from rank s·n) to
+// the next, laid out as the inner plan leaves it (batch over dp, sequence over tp with sequence
+// parallelism, else replicated over tp).
+double boundary_seconds(const ClusterSpec& cluster, int64_t gpus, int s, int64_t n, const Layout& from, const Layout& to, int64_t batch,
+                        int64_t seq, int64_t hidden, int micro_batches) {
+  Shape shape{batch / micro_batches, seq, hidden};
+  auto spec = [&](const Layout& l) {
+    const int64_t tp = std::max<int64_t>(1, l.tp), dp = n / tp;
+    ShardingSpec sp = ShardingSpec::replicated(3);
+    if (dp > 1 && shape[0] % dp == 0) sp.dims[0] = DimSpec{0, 1};
+    if (l.sequence_parallel && tp > 1 && seq % tp == 0) sp.dims[1] = DimSpec{1, 1};
+    return sp;
+  };
+  const int64_t first = s * n;
+  return reshard_seconds(cluster, std::max<int64_t>(gpus, first + 2 * n), shape, stage_side(from, n, first, spec(from)),
+                         stage_side(to, n, first + n, spec(to)));
+}
+
+// A tied table's gradient [V, H] once a step: the last stage's (rows over its tp, as the
+// vocabulary-parallel head keeps it) to the first stage, and the sum back.
+double exchange_seconds(const ClusterSpec& cluster, int64_t gpus, int S, int64_t n, const Layout& first, const Layout& last, int64_t vocab,
+                        int64_t hidden) {
+  const Shape shape{vocab, hidden};
+  auto side = [&](const Layout& l, int64_t at) {
+    ShardingSpec sp = ShardingSpec::replicated(2);
+    if (l.tp > 1 && vocab % l.tp == 0) sp.dims[0] = DimSpec{1, 1};
+    return stage_side(l, n, at, sp);
+  };
+  const int64_t world = std::max<int64_t>(gpus, S * n);
+  const int64_t last_first = static_cast<int64_t>(S - 1) * n;
+  return reshard_seconds(cluster, world, shape, side(last, last_first), side(first, 0)) +
+         reshard_seconds(cluster, world, shape, side(first, 0), side(last, last_first));
 }
 
 // The layout a stage's activations leave and enter it in: its first block's (one layout a stage).
@@ -201,16 +229,21 @@ PipelinePlan price_stages(CostModel& cm, const ClusterSpec& cluster, const OpTim
     if (s > 0 && !(layout[static_cast<size_t>(s)] == layout[0])) pp.per_stage = true;
     pp.stage.push_back(st);
   }
-  // each boundary between the two stages' layouts (alike boundaries priced once)
+  // each boundary between the two stages' layouts, where it lies among the hosts (alike
+  // boundaries priced once)
   const ModelAnalysis& a = cm.analysis();
-  std::map<std::pair<Layout, Layout>, double> priced;
+  const int64_t n = pp.stage_ranks, per_host = std::max<int64_t>(1, cluster.gpus_per_node);
+  std::map<std::tuple<Layout, Layout, int64_t, bool>, double> priced;
   for (int s = 0; s + 1 < S; ++s) {
-    auto key = std::make_pair(layout[static_cast<size_t>(s)], layout[static_cast<size_t>(s) + 1]);
+    const Layout& from = layout[static_cast<size_t>(s)];
+    const Layout& to = layout[static_cast<size_t>(s) + 1];
+    const int64_t first = s * n;
+    auto key = std::make_tuple(from, to, first % per_host, first / per_host != (first + 2 * n - 1) / per_host);
     auto it = priced.find(key);
-    if (it == priced.end())
-      it = priced.emplace(key, boundary_seconds(cluster, gpus, pp.stage_ranks, key.first, key.second, a.batch, a.seq, a.hidden, M)).first;
+    if (it == priced.end()) it = priced.emplace(key, boundary_seconds(cluster, gpus, s, n, from, to, a.batch, a.seq, a.hidden, M)).first;
     pp.transfer_s.push_back(it->second);
   }
+  if (a.tied_head && S > 1) pp.exchange_s = exchange_seconds(cluster, gpus, S, n, layout.front(), layout.back(), a.vocab, a.hidden);
   t.transfer_s = pp.transfer_s;
   // emulated hosts (oases-train --hosts): a card carries one transfer at a time, either way
   t.half_duplex = cluster.nodes > 1 && cluster.inter.kind == "emulated";
@@ -220,7 +253,7 @@ PipelinePlan price_stages(CostModel& cm, const ClusterSpec& cluster, const OpTim
     return pp;
   }
   pp.sim = *sim;
-  pp.step_s = sim->step_s + pp.optimizer_s;
+  pp.step_s = sim->step_s + pp.exchange_s + pp.optimizer_s;
   pp.bubble = sim->bubble;
   pp.found = true;
   return pp;
@@ -321,7 +354,7 @@ namespace {
 
 // The best pipeline of S stages (every micro-batch count and schedule), with what was priced.
 struct StageCountResult {
-  PipelinePlan best;
+  std::vector<PipelinePlan> best;  // fastest first, at most PipelinePlanOptions::keep
   int64_t candidates = 0;
   std::string why;
   Status status;
@@ -332,6 +365,14 @@ struct StageCountResult {
 void with_plan(const ModelAnalysis& stage_a, PipelinePlan& p) {
   p.plan = plan_of_pipeline(stage_a, p);
   p.inner_layouts = describe_layouts(stage_a, p.inner.layouts);
+}
+
+// Keeps `c` among the `keep` fastest of `best` (fastest first).
+void keep_fastest(std::vector<PipelinePlan>* best, PipelinePlan c, int keep) {
+  auto at = std::upper_bound(best->begin(), best->end(), c.step_s, [](double t, const PipelinePlan& p) { return t < p.step_s; });
+  if (at - best->begin() >= std::max(1, keep)) return;
+  best->insert(at, std::move(c));
+  if (static_cast<int>(best->size()) > std::max(1, keep)) best->pop_back();
 }
 
 StageCountResult search_stage_count(const Graph& forward, const Graph& train, const std::vector<ValueId>& params, const ClusterSpec& cluster,
@@ -375,7 +416,7 @@ StageCountResult search_stage_count(const Graph& forward, const Graph& train, co
           ++out.candidates;
           if (o.memory_limit <= 0 || own.memory_bytes <= o.memory_limit) {
             fits_somewhere = true;
-            if (!out.best.found || own.step_s < out.best.step_s) out.best = own;
+            keep_fastest(&out.best, own, o.keep);
           }
         }
         if (o.memory_limit > 0 && c.memory_bytes > o.memory_limit) {
@@ -384,12 +425,12 @@ StageCountResult search_stage_count(const Graph& forward, const Graph& train, co
           continue;
         }
         fits_somewhere = true;
-        if (!out.best.found || c.step_s < out.best.step_s) out.best = std::move(c);
+        keep_fastest(&out.best, std::move(c), o.keep);
       }
       if (fits_somewhere) break;
     }
   }
-  if (out.best.found) with_plan(*an, out.best);
+  for (PipelinePlan& p : out.best) with_plan(*an, p);
   return out;
 }
 
@@ -441,11 +482,16 @@ Expected<PipelinePlan> search_pipeline(const Graph& forward, const Graph& train,
   for (auto& t : pool) t.join();
   std::string why = "no stage count divides the GPUs into host-aligned meshes";
   int64_t candidates = 0;
+  std::vector<PipelinePlan> fastest;
   for (StageCountResult& r : results) {
     if (!r.status.is_ok()) return r.status;
     candidates += r.candidates;
     if (!r.why.empty()) why = r.why;
-    if (r.best.found && (!best.found || r.best.step_s < best.step_s)) best = std::move(r.best);
+    for (PipelinePlan& p : r.best) keep_fastest(&fastest, std::move(p), o.keep);
+  }
+  if (!fastest.empty()) {
+    best = std::move(fastest.front());
+    best.runners_up.assign(std::make_move_iterator(fastest.begin() + 1), std::make_move_iterator(fastest.end()));
   }
   if (!best.found) best.why = why;
   best.candidates = candidates;
@@ -499,6 +545,7 @@ nlohmann::json pipeline_plan_json(const PipelinePlan& p) {
   j["optimizer_s"] = p.optimizer_s;
   j["memory_bytes"] = p.memory_bytes;
   j["transfer_s"] = p.transfer_s;
+  j["exchange_s"] = p.exchange_s;
   nlohmann::json stages = nlohmann::json::array();
   for (const auto& s : p.stage) {
     stages.push_back({{"blocks", fmt::format("{}-{}", s.blocks.first, s.blocks.last)},
@@ -530,31 +577,29 @@ std::string describe_pipeline(const PipelinePlan& p) {
   if (p.per_stage) {
     for (const auto& s : p.stage) tps += fmt::format("{}{}", tps.empty() ? " ; stage tp " : ",", s.layout.tp);
   }
-  return fmt::format("pp {} x {} GPUs, {} micro-batches, {}, blocks {} ; inner {} K={}{} ; bubble {:.0f}%, transfer {:.3f} ms per micro-batch",
+  return fmt::format("pp {} x {} GPUs, {} micro-batches, {}, blocks {} ; inner {} K={}{} ; bubble {:.0f}%, transfer {:.3f} ms per micro-batch{}",
                      p.stages, p.stage_ranks, p.micro_batches, pipeline_name(p.schedule), stages_string(cuts), p.inner.schedule,
-                     p.micro_batches > 0 ? p.inner.chunks / p.micro_batches : 0, tps, p.bubble * 100, xfer * 1e3);
+                     p.micro_batches > 0 ? p.inner.chunks / p.micro_batches : 0, tps, p.bubble * 100, xfer * 1e3,
+                     p.exchange_s > 0 ? fmt::format(", tied-table exchange {:.3f} ms a step", p.exchange_s * 1e3) : "");
 }
 
 Plan plan_of_pipeline(const ModelAnalysis& stage_a, const PipelinePlan& p) {
-  PlanChoice first = p.inner;
-  if (p.per_stage) first.layouts.assign(first.layouts.size(), p.stage.front().layout);
-  Plan plan = plan_of_choice(stage_a, first, p.stage_ranks);
-  plan.mesh().chunks = p.micro_batches > 0 ? p.inner.chunks / p.micro_batches : 1;
+  // the first stage's inner plan on its mesh; with stages of their own tp, each stage every part
+  // in the layout it was priced in (its tp, and sequence parallelism where the inner plan has it)
+  auto mesh_of = [&](const Layout* every) {
+    PlanChoice c = p.inner;
+    if (every) c.layouts.assign(c.layouts.size(), *every);
+    Plan one = plan_of_choice(stage_a, c, p.stage_ranks);
+    one.mesh().chunks = p.micro_batches > 0 ? p.inner.chunks / p.micro_batches : 1;
+    return one;
+  };
+  Plan plan = mesh_of(p.per_stage ? &p.stage.front().layout : nullptr);
   plan.micro_batches = p.micro_batches;
   plan.pipeline = pipeline_name(p.schedule);
   const MeshPlan m0 = plan.mesh();
   plan.stages.clear();
   for (const auto& st : p.stage) {
-    // a stage of another tp than the first runs Megatron's split on its mesh
-    MeshPlan m = m0;
-    if (p.per_stage && st.layout.tp != p.stage.front().layout.tp) {
-      m = MeshPlan{};
-      m.tp = st.layout.tp;
-      m.dp = st.ranks / std::max<int64_t>(1, st.layout.tp);
-      m.ranks = st.ranks;
-      m.schedule = m0.schedule;
-      m.chunks = m0.chunks;
-    }
+    MeshPlan m = p.per_stage && !(st.layout == p.stage.front().layout) ? mesh_of(&st.layout).mesh() : m0;
     m.blocks = fmt::format("{}-{}", st.blocks.first, st.blocks.last);
     plan.stages.push_back(std::move(m));
   }

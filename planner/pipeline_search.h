@@ -27,6 +27,9 @@ struct PipelinePlanOptions {
   double memory_limit = 0;                         // bytes per GPU (0: none)
   SearchOptions inner;                             // schedules, degrees, mixed layouts of the stages' search
   std::vector<int64_t> stage_counts;               // S to consider (empty: every divisor of the GPUs fitting hosts and blocks)
+  // Fitting candidates to return (PipelinePlan::runners_up holds the others, fastest first), for a
+  // caller that ranks them by another measure (oases-plan --simulate replays their programs).
+  int keep = 1;
 };
 
 struct PipelineStagePlan {
@@ -49,6 +52,9 @@ struct PipelinePlan {
   bool per_stage = false;  // the stages differ in tp (PipelineStagePlan::layout)
   std::vector<PipelineStagePlan> stage;
   std::vector<double> transfer_s;  // per boundary, one micro-batch's activation
+  // once a step, after the flush: a tied embedding and head on different stages send the head's
+  // gradient of the table to the first stage and the sum back (both after their stages' reductions)
+  double exchange_s = 0;
   double step_s = 0, bubble = 0, optimizer_s = 0, memory_bytes = 0;
   PipelineSim sim;
   int64_t candidates = 0;  // (S, M, K, schedule) priced
@@ -59,6 +65,9 @@ struct PipelinePlan {
   // inner layouts in words (plan_report.h describe_layouts).
   Plan plan;
   std::string inner_layouts;
+  // With PipelinePlanOptions::keep > 1: the next fastest fitting candidates of other (S, M,
+  // schedule, inner plan, stage layouts), fastest first (their own runners_up empty).
+  std::vector<PipelinePlan> runners_up;
 };
 
 // `forward`/`train`/`params`: the model as the one-mesh search plans it (planner/analysis.h).
@@ -80,8 +89,8 @@ Expected<PipelinePlan> price_pipeline(const Graph& forward, const Graph& train, 
                                       PipelineSchedule schedule, const std::string& inner_schedule);
 
 // The plan of a pipeline the search found (PipelinePlan::plan, what its file carries): the first
-// stage's inner plan on its mesh, each later stage the same or, on another tp, Megatron's split
-// there, with their blocks, the micro-batches and the schedule. `stage_a`: the model analysed on
+// stage's inner plan on its mesh, each later stage the same or, on a layout of its own, every part
+// in that layout (the one it was priced in), with their blocks, the micro-batches and the schedule. `stage_a`: the model analysed on
 // p.stage_ranks ranks.
 Plan plan_of_pipeline(const ModelAnalysis& stage_a, const PipelinePlan& p);
 

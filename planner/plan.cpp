@@ -343,10 +343,6 @@ Plan Plan::from_parts(std::vector<PartLayout> parts, int64_t ranks, std::string 
   return p;
 }
 
-namespace {
-
-}  // namespace
-
 std::vector<std::string> split_cuts(const std::string& cuts) {
   std::vector<std::string> out;
   for (size_t start = 0; !cuts.empty();) {
@@ -447,6 +443,9 @@ Status Plan::validate() const {
     if (st.ranks > 0 && st.ranks != st.tp * st.dp) return error("{}: tp {} x dp {} on {} ranks", at, st.tp, st.dp, st.ranks);
     if (!st.schedule.empty()) OASES_RETURN_IF_ERROR(schedule_by_name(st.schedule).status().with_context(at + ".schedule"));
     if (st.chunks < 0 || st.chunks > kMaxPlanChunks) return error("{}.chunks: {} is not 1 to {}", at, st.chunks, kMaxPlanChunks);
+    for (size_t i = 0; i < st.parts.size(); ++i) {
+      if (st.parts[i].tp != st.tp) return error("{}.parts[{}].tp: {}, the stage's tp is {} (a stage's parts share its tp)", at, i, st.parts[i].tp, st.tp);
+    }
   }
   for (const MeshPlan& st : stages) with_blocks += !st.blocks.empty();
   if (with_blocks > 0 && with_blocks < S) return Status::error("pipeline.stages: every stage names its blocks, or none does");
@@ -521,6 +520,22 @@ std::string stage_meshes_string(const std::vector<MeshPlan>& meshes) {
   return s;
 }
 
+namespace {
+
+// A mesh's per-part layouts as plan files list them.
+nlohmann::json parts_json(const MeshPlan& m) {
+  nlohmann::json parts = nlohmann::json::array();
+  for (const PartLayout& l : m.parts) {
+    nlohmann::json x = {{"part", l.part}, {"tp", l.tp}, {"sequence_parallel", l.sequence_parallel}};
+    if (l.collective_matmul) x["collective_matmul"] = true;
+    if (m.ranks > 0) x["dp"] = m.ranks / l.tp;
+    parts.push_back(x);
+  }
+  return parts;
+}
+
+}  // namespace
+
 nlohmann::json Plan::pipeline_json() const {
   // what is not fixed (0 or "") is left out: the reader takes the run's default
   nlohmann::json j{{"schedule", pipeline}};
@@ -534,6 +549,8 @@ nlohmann::json Plan::pipeline_json() const {
     if (m.ranks > 0) sj["ranks"] = m.ranks;
     if (!m.schedule.empty()) sj["schedule"] = m.schedule;
     if (m.chunks > 0) sj["chunks"] = m.chunks;
+    // a later stage's own layouts (the first stage's are the plan's top-level "parts")
+    if (&m != &stages.front() && !m.parts.empty() && m.parts != stages.front().parts) sj["parts"] = parts_json(m);
     j["stages"].push_back(sj);
   }
   return j;
@@ -572,16 +589,7 @@ nlohmann::json Plan::to_json() const {
     if (m.chunks > 0) j["schedule"]["chunks"] = m.chunks;  // 0: the schedule's default
     if (m.recompute) j["schedule"]["recompute"] = recompute_name(*m.recompute);
   }
-  if (!m.parts.empty()) {
-    nlohmann::json parts = nlohmann::json::array();
-    for (const PartLayout& l : m.parts) {
-      nlohmann::json x = {{"part", l.part}, {"tp", l.tp}, {"sequence_parallel", l.sequence_parallel}};
-      if (l.collective_matmul) x["collective_matmul"] = true;
-      if (m.ranks > 0) x["dp"] = m.ranks / l.tp;
-      parts.push_back(x);
-    }
-    j["parts"] = parts;
-  }
+  if (!m.parts.empty()) j["parts"] = parts_json(m);
   if (num_stages() > 1) {
     j["version"] = kPlanVersionStages;
     j["pipeline"] = pipeline_json();

@@ -222,12 +222,13 @@ Status read_schedule(const FieldReader& f, const json& sj, MeshPlan* m) {
   return Status::ok();
 }
 
-Status read_parts(const FieldReader& f, const json& pj, MeshPlan* m) {
-  OASES_RETURN_IF_ERROR(f.list(pj, "parts"));
+// `field`: where the list is ("parts", or a later stage's "pipeline.stages[1].parts").
+Status read_parts(const FieldReader& f, const json& pj, MeshPlan* m, const std::string& field = "parts") {
+  OASES_RETURN_IF_ERROR(f.list(pj, field));
   std::set<std::string> names;
   for (size_t i = 0; i < pj.size(); ++i) {
     const json& x = pj[i];
-    const std::string at = fmt::format("parts[{}]", i);
+    const std::string at = fmt::format("{}[{}]", field, i);
     OASES_RETURN_IF_ERROR(f.object(x, at));
     PartLayout l;
     if (!x.contains("part")) return f.fail(at, "no \"part\" (its name, e.g. \"layer.0.attn\")");
@@ -328,7 +329,7 @@ Status read_pipeline_v4(const FieldReader& f, const json& pj, Plan* p) {
     OASES_RETURN_IF_ERROR(optional_field(sj[k], "blocks", &blocks, [&](const json& v) { return f.text(v, at + ".blocks"); }));
     const MeshPlan& m0 = p->mesh();
     if (k == 0) {
-      if ((tp > 0 && tp != m0.tp) || (dp > 0 && dp != m0.dp) || (ranks > 0 && ranks != m0.ranks) || sched != m0.schedule ||
+      if ((tp > 0 && tp != m0.tp) || (dp > 0 && dp != m0.dp) || (ranks > 0 && ranks != m0.ranks) || (!sched.empty() && sched != m0.schedule) ||
           (chunks > 0 && chunks != m0.chunk_count()))
         return f.fail(at, "is not the plan's own mesh and schedule (the first stage is the top-level \"mesh\", \"schedule\" and \"parts\")");
       out.push_back(m0);
@@ -344,6 +345,19 @@ Status read_pipeline_v4(const FieldReader& f, const json& pj, Plan* p) {
       MeshPlan m = p->stage_on(tp, dp, sched);
       if (chunks > 0 && chunks != m0.chunk_count())
         return f.fail(at + ".chunks", "{}, the first stage's are {} (the stages share one chunk count)", chunks, m0.chunk_count());
+      if (sj[k].contains("parts")) {
+        // the stage's own layouts (its tp on every part; sequence parallelism and collective
+        // matmuls per part), else Megatron's split on its mesh
+        m.ranks = tp * dp;
+        m.parts.clear();
+        OASES_RETURN_IF_ERROR(read_parts(f, sj[k]["parts"], &m, at + ".parts"));
+        for (size_t i = 0; i < m.parts.size(); ++i) {
+          if (m.parts[i].tp != tp)
+            return f.fail(fmt::format("{}.parts[{}].tp", at, i), "{}, the stage's tp is {} (a stage's parts share its tp)", m.parts[i].tp, tp);
+        }
+        m.tp = tp;
+        m.dp = dp;
+      }
       out.push_back(std::move(m));
     }
     out.back().blocks = blocks;

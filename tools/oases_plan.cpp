@@ -84,6 +84,10 @@ CLI::Option* add_plan_flags(CLI::App& app, PlanOptions& o) {
                  "With --simulate: replay the best plan of each schedule and chunk count, each also without sequence parallelism, and "
                  "Megatron's, up to N in all (the cost model's order), and choose the fastest (1: keep the cost model's choice)")
       ->check(CLI::Range(int64_t{1}, int64_t{64}));
+  app.add_option("--simulate-pipelines", o.sim_pipelines,
+                 "With --simulate: replay the N fastest pipelines the search found (their stage programs) and choose the fastest whose "
+                 "programs fit the memory limit (1: replay the search's choice only)")
+      ->check(CLI::Range(int64_t{1}, int64_t{16}));
   app.add_option("--trace", o.trace, "Write the chosen plan's predicted timeline as a Chrome trace (implies --simulate)");
   app.add_option("--schedules", o.schedules, "Schedules to consider (comma list; default all five)");
   app.add_option("--chunks", o.chunks, "Micro-batch chunk counts to consider (comma list; default 1,2,4,8)");

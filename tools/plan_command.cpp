@@ -156,6 +156,7 @@ Status make_search_options(const PlanOptions& o, PlanSearch& s) {
   s.pipelined = !o.no_pipeline && o.gpus >= 2;
   s.po.memory_limit = s.limit;
   s.po.inner = so;
+  s.po.keep = o.simulate || !o.trace.empty() ? static_cast<int>(o.sim_pipelines) : 1;
   if (s.pipelined) {
     OASES_ASSIGN_OR_RETURN(s.po.stage_counts, int_list(o.pp_list, "--pp", 2, "stage counts"));
   }
@@ -180,6 +181,16 @@ Status run_searches(const PlanOptions& o, PlanSearch& s) {
     auto pr = search_pipeline(s.pm.forward, s.pm.train.graph, s.pm.train.params, s.cluster, s.ops, o.gpus, s.po);
     if (!pr) return pr.status().with_context(o.model);
     s.pipe = std::move(*pr);
+    if (s.pipe.found && (o.simulate || !o.trace.empty())) {
+      // the candidates' stage programs replayed: the fastest that fits is the pipeline
+      const Profile* floor = s.at_hand && s.profile ? &*s.profile : nullptr;
+      OASES_ASSIGN_OR_RETURN(s.pipe_ranking, rank_pipelines_by_replay(s.pm.forward, s.pm.path, s.pipe, s.limit, s.cluster, s.ops, floor));
+      const size_t candidates = static_cast<size_t>(s.pipe.candidates);
+      const double ms = s.pipe.search_ms;
+      s.pipe = s.pipe_ranking->tried[s.pipe_ranking->best];
+      s.pipe.candidates = static_cast<int64_t>(candidates);
+      s.pipe.search_ms = ms;
+    }
   }
   if (!s.best.found && !s.pipe.found) {
     if (s.best.least_memory > s.limit) {
@@ -229,8 +240,19 @@ int plan_search_command(const PlanOptions& o) {
   if (!sims) return fail_with(sims.status());
   // asked for stages (--pp): the pipeline, when one fits; else the faster
   const PipelinePlan& pipe = s.pipe;
-  const bool pipeline_wins = pipe.found && (!o.pp_list.empty() || !s.best.found || pipe.step_s < s.cm->estimate(s.best.best).step_s);
-  if (pipe.found) std::printf("  chosen: %s\n", pipeline_wins ? "the pipeline" : "one mesh");
+  // with --simulate by the replayed programs (the one whose programs fit the limit, else the
+  // faster), else by the predictions
+  const bool replayed = sims->contains("pipeline") && sims->contains("plan");
+  bool pipeline_faster = false;
+  if (replayed) {
+    const nlohmann::json &rp = (*sims)["pipeline"], &rm = (*sims)["plan"];
+    const bool pipe_fits = !s.pipe_ranking->none_fits, mesh_fits = s.limit <= 0 || rm["memory_bytes"].get<double>() <= s.limit;
+    pipeline_faster = pipe_fits != mesh_fits ? pipe_fits : rp["step_ms"].get<double>() < rm["step_ms"].get<double>();
+  } else if (s.best.found) {
+    pipeline_faster = pipe.step_s < s.cm->estimate(s.best.best).step_s;
+  }
+  const bool pipeline_wins = pipe.found && (!o.pp_list.empty() || !s.best.found || pipeline_faster);
+  if (pipe.found) std::printf("  chosen: %s%s\n", pipeline_wins ? "the pipeline" : "one mesh", replayed ? " (by the replayed steps)" : "");
   if (!o.out.empty() || !o.html.empty() || !o.dot.empty()) {
     if (Status st = write_chosen_plan(o, s, *sims, pipeline_wins); !st.is_ok()) return fail_with(st);
   }

@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "planner/pipeline_replay.h"
 #include "planner/pipeline_search.h"
 #include "planner/profile.h"
 #include "tools/model_loader.h"
@@ -26,6 +27,7 @@ struct PlanOptions {
   double memory_gib = 0;  // 0: the device's
   bool simulate = false;
   int64_t sim_candidates = 24;
+  int64_t sim_pipelines = 4;
   std::string trace;                                // --trace FILE
   std::string schedules, chunks, degrees, pp_list;  // comma lists as given
   bool uniform = false, no_sp = false, no_cm = false, no_pipeline = false;
@@ -58,6 +60,7 @@ struct PlanSearch {
   bool pipelined = false;  // the pipeline search ran
   SearchResult best, megatron, dp;
   PipelinePlan pipe;
+  std::optional<PipelineRanking> pipe_ranking;  // --simulate: the pipeline candidates replayed (pipe is its winner)
   double search_ms = 0;
   std::string reranked;  // --simulate's re-ranking, for people ("" when none)
 

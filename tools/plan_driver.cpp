@@ -88,28 +88,34 @@ Expected<Simulated> simulate_plan(const PlanningModel& m, const Plan& plan, cons
 
 namespace {
 
-// The fastest of `tried` (distinct plans, the first the one to beat) by simulated step; a plan
-// other than the first whose program needs more than `memory_limit` bytes a rank (> 0) is left out.
+// The fastest of `tried` (distinct plans, the cost model's choice first) by simulated step among
+// those whose programs need at most `memory_limit` bytes a rank (> 0); when none does, the first.
 struct Fastest {
   size_t best = 0, over = 0;
-  std::vector<double> step_s;  // per plan tried; < 0: left out (memory; never the first)
+  std::vector<double> step_s, memory_bytes;  // per plan tried
+  bool none_fits = false;
   double first_s() const { return step_s.front(); }
   double best_s() const { return step_s[best]; }
+  bool fits(size_t i, double limit) const { return limit <= 0 || memory_bytes[i] <= limit; }
 };
 Expected<Fastest> fastest_by_simulation(const PlanningModel& m, const ModelAnalysis& a, int64_t ranks, const ClusterSpec& cluster,
                                         const OpTimeModel& ops, const Profile* local_floor, const std::vector<PlanChoice>& tried,
                                         double memory_limit) {
   Fastest f;
+  bool any = false;
   for (size_t i = 0; i < tried.size(); ++i) {
     OASES_ASSIGN_OR_RETURN(Simulated s, simulate_plan(m, plan_of_choice(a, tried[i], ranks), cluster, ops, local_floor, false));
-    if (i > 0 && memory_limit > 0 && s.memory_bytes > memory_limit) {
+    f.step_s.push_back(s.sim.step_s);
+    f.memory_bytes.push_back(s.memory_bytes);
+    if (!f.fits(i, memory_limit)) {
       ++f.over;
-      f.step_s.push_back(-1);
       continue;
     }
-    f.step_s.push_back(s.sim.step_s);
-    if (s.sim.step_s < f.best_s()) f.best = i;
+    if (!any || s.sim.step_s < f.best_s()) f.best = i;
+    any = true;
   }
+  f.none_fits = !any;
+  if (!any) f.best = 0;
   return f;
 }
 
@@ -158,25 +164,31 @@ Expected<std::string> rerank_by_simulation(const PlanningModel& m, const ModelAn
   for (size_t i = 0; i < candidates.size() && tried.size() < limit; ++i) add_with_no_sp(candidates[i]);
   if (tried.size() < 2) return std::string();
   OASES_ASSIGN_OR_RETURN(Fastest f, fastest_by_simulation(m, a, ranks, cluster, ops, local_floor, tried, memory_limit));
-  std::string over = f.over ? fmt::format(" ({} more left out: their programs need more than {} a rank)", f.over, describe_bytes(memory_limit)) : "";
+  const std::string cap = describe_bytes(memory_limit);
+  std::string over = f.over ? fmt::format(" ({} left out: their programs need more than {} a rank)", f.over, cap) : "";
   std::string was = fmt::format("{} K={}", choice->schedule, choice->chunks);
   // every plan tried, in the order tried (the cost model's choice first)
   std::vector<std::string> each;
   for (size_t i = 0; i < tried.size(); ++i) {
     bool sp = false, cm = false;
     for (const Layout& l : tried[i].layouts) sp |= l.sequence_parallel, cm |= l.collective_matmul;
-    each.push_back(fmt::format("{} K={}{}: {}", tried[i].schedule, tried[i].chunks, cm ? "+cm" : sp ? "+sp" : "",
-                               f.step_s[i] < 0 ? std::string("over the memory limit") : fmt::format("{:.1f} ms", f.step_s[i] * 1e3)));
+    each.push_back(fmt::format("{} K={}{}: {:.1f} ms{}", tried[i].schedule, tried[i].chunks, cm ? "+cm" : sp ? "+sp" : "", f.step_s[i] * 1e3,
+                               f.fits(i, memory_limit) ? "" : fmt::format(" ({}, over the limit)", describe_bytes(f.memory_bytes[i]))));
   }
   over += fmt::format("\n    simulated: {}", fmt::join(each, "; "));
   *choice = tried[f.best];
+  const size_t fitting = tried.size() - f.over;
+  if (f.none_fits) {
+    return fmt::format("re-ranked by simulation: no candidate's program fits {} a rank; the cost model's choice ({}) stays, simulated {:.3f} ms, {}{}",
+                       cap, was, f.first_s() * 1e3, describe_bytes(f.memory_bytes.front()), over);
+  }
   if (f.best == 0) {
     return fmt::format("re-ranked by simulation: the cost model's choice ({}, simulated {:.3f} ms) is the fastest of {} candidates{}", was,
-                       f.first_s() * 1e3, tried.size() - f.over, over);
+                       f.first_s() * 1e3, fitting, over);
   }
-  return fmt::format("re-ranked by simulation: {} K={} ({}) simulated {:.3f} ms beats the cost model's choice ({}, {:.3f} ms) among {} candidates{}",
-                     choice->schedule, choice->chunks, describe_layouts(a, choice->layouts), f.best_s() * 1e3, was, f.first_s() * 1e3,
-                     tried.size() - f.over, over);
+  return fmt::format("re-ranked by simulation: {} K={} ({}) simulated {:.3f} ms is the fastest of {} candidates; the cost model's choice: {}, {:.3f} ms{}{}",
+                     choice->schedule, choice->chunks, describe_layouts(a, choice->layouts), f.best_s() * 1e3, fitting, was, f.first_s() * 1e3,
+                     f.fits(0, memory_limit) ? "" : fmt::format(" ({}, over the limit)", describe_bytes(f.memory_bytes.front())), over);
 }
 
 Status check_profile_covers(const Profile& profile, const std::string& profile_file, const PlanningModel& pm, const ModelAnalysis& a,

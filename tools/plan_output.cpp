@@ -119,13 +119,17 @@ Status print_reference_pipeline(const PlanOptions& o, const PlanSearch& s) {
 // --simulate with a pipeline: every stage's program built as oases-train builds it and replayed
 // (planner/pipeline_replay.h), beside what the pipeline search predicted.
 static Expected<nlohmann::json> replay_pipeline_plan(PlanSearch& s, const Profile* floor) {
-  GlobalProgramOptions go;
-  go.model_path = s.pm.path;
-  OASES_ASSIGN_OR_RETURN(StageGlobals sg, build_stage_globals(s.pm.forward, TrainingSpec{}, s.pipe.plan, go));
-  OASES_ASSIGN_OR_RETURN(PipelineReplay r, replay_pipeline(sg, s.cluster, s.ops, floor));
+  if (!s.pipe_ranking) {
+    OASES_ASSIGN_OR_RETURN(s.pipe_ranking, rank_pipelines_by_replay(s.pm.forward, s.pm.path, s.pipe, s.limit, s.cluster, s.ops, floor));
+  }
+  const PipelineReplay& r = s.pipe_ranking->replays[s.pipe_ranking->best];
+  if (s.pipe_ranking->tried.size() > 1 || s.pipe_ranking->none_fits) std::printf("  %s\n", s.pipe_ranking->text.c_str());
   const PipelinePlan& p = s.pipe;
-  std::printf("  %-15s step %9.3f ms  (stage programs replayed; the search predicted %.3f ms; bubble %.0f%%)\n", "pipeline", r.step_s * 1e3,
-              p.step_s * 1e3, r.sim.bubble * 100);
+  std::printf("  %-15s step %9.3f ms  (stage programs replayed; the search predicted %.3f ms; bubble %.0f%%%s)\n", "pipeline", r.step_s * 1e3,
+              p.step_s * 1e3, r.sim.bubble * 100,
+              r.exchange_s > 0 || p.exchange_s > 0
+                  ? fmt::format("; tied-table exchange {:.3f} ms a step (predicted {:.3f})", r.exchange_s * 1e3, p.exchange_s * 1e3).c_str()
+                  : "");
   nlohmann::json stages = nlohmann::json::array();
   for (const StageReplay& st : r.stages) {
     const auto k = static_cast<size_t>(st.stage);
@@ -148,7 +152,9 @@ static Expected<nlohmann::json> replay_pipeline_plan(PlanSearch& s, const Profil
                       {"predicted_forward_ms", p.stage[k].forward_s * 1e3},
                       {"predicted_backward_ms", p.stage[k].backward_s * 1e3}});
   }
-  return nlohmann::json{{"step_ms", r.step_s * 1e3}, {"predicted_step_ms", p.step_s * 1e3}, {"bubble", r.sim.bubble}, {"stages", stages}};
+  return nlohmann::json{{"step_ms", r.step_s * 1e3},         {"predicted_step_ms", p.step_s * 1e3},
+                        {"exchange_ms", r.exchange_s * 1e3}, {"predicted_exchange_ms", p.exchange_s * 1e3},
+                        {"bubble", r.sim.bubble},            {"stages", stages}};
 }
 
 Expected<nlohmann::json> simulate_plans(const PlanOptions& o, PlanSearch& s) {

@@ -98,7 +98,40 @@ grep -Eq "stage tp (1,2|2,1)" "$WORK/own.plan.txt" || fail "the planner kept one
 /usr/bin/python3 -c "import json,sys; p=json.load(open(sys.argv[1]))['pipeline']; m=[(x['tp'], x['dp']) for x in p['stages']]; \
 assert sorted(m) == [(1, 2), (2, 1)], p" \
   "$WORK/own.plan.json" || fail "the plan file lacks the stage meshes"
+# the later stage runs every part in the layout it was priced in: tp 2 with sequence parallelism
+/usr/bin/python3 -c "import json,sys; s=json.load(open(sys.argv[1]))['pipeline']['stages']; t=[x for x in s if x['tp'] == 2][0]; \
+assert all(q['tp'] == 2 and q['sequence_parallel'] for q in t.get('parts', [])) and (s[0]['tp'] == 2 or t.get('parts')), s" \
+  "$WORK/own.plan.json" || fail "the plan file lacks the tp 2 stage's own layouts"
 "$T" "$V" --synthetic --batch 32 --seq 64 --steps 2 -q --local-ranks 4 --plan "$WORK/own.plan.json" || fail "run the planner's stage meshes"
+# --simulate replays the fastest pipelines' stage programs and keeps the fastest that fits
+"$OASES_BIN/oases-plan" "$V" --gpus 4 --cluster "$WORK/pcie.json" --batch 32 --seq 64 --memory 0.06 --pp 2 --dtype fp32 --simulate \
+  --out "$WORK/own.sim.json" >"$WORK/own.sim.txt" || fail "plan and replay stages"
+grep -q "pipeline re-ranked by replay: " "$WORK/own.sim.txt" && grep -q "stage programs replayed; the search predicted" "$WORK/own.sim.txt" \
+  || fail "--simulate did not replay the pipeline candidates: $(cat "$WORK/own.sim.txt")"
+/usr/bin/python3 -c "import json,sys; p=json.load(open(sys.argv[1])); s=p['simulation']['pipeline']; \
+assert s['step_ms'] > 0 and s['predicted_step_ms'] > 0 and len(s['stages']) == 2 and s['exchange_ms'] > 0, s" \
+  "$WORK/own.sim.json" || fail "the plan file lacks the replayed pipeline"
+# a stage of its own tp with sequence parallelism inside it (a v4 plan's stage "parts") gives the
+# single-rank losses and gradients
+cat >"$WORK/sp_stage.plan.json" <<'EOF'
+{"format": "oases-plan", "version": 4, "batch": 16, "seq": 32, "mesh": {"axes": ["dp", "tp"], "sizes": [2, 1], "ranks": 2},
+ "schedule": {"name": "default_checkpoint", "chunks": 1},
+ "parts": [{"part": "embedding", "tp": 1}, {"part": "layer.0.attn", "tp": 1}, {"part": "layer.0.mlp", "tp": 1},
+   {"part": "layer.1.attn", "tp": 1}, {"part": "layer.1.mlp", "tp": 1}, {"part": "layer.2.attn", "tp": 1}, {"part": "layer.2.mlp", "tp": 1},
+   {"part": "layer.3.attn", "tp": 1}, {"part": "layer.3.mlp", "tp": 1}, {"part": "head", "tp": 1}],
+ "pipeline": {"schedule": "1f1b", "micro_batches": 4, "stages": [{"blocks": "0-1", "tp": 1, "dp": 2},
+   {"blocks": "2-3", "tp": 2, "dp": 1, "parts": [
+     {"part": "embedding", "tp": 2, "sequence_parallel": true}, {"part": "layer.0.attn", "tp": 2, "sequence_parallel": true},
+     {"part": "layer.0.mlp", "tp": 2, "sequence_parallel": true}, {"part": "layer.1.attn", "tp": 2, "sequence_parallel": true},
+     {"part": "layer.1.mlp", "tp": 2, "sequence_parallel": true}, {"part": "layer.2.attn", "tp": 2, "sequence_parallel": true},
+     {"part": "layer.2.mlp", "tp": 2, "sequence_parallel": true}, {"part": "layer.3.attn", "tp": 2, "sequence_parallel": true},
+     {"part": "layer.3.mlp", "tp": 2, "sequence_parallel": true}, {"part": "head", "tp": 2, "sequence_parallel": true}]}]}}
+EOF
+run "gpt2_4l plan stages dp 2, then tp 2 + sp" gpt2_4l "$T" "$OASES_SOURCE_DIR/models/train/gpt2_4l/model.onnx" --local-ranks 4 -- \
+  --plan "$WORK/sp_stage.plan.json"
+sed 's/"head", "tp": 2/"head", "tp": 1/' "$WORK/sp_stage.plan.json" >"$WORK/sp_bad.plan.json"
+expect_error "a stage's part off its tp" "pipeline\.stages\[1\]\.parts\[9\]\.tp: 1, the stage's tp is 2" \
+  "$T" "$OASES_SOURCE_DIR/models/train/gpt2_4l/model.onnx" --synthetic --steps 1 --local-ranks 4 --plan "$WORK/sp_bad.plan.json"
 expect_error "a staged plan on too few ranks" "the plan's 2 stages need 4 ranks, this run has 2" \
   "$T" "$V" --synthetic --batch 32 --seq 64 --steps 2 -q --local-ranks 2 --plan "$WORK/own.plan.json"
 expect_error "stage meshes and --tp" "not both" "$T" "$G" --synthetic --steps 1 --pp 2 --local-ranks 4 --stage-meshes 2x1,1x2 --tp 2

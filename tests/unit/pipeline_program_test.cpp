@@ -431,9 +431,16 @@ TEST(PipelineReplay, StageProgramsAreReplayedAndComposed) {
   const double bytes = 8.0 * 16 * 64 * 4;
   EXPECT_GE(r->times.transfer_s[0], bytes / (cluster->intra.bandwidth_gbps * 1e9));
   EXPECT_LT(r->times.transfer_s[0], 1e-3);
+  // the tied table's gradient [V, H] fp32 goes from the head's stage to the embedding's and its
+  // sum back, once a step (not per micro-batch): each card of either tp 2 mesh takes its half of
+  // the rows each way
+  auto an = analyze_model(pm.forward, pm.train.graph, pm.train.params, 2);
+  ASSERT_TRUE(an) << an.status().message();
+  const double table = static_cast<double>(an->vocab) * 64 * 4;
+  EXPECT_GE(r->exchange_s, table / (cluster->intra.bandwidth_gbps * 1e9));
   auto again = simulate_pipeline(PipelineSchedule::k1F1B, 4, r->times);
   ASSERT_TRUE(again);
-  EXPECT_DOUBLE_EQ(r->step_s, again->step_s + other + optimizer);
+  EXPECT_DOUBLE_EQ(r->step_s, again->step_s + other + r->exchange_s + optimizer);
   // 1F1B over 2 stages: at least every micro-batch of the slower stage, plus the other stage's
   // first forward and last backward
   const auto& a = r->stages[0];
@@ -493,6 +500,65 @@ TEST(PipelineSearch, PlansStagesOnAClusterAndPricesAGivenPipeline) {
   EXPECT_FALSE(bad);
 }
 
+// The pipeline search prices the transfers the stage programs make: per boundary the activation of
+// one micro-batch between the two stages' layouts where the boundary lies among the hosts, and a
+// tied table's gradient exchange once a step, each as the program's build-time transfer plan
+// predicts it. A stage of its own tp runs the layout it was priced in (sequence parallelism kept).
+// With --simulate the search's runners-up are replayed too and the fastest whose programs fit wins.
+TEST(PipelineSearch, TransfersArePricedAsTheStageProgramsMakeThemAndReplaysRankTheCandidates) {
+  PlanningModel pm = tied_model(32);
+  auto cluster = load_cluster_file(std::string(OASES_SOURCE_DIR) + "/clusters/a100_dgx_64.json");
+  ASSERT_TRUE(cluster) << cluster.status().message();
+  cluster->nodes = 2;  // 2 hosts of 8: with 4 stages of 4 the middle boundary crosses hosts
+  OpTimeModel ops = op_time_model(*cluster, nullptr);
+  PipelinePlanOptions o;
+  o.stage_counts = {2, 4};
+  o.inner.schedules = {"plain"};
+  o.keep = 3;
+  auto p = search_pipeline(pm.forward, pm.train.graph, pm.train.params, *cluster, ops, 16, o);
+  ASSERT_TRUE(p && p->found) << (p ? p->why : p.status().message());
+  ASSERT_EQ(p->runners_up.size(), 2u);
+  EXPECT_LE(p->step_s, p->runners_up[0].step_s);
+  EXPECT_LE(p->runners_up[0].step_s, p->runners_up[1].step_s);
+  EXPECT_GT(p->exchange_s, 0);
+  for (const PipelinePlan* c : {&*p, &p->runners_up[0], &p->runners_up[1]}) {
+    auto r = replay_pipeline(pm.forward, "gpt2_4l", c->plan, *cluster, ops, nullptr);
+    ASSERT_TRUE(r) << r.status().message();
+    ASSERT_EQ(r->times.transfer_s.size(), c->transfer_s.size()) << describe_pipeline(*c);
+    for (size_t k = 0; k < c->transfer_s.size(); ++k)
+      EXPECT_NEAR(r->times.transfer_s[k], c->transfer_s[k], 1e-9) << "boundary " << k << " of " << describe_pipeline(*c);
+    EXPECT_NEAR(r->exchange_s, c->exchange_s, 1e-9) << describe_pipeline(*c);
+  }
+  // the same model on 4 stages of 2: the boundary between hosts is the slow one
+  o.stage_counts = {4};
+  o.keep = 1;
+  auto four = search_pipeline(pm.forward, pm.train.graph, pm.train.params, *cluster, ops, 16, o);
+  ASSERT_TRUE(four && four->found) << (four ? four->why : four.status().message());
+  ASSERT_EQ(four->transfer_s.size(), 3u);
+  EXPECT_GT(four->transfer_s[1], 2 * four->transfer_s[0]);
+  EXPECT_DOUBLE_EQ(four->transfer_s[0], four->transfer_s[2]);
+
+  // re-ranked by replay: the fastest replayed step among those that fit, the search's choice first
+  auto ranked = rank_pipelines_by_replay(pm.forward, "gpt2_4l", *p, 0, *cluster, ops, nullptr);
+  ASSERT_TRUE(ranked) << ranked.status().message();
+  ASSERT_EQ(ranked->tried.size(), 3u);
+  EXPECT_DOUBLE_EQ(ranked->tried.front().step_s, p->step_s);
+  for (const PipelineReplay& r : ranked->replays) EXPECT_GE(r.step_s, ranked->replays[ranked->best].step_s);
+  EXPECT_FALSE(ranked->none_fits);
+  // under a limit the smallest does not meet, none fits: the search's choice stays, said so
+  double least = ranked->memory_bytes.front();
+  for (double m : ranked->memory_bytes) least = std::min(least, m);
+  auto none = rank_pipelines_by_replay(pm.forward, "gpt2_4l", *p, least / 2, *cluster, ops, nullptr);
+  ASSERT_TRUE(none);
+  EXPECT_TRUE(none->none_fits);
+  EXPECT_EQ(none->best, 0u);
+  EXPECT_NE(none->text.find("no pipeline candidate's programs fit"), std::string::npos) << none->text;
+  // a limit only the smallest meets: it wins
+  auto tight = rank_pipelines_by_replay(pm.forward, "gpt2_4l", *p, least, *cluster, ops, nullptr);
+  ASSERT_TRUE(tight);
+  EXPECT_DOUBLE_EQ(tight->memory_bytes[tight->best], least);
+}
+
 // A plan is a list of stages: version 4 files write them and read them back; version 3 files (one
 // "pipeline" object of S stages sharing the plan's mesh, or naming each stage's tp x dp) still load
 // into the same stages.
@@ -509,6 +575,23 @@ TEST(PipelinePlanFile, VersionFourRoundTripsAndVersionThreeStillLoads) {
   EXPECT_TRUE(q == p) << q.to_string() << " vs " << p.to_string();
   EXPECT_EQ(back->to_json(), j);
   EXPECT_EQ(back->cuts(), "0-0,1-1,2-2,3-3");
+  // a later stage of its own layouts (every part tp 2 with sequence parallelism) writes them and
+  // reads them back; a part off the stage's tp is refused naming it
+  Plan own = staged(Plan::megatron(2, 2), 2, 4, "1f1b", "0-1,2-3", "2x2,4x1");
+  for (const char* part : {"embedding", "layer.0.attn", "head"}) own.stages[1].parts.push_back(PartLayout{part, Layout{4, true}});
+  own.stages[1].ranks = 4;
+  nlohmann::json oj = own.to_json();
+  ASSERT_TRUE(oj["pipeline"]["stages"][1].contains("parts")) << oj.dump();
+  EXPECT_FALSE(oj["pipeline"]["stages"][0].contains("parts"));
+  auto own_back = Plan::from_json(oj, "own.json");
+  ASSERT_TRUE(own_back) << own_back.status().message();
+  EXPECT_EQ(own_back->stages[1].parts, own.stages[1].parts);
+  EXPECT_EQ(own_back->to_json(), oj);
+  oj["pipeline"]["stages"][1]["parts"][2]["tp"] = 2;
+  oj["pipeline"]["stages"][1]["parts"][2].erase("dp");
+  auto off = Plan::from_json(oj, "off.json");
+  ASSERT_FALSE(off);
+  EXPECT_EQ(off.status().message(), "off.json: pipeline.stages[1].parts[2].tp: 2, the stage's tp is 4 (a stage's parts share its tp)");
   auto old = Plan::from_json(Plan::megatron(2, 1).to_json(), "old.json");
   ASSERT_TRUE(old);
   EXPECT_EQ(old->num_stages(), 1);
