@@ -163,6 +163,15 @@ const PartCost& CostModel::part(int i, const Layout& l, int64_t chunks) {
   if (!recs->entry.shape.empty()) pc.saved_entry_chunk = bytes_of(recs->entry);
   for (const TensorRecord& r : recs->kept_comm_opt) pc.saved_commopt_chunk += bytes_of(r);
   if (pc.block_start) pc.saved_commopt_chunk = std::max(pc.saved_commopt_chunk, pc.saved_entry_chunk);
+  if (!pc.block) {
+    for (const NodeRecord& n : recs->nodes) {
+      if (!n.batch) continue;
+      for (const TensorRecord& r : n.outputs) pc.work_chunk = std::max(pc.work_chunk, bytes_of(r));
+    }
+    // over several chunks a weight's gradient is one chunk's product added to the sum so far: a
+    // weight-sized temporary (the vocabulary's table, for the embedding and the head)
+    if (chunks > 1) pc.work_chunk = std::max(pc.work_chunk, pc.param_bytes);
+  }
   return cache_.emplace(key, pc).first->second;
 }
 
@@ -243,7 +252,8 @@ double CostModel::part_memory(int i, const Layout& l, const ScheduleOptions& s, 
 
 double CostModel::part_transient(int i, const Layout& l, const ScheduleOptions& s, int64_t chunks) {
   const PartCost& pc = part(i, l, chunks);
-  if (!pc.block || s.checkpoint == CheckpointMode::kNone) return 0;
+  if (!pc.block) return pc.work_chunk;
+  if (s.checkpoint == CheckpointMode::kNone) return 0;
   // An interleaved schedule runs each step for every chunk in turn. Recomputing whole blocks
   // (overlap_checkpoint), a block's recomputation for all K chunks comes before its backward for
   // any, so every chunk's recomputed activations of the block are alive at once; restarting from

@@ -44,6 +44,9 @@ struct PartCost {
   int collectives_fwd = 0, collectives_bwd = 0;                                  // per chunk
   double param_bytes = 0;                                                        // local
   double saved_plain_chunk = 0, saved_entry_chunk = 0, saved_commopt_chunk = 0;  // bytes per chunk
+  // outside the blocks (embedding, head and loss): the largest tensor one chunk's nodes make, alive
+  // beside what is saved while it is made (the loss's shifted logits beside the logits)
+  double work_chunk = 0;
   bool block = false;        // a block part (attention or MLP), checkpointed by the schedules
   bool block_start = false;  // the attention part: owns the block input
   // collective matmuls (Layout::collective_matmul), per chunk: the ring steps' time that the products beside them
