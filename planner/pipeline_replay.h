@@ -57,13 +57,15 @@ Expected<PipelineReplay> replay_pipeline(const Graph& forward, const std::string
 // What the pipeline search found, re-ranked by its programs (oases-plan --simulate): the search's
 // choice and its runners-up (PipelinePlan::runners_up), each replayed; the fastest replayed step
 // whose programs fit `memory_limit` bytes a rank (> 0: the largest stage's replayed memory) wins.
-// When none fits, the search's choice stays (`none_fits`).
+// When none fits, the search's choice stays (`none_fits`). A runner-up of more than twice the
+// search's choice's chunks (M x K, what a replay's cost grows with) is not replayed.
 struct PipelineRanking {
   std::vector<PipelinePlan> tried;      // the search's choice first, then its runners-up
   std::vector<PipelineReplay> replays;  // per plan tried
   std::vector<double> memory_bytes;     // per plan tried: its largest stage's replayed memory
   size_t best = 0;
   bool none_fits = false;
+  int unreplayed = 0;  // runners-up of more than twice the chunks (M x K) of the search's choice
   std::string text;  // for people: each plan tried, predicted and replayed
 };
 Expected<PipelineRanking> rank_pipelines_by_replay(const Graph& forward, const std::string& model_path, const PipelinePlan& found,

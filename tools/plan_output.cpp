@@ -123,7 +123,7 @@ static Expected<nlohmann::json> replay_pipeline_plan(PlanSearch& s, const Profil
     OASES_ASSIGN_OR_RETURN(s.pipe_ranking, rank_pipelines_by_replay(s.pm.forward, s.pm.path, s.pipe, s.limit, s.cluster, s.ops, floor));
   }
   const PipelineReplay& r = s.pipe_ranking->replays[s.pipe_ranking->best];
-  if (s.pipe_ranking->tried.size() > 1 || s.pipe_ranking->none_fits) std::printf("  %s\n", s.pipe_ranking->text.c_str());
+  if (s.pipe_ranking->tried.size() > 1 || s.pipe_ranking->none_fits || s.pipe_ranking->unreplayed > 0) std::printf("  %s\n", s.pipe_ranking->text.c_str());
   const PipelinePlan& p = s.pipe;
   std::printf("  %-15s step %9.3f ms  (stage programs replayed; the search predicted %.3f ms; bubble %.0f%%%s)\n", "pipeline", r.step_s * 1e3,
               p.step_s * 1e3, r.sim.bubble * 100,
