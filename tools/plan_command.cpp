@@ -222,9 +222,10 @@ int plan_search_command(const PlanOptions& o) {
   if (Status st = run_searches(o, s); !st.is_ok()) return fail_with(st);
   print_plan_estimates(o, s);
   if (Status st = print_reference_pipeline(o, s); !st.is_ok()) return fail_with(st);
-  std::printf("  search: %lld transitions priced in %.1f ms (%lld labels, %lld layouts dominated)%s\n",
+  std::printf("  search: %lld transitions priced in %.1f ms (%lld labels, %lld layouts dominated, %lld bounding)%s\n",
               static_cast<long long>(s.best.transitions), s.search_ms, static_cast<long long>(s.best.labels),
-              static_cast<long long>(s.best.dominated), s.best.restriction.empty() ? "" : ("; " + s.best.restriction).c_str());
+              static_cast<long long>(s.best.dominated), static_cast<long long>(s.best.bound_transitions),
+              s.best.restriction.empty() ? "" : ("; " + s.best.restriction).c_str());
   auto sims = simulate_plans(o, s);
   if (!sims) return fail_with(sims.status());
   // asked for stages (--pp): the pipeline, when one fits; else the faster
