@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <tuple>
 #include <thread>
 
 #include <fmt/format.h>
@@ -142,6 +143,10 @@ double boundary_seconds(const ClusterSpec& cluster, int64_t gpus, int64_t n, con
   return plan ? plan->predicted_s : std::numeric_limits<double>::infinity();
 }
 
+// Boundaries already priced, by the two stages' layouts and the micro-batch count: the same for
+// every pipeline schedule and inner choice of one stage count (its meshes), so each is priced once.
+using BoundaryCache = std::map<std::tuple<Layout, Layout, int>, double>;
+
 // The layout a stage's activations leave and enter it in: its first block's (one layout a stage).
 Layout stage_layout(const ModelAnalysis& a, const PlanChoice& p, const StageCut& cut) {
   Layout l = p.layouts.front();
@@ -174,7 +179,7 @@ double add_stage_parts(const PartFigures& f, int M, PipelineStagePlan* st) {
 // figures) says, with `layout[s]` at its boundaries.
 PipelinePlan price_stages(CostModel& cm, const ClusterSpec& cluster, const OpTimeModel& ops, int64_t gpus, int M, const PlanChoice& inner,
                           PipelineSchedule sched, const std::vector<StageCut>& cuts, const std::vector<const PartFigures*>& fig,
-                          const std::vector<Layout>& layout) {
+                          const std::vector<Layout>& layout, BoundaryCache* priced) {
   const int S = static_cast<int>(cuts.size());
   PipelinePlan pp;
   pp.stages = S;
@@ -203,12 +208,13 @@ PipelinePlan price_stages(CostModel& cm, const ClusterSpec& cluster, const OpTim
   }
   // each boundary between the two stages' layouts (alike boundaries priced once)
   const ModelAnalysis& a = cm.analysis();
-  std::map<std::pair<Layout, Layout>, double> priced;
   for (int s = 0; s + 1 < S; ++s) {
-    auto key = std::make_pair(layout[static_cast<size_t>(s)], layout[static_cast<size_t>(s) + 1]);
-    auto it = priced.find(key);
-    if (it == priced.end())
-      it = priced.emplace(key, boundary_seconds(cluster, gpus, pp.stage_ranks, key.first, key.second, a.batch, a.seq, a.hidden, M)).first;
+    auto key = std::make_tuple(layout[static_cast<size_t>(s)], layout[static_cast<size_t>(s) + 1], M);
+    auto it = priced->find(key);
+    if (it == priced->end()) {
+      double sec = boundary_seconds(cluster, gpus, pp.stage_ranks, std::get<0>(key), std::get<1>(key), a.batch, a.seq, a.hidden, M);
+      it = priced->emplace(key, sec).first;
+    }
     pp.transfer_s.push_back(it->second);
   }
   t.transfer_s = pp.transfer_s;
@@ -228,7 +234,7 @@ PipelinePlan price_stages(CostModel& cm, const ClusterSpec& cluster, const OpTim
 
 // Prices one pipeline of S stages on n GPUs each under the inner choice `inner`.
 PipelinePlan price(CostModel& cm, const ClusterSpec& cluster, const OpTimeModel& ops, int64_t gpus, int S, int M, const PlanChoice& inner,
-                   PipelineSchedule sched, int blocks) {
+                   PipelineSchedule sched, int blocks, BoundaryCache* priced) {
   PartFigures f = part_figures(cm, inner, M);
   std::vector<double> block_cost(static_cast<size_t>(blocks), 0);
   double first = 0, last = 0;
@@ -245,14 +251,15 @@ PipelinePlan price(CostModel& cm, const ClusterSpec& cluster, const OpTimeModel&
   std::vector<StageCut> cuts = balanced_cut(block_cost, S, first, last);
   std::vector<Layout> layouts;
   for (const StageCut& c : cuts) layouts.push_back(stage_layout(cm.analysis(), inner, c));
-  return price_stages(cm, cluster, ops, gpus, M, inner, sched, cuts, std::vector<const PartFigures*>(static_cast<size_t>(S), &f), layouts);
+  return price_stages(cm, cluster, ops, gpus, M, inner, sched, cuts, std::vector<const PartFigures*>(static_cast<size_t>(S), &f), layouts,
+                      priced);
 }
 
 // The pipeline `uniform` with each stage on its own tp (the sequence parallelism, schedule and
 // chunks of `uniform`'s inner plan, its cuts): every stage takes the tp its parts run fastest
 // under within the memory limit. Not found when no stage would change.
 PipelinePlan price_own_meshes(CostModel& cm, const ClusterSpec& cluster, const OpTimeModel& ops, int64_t gpus, const PipelinePlan& uniform,
-                              const PipelinePlanOptions& o) {
+                              const PipelinePlanOptions& o, BoundaryCache* priced) {
   PipelinePlan none;
   const int S = uniform.stages, M = uniform.micro_batches;
   const int64_t n = uniform.stage_ranks;
@@ -306,7 +313,7 @@ PipelinePlan price_own_meshes(CostModel& cm, const ClusterSpec& cluster, const O
     fig.push_back(&figs[pick]);
     layouts.push_back(alts[pick]);
   }
-  PipelinePlan p = price_stages(cm, cluster, ops, gpus, M, inner, uniform.schedule, cuts, fig, layouts);
+  PipelinePlan p = price_stages(cm, cluster, ops, gpus, M, inner, uniform.schedule, cuts, fig, layouts, priced);
   if (!p.per_stage) return none;
   return p;
 }
@@ -334,16 +341,17 @@ void with_plan(const ModelAnalysis& stage_a, PipelinePlan& p) {
   p.inner_layouts = describe_layouts(stage_a, p.inner.layouts);
 }
 
-StageCountResult search_stage_count(const Graph& forward, const Graph& train, const std::vector<ValueId>& params, const ClusterSpec& cluster,
-                                    const OpTimeModel& ops, int64_t gpus, int64_t S, int blocks, const PipelinePlanOptions& o) {
+StageCountResult search_stage_count(ModelAnalyzer& analyzer, const ClusterSpec& cluster, const OpTimeModel& ops, int64_t gpus, int64_t S,
+                                    int blocks, const PipelinePlanOptions& o) {
   StageCountResult out;
   const int64_t n = gpus / S;
-  auto an = analyze_model(forward, train, params, n);
+  auto an = analyzer.analyze(n);
   if (!an) {
     out.status = an.status();
     return out;
   }
   CostModel cm(*an, stage_cluster(cluster, n), ops);
+  BoundaryCache priced;
   for (int64_t M : pipeline_micro_batches(S, an->batch, o)) {
     SearchOptions so = o.inner;
     // one tp x dp layout for every part: what oases-train's stages run (per-part layouts inside
@@ -366,11 +374,11 @@ StageCountResult search_stage_count(const Graph& forward, const Graph& train, co
       }
       bool fits_somewhere = false;
       for (PipelineSchedule sched : o.schedules) {
-        PipelinePlan c = price(cm, cluster, ops, gpus, static_cast<int>(S), static_cast<int>(M), r.best, sched, blocks);
+        PipelinePlan c = price(cm, cluster, ops, gpus, static_cast<int>(S), static_cast<int>(M), r.best, sched, blocks, &priced);
         ++out.candidates;
         if (!c.found) continue;
         // each stage on the tp its own parts prefer (which may also fit where one tp for all does not)
-        PipelinePlan own = price_own_meshes(cm, cluster, ops, gpus, c, o);
+        PipelinePlan own = price_own_meshes(cm, cluster, ops, gpus, c, o, &priced);
         if (own.found) {
           ++out.candidates;
           if (o.memory_limit <= 0 || own.memory_bytes <= o.memory_limit) {
@@ -428,11 +436,12 @@ Expected<PipelinePlan> search_pipeline(const Graph& forward, const Graph& train,
   }
   std::vector<int64_t> counts = pipeline_stage_counts(cluster, gpus, blocks, o);
   // each stage count on a thread of its own (its own analysis and cost model), merged in order
+  // (the model read once for all of them: its structure, degrees and records)
   std::vector<StageCountResult> results(counts.size());
+  ModelAnalyzer analyzer(forward, train, params);
   std::atomic<size_t> next{0};
   auto worker = [&] {
-    for (size_t i = next++; i < counts.size(); i = next++)
-      results[i] = search_stage_count(forward, train, params, cluster, ops, gpus, counts[i], blocks, o);
+    for (size_t i = next++; i < counts.size(); i = next++) results[i] = search_stage_count(analyzer, cluster, ops, gpus, counts[i], blocks, o);
   };
   size_t threads = std::min<size_t>(counts.size(), std::max(1u, std::thread::hardware_concurrency()));
   std::vector<std::thread> pool;
@@ -471,7 +480,8 @@ Expected<PipelinePlan> price_pipeline(const Graph& forward, const Graph& train, 
     const PartCost& pc = cm.part(i, p.layouts[static_cast<size_t>(i)], p.chunks);
     if (!pc.feasible) return error("tp {} with {} micro-batches: {}: {}", tp, micro_batches, a.parts[static_cast<size_t>(i)], pc.why);
   }
-  PipelinePlan pp = price(cm, cluster, ops, gpus, stages, micro_batches, p, schedule, blocks);
+  BoundaryCache priced;
+  PipelinePlan pp = price(cm, cluster, ops, gpus, stages, micro_batches, p, schedule, blocks, &priced);
   if (!pp.found) return Status::error(pp.why);
   with_plan(a, pp);
   return pp;

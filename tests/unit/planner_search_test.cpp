@@ -165,6 +165,34 @@ TEST(PlannerSearch, NoPlanFitsNamesTheLeastMemory) {
   EXPECT_TRUE(search_plan(cm, o).found);
 }
 
+// The pipeline search analyses the model once per stage mesh through one ModelAnalyzer, which keeps
+// what depends on the model alone: every analysis must be analyze_model's on those ranks.
+TEST(PlannerAnalysis, AnalyzerOnSeveralRanksIsAnalyzeModel) {
+  for (const char* model : {"train/gpt2_4l", "train/llama_4l"}) {
+    std::string path = std::string(OASES_SOURCE_DIR) + "/models/" + model + "/model.onnx";
+    auto pm = load_planning_model(path, ImportOptions{}, 48, 64);
+    ASSERT_TRUE(pm) << pm.status().message();
+    ModelAnalyzer analyzer(pm->forward, pm->train.graph, pm->train.params);
+    for (int64_t ranks : {16, 1, 2, 4, 8, 3, 6, 12, 256, 16}) {
+      auto shared = analyzer.analyze(ranks);
+      auto alone = analyze_model(pm->forward, pm->train.graph, pm->train.params, ranks);
+      ASSERT_EQ(shared.is_ok(), alone.is_ok()) << model << " on " << ranks;
+      if (!alone) continue;
+      const ModelAnalysis &x = *shared, &y = *alone;
+      EXPECT_EQ(x.parts, y.parts);
+      EXPECT_EQ(x.tp_candidates, y.tp_candidates) << model << " on " << ranks;
+      EXPECT_EQ(x.reference_tp, y.reference_tp);
+      EXPECT_EQ(x.mixed_ok, y.mixed_ok);
+      EXPECT_EQ(x.mixed_why, y.mixed_why);
+      EXPECT_EQ(std::tie(x.batch, x.seq, x.hidden, x.vocab, x.tied_head), std::tie(y.batch, y.seq, y.hidden, y.vocab, y.tied_head));
+      ASSERT_EQ(x.plain.size(), y.plain.size());
+      ASSERT_EQ(x.seqpar.size(), y.seqpar.size());
+      for (size_t i = 0; i < x.plain.size(); ++i) EXPECT_EQ(x.plain[i].signature, y.plain[i].signature) << model << " part " << i;
+      for (size_t i = 0; i < x.seqpar.size(); ++i) EXPECT_EQ(x.seqpar[i].signature, y.seqpar[i].signature) << model << " part " << i;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace oases
 
