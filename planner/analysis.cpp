@@ -374,55 +374,69 @@ Expected<std::vector<PartRecords>> records_under(const Graph& forward, const Gra
 
 }  // namespace
 
-Expected<ModelAnalysis> analyze_model(const Graph& forward, const Graph& train, const std::vector<ValueId>& params, int64_t ranks) {
-  ModelAnalysis a;
-  ModelStructure ms = find_transformer_structure(forward);
-  a.parts = model_parts(ms);
-  if (a.parts.empty()) return Status::error("no transformer parts recognised: nothing for the planner to split");
-  for (size_t i = 0; i < a.parts.size(); ++i) a.part_index[a.parts[i]] = static_cast<int>(i);
-  a.hidden = ms.hidden;
-  a.vocab = ms.vocab;
-  a.tied_head = ms.tied_head;
-  for (ValueId v : train.inputs()) {
-    const Value& val = train.value(v);
-    if (is_integer(val.dtype) && val.shape.size() == 2 && a.batch == 0) {
-      a.batch = val.shape[0];
-      a.seq = val.shape[1];
+ModelAnalyzer::ModelAnalyzer(const Graph& forward, const Graph& train, const std::vector<ValueId>& params)
+    : forward_(forward), train_(train), params_(params) {}
+
+Expected<ModelAnalysis> ModelAnalyzer::analyze(int64_t ranks) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!model_read_) {
+    ms_ = find_transformer_structure(forward_);
+    parts_ = model_parts(ms_);
+    if (parts_.empty()) return Status::error("no transformer parts recognised: nothing for the planner to split");
+    for (ValueId v : train_.inputs()) {
+      const Value& val = train_.value(v);
+      if (is_integer(val.dtype) && val.shape.size() == 2 && batch_ == 0) {
+        batch_ = val.shape[0];
+        seq_ = val.shape[1];
+      }
     }
+    // why parts may not take different layouts, whatever the ranks ("" when they may)
+    if (parts_.front() != "embedding" || parts_.back() != "head") {
+      mixed_why_ = "no recognised token embedding and LM head";
+    } else if (Status st = hybrid_inputs_supported(forward_); !st.is_ok()) {
+      mixed_why_ = st.message();
+    } else {
+      for (const BlockInfo& b : ms_.blocks) {
+        for (const char* sub : {"attn", "mlp"}) {
+          bool has = std::string(sub) == "attn" ? b.has_attn : b.has_mlp;
+          bool norm = false;
+          for (const NormInfo& nrm : b.norms) norm |= nrm.feeds == sub;
+          if (has && !norm) mixed_why_ = fmt::format("block {} has no norm before its {}", b.index, sub);
+        }
+      }
+    }
+    model_read_ = true;
   }
+  ModelAnalysis a;
+  a.parts = parts_;
+  for (size_t i = 0; i < a.parts.size(); ++i) a.part_index[a.parts[i]] = static_cast<int>(i);
+  a.hidden = ms_.hidden;
+  a.vocab = ms_.vocab;
+  a.tied_head = ms_.tied_head;
+  a.batch = batch_;
+  a.seq = seq_;
   for (int64_t t = 1; t <= ranks; ++t) {
     if (ranks % t != 0) continue;
     if (t == 1) {
       a.tp_candidates.push_back(1);
       continue;
     }
-    StrategyOptions so;
-    so.tp = t;
-    so.dp = 1;
-    if (megatron_strategy(forward, so)) a.tp_candidates.push_back(t);
+    auto known = divides_.find(t);
+    if (known == divides_.end()) {
+      StrategyOptions so;
+      so.tp = t;
+      so.dp = 1;
+      known = divides_.emplace(t, megatron_strategy(forward_, so).is_ok()).first;
+    }
+    if (known->second) a.tp_candidates.push_back(t);
   }
   bool pow2 = (ranks & (ranks - 1)) == 0;
   if (!pow2 || ranks > 128) {
     a.mixed_ok = false;
     a.mixed_why = pow2 ? "more than 128 ranks" : fmt::format("{} ranks is not a power of two", ranks);
-  } else if (a.parts.front() != "embedding" || a.parts.back() != "head") {
+  } else if (!mixed_why_.empty()) {
     a.mixed_ok = false;
-    a.mixed_why = "no recognised token embedding and LM head";
-  } else if (Status st = hybrid_inputs_supported(forward); !st.is_ok()) {
-    a.mixed_ok = false;
-    a.mixed_why = st.message();
-  } else {
-    for (const BlockInfo& b : ms.blocks) {
-      for (const char* sub : {"attn", "mlp"}) {
-        bool has = std::string(sub) == "attn" ? b.has_attn : b.has_mlp;
-        bool norm = false;
-        for (const NormInfo& nrm : b.norms) norm |= nrm.feeds == sub;
-        if (has && !norm) {
-          a.mixed_ok = false;
-          a.mixed_why = fmt::format("block {} has no norm before its {}", b.index, sub);
-        }
-      }
-    }
+    a.mixed_why = mixed_why_;
   }
   int64_t ref = 1;
   for (int64_t t : a.tp_candidates) {
@@ -432,16 +446,27 @@ Expected<ModelAnalysis> analyze_model(const Graph& forward, const Graph& train, 
     }
   }
   a.reference_tp = ref > 1 ? ref : 0;
-  OASES_ASSIGN_OR_RETURN(Reference plain, reference_split(forward, train, params, ref, false));
-  OASES_ASSIGN_OR_RETURN(a.plain, records_under(forward, train, params, ms, a.parts, a.part_index, plain));
-  if (ref > 1) {
-    auto sp = reference_split(forward, train, params, ref, true);
-    if (sp) {
-      auto recs = records_under(forward, train, params, ms, a.parts, a.part_index, *sp);
-      if (recs) a.seqpar = std::move(*recs);
+  auto rec = records_.find(ref);
+  if (rec == records_.end()) {
+    Records r;
+    OASES_ASSIGN_OR_RETURN(Reference plain, reference_split(forward_, train_, params_, ref, false));
+    OASES_ASSIGN_OR_RETURN(r.plain, records_under(forward_, train_, params_, ms_, a.parts, a.part_index, plain));
+    if (ref > 1) {
+      auto sp = reference_split(forward_, train_, params_, ref, true);
+      if (sp) {
+        auto recs = records_under(forward_, train_, params_, ms_, a.parts, a.part_index, *sp);
+        if (recs) r.seqpar = std::move(*recs);
+      }
     }
+    rec = records_.emplace(ref, std::move(r)).first;
   }
+  a.plain = rec->second.plain;
+  a.seqpar = rec->second.seqpar;
   return a;
+}
+
+Expected<ModelAnalysis> analyze_model(const Graph& forward, const Graph& train, const std::vector<ValueId>& params, int64_t ranks) {
+  return ModelAnalyzer(forward, train, params).analyze(ranks);
 }
 
 }  // namespace oases

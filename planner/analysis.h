@@ -12,6 +12,7 @@
 #pragma once
 
 #include <map>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -78,5 +79,31 @@ struct ModelAnalysis {
 // `train`: the training graph (loss + backward, K = 1) made from `forward`; `ranks` bounds the
 // degrees. Reads shapes only.
 Expected<ModelAnalysis> analyze_model(const Graph& forward, const Graph& train, const std::vector<ValueId>& params, int64_t ranks);
+
+// analyze_model of one model on several rank counts (the pipeline search's stage meshes): what
+// depends on the model alone (its structure, which tp degrees split it, why its parts may not differ,
+// the records under each reference degree) is worked out by the first analysis and kept for the
+// others. Thread-safe; the graphs must outlive it.
+class ModelAnalyzer {
+ public:
+  ModelAnalyzer(const Graph& forward, const Graph& train, const std::vector<ValueId>& params);
+  Expected<ModelAnalysis> analyze(int64_t ranks);
+
+ private:
+  struct Records {
+    std::vector<PartRecords> plain, seqpar;
+  };
+  const Graph& forward_;
+  const Graph& train_;
+  const std::vector<ValueId>& params_;
+  std::mutex mu_;
+  bool model_read_ = false;
+  ModelStructure ms_;
+  std::vector<std::string> parts_;
+  int64_t batch_ = 0, seq_ = 0;
+  std::string mixed_why_;               // "" when the model lets parts differ
+  std::map<int64_t, bool> divides_;     // tp degree: Megatron's split takes it
+  std::map<int64_t, Records> records_;  // by reference tp degree
+};
 
 }  // namespace oases

@@ -200,13 +200,17 @@ double CostModel::reshard_seconds(int i, const Layout& from, const Layout& to, i
 
 PartTime CostModel::part_time(int i, const Layout& prev, const Layout& cur, const ScheduleOptions& s, int64_t chunks) {
   const PartCost& pc = part(i, cur, chunks);
+  if (!pc.feasible) return part_time(pc, 0, s, chunks);
+  return part_time(pc, i > 0 ? reshard_seconds(i, prev, cur, chunks) : 0, s, chunks);
+}
+
+PartTime CostModel::part_time(const PartCost& pc, double r, const ScheduleOptions& s, int64_t chunks) const {
   PartTime pt;
   if (!pc.feasible) {
     pt.compute = 1e30;
     return pt;
   }
   double K = static_cast<double>(chunks);
-  double r = i > 0 ? reshard_seconds(i, prev, cur, chunks) : 0;
   double rf = r / 2, rb = r / 2;
   bool recompute = s.checkpoint != CheckpointMode::kNone && pc.block;
   double rc = recompute ? pc.fwd_chunk : 0;
@@ -267,6 +271,10 @@ double CostModel::part_transient(int i, const Layout& l, const ScheduleOptions& 
 double CostModel::part_objective(int i, const Layout& prev, const Layout& cur, const ScheduleOptions& s, int64_t chunks) {
   PartTime pt = part_time(i, prev, cur, s, chunks);
   return pt.total() + ops_.optimizer_seconds(part(i, cur, chunks).param_bytes);
+}
+
+double CostModel::part_objective(const PartCost& pc, double reshard_s, const ScheduleOptions& s, int64_t chunks) const {
+  return part_time(pc, reshard_s, s, chunks).total() + ops_.optimizer_seconds(pc.param_bytes);
 }
 
 double CostModel::optimizer_seconds(const PlanChoice& p) {

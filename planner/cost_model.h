@@ -114,6 +114,11 @@ class CostModel {
   PartTime part_time(int i, const Layout& prev, const Layout& cur, const ScheduleOptions& s, int64_t chunks);
   // What the search adds up: the part's time and its share of the optimizer step.
   double part_objective(int i, const Layout& prev, const Layout& cur, const ScheduleOptions& s, int64_t chunks);
+  // The same from the part's cost under its layout and the seconds reshard_seconds gives for the
+  // move into it (0 for the first part): what the search tabulates, pricing each move once for
+  // every schedule.
+  PartTime part_time(const PartCost& pc, double reshard_s, const ScheduleOptions& s, int64_t chunks) const;
+  double part_objective(const PartCost& pc, double reshard_s, const ScheduleOptions& s, int64_t chunks) const;
   double part_memory(int i, const Layout& l, const ScheduleOptions& s, int64_t chunks);     // kept to the end
   double part_transient(int i, const Layout& l, const ScheduleOptions& s, int64_t chunks);  // while its backward runs
   double optimizer_seconds(const PlanChoice& p);

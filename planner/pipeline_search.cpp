@@ -170,6 +170,15 @@ double exchange_seconds(const ClusterSpec& cluster, int64_t gpus, int S, int64_t
          reshard_seconds(cluster, world, shape, side(first, 0), side(last, last_first));
 }
 
+// Transfers already priced for one stage count (its meshes): the same for every pipeline schedule
+// and inner choice, so each is priced once. Boundaries by the two stages' layouts, the micro-batch
+// count and where the boundary lies among the hosts (its first rank's place in a host, whether it
+// crosses hosts); tied-table exchanges by the first and last stages' layouts.
+struct BoundaryCache {
+  std::map<std::tuple<Layout, Layout, int, int64_t, bool>, double> boundary;
+  std::map<std::pair<Layout, Layout>, double> exchange;
+};
+
 // The layout a stage's activations leave and enter it in: its first block's (one layout a stage).
 Layout stage_layout(const ModelAnalysis& a, const PlanChoice& p, const StageCut& cut) {
   Layout l = p.layouts.front();
@@ -202,7 +211,7 @@ double add_stage_parts(const PartFigures& f, int M, PipelineStagePlan* st) {
 // figures) says, with `layout[s]` at its boundaries.
 PipelinePlan price_stages(CostModel& cm, const ClusterSpec& cluster, const OpTimeModel& ops, int64_t gpus, int M, const PlanChoice& inner,
                           PipelineSchedule sched, const std::vector<StageCut>& cuts, const std::vector<const PartFigures*>& fig,
-                          const std::vector<Layout>& layout) {
+                          const std::vector<Layout>& layout, BoundaryCache* priced) {
   const int S = static_cast<int>(cuts.size());
   PipelinePlan pp;
   pp.stages = S;
@@ -233,17 +242,23 @@ PipelinePlan price_stages(CostModel& cm, const ClusterSpec& cluster, const OpTim
   // boundaries priced once)
   const ModelAnalysis& a = cm.analysis();
   const int64_t n = pp.stage_ranks, per_host = std::max<int64_t>(1, cluster.gpus_per_node);
-  std::map<std::tuple<Layout, Layout, int64_t, bool>, double> priced;
   for (int s = 0; s + 1 < S; ++s) {
     const Layout& from = layout[static_cast<size_t>(s)];
     const Layout& to = layout[static_cast<size_t>(s) + 1];
     const int64_t first = s * n;
-    auto key = std::make_tuple(from, to, first % per_host, first / per_host != (first + 2 * n - 1) / per_host);
-    auto it = priced.find(key);
-    if (it == priced.end()) it = priced.emplace(key, boundary_seconds(cluster, gpus, s, n, from, to, a.batch, a.seq, a.hidden, M)).first;
+    auto key = std::make_tuple(from, to, M, first % per_host, first / per_host != (first + 2 * n - 1) / per_host);
+    auto it = priced->boundary.find(key);
+    if (it == priced->boundary.end())
+      it = priced->boundary.emplace(key, boundary_seconds(cluster, gpus, s, n, from, to, a.batch, a.seq, a.hidden, M)).first;
     pp.transfer_s.push_back(it->second);
   }
-  if (a.tied_head && S > 1) pp.exchange_s = exchange_seconds(cluster, gpus, S, n, layout.front(), layout.back(), a.vocab, a.hidden);
+  if (a.tied_head && S > 1) {
+    auto key = std::make_pair(layout.front(), layout.back());
+    auto it = priced->exchange.find(key);
+    if (it == priced->exchange.end())
+      it = priced->exchange.emplace(key, exchange_seconds(cluster, gpus, S, n, key.first, key.second, a.vocab, a.hidden)).first;
+    pp.exchange_s = it->second;
+  }
   t.transfer_s = pp.transfer_s;
   // emulated hosts (oases-train --hosts): a card carries one transfer at a time, either way
   t.half_duplex = cluster.nodes > 1 && cluster.inter.kind == "emulated";
@@ -261,7 +276,7 @@ PipelinePlan price_stages(CostModel& cm, const ClusterSpec& cluster, const OpTim
 
 // Prices one pipeline of S stages on n GPUs each under the inner choice `inner`.
 PipelinePlan price(CostModel& cm, const ClusterSpec& cluster, const OpTimeModel& ops, int64_t gpus, int S, int M, const PlanChoice& inner,
-                   PipelineSchedule sched, int blocks) {
+                   PipelineSchedule sched, int blocks, BoundaryCache* priced) {
   PartFigures f = part_figures(cm, inner, M);
   std::vector<double> block_cost(static_cast<size_t>(blocks), 0);
   double first = 0, last = 0;
@@ -278,14 +293,15 @@ PipelinePlan price(CostModel& cm, const ClusterSpec& cluster, const OpTimeModel&
   std::vector<StageCut> cuts = balanced_cut(block_cost, S, first, last);
   std::vector<Layout> layouts;
   for (const StageCut& c : cuts) layouts.push_back(stage_layout(cm.analysis(), inner, c));
-  return price_stages(cm, cluster, ops, gpus, M, inner, sched, cuts, std::vector<const PartFigures*>(static_cast<size_t>(S), &f), layouts);
+  return price_stages(cm, cluster, ops, gpus, M, inner, sched, cuts, std::vector<const PartFigures*>(static_cast<size_t>(S), &f), layouts,
+                      priced);
 }
 
 // The pipeline `uniform` with each stage on its own tp (the sequence parallelism, schedule and
 // chunks of `uniform`'s inner plan, its cuts): every stage takes the tp its parts run fastest
 // under within the memory limit. Not found when no stage would change.
 PipelinePlan price_own_meshes(CostModel& cm, const ClusterSpec& cluster, const OpTimeModel& ops, int64_t gpus, const PipelinePlan& uniform,
-                              const PipelinePlanOptions& o) {
+                              const PipelinePlanOptions& o, BoundaryCache* priced) {
   PipelinePlan none;
   const int S = uniform.stages, M = uniform.micro_batches;
   const int64_t n = uniform.stage_ranks;
@@ -339,7 +355,7 @@ PipelinePlan price_own_meshes(CostModel& cm, const ClusterSpec& cluster, const O
     fig.push_back(&figs[pick]);
     layouts.push_back(alts[pick]);
   }
-  PipelinePlan p = price_stages(cm, cluster, ops, gpus, M, inner, uniform.schedule, cuts, fig, layouts);
+  PipelinePlan p = price_stages(cm, cluster, ops, gpus, M, inner, uniform.schedule, cuts, fig, layouts, priced);
   if (!p.per_stage) return none;
   return p;
 }
@@ -375,16 +391,17 @@ void keep_fastest(std::vector<PipelinePlan>* best, PipelinePlan c, int keep) {
   if (static_cast<int>(best->size()) > std::max(1, keep)) best->pop_back();
 }
 
-StageCountResult search_stage_count(const Graph& forward, const Graph& train, const std::vector<ValueId>& params, const ClusterSpec& cluster,
-                                    const OpTimeModel& ops, int64_t gpus, int64_t S, int blocks, const PipelinePlanOptions& o) {
+StageCountResult search_stage_count(ModelAnalyzer& analyzer, const ClusterSpec& cluster, const OpTimeModel& ops, int64_t gpus, int64_t S,
+                                    int blocks, const PipelinePlanOptions& o) {
   StageCountResult out;
   const int64_t n = gpus / S;
-  auto an = analyze_model(forward, train, params, n);
+  auto an = analyzer.analyze(n);
   if (!an) {
     out.status = an.status();
     return out;
   }
   CostModel cm(*an, stage_cluster(cluster, n), ops);
+  BoundaryCache priced;
   for (int64_t M : pipeline_micro_batches(S, an->batch, o)) {
     SearchOptions so = o.inner;
     // one tp x dp layout for every part: what oases-train's stages run (per-part layouts inside
@@ -407,11 +424,11 @@ StageCountResult search_stage_count(const Graph& forward, const Graph& train, co
       }
       bool fits_somewhere = false;
       for (PipelineSchedule sched : o.schedules) {
-        PipelinePlan c = price(cm, cluster, ops, gpus, static_cast<int>(S), static_cast<int>(M), r.best, sched, blocks);
+        PipelinePlan c = price(cm, cluster, ops, gpus, static_cast<int>(S), static_cast<int>(M), r.best, sched, blocks, &priced);
         ++out.candidates;
         if (!c.found) continue;
         // each stage on the tp its own parts prefer (which may also fit where one tp for all does not)
-        PipelinePlan own = price_own_meshes(cm, cluster, ops, gpus, c, o);
+        PipelinePlan own = price_own_meshes(cm, cluster, ops, gpus, c, o, &priced);
         if (own.found) {
           ++out.candidates;
           if (o.memory_limit <= 0 || own.memory_bytes <= o.memory_limit) {
@@ -469,11 +486,12 @@ Expected<PipelinePlan> search_pipeline(const Graph& forward, const Graph& train,
   }
   std::vector<int64_t> counts = pipeline_stage_counts(cluster, gpus, blocks, o);
   // each stage count on a thread of its own (its own analysis and cost model), merged in order
+  // (the model read once for all of them: its structure, degrees and records)
   std::vector<StageCountResult> results(counts.size());
+  ModelAnalyzer analyzer(forward, train, params);
   std::atomic<size_t> next{0};
   auto worker = [&] {
-    for (size_t i = next++; i < counts.size(); i = next++)
-      results[i] = search_stage_count(forward, train, params, cluster, ops, gpus, counts[i], blocks, o);
+    for (size_t i = next++; i < counts.size(); i = next++) results[i] = search_stage_count(analyzer, cluster, ops, gpus, counts[i], blocks, o);
   };
   size_t threads = std::min<size_t>(counts.size(), std::max(1u, std::thread::hardware_concurrency()));
   std::vector<std::thread> pool;
@@ -517,7 +535,8 @@ Expected<PipelinePlan> price_pipeline(const Graph& forward, const Graph& train, 
     const PartCost& pc = cm.part(i, p.layouts[static_cast<size_t>(i)], p.chunks);
     if (!pc.feasible) return error("tp {} with {} micro-batches: {}: {}", tp, micro_batches, a.parts[static_cast<size_t>(i)], pc.why);
   }
-  PipelinePlan pp = price(cm, cluster, ops, gpus, stages, micro_batches, p, schedule, blocks);
+  BoundaryCache priced;
+  PipelinePlan pp = price(cm, cluster, ops, gpus, stages, micro_batches, p, schedule, blocks, &priced);
   if (!pp.found) return Status::error(pp.why);
   with_plan(a, pp);
   return pp;

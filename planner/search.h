@@ -6,6 +6,18 @@
 // part's backward; under a limit the program keeps, per state, the Pareto front of (time, memory)
 // for each cap on that working set, which is still exact. A tied embedding and head share one tp
 // degree. brute_force enumerates every assignment (tests).
+//
+// The work is bounded by construction, not by dropping choices: costs are tabulated once per class
+// of identical parts; layouts no better than another of their part are dropped (dominance); and
+// under a limit every (schedule, K, tied degree, cap) chain is first bounded by Lagrangian
+// relaxation (one-label programs on time + lambda * memory, lambda moved along the hull of the
+// paths' (memory, time) points to the edge that crosses the limit), which also meets fitting plans
+// (the hull's paths and their crossings: some parts one way, the rest the other). A chain whose
+// bound cannot beat the best plan known to fit is not expanded, and the label programs make only
+// labels whose bounds (the rest of the chain's least time, least memory and Lagrangian bound) can
+// still beat it. The plan chosen is the one the label programs alone choose (equal labels are kept
+// by a fixed order, so the bounds never change which of two equal plans wins): SearchOptions::
+// bound_chains = false runs them alone, and the tests compare.
 #pragma once
 
 #include <string>
@@ -28,6 +40,10 @@ struct SearchOptions {
   // caller that ranks them by another measure (oases-plan --simulate). Each space is then searched
   // to its own best instead of being cut off by the best of the spaces before it.
   bool keep_spaces = false;
+  // Under a limit, bound each chain first (a Lagrangian dual bound and the plans met finding it) and
+  // make only labels that can beat the best plan known to fit. false: the label programs alone
+  // (what tests compare against: the same plan, more work).
+  bool bound_chains = true;
 };
 
 struct SpaceBest {
@@ -44,6 +60,7 @@ struct SearchResult {
   int64_t transitions = 0;  // (part, previous layout, layout) pairs priced
   int64_t labels = 0;       // (objective, memory) labels made by the chain programs (the Pareto fronts' work)
   int64_t dominated = 0;    // (part, layout) pairs dropped as dominated (exact pruning) over all spaces
+  int64_t bound_transitions = 0;  // (part, previous layout, layout) pairs priced by the one-label programs that bound the chains
   std::string restriction;  // how the space was narrowed, for people
   std::vector<SpaceBest> spaces;  // with SearchOptions::keep_spaces: by objective, fastest first
 };

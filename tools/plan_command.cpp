@@ -120,13 +120,17 @@ Status load_model_and_costs(const PlanOptions& o, PlanSearch& s, const ImportOpt
   // 2048, 12288], 155 GB) are fine; what this process allocates keeps the --max-memory cap
   set_shapes_only(true);
   s.ops.set_half_precision(s.dtype != "fp32");
+  auto t0 = std::chrono::steady_clock::now();
   OASES_ASSIGN_OR_RETURN(s.pm, load_planning_model(o.model, opts, o.batch, o.seq));
+  auto t1 = std::chrono::steady_clock::now();
+  s.phases.import_ms = std::chrono::duration<double, std::milli>(t1 - t0).count();
   auto an = analyze_model(s.pm.forward, s.pm.train.graph, s.pm.train.params, o.gpus);
   if (!an) return an.status().with_context(o.model);
   s.a = std::move(*an);
   s.limit = o.memory_gib > 0 ? o.memory_gib * 1024.0 * 1024 * 1024 : s.cluster.device.memory_gib * 1024.0 * 1024 * 1024;
   if (o.memory_gib < 0) return error("--memory must be positive, not {}", o.memory_gib);
   s.cm.emplace(s.a, s.cluster, s.ops);
+  s.phases.analysis_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t1).count();
   return Status::ok();
 }
 
@@ -176,13 +180,16 @@ Status run_searches(const PlanOptions& o, PlanSearch& s) {
   auto t_search = std::chrono::steady_clock::now();
   s.best = search_plan(*s.cm, s.so);
   s.search_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_search).count();
+  s.phases.search_ms = s.search_ms;
   // pipeline stages: S meshes of N/S GPUs, each with the inner search's layout
   if (s.pipelined) {
     auto pr = search_pipeline(s.pm.forward, s.pm.train.graph, s.pm.train.params, s.cluster, s.ops, o.gpus, s.po);
     if (!pr) return pr.status().with_context(o.model);
     s.pipe = std::move(*pr);
+    s.phases.pipeline_ms = s.pipe.search_ms;
     if (s.pipe.found && (o.simulate || !o.trace.empty())) {
       // the candidates' stage programs replayed: the fastest that fits is the pipeline
+      auto t_rank = std::chrono::steady_clock::now();
       const Profile* floor = s.at_hand && s.profile ? &*s.profile : nullptr;
       OASES_ASSIGN_OR_RETURN(s.pipe_ranking, rank_pipelines_by_replay(s.pm.forward, s.pm.path, s.pipe, s.limit, s.cluster, s.ops, floor));
       const size_t candidates = static_cast<size_t>(s.pipe.candidates);
@@ -190,6 +197,7 @@ Status run_searches(const PlanOptions& o, PlanSearch& s) {
       s.pipe = s.pipe_ranking->tried[s.pipe_ranking->best];
       s.pipe.candidates = static_cast<int64_t>(candidates);
       s.pipe.search_ms = ms;
+      s.phases.simulate_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_rank).count();
     }
   }
   if (!s.best.found && !s.pipe.found) {
@@ -202,10 +210,12 @@ Status run_searches(const PlanOptions& o, PlanSearch& s) {
     return error("no plan for {} on {} GPUs: no tp degree, chunk count and schedule divide the model (batch {}, degrees {})", o.model,
                  o.gpus, s.a.batch, fmt::join(s.a.tp_candidates, ","));
   }
+  auto t_base = std::chrono::steady_clock::now();
   SearchOptions mo = megatron_search_options(s.so);
   s.megatron = search_plan(*s.cm, mo);
   mo.degrees = {1};
   s.dp = search_plan(*s.cm, mo);
+  s.phases.baselines_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_base).count();
   // with --simulate the replayed programs pick among the best of each schedule and chunk count
   // (and Megatron's split), the cost model's first choice included
   if (s.so.keep_spaces && s.best.found) {
@@ -233,10 +243,13 @@ int plan_search_command(const PlanOptions& o) {
   if (Status st = run_searches(o, s); !st.is_ok()) return fail_with(st);
   print_plan_estimates(o, s);
   if (Status st = print_reference_pipeline(o, s); !st.is_ok()) return fail_with(st);
-  std::printf("  search: %lld transitions priced in %.1f ms (%lld labels, %lld layouts dominated)%s\n",
+  std::printf("  search: %lld transitions priced in %.1f ms (%lld labels, %lld layouts dominated, %lld bounding)%s\n",
               static_cast<long long>(s.best.transitions), s.search_ms, static_cast<long long>(s.best.labels),
-              static_cast<long long>(s.best.dominated), s.best.restriction.empty() ? "" : ("; " + s.best.restriction).c_str());
+              static_cast<long long>(s.best.dominated), static_cast<long long>(s.best.bound_transitions),
+              s.best.restriction.empty() ? "" : ("; " + s.best.restriction).c_str());
+  auto t_sim = std::chrono::steady_clock::now();
   auto sims = simulate_plans(o, s);
+  s.phases.simulate_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_sim).count();
   if (!sims) return fail_with(sims.status());
   // asked for stages (--pp): the pipeline, when one fits; else the faster
   const PipelinePlan& pipe = s.pipe;
@@ -254,8 +267,15 @@ int plan_search_command(const PlanOptions& o) {
   const bool pipeline_wins = pipe.found && (!o.pp_list.empty() || !s.best.found || pipeline_faster);
   if (pipe.found) std::printf("  chosen: %s%s\n", pipeline_wins ? "the pipeline" : "one mesh", replayed ? " (by the replayed steps)" : "");
   if (!o.out.empty() || !o.html.empty() || !o.dot.empty()) {
+    auto t_file = std::chrono::steady_clock::now();
     if (Status st = write_chosen_plan(o, s, *sims, pipeline_wins); !st.is_ok()) return fail_with(st);
+    s.phases.plan_file_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_file).count();
   }
+  const PlanSearch::Phases& ph = s.phases;
+  std::printf(
+      "  phases: import %.0f ms, analysis %.0f ms, search %.0f ms, baselines %.0f ms, pipeline search %.0f ms, simulation %.0f ms, "
+      "plan file %.0f ms\n",
+      ph.import_ms, ph.analysis_ms, ph.search_ms, ph.baselines_ms, ph.pipeline_ms, ph.simulate_ms, ph.plan_file_ms);
   double total_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_start).count();
   std::printf("  oases-plan took %.0f ms in all\n", total_ms);
   return 0;

@@ -62,6 +62,12 @@ struct PlanSearch {
   PipelinePlan pipe;
   std::optional<PipelineRanking> pipe_ranking;  // --simulate: the pipeline candidates replayed (pipe is its winner)
   double search_ms = 0;
+  // wall time of each phase (oases-plan prints them): the model imported and its training graph
+  // built, the analysis and cost model, the one-mesh search, the baselines' searches (Megatron, data
+  // parallelism), the pipeline search, --simulate's replays, the plan file (and --html, --dot)
+  struct Phases {
+    double import_ms = 0, analysis_ms = 0, search_ms = 0, baselines_ms = 0, pipeline_ms = 0, simulate_ms = 0, plan_file_ms = 0;
+  } phases;
   std::string reranked;  // --simulate's re-ranking, for people ("" when none)
 
   PlanSearch() = default;

@@ -218,6 +218,7 @@ Status write_chosen_plan(const PlanOptions& o, PlanSearch& s, const nlohmann::js
   j["search"] = {{"transitions", s.best.transitions},
                  {"labels", s.best.labels},
                  {"dominated", s.best.dominated},
+                 {"bound_transitions", s.best.bound_transitions},
                  {"pipeline_candidates", s.pipe.candidates},
                  {"pipeline_ms", s.pipe.search_ms},
                  {"ms", s.search_ms},
