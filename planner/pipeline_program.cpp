@@ -368,6 +368,29 @@ Expected<std::vector<ScheduledOp>> order_stage(const Graph& g, const ScheduleOpt
     pump_channel();
     return Status::ok();
   };
+  // A sum over the micro-batches (a weight's gradient: autodiff's Add of the sum so far and this
+  // micro-batch's contribution) runs as soon as its contribution is made, inside the step: added
+  // after the step, a micro-batch's weight gradients of every block of the stage were alive
+  // together beside the sums. The same sums in the same order, only sooner.
+  std::vector<std::vector<NodeId>> untagged_sums(g.num_values());
+  for (NodeId id : untagged) {
+    const Node& n = g.node(id);
+    if (n.op_type != "Add" || forward_side(n)) continue;
+    for (ValueId v : n.inputs) {
+      if (v != kNoId) untagged_sums[static_cast<size_t>(v)].push_back(id);
+    }
+  }
+  std::function<void(NodeId)> emit_sums_after = [&](NodeId made) {
+    for (ValueId o : g.node(made).outputs) {
+      if (o == kNoId) continue;
+      for (NodeId sum : untagged_sums[static_cast<size_t>(o)]) {
+        if (emitted[static_cast<size_t>(sum)] || !inputs_ready(sum, true)) continue;
+        emit(sum);
+        pump_channel();
+        emit_sums_after(sum);
+      }
+    }
+  };
   pump_channel();
   emit_ready_untagged(true);
   for (size_t i = 0; i < steps.size(); ++i) {
@@ -377,6 +400,7 @@ Expected<std::vector<ScheduledOp>> order_stage(const Graph& g, const ScheduleOpt
     for (NodeId id : seq) {
       if (emitted[static_cast<size_t>(id)] || !tagged[static_cast<size_t>(id)] || target[static_cast<size_t>(id)] != static_cast<int>(i)) continue;
       OASES_RETURN_IF_ERROR(emit_with_inputs(id));
+      emit_sums_after(id);
     }
     now = clock.step_end.at({me, st.forward, st.micro});
     emit_ready_untagged(true);
