@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -137,10 +138,29 @@ Expected<PipelineRanking> rank_pipelines_by_replay(const Graph& forward, const s
   }
   std::vector<std::string> each;
   bool any = false;
+  // candidates that differ only in the pipeline schedule share their stages' global programs (the
+  // schedule orders each rank's program, not the partition): built once, for the next in a row
+  std::optional<StageGlobals> built;
+  Plan built_for;
+  auto same_but_schedule = [](Plan a, const Plan& b) {
+    a.pipeline = b.pipeline;
+    return a == b;
+  };
+  GlobalProgramOptions go;
+  go.model_path = model_path;
   for (size_t i = 0; i < r.tried.size(); ++i) {
     const PipelinePlan& p = r.tried[i];
-    auto rep = replay_pipeline(forward, model_path, p.plan, cluster, ops, local_floor);
-    if (!rep) return rep.status().with_context(fmt::format("replaying pipeline candidate {} ({})", i + 1, describe_pipeline(p)));
+    const std::string what = fmt::format("replaying pipeline candidate {} ({})", i + 1, describe_pipeline(p));
+    if (!built || !same_but_schedule(built_for, p.plan)) {
+      built.reset();  // one candidate's programs in memory at a time
+      auto sg = build_stage_globals(forward, TrainingSpec{}, p.plan, go);
+      if (!sg) return sg.status().with_context(what);
+      built = std::move(*sg);
+      built_for = p.plan;
+    }
+    built->plan.pipeline = p.plan.pipeline;
+    auto rep = replay_pipeline(*built, cluster, ops, local_floor);
+    if (!rep) return rep.status().with_context(what);
     double mem = 0;
     for (const StageReplay& st : rep->stages) mem = std::max(mem, st.memory_bytes);
     const bool fits = memory_limit <= 0 || mem <= memory_limit;
