@@ -350,11 +350,7 @@ Status read_pipeline_v4(const FieldReader& f, const json& pj, Plan* p) {
         // matmuls per part), else Megatron's split on its mesh
         m.ranks = tp * dp;
         m.parts.clear();
-        OASES_RETURN_IF_ERROR(read_parts(f, sj[k]["parts"], &m, at + ".parts"));
-        for (size_t i = 0; i < m.parts.size(); ++i) {
-          if (m.parts[i].tp != tp)
-            return f.fail(fmt::format("{}.parts[{}].tp", at, i), "{}, the stage's tp is {} (a stage's parts share its tp)", m.parts[i].tp, tp);
-        }
+        OASES_RETURN_IF_ERROR(read_parts(f, sj[k]["parts"], &m, at + ".parts"));  // a part off the stage's tp: Plan::validate
         m.tp = tp;
         m.dp = dp;
       }

@@ -117,11 +117,10 @@ Status print_reference_pipeline(const PlanOptions& o, const PlanSearch& s) {
 }
 
 // --simulate with a pipeline: every stage's program built as oases-train builds it and replayed
-// (planner/pipeline_replay.h), beside what the pipeline search predicted.
-static Expected<nlohmann::json> replay_pipeline_plan(PlanSearch& s, const Profile* floor) {
-  if (!s.pipe_ranking) {
-    OASES_ASSIGN_OR_RETURN(s.pipe_ranking, rank_pipelines_by_replay(s.pm.forward, s.pm.path, s.pipe, s.limit, s.cluster, s.ops, floor));
-  }
+// (planner/pipeline_replay.h), beside what the pipeline search predicted; run_searches ranked the
+// candidates by replay (s.pipe_ranking).
+static Expected<nlohmann::json> replay_pipeline_plan(const PlanSearch& s) {
+  if (!s.pipe_ranking) return Status::error("the pipeline's candidates were not replayed");
   const PipelineReplay& r = s.pipe_ranking->replays[s.pipe_ranking->best];
   if (s.pipe_ranking->tried.size() > 1 || s.pipe_ranking->none_fits || s.pipe_ranking->unreplayed > 0) std::printf("  %s\n", s.pipe_ranking->text.c_str());
   const PipelinePlan& p = s.pipe;
@@ -188,7 +187,7 @@ Expected<nlohmann::json> simulate_plans(const PlanOptions& o, PlanSearch& s) {
     }
   }
   if (s.pipe.found) {
-    OASES_ASSIGN_OR_RETURN(sims["pipeline"], replay_pipeline_plan(s, floor));
+    OASES_ASSIGN_OR_RETURN(sims["pipeline"], replay_pipeline_plan(s));
   }
   return sims;
 }
