@@ -23,19 +23,40 @@ void Optimizer::add(const std::string& name, Tensor value) {
   p.decay = cfg_.decay_all || value.rank() >= 2;
   p.m = Tensor(DType::kF32, value.shape());
   if (cfg_.kind == "adamw") p.v = Tensor(DType::kF32, value.shape());
+  p.length = value.numel();
   p.value = std::move(value);
   params_.push_back(std::move(p));
 }
 
+size_t Optimizer::state_bytes() const {
+  size_t b = 0;
+  for (const Param& p : params_) b += p.m.nbytes() + (cfg_.kind == "adamw" ? p.v.nbytes() : 0);
+  return b;
+}
+
+size_t Optimizer::whole_state_bytes() const {
+  size_t b = 0;
+  for (const Param& p : params_) b += static_cast<size_t>(p.value.numel()) * 4 * (cfg_.kind == "adamw" ? 2 : 1);
+  return b;
+}
+
+void Optimizer::set_range(size_t i, int64_t offset, int64_t length) {
+  Param& p = params_.at(i);
+  p.offset = offset;
+  p.length = length;
+  p.m = Tensor(DType::kF32, {length});
+  if (cfg_.kind == "adamw") p.v = Tensor(DType::kF32, {length});
+}
+
 double Optimizer::grad_norm(const std::vector<const float*>& grads, float grad_scale) const {
   double ss = 0;
-  for (size_t i = 0; i < params_.size(); ++i) ss += kernels::sum_squares(grads[i], params_[i].value.numel());
+  for (size_t i = 0; i < params_.size(); ++i) ss += kernels::sum_squares(grads[i], params_[i].length);
   return std::sqrt(ss) * grad_scale;
 }
 
 std::vector<double> Optimizer::sum_squares(const std::vector<const float*>& grads) const {
   std::vector<double> ss;
-  for (size_t i = 0; i < params_.size(); ++i) ss.push_back(kernels::sum_squares(grads[i], params_[i].value.numel()));
+  for (size_t i = 0; i < params_.size(); ++i) ss.push_back(kernels::sum_squares(grads[i], params_[i].length));
   return ss;
 }
 
@@ -81,13 +102,13 @@ double Optimizer::step_with_norm(const std::vector<const float*>& grads, float g
   if (k.clip > 0 && norm > k.clip) scale = static_cast<float>(grad_scale * k.clip / (norm + 1e-6));
   for (size_t i = 0; i < params_.size(); ++i) {
     Param& p = params_[i];
-    float* w = p.value.mutable_data<float>();
+    float* w = p.value.mutable_data<float>() + p.offset;
     float wd = p.decay ? k.weight_decay : 0.f;
     if (k.adamw) {
-      kernels::adamw_update(w, grads[i], p.m.mutable_data<float>(), p.v.mutable_data<float>(), p.value.numel(), k.lr, k.beta1, k.beta2,
+      kernels::adamw_update(w, grads[i], p.m.mutable_data<float>(), p.v.mutable_data<float>(), p.length, k.lr, k.beta1, k.beta2,
                             k.eps, wd, k.t, scale);
     } else {
-      kernels::sgd_update(w, grads[i], p.m.mutable_data<float>(), p.value.numel(), k.lr, k.momentum, wd, k.nesterov, k.first, scale);
+      kernels::sgd_update(w, grads[i], p.m.mutable_data<float>(), p.length, k.lr, k.momentum, wd, k.nesterov, k.first, scale);
     }
   }
   return norm;
@@ -111,9 +132,9 @@ Status Optimizer::set_state(const std::map<std::string, Tensor>& s, int64_t t) {
   auto find = [&](const Param& p, const char* suffix) -> Expected<const Tensor*> {
     auto it = s.find(p.name + suffix);
     if (it == s.end()) return error("optimizer state '{}{}' is missing", p.name, suffix);
-    if (it->second.dtype() != DType::kF32 || it->second.shape() != p.value.shape()) {
+    if (it->second.dtype() != DType::kF32 || it->second.shape() != p.m.shape()) {
       return error("optimizer state '{}{}' is {} {}, the parameter's shard is float32 {}", p.name, suffix, dtype_name(it->second.dtype()),
-                   shape_str(it->second.shape()), shape_str(p.value.shape()));
+                   shape_str(it->second.shape()), shape_str(p.m.shape()));
     }
     return &it->second;
   };

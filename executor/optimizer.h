@@ -46,6 +46,15 @@ class Optimizer {
   const OptimizerConfig& config() const { return cfg_; }
   // Registers a parameter (fp32, updated in place through `value`).
   void add(const std::string& name, Tensor value);
+  // Parameter i is updated on elements [offset, offset + length) of its flattened value only (the
+  // distributed optimizer's piece, executor/zero.h): its moments are [length], its gradient is
+  // given as `length` floats, and its state has the piece's shape.
+  void set_range(size_t i, int64_t offset, int64_t length);
+  // Elements of parameter i that an update touches (its numel, or its range's length).
+  int64_t updated_elements(size_t i) const { return params_[i].length; }
+  // Bytes of optimizer state held (moments), and what they would be for every parameter whole.
+  size_t state_bytes() const;
+  size_t whole_state_bytes() const;
   size_t size() const { return params_.size(); }
   // Applies one step with gradients in registration order (scaled by `grad_scale`, e.g. 1/micro-
   // batches); clips by global norm first. Returns the global norm before clipping.
@@ -81,6 +90,7 @@ class Optimizer {
     Tensor value;
     Tensor m, v;  // adamw moments, or m = sgd momentum
     bool decay = true;
+    int64_t offset = 0, length = 0;  // the elements updated (set_range), all by default
   };
   OptimizerConfig cfg_;
   std::vector<Param> params_;

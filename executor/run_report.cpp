@@ -27,7 +27,7 @@ std::string group_of(const Graph& g, const Node& n) {
   if (n.domain == kOasesDomain && n.op_type == "Reshard") return "transfers between meshes";
   bool fwd = n.phase == Node::Phase::kForward || n.phase == Node::Phase::kLoss;
   // data-parallel gradient all-reduces (bucketed or not) write the graph's gradient outputs
-  if (!fwd && n.op_type == "AllReduce") {
+  if (!fwd && (n.op_type == "AllReduce" || n.op_type == "FlatReduceScatter")) {
     for (ValueId o : n.outputs) {
       if (o != kNoId && g.is_output(o)) return "data-parallel gradients";
     }

@@ -15,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "executor/checkpoint.h"
 #include "graph/autodiff.h"
 #include "graph/parameters.h"
 #include "graph/passes/pass.h"
@@ -196,6 +197,13 @@ Expected<std::unique_ptr<Trainer>> Trainer::create(TrainingGraph tg, OptimizerCo
   tr->exec_opts_ = eo;
   tr->exec_opts_.order.clear();
   for (ValueId p : tg.params) tr->opt_.add(tg.graph.value(p).name, tr->train_->constant_storage(p));
+  OASES_ASSIGN_OR_RETURN(tr->zero_, ZeroShards::find(tr->train_->graph(), tg.params, tg.grads, eo.groups));
+  for (size_t i = 0; i < tr->zero_.size(); ++i) {
+    if (const auto& z = tr->zero_.piece(i)) tr->opt_.set_range(i, z->offset, z->length);
+  }
+  if (tr->zero_.any() && tr->train_->device_runner()) {
+    return Status::error("the distributed optimizer (--zero 1) keeps its state on the host's ranks; the device trainer does not run it yet");
+  }
   if (DeviceRunner* dr = tr->train_->device_runner()) {
     auto dt = make_device_trainer(*dr, tr->train_->graph(), tg.params, tg.grads, tg.loss, tr->opt_);
     if (dt) {
@@ -269,6 +277,8 @@ Expected<StepStats> Trainer::step(const std::vector<std::map<std::string, Tensor
   std::vector<const float*> grads;
   for (size_t i = 0; i < tg_.grads.size(); ++i) {
     grads.push_back(accumulate ? accum_[i].data<float>() : train_->view(tg_.grads[i]).as<float>());
+    const auto& z = zero_.piece(i);
+    if (z && z->whole_gradient) grads.back() += z->offset;  // the update reads its piece of the whole gradient
   }
   bool scaled = train_->graph().find_value("oases_loss_scale") != kNoId;
   float scale = static_cast<float>(1.0 / (static_cast<double>(micro.size()) * (scaled ? loss_scale_ : 1.0)));
@@ -276,11 +286,18 @@ Expected<StepStats> Trainer::step(const std::vector<std::map<std::string, Tensor
   double norm = 0;
   double loss = total / static_cast<double>(micro.size());
   bool bad_loss = skip_nonfinite && !std::isfinite(loss);
-  if (global_norm) {
+  if (global_norm || zero_.any()) {
     std::vector<double> ss = opt_.sum_squares(grads);
     if (bad_loss) ss.assign(ss.size(), NAN);
     try {
-      norm = global_norm(ss) * static_cast<double>(scale);
+      zero_.sum_over_groups(&ss);  // a piece's Σ g² summed over its group: the whole gradient's
+      if (global_norm) {
+        norm = global_norm(ss) * static_cast<double>(scale);
+      } else {
+        double total = 0;
+        for (double x : ss) total += x;
+        norm = std::sqrt(total) * static_cast<double>(scale);
+      }
     } catch (const OasesError& e) {
       return Status::error(e.what());
     }
@@ -293,6 +310,16 @@ Expected<StepStats> Trainer::step(const std::vector<std::map<std::string, Tensor
     st.grad_norm = norm;
   } else {
     st.grad_norm = opt_.step_with_norm(grads, scale, norm);
+    if (zero_.any()) {
+      // every member's updated piece back into every rank's whole parameters
+      std::vector<Tensor*> params;
+      for (size_t i = 0; i < opt_.size(); ++i) params.push_back(&opt_.value(i));
+      try {
+        zero_.all_gather(params);
+      } catch (const OasesError& e) {
+        return Status::error(e.what());
+      }
+    }
     train_->constants_changed();  // a device program without resident state uploads them again
   }
   st.lr = opt_.last_lr();
@@ -394,13 +421,48 @@ Status Trainer::push_to_device() {
   return Status::ok();
 }
 
-std::map<std::string, Tensor> Trainer::optimizer_state() {
-  pull_from_device();
-  return opt_.state();
+void Trainer::zero_whole_gradients(CommGroup* group, const std::vector<bool>& replicated) {
+  for (size_t i = 0; i < opt_.size() && i < replicated.size(); ++i) {
+    if (!replicated[i] || zero_.piece(i)) continue;
+    zero_.add_whole(i, group, opt_.value(i).numel());
+    if (const auto& z = zero_.piece(i)) opt_.set_range(i, z->offset, z->length);
+  }
 }
 
-Status Trainer::set_optimizer_state(const std::map<std::string, Tensor>& s, int64_t t) {
-  OASES_RETURN_IF_ERROR(opt_.set_state(s, t));
+std::map<std::string, Tensor> Trainer::optimizer_state() {
+  pull_from_device();
+  std::map<std::string, Tensor> s = opt_.state();
+  // the pieces made whole, parameter by parameter in order (every member of a group the same)
+  for (size_t i = 0; i < zero_.size(); ++i) {
+    if (!zero_.piece(i)) continue;
+    const Tensor& value = opt_.value(i);
+    for (const char* suffix : kOptimizerStateSuffixes) {
+      auto it = s.find(param_name(i) + suffix);
+      if (it != s.end()) it->second = zero_.gather(i, it->second.data<float>(), value.shape());
+    }
+  }
+  return s;
+}
+
+Status Trainer::set_optimizer_state(const std::map<std::string, Tensor>& s_in, int64_t t) {
+  const std::map<std::string, Tensor>* s = &s_in;
+  std::map<std::string, Tensor> pieces;
+  if (zero_.any()) {
+    // whole tensors in, this rank's pieces kept (a tensor of another shape is left for
+    // Optimizer::set_state to refuse by name)
+    pieces = s_in;
+    for (size_t i = 0; i < zero_.size(); ++i) {
+      if (!zero_.piece(i)) continue;
+      for (const char* suffix : kOptimizerStateSuffixes) {
+        auto it = pieces.find(param_name(i) + suffix);
+        if (it != pieces.end() && it->second.dtype() == DType::kF32 && it->second.shape() == opt_.value(i).shape()) {
+          it->second = zero_.slice(i, it->second);
+        }
+      }
+    }
+    s = &pieces;
+  }
+  OASES_RETURN_IF_ERROR(opt_.set_state(*s, t));
   if (dev_) {
     host_stale_ = false;
     device_stale_ = true;
@@ -478,6 +540,7 @@ Tensor Trainer::gradient(size_t i) const {
   } else {
     t = train_->read(tg_.grads[i]);
   }
+  if (zero_.piece(i) && !zero_.piece(i)->whole_gradient) t = zero_.gather(i, t.data<float>(), tg_.graph.value(tg_.params[i]).shape);
   if (div != 1.f) {
     float* p = t.mutable_data<float>();
     for (int64_t j = 0; j < t.numel(); ++j) p[j] /= div;

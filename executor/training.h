@@ -13,6 +13,7 @@
 #include "executor/device.h"
 #include "executor/executor.h"
 #include "executor/optimizer.h"
+#include "executor/zero.h"
 #include "graph/graph.h"
 #include "graph/training_graph.h"
 
@@ -115,15 +116,25 @@ class Trainer {
   const TrainingGraph& training_graph() const { return tg_; }
   Executor& executor() { return *train_; }
   Optimizer& optimizer() { return opt_; }
-  // Gradient of parameter i after compute_gradients/step (accumulated, unscaled mean).
+  // Gradient of parameter i after compute_gradients/step (accumulated, unscaled mean), whole on
+  // this rank (under the distributed optimizer gathered from the pieces: collective over its group).
   Tensor gradient(size_t i) const;
+  // The distributed optimizer's pieces (executor/zero.h): empty unless the program reduce-scatters
+  // gradients (--zero 1). Optimizer state of such a parameter is its piece's.
+  const ZeroShards& zero() const { return zero_; }
+  // Under the distributed optimizer: parameter i with replicated[i] (held whole by every member of
+  // `group`, its gradient given whole and equal on each: a tied weight's, summed across stages)
+  // shares its optimizer state over `group` too. Before the first step or state restore.
+  void zero_whole_gradients(CommGroup* group, const std::vector<bool>& replicated);
   // Current value of every trainable parameter, by initializer name (on a device: read back first;
   // the tensors are the host copies the optimizer and the program's constants share).
   std::map<std::string, Tensor> parameters();
-  // The optimizer's checkpoint state (Optimizer::state), read back from a device first.
+  // The optimizer's checkpoint state (Optimizer::state), read back from a device first; whole
+  // tensors of the parameters' shapes (the distributed optimizer's pieces gathered: collective).
   std::map<std::string, Tensor> optimizer_state();
-  // Restores the optimizer state (Optimizer::set_state) after the parameters' host copies were
-  // written: a device takes both before the next step.
+  // Restores the optimizer state (Optimizer::set_state, whole tensors: the distributed optimizer
+  // keeps its pieces) after the parameters' host copies were written: a device takes both before
+  // the next step.
   Status set_optimizer_state(const std::map<std::string, Tensor>& s, int64_t t);
   // Device memory this trainer's program and state hold at most (0 on the CPU), and how its steps
   // run there (for --verbose).
@@ -149,6 +160,7 @@ class Trainer {
   ExecOptions exec_opts_;
   Optimizer opt_;
   std::vector<Tensor> accum_;  // gradient accumulators (multi-micro-batch steps)
+  ZeroShards zero_;            // the distributed optimizer's pieces (none without --zero)
   int micro_in_accum_ = 0;
   double loss_scale_ = 1.0;
   // state resident on a device (executor/device.h); null on the CPU or where the device cannot

@@ -9,6 +9,7 @@
 // k ways gives tiles of ceil(n / k), the last ones shorter (or empty).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -33,6 +34,18 @@ struct PlacedMesh {
   Status validate(int64_t world) const;
   std::string to_string() const;  // "m0=2 x m1=4 on ranks 8-15"
 };
+
+// The distributed optimizer's pieces (executor/zero.h): a tensor of `numel` elements, flattened and
+// padded with zeros to a multiple of `members`, is cut into `members` contiguous pieces of
+// flat_piece elements; member r's piece starts at r * flat_piece and holds flat_piece_length of
+// the tensor's elements (the rest, at the end of the last pieces, is padding).
+inline int64_t flat_piece(int64_t numel, int64_t members) {
+  return members <= 1 ? numel : (numel + members - 1) / members;
+}
+inline int64_t flat_piece_length(int64_t numel, int64_t members, int64_t member) {
+  int64_t piece = flat_piece(numel, members), start = piece * member;
+  return start >= numel ? 0 : std::min(piece, numel - start);
+}
 
 // A box in a tensor: per dimension the first index and the length.
 struct Box {

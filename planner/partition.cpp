@@ -9,6 +9,7 @@
 #include "graph/autodiff.h"
 #include "graph/lowering.h"
 #include "graph/op_registry.h"
+#include "graph/tiles.h"
 
 namespace oases {
 
@@ -380,6 +381,42 @@ int bucket_gradient_all_reduces(PartitionedGraph& pg, int mesh_axis, int64_t buc
   int buckets = 0;
   for (const auto& [key, cands] : groups) buckets += bucket_in_order(pg, cands, bucket_bytes);
   return buckets;
+}
+
+int shard_gradient_reductions(PartitionedGraph& pg) {
+  Graph& g = pg.local;
+  int changed = 0;
+  for (NodeId id : g.nodes()) {
+    const Node& n = g.node(id);
+    if (n.domain != kOasesDomain || n.op_type != "AllReduce" || n.attrs.get_string("op", "sum") != "sum") continue;
+    const int64_t axis = n.attrs.get_int("mesh_axis", -1);
+    if (axis < 0 || axis >= pg.mesh.num_axes() || pg.mesh.axis_size(static_cast<int>(axis)) <= 1) continue;
+    bool gradients = true;
+    for (ValueId in : n.inputs) gradients = gradients && g.value(in).dtype == DType::kF32;
+    for (ValueId out : n.outputs) gradients = gradients && g.is_output(out) && g.uses(out).empty();
+    if (!gradients) continue;
+    std::vector<ValueId> ins = n.inputs, outs = n.outputs;
+    AttrMap attrs = n.attrs;
+    attrs.erase("op");
+    const int64_t members = pg.mesh.axis_size(static_cast<int>(axis));
+    std::string name = n.name, scope = n.scope;
+    Node::Phase phase = n.phase;
+    int chunk = n.chunk;
+    g.remove_node(id);
+    for (size_t i = 0; i < outs.size(); ++i) {
+      Value& v = g.value(outs[i]);
+      int64_t numel = 1;
+      for (int64_t d : g.value(ins[i]).shape) numel *= d;
+      v.shape = Shape{flat_piece(numel, members)};
+      if (static_cast<size_t>(outs[i]) < pg.specs.size()) pg.specs[static_cast<size_t>(outs[i])] = ShardingSpec::replicated(1);
+    }
+    NodeId z = g.add_node("FlatReduceScatter", ins, outs, attrs, name + "/zero", kOasesDomain);
+    g.node(z).scope = scope;
+    g.node(z).phase = phase;
+    g.node(z).chunk = chunk;
+    ++changed;
+  }
+  return changed;
 }
 
 void dissolve_whole_marker(Graph& g, NodeId marker) {

@@ -43,4 +43,13 @@ namespace oases {
 // joins all-reduces of different groups.
 int bucket_gradient_all_reduces(PartitionedGraph& pg, int mesh_axis, int64_t bucket_bytes, const std::function<int(NodeId)>& group = {});
 
+// The distributed optimizer (ZeRO stage 1, `--zero 1`): every all-reduce (sum) of float32
+// gradients that only writes graph outputs becomes a FlatReduceScatter over the same group, so each
+// member receives its contiguous piece of every gradient of the bucket (graph/tiles.h flat_piece):
+// the gradient outputs become those pieces, the optimizer updates only them and all-gathers the
+// parameters back (executor/zero.h). The group is the one the gradient was summed over: the
+// ranks that hold the parameter replicated (the data-parallel group; a gradient made whole before
+// it crosses pipeline stages, a tied weight's, stays all-reduced). Returns the nodes changed.
+int shard_gradient_reductions(PartitionedGraph& pg);
+
 }  // namespace oases

@@ -425,6 +425,7 @@ Status Plan::validate() const {
   if (m.chunks > kMaxPlanChunks) return error("schedule.chunks: {} is more than {}", m.chunks, kMaxPlanChunks);
   if (dtype != "fp32" && dtype != "bf16" && dtype != "fp16") return error("dtype: unknown dtype '{}' (fp32, bf16, fp16)", dtype);
   if (dp_bucket_bytes < 0) return error("dp_bucket_bytes: {} is negative", dp_bucket_bytes);
+  if (zero < 0 || zero > 1) return error("zero: {} is not a ZeRO stage this build runs (0 or 1)", zero);
   if (batch < 0 || batch > kMaxPlanBatch) return error("batch: {} sequences (1 to {})", batch, kMaxPlanBatch);
   if (seq < 0 || seq > kMaxPlanSeq) return error("seq: {} tokens (1 to {})", seq, kMaxPlanSeq);
   const int64_t S = num_stages();
@@ -584,6 +585,7 @@ nlohmann::json Plan::to_json() const {
   if (collective_matmul) j["collective_matmul"] = true;
   if (dtype != "fp32") j["dtype"] = dtype;
   if (dp_bucket_bytes != (int64_t{25} << 20)) j["dp_bucket_bytes"] = dp_bucket_bytes;
+  if (zero > 0) j["zero"] = zero;
   if (!m.schedule.empty() || m.chunks > 0 || m.recompute) {
     j["schedule"] = {{"name", m.schedule}};
     if (m.chunks > 0) j["schedule"]["chunks"] = m.chunks;  // 0: the schedule's default
@@ -603,7 +605,7 @@ nlohmann::json Plan::to_json() const {
 
 bool Plan::operator==(const Plan& o) const {
   return stages == o.stages && vocab_parallel == o.vocab_parallel && sequence_parallel == o.sequence_parallel &&
-         collective_matmul == o.collective_matmul && dtype == o.dtype && dp_bucket_bytes == o.dp_bucket_bytes && batch == o.batch &&
+         collective_matmul == o.collective_matmul && dtype == o.dtype && dp_bucket_bytes == o.dp_bucket_bytes && zero == o.zero && batch == o.batch &&
          seq == o.seq && parameters == o.parameters && (num_stages() == 1 || (pipeline == o.pipeline && micro_batches == o.micro_batches));
 }
 
@@ -628,6 +630,7 @@ std::string Plan::to_string() const {
   if (!vocab_parallel) out += ", vocabulary replicated";
   if (sequence_parallel) out += ", sequence parallel";
   if (collective_matmul) out += ", collective matmuls";
+  if (zero > 0) out += fmt::format(", ZeRO-{}", zero);
   if (batch > 0 || seq > 0) out += fmt::format(", batch {} x {}", batch, seq);
   if (!parameters.empty()) out += fmt::format(", {} parameter specs", parameters.size());
   if (num_stages() > 1) {

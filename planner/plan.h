@@ -82,6 +82,10 @@ struct Plan {
   bool collective_matmul = false;
   std::string dtype = "fp32";  // compute type: fp32 | bf16 | fp16
   int64_t dp_bucket_bytes = int64_t{25} << 20;
+  // The distributed optimizer (ZeRO stage 1): 1 shards the optimizer state over the ranks that
+  // sum each gradient (the dp group), gradients reduce-scattered, parameters all-gathered after
+  // the update (planner/partition.h shard_gradient_reductions, executor/zero.h); 0: replicated.
+  int64_t zero = 0;
   int64_t batch = 0, seq = 0;  // the shapes it was made for; 0: not fixed
   // Spec text per initializer ("[S(tp), R]"): overrides of the layout (a version 1 plan), or, with
   // "parts", what the layouts must give (checked).

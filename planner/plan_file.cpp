@@ -421,6 +421,7 @@ Expected<Plan> Plan::from_json(const json& j, const std::string& path) {
   OASES_RETURN_IF_ERROR(
       optional_field(j, "collective_matmul", &p.collective_matmul, [&](const json& v) { return f.boolean(v, "collective_matmul"); }));
   OASES_RETURN_IF_ERROR(optional_field(j, "dtype", &p.dtype, [&](const json& v) { return f.text(v, "dtype"); }));
+  OASES_RETURN_IF_ERROR(optional_field(j, "zero", &p.zero, [&](const json& v) { return f.integer(v, "zero", 0, 1); }));
   OASES_RETURN_IF_ERROR(optional_field(j, "dp_bucket_bytes", &p.dp_bucket_bytes,
                                        [&](const json& v) { return f.integer(v, "dp_bucket_bytes", 0, int64_t{1} << 40); }));
   if (j.contains("schedule")) OASES_RETURN_IF_ERROR(read_schedule(f, j["schedule"], &m));

@@ -224,6 +224,7 @@ Expected<GlobalProgram> build_global_program(Graph forward, const TrainingSpec& 
   // pipeline stages: buckets per stage where the cuts are known, else none
   gp.strategy.bucket_gradients = !opts.pipeline || !opts.stage_cuts.empty();
   gp.strategy.stage_cuts = opts.pipeline ? opts.stage_cuts : std::vector<StageCut>{};
+  gp.strategy.zero = plan.zero > 0;
   if (world > 1 || opts.partition) {
     auto pg = partition_training(gp.train.graph, gp.train.params, gp.strategy, &gp.sharding);
     if (!pg) return pg.status().with_context(where);

@@ -48,6 +48,9 @@ bool collective_shape(const Graph& g, const Node& n, const Mesh& mesh, int64_t r
   } else if (n.op_type == "ReduceScatter") {
     c.kind = CollectiveKind::kReduceScatter;
     c.bytes = static_cast<double>(g.value(n.inputs[0]).nbytes());
+  } else if (n.op_type == "FlatReduceScatter") {  // the distributed optimizer's gradient pieces
+    c.kind = CollectiveKind::kReduceScatter;
+    for (ValueId v : n.inputs) c.bytes += static_cast<double>(g.value(v).nbytes());
   } else if (n.op_type == "AllToAll") {
     c.kind = CollectiveKind::kAllToAll;
     c.bytes = static_cast<double>(g.value(n.inputs[0]).nbytes());

@@ -256,6 +256,7 @@ Expected<PartitionedGraph> partition_training(const Graph& train, const std::vec
       if (a != dp && pg.mesh.axis_size(a) > 1) bucket(a);
     }
   }
+  if (s.zero) shard_gradient_reductions(pg);
   if (sharding) *sharding = std::move(sr);
   return pg;
 }

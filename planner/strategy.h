@@ -72,6 +72,9 @@ struct Strategy {
   // would make one stage wait for the other's
   bool bucket_gradients = true;
   std::vector<StageCut> stage_cuts;
+  // the distributed optimizer: gradient all-reduces become reduce-scatters of flat pieces
+  // (planner/partition.h shard_gradient_reductions)
+  bool zero = false;
 };
 
 // How tp ranks split one attention's q/k/v projections (a.qkv, in order): per projection the

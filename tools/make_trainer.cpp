@@ -95,7 +95,27 @@ Expected<std::unique_ptr<Trainer>> make_trainer(const TrainSetup& s, RankRuntime
     }
   }
   OASES_ASSIGN_OR_RETURN(Program compiled, compile_program(std::move(rp.program)));
-  return Trainer::create(std::move(rp.train), s.oc, eo, std::move(compiled));
+  OASES_ASSIGN_OR_RETURN(std::unique_ptr<Trainer> tr, Trainer::create(std::move(rp.train), s.oc, eo, std::move(compiled)));
+  const int dp_axis = rt.mesh().axis("dp");
+  if (s.plan().zero > 0 && dp_axis >= 0 && rt.mesh().axis_size(dp_axis) > 1 && rt.distributed()) {
+    // parameters replicated over dp whose gradient the program gives whole (a tied weight's, summed
+    // across stages after its all-reduce): their state is shared over dp as well
+    const GlobalProgram& gp = s.piped() ? s.stage_program(stage->stage) : s.gp();
+    std::vector<bool> replicated;
+    for (size_t i = 0; i < tr->training_graph().params.size(); ++i) {
+      size_t k = s.piped() ? stage->param_index.at(i) : i;
+      replicated.push_back(!gp.param_specs.at(k).uses_axis(dp_axis));
+    }
+    tr->zero_whole_gradients(rt.axis_groups().at(static_cast<size_t>(dp_axis)), replicated);
+  }
+  if (a.memory_report && rt.rank() == 0) {
+    const Optimizer& o = tr->optimizer();
+    std::fprintf(stderr, "%s: optimizer state %.2f MiB%s\n", s.piped() ? fmt::format("stage {} rank 0", stage->stage).c_str() : "rank 0",
+                 static_cast<double>(o.state_bytes()) / (1 << 20),
+                 tr->zero().any() ? fmt::format(" (ZeRO-1: its pieces; whole it would be {:.2f} MiB)", static_cast<double>(o.whole_state_bytes()) / (1 << 20)).c_str()
+                                  : "");
+  }
+  return tr;
 }
 
 }  // namespace oases

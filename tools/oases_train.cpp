@@ -109,6 +109,10 @@ void add_train_options(CLI::App& app, TrainArgs& a) {
                "row-parallel ones into tp ring steps, each step's transfer overlapping the product of the part already here");
   app.add_option("--dp-bucket-mb", a.dp_bucket_mb, "MiB of gradients per data-parallel all-reduce (0: one all-reduce per gradient)")
       ->check(CLI::Range(0.0, 1e6));
+  app.add_option("--zero", a.zero,
+                 "1: the distributed optimizer (ZeRO stage 1): optimizer state sharded over the data-parallel group, gradients "
+                 "reduce-scattered, updated parameters all-gathered; 0: replicated (default: the plan's, else 0)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1}));
   app.add_option("--export-plan", a.export_plan, "Write the partitioned plan as JSON");
   app.add_option("--plan", a.plan, "Run this plan (oases-plan output, or specs per initializer)");
   app.add_option("--comm-timeout", a.comm_timeout, "Seconds a collective waits for its peers before the run stops (a hung rank)")

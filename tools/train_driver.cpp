@@ -31,6 +31,7 @@ Status run_rank(const TrainSetup& s, RankRuntime& rt, RankRuntime* world = nullp
 
 int run_training(TrainArgs& a, int argc, char** argv) {
   if (a.device == "cuda") {
+    if (a.zero > 0) return fail_with(Status::error(kZeroNotOnGpu));
     if (Status st = cuda_usable(); !st.is_ok()) return fail_with(st);
     if (!a.trace.empty() || a.overlap_report) {
       return fail_with(

@@ -15,6 +15,10 @@
 
 namespace oases {
 
+// Why --zero 1 is refused with --device cuda (the flag, or a plan file's "zero": 1).
+inline constexpr const char* kZeroNotOnGpu =
+    "--zero 1 (the distributed optimizer) runs on CPU ranks only so far: the GPU trainer keeps whole optimizer state";
+
 struct TrainArgs {
   std::string model, data, inputs_dir, save, resume, export_onnx, dump_grads, log_json, export_plan, plan;
   bool synthetic = false, quiet = false, verbose = false, profile = false;
@@ -39,6 +43,7 @@ struct TrainArgs {
   bool no_vocab_parallel = false, sequence_parallel = false;
   bool collective_matmul = false;  // sequence-parallel gathers/scatters as ring steps beside the products
   double dp_bucket_mb = 25;  // data-parallel gradient all-reduce buckets (0: one per gradient)
+  int64_t zero = -1;         // --zero: the distributed optimizer's stage (0 or 1); -1: the plan's (0 without one)
   double comm_timeout = kDefaultCommTimeoutS;
   // overlapped schedules
   int64_t chunks = 0;        // 0: 2 with --schedule, else 1

@@ -57,6 +57,10 @@ Expected<Plan> run_plan(TrainArgs& a, int64_t world) {
     if (!sp) return Status::error("--collective-matmul decomposes the gathers and scatters of sequence parallelism: add --sequence-parallel");
   }
   plan.dp_bucket_bytes = static_cast<int64_t>(a.dp_bucket_mb * (1 << 20));
+  if (a.zero >= 0) plan.zero = a.zero;
+  if (plan.zero > 0 && a.device == "cuda") {
+    return Status::error(kZeroNotOnGpu);
+  }
   // the compute type: --dtype, else the plan file's (what oases-plan planned for), else fp32
   if (a.dtype.empty()) a.dtype = a.plan.empty() ? "fp32" : plan.dtype;
   plan.dtype = a.dtype;

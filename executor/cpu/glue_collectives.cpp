@@ -5,6 +5,7 @@
 
 #include "executor/communicator.h"
 #include "executor/cpu/common.h"
+#include "graph/tiles.h"
 #include "kernels/cpu/layout.h"
 
 namespace oases {
@@ -95,6 +96,31 @@ void register_cpu_collectives(CpuKernelRegistry& r) {
     std::vector<char> tmp(c.in[0].nbytes());
     k::to_rank_major(c.in[0].data, tmp.data(), l.outer, segs, g.size(), static_cast<size_t>(l.dim / segs / g.size() * l.inner) * es);
     g.reduce_scatter(tmp.data(), c.out[0].data, count, c.in[0].dtype, ReduceOp::kSum);
+  });
+  r.add("oases", "FlatReduceScatter", [](KernelContext& c) {
+    // every member's pieces side by side (member j: piece j of each input, zero-padded), one
+    // reduce-scatter, this member's pieces out
+    CommGroup& g = c.group(c.attrs().get_int("mesh_axis", 0));
+    const int64_t n = g.size();
+    const size_t es = dtype_size(c.in[0].dtype);
+    int64_t row = 0;  // elements of one member's pieces
+    for (const auto& v : c.in) row += flat_piece(v.numel(), n);
+    std::vector<char> send(static_cast<size_t>(row * n) * es, 0), mine(static_cast<size_t>(row) * es);
+    for (int64_t j = 0; j < n; ++j) {
+      int64_t at = j * row;
+      for (const auto& v : c.in) {
+        int64_t piece = flat_piece(v.numel(), n), len = flat_piece_length(v.numel(), n, j);
+        if (len > 0) std::memcpy(send.data() + static_cast<size_t>(at) * es, static_cast<const char*>(v.data) + static_cast<size_t>(j * piece) * es,
+                                 static_cast<size_t>(len) * es);
+        at += piece;
+      }
+    }
+    g.reduce_scatter(send.data(), mine.data(), row, c.in[0].dtype, ReduceOp::kSum);
+    size_t off = 0;
+    for (auto& v : c.out) {
+      std::memcpy(v.data, mine.data() + off, v.nbytes());
+      off += v.nbytes();
+    }
   });
   r.add("oases", "ShardSlice", [](KernelContext& c) {
     CommGroup& g = c.group(c.attrs().get_int("mesh_axis", 0));

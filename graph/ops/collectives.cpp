@@ -7,6 +7,10 @@
 //   ParallelIdentity identity                                   grad: AllReduce       (Megatron's f)
 //   AllGather        concatenate the group's shards along dim  grad: ReduceScatter
 //   ReduceScatter    sum over the group, keep this rank's shard grad: AllGather
+//   FlatReduceScatter (variadic) each input flattened, padded with zeros to a multiple of the group
+//                    size and summed over the group; output i is this member's contiguous piece
+//                    [ceil(numel_i / n)] of input i (the distributed optimizer's gradients, made
+//                    after autodiff, planner/partition.h shard_gradient_reductions)
 //   ShardSlice       keep this rank's shard of a replicated value (no communication) grad: AllGather
 //                    (offset k: the shard of member (rank + k) mod n, for collective matmuls)
 //   RingShift        one ring step: the value of member (rank - shift) mod n     (made after autodiff)
@@ -197,6 +201,32 @@ void register_collective_ops(OpRegistry& r) {
     s.cost = [](const Graph& g, const Node& n) { return OpCost{0, ring_bytes(g, n, 1.0)}; };
     s.examples = examples_of({example("one member", {ex_float({4, 6})},
                                       one_member(AttrMap{{"dim", Attribute::of_int(1)}, {"segments", Attribute::of_int(1)}}))});
+    r.add(std::move(s));
+  }
+  {
+    OpSchema s = collective("FlatReduceScatter");
+    s.traits |= kTraitCollective;
+    s.differentiable = false;  // made after autodiff from the gradients' all-reduces
+    s.max_inputs = INT_MAX;
+    s.max_outputs = INT_MAX;
+    s.infer = [](InferContext& c) {
+      if (c.num_outputs() != c.num_inputs()) return c.fail("{} inputs but {} outputs", c.num_inputs(), c.num_outputs());
+      const int64_t n = group_size(c);
+      for (int i = 0; i < c.num_inputs(); ++i) {
+        if (c.dtype(i) != c.dtype(0)) return c.fail("a bucket holds one dtype; input {} is {}", i, dtype_name(c.dtype(i)));
+        int64_t numel = 1;
+        for (int64_t d : c.shape(i)) numel *= d;
+        c.set_output(i, c.dtype(i), Shape{flat_piece(numel, n)});
+      }
+      return Status::ok();
+    };
+    s.cost = [](const Graph& g, const Node& n) {
+      double full = 0;
+      for (ValueId v : n.inputs) full += static_cast<double>(g.value(v).nbytes());
+      double p = static_cast<double>(std::max<int64_t>(1, n.attrs.get_int("group_size", 1)));
+      return OpCost{0, full * (p - 1) / p};
+    };
+    s.examples = examples_of({example("one member", {ex_float({4, 6})}, one_member({}))});
     r.add(std::move(s));
   }
   {
