@@ -65,6 +65,21 @@ Status Mesh::validate() const {
   return Status::ok();
 }
 
+Status check_mesh_ranks(const Mesh& mesh, const std::string& what) {
+  for (size_t i = 0; i < mesh.sizes.size(); ++i) {
+    if (mesh.sizes[i] < 1 || mesh.sizes[i] > kMaxMeshRanks)
+      return error("{}[{}]: {} is not a size from 1 to {}", what, i, mesh.sizes[i], kMaxMeshRanks);
+  }
+  // each factor is at most 2^20: the product is checked before it could overflow
+  int64_t n = 1;
+  for (size_t i = 0; i < mesh.sizes.size(); ++i) {
+    if (!mesh.is_base(static_cast<int>(i))) continue;
+    n *= mesh.sizes[i];
+    if (n > kMaxMeshRanks) return error("{}: more than {} ranks in all", what, kMaxMeshRanks);
+  }
+  return Status::ok();
+}
+
 bool Mesh::operator==(const Mesh& o) const {
   if (axes != o.axes || sizes != o.sizes) return false;
   for (int a = 0; a < num_axes(); ++a) {

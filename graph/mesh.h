@@ -44,4 +44,14 @@ struct Mesh {
   bool operator==(const Mesh& o) const;
 };
 
+// The most ranks a mesh may have, in all and along any one axis: a plan's meshes (planner/plan.h
+// kMaxPlanRanks), a tool's mesh flags (oases-reshard --src-mesh), a Reshard node's meshes. Per-rank
+// tables of a mesh are built eagerly, so a larger one would not fit or would take hours.
+constexpr int64_t kMaxMeshRanks = int64_t{1} << 20;
+// Every axis size of `mesh` from 1 to kMaxMeshRanks and its base axes' sizes multiplying to at most
+// kMaxMeshRanks (stopping before the product overflows). Errors name `what`, e.g. with "mesh.sizes":
+// "mesh.sizes[1]: 0 is not a size from 1 to 1048576", "mesh.sizes: more than 1048576 ranks in all".
+// The mesh's structure (axes, parts) is Mesh::validate's.
+Status check_mesh_ranks(const Mesh& mesh, const std::string& what);
+
 }  // namespace oases

@@ -197,6 +197,7 @@ Expected<PlacedLayout> placed_layout(const std::vector<int64_t>& sizes, const st
     pl.placed.mesh.axes.push_back(fmt::format("m{}", i));
     pl.placed.mesh.sizes.push_back(sizes[i]);
   }
+  OASES_RETURN_IF_ERROR(check_mesh_ranks(pl.placed.mesh, fmt::format("mesh [{}]", fmt::join(sizes, ", "))));
   if (Status st = pl.placed.mesh.validate(); !st) return st;
   auto spec = parse_layout(layout, tensor_rank, &pl.placed.mesh);
   if (!spec) return spec.status();
@@ -211,16 +212,18 @@ Expected<Mesh> parse_mesh_shape(const std::string& text) {
   while (pos <= text.size()) {
     size_t x = text.find('x', pos);
     std::string part = text.substr(pos, x == std::string::npos ? std::string::npos : x - pos);
-    if (part.empty() || part.size() > 7 || part.find_first_not_of("0123456789") != std::string::npos)
+    if (part.empty() || part.find_first_not_of("0123456789") != std::string::npos)
       return error("mesh '{}': write its shape as sizes joined by 'x', e.g. 2x4", text);
-    int64_t size = std::stoll(part);
-    if (size < 1 || size > (1 << 20)) return error("mesh '{}': axis size {} is outside 1 … {}", text, size, 1 << 20);
+    // more than 7 digits is past 2^20 (and could overflow stoll)
+    int64_t size = part.size() > 7 ? kMaxMeshRanks + 1 : std::stoll(part);
+    if (size < 1 || size > kMaxMeshRanks) return error("mesh '{}': axis size {} is outside 1 … {}", text, part, kMaxMeshRanks);
     m.axes.push_back(fmt::format("m{}", m.axes.size()));
     m.sizes.push_back(size);
     if (m.axes.size() > 8) return error("mesh '{}' has more than 8 axes", text);
     if (x == std::string::npos) break;
     pos = x + 1;
   }
+  OASES_RETURN_IF_ERROR(check_mesh_ranks(m, fmt::format("mesh '{}'", text)));
   return m;
 }
 

@@ -81,7 +81,7 @@ void copy_region(const Box& region, const Box& from_box, const char* from, const
 
 // A value's layout on a placed mesh: each side of a resharding (planner/reshard.h). A Reshard
 // node's attributes write it as the mesh's sizes (base axes m0, m1, ...), its world ranks, and a
-// layout string (parse_layout); placed_layout reads them back.
+// layout string (parse_layout); placed_layout reads them back (the mesh bounded by check_mesh_ranks).
 struct PlacedLayout {
   PlacedMesh placed;
   ShardingSpec spec;
@@ -89,7 +89,8 @@ struct PlacedLayout {
 Expected<PlacedLayout> placed_layout(const std::vector<int64_t>& sizes, const std::vector<int64_t>& ranks, const std::string& layout,
                                      size_t tensor_rank);
 
-// "2x4" → base axes m0=2, m1=4 ("8" → one axis). Sizes 1 … 2^20, at most 8 axes.
+// "2x4" → base axes m0=2, m1=4 ("8" → one axis). Sizes 1 … 2^20, at most 8 axes, at most 2^20
+// ranks in all (check_mesh_ranks).
 Expected<Mesh> parse_mesh_shape(const std::string& text);
 // A layout as ShardingSpec::to_string writes it over axes named m0, m1, ... ("[S(m0), R]",
 // "[S(m01), R]": sharded over both axes, major first; "[S(m0), R] P(m1)": a partial sum over m1),

@@ -396,18 +396,9 @@ Status Plan::validate() const {
     return error("mesh: tp {} x dp {} = {} ranks, but the mesh has {}", m.tp, m.dp, m.tp * m.dp, m.ranks);
   }
   if (!m.mesh.axes.empty() || !m.mesh.sizes.empty()) {
-    for (size_t i = 0; i < m.mesh.sizes.size(); ++i) {
-      if (m.mesh.sizes[i] < 1 || m.mesh.sizes[i] > kMaxPlanRanks)
-        return error("mesh.sizes[{}]: {} is not a size from 1 to {}", i, m.mesh.sizes[i], kMaxPlanRanks);
-    }
+    OASES_RETURN_IF_ERROR(check_mesh_ranks(m.mesh, "mesh.sizes"));
     OASES_RETURN_IF_ERROR(m.mesh.validate().with_context("mesh"));
-    // the base axes' sizes multiply to the ranks (each size is bounded: no overflow before the check)
-    int64_t n = 1;
-    for (int a = 0; a < m.mesh.num_axes(); ++a) {
-      if (!m.mesh.is_base(a)) continue;
-      n *= m.mesh.sizes[static_cast<size_t>(a)];
-      if (n > kMaxPlanRanks) return error("mesh.sizes: more than {} ranks in all", kMaxPlanRanks);
-    }
+    const int64_t n = m.mesh.size();  // the base axes' sizes multiplied: at most kMaxPlanRanks
     if (m.ranks > 0 && n != m.ranks) return error("mesh.ranks: {}, but the mesh {} has {} ranks", m.ranks, m.mesh.to_string(), n);
   }
   std::set<std::string> part_names;
@@ -498,7 +489,7 @@ Expected<std::vector<MeshPlan>> parse_stage_meshes(const std::string& text, int6
     } catch (const std::exception&) {
       return error("--stage-meshes {}: '{}' is out of range", text, item);
     }
-    if (sm.tp < 1 || sm.dp < 1 || sm.tp > (int64_t{1} << 20) || sm.dp > (int64_t{1} << 20))
+    if (sm.tp < 1 || sm.dp < 1 || sm.tp > kMaxPlanRanks || sm.dp > kMaxPlanRanks)
       return error("--stage-meshes {}: '{}' needs tp and dp from 1 to 2^20", text, item);
     sm.ranks = sm.tp * sm.dp;
     sm.schedule = m[4];

@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "graph/mesh.h"
 #include "planner/partition.h"
 #include "planner/propagation.h"
 #include "planner/schedule.h"
@@ -33,8 +34,9 @@ constexpr int kPlanVersionStages = 4;
 
 // The most a plan may give: ranks of a mesh or of one of its axes, tp and dp degrees, pipeline
 // stages; micro-batch chunks and pipeline micro-batches; sequences per batch and tokens per
-// sequence. A file asking for more is refused as it is read.
-constexpr int64_t kMaxPlanRanks = int64_t{1} << 20;
+// sequence. A file asking for more is refused as it is read. The ranks' bound is every mesh's
+// (graph/mesh.h check_mesh_ranks).
+constexpr int64_t kMaxPlanRanks = kMaxMeshRanks;
 constexpr int64_t kMaxPlanChunks = int64_t{1} << 20;
 constexpr int64_t kMaxPlanBatch = int64_t{1} << 24;
 constexpr int64_t kMaxPlanSeq = int64_t{1} << 24;

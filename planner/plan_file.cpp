@@ -186,13 +186,8 @@ Status read_mesh(const FieldReader& f, const json& mj, MeshPlan* m) {
     }
   }
   if (Status st = mesh.validate(); !st.is_ok()) return f.fail("mesh", "{}", st.message());
-  // the base axes' ranks (each size is at most 2^20: stop before the product could overflow)
-  int64_t n = 1;
-  for (int a = 0; a < mesh.num_axes(); ++a) {
-    if (!mesh.is_base(a)) continue;
-    n *= mesh.sizes[static_cast<size_t>(a)];
-    if (n > kMaxPlanRanks) return f.fail("mesh.sizes", "more than {} ranks in all", kMaxPlanRanks);
-  }
+  if (Status st = check_mesh_ranks(mesh, "mesh.sizes"); !st.is_ok()) return st.with_context(f.path());
+  const int64_t n = mesh.size();
   m->ranks = n;
   if (mj.contains("ranks")) {
     OASES_ASSIGN_OR_RETURN(m->ranks, f.integer(mj["ranks"], "mesh.ranks", 1, kMaxPlanRanks));

@@ -94,4 +94,36 @@ expect_error "partial destination" "destination layout .* partial sum" "$R" --sh
 expect_error "unknown strategy" "--strategy 'fastest'" "$R" --shape 8,8 --src-mesh 2 --src S0R --dst-mesh 2 --dst RR --strategy fastest --plan-only
 expect_error "negative dimension" "--shape '8,-1'" "$R" --shape 8,-1 --src-mesh 2 --src S0R --dst-mesh 2 --dst RR --plan-only
 expect_error "huge tensor" "more than 2\^31" "$R" --shape 100000,100000 --src-mesh 2 --src S0R --dst-mesh 2 --dst RR --plan-only
+# meshes bounded as a plan's are (2^20 ranks, in all and per axis), refused at once: under
+# `timeout 10` a refusal that is slow reads as exit 124 (the first case once ran for minutes)
+expect_error "huge source mesh" "^error: --src-mesh: mesh '1000000x1000000': more than 1048576 ranks in all$" \
+  timeout 10 "$R" --shape 8,8 --src-mesh 1000000x1000000 --src S0R --dst-mesh 2x2 --dst RR --plan-only
+expect_error "huge destination mesh" "--dst-mesh: mesh '1024x1024x2': more than 1048576 ranks in all" \
+  timeout 10 "$R" --shape 8,8 --src-mesh 2x2 --src S0R --dst-mesh 1024x1024x2 --dst RR --plan-only
+expect_error "axis past 2^20" "--src-mesh: mesh '99999999': axis size 99999999 is outside 1 … 1048576" \
+  timeout 10 "$R" --shape 8,8 --src-mesh 99999999 --src S0R --dst-mesh 2x2 --dst RR --plan-only
+expect_error "negative axis" "--src-mesh: mesh '2x-2'" timeout 10 "$R" --shape 8,8 --src-mesh 2x-2 --src S0R --dst-mesh 2x2 --dst RR --plan-only
+expect_error "zero axis" "--src-mesh: mesh '0x2': axis size 0" timeout 10 "$R" --shape 8,8 --src-mesh 0x2 --src S0R --dst-mesh 2x2 --dst RR --plan-only
+expect_error "meshes past 2^20 world ranks" "--src-mesh 1024x1024 and --dst-mesh 2x2 take world ranks 0 … 1048579, more than 1048576" \
+  timeout 10 "$R" --shape 8,8 --src-mesh 1024x1024 --src S0R --dst-mesh 2x2 --dst RR --plan-only
+expect_error "rank past 2^20" "--dst-ranks '4,5,6,1048576': 1048576 is outside 0 … 1048575" \
+  timeout 10 "$R" --shape 8,8 --src-mesh 2x2 --src S0R --dst-mesh 2x2 --dst RR --dst-ranks 4,5,6,1048576 --plan-only
+expect_error "partial axis off the mesh" "--src: layout 'S0R:P5' names mesh axis 5 of a mesh with 2 axes" \
+  timeout 10 "$R" --shape 8,8 --src-mesh 2x2 --src S0R:P5 --dst-mesh 2x2 --dst RR --plan-only
+expect_error "spec axis off the mesh" "--dst: spec '\[S\(m2\), R\]': mesh axis 'm2' does not exist" \
+  timeout 10 "$R" --shape 8,8 --src-mesh 2x2 --src S0R --dst-mesh 2x2 --dst "[S(m2), R]" --plan-only
+expect_error "shape of 33 dimensions" "--shape: 33 dimensions, more than 32" \
+  timeout 10 "$R" --shape 1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1 --src-mesh 2 --src R --dst-mesh 2 --dst R --plan-only
+expect_error "dimension past 2^40" "--shape '1099511627777,1': 1099511627777 is outside" \
+  timeout 10 "$R" --shape 1099511627777,1 --src-mesh 2 --src S0R --dst-mesh 2 --dst RR --plan-only
+# a run's tiles within --max-memory, refused before anything is allocated (--plan-only allocates none)
+expect_error "tiles past --max-memory" "--shape 64,64: the tiles of this process's 2 ranks would take 32768 bytes, over --max-memory 31744 bytes$" \
+  timeout 10 "$R" --shape 64,64 --src-mesh 1 --src RR --dst-mesh 1 --dst RR --local-ranks 2 --max-memory 31K
+"$R" --shape 64,64 --src-mesh 1 --src RR --dst-mesh 1 --dst RR --local-ranks 2 --max-memory 32K -q >/dev/null || fail "tiles of exactly --max-memory"
+# 17 replicas of 8 GiB: past the default (half the RAM, at most 64 GiB) on any machine
+expect_error "tiles past the default memory" "--shape 2147483647: the tiles of this process's 17 ranks would take 146028887996 bytes, over --max-memory [0-9]+ bytes \(the default\)" \
+  timeout 10 "$R" --shape 2147483647 --src-mesh 1 --src R --dst-mesh 8x2 --dst R --local-ranks 17
+expect_error "bad --max-memory" "--max-memory: 'lots' is not a byte count" \
+  timeout 10 "$R" --shape 8,8 --src-mesh 2 --src S0R --dst-mesh 2 --dst RR --max-memory lots --plan-only
+"$R" --shape 2147483647 --src-mesh 1 --src R --dst-mesh 8x2 --dst R --plan-only -q >/dev/null || fail "plan-only: a large shape is not allocated"
 finish

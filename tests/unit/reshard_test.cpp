@@ -117,6 +117,34 @@ TEST(Tiles, BadLayoutsAreRefusedWithTheText) {
   EXPECT_TRUE(p.validate(10));
 }
 
+// Meshes are bounded as a plan's are (kMaxMeshRanks = 2^20 ranks, in all and per axis), checked
+// before any per-rank table is built: oases-reshard --src-mesh 1000000x1000000 once ran for minutes.
+TEST(Tiles, MeshesPastTwoToTheTwentyRanksAreRefused) {
+  EXPECT_TRUE(parse_mesh_shape("1048576"));
+  EXPECT_TRUE(parse_mesh_shape("1024x1024"));
+  EXPECT_TRUE(parse_mesh_shape("2x2x2x2x2x2x2x2"));
+  for (const char* text : {"1000000x1000000", "1024x1025", "1024x1024x2", "1048577", "99999999", "99999999999999999999999"}) {
+    auto m = parse_mesh_shape(text);
+    ASSERT_FALSE(m) << text;
+    EXPECT_NE(m.status().message().find(std::string("mesh '") + text + "'"), std::string::npos) << m.status().message();
+  }
+  EXPECT_EQ(parse_mesh_shape("1000000x1000000").status().message(), "mesh '1000000x1000000': more than 1048576 ranks in all");
+  // the one check, with the plan's wording
+  Mesh big{{"dp", "tp"}, {1 << 20, 2}, {}};
+  EXPECT_EQ(check_mesh_ranks(big, "mesh.sizes").message(), "mesh.sizes: more than 1048576 ranks in all");
+  Mesh zero{{"dp", "tp"}, {2, 0}, {}};
+  EXPECT_EQ(check_mesh_ranks(zero, "mesh.sizes").message(), "mesh.sizes[1]: 0 is not a size from 1 to 1048576");
+  // eight axes of 2^20: the product stops before it overflows
+  Mesh eight{{"a", "b", "c", "d", "e", "f", "g", "h"}, std::vector<int64_t>(8, 1 << 20), {}};
+  EXPECT_FALSE(check_mesh_ranks(eight, "m"));
+  EXPECT_TRUE(check_mesh_ranks(mesh_of("1024x1024"), "m"));
+  // a Reshard node's meshes (its attributes) alike
+  auto node = placed_layout({1000000, 1000000}, {0, 1}, "S0R", 2);
+  ASSERT_FALSE(node);
+  EXPECT_NE(node.status().message().find("more than 1048576 ranks"), std::string::npos) << node.status().message();
+  EXPECT_TRUE(placed_layout({2, 2}, {0, 1, 2, 3}, "S0R", 2));
+}
+
 struct Case {
   std::string src_mesh, src, dst_mesh, dst;
   Shape shape;
