@@ -157,6 +157,7 @@ const PartCost& CostModel::part(int i, const Layout& l, int64_t chunks) {
     // backward: the input-gradient products (about half of the products) sit beside the ring steps
     pc.cm_hide_bwd_chunk = std::min(dec_bwd, frac * prod_bwd / 2);
   }
+  pc.dp = std::max<int64_t>(1, ranks() / std::max<int64_t>(1, t));
   pc.param_bytes = 4.0 * (recs->split_param_elements / static_cast<double>(t) + (recs->param_elements - recs->split_param_elements));
   auto bytes_of = [&](const TensorRecord& r) { return r.local_elements(t, dpk) * static_cast<double>(dtype_size(r.dtype)); };
   for (const TensorRecord& r : recs->saved) pc.saved_plain_chunk += bytes_of(r);
@@ -222,6 +223,9 @@ PartTime CostModel::part_time(const PartCost& pc, double r, const ScheduleOption
   // collective matmuls: what the ring steps hide beside their own products (a recomputed forward
   // repeats its decomposed collectives under default/overlap_checkpoint, and their overlap)
   double in_f = K * pc.cm_hide_fwd_chunk, in_b = K * (pc.cm_hide_bwd_chunk + (rcomm > 0 ? pc.cm_hide_fwd_chunk : 0));
+  // the gradients' reduction: an all-reduce (a ring's reduce-scatter and all-gather), or under the
+  // distributed optimizer the reduce-scatter alone, and the weights' all-gather after the update
+  const double gather = zero_ && pc.dp > 1 ? pc.comm_dp / 2 : 0, reduce = pc.comm_dp - gather;
   if (s.interleave && chunks > 1) {
     // one chunk's collective under the next chunk's compute, across parts without draining;
     // beside computation a collective takes longer (the profile's comm_beside_compute), for the
@@ -235,12 +239,13 @@ PartTime CostModel::part_time(const PartCost& pc, double r, const ScheduleOption
     }
     // (the other chunks' compute and the ring steps' own products hide the same communication:
     // together no more than the compute there is)
-    pt.exposed = std::max(0.0, cf - K * pc.fwd_chunk) + std::max(0.0, cb + pc.comm_dp - K * (pc.bwd_chunk + rc));
+    pt.exposed = std::max(0.0, cf - K * pc.fwd_chunk) + std::max(0.0, cb + reduce - K * (pc.bwd_chunk + rc));
   } else {
     // the result is read right away (but for the ring steps beside their products); the gradient
     // reduction hides behind the next part's backward
-    pt.exposed = (cf - in_f) + (cb - in_b) + std::max(0.0, pc.comm_dp - K * pc.bwd_chunk);
+    pt.exposed = (cf - in_f) + (cb - in_b) + std::max(0.0, reduce - K * pc.bwd_chunk);
   }
+  pt.exposed += gather;
   return pt;
 }
 
@@ -250,8 +255,16 @@ double CostModel::part_memory(int i, const Layout& l, const ScheduleOptions& s, 
   double saved = K * pc.saved_plain_chunk;
   if (pc.block && s.checkpoint == CheckpointMode::kBlock) saved = pc.block_start ? K * pc.saved_entry_chunk : 0;
   if (pc.block && s.checkpoint == CheckpointMode::kCommOptimized) saved = K * pc.saved_commopt_chunk;
-  // weights, gradients and AdamW's two moments
-  return 4.0 * pc.param_bytes + saved;
+  return state_bytes(pc) + saved;
+}
+
+double CostModel::state_bytes(const PartCost& pc) const {
+  // weights, gradients and AdamW's two moments (the moments shared over dp by the distributed optimizer)
+  return zero_ ? (2.0 + 2.0 / static_cast<double>(pc.dp)) * pc.param_bytes : 4.0 * pc.param_bytes;
+}
+
+double CostModel::updated_bytes(const PartCost& pc) const {
+  return zero_ ? pc.param_bytes / static_cast<double>(pc.dp) : pc.param_bytes;
 }
 
 double CostModel::part_transient(int i, const Layout& l, const ScheduleOptions& s, int64_t chunks) {
@@ -270,16 +283,16 @@ double CostModel::part_transient(int i, const Layout& l, const ScheduleOptions& 
 
 double CostModel::part_objective(int i, const Layout& prev, const Layout& cur, const ScheduleOptions& s, int64_t chunks) {
   PartTime pt = part_time(i, prev, cur, s, chunks);
-  return pt.total() + ops_.optimizer_seconds(part(i, cur, chunks).param_bytes);
+  return pt.total() + ops_.optimizer_seconds(updated_bytes(part(i, cur, chunks)));
 }
 
 double CostModel::part_objective(const PartCost& pc, double reshard_s, const ScheduleOptions& s, int64_t chunks) const {
-  return part_time(pc, reshard_s, s, chunks).total() + ops_.optimizer_seconds(pc.param_bytes);
+  return part_time(pc, reshard_s, s, chunks).total() + ops_.optimizer_seconds(updated_bytes(pc));
 }
 
 double CostModel::optimizer_seconds(const PlanChoice& p) {
   double bytes = 0;
-  for (int i = 0; i < num_parts(); ++i) bytes += part(i, p.layouts[static_cast<size_t>(i)], p.chunks).param_bytes;
+  for (int i = 0; i < num_parts(); ++i) bytes += updated_bytes(part(i, p.layouts[static_cast<size_t>(i)], p.chunks));
   return ops_.optimizer_seconds(bytes);
 }
 
@@ -294,8 +307,8 @@ PlanEstimate CostModel::estimate(const PlanChoice& p) {
     e.compute_s += pt.compute;
     e.comm_s += pt.comm;
     e.exposed_s += pt.exposed;
-    e.static_bytes += 4.0 * part(i, cur, p.chunks).param_bytes;
-    e.saved_bytes += part_memory(i, cur, s, p.chunks) - 4.0 * part(i, cur, p.chunks).param_bytes;
+    e.static_bytes += state_bytes(part(i, cur, p.chunks));
+    e.saved_bytes += part_memory(i, cur, s, p.chunks) - state_bytes(part(i, cur, p.chunks));
     e.transient_bytes = std::max(e.transient_bytes, part_transient(i, cur, s, p.chunks));
   }
   e.optimizer_s = optimizer_seconds(p);

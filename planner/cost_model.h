@@ -15,7 +15,8 @@
 // recomputation: the checkpointed schedules redo each block's forward in backward, and
 // default/overlap_checkpoint also its forward collectives; a part's gradient all-reduce hides
 // behind the next part's backward, what it does not hide is exposed.
-// Memory per rank: weights, gradients and AdamW's two moments (16 bytes per local parameter),
+// Memory per rank: weights, gradients and AdamW's two moments (16 bytes per local parameter; under
+// the distributed optimizer, set_zero, the moments are 1/dp of that: 8 + 8/dp bytes),
 // the activations each schedule keeps for backward (plain: everything backward reads; default:
 // the block input; comm-optimised: block input, collective outputs and norm inputs), and the
 // largest working set of one part's recomputed backward.
@@ -43,6 +44,7 @@ struct PartCost {
   double comm_dp = 0;                                                            // data-parallel gradient reduction per step
   int collectives_fwd = 0, collectives_bwd = 0;                                  // per chunk
   double param_bytes = 0;                                                        // local
+  int64_t dp = 1;                                                                // the part's data-parallel ranks
   double saved_plain_chunk = 0, saved_entry_chunk = 0, saved_commopt_chunk = 0;  // bytes per chunk
   // outside the blocks (embedding, head and loss): the largest tensor one chunk's nodes make, alive
   // beside what is saved while it is made (the loss's shifted logits beside the logits)
@@ -87,6 +89,7 @@ struct PlanChoice {
   std::vector<Layout> layouts;  // per part, chain order
   std::string schedule = "plain";
   int64_t chunks = 1;
+  bool zero = false;  // priced with the distributed optimizer (CostModel::set_zero; Plan::zero)
   bool operator==(const PlanChoice&) const = default;
 };
 
@@ -124,6 +127,16 @@ class CostModel {
   double optimizer_seconds(const PlanChoice& p);
   PlanEstimate estimate(const PlanChoice& p);
 
+  // The distributed optimizer (ZeRO stage 1, Plan::zero): each part's AdamW moments and its update
+  // shared over its dp ranks; its gradient reduction a reduce-scatter (hidden as the all-reduce
+  // was) and an all-gather of the updated weights after the step (exposed: the next step's
+  // forward reads them).
+  void set_zero(bool z) { zero_ = z; }
+  bool zero() const { return zero_; }
+  // Bytes a rank holds for a part's weights, gradients and moments; the weights an update touches.
+  double state_bytes(const PartCost& pc) const;
+  double updated_bytes(const PartCost& pc) const;
+
   // Seconds of a collective of `bytes` over the group of ranks {0, stride, 2 stride, ...} (size n).
   double collective(CollectiveKind k, double bytes, int64_t n, int64_t stride) const;
 
@@ -131,6 +144,7 @@ class CostModel {
   const ModelAnalysis& a_;
   ClusterSpec cluster_;
   const OpTimeModel& ops_;
+  bool zero_ = false;
   std::map<std::tuple<std::string, int64_t, bool, bool, int64_t>, PartCost> cache_;
   std::map<std::tuple<std::string, int64_t, bool, int64_t>, double> node_cache_;
   const PartRecords* records(int i, bool sp) const;

@@ -689,6 +689,8 @@ class StageBuilder {
       tg.params.push_back(params_[i]);
       tg.grads.push_back(grads_[i]);
       outs.push_back(grads_[i]);
+      rp_.param_bytes += static_cast<double>(g_.value(params_[i]).nbytes());
+      rp_.updated_bytes += updated_bytes_of(g_, params_[i], grads_[i], global_->param_specs.at(i), global_->mesh(), plan_.zero > 0);
       if (info_) {
         info_->param_index.push_back(i);
         info_->counts_in_norm.push_back(holders.front() == clock_.me);
@@ -699,7 +701,6 @@ class StageBuilder {
     tg.appended_loss = global_->train.appended_loss;
     tg.vocab = global_->train.vocab;
     tg.frozen = global_->train.frozen;
-    for (ValueId p : tg.params) rp_.param_bytes += static_cast<double>(g_.value(p).nbytes());
   }
 
   const std::vector<const GlobalProgram*>& globals_;

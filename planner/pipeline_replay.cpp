@@ -72,7 +72,7 @@ Expected<PipelineReplay> replay_pipeline(const StageGlobals& sg, const ClusterSp
     o.cluster = &cluster;
     o.ops = &ops;
     o.local_floor = local_floor;
-    o.param_bytes = rp->param_bytes;
+    o.param_bytes = rp->updated_bytes;
     auto sim = simulate_rank(prog.graph, prog.order, rp->mesh, o);
     if (!sim) return sim.status().with_context(fmt::format("stage {}'s program", s));
     double fwd = 0, bwd = 0, prev = 0;
@@ -91,7 +91,8 @@ Expected<PipelineReplay> replay_pipeline(const StageGlobals& sg, const ClusterSp
     st.forward_s = fwd / M;
     st.backward_s = bwd / M;
     st.optimizer_s = sim->optimizer_s;
-    st.memory_bytes = 3.0 * rp->param_bytes + static_cast<double>(prog.memory.arena_bytes);
+    // parameters and AdamW's two moments (of the pieces a rank updates); gradients live in the arena
+    st.memory_bytes = rp->param_bytes + 2.0 * rp->updated_bytes + static_cast<double>(prog.memory.arena_bytes);
     st.sim = std::move(*sim);
     out.times.forward_s.push_back(st.forward_s);
     out.times.backward_s.push_back(st.backward_s);

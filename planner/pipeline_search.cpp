@@ -44,10 +44,11 @@ int block_of_part(const std::string& name) {
 // Per part of the chain under one inner choice: time of one micro-batch, bytes.
 struct PartFigures {
   std::vector<double> fwd, bwd, static_bytes, saved_all, transient;
+  std::vector<double> param_bytes, updated_bytes;  // the weights, and those one rank updates (the distributed optimizer: 1/dp)
   std::vector<int> block;  // -1 embedding, -2 head
   // A head tied to the embedding on a stage without it holds its own copy of the table (with its
   // gradient and moments): the embedding part's static bytes under the head's layout.
-  double tied_copy_bytes = 0;
+  double tied_copy_bytes = 0, tied_copy_updated = 0;
   bool chunked = false;  // more than one chunk a step (M x K > 1): weight gradients are summed over them
 };
 
@@ -67,8 +68,10 @@ PartFigures part_figures(CostModel& cm, const PlanChoice& p, int micro_batches) 
     double share = fw + bw > 0 ? fw / (fw + bw) : 1.0 / 3.0;
     f.fwd.push_back(pt.total() * share / micro_batches);
     f.bwd.push_back(pt.total() * (1 - share) / micro_batches);
-    double st = 4.0 * pc.param_bytes;
+    double st = cm.state_bytes(pc);
     f.static_bytes.push_back(st);
+    f.param_bytes.push_back(pc.param_bytes);
+    f.updated_bytes.push_back(cm.updated_bytes(pc));
     f.saved_all.push_back(std::max(0.0, cm.part_memory(i, cur, s, p.chunks) - st));
     f.transient.push_back(cm.part_transient(i, cur, s, p.chunks));
     f.block.push_back(block_of_part(a.parts[static_cast<size_t>(i)]));
@@ -77,7 +80,9 @@ PartFigures part_figures(CostModel& cm, const PlanChoice& p, int micro_batches) 
     const auto emb = std::find(f.block.begin(), f.block.end(), -1), head = std::find(f.block.begin(), f.block.end(), -2);
     if (emb != f.block.end() && head != f.block.end()) {
       const Layout& head_layout = p.layouts[static_cast<size_t>(head - f.block.begin())];
-      f.tied_copy_bytes = 4.0 * cm.part(static_cast<int>(emb - f.block.begin()), head_layout, p.chunks).param_bytes;
+      const PartCost& table = cm.part(static_cast<int>(emb - f.block.begin()), head_layout, p.chunks);
+      f.tied_copy_bytes = cm.state_bytes(table);
+      f.tied_copy_updated = cm.updated_bytes(table);
     }
   }
   return f;
@@ -192,8 +197,9 @@ Layout stage_layout(const ModelAnalysis& a, const PlanChoice& p, const StageCut&
 // Fills `st`'s forward and backward time and memory from the parts it holds (its blocks, the
 // embedding on the first stage, the head on the last) under one inner choice's figures; returns the
 // bytes of its parameters' static state (the optimizer step's size).
+// Returns the bytes of weights the stage's ranks update (the optimizer's work).
 double add_stage_parts(const PartFigures& f, int M, PipelineStagePlan* st) {
-  double saved = 0, transient = 0, statics = 0, block_grads = 0;
+  double saved = 0, transient = 0, statics = 0, block_grads = 0, updated = 0;
   for (size_t i = 0; i < f.block.size(); ++i) {
     int b = f.block[i];
     bool mine = (b == -1 && st->embedding) || (b == -2 && st->head) || (b >= st->blocks.first && b <= st->blocks.last);
@@ -201,11 +207,12 @@ double add_stage_parts(const PartFigures& f, int M, PipelineStagePlan* st) {
     st->forward_s += f.fwd[i];
     st->backward_s += f.bwd[i];
     statics += f.static_bytes[i];
+    updated += f.updated_bytes[i];
     saved += f.saved_all[i];
     transient = std::max(transient, f.transient[i]);
-    if (b >= 0) block_grads += f.static_bytes[i] / 4;
+    if (b >= 0) block_grads += f.param_bytes[i];
   }
-  if (st->head && !st->embedding) statics += f.tied_copy_bytes;
+  if (st->head && !st->embedding) statics += f.tied_copy_bytes, updated += f.tied_copy_updated;
   // beside the sums over the micro-batches, the stage programs' arenas hold about one micro-batch's
   // weight gradients of the stage's blocks more (each product before it is added, the arena's
   // fragmentation around these weight-sized buffers): priced as that. Predicted vs replayed with it
@@ -213,7 +220,7 @@ double add_stage_parts(const PartFigures& f, int M, PipelineStagePlan* st) {
   // 1.02x, 1.03x, 1.06x (without it 0.93x, 0.89x; 0.89x, 0.87x, 0.89x).
   const double grads_in_flight = f.chunked ? block_grads : 0;
   st->memory_bytes = statics + saved * st->peak_in_flight / M + transient + grads_in_flight;
-  return statics;
+  return updated;
 }
 
 // Prices S stages cut at `cuts`, stage s running the parts it holds as `fig[s]` (one inner choice's
@@ -228,6 +235,7 @@ PipelinePlan price_stages(CostModel& cm, const ClusterSpec& cluster, const OpTim
   pp.micro_batches = M;
   pp.schedule = sched;
   pp.inner = inner;
+  pp.zero = cm.zero();
   PipelineTimes t;
   for (int s = 0; s < S; ++s) {
     const PartFigures& f = *fig[static_cast<size_t>(s)];
@@ -239,8 +247,8 @@ PipelinePlan price_stages(CostModel& cm, const ClusterSpec& cluster, const OpTim
     st.ranks = pp.stage_ranks;
     st.layout = layout[static_cast<size_t>(s)];
     st.peak_in_flight = peak_in_flight(stage_steps(sched, s, S, M));
-    const double statics = add_stage_parts(f, M, &st);
-    pp.optimizer_s = std::max(pp.optimizer_s, ops.optimizer_seconds(statics / 4.0));
+    const double updated = add_stage_parts(f, M, &st);
+    pp.optimizer_s = std::max(pp.optimizer_s, ops.optimizer_seconds(updated));
     pp.memory_bytes = std::max(pp.memory_bytes, st.memory_bytes);
     t.forward_s.push_back(st.forward_s);
     t.backward_s.push_back(st.backward_s);
@@ -410,6 +418,7 @@ StageCountResult search_stage_count(ModelAnalyzer& analyzer, const ClusterSpec& 
     return out;
   }
   CostModel cm(*an, stage_cluster(cluster, n), ops);
+  cm.set_zero(o.zero);
   BoundaryCache priced;
   for (int64_t M : pipeline_micro_batches(S, an->batch, o)) {
     SearchOptions so = o.inner;
@@ -624,6 +633,7 @@ Plan plan_of_pipeline(const ModelAnalysis& stage_a, const PipelinePlan& p) {
   Plan plan = mesh_of(p.per_stage ? &p.stage.front().layout : nullptr);
   plan.micro_batches = p.micro_batches;
   plan.pipeline = pipeline_name(p.schedule);
+  plan.zero = p.zero ? 1 : 0;
   const MeshPlan m0 = plan.mesh();
   plan.stages.clear();
   for (const auto& st : p.stage) {

@@ -30,6 +30,7 @@ struct PipelinePlanOptions {
   // Fitting candidates to return (PipelinePlan::runners_up holds the others, fastest first), for a
   // caller that ranks them by another measure (oases-plan --simulate replays their programs).
   int keep = 1;
+  bool zero = false;  // the distributed optimizer on every stage (CostModel::set_zero)
 };
 
 struct PipelineStagePlan {
@@ -49,6 +50,7 @@ struct PipelinePlan {
   int micro_batches = 0;
   PipelineSchedule schedule = PipelineSchedule::k1F1B;
   PlanChoice inner;  // the stages' layout (chunks = M x K); with per_stage, its schedule and chunks
+  bool zero = false;  // priced with the distributed optimizer (Plan::zero)
   bool per_stage = false;  // the stages differ in tp (PipelineStagePlan::layout)
   std::vector<PipelineStagePlan> stage;
   std::vector<double> transfer_s;  // per boundary, one micro-batch's activation

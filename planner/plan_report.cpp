@@ -110,6 +110,7 @@ Expected<nlohmann::json> plan_report(const Graph& forward, const Plan& plan, con
   OASES_ASSIGN_OR_RETURN(GlobalProgram gp, build_global_program(forward, TrainingSpec{}, one_chunk, plan.mesh().ranks, go));
   nlohmann::json j = plan_to_json(gp.train.graph, *gp.partitioned, gp.sharding, gp.strategy, model_path);
   if (plan.dtype != "fp32") j["dtype"] = plan.dtype;  // the compute type the plan was made for
+  if (plan.zero > 0) j["zero"] = plan.zero;            // the distributed optimizer
   if (plan.mesh().parts.empty()) return j;  // one Megatron split: the version 1 report as it is
   nlohmann::json own = plan.to_json();
   j["strategy"] = "oases-planner";

@@ -6,6 +6,8 @@
 #include <set>
 
 #include "graph/passes/mixed_precision.h"
+#include "graph/op_registry.h"
+#include "graph/tiles.h"
 #include "planner/chunking.h"
 #include "planner/hybrid.h"
 #include "planner/pipeline_program.h"
@@ -235,6 +237,18 @@ Expected<GlobalProgram> build_global_program(Graph forward, const TrainingSpec& 
   return gp;
 }
 
+double updated_bytes_of(const Graph& g, ValueId param, ValueId grad, const ShardingSpec& spec, const Mesh& mesh, bool zero) {
+  const int64_t numel = shape_numel(g.value(param).shape);
+  const double es = static_cast<double>(dtype_size(g.value(param).dtype));
+  NodeId p = grad == kNoId ? kNoId : g.producer(grad);
+  if (p != kNoId && g.node(p).domain == kOasesDomain && g.node(p).op_type == "FlatReduceScatter") {
+    return es * static_cast<double>(flat_piece(numel, std::max<int64_t>(1, g.node(p).attrs.get_int("group_size", 1))));
+  }
+  const int dp = mesh.axis("dp");
+  if (zero && dp >= 0 && mesh.axis_size(dp) > 1 && !spec.uses_axis(dp)) return es * static_cast<double>(flat_piece(numel, mesh.axis_size(dp)));
+  return es * static_cast<double>(numel);
+}
+
 Expected<RankProgram> build_rank_program(const GlobalProgram& global, int64_t rank, const RankProgramOptions& opts) {
   RankProgram rp;
   rp.rank = rank;
@@ -254,7 +268,12 @@ Expected<RankProgram> build_rank_program(const GlobalProgram& global, int64_t ra
   } else {
     tg = global.train;
   }
-  for (ValueId p : tg.params) rp.param_bytes += static_cast<double>(tg.graph.value(p).nbytes());
+  for (size_t i = 0; i < tg.params.size(); ++i) {
+    rp.param_bytes += static_cast<double>(tg.graph.value(tg.params[i]).nbytes());
+    rp.updated_bytes += i < tg.grads.size() ? updated_bytes_of(tg.graph, tg.params[i], tg.grads[i], global.param_specs.at(i), rp.mesh,
+                                                               global.plan.zero > 0)
+                                            : static_cast<double>(tg.graph.value(tg.params[i]).nbytes());
+  }
   // the schedule: recomputation, then the instruction order (the same on every rank)
   const MeshPlan& m = global.plan.mesh();
   if (!m.schedule.empty()) {

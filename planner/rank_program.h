@@ -101,10 +101,19 @@ struct RankProgram {
   std::map<int, int> saved_count;
   ProgramLayout program;   // what the executor runs (fused, memory-planned)
   double param_bytes = 0;  // this rank's parameters
+  // of them, the bytes this rank's optimizer updates and keeps moments for (all, or under the
+  // distributed optimizer its pieces: updated_bytes_of)
+  double updated_bytes = 0;
   int collectives = 0;     // inserted by the partition
 };
 
 Expected<RankProgram> build_rank_program(const GlobalProgram& global, int64_t rank, const RankProgramOptions& opts = {});
+
+// The bytes of parameter `param` (local shapes of `g`) a rank's optimizer updates: its piece when
+// the program reduce-scatters its gradient `grad` (FlatReduceScatter), or under the distributed
+// optimizer (`zero`) when it is replicated over the mesh's dp axis (its gradient whole: a tied
+// table across stages, executor/zero.h add_whole); else all of it.
+double updated_bytes_of(const Graph& g, ValueId param, ValueId grad, const ShardingSpec& spec, const Mesh& mesh, bool zero);
 
 // One call: the global program and rank `rank`'s program of `forward` under `plan`.
 Expected<RankProgram> build_rank_program(const Graph& forward, const Plan& plan, int64_t rank, const TrainingSpec& spec = {},

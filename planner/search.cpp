@@ -887,6 +887,8 @@ SearchResult search_plan(CostModel& m, const SearchOptions& o) {
   }
   std::stable_sort(res.spaces.begin(), res.spaces.end(), [](const SpaceBest& x, const SpaceBest& y) { return x.objective < y.objective; });
   if (!std::isfinite(res.least_memory)) res.least_memory = 0;
+  res.best.zero = m.zero();
+  for (SpaceBest& sb : res.spaces) sb.choice.zero = m.zero();
   return res;
 }
 
@@ -947,7 +949,9 @@ std::vector<PartLayout> part_layouts_of(const ModelAnalysis& a, const std::vecto
 }
 
 Plan plan_of_choice(const ModelAnalysis& a, const PlanChoice& p, int64_t ranks) {
-  return Plan::from_parts(part_layouts_of(a, p.layouts), ranks, p.schedule, p.chunks);
+  Plan plan = Plan::from_parts(part_layouts_of(a, p.layouts), ranks, p.schedule, p.chunks);
+  plan.zero = p.zero ? 1 : 0;
+  return plan;
 }
 
 SearchOptions megatron_search_options(const SearchOptions& asked) {

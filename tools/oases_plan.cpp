@@ -94,6 +94,10 @@ CLI::Option* add_plan_flags(CLI::App& app, PlanOptions& o) {
   app.add_flag("--uniform", o.uniform, "One layout for every part");
   app.add_option("--degrees", o.degrees, "tp degrees to consider (comma list; default every one dividing the model)");
   app.add_flag("--no-sequence-parallel", o.no_sp, "Never split norms and residuals over the sequence");
+  app.add_option("--zero", o.zero,
+                 "1: plan with the distributed optimizer (ZeRO stage 1: optimizer state and update shared over each part's dp ranks, "
+                 "gradients reduce-scattered, weights all-gathered after the step); the plan file carries it to oases-train")
+      ->check(CLI::Range(int64_t{0}, int64_t{1}));
   app.add_flag("--no-collective-matmul", o.no_cm, "Never decompose sequence-parallel collectives into ring steps beside the products");
   app.add_option("--dtype", o.dtype,
                  "fp32 | bf16 | fp16: compute type the plan is for (default: bf16 on a cluster whose GPUs have bf16 tensor cores, "

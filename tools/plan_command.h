@@ -31,6 +31,7 @@ struct PlanOptions {
   std::string trace;                                // --trace FILE
   std::string schedules, chunks, degrees, pp_list;  // comma lists as given
   bool uniform = false, no_sp = false, no_cm = false, no_pipeline = false;
+  int64_t zero = 0;  // --zero: plan with the distributed optimizer (ZeRO stage 1)
   std::string dtype, reference_pipeline, emulate_link;
   int64_t hosts = 0;
   // a given Megatron split (--tp [--dp] --strategy megatron)

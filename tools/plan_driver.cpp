@@ -79,10 +79,10 @@ Expected<Simulated> simulate_plan(const PlanningModel& m, const Plan& plan, cons
   o.ops = &ops;
   o.local_floor = local_floor;
   o.trace = trace;
-  o.param_bytes = s.program.param_bytes;
+  o.param_bytes = s.program.updated_bytes;
   OASES_ASSIGN_OR_RETURN(s.sim, simulate_rank(s.program.program.graph, s.program.program.order, s.program.mesh, o));
   // the trainer keeps parameters and AdamW's two moments; gradients and activations live in the arena
-  s.memory_bytes = 3.0 * s.program.param_bytes + static_cast<double>(s.program.program.memory.arena_bytes);
+  s.memory_bytes = s.program.param_bytes + 2.0 * s.program.updated_bytes + static_cast<double>(s.program.program.memory.arena_bytes);
   return s;
 }
 

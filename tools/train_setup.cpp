@@ -180,6 +180,7 @@ Status build_programs(TrainSetup& s, Graph forward, const Plan& plan, int64_t st
 Status export_plan(const TrainSetup& s) {
   const TrainArgs& a = s.a;
   nlohmann::json j = plan_to_json(s.gp().train.graph, *s.gp().partitioned, s.gp().sharding, s.gp().strategy, a.model);
+  if (s.plan().zero > 0) j["zero"] = s.plan().zero;
   if (s.piped()) {
     j["version"] = kPlanVersionStages;
     j["pipeline"] = s.plan().pipeline_json();

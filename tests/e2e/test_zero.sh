@@ -113,6 +113,36 @@ EOF
 out=$("$T" "$M" "${common[@]}" --steps 1 --local-ranks 2 --plan "$WORK/zero.json" --memory-report 2>&1) || fail "plan with zero 1"
 grep -q "ZeRO-1: its pieces" <<<"$out" && echo "ok: a plan's \"zero\": 1 shards the state" || fail "a plan's zero 1 did not shard: $out"
 
+# planned with it (oases-plan --zero 1): the plan file carries it, the replayed stage programs' memory
+# (moments of the pieces) is what the search priced within 15%, and oases-train --plan runs it sharded
+/usr/bin/python3 "$OASES_SOURCE_DIR/models/make_oases_stacks.py" --out "$WORK/stacks" --stack 128x4 --vocab 16384 --seq 64 >/dev/null \
+  || fail "write a stack"
+cat >"$WORK/pcie.json" <<'EOF'
+{"format": "oases-cluster", "version": 1, "name": "2 hosts of 4 A100 on PCIe", "device": "A100-SXM-80GB", "nodes": 2, "gpus_per_node": 4,
+ "links": {"intra_node": {"kind": "pcie", "bandwidth_gbps": 12.0, "latency_us": 10},
+           "inter_node": {"kind": "ethernet", "bandwidth_gbps": 1.25, "latency_us": 50}}}
+EOF
+V=$WORK/stacks/gpt_h128_l4_v16384_s64/model.onnx
+for z in 0 1; do
+  "$OASES_BIN/oases-plan" "$V" --gpus 4 --cluster "$WORK/pcie.json" --batch 32 --seq 64 --memory 0.065 --pp 2 --dtype fp32 --simulate \
+    --simulate-pipelines 1 --zero $z --out "$WORK/pp$z.plan.json" >"$WORK/plan$z.txt" 2>&1 || fail "oases-plan --zero $z"
+done
+/usr/bin/python3 - "$WORK/plan0.txt" "$WORK/plan1.txt" "$WORK/pp0.plan.json" "$WORK/pp1.plan.json" <<'EOF' || fail "oases-plan --zero 1"
+import json, re, sys
+texts = [open(f).read() for f in sys.argv[1:3]]
+plans = [json.load(open(f)) for f in sys.argv[3:5]]
+assert "zero" not in plans[0] and plans[1].get("zero") == 1, (plans[0].get("zero"), plans[1].get("zero"))
+for z, t in enumerate(texts):
+    rows = re.findall(r"stage (\d) \(rank \d+\):.*memory ([\d.]+) MiB \(predicted ([\d.]+) MiB\)", t)
+    assert len(rows) == 2, t
+    for s, replayed, predicted in rows:
+        r = float(predicted) / float(replayed)
+        assert 0.85 <= r <= 1.15, f"zero {z} stage {s}: predicted {predicted} MiB, replayed {replayed} MiB ({r:.2f}x)"
+    print(f"ok zero {z}: stage memory predicted/replayed " + ", ".join(f"{p}/{r} MiB" for _, r, p in rows))
+EOF
+out=$("$T" "$V" --synthetic --plan "$WORK/pp1.plan.json" --local-ranks 4 --steps 2 --memory-report -q 2>&1) || fail "oases-train --plan (zero 1): $out"
+if grep -q "ZeRO-1: its pieces" <<<"$out"; then echo "ok: oases-train --plan runs the planned ZeRO-1"; else fail "the planned ZeRO-1 did not shard: $out"; fi
+
 # bad settings
 expect_error "--zero 2" "zero" "$T" "$M" "${common[@]}" --steps 1 --zero 2
 printf '{"format": "oases-plan", "version": 2, "mesh": {"axes": ["dp", "tp"], "sizes": [2, 1], "ranks": 2}, "zero": 2}' >"$WORK/bad_zero.json"

@@ -165,6 +165,41 @@ TEST(PlannerSearch, NoPlanFitsNamesTheLeastMemory) {
   EXPECT_TRUE(search_plan(cm, o).found);
 }
 
+// The distributed optimizer priced: a part's moments and update shared over its dp ranks (8 + 8/dp
+// bytes a weight instead of 16), the gradient all-reduce's gather half exposed after the step; the
+// search's choice then carries it (PlanChoice::zero, Plan::zero), and needs no more memory.
+TEST(PlannerSearch, DistributedOptimizerSharesTheStateOverDp) {
+  std::string path = std::string(OASES_SOURCE_DIR) + "/models/small/gpt2_tiny/model.onnx";
+  auto pm = load_planning_model(path, ImportOptions{}, 0, 0);
+  ASSERT_TRUE(pm) << pm.status().message();
+  auto a = analyze_model(pm->forward, pm->train.graph, pm->train.params, 4);
+  ASSERT_TRUE(a);
+  ClusterSpec cluster = this_machine(4, nullptr, "", 1);
+  OpTimeModel ops = op_time_model(cluster, nullptr);
+  CostModel plain(*a, cluster, ops), zero(*a, cluster, ops);
+  zero.set_zero(true);
+  ScheduleOptions s;
+  for (int i = 0; i < plain.num_parts(); ++i) {
+    for (const Layout& l : plain.layouts(i, 1)) {
+      const PartCost& pc = zero.part(i, l, 1);
+      ASSERT_EQ(pc.dp, 4 / l.tp);
+      EXPECT_DOUBLE_EQ(plain.state_bytes(plain.part(i, l, 1)), 4.0 * pc.param_bytes);
+      EXPECT_DOUBLE_EQ(zero.state_bytes(pc), (2.0 + 2.0 / static_cast<double>(pc.dp)) * pc.param_bytes);
+      EXPECT_DOUBLE_EQ(zero.updated_bytes(pc), pc.param_bytes / static_cast<double>(pc.dp));
+      PartTime tp = plain.part_time(i, l, l, s, 1), tz = zero.part_time(i, l, l, s, 1);
+      EXPECT_DOUBLE_EQ(tz.comm, tp.comm);  // a reduce-scatter and an all-gather move what the all-reduce moved
+      if (pc.dp > 1) EXPECT_GE(tz.exposed, pc.comm_dp / 2);  // the weights' gather: nothing to hide behind
+    }
+  }
+  SearchOptions o;
+  SearchResult rp = search_plan(plain, o), rz = search_plan(zero, o);
+  ASSERT_TRUE(rp.found && rz.found);
+  EXPECT_FALSE(rp.best.zero);
+  EXPECT_TRUE(rz.best.zero);
+  EXPECT_EQ(plan_of_choice(*a, rz.best, 4).zero, 1);
+  EXPECT_LE(zero.estimate(rp.best).memory_bytes, plain.estimate(rp.best).memory_bytes);
+}
+
 // The pipeline search analyses the model once per stage mesh through one ModelAnalyzer, which keeps
 // what depends on the model alone: every analysis must be analyze_model's on those ranks.
 TEST(PlannerAnalysis, AnalyzerOnSeveralRanksIsAnalyzeModel) {
