@@ -87,27 +87,114 @@ const char* pipeline_name(PipelineSchedule p) {
     case PipelineSchedule::kGPipe: return "gpipe";
     case PipelineSchedule::k1F1B: return "1f1b";
     case PipelineSchedule::kEager1F1B: return "eager-1f1b";
+    case PipelineSchedule::kZBH1: return "zb-h1";
   }
   return "?";
 }
 
+bool splits_backward(PipelineSchedule p) {
+  return p == PipelineSchedule::kZBH1;
+}
+
+PipelineTimes split_backward(PipelineSchedule p, PipelineTimes t, double weight_share) {
+  if (!splits_backward(p) || !t.weight_s.empty()) return t;
+  for (double& b : t.backward_s) {
+    t.weight_s.push_back(b * weight_share);
+    b *= 1 - weight_share;
+  }
+  return t;
+}
+
 Expected<PipelineSchedule> parse_pipeline(const std::string& text) {
-  for (auto p : {PipelineSchedule::kGPipe, PipelineSchedule::k1F1B, PipelineSchedule::kEager1F1B}) {
+  for (auto p : {PipelineSchedule::kGPipe, PipelineSchedule::k1F1B, PipelineSchedule::kEager1F1B, PipelineSchedule::kZBH1}) {
     if (text == pipeline_name(p)) return p;
   }
-  return error("--pipeline '{}': use gpipe, 1f1b or eager-1f1b", text);
+  return error("--pipeline '{}': use gpipe, 1f1b, eager-1f1b or zb-h1", text);
 }
 
 int warmup_forwards(PipelineSchedule p, int stage, int stages, int micro_batches) {
   switch (p) {
     case PipelineSchedule::kGPipe: return micro_batches;
-    case PipelineSchedule::k1F1B: return std::min(micro_batches, stages - stage - 1);
+    case PipelineSchedule::k1F1B:
+    case PipelineSchedule::kZBH1: return std::min(micro_batches, stages - stage - 1);
     case PipelineSchedule::kEager1F1B: return std::min(micro_batches, 2 * (stages - stage) - 1);
   }
   return micro_batches;
 }
 
+namespace {
+
+// zb-h1's orders (see planner/pipeline.h): every stage's, from one run of the pipeline in unit steps.
+std::vector<std::vector<PipeStep>> zero_bubble_orders(int S, int M) {
+  std::vector<std::vector<PipeStep>> fb(static_cast<size_t>(S)), out(static_cast<size_t>(S));
+  for (int s = 0; s < S; ++s) fb[static_cast<size_t>(s)] = stage_steps(PipelineSchedule::k1F1B, s, S, M);
+  const int64_t never = std::numeric_limits<int64_t>::max();
+  // when activation / gradient m reaches stage s (never: not made yet)
+  std::vector<std::vector<int64_t>> act(static_cast<size_t>(S), std::vector<int64_t>(static_cast<size_t>(M), never)), grad = act;
+  std::vector<int64_t> free(static_cast<size_t>(S), 0);
+  std::vector<size_t> next(static_cast<size_t>(S), 0);
+  std::vector<std::vector<int>> pending(static_cast<size_t>(S));  // B's run, W's not yet
+  std::vector<int> held(static_cast<size_t>(S), 0);               // forwards run, W's not yet
+  for (int s = 0; s < S; ++s) {
+    for (int m = 0; m < M && s == 0; ++m) act[0][static_cast<size_t>(m)] = 0;
+  }
+  size_t left = static_cast<size_t>(3 * S * M);
+  while (left > 0) {
+    // the stage free first (ties: the lower stage) acts at its time: whatever ends by then is known
+    int s = 0;
+    for (int c = 1; c < S; ++c) {
+      if (free[static_cast<size_t>(c)] < free[static_cast<size_t>(s)]) s = c;
+    }
+    const size_t su = static_cast<size_t>(s);
+    const int64_t now = free[su];
+    const size_t cap = static_cast<size_t>(s);  // W's stage s may defer past a forward
+    auto run_w = [&]() {
+      int m = pending[su].front();
+      pending[su].erase(pending[su].begin());
+      out[su].push_back({false, m, true});
+      --held[su];
+      free[su] = now + 1;
+      --left;
+    };
+    if (next[su] < fb[su].size()) {
+      const PipeStep st = fb[su][next[su]];
+      const size_t mu = static_cast<size_t>(st.micro);
+      const int64_t ready = st.forward ? act[su][mu] : (s == S - 1 ? 0 : grad[su][mu]);
+      if (st.forward && pending[su].size() > cap) {
+        run_w();  // no more than cap W's deferred past a forward
+        continue;
+      }
+      if (ready <= now) {
+        out[su].push_back(st);
+        ++next[su];
+        free[su] = now + 1;
+        --left;
+        if (st.forward) {
+          ++held[su];
+          if (s + 1 < S) act[su + 1][mu] = now + 1;
+        } else {
+          pending[su].push_back(st.micro);
+          if (s > 0) grad[su - 1][mu] = now + 1;
+        }
+        continue;
+      }
+    }
+    if (!pending[su].empty()) {
+      run_w();
+      continue;
+    }
+    free[su] = now + 1;  // nothing to do: wait a unit
+  }
+  return out;
+}
+
+}  // namespace
+
 std::vector<PipeStep> stage_steps(PipelineSchedule p, int stage, int stages, int micro_batches) {
+  if (p == PipelineSchedule::kZBH1) {
+    if (stage < 0 || stage >= stages || micro_batches < 1) return {};
+    return zero_bubble_orders(stages, micro_batches)[static_cast<size_t>(stage)];
+  }
   int w = warmup_forwards(p, stage, stages, micro_batches);
   std::vector<PipeStep> out;
   for (int m = 0; m < w; ++m) out.push_back({true, m});
@@ -119,21 +206,29 @@ std::vector<PipeStep> stage_steps(PipelineSchedule p, int stage, int stages, int
 }
 
 int peak_in_flight(const std::vector<PipeStep>& steps) {
+  const bool split = std::any_of(steps.begin(), steps.end(), [](const PipeStep& s) { return s.weight; });
   int now = 0, peak = 0;
   for (const PipeStep& s : steps) {
-    now += s.forward ? 1 : -1;
+    if (s.forward) {
+      ++now;
+    } else if (s.weight == split) {  // done: its W, or its backward when there is none
+      --now;
+    }
     peak = std::max(peak, now);
   }
   return peak;
 }
 
-Expected<PipelineSim> simulate_pipeline(PipelineSchedule p, int micro_batches, const PipelineTimes& t) {
+Expected<PipelineSim> simulate_pipeline(PipelineSchedule p, int micro_batches, const PipelineTimes& given) {
+  const PipelineTimes t = split_backward(p, given);
   const int S = static_cast<int>(t.forward_s.size());
   const int M = micro_batches;
   if (S < 1 || t.backward_s.size() != t.forward_s.size() || static_cast<int>(t.transfer_s.size()) != S - 1)
     return error("pipeline times: {} forward, {} backward and {} transfer times for {} stages", t.forward_s.size(), t.backward_s.size(),
                  t.transfer_s.size(), S);
   if (M < 1) return error("a pipeline needs at least one micro-batch, not {}", M);
+  if (splits_backward(p) && t.weight_s.size() != t.forward_s.size())
+    return error("pipeline times: {} weight-gradient times for {} stages", t.weight_s.size(), S);
   const double unknown = -1;
   // arrival of activation m at stage s (from s − 1) and of gradient m at stage s (from s + 1)
   std::vector<std::vector<double>> act(static_cast<size_t>(S), std::vector<double>(static_cast<size_t>(M), unknown));
@@ -156,7 +251,7 @@ Expected<PipelineSim> simulate_pipeline(PipelineSchedule p, int micro_batches, c
       if (n >= steps[static_cast<size_t>(c)].size()) continue;
       const PipeStep& st = steps[static_cast<size_t>(c)][n];
       const size_t cu = static_cast<size_t>(c), mu = static_cast<size_t>(st.micro);
-      double ready = st.forward ? (c == 0 ? 0.0 : act[cu][mu]) : (c == S - 1 ? fwd_end[cu][mu] : grad[cu][mu]);
+      double ready = st.forward ? (c == 0 ? 0.0 : act[cu][mu]) : st.weight ? 0.0 : (c == S - 1 ? fwd_end[cu][mu] : grad[cu][mu]);
       if (ready == unknown) continue;
       double start = std::max(free[cu], ready);
       if (s < 0 || start < best) {
@@ -168,30 +263,35 @@ Expected<PipelineSim> simulate_pipeline(PipelineSchedule p, int micro_batches, c
     const size_t su = static_cast<size_t>(s);
     const PipeStep& st = steps[su][next[su]];
     const size_t mu = static_cast<size_t>(st.micro);
-    const double start = best, end = start + (st.forward ? t.forward_s[su] : t.backward_s[su]);
+    const double start = best, end = start + (st.forward ? t.forward_s[su] : st.weight ? t.weight_s[su] : t.backward_s[su]);
     free[su] = end;
-    sim.events.push_back({s, st.forward, st.micro, false, start, end});
-    if (st.forward) {
+    sim.events.push_back({s, st.forward, st.micro, st.weight, false, start, end});
+    if (st.weight) {
+      // its micro-batch's weight gradients: nothing leaves the stage
+    } else if (st.forward) {
       fwd_end[su][mu] = end;
       if (s + 1 < S) {  // the activation leaves right after the forward that made it
         double ts = std::max(end, link_fwd[su]);
         link_fwd[su] = ts + t.transfer_s[su];
         act[su + 1][mu] = link_fwd[su];
-        sim.events.push_back({s, true, st.micro, true, ts, link_fwd[su]});
+        sim.events.push_back({s, true, st.micro, false, true, ts, link_fwd[su]});
       }
     } else if (s > 0) {
       double& lane = t.half_duplex ? link_fwd[su - 1] : link_bwd[su - 1];
       double ts = std::max(end, lane);
       lane = ts + t.transfer_s[su - 1];
       grad[su - 1][mu] = lane;
-      sim.events.push_back({s - 1, false, st.micro, true, ts, lane});
+      sim.events.push_back({s - 1, false, st.micro, false, true, ts, lane});
     }
     sim.step_s = std::max(sim.step_s, end);
     ++next[su];
     --remaining;
   }
   double busiest = 0;
-  for (int s = 0; s < S; ++s) busiest = std::max(busiest, M * (t.forward_s[static_cast<size_t>(s)] + t.backward_s[static_cast<size_t>(s)]));
+  for (int s = 0; s < S; ++s) {
+    const size_t su = static_cast<size_t>(s);
+    busiest = std::max(busiest, M * (t.forward_s[su] + t.backward_s[su] + (t.weight_s.empty() ? 0.0 : t.weight_s[su])));
+  }
   sim.bubble = sim.step_s > 0 ? 1.0 - busiest / sim.step_s : 0;
   return sim;
 }
@@ -247,6 +347,7 @@ Status check_pipeline_order(PipelineSchedule p, int stages, int micro_batches, c
       return Status::ok();
     };
     for (const PipeStep& st : stage_steps(p, s, S, M)) {
+      if (st.weight) continue;  // a W step neither reads nor makes a transfer
       bool reads = st.forward ? s > 0 : s + 1 < S;
       if (reads) {
         int x = id.at({st.forward ? s - 1 : s, st.forward, st.micro});

@@ -11,6 +11,16 @@
 //   eager 1F1B  w = min(M, 2 (S - s) - 1) warm-up forwards (Zhuang et al. 2023), then as 1F1B:
 //               at most min(M, 2 (S - s)) in flight, so every activation is produced a slot
 //               before its consumer needs it and its transfer overlaps both stages' compute.
+//   ZB-H1       zero-bubble (Qi et al., ICLR 2024): each backward split into B, the input gradient
+//               (what the stage before waits for), and W, the weight gradients. The forwards and
+//               B's in 1F1B's order; the W's where the stage would wait: in a pipeline of unit
+//               steps (F = B = W, transfers free) each stage, when free, runs its next F or B if
+//               its input is there, else its oldest pending W, else waits; stage s defers at most
+//               s W's past a forward (it runs the oldest first); the W's left run at the end. A
+//               micro-batch is held from its forward to its W: at most min(M, S) on every stage,
+//               1F1B's first-stage peak. The gradient leaves after B alone, crossing the stages
+//               at B's pace, and the W's fill the waits: with F = B = W and free transfers the
+//               bubble is (S - 1) F, a third of 1F1B's (S - 1)(F + 2 W) (Qi et al.'s ZB-H1).
 // Backwards run in micro-batch order on every stage; a stage sends an activation right after the
 // forward that makes it and a gradient right after the backward that makes it.
 #pragma once
@@ -40,20 +50,26 @@ std::string stages_string(const std::vector<StageCut>& cuts);  // "0-5,6-11"
 // when it does not.
 Status check_pipeline_batch(int64_t batch, int64_t dp, int64_t micro_batches, int64_t chunks);
 
-enum class PipelineSchedule { kGPipe, k1F1B, kEager1F1B };
+enum class PipelineSchedule { kGPipe, k1F1B, kEager1F1B, kZBH1 };
 const char* pipeline_name(PipelineSchedule p);
-Expected<PipelineSchedule> parse_pipeline(const std::string& text);  // gpipe | 1f1b | eager-1f1b
+Expected<PipelineSchedule> parse_pipeline(const std::string& text);  // gpipe | 1f1b | eager-1f1b | zb-h1
+// Whether the schedule splits each backward into B (input gradient) and W (weight gradients).
+bool splits_backward(PipelineSchedule p);
 
 struct PipeStep {
   bool forward = true;
   int micro = 0;
-  bool operator==(const PipeStep& o) const { return forward == o.forward && micro == o.micro; }
+  bool weight = false;  // a W step (forward false): the weight gradients of `micro` (splits_backward)
+  bool operator==(const PipeStep& o) const { return forward == o.forward && micro == o.micro && weight == o.weight; }
+  // 0 forward, 1 backward (B), 2 weight gradients (W)
+  int kind() const { return forward ? 0 : weight ? 2 : 1; }
 };
 
 int warmup_forwards(PipelineSchedule p, int stage, int stages, int micro_batches);
 // The steps of one stage, in order.
 std::vector<PipeStep> stage_steps(PipelineSchedule p, int stage, int stages, int micro_batches);
-// The most micro-batches whose forward has run and backward has not, over the stage's steps.
+// The most micro-batches whose forward has run and backward has not (with W steps: whose W has
+// not), over the stage's steps.
 int peak_in_flight(const std::vector<PipeStep>& steps);
 
 struct PipelineTimes {
@@ -62,12 +78,16 @@ struct PipelineTimes {
   // A boundary's link carries one transfer at a time in both directions together (the emulated
   // hosts' network cards: one token per card); false: each direction its own lane (real links).
   bool half_duplex = false;
+  // per stage, a W step's time when the schedule splits the backward (backward_s is then B's);
+  // empty: the backward is split evenly (kWeightShare), as simulate_pipeline does for zb-h1
+  std::vector<double> weight_s;
 };
 
 struct PipelineEvent {
   int stage = 0;
   bool forward = true;
   int micro = 0;
+  bool weight = false;  // a W step
   bool transfer = false;  // a transfer on boundary `stage` → stage + 1 (forward) or back (backward)
   double start_s = 0, end_s = 0;
 };
@@ -79,9 +99,16 @@ struct PipelineSim {
   std::vector<PipelineEvent> events;
 };
 
+// The share of a backward that is weight gradients when nothing says (a transformer block's weight
+// products are about half of its backward's work).
+inline constexpr double kWeightShare = 0.5;
+// `t` with its backward split into B and W (weight_s) for a schedule that splits it, when not split yet.
+PipelineTimes split_backward(PipelineSchedule p, PipelineTimes t, double weight_share = kWeightShare);
+
 // Each stage runs its steps in order on one compute resource; a forward waits for its activation
-// to arrive, a backward for its gradient (the last stage: for its own forward); each boundary's
-// link carries one transfer at a time in each direction, starting when its producer ends.
+// to arrive, a backward for its gradient (the last stage: for its own forward), a W for nothing
+// (its B ran before it); each boundary's link carries one transfer at a time in each direction,
+// starting when its producer ends.
 Expected<PipelineSim> simulate_pipeline(PipelineSchedule p, int micro_batches, const PipelineTimes& t);
 
 // One transfer across a stage boundary: an activation (forward) from `boundary` to boundary + 1,

@@ -201,7 +201,11 @@ struct Crossing {
   bool forward = true;
   int micro = 0;
   double issue = 0;  // in the unit-time pipeline
-  auto key() const { return std::make_tuple(issue, from, !forward, micro, ident, to); }
+  bool once = false;  // of no micro-batch, backward: sent once a step when its stage's steps end
+  // The global order. Ties: a once-a-step gradient from a later stage first, so a sum that reads
+  // one sent back (a tied table: the head's share to the first stage, the total back) never comes
+  // before it (the stages' steps may end together, as zb-h1's do).
+  auto key() const { return std::make_tuple(issue, once ? -from : from, !forward, micro, ident, to); }
 };
 
 // One stage's partition as the other side of a transfer sees it.
@@ -236,7 +240,7 @@ struct StageTransfers {
 struct StageClock {
   PipelineSchedule schedule = PipelineSchedule::k1F1B;
   int me = 0, S = 1, M = 1, K = 1;  // this stage, the stages, micro-batches and chunks of one
-  std::map<std::tuple<int, bool, int>, double> step_end;  // (stage, forward, micro-batch) -> end
+  std::map<std::tuple<int, int, int>, double> step_end;  // (stage, PipeStep::kind, micro-batch) -> end
 };
 
 // The order phase: the intra-stage schedule's order cut into the stage's pipeline steps, the
@@ -321,8 +325,31 @@ Expected<std::vector<ScheduledOp>> order_stage(const Graph& g, const ScheduleOpt
     input_only[static_cast<size_t>(id)] = only;
   }
   std::vector<PipeStep> steps = stage_steps(clock.schedule, me, clock.S, M);
-  std::map<std::pair<bool, int>, int> step_index;
-  for (size_t i = 0; i < steps.size(); ++i) step_index[{steps[i].forward, steps[i].micro}] = static_cast<int>(i);
+  std::map<std::pair<int, int>, int> step_index;  // (PipeStep::kind, micro-batch) -> step
+  for (size_t i = 0; i < steps.size(); ++i) step_index[{steps[i].kind(), steps[i].micro}] = static_cast<int>(i);
+  // A schedule that splits the backward (zb-h1): a backward node runs in its micro-batch's B when a
+  // gradient that micro-batch sends to the stage before needs it (the input gradient's chain),
+  // else in its W (weight gradients, and what only they read). A stage that sends no gradient
+  // (the first) has only W work.
+  std::vector<char> input_grad(NN, 0);
+  if (splits_backward(clock.schedule)) {
+    std::vector<ValueId> stack;
+    for (const auto& [op, v] : send_input) {
+      // a backward transfer of one micro-batch's value (not a sum sent once a step)
+      NodeId made = g.producer(v);
+      if (!forward_side(g.node(op)) && made != kNoId && micro_of(g.node(made)) >= 0) stack.push_back(v);
+    }
+    while (!stack.empty()) {
+      ValueId v = stack.back();
+      stack.pop_back();
+      NodeId p = g.producer(v);
+      if (p == kNoId || channel_set.count(p) || forward_side(g.node(p)) || input_grad[static_cast<size_t>(p)]) continue;
+      input_grad[static_cast<size_t>(p)] = 1;
+      for (ValueId in : g.node(p).inputs) {
+        if (in != kNoId) stack.push_back(in);
+      }
+    }
+  }
   std::vector<int> target(NN, -1);  // the step a node runs in; -1: none (as soon as it can)
   std::vector<char> tagged(NN, 0);  // runs in a step (else: as soon as its inputs are there)
   std::vector<NodeId> untagged;
@@ -335,7 +362,8 @@ Expected<std::vector<ScheduledOp>> order_stage(const Graph& g, const ScheduleOpt
     }
     int m = input_only[static_cast<size_t>(id)] ? -1 : micro_of(n);
     if (m >= 0) {
-      auto it = step_index.find({forward_side(n), m});
+      int kind = forward_side(n) ? 0 : splits_backward(clock.schedule) && !input_grad[static_cast<size_t>(id)] ? 2 : 1;
+      auto it = step_index.find({kind, m});
       if (it == step_index.end()) return error("stage {}: {} works on micro-batch {} of {}", me, n.describe(), m, M);
       t = std::max(t, it->second);
       tagged[static_cast<size_t>(id)] = 1;
@@ -402,7 +430,7 @@ Expected<std::vector<ScheduledOp>> order_stage(const Graph& g, const ScheduleOpt
       OASES_RETURN_IF_ERROR(emit_with_inputs(id));
       emit_sums_after(id);
     }
-    now = clock.step_end.at({me, st.forward, st.micro});
+    now = clock.step_end.at({me, st.kind(), st.micro});
     emit_ready_untagged(true);
   }
   emit_ready_untagged(false);
@@ -517,7 +545,7 @@ class StageBuilder {
     stage_end_.assign(static_cast<size_t>(clock_.S), 0);
     for (const PipelineEvent& e : sim.events) {
       if (e.transfer) continue;
-      clock_.step_end[{e.stage, e.forward, e.micro}] = e.end_s;
+      clock_.step_end[{e.stage, e.forward ? 0 : e.weight ? 2 : 1, e.micro}] = e.end_s;
       stage_end_[static_cast<size_t>(e.stage)] = std::max(stage_end_[static_cast<size_t>(e.stage)], e.end_s);
     }
     return Status::ok();
@@ -546,9 +574,10 @@ class StageBuilder {
     t.micro = micro_of(pn);
     if (t.micro < 0) {
       t.micro = t.forward ? -1 : clock_.M;
+      t.once = !t.forward;
       t.issue = t.forward ? -1.0 : stage_end_[static_cast<size_t>(from)];
     } else {
-      auto it = clock_.step_end.find({from, t.forward, t.micro});
+      auto it = clock_.step_end.find({from, t.forward ? 0 : 1, t.micro});
       if (it == clock_.step_end.end()) return error("{} works on micro-batch {}, which stage {} never runs", pn.describe(), t.micro, from);
       t.issue = it->second;
     }

@@ -600,6 +600,7 @@ nlohmann::json pipeline_plan_json(const PipelinePlan& p) {
   nlohmann::json ev = nlohmann::json::array();
   for (const PipelineEvent& e : p.sim.events) {
     ev.push_back({{"stage", e.stage}, {"forward", e.forward}, {"micro", e.micro}, {"transfer", e.transfer}, {"start_s", e.start_s}, {"end_s", e.end_s}});
+    if (e.weight) ev.back()["weight"] = true;
   }
   j["timeline"] = ev;
   return j;

@@ -424,7 +424,7 @@ Status Plan::validate() const {
   if (micro_batches < 0 || micro_batches > kMaxPlanChunks)
     return error("pipeline.micro_batches: {} micro-batches (1 to {})", micro_batches, kMaxPlanChunks);
   if (S > 1 && !parse_pipeline(pipeline))
-    return error("pipeline.schedule: unknown pipeline schedule '{}' (gpipe, 1f1b, eager-1f1b)", pipeline);
+    return error("pipeline.schedule: unknown pipeline schedule '{}' (gpipe, 1f1b, eager-1f1b, zb-h1)", pipeline);
   int64_t with_blocks = 0;
   for (int64_t k = 1; k < S; ++k) {
     const MeshPlan& st = stages[static_cast<size_t>(k)];

@@ -95,8 +95,10 @@ void add_train_options(CLI::App& app, TrainArgs& a) {
   app.add_option("--stage-meshes", a.stage_meshes,
                  "Each stage its own mesh, TPxDP[:SCHEDULE] per stage, e.g. 2x1,1x2:oases (the world is the sum; "
                  "the chunks are --chunks on every stage)");
-  app.add_option("--pipeline", a.pipeline, "gpipe | 1f1b | eager-1f1b: the order of micro-batch forwards and backwards per stage")
-      ->check(CLI::IsMember({"gpipe", "1f1b", "eager-1f1b"}));
+  app.add_option("--pipeline", a.pipeline,
+                 "gpipe | 1f1b | eager-1f1b | zb-h1: the order of micro-batch forwards and backwards per stage (zb-h1: each "
+                 "backward split into the input gradient, sent on at once, and the weight gradients after it)")
+      ->check(CLI::IsMember({"gpipe", "1f1b", "eager-1f1b", "zb-h1"}));
   app.add_option("--hosts", a.hosts,
                  "Emulate N hosts (the ranks spread over them in order): --emulate-link is then the link between hosts only, "
                  "groups and transfers inside a host run at the machine's speed")

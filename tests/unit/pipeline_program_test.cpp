@@ -167,6 +167,9 @@ void check_built_programs(const Built& b, int K, PipelineSchedule sched) {
     if (sched == PipelineSchedule::kEager1F1B) {
       EXPECT_EQ(info.peak_in_flight, std::min(M, 2 * (S - s)));
     }
+    if (sched == PipelineSchedule::kZBH1) {
+      EXPECT_LE(info.peak_in_flight, std::min(M, S));  // held to its W: 1F1B's first-stage peak
+    }
     EXPECT_GT(info.sends + info.receives, 0);
     const Graph& g = rp->program.graph;
     // the blocks' work runs in the schedule's steps: forward and backward of each micro-batch in turn
@@ -177,10 +180,55 @@ void check_built_programs(const Built& b, int K, PipelineSchedule sched) {
       PipeStep st{n.phase == Node::Phase::kForward, n.chunk / K};
       if (seen.empty() || !(seen.back() == st)) seen.push_back(st);
     }
-    EXPECT_EQ(seen.size(), info.steps.size());
-    for (size_t i = 0; i < seen.size() && i < info.steps.size(); ++i) {
-      EXPECT_TRUE(seen[i] == info.steps[i]) << "stage " << s << " step " << i << ": ran " << (seen[i].forward ? "F" : "B") << seen[i].micro
-                                            << ", the schedule says " << (info.steps[i].forward ? "F" : "B") << info.steps[i].micro;
+    // (by phase a W step is a backward of its micro-batch; a B step with nothing to send, the first
+    // stage's, has no work: with W steps the blocks' steps are a subsequence of the schedule's)
+    std::vector<PipeStep> expected;
+    for (const PipeStep& st : info.steps) {
+      PipeStep byphase{st.forward, st.micro};
+      if (expected.empty() || !(expected.back() == byphase)) expected.push_back(byphase);
+    }
+    if (splits_backward(sched)) {
+      size_t at = 0;
+      for (const PipeStep& st : seen) {
+        while (at < expected.size() && !(expected[at] == st)) ++at;
+        EXPECT_LT(at, expected.size()) << "stage " << s << ": " << (st.forward ? "F" : "B") << st.micro << " out of the schedule's order";
+        if (at < expected.size()) ++at;
+      }
+    } else {
+      EXPECT_EQ(seen.size(), expected.size());
+      for (size_t i = 0; i < seen.size() && i < expected.size(); ++i) {
+        EXPECT_TRUE(seen[i] == expected[i]) << "stage " << s << " step " << i << ": ran " << (seen[i].forward ? "F" : "B") << seen[i].micro
+                                            << ", the schedule says " << (expected[i].forward ? "F" : "B") << expected[i].micro;
+      }
+    }
+    if (splits_backward(sched) && s > 0) {
+      // zb-h1: each micro-batch's gradient leaves before its weight gradients are made (its W
+      // follows the send), and the W step has work (the weight products)
+      std::map<int, size_t> sent, last_backward, products_after;
+      for (size_t i = 0; i < rp->program.order.size(); ++i) {
+        const ScheduledOp& op = rp->program.order[i];
+        const Node& n = g.node(op.node);
+        // a gradient sent (the transfer's node names no micro-batch: the value's producer does)
+        if (n.op_type == "Reshard" && op.kind == ScheduledOp::Kind::kCommStart && n.phase == Node::Phase::kBackward && n.has_input(0)) {
+          NodeId made = g.producer(n.inputs[0]);
+          if (made != kNoId && g.node(made).chunk >= 0 && !sent.count(g.node(made).chunk / K)) sent[g.node(made).chunk / K] = i;
+        }
+        if (n.chunk < 0 || n.phase != Node::Phase::kBackward) continue;
+        const int m = n.chunk / K;
+        (void)m;
+        if (op.kind == ScheduledOp::Kind::kCompute && block_of_scope(n.scope) >= 0) last_backward[m] = i;
+      }
+      for (size_t i = 0; i < rp->program.order.size(); ++i) {
+        const Node& n = g.node(rp->program.order[i].node);
+        if (n.chunk < 0 || n.phase != Node::Phase::kBackward || block_of_scope(n.scope) < 0) continue;
+        const int m = n.chunk / K;
+        if (sent.count(m) && i > sent[m] && n.op_type.find("MatMul") != std::string::npos) ++products_after[m];
+      }
+      for (int m = 0; m < M; ++m) {
+        ASSERT_TRUE(sent.count(m)) << "stage " << s << " sends no gradient of micro-batch " << m;
+        EXPECT_LT(sent[m], last_backward[m]) << "stage " << s << " micro-batch " << m << ": no weight gradient after the send";
+        EXPECT_GT(products_after[m], 0u) << "stage " << s << " micro-batch " << m << ": no weight product after the send";
+      }
     }
     for (const ScheduledOp& op : rp->program.order) {
       const Node& n = g.node(op.node);
@@ -238,7 +286,7 @@ void check_pipeline_programs(int S, int64_t tp, int M, int K, PipelineSchedule s
 }
 
 TEST(PipelineProgram, TransfersPairUpAndReplayWithoutDeadlock) {
-  for (PipelineSchedule sched : {PipelineSchedule::kGPipe, PipelineSchedule::k1F1B, PipelineSchedule::kEager1F1B}) {
+  for (PipelineSchedule sched : {PipelineSchedule::kGPipe, PipelineSchedule::k1F1B, PipelineSchedule::kEager1F1B, PipelineSchedule::kZBH1}) {
     check_pipeline_programs(2, 1, 4, 1, sched, "");
     check_pipeline_programs(4, 1, 4, 1, sched, "");
     check_pipeline_programs(2, 2, 2, 2, sched, "oases");

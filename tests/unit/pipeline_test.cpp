@@ -120,6 +120,61 @@ TEST(Pipeline, SimulatorMatchesHandWorkedCases) {
   EXPECT_FALSE(simulate_pipeline(PipelineSchedule::kGPipe, 0, t));
   EXPECT_FALSE(simulate_pipeline(PipelineSchedule::kGPipe, 2, PipelineTimes{{1, 1}, {1}, {}}));
   EXPECT_FALSE(parse_pipeline("zero-bubble"));
+  EXPECT_FALSE(parse_pipeline("zb-h2"));
+}
+
+// zb-h1: 1F1B's forwards and B's with the W's in the waits, stage s deferring at most s of them;
+// 1F1B's first-stage peak in flight (held to the W) on every stage; deadlock-free (a W moves
+// nothing); the gradient crossing the stages at B's pace shortens the step and its bubble: 4
+// equal stages, 8 micro-batches, F = B = W = 1 (1F1B's backward 2): 1F1B (8 + 3) x 3 = 33; zb-h1
+// 24 of work plus (S - 1) F = 27, the bubble (3 units) a third of 1F1B's (9).
+TEST(Pipeline, ZeroBubbleH1SplitsEachBackwardAndShortensTheBubble) {
+  const auto z = PipelineSchedule::kZBH1;
+  EXPECT_TRUE(splits_backward(z));
+  EXPECT_EQ(parse_pipeline("zb-h1").value(), z);
+  for (int S : {1, 2, 3, 4, 8}) {
+    for (int M = 1; M <= 12; ++M) {
+      for (int s = 0; s < S; ++s) {
+        auto steps = stage_steps(z, s, S, M);
+        ASSERT_EQ(static_cast<int>(steps.size()), 3 * M);
+        std::vector<PipeStep> fb;
+        std::vector<int> b_at(static_cast<size_t>(M), -1), w_at = b_at;
+        int deferred = 0, most = 0;  // W's pending (B run, W not) when a forward runs
+        for (size_t i = 0; i < steps.size(); ++i) {
+          const PipeStep& x = steps[i];
+          if (x.weight) {
+            w_at[static_cast<size_t>(x.micro)] = static_cast<int>(i);
+            if (x.micro > 0) EXPECT_GT(w_at[static_cast<size_t>(x.micro)], w_at[static_cast<size_t>(x.micro - 1)]);
+            --deferred;
+            continue;
+          }
+          fb.push_back(x);
+          if (x.forward) most = std::max(most, deferred);
+          if (!x.forward) b_at[static_cast<size_t>(x.micro)] = static_cast<int>(i), ++deferred;
+        }
+        for (int m = 0; m < M; ++m) EXPECT_GT(w_at[static_cast<size_t>(m)], b_at[static_cast<size_t>(m)]) << "W" << m << " before its B";
+        EXPECT_EQ(fb, stage_steps(PipelineSchedule::k1F1B, s, S, M));
+        EXPECT_LE(most, s) << S << " " << M << " " << s;
+        EXPECT_LE(peak_in_flight(steps), std::min(M, S)) << S << " " << M << " " << s;
+      }
+      EXPECT_TRUE(check_pipeline_order(z, S, M).is_ok()) << check_pipeline_order(z, S, M).message();
+    }
+  }
+  std::string seq;
+  for (const PipeStep& x : stage_steps(z, 1, 4, 8)) seq += fmt::format("{}{} ", x.forward ? 'F' : x.weight ? 'W' : 'B', x.micro);
+  EXPECT_EQ(seq, "F0 F1 F2 B0 F3 B1 W0 F4 B2 W1 F5 B3 W2 F6 B4 W3 F7 B5 W4 B6 W5 B7 W6 W7 ");
+  PipelineTimes t{{1, 1, 1, 1}, {2, 2, 2, 2}, {0, 0, 0}};
+  auto one = simulate_pipeline(PipelineSchedule::k1F1B, 8, t).value();
+  auto zb = simulate_pipeline(z, 8, t).value();  // the backward split evenly: B = W = 1
+  EXPECT_DOUBLE_EQ(one.step_s, 33.0);
+  EXPECT_DOUBLE_EQ(zb.step_s, 27.0);
+  EXPECT_NEAR(zb.bubble, 1 - 24.0 / 27.0, 1e-12);
+  EXPECT_DOUBLE_EQ(zb.step_s - 24.0, (one.step_s - 24.0) / 3);
+  PipelineTimes given = t;
+  given.weight_s = {0.5, 0.5, 0.5, 0.5};  // a W given: the backward is B's alone
+  EXPECT_DOUBLE_EQ(split_backward(z, given).backward_s[0], 2.0);
+  EXPECT_DOUBLE_EQ(split_backward(z, t).weight_s[2], 1.0);
+  EXPECT_TRUE(split_backward(PipelineSchedule::k1F1B, t).weight_s.empty());
 }
 
 TEST(PipelineStages, CutsGivenOrBalanced) {
