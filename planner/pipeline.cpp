@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <limits>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <sstream>
 #include <tuple>
 
@@ -188,12 +190,27 @@ std::vector<std::vector<PipeStep>> zero_bubble_orders(int S, int M) {
   return out;
 }
 
+// zero_bubble_orders of (S, M), made once (the planner asks for every stage of many candidates).
+std::shared_ptr<const std::vector<std::vector<PipeStep>>> zero_bubble_orders_cached(int S, int M) {
+  static std::mutex mu;
+  static std::map<std::pair<int, int>, std::shared_ptr<const std::vector<std::vector<PipeStep>>>> cache;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = cache.find({S, M});
+    if (it != cache.end()) return it->second;
+  }
+  auto made = std::make_shared<const std::vector<std::vector<PipeStep>>>(zero_bubble_orders(S, M));
+  std::lock_guard<std::mutex> lock(mu);
+  if (cache.size() > 4096) cache.clear();
+  return cache.emplace(std::make_pair(S, M), made).first->second;
+}
+
 }  // namespace
 
 std::vector<PipeStep> stage_steps(PipelineSchedule p, int stage, int stages, int micro_batches) {
   if (p == PipelineSchedule::kZBH1) {
     if (stage < 0 || stage >= stages || micro_batches < 1) return {};
-    return zero_bubble_orders(stages, micro_batches)[static_cast<size_t>(stage)];
+    return (*zero_bubble_orders_cached(stages, micro_batches))[static_cast<size_t>(stage)];
   }
   int w = warmup_forwards(p, stage, stages, micro_batches);
   std::vector<PipeStep> out;

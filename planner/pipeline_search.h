@@ -21,7 +21,8 @@
 namespace oases {
 
 struct PipelinePlanOptions {
-  std::vector<PipelineSchedule> schedules{PipelineSchedule::kGPipe, PipelineSchedule::k1F1B, PipelineSchedule::kEager1F1B};
+  std::vector<PipelineSchedule> schedules{PipelineSchedule::kGPipe, PipelineSchedule::k1F1B, PipelineSchedule::kEager1F1B,
+                                          PipelineSchedule::kZBH1};
   std::vector<int64_t> micro_factors{1, 2, 4, 8, 12, 16};  // M = factor x S
   std::vector<int64_t> inner_chunks{1, 2};         // K per micro-batch
   double memory_limit = 0;                         // bytes per GPU (0: none)

@@ -226,7 +226,7 @@ TEST(PlanFileTest, EveryBadFieldIsOneLineNamingTheFileAndTheField) {
       {"/pipeline/cuts", "\"0-0,1-3,4-5\"", "plan.json: pipeline.cuts: '0-0,1-3,4-5' cuts 3 stages, the plan has 2"},
       {"/pipeline/cuts", "\"0-0,2-3\"", "plan.json: pipeline.cuts: stage 1 starts at block 2, not 1 (every block once, in order)"},
       {"/pipeline/cuts", "\"0-0;1-3\"", "plan.json: pipeline.cuts: '0-0;1-3' is not a list of FIRST-LAST block ranges (e.g. 0-5,6-11)"},
-      {"/pipeline/schedule", "\"zigzag\"", "plan.json: pipeline.schedule: unknown pipeline schedule 'zigzag' (gpipe, 1f1b, eager-1f1b)"},
+      {"/pipeline/schedule", "\"zigzag\"", "plan.json: pipeline.schedule: unknown pipeline schedule 'zigzag' (gpipe, 1f1b, eager-1f1b, zb-h1)"},
       {"/pipeline/meshes/1/dp", "0", "plan.json: pipeline.meshes[1].dp: 0 is not a positive integer"},
       {"/pipeline/meshes/1/schedule", "\"fast\"",
        "plan.json: pipeline.meshes[1].schedule: unknown schedule 'fast' (plain, default_checkpoint, optim_comm_checkpoint, "
