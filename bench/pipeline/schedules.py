@@ -1,0 +1,113 @@
+"""Pipeline schedules beyond 1F1B, measured (issue 34 item 6): pp 4 (--pp) with M = 8 micro-batches on
+4 thread ranks, each its own emulated host (oases-train --hosts 4, stages joined by --emulate-link).
+
+For 1f1b and zb-h1:
+  * measured: the median step (ms) and the bubble share, 1 - (the busiest rank's compute per step)
+    / step, its compute from the run's --trace (every compute span of its compute thread);
+  * predicted: oases-plan's pipeline simulator for the same pipeline (--reference-pipeline), op
+    times from oases-profile on this machine, and its bubble;
+  * memory: the largest stage arena (--memory-report) of each schedule;
+then the optimizer state a rank holds at pp 2 x dp 2 with and without --zero 1.
+
+Ranks share this machine's cores: a stage's idle time is another's compute time here, so the
+measured bubble is what the ranks' own threads left idle, not what idle GPUs would show.
+
+  /usr/bin/python3 bench/pipeline/schedules.py [--bin build/bin] [--steps 8] [--link bw=1.25,latency=50] [--json out.json]
+"""
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def run(cmd):
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode != 0:
+        sys.exit(f"schedules: {' '.join(cmd)} failed ({p.returncode}):\n{p.stdout[-2000:]}\n{p.stderr[-2000:]}")
+    return p.stdout + p.stderr
+
+
+def busiest_compute_ms(trace_path, steps):
+    """The largest per-rank sum of compute spans (ms) per step."""
+    d = json.load(open(trace_path))
+    ev = d["traceEvents"] if isinstance(d, dict) else d
+    busy = {}
+    for e in ev:
+        if e.get("ph") == "X" and e.get("tid") == 0 and e.get("args", {}).get("kind", "compute") == "compute":
+            busy[e["pid"]] = busy.get(e["pid"], 0.0) + e["dur"] / 1000.0
+    return max(busy.values()) / steps if busy else float("nan")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bin", default=os.path.join(REPO, "build", "bin"))
+    ap.add_argument("--stack", default="256x8", help="models/make_oases_stacks.py --stack (hidden x layers)")
+    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--seq", type=int, default=128)
+    ap.add_argument("--micro", type=int, default=8)
+    ap.add_argument("--pp", type=int, default=4, help="stages, one thread rank and one emulated host each")
+    ap.add_argument("--steps", type=int, default=8)
+    ap.add_argument("--link", default="bw=1.25,latency=50")
+    ap.add_argument("--json", default="")
+    a = ap.parse_args()
+    if a.steps < 2:
+        sys.exit("schedules: --steps must be at least 2 (the first is left out)")
+    work = tempfile.mkdtemp(prefix="oases_bench_schedules_")
+    run(["/usr/bin/python3", os.path.join(REPO, "models", "make_oases_stacks.py"), "--out", work, "--stack", a.stack, "--vocab", "256",
+         "--seq", str(a.seq)])
+    h, l = a.stack.split("x")
+    model = os.path.join(work, f"gpt_h{h}_l{l}_v256_s{a.seq}", "model.onnx")
+    if not os.path.exists(model):
+        sys.exit(f"schedules: no model at {model}")
+    prof = os.path.join(work, "profile.json")
+    run([os.path.join(a.bin, "oases-profile"), "--backend", "cpu", "--out", prof, "--model", model, "--ranks", str(a.pp), "--batch", str(a.batch),
+         "--seq", str(a.seq), "--chunks", f"1,{a.micro}", "--degrees", "1"])
+    common = ["--synthetic", "--batch", str(a.batch), "--seq", str(a.seq), "-q"]
+    print(f"model {a.stack} (vocabulary 256), batch {a.batch} x {a.seq}, pp {a.pp} on {a.pp} thread ranks, each its own emulated host joined by "
+          f"{a.link}, {a.micro} micro-batches, {a.steps} steps, {os.cpu_count()} cores")
+    rows = []
+    for sched in ["1f1b", "zb-h1"]:
+        log, trace = os.path.join(work, f"{sched}.jsonl"), os.path.join(work, f"{sched}.trace.json")
+        out = run([os.path.join(a.bin, "oases-train"), model] + common +
+                  ["--steps", str(a.steps), "--local-ranks", str(a.pp), "--pp", str(a.pp), "--micro-batches", str(a.micro), "--pipeline", sched,
+                   "--hosts", str(a.pp), "--emulate-link", a.link, "--log-json", log, "--trace", trace, "--trace-steps", str(a.steps - 1),
+                   "--memory-report"])
+        ms = [json.loads(x)["ms"] for x in open(log)]
+        step = statistics.median(ms[1:])
+        bubble = 1 - busiest_compute_ms(trace, len(ms) - 1) / statistics.mean(ms[1:])  # the trace holds the steps after the first
+        arenas = [float(x) for x in re.findall(r"^stage \d \([\w-]+\): .* arena ([\d.]+) KiB", out, re.M)]
+        ptext = run([os.path.join(a.bin, "oases-plan"), model, "--gpus", str(a.pp), "--batch", str(a.batch), "--seq", str(a.seq), "--profile", prof,
+                     "--hosts", str(a.pp), "--emulate-link", a.link, "--no-pipeline", "--reference-pipeline",
+                     f"{a.pp},1,{a.micro},{sched},plain"])
+        m = re.search(r"^  reference\s+step\s+([0-9.]+) ms\s+\(bubble (\d+)%\)", ptext, re.M)
+        rows.append(dict(schedule=sched, measured_ms=step, bubble=bubble, predicted_ms=float(m.group(1)) if m else float("nan"),
+                         predicted_bubble=int(m.group(2)) / 100 if m else float("nan"), largest_arena_kib=max(arenas) if arenas else 0))
+    print(f"\n{'schedule':9} {'measured':>9} {'bubble':>7} {'predicted':>10} {'bubble':>7} {'largest arena':>14}")
+    for r in rows:
+        print(f"{r['schedule']:9} {r['measured_ms']:8.1f}  {100 * r['bubble']:5.1f}%  {r['predicted_ms']:9.1f}  {100 * r['predicted_bubble']:5.0f}%"
+              f"  {r['largest_arena_kib']:10.0f} KiB")
+    one, zb = rows[0], rows[1]
+    print(f"zb-h1 / 1f1b: step {zb['measured_ms'] / one['measured_ms']:.2f}x, bubble {zb['bubble'] / one['bubble']:.2f}x measured "
+          f"({zb['predicted_bubble'] / one['predicted_bubble']:.2f}x predicted), largest arena "
+          f"{zb['largest_arena_kib'] / one['largest_arena_kib']:.2f}x")
+    # the distributed optimizer's saving at pp 2 x dp 2
+    zero = {}
+    for z in (0, 1):
+        out = run([os.path.join(a.bin, "oases-train"), model] + common +
+                  ["--steps", "1", "--local-ranks", "4", "--pp", "2", "--dp", "2", "--micro-batches", "2", "--zero", str(z), "--memory-report"])
+        zero[z] = [float(x) for x in re.findall(r"optimizer state ([\d.]+) MiB", out)]
+    print(f"\noptimizer state per rank at pp 2 x dp 2 (stage 0, stage 1): without --zero {zero[0]} MiB, with --zero 1 {zero[1]} MiB "
+          f"({', '.join(f'{x / y:.2f}x' for x, y in zip(zero[0], zero[1]))} less)")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"rows": rows, "zero": zero}, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()
