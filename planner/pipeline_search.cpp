@@ -418,51 +418,53 @@ StageCountResult search_stage_count(ModelAnalyzer& analyzer, const ClusterSpec& 
     return out;
   }
   CostModel cm(*an, stage_cluster(cluster, n), ops);
-  cm.set_zero(o.zero);
   BoundaryCache priced;
-  for (int64_t M : pipeline_micro_batches(S, an->batch, o)) {
-    SearchOptions so = o.inner;
-    // one tp x dp layout for every part: what oases-train's stages run (per-part layouts inside
-    // stages are not cut into stage programs yet)
-    so.allow_mixed = false;
-    so.chunks.clear();
-    for (int64_t k : o.inner_chunks) so.chunks.push_back(M * k);
-    // The inner search prices the whole model on one stage's GPUs with every micro-batch's
-    // activations kept; a stage keeps only its blocks and the micro-batches in flight. So the
-    // fastest inner plan is priced first with no limit, and, when a stage of it does not fit,
-    // the fastest whose whole-model memory fits the stages' memory together.
-    std::vector<double> limits{0.0};
-    if (o.memory_limit > 0) limits.push_back(o.memory_limit * static_cast<double>(S));
-    for (double lim : limits) {
-      so.memory_limit = lim;
-      SearchResult r = search_plan(cm, so);
-      if (!r.found) {
-        out.why = fmt::format("{} stages of {} GPUs, {} micro-batches: no inner plan", S, n, M);
-        continue;
-      }
-      bool fits_somewhere = false;
-      for (PipelineSchedule sched : o.schedules) {
-        PipelinePlan c = price(cm, cluster, ops, gpus, static_cast<int>(S), static_cast<int>(M), r.best, sched, blocks, &priced);
-        ++out.candidates;
-        if (!c.found) continue;
-        // each stage on the tp its own parts prefer (which may also fit where one tp for all does not)
-        PipelinePlan own = price_own_meshes(cm, cluster, ops, gpus, c, o, &priced);
-        if (own.found) {
-          ++out.candidates;
-          if (o.memory_limit <= 0 || own.memory_bytes <= o.memory_limit) {
-            fits_somewhere = true;
-            keep_fastest(&out.best, own, o.keep);
-          }
-        }
-        if (o.memory_limit > 0 && c.memory_bytes > o.memory_limit) {
-          out.why = fmt::format("{} stages of {} GPUs, {} micro-batches, {}: {} per GPU", S, n, M, pipeline_name(sched),
-                                describe_bytes(c.memory_bytes));
+  for (bool zero : o.zero) {
+    cm.set_zero(zero);
+    for (int64_t M : pipeline_micro_batches(S, an->batch, o)) {
+      SearchOptions so = o.inner;
+      // one tp x dp layout for every part: what oases-train's stages run (per-part layouts inside
+      // stages are not cut into stage programs yet)
+      so.allow_mixed = false;
+      so.chunks.clear();
+      for (int64_t k : o.inner_chunks) so.chunks.push_back(M * k);
+      // The inner search prices the whole model on one stage's GPUs with every micro-batch's
+      // activations kept; a stage keeps only its blocks and the micro-batches in flight. So the
+      // fastest inner plan is priced first with no limit, and, when a stage of it does not fit,
+      // the fastest whose whole-model memory fits the stages' memory together.
+      std::vector<double> limits{0.0};
+      if (o.memory_limit > 0) limits.push_back(o.memory_limit * static_cast<double>(S));
+      for (double lim : limits) {
+        so.memory_limit = lim;
+        SearchResult r = search_plan(cm, so);
+        if (!r.found) {
+          out.why = fmt::format("{} stages of {} GPUs, {} micro-batches: no inner plan", S, n, M);
           continue;
         }
-        fits_somewhere = true;
-        keep_fastest(&out.best, std::move(c), o.keep);
+        bool fits_somewhere = false;
+        for (PipelineSchedule sched : o.schedules) {
+          PipelinePlan c = price(cm, cluster, ops, gpus, static_cast<int>(S), static_cast<int>(M), r.best, sched, blocks, &priced);
+          ++out.candidates;
+          if (!c.found) continue;
+          // each stage on the tp its own parts prefer (which may also fit where one tp for all does not)
+          PipelinePlan own = price_own_meshes(cm, cluster, ops, gpus, c, o, &priced);
+          if (own.found) {
+            ++out.candidates;
+            if (o.memory_limit <= 0 || own.memory_bytes <= o.memory_limit) {
+              fits_somewhere = true;
+              keep_fastest(&out.best, own, o.keep);
+            }
+          }
+          if (o.memory_limit > 0 && c.memory_bytes > o.memory_limit) {
+            out.why = fmt::format("{} stages of {} GPUs, {} micro-batches, {}: {} per GPU", S, n, M, pipeline_name(sched),
+                                  describe_bytes(c.memory_bytes));
+            continue;
+          }
+          fits_somewhere = true;
+          keep_fastest(&out.best, std::move(c), o.keep);
+        }
+        if (fits_somewhere) break;
       }
-      if (fits_somewhere) break;
     }
   }
   for (PipelinePlan& p : out.best) with_plan(*an, p);
@@ -615,10 +617,11 @@ std::string describe_pipeline(const PipelinePlan& p) {
   if (p.per_stage) {
     for (const auto& s : p.stage) tps += fmt::format("{}{}", tps.empty() ? " ; stage tp " : ",", s.layout.tp);
   }
-  return fmt::format("pp {} x {} GPUs, {} micro-batches, {}, blocks {} ; inner {} K={}{} ; bubble {:.0f}%, transfer {:.3f} ms per micro-batch{}",
-                     p.stages, p.stage_ranks, p.micro_batches, pipeline_name(p.schedule), stages_string(cuts), p.inner.schedule,
-                     p.micro_batches > 0 ? p.inner.chunks / p.micro_batches : 0, tps, p.bubble * 100, xfer * 1e3,
-                     p.exchange_s > 0 ? fmt::format(", tied-table exchange {:.3f} ms a step", p.exchange_s * 1e3) : "");
+  return fmt::format(
+      "pp {} x {} GPUs, {} micro-batches, {}{}, blocks {} ; inner {} K={}{} ; bubble {:.0f}%, transfer {:.3f} ms per micro-batch{}",
+      p.stages, p.stage_ranks, p.micro_batches, pipeline_name(p.schedule), p.zero ? ", ZeRO-1" : "", stages_string(cuts), p.inner.schedule,
+      p.micro_batches > 0 ? p.inner.chunks / p.micro_batches : 0, tps, p.bubble * 100, xfer * 1e3,
+      p.exchange_s > 0 ? fmt::format(", tied-table exchange {:.3f} ms a step", p.exchange_s * 1e3) : "");
 }
 
 Plan plan_of_pipeline(const ModelAnalysis& stage_a, const PipelinePlan& p) {

@@ -31,7 +31,9 @@ struct PipelinePlanOptions {
   // Fitting candidates to return (PipelinePlan::runners_up holds the others, fastest first), for a
   // caller that ranks them by another measure (oases-plan --simulate replays their programs).
   int keep = 1;
-  bool zero = false;  // the distributed optimizer on every stage (CostModel::set_zero)
+  // The distributed optimizer on every stage or not (CostModel::set_zero): each choice listed is
+  // weighed, the faster that fits kept.
+  std::vector<bool> zero{false};
 };
 
 struct PipelineStagePlan {

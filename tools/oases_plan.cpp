@@ -95,9 +95,10 @@ CLI::Option* add_plan_flags(CLI::App& app, PlanOptions& o) {
   app.add_option("--degrees", o.degrees, "tp degrees to consider (comma list; default every one dividing the model)");
   app.add_flag("--no-sequence-parallel", o.no_sp, "Never split norms and residuals over the sequence");
   app.add_option("--zero", o.zero,
-                 "1: plan with the distributed optimizer (ZeRO stage 1: optimizer state and update shared over each part's dp ranks, "
-                 "gradients reduce-scattered, weights all-gathered after the step); the plan file carries it to oases-train")
-      ->check(CLI::Range(int64_t{0}, int64_t{1}));
+                 "The distributed optimizer (ZeRO stage 1: optimizer state and update shared over each part's dp ranks, gradients "
+                 "reduce-scattered, weights all-gathered after the step): 1 plans with it, 0 without, auto (default) lets the "
+                 "pipeline search weigh both (the one-mesh search plans without); the plan file carries it to oases-train")
+      ->check(CLI::IsMember({"0", "1", "auto"}));
   app.add_flag("--no-collective-matmul", o.no_cm, "Never decompose sequence-parallel collectives into ring steps beside the products");
   app.add_option("--dtype", o.dtype,
                  "fp32 | bf16 | fp16: compute type the plan is for (default: bf16 on a cluster whose GPUs have bf16 tensor cores, "

@@ -130,7 +130,7 @@ Status load_model_and_costs(const PlanOptions& o, PlanSearch& s, const ImportOpt
   s.limit = o.memory_gib > 0 ? o.memory_gib * 1024.0 * 1024 * 1024 : s.cluster.device.memory_gib * 1024.0 * 1024 * 1024;
   if (o.memory_gib < 0) return error("--memory must be positive, not {}", o.memory_gib);
   s.cm.emplace(s.a, s.cluster, s.ops);
-  s.cm->set_zero(o.zero > 0);
+  s.cm->set_zero(o.zero == "1");
   s.phases.analysis_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t1).count();
   return Status::ok();
 }
@@ -160,7 +160,7 @@ Status make_search_options(const PlanOptions& o, PlanSearch& s) {
   so.keep_spaces = (o.simulate || !o.trace.empty()) && o.sim_candidates > 1;
   s.pipelined = !o.no_pipeline && o.gpus >= 2;
   s.po.memory_limit = s.limit;
-  s.po.zero = o.zero > 0;
+  s.po.zero = o.zero == "1" ? std::vector<bool>{true} : o.zero == "0" ? std::vector<bool>{false} : std::vector<bool>{false, true};
   s.po.inner = so;
   s.po.keep = o.simulate || !o.trace.empty() ? static_cast<int>(o.sim_pipelines) : 1;
   if (s.pipelined) {

@@ -31,7 +31,9 @@ struct PlanOptions {
   std::string trace;                                // --trace FILE
   std::string schedules, chunks, degrees, pp_list;  // comma lists as given
   bool uniform = false, no_sp = false, no_cm = false, no_pipeline = false;
-  int64_t zero = 0;  // --zero: plan with the distributed optimizer (ZeRO stage 1)
+  // --zero: the distributed optimizer (ZeRO stage 1): "1" on, "0" off, "auto" the pipeline search
+  // weighs both (the one-mesh search plans without)
+  std::string zero = "auto";
   std::string dtype, reference_pipeline, emulate_link;
   int64_t hosts = 0;
   // a given Megatron split (--tp [--dp] --strategy megatron)

@@ -198,7 +198,7 @@ Status write_chosen_plan(const PlanOptions& o, PlanSearch& s, const nlohmann::js
   chosen.batch = s.pm.batch;
   chosen.seq = s.pm.seq;
   chosen.dtype = s.dtype;  // oases-train --plan trains in it unless --dtype says otherwise
-  chosen.zero = o.zero;
+  if (!pipeline_wins) chosen.zero = o.zero == "1" ? 1 : 0;  // a pipeline's: what its search chose
   OASES_ASSIGN_OR_RETURN(nlohmann::json j, plan_report(s.pm.forward, chosen, s.pm.path));
   j["prediction"] = predictions(s, pipeline_wins, o.gpus);
   if (!sims.empty()) j["simulation"] = sims;

@@ -143,6 +143,18 @@ EOF
 out=$("$T" "$V" --synthetic --plan "$WORK/pp1.plan.json" --local-ranks 4 --steps 2 --memory-report -q 2>&1) || fail "oases-train --plan (zero 1): $out"
 if grep -q "ZeRO-1: its pieces" <<<"$out"; then echo "ok: oases-train --plan runs the planned ZeRO-1"; else fail "the planned ZeRO-1 did not shard: $out"; fi
 
+# the pipeline search weighs the distributed optimizer by itself (--zero auto): 8 GPUs under 40 MiB,
+# where no one-mesh plan fits, take it; the plan runs sharded
+"$OASES_BIN/oases-plan" "$V" --gpus 8 --cluster "$WORK/pcie.json" --batch 32 --seq 64 --memory 0.04 --dtype fp32 \
+  --out "$WORK/auto.plan.json" >"$WORK/auto.txt" 2>&1 || fail "oases-plan --zero auto"
+if grep -q "ZeRO-1" "$WORK/auto.txt" && grep -q '"zero": 1' "$WORK/auto.plan.json"; then
+  echo "ok: the pipeline search chose ZeRO-1 under 40 MiB: $(grep -m1 'ZeRO-1' "$WORK/auto.txt" | sed 's/^ *//' | cut -c1-120)"
+else
+  fail "the pipeline search did not take ZeRO-1 under 40 MiB: $(cat "$WORK/auto.txt")"
+fi
+out=$("$T" "$V" --synthetic --plan "$WORK/auto.plan.json" --local-ranks 8 --steps 2 --memory-report -q 2>&1) || fail "run the auto plan: $out"
+grep -q "ZeRO-1: its pieces" <<<"$out" && echo "ok: the auto plan runs sharded" || fail "the auto plan did not shard: $out"
+
 # bad settings
 expect_error "--zero 2" "zero" "$T" "$M" "${common[@]}" --steps 1 --zero 2
 printf '{"format": "oases-plan", "version": 2, "mesh": {"axes": ["dp", "tp"], "sizes": [2, 1], "ranks": 2}, "zero": 2}' >"$WORK/bad_zero.json"
