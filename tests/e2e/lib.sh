@@ -48,6 +48,36 @@ print(f"{max(e / s for e, s in zip(errs, scales)):.1e}" if errs and len(errs) ==
   return $rc
 }
 
+# --- runs against one rank (test_pipeline.sh, test_zero.sh, test_pipeline_zb.sh) ------------------
+# Each test sets `common` (the flags of every run) and may set RUN_FLAGS (added to each run_vs_one_rank).
+MPIRUN=(mpirun --allow-run-as-root --oversubscribe --bind-to none)
+need_mpirun() {
+  export OMPI_MCA_btl_vader_single_copy_mechanism=none
+  command -v mpirun >/dev/null || { echo "mpirun missing: install openmpi-bin (scripts/setup.sh)"; exit 1; }
+}
+# 2e-6: a weight gradient summed over micro-batches and chunks adds its batch*seq terms in another
+# order than one rank's whole-batch product; with OpenBLAS's AVX-512 kernels (SkylakeX, which the
+# tools choose on these hosts) and its AVX2 ones (Haswell) that rounds up to 1.2e-6 apart (llama_4l,
+# pp 2 x tp 2, 4 micro-batches, oases with 2 chunks: k_proj), with its SSE3 Prescott kernels up to
+# 8.4e-7. The losses stay within 8.6e-8 of one rank's (all three, 2026-11-26): checked at 1e-6.
+compare() {  # compare REF_LOG LOG REF_GRADS GRADS LABEL
+  /usr/bin/python3 "$OASES_SOURCE_DIR/tests/e2e/compare_grads.py" "$3" "$4" "$5" --losses "$1" "$2" --steps 20 --rtol 2e-6 --loss-rtol 1e-6
+}
+RUN_FLAGS=()
+# run_vs_one_rank LABEL REF LAUNCH... -- FLAGS...: 20 steps and the first step's gradients of LAUNCH with
+# "${common[@]}" "${RUN_FLAGS[@]}" FLAGS, compared with REF's ($WORK/REF.jsonl and $WORK/REF.grads)
+run_vs_one_rank() {
+  local label=$1 ref=$2
+  shift 2
+  local launch=()
+  while [[ $1 != -- ]]; do launch+=("$1"); shift; done
+  shift
+  local tag=${label// /_}
+  "${launch[@]}" "${common[@]}" "${RUN_FLAGS[@]}" --steps 20 --log-json "$WORK/$tag.jsonl" "$@" || { fail "$label: training"; return; }
+  "${launch[@]}" "${common[@]}" "${RUN_FLAGS[@]}" --steps 0 --dump-grads "$WORK/$tag.grads" "$@" || { fail "$label: gradients"; return; }
+  compare "$WORK/$ref.jsonl" "$WORK/$tag.jsonl" "$WORK/$ref.grads" "$WORK/$tag.grads" "$label" || fail "$label differs"
+}
+
 finish() {
   # the failures again at the end, where a truncated log (CI keeps its head and tail) still shows them
   if [[ $FAILURES -ne 0 ]]; then

@@ -11,31 +11,9 @@
 # stops every stage; bad stage and batch settings are one-line errors (exit 2).
 source "$(dirname "$0")/lib.sh"
 T=$OASES_BIN/oases-train
-MPIRUN=(mpirun --allow-run-as-root --oversubscribe --bind-to none)
-export OMPI_MCA_btl_vader_single_copy_mechanism=none
-command -v mpirun >/dev/null || { echo "mpirun missing: install openmpi-bin (scripts/setup.sh)"; exit 1; }
-
+need_mpirun
 common=(--synthetic --batch 16 --seq 32 --lr 1e-3 --optimizer adamw -q)
-# 2e-6: a weight gradient summed over micro-batches and chunks adds its batch*seq terms in another
-# order than one rank's whole-batch product; with OpenBLAS's AVX-512 kernels (SkylakeX, which the
-# tools choose on these hosts) and its AVX2 ones (Haswell) that rounds up to 1.2e-6 apart (llama_4l,
-# pp 2 x tp 2, 4 micro-batches, oases with 2 chunks: k_proj), with its SSE3 Prescott kernels up to
-# 8.4e-7. The losses stay within 8.6e-8 of one rank's (all three, 2026-11-26): checked at 1e-6.
-compare() {  # compare REF_LOG LOG REF_GRADS GRADS LABEL
-  /usr/bin/python3 "$OASES_SOURCE_DIR/tests/e2e/compare_grads.py" "$3" "$4" "$5" --losses "$1" "$2" --steps 20 --rtol 2e-6 --loss-rtol 1e-6
-}
-# run LABEL LAUNCH... -- FLAGS...: 20 steps and the first step's gradients, compared with the reference
-run() {
-  local label=$1 ref=$2
-  shift 2
-  local launch=()
-  while [[ $1 != -- ]]; do launch+=("$1"); shift; done
-  shift
-  local tag=${label// /_}
-  "${launch[@]}" "${common[@]}" --steps 20 --log-json "$WORK/$tag.jsonl" "$@" || { fail "$label: training"; return; }
-  "${launch[@]}" "${common[@]}" --steps 0 --dump-grads "$WORK/$tag.grads" "$@" || { fail "$label: gradients"; return; }
-  compare "$WORK/$ref.jsonl" "$WORK/$tag.jsonl" "$WORK/$ref.grads" "$WORK/$tag.grads" "$label" || fail "$label differs"
-}
+run() { run_vs_one_rank "$@"; }  # (lib.sh) 20 steps and the first step's gradients against one rank's
 
 for model in gpt2_4l llama_4l; do
   M=$OASES_SOURCE_DIR/models/train/$model/model.onnx

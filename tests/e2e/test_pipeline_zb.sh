@@ -9,25 +9,10 @@
 # carries it to oases-train.
 source "$(dirname "$0")/lib.sh"
 T=$OASES_BIN/oases-train
-MPIRUN=(mpirun --allow-run-as-root --oversubscribe --bind-to none)
-export OMPI_MCA_btl_vader_single_copy_mechanism=none
-command -v mpirun >/dev/null || { echo "mpirun missing: install openmpi-bin (scripts/setup.sh)"; exit 1; }
-
+need_mpirun
 common=(--synthetic --batch 16 --seq 32 --lr 1e-3 --optimizer adamw -q)
-compare() {  # compare REF_LOG LOG REF_GRADS GRADS LABEL
-  /usr/bin/python3 "$OASES_SOURCE_DIR/tests/e2e/compare_grads.py" "$3" "$4" "$5" --losses "$1" "$2" --steps 20 --rtol 2e-6 --loss-rtol 1e-6
-}
-run() {  # run LABEL REF LAUNCH... -- FLAGS...: 20 steps and the first step's gradients under zb-h1
-  local label=$1 ref=$2
-  shift 2
-  local launch=()
-  while [[ $1 != -- ]]; do launch+=("$1"); shift; done
-  shift
-  local tag=${label// /_}
-  "${launch[@]}" "${common[@]}" --pipeline zb-h1 --steps 20 --log-json "$WORK/$tag.jsonl" "$@" || { fail "$label: training"; return; }
-  "${launch[@]}" "${common[@]}" --pipeline zb-h1 --steps 0 --dump-grads "$WORK/$tag.grads" "$@" || { fail "$label: gradients"; return; }
-  compare "$WORK/$ref.jsonl" "$WORK/$tag.jsonl" "$WORK/$ref.grads" "$WORK/$tag.grads" "$label" || fail "$label differs"
-}
+RUN_FLAGS=(--pipeline zb-h1)
+run() { run_vs_one_rank "$@"; }  # (lib.sh) 20 steps and the first step's gradients, under zb-h1, against one rank's
 
 for model in gpt2_4l llama_4l; do
   M=$OASES_SOURCE_DIR/models/train/$model/model.onnx
