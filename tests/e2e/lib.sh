@@ -78,6 +78,47 @@ run_vs_one_rank() {
   compare "$WORK/$ref.jsonl" "$WORK/$tag.jsonl" "$WORK/$ref.grads" "$WORK/$tag.grads" "$label" || fail "$label differs"
 }
 
+# same_checkpoint A B: both checkpoints (a pipeline's manifest: its stage files merged) hold the same
+# tensors bit for bit, saved at step 10, optimizer state among them
+same_checkpoint() {
+  /usr/bin/python3 - "$1" "$2" <<'PY'
+import json, os, struct, sys
+def tensors(path):  # executor/checkpoint.h: magic, header length, crc, JSON header, tensor bytes
+    raw = open(path, "rb").read()
+    if raw[:8] == b"OASESPP1":  # a pipeline's manifest: the stage files beside it, merged
+        m = json.loads(raw[9:])
+        out = {}
+        for f in m["files"]:
+            step, t = tensors(os.path.join(os.path.dirname(path), f))
+            assert step == m["step"] and not set(t) & set(out), (f, step)
+            out.update(t)
+        return m["step"], out
+    n = struct.unpack("<Q", raw[8:16])[0]
+    head = json.loads(raw[20:20 + n])
+    return head["step"], {t["name"]: raw[20 + n + t["offset"]:20 + n + t["offset"] + t["bytes"]] for t in head["tensors"]}
+(sa, a), (sb, b) = tensors(sys.argv[1]), tensors(sys.argv[2])
+assert sa == sb == 10, (sa, sb)
+assert a.keys() == b.keys(), sorted(set(a) ^ set(b))
+assert any(k.endswith((".m", ".momentum")) for k in a), "no optimizer state in the checkpoint"
+bad = [k for k in a if a[k] != b[k]]
+assert not bad, f"not bit for bit: {bad[:5]}"
+print(f"ok {sys.argv[2]}: {len(a)} tensors bit for bit")
+PY
+}
+# resumed_continues STRAIGHT_LOG RESUMED_LOG LABEL: the resumed run's 10 losses (steps 11-20) within 1e-6
+# relative of the straight run's
+resumed_continues() {
+  /usr/bin/python3 - "$1" "$2" "$3" <<'PY'
+import json, sys
+a = [json.loads(l)["loss"] for l in open(sys.argv[1])][10:]
+b = [json.loads(l)["loss"] for l in open(sys.argv[2])]
+assert len(a) == len(b) == 10, (len(a), len(b))
+worst = max(abs(x - y) / abs(x) for x, y in zip(a, b))
+assert worst <= 1e-6, (worst, list(zip(a, b)))
+print(f"ok resumed {sys.argv[3]}: steps 11-20 within {worst:.1e} of the straight run")
+PY
+}
+
 finish() {
   # the failures again at the end, where a truncated log (CI keeps its head and tail) still shows them
   if [[ $FAILURES -ne 0 ]]; then

@@ -169,42 +169,10 @@ EOF
 # (and under stage meshes of other shapes, resaved there and read back by one rank)
 "$T" "$M" "${common[@]}" --steps 10 --local-ranks 4 --pp 2 --stage-meshes 1x2,2x1 --resume "$WORK/pp.ckpt" --save "$WORK/meshes.ckpt" \
   || fail "stage meshes resave"
-for c in pp4 one meshes; do
-  /usr/bin/python3 - "$WORK/pp.ckpt" "$WORK/$c.ckpt" <<'EOF' || fail "checkpoint resaved under $c differs"
-import json, struct, sys
-import os
-def tensors(path):  # executor/checkpoint.h: magic, header length, crc, JSON header, tensor bytes
-    raw = open(path, "rb").read()
-    if raw[:8] == b"OASESPP1":  # a pipeline's manifest: the stage files beside it, merged
-        m = json.loads(raw[9:])
-        out = {}
-        for f in m["files"]:
-            step, t = tensors(os.path.join(os.path.dirname(path), f))
-            assert step == m["step"] and not set(t) & set(out), (f, step)
-            out.update(t)
-        return m["step"], out
-    n = struct.unpack("<Q", raw[8:16])[0]
-    head = json.loads(raw[20:20 + n])
-    return head["step"], {t["name"]: raw[20 + n + t["offset"]:20 + n + t["offset"] + t["bytes"]] for t in head["tensors"]}
-(sa, a), (sb, b) = tensors(sys.argv[1]), tensors(sys.argv[2])
-assert sa == sb == 10, (sa, sb)
-assert a.keys() == b.keys(), sorted(set(a) ^ set(b))
-bad = [k for k in a if a[k] != b[k]]
-assert not bad, f"not bit for bit: {bad[:5]}"
-print(f"ok {sys.argv[2]}: {len(a)} tensors bit for bit")
-EOF
-done
+for c in pp4 one meshes; do same_checkpoint "$WORK/pp.ckpt" "$WORK/$c.ckpt" || fail "checkpoint resaved under $c differs"; done
 "$T" "$M" "${common[@]}" --steps 20 --local-ranks 4 --pp 4 --resume "$WORK/pp.ckpt" --log-json "$WORK/resumed.jsonl" || fail "pp4 resume"
 "$T" "$M" "${common[@]}" --steps 20 --log-json "$WORK/straight.jsonl" || fail "straight run"
-/usr/bin/python3 - "$WORK/straight.jsonl" "$WORK/resumed.jsonl" <<'EOF' || fail "resumed losses"
-import json, sys
-a = [json.loads(l)["loss"] for l in open(sys.argv[1])][10:]
-b = [json.loads(l)["loss"] for l in open(sys.argv[2])]
-assert len(a) == len(b) == 10, (len(a), len(b))
-worst = max(abs(x - y) / abs(x) for x, y in zip(a, b))
-assert worst <= 1e-6, (worst, list(zip(a, b)))
-print(f"ok resumed under pp 4: steps 11-20 within {worst:.1e} of the straight run")
-EOF
+resumed_continues "$WORK/straight.jsonl" "$WORK/resumed.jsonl" "under pp 4" || fail "resumed losses"
 
 # a pipeline checkpoint missing a stage file, or holding one of another save, is refused
 [[ -f $WORK/pp.ckpt.stage0-of-2 && -f $WORK/pp.ckpt.stage1-of-2 ]] || fail "pp 2 checkpoint: no file per stage"

@@ -55,40 +55,15 @@ EOF
 done
 
 # checkpoints are layout-free: saved under --zero 1 at dp 4, resaved at dp 2 without it, and back
-cmp_ckpt() {
-  /usr/bin/python3 - "$1" "$2" <<'EOF'
-import json, struct, sys
-def tensors(path):  # executor/checkpoint.h: magic, header length, crc, JSON header, tensor bytes
-    raw = open(path, "rb").read()
-    n = struct.unpack("<Q", raw[8:16])[0]
-    head = json.loads(raw[20:20 + n])
-    return head["step"], {t["name"]: raw[20 + n + t["offset"]:20 + n + t["offset"] + t["bytes"]] for t in head["tensors"]}
-(sa, a), (sb, b) = tensors(sys.argv[1]), tensors(sys.argv[2])
-assert sa == sb == 10, (sa, sb)
-assert a.keys() == b.keys(), sorted(set(a) ^ set(b))
-assert any(k.endswith(".m") for k in a), "no optimizer state in the checkpoint"
-bad = [k for k in a if a[k] != b[k]]
-assert not bad, f"not bit for bit: {bad[:5]}"
-print(f"ok {sys.argv[2]}: {len(a)} tensors bit for bit")
-EOF
-}
 "$T" "$M" "${common[@]}" --steps 20 --stop-after 10 --local-ranks 4 --dp 4 --zero 1 --save "$WORK/z4.ckpt" || fail "zero dp4 save"
 "$T" "$M" "${common[@]}" --steps 10 --local-ranks 2 --dp 2 --resume "$WORK/z4.ckpt" --save "$WORK/d2.ckpt" || fail "dp2 resave"
 "$T" "$M" "${common[@]}" --steps 10 --local-ranks 4 --dp 4 --zero 1 --resume "$WORK/d2.ckpt" --save "$WORK/z4b.ckpt" || fail "zero dp4 resave"
 "$T" "$M" "${common[@]}" --steps 10 --local-ranks 4 --pp 2 --dp 2 --zero 1 --resume "$WORK/z4.ckpt" --save "$WORK/pz.ckpt" || fail "pp zero resave"
 "$T" "$M" "${common[@]}" --steps 10 --resume "$WORK/pz.ckpt" --save "$WORK/one.ckpt" || fail "one-rank resave"
-for c in d2 z4b one; do cmp_ckpt "$WORK/z4.ckpt" "$WORK/$c.ckpt" || fail "checkpoint resaved as $c differs"; done
+for c in d2 z4b one; do same_checkpoint "$WORK/z4.ckpt" "$WORK/$c.ckpt" || fail "checkpoint resaved as $c differs"; done
 "$T" "$M" "${common[@]}" --steps 20 --local-ranks 2 --dp 2 --zero 1 --resume "$WORK/z4.ckpt" --log-json "$WORK/resumed.jsonl" || fail "resume"
 "$T" "$M" "${common[@]}" --steps 20 --log-json "$WORK/straight.jsonl" || fail "straight run"
-/usr/bin/python3 - "$WORK/straight.jsonl" "$WORK/resumed.jsonl" <<'EOF' || fail "resumed losses"
-import json, sys
-a = [json.loads(l)["loss"] for l in open(sys.argv[1])][10:]
-b = [json.loads(l)["loss"] for l in open(sys.argv[2])]
-assert len(a) == len(b) == 10, (len(a), len(b))
-worst = max(abs(x - y) / abs(x) for x, y in zip(a, b))
-assert worst <= 1e-6, (worst, list(zip(a, b)))
-print(f"ok resumed under --zero 1 at dp 2: steps 11-20 within {worst:.1e} of the straight run")
-EOF
+resumed_continues "$WORK/straight.jsonl" "$WORK/resumed.jsonl" "under --zero 1 at dp 2" || fail "resumed losses"
 
 # a plan file's "zero": 1 turns it on
 "$T" "$M" "${common[@]}" --steps 1 --local-ranks 2 --dp 2 --export-plan "$WORK/exported.json" >/dev/null || fail "export a plan"

@@ -2,6 +2,7 @@
 // memory limit) finds the same optimum as enumerating every assignment, on small instances: the
 // committed small models at 2 and 4 ranks, on the machine at hand and on a two-node cluster, with
 // and without memory limits that cut through the space.
+#include <memory>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -147,15 +148,29 @@ INSTANTIATE_TEST_SUITE_P(SmallModels, SearchEqualsBruteForce,
                                   (info.param.cluster ? "_cluster" : "_local");
                          });
 
-TEST(PlannerSearch, NoPlanFitsNamesTheLeastMemory) {
+// The committed tiny GPT-2 analysed on `ranks` ranks of this machine, with its op times.
+struct TinyModel {
+  ModelAnalysis a;
+  ClusterSpec cluster;
+  OpTimeModel ops;
+};
+std::unique_ptr<TinyModel> tiny_model(int64_t ranks) {
   std::string path = std::string(OASES_SOURCE_DIR) + "/models/small/gpt2_tiny/model.onnx";
   auto pm = load_planning_model(path, ImportOptions{}, 0, 0);
-  ASSERT_TRUE(pm) << pm.status().message();
-  auto a = analyze_model(pm->forward, pm->train.graph, pm->train.params, 2);
-  ASSERT_TRUE(a);
-  ClusterSpec cluster = this_machine(2, nullptr, "", 1);
+  EXPECT_TRUE(pm) << pm.status().message();
+  if (!pm) return nullptr;
+  auto a = analyze_model(pm->forward, pm->train.graph, pm->train.params, ranks);
+  EXPECT_TRUE(a);
+  if (!a) return nullptr;
+  ClusterSpec cluster = this_machine(ranks, nullptr, "", 1);
   OpTimeModel ops = op_time_model(cluster, nullptr);
-  CostModel cm(*a, cluster, ops);
+  return std::make_unique<TinyModel>(TinyModel{std::move(*a), cluster, ops});
+}
+
+TEST(PlannerSearch, NoPlanFitsNamesTheLeastMemory) {
+  auto t = tiny_model(2);
+  ASSERT_TRUE(t);
+  CostModel cm(t->a, t->cluster, t->ops);
   SearchOptions o;
   o.memory_limit = 1024;  // 1 KiB
   SearchResult r = search_plan(cm, o);
@@ -169,14 +184,10 @@ TEST(PlannerSearch, NoPlanFitsNamesTheLeastMemory) {
 // bytes a weight instead of 16), the gradient all-reduce's gather half exposed after the step; the
 // search's choice then carries it (PlanChoice::zero, Plan::zero), and needs no more memory.
 TEST(PlannerSearch, DistributedOptimizerSharesTheStateOverDp) {
-  std::string path = std::string(OASES_SOURCE_DIR) + "/models/small/gpt2_tiny/model.onnx";
-  auto pm = load_planning_model(path, ImportOptions{}, 0, 0);
-  ASSERT_TRUE(pm) << pm.status().message();
-  auto a = analyze_model(pm->forward, pm->train.graph, pm->train.params, 4);
-  ASSERT_TRUE(a);
-  ClusterSpec cluster = this_machine(4, nullptr, "", 1);
-  OpTimeModel ops = op_time_model(cluster, nullptr);
-  CostModel plain(*a, cluster, ops), zero(*a, cluster, ops);
+  auto t = tiny_model(4);
+  ASSERT_TRUE(t);
+  const ModelAnalysis* a = &t->a;
+  CostModel plain(t->a, t->cluster, t->ops), zero(t->a, t->cluster, t->ops);
   zero.set_zero(true);
   ScheduleOptions s;
   for (int i = 0; i < plain.num_parts(); ++i) {
