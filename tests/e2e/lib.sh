@@ -78,6 +78,20 @@ run_vs_one_rank() {
   compare "$WORK/$ref.jsonl" "$WORK/$tag.jsonl" "$WORK/$ref.grads" "$WORK/$tag.grads" "$label" || fail "$label differs"
 }
 
+# vocabulary_heavy_stack: writes $WORK/stacks/gpt_h128_l4_v16384_s64/model.onnx (hidden 128, 4 blocks,
+# vocabulary 16384, 64 tokens) and $WORK/pcie.json (2 hosts of 4 A100s on PCIe, 10 Gbit/s between)
+# and sets V to the model: where the planner's stage and memory choices show
+vocabulary_heavy_stack() {
+  /usr/bin/python3 "$OASES_SOURCE_DIR/models/make_oases_stacks.py" --out "$WORK/stacks" --stack 128x4 --vocab 16384 --seq 64 >/dev/null \
+    || fail "write a vocabulary-heavy stack"
+  cat >"$WORK/pcie.json" <<'JSON'
+{"format": "oases-cluster", "version": 1, "name": "2 hosts of 4 A100 on PCIe", "device": "A100-SXM-80GB", "nodes": 2, "gpus_per_node": 4,
+ "links": {"intra_node": {"kind": "pcie", "bandwidth_gbps": 12.0, "latency_us": 10},
+           "inter_node": {"kind": "ethernet", "bandwidth_gbps": 1.25, "latency_us": 50}}}
+JSON
+  V=$WORK/stacks/gpt_h128_l4_v16384_s64/model.onnx
+}
+
 # same_checkpoint A B: both checkpoints (a pipeline's manifest: its stage files merged) hold the same
 # tensors bit for bit, saved at step 10, optimizer state among them
 same_checkpoint() {

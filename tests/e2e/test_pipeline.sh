@@ -62,14 +62,7 @@ run "gpt2_4l from a plan with stage meshes" gpt2_4l "$T" "$G" --local-ranks 4 --
 # the planner puts stages on their own meshes where that is faster: a vocabulary-heavy stack on 2
 # PCIe hosts under a tight memory limit (65 MiB) gets a tp stage and a dp stage (planner/pipeline_search.h:
 # which one takes the head follows the prices), and oases-train --plan runs the meshes it wrote
-/usr/bin/python3 "$OASES_SOURCE_DIR/models/make_oases_stacks.py" --out "$WORK/stacks" --stack 128x4 --vocab 16384 --seq 64 >/dev/null \
-  || fail "write a vocabulary-heavy stack"
-cat >"$WORK/pcie.json" <<'EOF'
-{"format": "oases-cluster", "version": 1, "name": "2 hosts of 4 A100 on PCIe", "device": "A100-SXM-80GB", "nodes": 2, "gpus_per_node": 4,
- "links": {"intra_node": {"kind": "pcie", "bandwidth_gbps": 12.0, "latency_us": 10},
-           "inter_node": {"kind": "ethernet", "bandwidth_gbps": 1.25, "latency_us": 50}}}
-EOF
-V=$WORK/stacks/gpt_h128_l4_v16384_s64/model.onnx
+vocabulary_heavy_stack
 "$OASES_BIN/oases-plan" "$V" --gpus 4 --cluster "$WORK/pcie.json" --batch 32 --seq 64 --memory 0.065 --pp 2 --dtype fp32 --out "$WORK/own.plan.json" \
   >"$WORK/own.plan.txt" || fail "plan stages on their own meshes"
 grep -Eq "stage tp (1,2|2,1)" "$WORK/own.plan.txt" || fail "the planner kept one tp for both stages: $(grep -A1 '  pipeline  ' "$WORK/own.plan.txt")"

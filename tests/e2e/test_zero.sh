@@ -74,14 +74,7 @@ grep -q "ZeRO-1: its pieces" <<<"$out" && echo "ok: a plan's \"zero\": 1 shards 
 
 # planned with it (oases-plan --zero 1): the plan file carries it, the replayed stage programs' memory
 # (moments of the pieces) is what the search priced within 15%, and oases-train --plan runs it sharded
-/usr/bin/python3 "$OASES_SOURCE_DIR/models/make_oases_stacks.py" --out "$WORK/stacks" --stack 128x4 --vocab 16384 --seq 64 >/dev/null \
-  || fail "write a stack"
-cat >"$WORK/pcie.json" <<'EOF'
-{"format": "oases-cluster", "version": 1, "name": "2 hosts of 4 A100 on PCIe", "device": "A100-SXM-80GB", "nodes": 2, "gpus_per_node": 4,
- "links": {"intra_node": {"kind": "pcie", "bandwidth_gbps": 12.0, "latency_us": 10},
-           "inter_node": {"kind": "ethernet", "bandwidth_gbps": 1.25, "latency_us": 50}}}
-EOF
-V=$WORK/stacks/gpt_h128_l4_v16384_s64/model.onnx
+vocabulary_heavy_stack
 for z in 0 1; do
   "$OASES_BIN/oases-plan" "$V" --gpus 4 --cluster "$WORK/pcie.json" --batch 32 --seq 64 --memory 0.065 --pp 2 --dtype fp32 --simulate \
     --simulate-pipelines 1 --zero $z --out "$WORK/pp$z.plan.json" >"$WORK/plan$z.txt" 2>&1 || fail "oases-plan --zero $z"

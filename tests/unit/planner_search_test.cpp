@@ -2,10 +2,10 @@
 // memory limit) finds the same optimum as enumerating every assignment, on small instances: the
 // committed small models at 2 and 4 ranks, on the machine at hand and on a two-node cluster, with
 // and without memory limits that cut through the space.
-#include <memory>
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <memory>
 #include <tuple>
 
 #include "planner/search.h"
