@@ -539,7 +539,7 @@ Expected<PipelinePlan> search_pipeline(const Graph& forward, const Graph& train,
 
 Expected<PipelinePlan> price_pipeline(const Graph& forward, const Graph& train, const std::vector<ValueId>& params, const ClusterSpec& cluster,
                                       const OpTimeModel& ops, int64_t gpus, int stages, int64_t tp, int micro_batches,
-                                      PipelineSchedule schedule, const std::string& inner_schedule) {
+                                      PipelineSchedule schedule, const std::string& inner_schedule, bool zero) {
   const int blocks = count_blocks(train);
   if (stages < 1 || gpus % stages != 0 || stages > blocks) return error("{} stages of {} blocks on {} GPUs", stages, blocks, gpus);
   int64_t n = gpus / stages;
@@ -547,6 +547,7 @@ Expected<PipelinePlan> price_pipeline(const Graph& forward, const Graph& train, 
   ClusterSpec sc = stage_cluster(cluster, n);
   OASES_ASSIGN_OR_RETURN(ModelAnalysis a, analyze_model(forward, train, params, n));
   CostModel cm(a, sc, ops);
+  cm.set_zero(zero);
   PlanChoice p;
   p.schedule = inner_schedule;
   p.chunks = micro_batches;

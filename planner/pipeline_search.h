@@ -88,10 +88,11 @@ std::vector<int64_t> pipeline_stage_counts(const ClusterSpec& cluster, int64_t g
 std::vector<int64_t> pipeline_micro_batches(int64_t S, int64_t batch, const PipelinePlanOptions& o);
 
 // The same model laid out by hand: S stages of tp x (N / S / tp) with M micro-batches (Megatron-LM's
-// configurations), priced as the search prices its candidates; the inner schedule is `inner_schedule`.
+// configurations), priced as the search prices its candidates; the inner schedule is `inner_schedule`,
+// with the distributed optimizer when `zero` (Megatron-LM's --use-distributed-optimizer).
 Expected<PipelinePlan> price_pipeline(const Graph& forward, const Graph& train, const std::vector<ValueId>& params, const ClusterSpec& cluster,
                                       const OpTimeModel& ops, int64_t gpus, int stages, int64_t tp, int micro_batches,
-                                      PipelineSchedule schedule, const std::string& inner_schedule);
+                                      PipelineSchedule schedule, const std::string& inner_schedule, bool zero = false);
 
 // The plan of a pipeline the search found (PipelinePlan::plan, what its file carries): the first
 // stage's inner plan on its mesh, each later stage the same or, on a layout of its own, every part

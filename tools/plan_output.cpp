@@ -101,14 +101,17 @@ Status print_reference_pipeline(const PlanOptions& o, const PlanSearch& s) {
   if (o.reference_pipeline.empty()) return Status::ok();
   // a hand-made pipeline (e.g. Megatron-LM's published configuration), priced the same way
   std::vector<std::string> f = split_list(o.reference_pipeline);
-  if (f.size() < 3 || f.size() > 5) return error("--reference-pipeline '{}': give PP,TP,MICRO[,SCHEDULE[,INNER]]", o.reference_pipeline);
+  // a last field "zero": with the distributed optimizer (Megatron-LM's --use-distributed-optimizer)
+  const bool zero = f.size() > 3 && f.back() == "zero";
+  if (zero) f.pop_back();
+  if (f.size() < 3 || f.size() > 5) return error("--reference-pipeline '{}': give PP,TP,MICRO[,SCHEDULE[,INNER]][,zero]", o.reference_pipeline);
   OASES_ASSIGN_OR_RETURN(std::vector<int64_t> nums,
                          int_list(fmt::format("{},{},{}", f[0], f[1], f[2]), "--reference-pipeline", 1, "PP, TP and MICRO"));
   const int64_t rpp = nums[0], rtp = nums[1], rm = nums[2];
   auto sched = parse_pipeline(f.size() > 3 ? f[3] : "1f1b");
   if (!sched) return sched.status().with_context("--reference-pipeline");
   auto ref = price_pipeline(s.pm.forward, s.pm.train.graph, s.pm.train.params, s.cluster, s.ops, o.gpus, static_cast<int>(rpp), rtp,
-                            static_cast<int>(rm), *sched, f.size() > 4 ? f[4] : "default_checkpoint");
+                            static_cast<int>(rm), *sched, f.size() > 4 ? f[4] : "default_checkpoint", zero);
   if (!ref) return ref.status().with_context("--reference-pipeline " + o.reference_pipeline);
   std::printf("  %-15s step %9.3f ms  (bubble %.0f%%)  memory %s%s\n", "reference", ref->step_s * 1e3, ref->bubble * 100,
               describe_bytes(ref->memory_bytes).c_str(), s.limit > 0 && ref->memory_bytes > s.limit ? " (over the limit)" : "");

@@ -106,6 +106,22 @@ else
 fi
 out=$("$T" "$V" --synthetic --plan "$WORK/auto.plan.json" --local-ranks 8 --steps 2 --memory-report -q 2>&1) || fail "run the auto plan: $out"
 grep -q "ZeRO-1: its pieces" <<<"$out" && echo "ok: the auto plan runs sharded" || fail "the auto plan did not shard: $out"
+# a hand-made pipeline priced with it (Megatron-LM's --use-distributed-optimizer): less memory
+for ref in 2,2,4,1f1b,plain 2,2,4,1f1b,plain,zero; do
+  "$OASES_BIN/oases-plan" "$V" --gpus 8 --cluster "$WORK/pcie.json" --batch 32 --seq 64 --dtype fp32 --no-pipeline \
+    --reference-pipeline $ref >"$WORK/ref_${ref//,/_}.txt" 2>&1 || fail "--reference-pipeline $ref"
+done
+/usr/bin/python3 - "$WORK/ref_2_2_4_1f1b_plain.txt" "$WORK/ref_2_2_4_1f1b_plain_zero.txt" <<'EOF' || fail "--reference-pipeline ...,zero"
+import re, sys
+def ref(path):
+    t = open(path).read()
+    m = re.search(r"^  reference\s+step\s+([\d.]+) ms .*memory ([\d.]+) MiB", t, re.M)
+    assert m, t
+    return float(m.group(1)), float(m.group(2)), "ZeRO-1" in t
+(s0, m0, z0), (s1, m1, z1) = ref(sys.argv[1]), ref(sys.argv[2])
+assert not z0 and z1 and m1 < m0, (s0, m0, z0, s1, m1, z1)
+print(f"ok: the reference pipeline with ZeRO-1 {m1} MiB ({s1} ms) against {m0} MiB ({s0} ms) without")
+EOF
 
 # bad settings
 expect_error "--zero 2" "zero" "$T" "$M" "${common[@]}" --steps 1 --zero 2
