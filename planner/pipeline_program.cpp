@@ -363,6 +363,7 @@ Expected<std::vector<ScheduledOp>> order_stage(const Graph& g, const ScheduleOpt
     int m = input_only[static_cast<size_t>(id)] ? -1 : micro_of(n);
     if (m >= 0) {
       int kind = forward_side(n) ? 0 : splits_backward(clock.schedule) && !input_grad[static_cast<size_t>(id)] ? 2 : 1;
+      if (kind == 2 && info) info->weight_nodes.insert(n.name);
       auto it = step_index.find({kind, m});
       if (it == step_index.end()) return error("stage {}: {} works on micro-batch {} of {}", me, n.describe(), m, M);
       t = std::max(t, it->second);

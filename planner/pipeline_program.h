@@ -35,6 +35,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -68,6 +69,9 @@ struct StageProgramInfo {
   int sends = 0, receives = 0;       // cross-stage transfers of this rank per step
   int peak_in_flight = 0;            // micro-batches whose forward ran and backward has not, at most
   std::vector<PipeStep> steps;
+  // A schedule that splits the backward (zb-h1): the names of the nodes run in W steps (before
+  // the CPU fusion, which may merge some into nodes of other names).
+  std::set<std::string> weight_nodes;
   // This rank's transfers, one line each in the global order ("from>to micro value shape src-layout
   // -> dst-layout"): every rank of two stages must list the same transfers between them, or the
   // run would wait forever (compared across the world before the first step).

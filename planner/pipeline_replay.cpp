@@ -75,7 +75,7 @@ Expected<PipelineReplay> replay_pipeline(const StageGlobals& sg, const ClusterSp
     o.param_bytes = rp->updated_bytes;
     auto sim = simulate_rank(prog.graph, prog.order, rp->mesh, o);
     if (!sim) return sim.status().with_context(fmt::format("stage {}'s program", s));
-    double fwd = 0, bwd = 0, prev = 0;
+    double fwd = 0, bwd = 0, weight = 0, prev = 0;
     for (size_t i = 0; i < prog.order.size() && i < sim->instr_end_s.size(); ++i) {
       const double dt = sim->instr_end_s[i] - prev;
       prev = sim->instr_end_s[i];
@@ -85,6 +85,7 @@ Expected<PipelineReplay> replay_pipeline(const StageGlobals& sg, const ClusterSp
         st.other_s += dt;
       } else {
         (backward_work(n) ? bwd : fwd) += dt;
+        if (info.weight_nodes.count(n.name)) weight += dt;  // of the backward, what zb-h1 runs in W steps
       }
     }
     st.other_s += std::max(0.0, sim->step_s - sim->optimizer_s - prev);  // collectives still flying at the end
@@ -95,7 +96,12 @@ Expected<PipelineReplay> replay_pipeline(const StageGlobals& sg, const ClusterSp
     st.memory_bytes = rp->param_bytes + 2.0 * rp->updated_bytes + static_cast<double>(prog.memory.arena_bytes);
     st.sim = std::move(*sim);
     out.times.forward_s.push_back(st.forward_s);
-    out.times.backward_s.push_back(st.backward_s);
+    if (splits_backward(schedule)) {
+      out.times.backward_s.push_back((bwd - weight) / M);  // B, and W apart
+      out.times.weight_s.push_back(weight / M);
+    } else {
+      out.times.backward_s.push_back(st.backward_s);
+    }
     const Sends sends = stage_sends(*rp, info, plan, s);
     if (s + 1 < S) out.times.transfer_s.push_back(sends.per_micro_batch_s);
     out.exchange_s += sends.per_step_s;
