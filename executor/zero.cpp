@@ -26,6 +26,17 @@ std::vector<std::pair<CommGroup*, std::vector<size_t>>> by_group(const std::vect
   return out;
 }
 
+// This member's piece of a parameter of `numel` elements shared over `group`.
+ZeroPiece piece_of(CommGroup* group, int64_t numel) {
+  ZeroPiece zp;
+  zp.group = group;
+  zp.numel = numel;
+  zp.piece = flat_piece(numel, group->size());
+  zp.offset = std::min(numel, zp.piece * group->rank());
+  zp.length = flat_piece_length(numel, group->size(), group->rank());
+  return zp;
+}
+
 // Gathered buffers of at most this many bytes (all members' pieces): bounds the temporary memory.
 constexpr int64_t kGatherBucketBytes = int64_t{64} << 20;
 
@@ -45,16 +56,10 @@ Expected<ZeroShards> ZeroShards::find(const Graph& program, const std::vector<Va
     if (axis < 0 || static_cast<size_t>(axis) >= groups.size() || !groups[static_cast<size_t>(axis)]) {
       return error("gradient of '{}': its reduce-scatter runs over mesh axis {}, and this rank has no group for it", param.name, axis);
     }
-    ZeroPiece zp;
-    zp.group = groups[static_cast<size_t>(axis)];
-    zp.numel = shape_numel(param.shape);
-    const int64_t members = zp.group->size();
-    zp.piece = flat_piece(zp.numel, members);
-    zp.offset = std::min(zp.numel, zp.piece * zp.group->rank());
-    zp.length = flat_piece_length(zp.numel, members, zp.group->rank());
+    ZeroPiece zp = piece_of(groups[static_cast<size_t>(axis)], shape_numel(param.shape));
     if (program.value(grads[i]).shape != Shape{zp.piece}) {
       return error("gradient of '{}' is {}, the piece of {} elements over {} ranks is [{}]", param.name,
-                   shape_str(program.value(grads[i]).shape), zp.numel, members, zp.piece);
+                   shape_str(program.value(grads[i]).shape), zp.numel, zp.group->size(), zp.piece);
     }
     z.pieces_[i] = zp;
     z.any_ = true;
@@ -64,12 +69,7 @@ Expected<ZeroShards> ZeroShards::find(const Graph& program, const std::vector<Va
 
 void ZeroShards::add_whole(size_t i, CommGroup* group, int64_t numel) {
   if (pieces_.at(i) || group->size() <= 1) return;
-  ZeroPiece zp;
-  zp.group = group;
-  zp.numel = numel;
-  zp.piece = flat_piece(numel, group->size());
-  zp.offset = std::min(numel, zp.piece * group->rank());
-  zp.length = flat_piece_length(numel, group->size(), group->rank());
+  ZeroPiece zp = piece_of(group, numel);
   zp.whole_gradient = true;
   pieces_[i] = zp;
   any_ = true;
@@ -137,10 +137,6 @@ Tensor ZeroShards::slice(size_t i, const Tensor& whole) const {
   Tensor t(DType::kF32, {z.length});
   if (z.length > 0) std::memcpy(t.mutable_data<float>(), whole.data<float>() + z.offset, static_cast<size_t>(z.length) * 4);
   return t;
-}
-
-int64_t ZeroShards::state_elements(size_t i, int64_t numel) const {
-  return pieces_.at(i) ? pieces_[i]->length : numel;
 }
 
 }  // namespace oases

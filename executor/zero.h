@@ -12,9 +12,7 @@
 #pragma once
 
 #include <cstdint>
-#include <map>
 #include <optional>
-#include <string>
 #include <vector>
 
 #include "executor/communicator.h"
@@ -57,8 +55,6 @@ class ZeroShards {
   Tensor gather(size_t i, const float* mine, const Shape& shape) const;
   // This member's piece of a whole tensor of parameter i's shape ([length] elements).
   Tensor slice(size_t i, const Tensor& whole) const;
-  // The state a rank holds for parameter i instead of its numel (reports): `length`, else numel.
-  int64_t state_elements(size_t i, int64_t numel) const;
 
  private:
   std::vector<std::optional<ZeroPiece>> pieces_;

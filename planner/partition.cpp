@@ -404,10 +404,7 @@ int shard_gradient_reductions(PartitionedGraph& pg) {
     int chunk = n.chunk;
     g.remove_node(id);
     for (size_t i = 0; i < outs.size(); ++i) {
-      Value& v = g.value(outs[i]);
-      int64_t numel = 1;
-      for (int64_t d : g.value(ins[i]).shape) numel *= d;
-      v.shape = Shape{flat_piece(numel, members)};
+      g.value(outs[i]).shape = Shape{flat_piece(shape_numel(g.value(ins[i]).shape), members)};
       if (static_cast<size_t>(outs[i]) < pg.specs.size()) pg.specs[static_cast<size_t>(outs[i])] = ShardingSpec::replicated(1);
     }
     NodeId z = g.add_node("FlatReduceScatter", ins, outs, attrs, name + "/zero", kOasesDomain);
@@ -417,6 +414,11 @@ int shard_gradient_reductions(PartitionedGraph& pg) {
     ++changed;
   }
   return changed;
+}
+
+int zero_whole_axis(const ShardingSpec& spec, const Mesh& mesh) {
+  const int dp = mesh.axis("dp");
+  return dp >= 0 && mesh.axis_size(dp) > 1 && !spec.uses_axis(dp) ? dp : -1;
 }
 
 void dissolve_whole_marker(Graph& g, NodeId marker) {

@@ -51,5 +51,9 @@ int bucket_gradient_all_reduces(PartitionedGraph& pg, int mesh_axis, int64_t buc
 // ranks that hold the parameter replicated (the data-parallel group; a gradient made whole before
 // it crosses pipeline stages, a tied weight's, stays all-reduced). Returns the nodes changed.
 int shard_gradient_reductions(PartitionedGraph& pg);
+// The mesh axis over which the distributed optimizer also shares the state of a parameter laid out
+// by `spec` whose gradient the program gives whole (a tied table summed across stages): the dp
+// axis when it has more than one rank and the parameter is replicated over it, else -1.
+int zero_whole_axis(const ShardingSpec& spec, const Mesh& mesh);
 
 }  // namespace oases

@@ -136,10 +136,7 @@ std::vector<std::vector<PipeStep>> zero_bubble_orders(int S, int M) {
   std::vector<int64_t> free(static_cast<size_t>(S), 0);
   std::vector<size_t> next(static_cast<size_t>(S), 0);
   std::vector<std::vector<int>> pending(static_cast<size_t>(S));  // B's run, W's not yet
-  std::vector<int> held(static_cast<size_t>(S), 0);               // forwards run, W's not yet
-  for (int s = 0; s < S; ++s) {
-    for (int m = 0; m < M && s == 0; ++m) act[0][static_cast<size_t>(m)] = 0;
-  }
+  std::fill(act[0].begin(), act[0].end(), 0);                      // the first stage's inputs are there
   size_t left = static_cast<size_t>(3 * S * M);
   while (left > 0) {
     // the stage free first (ties: the lower stage) acts at its time: whatever ends by then is known
@@ -154,7 +151,6 @@ std::vector<std::vector<PipeStep>> zero_bubble_orders(int S, int M) {
       int m = pending[su].front();
       pending[su].erase(pending[su].begin());
       out[su].push_back({false, m, true});
-      --held[su];
       free[su] = now + 1;
       --left;
     };
@@ -172,7 +168,6 @@ std::vector<std::vector<PipeStep>> zero_bubble_orders(int S, int M) {
         free[su] = now + 1;
         --left;
         if (st.forward) {
-          ++held[su];
           if (s + 1 < S) act[su + 1][mu] = now + 1;
         } else {
           pending[su].push_back(st.micro);

@@ -244,8 +244,8 @@ double updated_bytes_of(const Graph& g, ValueId param, ValueId grad, const Shard
   if (p != kNoId && g.node(p).domain == kOasesDomain && g.node(p).op_type == "FlatReduceScatter") {
     return es * static_cast<double>(flat_piece(numel, std::max<int64_t>(1, g.node(p).attrs.get_int("group_size", 1))));
   }
-  const int dp = mesh.axis("dp");
-  if (zero && dp >= 0 && mesh.axis_size(dp) > 1 && !spec.uses_axis(dp)) return es * static_cast<double>(flat_piece(numel, mesh.axis_size(dp)));
+  const int dp = zero ? zero_whole_axis(spec, mesh) : -1;
+  if (dp >= 0) return es * static_cast<double>(flat_piece(numel, mesh.axis_size(dp)));
   return es * static_cast<double>(numel);
 }
 

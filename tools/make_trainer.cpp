@@ -97,14 +97,14 @@ Expected<std::unique_ptr<Trainer>> make_trainer(const TrainSetup& s, RankRuntime
   OASES_ASSIGN_OR_RETURN(Program compiled, compile_program(std::move(rp.program)));
   OASES_ASSIGN_OR_RETURN(std::unique_ptr<Trainer> tr, Trainer::create(std::move(rp.train), s.oc, eo, std::move(compiled)));
   const int dp_axis = rt.mesh().axis("dp");
-  if (s.plan().zero > 0 && dp_axis >= 0 && rt.mesh().axis_size(dp_axis) > 1 && rt.distributed()) {
+  if (s.plan().zero > 0 && dp_axis >= 0 && rt.distributed()) {
     // parameters replicated over dp whose gradient the program gives whole (a tied weight's, summed
     // across stages after its all-reduce): their state is shared over dp as well
     const GlobalProgram& gp = s.piped() ? s.stage_program(stage->stage) : s.gp();
     std::vector<bool> replicated;
     for (size_t i = 0; i < tr->training_graph().params.size(); ++i) {
       size_t k = s.piped() ? stage->param_index.at(i) : i;
-      replicated.push_back(!gp.param_specs.at(k).uses_axis(dp_axis));
+      replicated.push_back(zero_whole_axis(gp.param_specs.at(k), rt.mesh()) == dp_axis);
     }
     tr->zero_whole_gradients(rt.axis_groups().at(static_cast<size_t>(dp_axis)), replicated);
   }

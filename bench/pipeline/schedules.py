@@ -19,18 +19,10 @@ import json
 import os
 import re
 import statistics
-import subprocess
 import sys
 import tempfile
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-def run(cmd):
-    p = subprocess.run(cmd, capture_output=True, text=True)
-    if p.returncode != 0:
-        sys.exit(f"schedules: {' '.join(cmd)} failed ({p.returncode}):\n{p.stdout[-2000:]}\n{p.stderr[-2000:]}")
-    return p.stdout + p.stderr
+from bench_pipeline import REPO, run  # (beside this file) a command's output, or the run stops naming it
 
 
 def busiest_compute_ms(trace_path, steps):
