@@ -5,6 +5,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <sstream>
 #include <tuple>
 
@@ -114,7 +115,21 @@ Expected<PipelineSchedule> parse_pipeline(const std::string& text) {
   return error("--pipeline '{}': use gpipe, 1f1b, eager-1f1b or zb-h1", text);
 }
 
-int warmup_forwards(PipelineSchedule p, int stage, int stages, int micro_batches) {
+Status check_virtual_stages(PipelineSchedule p, int stages, int micro_batches, int V, int blocks) {
+  if (V < 1) return error("--virtual-stages {}: at least 1", V);
+  if (V == 1) return Status::ok();
+  if (p != PipelineSchedule::k1F1B) return error("--virtual-stages {} runs the interleaved 1f1b schedule, not {}", V, pipeline_name(p));
+  if (stages < 2) return error("--virtual-stages {} needs at least 2 pipeline stages, not {}", V, stages);
+  if (micro_batches < 1 || micro_batches % stages != 0)
+    return error("--virtual-stages {}: {} micro-batches are not a multiple of the {} stages (interleaved 1F1B sends S micro-batches round at once)",
+                 V, micro_batches, stages);
+  if (blocks >= 0 && blocks < stages * V)
+    return error("--virtual-stages {}: {} stages x {} need {} block ranges; the model has {} transformer block(s)", V, stages, V, stages * V, blocks);
+  return Status::ok();
+}
+
+int warmup_forwards(PipelineSchedule p, int stage, int stages, int micro_batches, int V) {
+  if (V > 1) return std::min(micro_batches * V, 2 * (stages - stage - 1) + (V - 1) * stages);
   switch (p) {
     case PipelineSchedule::kGPipe: return micro_batches;
     case PipelineSchedule::k1F1B:
@@ -202,7 +217,27 @@ std::shared_ptr<const std::vector<std::vector<PipeStep>>> zero_bubble_orders_cac
 
 }  // namespace
 
-std::vector<PipeStep> stage_steps(PipelineSchedule p, int stage, int stages, int micro_batches) {
+std::vector<PipeStep> stage_steps(PipelineSchedule p, int stage, int stages, int micro_batches, int V) {
+  if (V > 1) {
+    if (stage < 0 || stage >= stages || !check_virtual_stages(p, stages, micro_batches, V).is_ok()) return {};
+    const int S = stages, total = micro_batches * V;
+    auto nth = [&](int k, bool forward) {
+      PipeStep st;
+      st.forward = forward;
+      st.micro = (k / (S * V)) * S + k % S;
+      const int round = (k / S) % V;
+      st.chunk = forward ? round : V - 1 - round;
+      return st;
+    };
+    const int w = warmup_forwards(p, stage, stages, micro_batches, V);
+    std::vector<PipeStep> out;
+    for (int k = 0; k < w; ++k) out.push_back(nth(k, true));
+    for (int i = 0; i < total; ++i) {
+      if (w + i < total) out.push_back(nth(w + i, true));
+      out.push_back(nth(i, false));
+    }
+    return out;
+  }
   if (p == PipelineSchedule::kZBH1) {
     if (stage < 0 || stage >= stages || micro_batches < 1) return {};
     return (*zero_bubble_orders_cached(stages, micro_batches))[static_cast<size_t>(stage)];
@@ -231,24 +266,32 @@ int peak_in_flight(const std::vector<PipeStep>& steps) {
   return peak;
 }
 
-Expected<PipelineSim> simulate_pipeline(PipelineSchedule p, int micro_batches, const PipelineTimes& given) {
+Expected<PipelineSim> simulate_pipeline(PipelineSchedule p, int micro_batches, const PipelineTimes& given, int V) {
   const PipelineTimes t = split_backward(p, given);
-  const int S = static_cast<int>(t.forward_s.size());
+  const int C = static_cast<int>(t.forward_s.size());  // model stages
   const int M = micro_batches;
-  if (S < 1 || t.backward_s.size() != t.forward_s.size() || static_cast<int>(t.transfer_s.size()) != S - 1)
+  if (V < 1 || C < V || C % V != 0) return error("pipeline times: {} model stages for {} virtual stages a rank", C, V);
+  const int S = C / V;
+  if (t.backward_s.size() != t.forward_s.size() || static_cast<int>(t.transfer_s.size()) != C - 1)
     return error("pipeline times: {} forward, {} backward and {} transfer times for {} stages", t.forward_s.size(), t.backward_s.size(),
-                 t.transfer_s.size(), S);
+                 t.transfer_s.size(), C);
   if (M < 1) return error("a pipeline needs at least one micro-batch, not {}", M);
+  OASES_RETURN_IF_ERROR(check_virtual_stages(p, S, M, V));
   if (splits_backward(p) && t.weight_s.size() != t.forward_s.size())
-    return error("pipeline times: {} weight-gradient times for {} stages", t.weight_s.size(), S);
+    return error("pipeline times: {} weight-gradient times for {} stages", t.weight_s.size(), C);
   const double unknown = -1;
-  // arrival of activation m at stage s (from s − 1) and of gradient m at stage s (from s + 1)
-  std::vector<std::vector<double>> act(static_cast<size_t>(S), std::vector<double>(static_cast<size_t>(M), unknown));
+  // arrival of activation m at model stage c (from c − 1) and of gradient m at c (from c + 1)
+  std::vector<std::vector<double>> act(static_cast<size_t>(C), std::vector<double>(static_cast<size_t>(M), unknown));
   std::vector<std::vector<double>> grad = act, fwd_end = act;
   std::vector<std::vector<PipeStep>> steps;
-  for (int s = 0; s < S; ++s) steps.push_back(stage_steps(p, s, S, M));
+  for (int s = 0; s < S; ++s) steps.push_back(stage_steps(p, s, S, M, V));
   std::vector<size_t> next(static_cast<size_t>(S), 0);
-  std::vector<double> free(static_cast<size_t>(S), 0), link_fwd(static_cast<size_t>(S), 0), link_bwd(static_cast<size_t>(S), 0);
+  std::vector<double> free(static_cast<size_t>(S), 0);
+  // the links between ranks: one lane per direction (half duplex: per pair), free from when
+  std::map<std::pair<int, int>, double> lanes;
+  auto lane = [&](int from, int to) -> double& {
+    return t.half_duplex ? lanes[{std::min(from, to), std::max(from, to)}] : lanes[{from, to}];
+  };
   PipelineSim sim;
   for (int s = 0; s < S; ++s) sim.peak_in_flight.push_back(peak_in_flight(steps[static_cast<size_t>(s)]));
   size_t remaining = 0;
@@ -258,42 +301,45 @@ Expected<PipelineSim> simulate_pipeline(PipelineSchedule p, int micro_batches, c
   while (remaining > 0) {
     int s = -1;
     double best = 0;
-    for (int c = 0; c < S; ++c) {
-      size_t n = next[static_cast<size_t>(c)];
-      if (n >= steps[static_cast<size_t>(c)].size()) continue;
-      const PipeStep& st = steps[static_cast<size_t>(c)][n];
+    for (int r = 0; r < S; ++r) {
+      size_t n = next[static_cast<size_t>(r)];
+      if (n >= steps[static_cast<size_t>(r)].size()) continue;
+      const PipeStep& st = steps[static_cast<size_t>(r)][n];
+      const int c = r + st.chunk * S;
       const size_t cu = static_cast<size_t>(c), mu = static_cast<size_t>(st.micro);
-      double ready = st.forward ? (c == 0 ? 0.0 : act[cu][mu]) : st.weight ? 0.0 : (c == S - 1 ? fwd_end[cu][mu] : grad[cu][mu]);
+      double ready = st.forward ? (c == 0 ? 0.0 : act[cu][mu]) : st.weight ? 0.0 : (c == C - 1 ? fwd_end[cu][mu] : grad[cu][mu]);
       if (ready == unknown) continue;
-      double start = std::max(free[cu], ready);
+      double start = std::max(free[static_cast<size_t>(r)], ready);
       if (s < 0 || start < best) {
-        s = c;
+        s = r;
         best = start;
       }
     }
     if (s < 0) return error("pipeline {}: the stages wait on each other (a schedule that cannot run)", pipeline_name(p));
     const size_t su = static_cast<size_t>(s);
     const PipeStep& st = steps[su][next[su]];
-    const size_t mu = static_cast<size_t>(st.micro);
-    const double start = best, end = start + (st.forward ? t.forward_s[su] : st.weight ? t.weight_s[su] : t.backward_s[su]);
+    const int c = s + st.chunk * S;
+    const size_t cu = static_cast<size_t>(c), mu = static_cast<size_t>(st.micro);
+    const double start = best, end = start + (st.forward ? t.forward_s[cu] : st.weight ? t.weight_s[cu] : t.backward_s[cu]);
     free[su] = end;
-    sim.events.push_back({s, st.forward, st.micro, st.weight, false, start, end});
+    sim.events.push_back({c, st.forward, st.micro, st.weight, false, start, end});
     if (st.weight) {
       // its micro-batch's weight gradients: nothing leaves the stage
     } else if (st.forward) {
-      fwd_end[su][mu] = end;
-      if (s + 1 < S) {  // the activation leaves right after the forward that made it
-        double ts = std::max(end, link_fwd[su]);
-        link_fwd[su] = ts + t.transfer_s[su];
-        act[su + 1][mu] = link_fwd[su];
-        sim.events.push_back({s, true, st.micro, false, true, ts, link_fwd[su]});
+      fwd_end[cu][mu] = end;
+      if (c + 1 < C) {  // the activation leaves right after the forward that made it
+        double& l = lane(s, (c + 1) % S);
+        double ts = std::max(end, l);
+        l = ts + t.transfer_s[cu];
+        act[cu + 1][mu] = l;
+        sim.events.push_back({c, true, st.micro, false, true, ts, l, end});
       }
-    } else if (s > 0) {
-      double& lane = t.half_duplex ? link_fwd[su - 1] : link_bwd[su - 1];
-      double ts = std::max(end, lane);
-      lane = ts + t.transfer_s[su - 1];
-      grad[su - 1][mu] = lane;
-      sim.events.push_back({s - 1, false, st.micro, false, true, ts, lane});
+    } else if (c > 0) {
+      double& l = lane(s, (c - 1) % S);
+      double ts = std::max(end, l);
+      l = ts + t.transfer_s[cu - 1];
+      grad[cu - 1][mu] = l;
+      sim.events.push_back({c - 1, false, st.micro, false, true, ts, l, end});
     }
     sim.step_s = std::max(sim.step_s, end);
     ++next[su];
@@ -301,8 +347,12 @@ Expected<PipelineSim> simulate_pipeline(PipelineSchedule p, int micro_batches, c
   }
   double busiest = 0;
   for (int s = 0; s < S; ++s) {
-    const size_t su = static_cast<size_t>(s);
-    busiest = std::max(busiest, M * (t.forward_s[su] + t.backward_s[su] + (t.weight_s.empty() ? 0.0 : t.weight_s[su])));
+    double busy = 0;
+    for (int c = s; c < C; c += S) {
+      const size_t cu = static_cast<size_t>(c);
+      busy += M * (t.forward_s[cu] + t.backward_s[cu] + (t.weight_s.empty() ? 0.0 : t.weight_s[cu]));
+    }
+    busiest = std::max(busiest, busy);
   }
   sim.bubble = sim.step_s > 0 ? 1.0 - busiest / sim.step_s : 0;
   return sim;
@@ -311,7 +361,7 @@ Expected<PipelineSim> simulate_pipeline(PipelineSchedule p, int micro_batches, c
 std::vector<PipeTransfer> pipeline_transfer_order(const PipelineSim& sim) {
   std::vector<PipeTransfer> out;
   for (const PipelineEvent& e : sim.events) {
-    if (e.transfer) out.push_back({e.stage, e.forward, e.micro, e.start_s});
+    if (e.transfer) out.push_back({e.stage, e.forward, e.micro, e.issue_s});
   }
   std::stable_sort(out.begin(), out.end(), [](const PipeTransfer& a, const PipeTransfer& b) {
     if (a.issue_s != b.issue_s) return a.issue_s < b.issue_s;
@@ -322,35 +372,36 @@ std::vector<PipeTransfer> pipeline_transfer_order(const PipelineSim& sim) {
   return out;
 }
 
-Status check_pipeline_order(PipelineSchedule p, int stages, int micro_batches, const PipelineTimes& given) {
-  const int S = stages, M = micro_batches;
+Status check_pipeline_order(PipelineSchedule p, int stages, int micro_batches, const PipelineTimes& given, int V) {
+  const int S = stages, M = micro_batches, C = stages * std::max(V, 1);
   PipelineTimes t = given;
   if (t.forward_s.empty())
-    t = PipelineTimes{std::vector<double>(static_cast<size_t>(S), 1.0), std::vector<double>(static_cast<size_t>(S), 2.0),
-                      std::vector<double>(static_cast<size_t>(std::max(0, S - 1)), 0.5)};
-  auto sim = simulate_pipeline(p, M, t);
+    t = PipelineTimes{std::vector<double>(static_cast<size_t>(C), 1.0), std::vector<double>(static_cast<size_t>(C), 2.0),
+                      std::vector<double>(static_cast<size_t>(std::max(0, C - 1)), 0.5)};
+  auto sim = simulate_pipeline(p, M, t, V);
   if (!sim) return sim.status();
   std::vector<PipeTransfer> order = pipeline_transfer_order(*sim);
-  // op id of a transfer = its place in the global order; participants: the two stages
+  // op id of a transfer = its place in the global order; participants: the two ranks
   std::map<std::tuple<int, bool, int>, int> id;
   for (size_t i = 0; i < order.size(); ++i) id[{order[i].boundary, order[i].forward, order[i].micro}] = static_cast<int>(i);
-  auto sender = [&](const PipeTransfer& x) { return x.forward ? x.boundary : x.boundary + 1; };
-  auto receiver = [&](const PipeTransfer& x) { return x.forward ? x.boundary + 1 : x.boundary; };
+  auto sender = [&](const PipeTransfer& x) { return (x.forward ? x.boundary : x.boundary + 1) % S; };
+  auto receiver = [&](const PipeTransfer& x) { return (x.forward ? x.boundary + 1 : x.boundary) % S; };
   std::vector<std::vector<ChannelInstr>> programs(static_cast<size_t>(S));
   for (int s = 0; s < S; ++s) {
-    std::vector<int> mine;  // this stage's transfers in the global order
+    std::vector<int> mine;  // this rank's transfers in the global order
     for (size_t i = 0; i < order.size(); ++i) {
       if (sender(order[i]) == s || receiver(order[i]) == s) mine.push_back(static_cast<int>(i));
     }
     auto& prog = programs[static_cast<size_t>(s)];
     size_t issued = 0;  // mine[0 .. issued) started
     std::vector<int> sends;
-    // starts every channel op of this stage up to global position `upto`; a send among them that
-    // its producer has not made yet means the order does not fit this stage
-    auto start_through = [&](int upto, int produced) -> Status {
+    std::set<int> made;  // this rank's sends whose producer ran
+    // starts every channel op of this rank up to global position `upto`; a send among them that
+    // its producer has not made yet means the order does not fit this rank
+    auto start_through = [&](int upto) -> Status {
       while (issued < mine.size() && mine[issued] <= upto) {
         const PipeTransfer& x = order[static_cast<size_t>(mine[issued])];
-        if (sender(x) == s && mine[issued] != produced)
+        if (sender(x) == s && !made.count(mine[issued]))
           return error("stage {} would start transfer {} before making it (the global order does not fit its steps)", s, mine[issued]);
         prog.push_back({true, mine[issued], 1});
         if (sender(x) == s) sends.push_back(mine[issued]);
@@ -358,18 +409,20 @@ Status check_pipeline_order(PipelineSchedule p, int stages, int micro_batches, c
       }
       return Status::ok();
     };
-    for (const PipeStep& st : stage_steps(p, s, S, M)) {
+    for (const PipeStep& st : stage_steps(p, s, S, M, V)) {
       if (st.weight) continue;  // a W step neither reads nor makes a transfer
-      bool reads = st.forward ? s > 0 : s + 1 < S;
+      const int c = s + st.chunk * S;
+      bool reads = st.forward ? c > 0 : c + 1 < C;
       if (reads) {
-        int x = id.at({st.forward ? s - 1 : s, st.forward, st.micro});
-        OASES_RETURN_IF_ERROR(start_through(x, -1));
+        int x = id.at({st.forward ? c - 1 : c, st.forward, st.micro});
+        OASES_RETURN_IF_ERROR(start_through(x));
         prog.push_back({false, x, 1});
       }
-      bool makes = st.forward ? s + 1 < S : s > 0;
+      bool makes = st.forward ? c + 1 < C : c > 0;
       if (makes) {
-        int y = id.at({st.forward ? s : s - 1, st.forward, st.micro});
-        OASES_RETURN_IF_ERROR(start_through(y, y));
+        int y = id.at({st.forward ? c : c - 1, st.forward, st.micro});
+        made.insert(y);
+        OASES_RETURN_IF_ERROR(start_through(y));
       }
     }
     for (int op : sends) prog.push_back({false, op, 1});  // the sends' buffers are freed at the end
@@ -377,9 +430,10 @@ Status check_pipeline_order(PipelineSchedule p, int stages, int micro_batches, c
   return check_channel_programs(programs,
                                 [&](int op) {
                                   const PipeTransfer& x = order[static_cast<size_t>(op)];
-                                  return std::vector<int64_t>{x.boundary, x.boundary + 1};
+                                  return std::vector<int64_t>{sender(x), receiver(x)};
                                 })
-      .with_context(fmt::format("pipeline {} over {} stages, {} micro-batches", pipeline_name(p), S, M));
+      .with_context(fmt::format("pipeline {} over {} stages{}, {} micro-batches", pipeline_name(p), S,
+                                V > 1 ? fmt::format(" x {} virtual", V) : "", M));
 }
 
 }  // namespace oases

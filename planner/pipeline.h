@@ -23,6 +23,17 @@
 //               bubble is (S - 1) F, a third of 1F1B's (S - 1)(F + 2 W) (Qi et al.'s ZB-H1).
 // Backwards run in micro-batch order on every stage; a stage sends an activation right after the
 // forward that makes it and a gradient right after the backward that makes it.
+//
+// Virtual stages (interleaved 1F1B, Narayanan et al. 2021): with V > 1 the model is cut into
+// C = S·V block ranges ("model stages"), and pipeline rank s holds model stages s, s + S, …,
+// s + (V − 1)·S (its chunks 0 … V − 1): an activation goes round the ranks V times. Each step is
+// one chunk of one micro-batch. With k counting a rank's forwards (and, apart, its backwards),
+// forward k runs chunk (k / S) mod V of micro-batch (k / (S·V))·S + k mod S, backward k the same
+// micro-batch of chunk V − 1 − (k / S) mod V: S micro-batches through one chunk, then through the
+// next. Rank s runs w = min(M·V, 2 (S − s − 1) + (V − 1)·S) warm-up forwards, then one forward
+// and one backward in turn, then the remaining backwards: at most min(M·V, w + 1) chunk steps in
+// flight (each holds about 1/V of a micro-batch's activations on the rank). M must be a multiple
+// of S; 1F1B only. The bubble shrinks to (S − 1)/(V·M) of the step, for V times the transfers.
 #pragma once
 
 #include <string>
@@ -33,6 +44,8 @@
 namespace oases {
 
 // --- stages: contiguous block ranges -----------------------------------------------------------
+// (with virtual stages, each of the C = S·V model stages is one range, model stage c on pipeline
+// rank c mod S)
 
 // Blocks first … last (inclusive) of a stage; stage 0 also holds the embeddings, the last stage the
 // final norm, the head and the loss.
@@ -60,21 +73,28 @@ struct PipeStep {
   bool forward = true;
   int micro = 0;
   bool weight = false;  // a W step (forward false): the weight gradients of `micro` (splits_backward)
-  bool operator==(const PipeStep& o) const { return forward == o.forward && micro == o.micro && weight == o.weight; }
+  int chunk = 0;        // virtual stages: which of the rank's model stages (stage + chunk·S)
+  bool operator==(const PipeStep& o) const { return forward == o.forward && micro == o.micro && weight == o.weight && chunk == o.chunk; }
   // 0 forward, 1 backward (B), 2 weight gradients (W)
   int kind() const { return forward ? 0 : weight ? 2 : 1; }
 };
 
-int warmup_forwards(PipelineSchedule p, int stage, int stages, int micro_batches);
-// The steps of one stage, in order.
-std::vector<PipeStep> stage_steps(PipelineSchedule p, int stage, int stages, int micro_batches);
+// Whether `virtual_stages` V can run: V ≥ 1; V > 1 needs 1F1B, at least two stages and
+// micro-batches a multiple of the stages; `blocks` (≥ 0: the model's) at least S·V. One line
+// naming the numbers.
+Status check_virtual_stages(PipelineSchedule p, int stages, int micro_batches, int virtual_stages, int blocks = -1);
+int warmup_forwards(PipelineSchedule p, int stage, int stages, int micro_batches, int virtual_stages = 1);
+// The steps of one stage (pipeline rank), in order; V > 1: interleaved, as above (empty where
+// check_virtual_stages refuses).
+std::vector<PipeStep> stage_steps(PipelineSchedule p, int stage, int stages, int micro_batches, int virtual_stages = 1);
 // The most micro-batches whose forward has run and backward has not (with W steps: whose W has
-// not), over the stage's steps.
+// not), over the stage's steps; with virtual stages, chunk steps (a chunk of a micro-batch).
 int peak_in_flight(const std::vector<PipeStep>& steps);
 
 struct PipelineTimes {
-  std::vector<double> forward_s, backward_s;  // per stage, one micro-batch
-  std::vector<double> transfer_s;             // per boundary s → s+1 (activation; its gradient the same)
+  // Per model stage (S·V of them), one micro-batch; with V = 1 the model stages are the stages.
+  std::vector<double> forward_s, backward_s;
+  std::vector<double> transfer_s;  // per boundary c → c+1 of model stages (activation; its gradient the same)
   // A boundary's link carries one transfer at a time in both directions together (the emulated
   // hosts' network cards: one token per card); false: each direction its own lane (real links).
   bool half_duplex = false;
@@ -84,12 +104,13 @@ struct PipelineTimes {
 };
 
 struct PipelineEvent {
-  int stage = 0;
+  int stage = 0;  // the model stage (compute) or boundary (transfer); its rank: stage mod S
   bool forward = true;
   int micro = 0;
   bool weight = false;  // a W step
   bool transfer = false;  // a transfer on boundary `stage` → stage + 1 (forward) or back (backward)
   double start_s = 0, end_s = 0;
+  double issue_s = 0;  // a transfer: when its producer ended (it starts when its link is free too)
 };
 
 struct PipelineSim {
@@ -105,11 +126,12 @@ inline constexpr double kWeightShare = 0.5;
 // `t` with its backward split into B and W (weight_s) for a schedule that splits it, when not split yet.
 PipelineTimes split_backward(PipelineSchedule p, PipelineTimes t, double weight_share = kWeightShare);
 
-// Each stage runs its steps in order on one compute resource; a forward waits for its activation
-// to arrive, a backward for its gradient (the last stage: for its own forward), a W for nothing
-// (its B ran before it); each boundary's link carries one transfer at a time in each direction,
-// starting when its producer ends.
-Expected<PipelineSim> simulate_pipeline(PipelineSchedule p, int micro_batches, const PipelineTimes& t);
+// Each stage (pipeline rank) runs its steps in order on one compute resource; a forward waits for
+// its activation to arrive, a backward for its gradient (the last model stage: for its own
+// forward), a W for nothing (its B ran before it); the link from one rank to another carries one
+// transfer at a time (each direction its own lane unless half_duplex), starting when its producer
+// ends. `t` has S·`virtual_stages` model stages; peak_in_flight and the bubble are per rank.
+Expected<PipelineSim> simulate_pipeline(PipelineSchedule p, int micro_batches, const PipelineTimes& t, int virtual_stages = 1);
 
 // One transfer across a stage boundary: an activation (forward) from `boundary` to boundary + 1,
 // or its gradient back.
@@ -127,6 +149,6 @@ std::vector<PipeTransfer> pipeline_transfer_order(const PipelineSim& sim);
 // right after the step that makes it, a receive started (in the global order) no later than the
 // step that reads it, each rank's channel ops a subsequence of the global order; replayed by
 // check_channel_programs. `t` empty: unit times (forward 1, backward 2, transfers 0.5).
-Status check_pipeline_order(PipelineSchedule p, int stages, int micro_batches, const PipelineTimes& t = {});
+Status check_pipeline_order(PipelineSchedule p, int stages, int micro_batches, const PipelineTimes& t = {}, int virtual_stages = 1);
 
 }  // namespace oases

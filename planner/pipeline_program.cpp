@@ -240,13 +240,16 @@ struct StageTransfers {
 struct StageClock {
   PipelineSchedule schedule = PipelineSchedule::k1F1B;
   int me = 0, S = 1, M = 1, K = 1;  // this stage, the stages, micro-batches and chunks of one
-  std::map<std::tuple<int, int, int>, double> step_end;  // (stage, PipeStep::kind, micro-batch) -> end
+  int V = 1;                        // virtual stages: model stage c on stage c mod S
+  std::map<std::tuple<int, int, int>, double> step_end;  // (model stage, PipeStep::kind, micro-batch) -> end
+  int group(int model_stage) const { return model_stage % S; }
 };
 
 // The order phase: the intra-stage schedule's order cut into the stage's pipeline steps, the
 // transfers started in the global order (see the top of pipeline_program.h).
+// `chunk_of`: per node, which of the stage's model stages it works for (its virtual stage, 0 … V − 1).
 Expected<std::vector<ScheduledOp>> order_stage(const Graph& g, const ScheduleOptions& so, const StageTransfers& xfer, const StageClock& clock,
-                                               const std::vector<ValueId>& params, StageProgramInfo* info) {
+                                               const std::vector<ValueId>& params, const std::vector<int>& chunk_of, StageProgramInfo* info) {
   const std::vector<NodeId>& channel_ops = xfer.channel_ops;
   const std::map<NodeId, double>& recv_issue = xfer.recv_issue;
   const std::map<NodeId, ValueId>& send_input = xfer.send_input;
@@ -324,9 +327,9 @@ Expected<std::vector<ScheduledOp>> order_stage(const Graph& g, const ScheduleOpt
     }
     input_only[static_cast<size_t>(id)] = only;
   }
-  std::vector<PipeStep> steps = stage_steps(clock.schedule, me, clock.S, M);
-  std::map<std::pair<int, int>, int> step_index;  // (PipeStep::kind, micro-batch) -> step
-  for (size_t i = 0; i < steps.size(); ++i) step_index[{steps[i].kind(), steps[i].micro}] = static_cast<int>(i);
+  std::vector<PipeStep> steps = stage_steps(clock.schedule, me, clock.S, M, clock.V);
+  std::map<std::tuple<int, int, int>, int> step_index;  // (PipeStep::kind, micro-batch, chunk) -> step
+  for (size_t i = 0; i < steps.size(); ++i) step_index[{steps[i].kind(), steps[i].micro, steps[i].chunk}] = static_cast<int>(i);
   // A schedule that splits the backward (zb-h1): a backward node runs in its micro-batch's B when a
   // gradient that micro-batch sends to the stage before needs it (the input gradient's chain),
   // else in its W (weight gradients, and what only they read). A stage that sends no gradient
@@ -364,8 +367,9 @@ Expected<std::vector<ScheduledOp>> order_stage(const Graph& g, const ScheduleOpt
     if (m >= 0) {
       int kind = forward_side(n) ? 0 : splits_backward(clock.schedule) && !input_grad[static_cast<size_t>(id)] ? 2 : 1;
       if (kind == 2 && info) info->weight_nodes.insert(n.name);
-      auto it = step_index.find({kind, m});
-      if (it == step_index.end()) return error("stage {}: {} works on micro-batch {} of {}", me, n.describe(), m, M);
+      const int v = static_cast<size_t>(id) < chunk_of.size() ? chunk_of[static_cast<size_t>(id)] : 0;
+      auto it = step_index.find({kind, m, v});
+      if (it == step_index.end()) return error("stage {}: {} works on micro-batch {} of {} (virtual stage {})", me, n.describe(), m, M, v);
       t = std::max(t, it->second);
       tagged[static_cast<size_t>(id)] = 1;
     } else {
@@ -431,7 +435,7 @@ Expected<std::vector<ScheduledOp>> order_stage(const Graph& g, const ScheduleOpt
       OASES_RETURN_IF_ERROR(emit_with_inputs(id));
       emit_sums_after(id);
     }
-    now = clock.step_end.at({me, st.kind(), st.micro});
+    now = clock.step_end.at({me + st.chunk * clock.S, st.kind(), st.micro});
     emit_ready_untagged(true);
   }
   emit_ready_untagged(false);
@@ -472,7 +476,7 @@ class StageBuilder {
     OASES_ASSIGN_OR_RETURN(std::vector<Crossing> crossings, find_crossings());
     OASES_RETURN_IF_ERROR(place_transfers(crossings));
     stage_outputs();
-    OASES_ASSIGN_OR_RETURN(rp_.order, order_stage(g_, so_, xfer_, clock_, params_, info_));
+    OASES_ASSIGN_OR_RETURN(rp_.order, order_stage(g_, so_, xfer_, clock_, params_, chunk_of_, info_));
     rp_.saved_bytes = saved_activation_bytes(g_, rp_.order);
     rp_.saved_count = saved_activation_count(g_, rp_.order);
     // the sends' outputs are empty and read by nobody: kept, so no pass drops the sends
@@ -489,10 +493,12 @@ class StageBuilder {
     clock_.S = static_cast<int>(plan_.num_stages());
     clock_.M = static_cast<int>(plan_.micro_batches > 0 ? plan_.micro_batches : clock_.S);
     clock_.K = static_cast<int>(plan_.mesh().chunk_count());
+    clock_.V = static_cast<int>(std::max<int64_t>(plan_.virtual_stages, 1));
     if (clock_.S < 1 || globals_.size() != static_cast<size_t>(clock_.S))
       return error("a pipeline of {} stages, {} micro-batches, {} stage programs", clock_.S, clock_.M, globals_.size());
     OASES_ASSIGN_OR_RETURN(cuts_, stage_cuts_of(plan_));
     OASES_ASSIGN_OR_RETURN(clock_.schedule, parse_pipeline(plan_.pipeline));
+    OASES_RETURN_IF_ERROR(check_virtual_stages(clock_.schedule, clock_.S, clock_.M, clock_.V, static_cast<int>(cuts_.size())));
     for (int s = 0; s < clock_.S; ++s) {
       if (plan_.stage_ranks(s) < 1) return error("stage {} has {} ranks", s, plan_.stage_ranks(s));
       if (globals_[static_cast<size_t>(s)]->world != plan_.stage_ranks(s))
@@ -535,24 +541,41 @@ class StageBuilder {
     so_.checkpoint = mp.recompute_mode();
     rp_.schedule = so_;
     OASES_ASSIGN_OR_RETURN(rp_.recompute, apply_recompute(g_, so_.checkpoint));
-    OASES_ASSIGN_OR_RETURN(sa_, assign_stages(g_, params_, cuts_, clock_.S));
-    return Status::ok();
-  }
-
-  Status clock() {
-    PipelineTimes unit{std::vector<double>(static_cast<size_t>(clock_.S), 1.0), std::vector<double>(static_cast<size_t>(clock_.S), 2.0),
-                       std::vector<double>(static_cast<size_t>(clock_.S - 1), 0.0)};
-    OASES_ASSIGN_OR_RETURN(PipelineSim sim, simulate_pipeline(clock_.schedule, clock_.M, unit));
-    stage_end_.assign(static_cast<size_t>(clock_.S), 0);
-    for (const PipelineEvent& e : sim.events) {
-      if (e.transfer) continue;
-      clock_.step_end[{e.stage, e.forward ? 0 : e.weight ? 2 : 1, e.micro}] = e.end_s;
-      stage_end_[static_cast<size_t>(e.stage)] = std::max(stage_end_[static_cast<size_t>(e.stage)], e.end_s);
+    OASES_ASSIGN_OR_RETURN(sa_, assign_stages(g_, params_, cuts_, C()));
+    // each node this stage holds: the first of its model stages here
+    chunk_of_.assign(static_cast<size_t>(g_.max_node_id()), 0);
+    for (NodeId id : g_.nodes()) {
+      for (int c : sa_.stages[static_cast<size_t>(id)]) {
+        if (clock_.group(c) == clock_.me) {
+          chunk_of_[static_cast<size_t>(id)] = c / clock_.S;
+          break;
+        }
+      }
     }
     return Status::ok();
   }
 
+  Status clock() {
+    const auto C = static_cast<size_t>(this->C());
+    PipelineTimes unit{std::vector<double>(C, 1.0), std::vector<double>(C, 2.0), std::vector<double>(C - 1, 0.0), false, {}};
+    OASES_ASSIGN_OR_RETURN(PipelineSim sim, simulate_pipeline(clock_.schedule, clock_.M, unit, clock_.V));
+    stage_end_.assign(static_cast<size_t>(clock_.S), 0);
+    for (const PipelineEvent& e : sim.events) {
+      if (e.transfer) continue;
+      clock_.step_end[{e.stage, e.forward ? 0 : e.weight ? 2 : 1, e.micro}] = e.end_s;
+      double& end = stage_end_[static_cast<size_t>(clock_.group(e.stage))];
+      end = std::max(end, e.end_s);
+    }
+    return Status::ok();
+  }
+
+  int C() const { return clock_.S * clock_.V; }  // model stages
   bool in_stage(NodeId id, int s) const { return contains(sa_.stages[static_cast<size_t>(id)], s); }
+  // in one of this stage's model stages
+  bool held(NodeId id) const {
+    const auto& st = sa_.stages[static_cast<size_t>(id)];
+    return std::any_of(st.begin(), st.end(), [&](int c) { return clock_.group(c) == clock_.me; });
+  }
   int home(NodeId id) const { return sa_.stages[static_cast<size_t>(id)].front(); }
   int micro_of(const Node& n) const { return n.chunk < 0 ? -1 : n.chunk / clock_.K; }
 
@@ -563,7 +586,9 @@ class StageBuilder {
     if (sa_.stages[static_cast<size_t>(p)].size() != 1)
       return error("{} is copied into several stages, yet stage {} lacks it", g_.node(p).describe(), to);
     int from = home(p);
-    if (from != clock_.me && to != clock_.me) return Status::ok();
+    // model stages on one stage share its program: the value is there already
+    if (clock_.group(from) == clock_.group(to)) return Status::ok();
+    if (clock_.group(from) != clock_.me && clock_.group(to) != clock_.me) return Status::ok();
     Crossing t;
     t.value = v;
     auto slot = out_slot.find(v);
@@ -576,13 +601,15 @@ class StageBuilder {
     if (t.micro < 0) {
       t.micro = t.forward ? -1 : clock_.M;
       t.once = !t.forward;
-      t.issue = t.forward ? -1.0 : stage_end_[static_cast<size_t>(from)];
+      t.issue = t.forward ? -1.0 : stage_end_[static_cast<size_t>(clock_.group(from))];
     } else {
       auto it = clock_.step_end.find({from, t.forward ? 0 : 1, t.micro});
       if (it == clock_.step_end.end()) return error("{} works on micro-batch {}, which stage {} never runs", pn.describe(), t.micro, from);
       t.issue = it->second;
     }
-    found->emplace(std::make_pair(v, to), t);
+    // one transfer per receiving stage: to the first of its model stages that reads the value
+    auto [it, fresh] = found->emplace(std::make_pair(v, clock_.group(to)), t);
+    if (!fresh && to < it->second.to) it->second = t;
     return Status::ok();
   }
 
@@ -605,8 +632,8 @@ class StageBuilder {
         if (p != kNoId && !in_stage(p, t)) OASES_RETURN_IF_ERROR(add_crossing(grads_[i], t, out_slot, &found));
       }
     }
-    if (g_.producer(loss_) != kNoId && !in_stage(g_.producer(loss_), clock_.S - 1))
-      OASES_RETURN_IF_ERROR(add_crossing(loss_, clock_.S - 1, out_slot, &found));
+    if (g_.producer(loss_) != kNoId && !in_stage(g_.producer(loss_), C() - 1))
+      OASES_RETURN_IF_ERROR(add_crossing(loss_, C() - 1, out_slot, &found));
     std::vector<Crossing> out;
     for (const auto& [k, t] : found) out.push_back(t);
     std::sort(out.begin(), out.end(), [](const Crossing& a, const Crossing& b) { return a.key() < b.key(); });
@@ -618,7 +645,8 @@ class StageBuilder {
     Shape shape;
     PlacedLayout side;
   };
-  Expected<Laid> laid_out_on(int s, const Crossing& t) const {
+  Expected<Laid> laid_out_on(int model_stage, const Crossing& t) const {
+    const int s = clock_.group(model_stage);
     const GlobalProgram& gp = *globals_[static_cast<size_t>(s)];
     const StageSide side = side_of(gp);
     const std::string& name = g_.value(t.value).name;
@@ -651,7 +679,7 @@ class StageBuilder {
 
   Status place_transfers(const std::vector<Crossing>& crossings) {
     for (NodeId id : g_.nodes()) {
-      if (!in_stage(id, clock_.me)) g_.remove_node(id);
+      if (!held(id)) g_.remove_node(id);
     }
     // each distinct transfer planned once, for the plan's machine
     ReshardPlanner planner(machine_, ReshardOptions{});
@@ -667,12 +695,14 @@ class StageBuilder {
         return error("'{}' is {} on stage {} and {} on stage {}", val.name, shape_str(src.shape), t.from, shape_str(dst.shape), t.to);
       ReshardProblem problem{src.shape, static_cast<int64_t>(dtype_size(val.dtype)), src.side, dst.side};
       AttrMap a = reshard_attrs(problem, world_rank_, val.dtype, 1);
+      const int gf = clock_.group(t.from), gt = clock_.group(t.to);
       if (info_)
-        info_->transfers.push_back(fmt::format("{}>{} {}{} #{} {} {} -> {}", t.from, t.to, t.forward ? "F" : "B", t.micro, t.ident,
-                                               shape_str(src.shape), a.get_string("src_layout", ""), a.get_string("dst_layout", "")));
+        info_->transfers.push_back(fmt::format("{}>{} {}{} #{} {} {} -> {}{}", gf, gt, t.forward ? "F" : "B", t.micro, t.ident,
+                                               shape_str(src.shape), a.get_string("src_layout", ""), a.get_string("dst_layout", ""),
+                                               clock_.V > 1 ? fmt::format(" (model stages {}>{})", t.from, t.to) : ""));
       std::string name = g_.unique_name(fmt::format("pipe/{}/{}to{}", val.name, t.from, t.to));
       NodeId n = kNoId;
-      if (t.to == clock_.me) {
+      if (gt == clock_.me) {
         n = g_.add_node("Reshard", {}, {t.value}, a, name, kOasesDomain);
         xfer_.recv_issue[n] = t.issue;
       } else {
@@ -688,7 +718,7 @@ class StageBuilder {
       reshards_[g_.node(n).name] = *planned;
       if (info_) info_->transfer_nodes.push_back(g_.node(n).name);
       xfer_.channel_ops.push_back(n);
-      if (info_) ++(t.to == clock_.me ? info_->receives : info_->sends);
+      if (info_) ++(gt == clock_.me ? info_->receives : info_->sends);
     }
     for (ValueId v : std::vector<ValueId>(g_.inputs())) {
       if (g_.uses(v).empty()) g_.remove_input(v);
@@ -710,7 +740,7 @@ class StageBuilder {
     }
     for (size_t i = 0; i < params_.size(); ++i) {
       const auto& holders = sa_.param_holders[i];
-      if (!contains(holders, clock_.me)) {
+      if (std::none_of(holders.begin(), holders.end(), [&](int c) { return clock_.group(c) == clock_.me; })) {
         if (g_.value(params_[i]).is_initializer) g_.remove_initializer(params_[i]);
         continue;
       }
@@ -723,7 +753,7 @@ class StageBuilder {
       rp_.updated_bytes += updated_bytes_of(g_, params_[i], grads_[i], global_->param_specs.at(i), global_->mesh(), plan_.zero > 0);
       if (info_) {
         info_->param_index.push_back(i);
-        info_->counts_in_norm.push_back(holders.front() == clock_.me);
+        info_->counts_in_norm.push_back(clock_.group(holders.front()) == clock_.me);
       }
     }
     g_.set_outputs(outs);
@@ -752,6 +782,7 @@ class StageBuilder {
   std::vector<double> stage_end_;
   StageTransfers xfer_;
   ReshardPlans reshards_;
+  std::vector<int> chunk_of_;  // per node: its virtual stage on this stage (cut)
 };
 
 }  // namespace
@@ -761,10 +792,12 @@ Expected<std::vector<StageCut>> stage_cuts_of(const Plan& plan) {
   for (int64_t k = 0; k < S; ++k) {
     if (plan.stages[static_cast<size_t>(k)].blocks.empty()) return error("stage {} of {} has no block range", k, S);
   }
+  // the last model stage's range ends the model
+  const std::vector<std::string> ranges = split_cuts(plan.cuts());
   int first = 0, last = -1;
-  if (std::sscanf(plan.stages.back().blocks.c_str(), "%d-%d", &first, &last) != 2 || last < 0)
+  if (ranges.empty() || std::sscanf(ranges.back().c_str(), "%d-%d", &first, &last) != 2 || last < 0)
     return error("stage {}'s blocks '{}' are not FIRST-LAST", S - 1, plan.stages.back().blocks);
-  return cut_stages(last + 1, static_cast<int>(S), plan.cuts());
+  return cut_stages(last + 1, static_cast<int>(plan.model_stages()), plan.cuts());
 }
 
 Status check_stage_transfers(const std::vector<int>& stage_of, const std::vector<std::vector<std::string>>& transfers) {
@@ -842,7 +875,13 @@ Expected<StageGlobals> build_stage_globals(Graph forward, const TrainingSpec& sp
   // the stages' block ranges first: the programs mark the values that cross them
   int blocks = count_blocks(forward);
   if (blocks == 0) return error("{}: no transformer blocks found; pipeline stages are cut at block boundaries", opts.model_path);
-  OASES_ASSIGN_OR_RETURN(std::vector<StageCut> cuts, cut_stages(blocks, static_cast<int>(S), plan.cuts()));
+  const int64_t C = plan.model_stages();  // with virtual stages, S x V block ranges
+  if (plan.virtual_stages > 1) {
+    OASES_ASSIGN_OR_RETURN(PipelineSchedule sched, parse_pipeline(plan.pipeline));
+    OASES_RETURN_IF_ERROR(check_virtual_stages(sched, static_cast<int>(S), static_cast<int>(M), static_cast<int>(plan.virtual_stages), blocks)
+                              .with_context(opts.model_path));
+  }
+  OASES_ASSIGN_OR_RETURN(std::vector<StageCut> cuts, cut_stages(blocks, static_cast<int>(C), plan.cuts()));
   GlobalProgramOptions go = opts;
   go.pipeline = true;
   go.stage_cuts = cuts;
@@ -879,10 +918,11 @@ Expected<StageGlobals> build_stage_globals(Graph forward, const TrainingSpec& sp
   if (std::all_of(sg.own.begin(), sg.own.end(), [](const auto& p) { return p == nullptr; })) sg.own.clear();
   sg.plan = plan;
   sg.plan.micro_batches = M;
+  const std::vector<std::string> ranges = split_cuts(stages_string(cuts));
   for (int64_t k = 0; k < S; ++k) {
     MeshPlan& m = sg.plan.stages[static_cast<size_t>(k)];
     m.ranks = plan.stage_ranks(k);
-    m.blocks = fmt::format("{}-{}", cuts[static_cast<size_t>(k)].first, cuts[static_cast<size_t>(k)].last);
+    m.blocks = stage_blocks(ranges, S, k);
   }
   OASES_RETURN_IF_ERROR(parse_pipeline(sg.plan.pipeline).status());
   sg.machine = reshard_cluster(sg.plan.world(), {}, {}, {});

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <optional>
 #include <regex>
@@ -271,28 +272,45 @@ MeshPlan Plan::stage_on(int64_t tp, int64_t dp, const std::string& schedule) con
 }
 
 Expected<Plan> with_stages(const Plan& first, int64_t stages, int64_t micro_batches, const std::string& schedule, const std::string& cuts,
-                           const std::vector<MeshPlan>& meshes) {
+                           const std::vector<MeshPlan>& meshes, int64_t virtual_stages) {
   Plan staged = first;
   staged.pipeline = schedule;
   staged.micro_batches = micro_batches;
+  staged.virtual_stages = virtual_stages;
   const std::vector<std::string> blocks = split_cuts(cuts);
-  if (!blocks.empty() && static_cast<int64_t>(blocks.size()) != stages)
-    return error("--stages '{}' gives {} stages, --pp {}", cuts, blocks.size(), stages);
+  const int64_t V = std::max<int64_t>(virtual_stages, 1);
+  if (!blocks.empty() && static_cast<int64_t>(blocks.size()) != stages * V)
+    return V > 1 ? error("--stages '{}' gives {} block ranges; --pp {} x --virtual-stages {} needs {}", cuts, blocks.size(), stages, V, stages * V)
+                 : error("--stages '{}' gives {} stages, --pp {}", cuts, blocks.size(), stages);
   staged.stages.clear();
   for (int64_t k = 0; k < stages; ++k) {
     const auto i = static_cast<size_t>(k);
     MeshPlan m = k == 0 || meshes.empty() ? first.mesh() : first.stage_on(meshes[i].tp, meshes[i].dp, meshes[i].schedule);
-    m.blocks = blocks.empty() ? "" : blocks[i];
+    m.blocks = blocks.empty() ? "" : stage_blocks(blocks, stages, k);
     staged.stages.push_back(std::move(m));
   }
   return staged;
 }
 
+std::string stage_blocks(const std::vector<std::string>& model_ranges, int64_t stages, int64_t stage) {
+  std::vector<std::string> mine;
+  for (size_t c = static_cast<size_t>(stage); stages > 0 && c < model_ranges.size(); c += static_cast<size_t>(stages)) mine.push_back(model_ranges[c]);
+  return fmt::format("{}", fmt::join(mine, ","));
+}
+
 std::string Plan::cuts() const {
-  std::vector<std::string> b;
+  std::vector<std::vector<std::string>> per_stage;
   for (const MeshPlan& st : stages) {
     if (st.blocks.empty()) return "";
-    b.push_back(st.blocks);
+    per_stage.push_back(split_cuts(st.blocks));
+  }
+  // model stage c: stage c mod S's range c / S (a stage short of ranges ends the list: validate says so)
+  std::vector<std::string> b;
+  const size_t S = per_stage.size();
+  for (size_t c = 0;; ++c) {
+    const auto& mine = per_stage[c % S];
+    if (c / S >= mine.size()) break;
+    b.push_back(mine[c / S]);
   }
   return fmt::format("{}", fmt::join(b, ","));
 }
@@ -441,7 +459,23 @@ Status Plan::validate() const {
   }
   for (const MeshPlan& st : stages) with_blocks += !st.blocks.empty();
   if (with_blocks > 0 && with_blocks < S) return Status::error("pipeline.stages: every stage names its blocks, or none does");
-  if (with_blocks == S && S > 1) OASES_RETURN_IF_ERROR(check_cuts(cuts(), S));
+  if (virtual_stages < 1 || virtual_stages > kMaxPlanChunks)
+    return error("pipeline.virtual_stages: {} (1 to {})", virtual_stages, kMaxPlanChunks);
+  if (virtual_stages > 1) {
+    auto sched = parse_pipeline(pipeline);
+    const int64_t micro = micro_batches > 0 ? micro_batches : S;
+    if (S < 2 || !sched || micro > std::numeric_limits<int>::max() || S * virtual_stages > kMaxPlanChunks)
+      return error("pipeline.virtual_stages: {} with {} stage(s); interleaving needs at least 2", virtual_stages, S);
+    OASES_RETURN_IF_ERROR(check_virtual_stages(*sched, static_cast<int>(S), static_cast<int>(micro), static_cast<int>(virtual_stages))
+                              .with_context("pipeline.virtual_stages"));
+  }
+  for (int64_t k = 0; k < S && with_blocks == S; ++k) {
+    const int64_t ranges = static_cast<int64_t>(split_cuts(stages[static_cast<size_t>(k)].blocks).size());
+    if (ranges != virtual_stages)
+      return error("pipeline.stages[{}].blocks: '{}' names {} block range(s); each stage names {} (its virtual stages)", k,
+                   stages[static_cast<size_t>(k)].blocks, ranges, virtual_stages);
+  }
+  if (with_blocks == S && S > 1) OASES_RETURN_IF_ERROR(check_cuts(cuts(), S * virtual_stages));
   // every sequence of the batch in one piece: dp x micro-batches x chunks divide it (on each
   // stage's mesh; dp where the plan fixes one)
   if (batch > 0) {
@@ -532,6 +566,7 @@ nlohmann::json Plan::pipeline_json() const {
   // what is not fixed (0 or "") is left out: the reader takes the run's default
   nlohmann::json j{{"schedule", pipeline}};
   if (micro_batches > 0) j["micro_batches"] = micro_batches;
+  if (virtual_stages > 1) j["virtual_stages"] = virtual_stages;
   j["stages"] = nlohmann::json::array();
   for (const MeshPlan& m : stages) {
     nlohmann::json sj = nlohmann::json::object();
@@ -597,7 +632,8 @@ nlohmann::json Plan::to_json() const {
 bool Plan::operator==(const Plan& o) const {
   return stages == o.stages && vocab_parallel == o.vocab_parallel && sequence_parallel == o.sequence_parallel &&
          collective_matmul == o.collective_matmul && dtype == o.dtype && dp_bucket_bytes == o.dp_bucket_bytes && zero == o.zero && batch == o.batch &&
-         seq == o.seq && parameters == o.parameters && (num_stages() == 1 || (pipeline == o.pipeline && micro_batches == o.micro_batches));
+         seq == o.seq && parameters == o.parameters &&
+         (num_stages() == 1 || (pipeline == o.pipeline && micro_batches == o.micro_batches && virtual_stages == o.virtual_stages));
 }
 
 std::string Plan::to_string() const {
@@ -625,7 +661,8 @@ std::string Plan::to_string() const {
   if (batch > 0 || seq > 0) out += fmt::format(", batch {} x {}", batch, seq);
   if (!parameters.empty()) out += fmt::format(", {} parameter specs", parameters.size());
   if (num_stages() > 1) {
-    out += fmt::format(", pipeline of {} stages ({}, {} micro-batches{})", num_stages(), pipeline,
+    out += fmt::format(", pipeline of {} stages{} ({}, {} micro-batches{})", num_stages(),
+                       virtual_stages > 1 ? fmt::format(" x {} virtual", virtual_stages) : "", pipeline,
                        micro_batches > 0 ? std::to_string(micro_batches) : "default", cuts().empty() ? "" : ", blocks " + cuts());
   }
   return out;

@@ -77,6 +77,9 @@ struct Plan {
   std::vector<MeshPlan> stages = std::vector<MeshPlan>(1);
   std::string pipeline = "1f1b";  // with several stages: gpipe | 1f1b | eager-1f1b
   int64_t micro_batches = 0;      // with several stages: micro-batches a step (0: as many as stages)
+  // Interleaved 1F1B (planner/pipeline.h): each stage holds this many block ranges, model stage c
+  // on stage c mod S; each stage's "blocks" then lists its V ranges ("0-1,8-9").
+  int64_t virtual_stages = 1;
   bool vocab_parallel = true;
   bool sequence_parallel = false;
   // Collective matmuls (planner/collective_matmul.h) in every part (with sequence parallelism);
@@ -97,8 +100,10 @@ struct Plan {
   MeshPlan& mesh() { return stages.front(); }
   const MeshPlan& mesh() const { return stages.front(); }
   int64_t num_stages() const { return static_cast<int64_t>(stages.size()); }
-  // The stages' block ranges "0-5,6-11" ("" when the stages do not fix them: cut evenly).
+  // The stages' block ranges "0-5,6-11" ("" when the stages do not fix them: cut evenly); with
+  // virtual stages, the S·V model stages' in model order (stage c mod S's range c / S).
   std::string cuts() const;
+  int64_t model_stages() const { return num_stages() * std::max<int64_t>(virtual_stages, 1); }
   // The world's ranks, the stages' meshes one after another: stage s's ranks (its "ranks", else
   // tp x dp with an open degree counted as 1), their sum, the first of them, and the stage a world
   // rank belongs to (-1 past the world).
@@ -152,8 +157,12 @@ std::vector<std::string> split_cuts(const std::string& cuts);
 // `micro_batches`, cut at `cuts` ("0-5,6-11"; "": evenly), the others on `meshes` (empty: the
 // first's; else each stage's tp x dp and schedule, Plan::stage_on). What oases-train's --pp,
 // --stages and --stage-meshes make; an error names a cuts list of another stage count.
+// With `virtual_stages` V > 1, `cuts` lists the S·V model stages and stage s holds ranges s, s + S, ….
 Expected<Plan> with_stages(const Plan& first, int64_t stages, int64_t micro_batches, const std::string& schedule, const std::string& cuts,
-                           const std::vector<MeshPlan>& meshes);
+                           const std::vector<MeshPlan>& meshes, int64_t virtual_stages = 1);
+// Stage `stage`'s blocks ("0-1,8-9") of S = `stages` stages from the model stages' ranges in model
+// order: ranges stage, stage + S, ….
+std::string stage_blocks(const std::vector<std::string>& model_ranges, int64_t stages, int64_t stage);
 // Whether two stages run the same program: the same mesh, layouts and schedule (their blocks and
 // chunks aside: a pipeline's stages share the first stage's chunks).
 bool same_stage_layout(const MeshPlan& a, const MeshPlan& b);

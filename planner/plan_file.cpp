@@ -305,6 +305,8 @@ Status read_pipeline_v4(const FieldReader& f, const json& pj, Plan* p) {
   OASES_RETURN_IF_ERROR(optional_field(pj, "micro_batches", &p->micro_batches,
                                        [&](const json& v) { return f.integer(v, "pipeline.micro_batches", 1, kMaxPlanChunks); }));
   OASES_RETURN_IF_ERROR(optional_field(pj, "schedule", &p->pipeline, [&](const json& v) { return f.text(v, "pipeline.schedule"); }));
+  OASES_RETURN_IF_ERROR(optional_field(pj, "virtual_stages", &p->virtual_stages,
+                                       [&](const json& v) { return f.integer(v, "pipeline.virtual_stages", 1, kMaxPlanChunks); }));
   if (!pj.contains("stages")) return f.fail("pipeline.stages", "missing: a list of the stages");
   const json& sj = pj["stages"];
   OASES_RETURN_IF_ERROR(f.list(sj, "pipeline.stages"));

@@ -51,9 +51,13 @@ Expected<std::unique_ptr<Trainer>> make_trainer(const TrainSetup& s, RankRuntime
     if (!stage) return Status::error("internal: a pipeline rank's trainer needs its stage record");
     OASES_ASSIGN_OR_RETURN(rp, build_rank_program(s.programs, world_rank, ro, stage));
     if (a.memory_report && rt.rank() == 0) {
-      std::fprintf(stderr, "stage %d (%s): blocks %s, %d sends and %d receives a step, at most %d micro-batches in flight, arena %.1f KiB\n",
-                   stage->stage, a.pipeline.c_str(), s.plan().stages[static_cast<size_t>(stage->stage)].blocks.c_str(), stage->sends,
-                   stage->receives, stage->peak_in_flight, static_cast<double>(rp.program.memory.arena_bytes) / 1024.0);
+      // with virtual stages a step is one model stage of a micro-batch: about 1/V of its activations here
+      const int64_t V = s.plan().virtual_stages;
+      const std::string held = V > 1 ? fmt::format("{} micro-batch steps of one of {} virtual stages", stage->peak_in_flight, V)
+                                     : fmt::format("{} micro-batches", stage->peak_in_flight);
+      std::fprintf(stderr, "stage %d (%s): blocks %s, %d sends and %d receives a step, at most %s in flight, arena %.1f KiB\n", stage->stage,
+                   a.pipeline.c_str(), s.plan().stages[static_cast<size_t>(stage->stage)].blocks.c_str(), stage->sends, stage->receives,
+                   held.c_str(), static_cast<double>(rp.program.memory.arena_bytes) / 1024.0);
       print_live_peak(rp.program, fmt::format("stage {}", stage->stage).c_str());
     }
   } else {

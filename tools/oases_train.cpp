@@ -91,7 +91,11 @@ void add_train_options(CLI::App& app, TrainArgs& a) {
   app.add_option("--micro-batches", a.micro_batches, "Micro-batches per step flowing through the pipeline stages (default: --pp)")
       ->check(number_in(1, kInf));
   app.add_option("--stages", a.stages, "Blocks of each stage, e.g. 0-5,6-11 (default: balanced); stage 0 also holds the embedding, "
-                                       "the last the head and loss");
+                                       "the last the head and loss; with --virtual-stages V, pp x V ranges in model order");
+  app.add_option("--virtual-stages", a.virtual_stages,
+                 "Interleaved 1F1B: each stage holds V block ranges (model stage c on stage c mod pp), the bubble 1/V of 1F1B's "
+                 "for V times the transfers; --micro-batches a multiple of --pp")
+      ->check(number_in(1, kInf));
   app.add_option("--stage-meshes", a.stage_meshes,
                  "Each stage its own mesh, TPxDP[:SCHEDULE] per stage, e.g. 2x1,1x2:oases (the world is the sum; "
                  "the chunks are --chunks on every stage)");

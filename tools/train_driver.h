@@ -37,7 +37,8 @@ struct TrainArgs {
   // pipeline stages (planner/pipeline_program.h): --pp S stages of tp x dp ranks each
   int64_t pp = 1, micro_batches = 0;  // micro_batches 0: S (1 without stages)
   std::string stages;                 // "0-5,6-11": blocks per stage; "": balanced
-  std::string pipeline = "1f1b";      // gpipe | 1f1b | eager-1f1b
+  std::string pipeline = "1f1b";      // gpipe | 1f1b | eager-1f1b | zb-h1
+  int64_t virtual_stages = 1;         // interleaved 1F1B: block ranges per stage (--stages lists S x V)
   std::string stage_meshes;           // "2x1,1x2:oases": each stage's tp x dp[:schedule]; "": --tp/--dp for all
   int64_t hosts = 0;                  // emulated hosts: the ranks spread over N in order (--emulate-link is between them)
   bool no_vocab_parallel = false, sequence_parallel = false;

@@ -4,6 +4,7 @@
 
 #include "executor/distributed.h"
 #include "graph/atomic_file.h"
+#include "planner/pipeline.h"
 #include "planner/plan.h"
 #include "tools/train_inputs.h"
 
@@ -97,6 +98,7 @@ Expected<int64_t> resolve_stages(TrainArgs& a, int64_t world, std::vector<MeshPl
       a.pp = S;
       if (a.micro_batches <= 0) a.micro_batches = from_file.micro_batches;
       a.pipeline = from_file.pipeline;
+      if (a.virtual_stages <= 1) a.virtual_stages = from_file.virtual_stages;
       if (a.stages.empty() && a.stage_meshes.empty()) {
         if (from_file.world() != world)
           return error("{}: the plan's {} stages need {} ranks, this run has {} (run it with --local-ranks {} or mpirun -np {})", a.plan, S,
@@ -116,8 +118,8 @@ Expected<int64_t> resolve_stages(TrainArgs& a, int64_t world, std::vector<MeshPl
     }
   }
   const bool piped = a.pp > 1;
-  if (!piped && (a.micro_batches > 0 || !a.stages.empty() || !a.stage_meshes.empty()))
-    return Status::error("--micro-batches, --stages and --stage-meshes need --pp 2 or more");
+  if (!piped && (a.micro_batches > 0 || !a.stages.empty() || !a.stage_meshes.empty() || a.virtual_stages > 1))
+    return Status::error("--micro-batches, --stages, --stage-meshes and --virtual-stages need --pp 2 or more");
   // --stage-meshes: each stage its own tp x dp (and schedule); the world is the sum of the meshes
   if (piped && !a.stage_meshes.empty()) {
     OASES_ASSIGN_OR_RETURN(*meshes, parse_stage_meshes(a.stage_meshes, a.pp));
@@ -135,6 +137,9 @@ Expected<int64_t> resolve_stages(TrainArgs& a, int64_t world, std::vector<MeshPl
     if (a.grad_accum > 1) return Status::error("--grad-accum with --pp: the pipeline's --micro-batches accumulate the gradients");
     if (a.device != "cpu") return Status::error("--pp runs on the CPU only: cross-stage transfers have no GPU path yet");
     if (a.micro_batches <= 0) a.micro_batches = a.pp;
+    OASES_ASSIGN_OR_RETURN(PipelineSchedule sched, parse_pipeline(a.pipeline));
+    OASES_RETURN_IF_ERROR(check_virtual_stages(sched, static_cast<int>(a.pp), static_cast<int>(std::min<int64_t>(a.micro_batches, 1 << 30)),
+                                               static_cast<int>(std::min<int64_t>(a.virtual_stages, 1 << 30))));
   }
   if (!piped) return world;
   if (meshes->empty()) return world / a.pp;
@@ -161,8 +166,9 @@ Status build_programs(TrainSetup& s, Graph forward, const Plan& plan, int64_t st
     // the plan file's stages as they are (their first mesh as the run adopted it)
     run.micro_batches = a.micro_batches;
     run.pipeline = a.pipeline;
+    run.virtual_stages = a.virtual_stages;
   } else if (a.pp > 1) {
-    OASES_ASSIGN_OR_RETURN(run, with_stages(plan, a.pp, a.micro_batches, a.pipeline, a.stages, meshes));
+    OASES_ASSIGN_OR_RETURN(run, with_stages(plan, a.pp, a.micro_batches, a.pipeline, a.stages, meshes, a.virtual_stages));
   }
   OASES_ASSIGN_OR_RETURN(s.programs, build_plan_programs(std::move(forward), spec, run, stage_world, go));
   if (!s.host_of.empty()) {

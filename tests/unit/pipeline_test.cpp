@@ -3,7 +3,9 @@
 // channel checker, and the simulator's step time on cases worked by hand.
 #include <gtest/gtest.h>
 
+#include <map>
 #include <random>
+#include <tuple>
 
 #include "planner/pipeline.h"
 
@@ -175,6 +177,76 @@ TEST(Pipeline, ZeroBubbleH1SplitsEachBackwardAndShortensTheBubble) {
   EXPECT_DOUBLE_EQ(split_backward(z, given).backward_s[0], 2.0);
   EXPECT_DOUBLE_EQ(split_backward(z, t).weight_s[2], 1.0);
   EXPECT_TRUE(split_backward(PipelineSchedule::k1F1B, t).weight_s.empty());
+}
+
+// Interleaved 1F1B (virtual stages): every chunk of every micro-batch once on its rank, a
+// micro-batch's chunks forward in order and backward in reverse, S micro-batches a round; the
+// warm-up and the peak in flight as the header states; deadlock-free for any times; the bubble
+// (S − 1)(f + b) of one chunk, 1/V of 1F1B's, with free transfers.
+TEST(Pipeline, VirtualStagesInterleaveChunksAndShrinkTheBubble) {
+  const auto p = PipelineSchedule::k1F1B;
+  for (int S : {2, 3, 4, 8}) {
+    for (int V : {2, 3, 4}) {
+      for (int M = S; M <= 3 * S; M += S) {
+        for (int s = 0; s < S; ++s) {
+          auto steps = stage_steps(p, s, S, M, V);
+          ASSERT_EQ(static_cast<int>(steps.size()), 2 * M * V);
+          std::map<std::tuple<bool, int, int>, int> at;
+          for (size_t i = 0; i < steps.size(); ++i) {
+            EXPECT_TRUE(at.emplace(std::make_tuple(steps[i].forward, steps[i].chunk, steps[i].micro), static_cast<int>(i)).second);
+          }
+          for (int m = 0; m < M; ++m) {
+            for (int v = 0; v < V; ++v) {
+              EXPECT_LT(at.at({true, v, m}), at.at({false, v, m}));
+              if (v) EXPECT_LT(at.at({true, v - 1, m}), at.at({true, v, m}));
+              if (v) EXPECT_GT(at.at({false, v - 1, m}), at.at({false, v, m}));
+            }
+          }
+          const int w = warmup_forwards(p, s, S, M, V);
+          EXPECT_EQ(w, std::min(M * V, 2 * (S - s - 1) + (V - 1) * S));
+          EXPECT_EQ(peak_in_flight(steps), std::min(M * V, w + 1)) << S << " " << V << " " << M << " " << s;
+        }
+        Status st = check_pipeline_order(p, S, M, {}, V);
+        EXPECT_TRUE(st.is_ok()) << st.message();
+      }
+    }
+  }
+  std::string seq;
+  for (const PipeStep& x : stage_steps(p, 1, 2, 4, 2)) seq += fmt::format("{}{}.{} ", x.forward ? 'F' : 'B', x.chunk, x.micro);
+  EXPECT_EQ(seq, "F0.0 F0.1 F1.0 B1.0 F1.1 B1.1 F0.2 B0.0 F0.3 B0.1 F1.2 B1.2 F1.3 B1.3 B0.2 B0.3 ");
+  // random times: the transfers' global order fits every rank's program
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<double> u(0.1, 3.0);
+  for (int it = 0; it < 100; ++it) {
+    int S = 2 + static_cast<int>(rng() % 3), V = 2 + static_cast<int>(rng() % 2), M = S * (1 + static_cast<int>(rng() % 3));
+    PipelineTimes t;
+    for (int c = 0; c < S * V; ++c) {
+      t.forward_s.push_back(u(rng));
+      t.backward_s.push_back(u(rng));
+      if (c + 1 < S * V) t.transfer_s.push_back(rng() % 3 == 0 ? 0.0 : u(rng));
+    }
+    t.half_duplex = rng() % 2;
+    Status st = check_pipeline_order(p, S, M, t, V);
+    EXPECT_TRUE(st.is_ok()) << st.message();
+  }
+  // 4 ranks, 8 micro-batches, a rank's forward 2 and backward 4 (two chunks: 1 and 2 each), free
+  // transfers: 1F1B 8 x 6 + 3 x 6 = 66, interleaved 8 x 6 + 3 x 3 = 57
+  PipelineTimes one{{2, 2, 2, 2}, {4, 4, 4, 4}, {0, 0, 0}};
+  PipelineTimes two{std::vector<double>(8, 1.0), std::vector<double>(8, 2.0), std::vector<double>(7, 0.0)};
+  auto a = simulate_pipeline(p, 8, one).value();
+  auto b = simulate_pipeline(p, 8, two, 2).value();
+  EXPECT_DOUBLE_EQ(a.step_s, 66.0);
+  EXPECT_DOUBLE_EQ(b.step_s, 57.0);
+  EXPECT_NEAR(b.bubble, 1 - 48.0 / 57.0, 1e-12);
+  EXPECT_EQ(b.peak_in_flight[0], 11);  // 2 (S - 1) + (V - 1) S + 1 chunk steps: 5.5 micro-batches' activations
+  // refused: another schedule, one stage, micro-batches not a multiple of the stages, too few blocks
+  EXPECT_FALSE(check_virtual_stages(PipelineSchedule::kZBH1, 4, 8, 2).is_ok());
+  EXPECT_FALSE(check_virtual_stages(p, 1, 8, 2).is_ok());
+  EXPECT_NE(check_virtual_stages(p, 4, 6, 2).message().find("not a multiple of the 4 stages"), std::string::npos);
+  EXPECT_NE(check_virtual_stages(p, 4, 8, 2, 6).message().find("need 8 block ranges"), std::string::npos);
+  EXPECT_TRUE(check_virtual_stages(p, 4, 8, 2, 8).is_ok());
+  EXPECT_FALSE(simulate_pipeline(p, 6, two, 2));
+  EXPECT_TRUE(stage_steps(p, 0, 4, 6, 2).empty());
 }
 
 TEST(PipelineStages, CutsGivenOrBalanced) {
