@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "graph/blocks.h"
 #include "graph/op_registry.h"
 #include "planner/plan_report.h"
 #include "planner/reshard_nodes.h"
@@ -18,13 +19,13 @@ bool backward_work(const Node& n) {
   return n.phase == Node::Phase::kBackward || n.phase == Node::Phase::kRecompute;
 }
 
-// What stage `s`'s program sends: the forward transfers to stage s + 1 of one micro-batch (their
+// What stage `s`'s program sends: the forward transfers to stage `to_stage` of one micro-batch (their
 // sum over the micro-batches, divided by them) and, once a step, the transfers of values of no
 // micro-batch (a tied table's gradient sum), in any direction.
 struct Sends {
   double per_micro_batch_s = 0, per_step_s = 0;
 };
-Sends stage_sends(const RankProgram& rp, const StageProgramInfo& info, const Plan& plan, int s) {
+Sends stage_sends(const RankProgram& rp, const StageProgramInfo& info, const Plan& plan, int s, int to_stage) {
   Sends out;
   const Graph& g = rp.program.graph;
   std::map<std::string, NodeId> by_name;
@@ -40,12 +41,16 @@ Sends stage_sends(const RankProgram& rp, const StageProgramInfo& info, const Pla
     const NodeId maker = in.empty() || in[0] == kNoId ? kNoId : g.producer(in[0]);
     if (maker == kNoId || g.node(maker).chunk < 0) {
       out.per_step_s += it->second->plan.predicted_s;
-    } else if (plan.stage_of_rank(p.dst.placed.ranks.front()) == s + 1) {
+    } else if (plan.stage_of_rank(p.dst.placed.ranks.front()) == to_stage && !backward_work(g.node(node->second))) {
       out.per_micro_batch_s += it->second->plan.predicted_s;
     }
   }
   out.per_micro_batch_s /= static_cast<double>(std::max<int64_t>(1, plan.micro_batches));
   return out;
+}
+
+std::string virtual_text(const PipelinePlan& p) {
+  return p.virtual_stages > 1 ? fmt::format(" x {} virtual", p.virtual_stages) : "";
 }
 
 }  // namespace
@@ -55,7 +60,22 @@ Expected<PipelineReplay> replay_pipeline(const StageGlobals& sg, const ClusterSp
   const ReshardCluster machine = reshard_cluster(cluster, plan.world());
   OASES_ASSIGN_OR_RETURN(const PipelineSchedule schedule, parse_pipeline(plan.pipeline));
   const int S = static_cast<int>(plan.num_stages()), M = static_cast<int>(std::max<int64_t>(1, plan.micro_batches)),
-            K = static_cast<int>(plan.mesh().chunk_count());
+            K = static_cast<int>(plan.mesh().chunk_count()), V = static_cast<int>(std::max<int64_t>(1, plan.virtual_stages)), C = S * V;
+  // with virtual stages, a node's model stage: its block's range (nodes of no block: the embedding
+  // on the first, the head and loss on the last, else the stage's first)
+  std::vector<StageCut> cuts;
+  if (V > 1) {
+    OASES_ASSIGN_OR_RETURN(cuts, stage_cuts_of(plan));
+  }
+  auto model_stage = [&](const Node& n, int s) {
+    const int b = block_of_scope(n.scope);
+    for (int c = s; b >= 0 && c < C; c += S) {
+      if (b >= cuts[static_cast<size_t>(c)].first && b <= cuts[static_cast<size_t>(c)].last) return c;
+    }
+    return s == S - 1 ? C - 1 : s;
+  };
+  std::vector<double> fwd_c(static_cast<size_t>(C), 0), bwd_c(static_cast<size_t>(C), 0), weight_c(static_cast<size_t>(C), 0);
+  std::vector<double> per_pair;  // per stage: one micro-batch's forward transfer to the next stage, per boundary
   PipelineReplay out;
   RankProgramOptions ro;
   ro.slice_constants = false;  // shapes only: the weights may be unread
@@ -84,8 +104,10 @@ Expected<PipelineReplay> replay_pipeline(const StageGlobals& sg, const ClusterSp
       if (micro < 0 || micro >= M) {
         st.other_s += dt;
       } else {
+        const auto c = static_cast<size_t>(V > 1 ? model_stage(n, s) : s);
         (backward_work(n) ? bwd : fwd) += dt;
-        if (info.weight_nodes.count(n.name)) weight += dt;  // of the backward, what zb-h1 runs in W steps
+        (backward_work(n) ? bwd_c : fwd_c)[c] += dt;
+        if (info.weight_nodes.count(n.name)) weight += dt, weight_c[c] += dt;  // of the backward, what zb-h1 runs in W steps
       }
     }
     st.other_s += std::max(0.0, sim->step_s - sim->optimizer_s - prev);  // collectives still flying at the end
@@ -95,20 +117,26 @@ Expected<PipelineReplay> replay_pipeline(const StageGlobals& sg, const ClusterSp
     // parameters and AdamW's two moments (of the pieces a rank updates); gradients live in the arena
     st.memory_bytes = rp->param_bytes + 2.0 * rp->updated_bytes + static_cast<double>(prog.memory.arena_bytes);
     st.sim = std::move(*sim);
-    out.times.forward_s.push_back(st.forward_s);
-    if (splits_backward(schedule)) {
-      out.times.backward_s.push_back((bwd - weight) / M);  // B, and W apart
-      out.times.weight_s.push_back(weight / M);
-    } else {
-      out.times.backward_s.push_back(st.backward_s);
-    }
-    const Sends sends = stage_sends(*rp, info, plan, s);
-    if (s + 1 < S) out.times.transfer_s.push_back(sends.per_micro_batch_s);
+    // the forward transfers to the next stage, shared by the boundaries between the two (V of them,
+    // the last stage's V - 1: back to the first)
+    const Sends sends = stage_sends(*rp, info, plan, s, (s + 1) % S);
+    per_pair.push_back(sends.per_micro_batch_s / std::max(1, s + 1 < S ? V : V - 1));
     out.exchange_s += sends.per_step_s;
     out.stages.push_back(std::move(st));
   }
+  for (int c = 0; c < C; ++c) {
+    const auto k = static_cast<size_t>(c);
+    out.times.forward_s.push_back(fwd_c[k] / M);
+    if (splits_backward(schedule)) {
+      out.times.backward_s.push_back((bwd_c[k] - weight_c[k]) / M);  // B, and W apart
+      out.times.weight_s.push_back(weight_c[k] / M);
+    } else {
+      out.times.backward_s.push_back(bwd_c[k] / M);
+    }
+    if (c + 1 < C) out.times.transfer_s.push_back(per_pair[static_cast<size_t>(c % S)]);
+  }
   out.times.half_duplex = cluster.nodes > 1 && cluster.inter.kind == "emulated";
-  OASES_ASSIGN_OR_RETURN(out.sim, simulate_pipeline(schedule, M, out.times));
+  OASES_ASSIGN_OR_RETURN(out.sim, simulate_pipeline(schedule, M, out.times, V));
   double other = 0, optimizer = 0;
   for (const StageReplay& st : out.stages) {
     other = std::max(other, st.other_s);
@@ -173,8 +201,8 @@ Expected<PipelineRanking> rank_pipelines_by_replay(const Graph& forward, const s
     const bool fits = memory_limit <= 0 || mem <= memory_limit;
     if (fits && (!any || rep->step_s < r.replays[r.best].step_s)) r.best = i;
     any |= fits;
-    each.push_back(fmt::format("pp {} M={} {} {}{}: predicted {:.3f} ms, replayed {:.3f} ms, {}{}", p.stages, p.micro_batches,
-                               pipeline_name(p.schedule), p.inner.schedule, p.per_stage ? " (own stage tp)" : "", p.step_s * 1e3,
+    each.push_back(fmt::format("pp {} M={} {}{} {}{}: predicted {:.3f} ms, replayed {:.3f} ms, {}{}", p.stages, p.micro_batches,
+                               pipeline_name(p.schedule), virtual_text(p), p.inner.schedule, p.per_stage ? " (own stage tp)" : "", p.step_s * 1e3,
                                rep->step_s * 1e3, describe_bytes(mem), fits ? "" : " (over the limit)"));
     r.memory_bytes.push_back(mem);
     r.replays.push_back(std::move(*rep));
@@ -188,8 +216,8 @@ Expected<PipelineRanking> rank_pipelines_by_replay(const Graph& forward, const s
     head = fmt::format("the search's choice is the fastest of {} replayed", r.tried.size());
   } else {
     const bool first_fits = memory_limit <= 0 || r.memory_bytes.front() <= memory_limit;
-    head = fmt::format("pp {} M={} {} replayed {:.3f} ms is the fastest whose programs fit; the search's choice replayed {:.3f} ms{}", won.stages,
-                       won.micro_batches, pipeline_name(won.schedule), r.replays[r.best].step_s * 1e3, r.replays.front().step_s * 1e3,
+    head = fmt::format("pp {} M={} {}{} replayed {:.3f} ms is the fastest whose programs fit; the search's choice replayed {:.3f} ms{}",
+                       won.stages, won.micro_batches, pipeline_name(won.schedule), virtual_text(won), r.replays[r.best].step_s * 1e3, r.replays.front().step_s * 1e3,
                        first_fits ? "" : fmt::format(", {} (over the limit)", describe_bytes(r.memory_bytes.front())));
   }
   if (r.unreplayed > 0)

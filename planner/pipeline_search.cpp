@@ -146,8 +146,8 @@ double reshard_seconds(const ClusterSpec& cluster, int64_t world, const Shape& s
 // One micro-batch's activation [B/M, T, H] crossing from stage s's mesh (n GPUs from rank s·n) to
 // the next, laid out as the inner plan leaves it (batch over dp, sequence over tp with sequence
 // parallelism, else replicated over tp).
-double boundary_seconds(const ClusterSpec& cluster, int64_t gpus, int s, int64_t n, const Layout& from, const Layout& to, int64_t batch,
-                        int64_t seq, int64_t hidden, int micro_batches) {
+double boundary_seconds(const ClusterSpec& cluster, int64_t gpus, int64_t from_first, int64_t to_first, int64_t n, const Layout& from,
+                        const Layout& to, int64_t batch, int64_t seq, int64_t hidden, int micro_batches) {
   Shape shape{batch / micro_batches, seq, hidden};
   auto spec = [&](const Layout& l) {
     const int64_t tp = std::max<int64_t>(1, l.tp), dp = n / tp;
@@ -156,9 +156,8 @@ double boundary_seconds(const ClusterSpec& cluster, int64_t gpus, int s, int64_t
     if (l.sequence_parallel && tp > 1 && seq % tp == 0) sp.dims[1] = DimSpec{1, 1};
     return sp;
   };
-  const int64_t first = s * n;
-  return reshard_seconds(cluster, std::max<int64_t>(gpus, first + 2 * n), shape, stage_side(from, n, first, spec(from)),
-                         stage_side(to, n, first + n, spec(to)));
+  return reshard_seconds(cluster, std::max<int64_t>(gpus, std::max(from_first, to_first) + n), shape, stage_side(from, n, from_first, spec(from)),
+                         stage_side(to, n, to_first, spec(to)));
 }
 
 // A tied table's gradient [V, H] once a step: the last stage's (rows over its tp, as the
@@ -182,7 +181,7 @@ double exchange_seconds(const ClusterSpec& cluster, int64_t gpus, int S, int64_t
 // count and where the boundary lies among the hosts (its first rank's place in a host, whether it
 // crosses hosts); tied-table exchanges by the first and last stages' layouts.
 struct BoundaryCache {
-  std::map<std::tuple<Layout, Layout, int, int64_t, bool>, double> boundary;
+  std::map<std::tuple<Layout, Layout, int, int64_t, int64_t, bool>, double> boundary;
   std::map<std::pair<Layout, Layout>, double> exchange;
 };
 
@@ -200,9 +199,11 @@ Layout stage_layout(const ModelAnalysis& a, const PlanChoice& p, const StageCut&
 // Returns the bytes of weights the stage's ranks update (the optimizer's work).
 double add_stage_parts(const PartFigures& f, int M, PipelineStagePlan* st) {
   double saved = 0, transient = 0, statics = 0, block_grads = 0, updated = 0;
+  if (st->ranges.empty()) st->ranges = {st->blocks};
   for (size_t i = 0; i < f.block.size(); ++i) {
     int b = f.block[i];
-    bool mine = (b == -1 && st->embedding) || (b == -2 && st->head) || (b >= st->blocks.first && b <= st->blocks.last);
+    bool mine = (b == -1 && st->embedding) || (b == -2 && st->head) ||
+                std::any_of(st->ranges.begin(), st->ranges.end(), [&](const StageCut& c) { return b >= c.first && b <= c.last; });
     if (!mine) continue;
     st->forward_s += f.fwd[i];
     st->backward_s += f.bwd[i];
@@ -219,54 +220,79 @@ double add_stage_parts(const PartFigures& f, int M, PipelineStagePlan* st) {
   // (2026-11-27): gpt 4096 x 24 on 2 x 32 A100s 1.11x, 1.07x; gpt 12288 x 16 on 8 x 128 A100s
   // 1.02x, 1.03x, 1.06x (without it 0.93x, 0.89x; 0.89x, 0.87x, 0.89x).
   const double grads_in_flight = f.chunked ? block_grads : 0;
-  st->memory_bytes = statics + saved * st->peak_in_flight / M + transient + grads_in_flight;
+  // with virtual stages a step in flight holds one of the stage's V ranges of a micro-batch
+  const double V = static_cast<double>(st->ranges.size());
+  st->memory_bytes = statics + saved * st->peak_in_flight / (M * V) + transient + grads_in_flight;
   return updated;
 }
 
-// Prices S stages cut at `cuts`, stage s running the parts it holds as `fig[s]` (one inner choice's
-// figures) says, with `layout[s]` at its boundaries.
+// One model stage's forward and backward of a micro-batch: the parts in `cut`, the embedding on the
+// first model stage, the head on the last.
+std::pair<double, double> range_times(const PartFigures& f, const StageCut& cut, bool embedding, bool head) {
+  double fw = 0, bw = 0;
+  for (size_t i = 0; i < f.block.size(); ++i) {
+    const int b = f.block[i];
+    if ((b == -1 && embedding) || (b == -2 && head) || (b >= cut.first && b <= cut.last)) fw += f.fwd[i], bw += f.bwd[i];
+  }
+  return {fw, bw};
+}
+
+// Prices S stages holding the model stages cut at `cuts` (S x V of them, model stage c on stage
+// c mod S), stage s running the parts it holds as `fig[s]` (one inner choice's figures) says, with
+// `layout[s]` at its boundaries.
 PipelinePlan price_stages(CostModel& cm, const ClusterSpec& cluster, const OpTimeModel& ops, int64_t gpus, int M, const PlanChoice& inner,
                           PipelineSchedule sched, const std::vector<StageCut>& cuts, const std::vector<const PartFigures*>& fig,
-                          const std::vector<Layout>& layout, BoundaryCache* priced) {
-  const int S = static_cast<int>(cuts.size());
+                          const std::vector<Layout>& layout, BoundaryCache* priced, int V = 1) {
+  const int C = static_cast<int>(cuts.size()), S = C / V;
   PipelinePlan pp;
   pp.stages = S;
   pp.stage_ranks = gpus / S;
   pp.micro_batches = M;
   pp.schedule = sched;
+  pp.virtual_stages = V;
   pp.inner = inner;
   pp.zero = cm.zero();
   PipelineTimes t;
   for (int s = 0; s < S; ++s) {
     const PartFigures& f = *fig[static_cast<size_t>(s)];
     PipelineStagePlan st;
-    st.blocks = cuts[static_cast<size_t>(s)];
+    for (int c = s; c < C; c += S) st.ranges.push_back(cuts[static_cast<size_t>(c)]);
+    st.blocks = st.ranges.front();
     st.embedding = s == 0;
     st.head = s == S - 1;
     st.first_rank = s * pp.stage_ranks;
     st.ranks = pp.stage_ranks;
     st.layout = layout[static_cast<size_t>(s)];
-    st.peak_in_flight = peak_in_flight(stage_steps(sched, s, S, M));
+    st.peak_in_flight = peak_in_flight(stage_steps(sched, s, S, M, V));
     const double updated = add_stage_parts(f, M, &st);
     pp.optimizer_s = std::max(pp.optimizer_s, ops.optimizer_seconds(updated));
     pp.memory_bytes = std::max(pp.memory_bytes, st.memory_bytes);
-    t.forward_s.push_back(st.forward_s);
-    t.backward_s.push_back(st.backward_s);
     if (s > 0 && !(layout[static_cast<size_t>(s)] == layout[0])) pp.per_stage = true;
     pp.stage.push_back(st);
+  }
+  if (V == 1) {
+    for (const PipelineStagePlan& st : pp.stage) t.forward_s.push_back(st.forward_s), t.backward_s.push_back(st.backward_s);
+  } else {
+    for (int c = 0; c < C; ++c) {
+      auto [fw, bw] = range_times(*fig[static_cast<size_t>(c % S)], cuts[static_cast<size_t>(c)], c == 0, c == C - 1);
+      t.forward_s.push_back(fw);
+      t.backward_s.push_back(bw);
+    }
   }
   // each boundary between the two stages' layouts, where it lies among the hosts (alike
   // boundaries priced once)
   const ModelAnalysis& a = cm.analysis();
   const int64_t n = pp.stage_ranks, per_host = std::max<int64_t>(1, cluster.gpus_per_node);
-  for (int s = 0; s + 1 < S; ++s) {
+  for (int c = 0; c + 1 < C; ++c) {
+    const int s = c % S, r = (c + 1) % S;
     const Layout& from = layout[static_cast<size_t>(s)];
-    const Layout& to = layout[static_cast<size_t>(s) + 1];
-    const int64_t first = s * n;
-    auto key = std::make_tuple(from, to, M, first % per_host, first / per_host != (first + 2 * n - 1) / per_host);
+    const Layout& to = layout[static_cast<size_t>(r)];
+    const int64_t first = s * n, to_first = r * n;
+    const bool same_host = first / per_host == (to_first + n - 1) / per_host && to_first / per_host == (first + n - 1) / per_host;
+    auto key = std::make_tuple(from, to, M, first % per_host, to_first % per_host, same_host);
     auto it = priced->boundary.find(key);
     if (it == priced->boundary.end())
-      it = priced->boundary.emplace(key, boundary_seconds(cluster, gpus, s, n, from, to, a.batch, a.seq, a.hidden, M)).first;
+      it = priced->boundary.emplace(key, boundary_seconds(cluster, gpus, first, to_first, n, from, to, a.batch, a.seq, a.hidden, M)).first;
     pp.transfer_s.push_back(it->second);
   }
   if (a.tied_head && S > 1) {
@@ -279,7 +305,7 @@ PipelinePlan price_stages(CostModel& cm, const ClusterSpec& cluster, const OpTim
   t.transfer_s = pp.transfer_s;
   // emulated hosts (oases-train --hosts): a card carries one transfer at a time, either way
   t.half_duplex = cluster.nodes > 1 && cluster.inter.kind == "emulated";
-  auto sim = simulate_pipeline(sched, M, t);
+  auto sim = simulate_pipeline(sched, M, t, V);
   if (!sim) {
     pp.why = sim.status().message();
     return pp;
@@ -293,7 +319,7 @@ PipelinePlan price_stages(CostModel& cm, const ClusterSpec& cluster, const OpTim
 
 // Prices one pipeline of S stages on n GPUs each under the inner choice `inner`.
 PipelinePlan price(CostModel& cm, const ClusterSpec& cluster, const OpTimeModel& ops, int64_t gpus, int S, int M, const PlanChoice& inner,
-                   PipelineSchedule sched, int blocks, BoundaryCache* priced) {
+                   PipelineSchedule sched, int blocks, BoundaryCache* priced, int V = 1) {
   PartFigures f = part_figures(cm, inner, M);
   std::vector<double> block_cost(static_cast<size_t>(blocks), 0);
   double first = 0, last = 0;
@@ -307,11 +333,12 @@ PipelinePlan price(CostModel& cm, const ClusterSpec& cluster, const OpTimeModel&
       block_cost[static_cast<size_t>(f.block[i])] += c;
     }
   }
-  std::vector<StageCut> cuts = balanced_cut(block_cost, S, first, last);
+  // with virtual stages each of the S x V ranges balanced (so each stage's V of them are)
+  std::vector<StageCut> cuts = balanced_cut(block_cost, S * V, first, last);
   std::vector<Layout> layouts;
-  for (const StageCut& c : cuts) layouts.push_back(stage_layout(cm.analysis(), inner, c));
+  for (int s = 0; s < S; ++s) layouts.push_back(stage_layout(cm.analysis(), inner, cuts[static_cast<size_t>(s)]));
   return price_stages(cm, cluster, ops, gpus, M, inner, sched, cuts, std::vector<const PartFigures*>(static_cast<size_t>(S), &f), layouts,
-                      priced);
+                      priced, V);
 }
 
 // The pipeline `uniform` with each stage on its own tp (the sequence parallelism, schedule and
@@ -345,8 +372,9 @@ PipelinePlan price_own_meshes(CostModel& cm, const ClusterSpec& cluster, const O
     alts.push_back(c.layouts.front());
   }
   if (alts.size() < 2) return none;
-  std::vector<StageCut> cuts;
-  for (const auto& st : uniform.stage) cuts.push_back(st.blocks);
+  const int V = uniform.virtual_stages;
+  std::vector<StageCut> cuts;  // the model stages' ranges, in model order
+  for (int c = 0; c < S * V; ++c) cuts.push_back(uniform.stage[static_cast<size_t>(c % S)].ranges.at(static_cast<size_t>(c / S)));
   std::vector<const PartFigures*> fig;
   std::vector<Layout> layouts;
   for (int s = 0; s < S; ++s) {
@@ -357,6 +385,7 @@ PipelinePlan price_own_meshes(CostModel& cm, const ClusterSpec& cluster, const O
       // this stage's parts under the alternative, counted as price_stages counts them
       PipelineStagePlan st;
       st.blocks = u.blocks;
+      st.ranges = u.ranges;
       st.embedding = u.embedding;
       st.head = u.head;
       st.peak_in_flight = u.peak_in_flight;
@@ -372,7 +401,7 @@ PipelinePlan price_own_meshes(CostModel& cm, const ClusterSpec& cluster, const O
     fig.push_back(&figs[pick]);
     layouts.push_back(alts[pick]);
   }
-  PipelinePlan p = price_stages(cm, cluster, ops, gpus, M, inner, uniform.schedule, cuts, fig, layouts, priced);
+  PipelinePlan p = price_stages(cm, cluster, ops, gpus, M, inner, uniform.schedule, cuts, fig, layouts, priced, V);
   if (!p.per_stage) return none;
   return p;
 }
@@ -442,8 +471,17 @@ StageCountResult search_stage_count(ModelAnalyzer& analyzer, const ClusterSpec& 
           continue;
         }
         bool fits_somewhere = false;
+        // each schedule; 1F1B also with every number of virtual stages the blocks allow
+        std::vector<std::pair<PipelineSchedule, int>> orders;
         for (PipelineSchedule sched : o.schedules) {
-          PipelinePlan c = price(cm, cluster, ops, gpus, static_cast<int>(S), static_cast<int>(M), r.best, sched, blocks, &priced);
+          orders.push_back({sched, 1});
+          if (sched != PipelineSchedule::k1F1B) continue;
+          for (int V : o.virtual_stages) {
+            if (V > 1 && check_virtual_stages(sched, static_cast<int>(S), static_cast<int>(M), V, blocks).is_ok()) orders.push_back({sched, V});
+          }
+        }
+        for (const auto& [sched, V] : orders) {
+          PipelinePlan c = price(cm, cluster, ops, gpus, static_cast<int>(S), static_cast<int>(M), r.best, sched, blocks, &priced, V);
           ++out.candidates;
           if (!c.found) continue;
           // each stage on the tp its own parts prefer (which may also fit where one tp for all does not)
@@ -456,8 +494,8 @@ StageCountResult search_stage_count(ModelAnalyzer& analyzer, const ClusterSpec& 
             }
           }
           if (o.memory_limit > 0 && c.memory_bytes > o.memory_limit) {
-            out.why = fmt::format("{} stages of {} GPUs, {} micro-batches, {}: {} per GPU", S, n, M, pipeline_name(sched),
-                                  describe_bytes(c.memory_bytes));
+            out.why = fmt::format("{} stages{} of {} GPUs, {} micro-batches, {}: {} per GPU", S, V > 1 ? fmt::format(" x {} virtual", V) : "", n,
+                                  M, pipeline_name(sched), describe_bytes(c.memory_bytes));
             continue;
           }
           fits_somewhere = true;
@@ -539,9 +577,10 @@ Expected<PipelinePlan> search_pipeline(const Graph& forward, const Graph& train,
 
 Expected<PipelinePlan> price_pipeline(const Graph& forward, const Graph& train, const std::vector<ValueId>& params, const ClusterSpec& cluster,
                                       const OpTimeModel& ops, int64_t gpus, int stages, int64_t tp, int micro_batches,
-                                      PipelineSchedule schedule, const std::string& inner_schedule, bool zero) {
+                                      PipelineSchedule schedule, const std::string& inner_schedule, bool zero, int virtual_stages) {
   const int blocks = count_blocks(train);
   if (stages < 1 || gpus % stages != 0 || stages > blocks) return error("{} stages of {} blocks on {} GPUs", stages, blocks, gpus);
+  OASES_RETURN_IF_ERROR(check_virtual_stages(schedule, stages, micro_batches, virtual_stages, blocks));
   int64_t n = gpus / stages;
   if (tp < 1 || n % tp != 0) return error("tp {} does not divide a stage of {} GPUs", tp, n);
   ClusterSpec sc = stage_cluster(cluster, n);
@@ -557,10 +596,20 @@ Expected<PipelinePlan> price_pipeline(const Graph& forward, const Graph& train, 
     if (!pc.feasible) return error("tp {} with {} micro-batches: {}: {}", tp, micro_batches, a.parts[static_cast<size_t>(i)], pc.why);
   }
   BoundaryCache priced;
-  PipelinePlan pp = price(cm, cluster, ops, gpus, stages, micro_batches, p, schedule, blocks, &priced);
+  PipelinePlan pp = price(cm, cluster, ops, gpus, stages, micro_batches, p, schedule, blocks, &priced, virtual_stages);
   if (!pp.found) return Status::error(pp.why);
   with_plan(a, pp);
   return pp;
+}
+
+std::vector<StageCut> model_cuts(const PipelinePlan& p) {
+  std::vector<StageCut> cuts;
+  const int S = static_cast<int>(p.stage.size()), V = std::max(1, p.virtual_stages);
+  for (int c = 0; c < S * V; ++c) {
+    const PipelineStagePlan& st = p.stage[static_cast<size_t>(c % S)];
+    cuts.push_back(st.ranges.empty() ? st.blocks : st.ranges.at(static_cast<size_t>(c / S)));
+  }
+  return cuts;
 }
 
 nlohmann::json pipeline_plan_json(const PipelinePlan& p) {
@@ -569,9 +618,8 @@ nlohmann::json pipeline_plan_json(const PipelinePlan& p) {
   j["stage_ranks"] = p.stage_ranks;
   j["micro_batches"] = p.micro_batches;
   j["schedule"] = pipeline_name(p.schedule);
-  std::vector<StageCut> cuts;
-  for (const auto& s : p.stage) cuts.push_back(s.blocks);
-  j["cuts"] = stages_string(cuts);
+  if (p.virtual_stages > 1) j["virtual_stages"] = p.virtual_stages;
+  j["cuts"] = p.plan.cuts().empty() ? stages_string(model_cuts(p)) : p.plan.cuts();
   j["inner"] = {{"schedule", p.inner.schedule}, {"chunks_per_micro_batch", p.micro_batches > 0 ? p.inner.chunks / p.micro_batches : 0}};
   if (!p.inner_layouts.empty()) j["inner"]["layouts"] = p.inner_layouts;
   if (p.per_stage) {
@@ -588,7 +636,7 @@ nlohmann::json pipeline_plan_json(const PipelinePlan& p) {
   j["exchange_s"] = p.exchange_s;
   nlohmann::json stages = nlohmann::json::array();
   for (const auto& s : p.stage) {
-    stages.push_back({{"blocks", fmt::format("{}-{}", s.blocks.first, s.blocks.last)},
+    stages.push_back({{"blocks", stages_string(s.ranges.empty() ? std::vector<StageCut>{s.blocks} : s.ranges)},
                       {"embedding", s.embedding},
                       {"head", s.head},
                       {"ranks", fmt::format("{}-{}", s.first_rank, s.first_rank + s.ranks - 1)},
@@ -611,16 +659,16 @@ nlohmann::json pipeline_plan_json(const PipelinePlan& p) {
 
 std::string describe_pipeline(const PipelinePlan& p) {
   if (!p.found) return "no pipeline plan: " + p.why;
-  std::vector<StageCut> cuts;
-  for (const auto& s : p.stage) cuts.push_back(s.blocks);
+  const std::vector<StageCut> cuts = model_cuts(p);
   double xfer = p.transfer_s.empty() ? 0 : *std::max_element(p.transfer_s.begin(), p.transfer_s.end());
   std::string tps;
   if (p.per_stage) {
     for (const auto& s : p.stage) tps += fmt::format("{}{}", tps.empty() ? " ; stage tp " : ",", s.layout.tp);
   }
   return fmt::format(
-      "pp {} x {} GPUs, {} micro-batches, {}{}, blocks {} ; inner {} K={}{} ; bubble {:.0f}%, transfer {:.3f} ms per micro-batch{}",
-      p.stages, p.stage_ranks, p.micro_batches, pipeline_name(p.schedule), p.zero ? ", ZeRO-1" : "", stages_string(cuts), p.inner.schedule,
+      "pp {} x {} GPUs, {} micro-batches, {}{}{}, blocks {} ; inner {} K={}{} ; bubble {:.0f}%, transfer {:.3f} ms per micro-batch{}",
+      p.stages, p.stage_ranks, p.micro_batches, pipeline_name(p.schedule),
+      p.virtual_stages > 1 ? fmt::format(" x {} virtual stages", p.virtual_stages) : "", p.zero ? ", ZeRO-1" : "", stages_string(cuts), p.inner.schedule,
       p.micro_batches > 0 ? p.inner.chunks / p.micro_batches : 0, tps, p.bubble * 100, xfer * 1e3,
       p.exchange_s > 0 ? fmt::format(", tied-table exchange {:.3f} ms a step", p.exchange_s * 1e3) : "");
 }
@@ -638,12 +686,13 @@ Plan plan_of_pipeline(const ModelAnalysis& stage_a, const PipelinePlan& p) {
   Plan plan = mesh_of(p.per_stage ? &p.stage.front().layout : nullptr);
   plan.micro_batches = p.micro_batches;
   plan.pipeline = pipeline_name(p.schedule);
+  plan.virtual_stages = p.virtual_stages;
   plan.zero = p.zero ? 1 : 0;
   const MeshPlan m0 = plan.mesh();
   plan.stages.clear();
   for (const auto& st : p.stage) {
     MeshPlan m = p.per_stage && !(st.layout == p.stage.front().layout) ? mesh_of(&st.layout).mesh() : m0;
-    m.blocks = fmt::format("{}-{}", st.blocks.first, st.blocks.last);
+    m.blocks = stages_string(st.ranges.empty() ? std::vector<StageCut>{st.blocks} : st.ranges);
     plan.stages.push_back(std::move(m));
   }
   return plan;

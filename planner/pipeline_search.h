@@ -34,10 +34,14 @@ struct PipelinePlanOptions {
   // The distributed optimizer on every stage or not (CostModel::set_zero): each choice listed is
   // weighed, the faster that fits kept.
   std::vector<bool> zero{false};
+  // Virtual stages per pipeline stage weighed with 1F1B (interleaved, planner/pipeline.h): those
+  // whose S x V block ranges the model has.
+  std::vector<int> virtual_stages{1, 2, 4};
 };
 
 struct PipelineStagePlan {
-  StageCut blocks;
+  StageCut blocks;                // its first block range
+  std::vector<StageCut> ranges;   // every block range it holds (V with virtual stages; else blocks)
   bool embedding = false, head = false;
   int64_t first_rank = 0, ranks = 0;
   Layout layout;  // the stage's tp (and sequence parallelism), dp = ranks / tp
@@ -52,11 +56,12 @@ struct PipelinePlan {
   int64_t stage_ranks = 0;
   int micro_batches = 0;
   PipelineSchedule schedule = PipelineSchedule::k1F1B;
+  int virtual_stages = 1;  // interleaved 1F1B: block ranges per stage
   PlanChoice inner;  // the stages' layout (chunks = M x K); with per_stage, its schedule and chunks
   bool zero = false;  // priced with the distributed optimizer (Plan::zero)
   bool per_stage = false;  // the stages differ in tp (PipelineStagePlan::layout)
   std::vector<PipelineStagePlan> stage;
-  std::vector<double> transfer_s;  // per boundary, one micro-batch's activation
+  std::vector<double> transfer_s;  // per boundary of model stages, one micro-batch's activation
   // once a step, after the flush: a tied embedding and head on different stages send the head's
   // gradient of the table to the first stage and the sum back (both after their stages' reductions)
   double exchange_s = 0;
@@ -89,10 +94,11 @@ std::vector<int64_t> pipeline_micro_batches(int64_t S, int64_t batch, const Pipe
 
 // The same model laid out by hand: S stages of tp x (N / S / tp) with M micro-batches (Megatron-LM's
 // configurations), priced as the search prices its candidates; the inner schedule is `inner_schedule`,
-// with the distributed optimizer when `zero` (Megatron-LM's --use-distributed-optimizer).
+// with the distributed optimizer when `zero` (Megatron-LM's --use-distributed-optimizer) and
+// `virtual_stages` block ranges a stage (its interleaved schedule, --num-layers-per-virtual-pipeline-stage).
 Expected<PipelinePlan> price_pipeline(const Graph& forward, const Graph& train, const std::vector<ValueId>& params, const ClusterSpec& cluster,
                                       const OpTimeModel& ops, int64_t gpus, int stages, int64_t tp, int micro_batches,
-                                      PipelineSchedule schedule, const std::string& inner_schedule, bool zero = false);
+                                      PipelineSchedule schedule, const std::string& inner_schedule, bool zero = false, int virtual_stages = 1);
 
 // The plan of a pipeline the search found (PipelinePlan::plan, what its file carries): the first
 // stage's inner plan on its mesh, each later stage the same or, on a layout of its own, every part
@@ -100,6 +106,8 @@ Expected<PipelinePlan> price_pipeline(const Graph& forward, const Graph& train, 
 // p.stage_ranks ranks.
 Plan plan_of_pipeline(const ModelAnalysis& stage_a, const PipelinePlan& p);
 
+// The model stages' block ranges in model order (with virtual stages, S x V of them).
+std::vector<StageCut> model_cuts(const PipelinePlan& p);
 nlohmann::json pipeline_plan_json(const PipelinePlan& p);
 std::string describe_pipeline(const PipelinePlan& p);
 

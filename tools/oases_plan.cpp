@@ -107,8 +107,8 @@ CLI::Option* add_plan_flags(CLI::App& app, PlanOptions& o) {
   app.add_option("--pp", o.pp_list, "Pipeline stage counts to consider (comma list); the plan is then a pipeline when one fits");
   app.add_flag("--no-pipeline", o.no_pipeline, "Plan one mesh only (no pipeline stages)");
   app.add_option("--reference-pipeline", o.reference_pipeline,
-                 "Also price a given pipeline PP,TP,MICRO[,gpipe|1f1b|eager-1f1b|zb-h1[,INNER_SCHEDULE]][,zero] (e.g. Megatron-LM's "
-                 "published one; zero: with the distributed optimizer)");
+                 "Also price a given pipeline PP,TP,MICRO[,gpipe|1f1b|eager-1f1b|zb-h1[,INNER_SCHEDULE]][,vN][,zero] (e.g. Megatron-LM's "
+                 "published one; vN: N virtual stages a stage, interleaved 1F1B; zero: with the distributed optimizer)");
   app.add_option("--emulate-link", o.emulate_link, "The machine at hand behind an emulated link bw=GBPS,latency=US (as oases-train)");
   app.add_option("--hosts", o.hosts,
                  "The machine at hand as N emulated hosts (with --emulate-link: the link between them; as oases-train --hosts)");

@@ -101,17 +101,31 @@ Status print_reference_pipeline(const PlanOptions& o, const PlanSearch& s) {
   if (o.reference_pipeline.empty()) return Status::ok();
   // a hand-made pipeline (e.g. Megatron-LM's published configuration), priced the same way
   std::vector<std::string> f = split_list(o.reference_pipeline);
-  // a last field "zero": with the distributed optimizer (Megatron-LM's --use-distributed-optimizer)
-  const bool zero = f.size() > 3 && f.back() == "zero";
-  if (zero) f.pop_back();
-  if (f.size() < 3 || f.size() > 5) return error("--reference-pipeline '{}': give PP,TP,MICRO[,SCHEDULE[,INNER]][,zero]", o.reference_pipeline);
+  // last fields "vN": N virtual stages a stage (Megatron-LM's interleaved schedule) and "zero": with
+  // the distributed optimizer (Megatron-LM's --use-distributed-optimizer), in either order
+  bool zero = false;
+  int64_t virtual_stages = 1;
+  while (f.size() > 3) {
+    if (f.back() == "zero" && !zero) {
+      zero = true;
+    } else if (f.back().size() > 1 && f.back()[0] == 'v' && virtual_stages == 1) {
+      OASES_ASSIGN_OR_RETURN(std::vector<int64_t> v, int_list(f.back().substr(1), "--reference-pipeline's virtual stages", 1, "vN"));
+      if (v.size() != 1 || v[0] < 2 || v[0] > 1024) return error("--reference-pipeline '{}': '{}' is not v2 to v1024", o.reference_pipeline, f.back());
+      virtual_stages = v[0];
+    } else {
+      break;
+    }
+    f.pop_back();
+  }
+  if (f.size() < 3 || f.size() > 5)
+    return error("--reference-pipeline '{}': give PP,TP,MICRO[,SCHEDULE[,INNER]][,vN][,zero]", o.reference_pipeline);
   OASES_ASSIGN_OR_RETURN(std::vector<int64_t> nums,
                          int_list(fmt::format("{},{},{}", f[0], f[1], f[2]), "--reference-pipeline", 1, "PP, TP and MICRO"));
   const int64_t rpp = nums[0], rtp = nums[1], rm = nums[2];
   auto sched = parse_pipeline(f.size() > 3 ? f[3] : "1f1b");
   if (!sched) return sched.status().with_context("--reference-pipeline");
   auto ref = price_pipeline(s.pm.forward, s.pm.train.graph, s.pm.train.params, s.cluster, s.ops, o.gpus, static_cast<int>(rpp), rtp,
-                            static_cast<int>(rm), *sched, f.size() > 4 ? f[4] : "default_checkpoint", zero);
+                            static_cast<int>(rm), *sched, f.size() > 4 ? f[4] : "default_checkpoint", zero, static_cast<int>(virtual_stages));
   if (!ref) return ref.status().with_context("--reference-pipeline " + o.reference_pipeline);
   std::printf("  %-15s step %9.3f ms  (bubble %.0f%%)  memory %s%s\n", "reference", ref->step_s * 1e3, ref->bubble * 100,
               describe_bytes(ref->memory_bytes).c_str(), s.limit > 0 && ref->memory_bytes > s.limit ? " (over the limit)" : "");
@@ -141,7 +155,8 @@ static Expected<nlohmann::json> replay_pipeline_plan(const PlanSearch& s) {
                 st.stage, static_cast<long long>(st.world_rank), st.forward_s * 1e3, st.backward_s * 1e3, p.stage[k].forward_s * 1e3,
                 p.stage[k].backward_s * 1e3, st.other_s * 1e3, describe_bytes(st.memory_bytes).c_str(),
                 describe_bytes(p.stage[k].memory_bytes).c_str(),
-                boundary ? fmt::format("; transfer to {} {:.3f} ms (predicted {:.3f})", st.stage + 1, r.times.transfer_s[k] * 1e3,
+                boundary ? fmt::format("; transfer to {} {:.3f} ms (predicted {:.3f})", (st.stage + 1) % static_cast<int>(r.stages.size()),
+                                       r.times.transfer_s[k] * 1e3,
                                        p.transfer_s[k] * 1e3)
                                .c_str()
                          : "");

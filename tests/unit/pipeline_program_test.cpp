@@ -610,6 +610,41 @@ TEST(PipelineSearch, TransfersArePricedAsTheStageProgramsMakeThemAndReplaysRankT
 // A plan is a list of stages: version 4 files write them and read them back; version 3 files (one
 // "pipeline" object of S stages sharing the plan's mesh, or naming each stage's tp x dp) still load
 // into the same stages.
+// Virtual stages in a plan file: each stage lists its V ranges, cuts() gives them in model order,
+// the file round-trips, and a stage short of ranges, another schedule or micro-batches off the
+// stages are refused naming the field.
+TEST(PipelinePlanFile, VirtualStagesRoundTripAndAreChecked) {
+  Plan p = with_stages(Plan::megatron(1, 1), 2, 4, "1f1b", "0-0,1-1,2-2,3-3", {}, 2).value();
+  EXPECT_EQ(p.stages[0].blocks, "0-0,2-2");
+  EXPECT_EQ(p.stages[1].blocks, "1-1,3-3");
+  EXPECT_EQ(p.cuts(), "0-0,1-1,2-2,3-3");
+  EXPECT_EQ(p.model_stages(), 4);
+  EXPECT_TRUE(p.validate().is_ok()) << p.validate().message();
+  nlohmann::json j = p.to_json();
+  EXPECT_EQ(j["pipeline"]["virtual_stages"], 2);
+  auto back = Plan::from_json(j, "v.json");
+  ASSERT_TRUE(back) << back.status().message();
+  EXPECT_EQ(back->virtual_stages, 2);
+  EXPECT_EQ(back->to_json(), j);
+  EXPECT_EQ(stages_string(stage_cuts_of(*back).value()), "0-0,1-1,2-2,3-3");
+  EXPECT_NE(p.to_string().find("2 stages x 2 virtual"), std::string::npos) << p.to_string();
+  nlohmann::json short_stage = j;
+  short_stage["pipeline"]["stages"][1]["blocks"] = "1-3";
+  auto bad = Plan::from_json(short_stage, "short.json");
+  ASSERT_FALSE(bad);
+  EXPECT_NE(bad.status().message().find("pipeline.stages[1].blocks: '1-3' names 1 block range(s); each stage names 2"), std::string::npos)
+      << bad.status().message();
+  nlohmann::json zb = j;
+  zb["pipeline"]["schedule"] = "zb-h1";
+  bad = Plan::from_json(zb, "zb.json");
+  ASSERT_FALSE(bad);
+  EXPECT_NE(bad.status().message().find("interleaved 1f1b schedule, not zb-h1"), std::string::npos) << bad.status().message();
+  nlohmann::json odd = j;
+  odd["pipeline"]["micro_batches"] = 3;
+  EXPECT_FALSE(Plan::from_json(odd, "odd.json"));
+  EXPECT_FALSE(with_stages(Plan::megatron(1, 1), 2, 4, "1f1b", "0-1,2-3", {}, 2));
+}
+
 TEST(PipelinePlanFile, VersionFourRoundTripsAndVersionThreeStillLoads) {
   Plan p = staged(Plan::megatron(2, 1), 4, 8, "eager-1f1b", "0-0,1-1,2-2,3-3");
   nlohmann::json j = p.to_json();
