@@ -1,7 +1,7 @@
 """Pipeline schedules beyond 1F1B, measured (issue 34 item 6): pp 4 (--pp) with M = 8 micro-batches on
 4 thread ranks, each its own emulated host (oases-train --hosts 4, stages joined by --emulate-link).
 
-For 1f1b and zb-h1:
+For 1f1b, 1f1b with 2 virtual stages a rank (interleaved, --virtual-stages 2) and zb-h1:
   * measured: the median step (ms) and the bubble share, 1 - (the busiest rank's compute per step)
     / step, its compute from the run's --trace (every compute span of its compute thread);
   * predicted: oases-plan's pipeline simulator for the same pipeline (--reference-pipeline), op
@@ -64,27 +64,32 @@ def main():
     print(f"model {a.stack} (vocabulary 256), batch {a.batch} x {a.seq}, pp {a.pp} on {a.pp} thread ranks, each its own emulated host joined by "
           f"{a.link}, {a.micro} micro-batches, {a.steps} steps, {os.cpu_count()} cores")
     rows = []
-    for sched in ["1f1b", "zb-h1"]:
-        log, trace = os.path.join(work, f"{sched}.jsonl"), os.path.join(work, f"{sched}.trace.json")
+    for sched, v in [("1f1b", 1), ("1f1b", 2), ("zb-h1", 1)]:
+        name = sched if v == 1 else f"{sched} V={v}"
+        tag = name.replace(" ", "_").replace("=", "")
+        log, trace = os.path.join(work, f"{tag}.jsonl"), os.path.join(work, f"{tag}.trace.json")
         out = run([os.path.join(a.bin, "oases-train"), model] + common +
                   ["--steps", str(a.steps), "--local-ranks", str(a.pp), "--pp", str(a.pp), "--micro-batches", str(a.micro), "--pipeline", sched,
-                   "--hosts", str(a.pp), "--emulate-link", a.link, "--log-json", log, "--trace", trace, "--trace-steps", str(a.steps - 1),
-                   "--memory-report"])
+                   "--virtual-stages", str(v), "--hosts", str(a.pp), "--emulate-link", a.link, "--log-json", log, "--trace", trace,
+                   "--trace-steps", str(a.steps - 1), "--memory-report"])
         ms = [json.loads(x)["ms"] for x in open(log)]
         step = statistics.median(ms[1:])
         bubble = 1 - busiest_compute_ms(trace, len(ms) - 1) / statistics.mean(ms[1:])  # the trace holds the steps after the first
         arenas = [float(x) for x in re.findall(r"^stage \d \([\w-]+\): .* arena ([\d.]+) KiB", out, re.M)]
         ptext = run([os.path.join(a.bin, "oases-plan"), model, "--gpus", str(a.pp), "--batch", str(a.batch), "--seq", str(a.seq), "--profile", prof,
                      "--hosts", str(a.pp), "--emulate-link", a.link, "--no-pipeline", "--reference-pipeline",
-                     f"{a.pp},1,{a.micro},{sched},plain"])
+                     f"{a.pp},1,{a.micro},{sched},plain" + (f",v{v}" if v > 1 else "")])
         m = re.search(r"^  reference\s+step\s+([0-9.]+) ms\s+\(bubble (\d+)%\)", ptext, re.M)
-        rows.append(dict(schedule=sched, measured_ms=step, bubble=bubble, predicted_ms=float(m.group(1)) if m else float("nan"),
+        rows.append(dict(schedule=name, measured_ms=step, bubble=bubble, predicted_ms=float(m.group(1)) if m else float("nan"),
                          predicted_bubble=int(m.group(2)) / 100 if m else float("nan"), largest_arena_kib=max(arenas) if arenas else 0))
-    print(f"\n{'schedule':9} {'measured':>9} {'bubble':>7} {'predicted':>10} {'bubble':>7} {'largest arena':>14}")
+    print(f"\n{'schedule':10} {'measured':>9} {'bubble':>7} {'predicted':>10} {'bubble':>7} {'largest arena':>14}")
     for r in rows:
-        print(f"{r['schedule']:9} {r['measured_ms']:8.1f}  {100 * r['bubble']:5.1f}%  {r['predicted_ms']:9.1f}  {100 * r['predicted_bubble']:5.0f}%"
+        print(f"{r['schedule']:10} {r['measured_ms']:8.1f}  {100 * r['bubble']:5.1f}%  {r['predicted_ms']:9.1f}  {100 * r['predicted_bubble']:5.0f}%"
               f"  {r['largest_arena_kib']:10.0f} KiB")
-    one, zb = rows[0], rows[1]
+    one, v2, zb = rows
+    print(f"1f1b V=2 / 1f1b: step {v2['measured_ms'] / one['measured_ms']:.2f}x, bubble {v2['bubble'] / one['bubble']:.2f}x measured "
+          f"({v2['predicted_ms'] / one['predicted_ms']:.2f}x, {v2['predicted_bubble'] / one['predicted_bubble']:.2f}x predicted), largest arena "
+          f"{v2['largest_arena_kib'] / one['largest_arena_kib']:.2f}x")
     print(f"zb-h1 / 1f1b: step {zb['measured_ms'] / one['measured_ms']:.2f}x, bubble {zb['bubble'] / one['bubble']:.2f}x measured "
           f"({zb['predicted_bubble'] / one['predicted_bubble']:.2f}x predicted), largest arena "
           f"{zb['largest_arena_kib'] / one['largest_arena_kib']:.2f}x")

@@ -64,6 +64,12 @@ compare() {  # compare REF_LOG LOG REF_GRADS GRADS LABEL
   /usr/bin/python3 "$OASES_SOURCE_DIR/tests/e2e/compare_grads.py" "$3" "$4" "$5" --losses "$1" "$2" --steps 20 --rtol 2e-6 --loss-rtol 1e-6
 }
 RUN_FLAGS=()
+# one_rank_reference NAME MODEL: 20 steps of MODEL on one rank with "${common[@]}" ($WORK/NAME.jsonl)
+# and its first step's gradients ($WORK/NAME.grads), what run_vs_one_rank compares against
+one_rank_reference() {
+  "$OASES_BIN/oases-train" "$2" "${common[@]}" --steps 20 --log-json "$WORK/$1.jsonl" || fail "$1 single rank"
+  "$OASES_BIN/oases-train" "$2" "${common[@]}" --steps 0 --dump-grads "$WORK/$1.grads" || fail "$1 single-rank gradients"
+}
 # run_vs_one_rank LABEL REF LAUNCH... -- FLAGS...: 20 steps and the first step's gradients of LAUNCH with
 # "${common[@]}" "${RUN_FLAGS[@]}" FLAGS, compared with REF's ($WORK/REF.jsonl and $WORK/REF.grads)
 run_vs_one_rank() {

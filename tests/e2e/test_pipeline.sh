@@ -17,8 +17,7 @@ run() { run_vs_one_rank "$@"; }  # (lib.sh) 20 steps and the first step's gradie
 
 for model in gpt2_4l llama_4l; do
   M=$OASES_SOURCE_DIR/models/train/$model/model.onnx
-  "$T" "$M" "${common[@]}" --steps 20 --log-json "$WORK/$model.jsonl" || fail "$model single rank"
-  "$T" "$M" "${common[@]}" --steps 0 --dump-grads "$WORK/$model.grads" || fail "$model single-rank gradients"
+  one_rank_reference "$model" "$M"
   for pp in 2 4; do
     for tp in 1 2; do
       for dp in 1 2; do

@@ -15,8 +15,7 @@ run() { run_vs_one_rank "$@"; }  # (lib.sh) 20 steps and the first step's gradie
 
 for model in gpt2_4l llama_4l; do
   M=$OASES_SOURCE_DIR/models/train/$model/model.onnx
-  "$T" "$M" "${common[@]}" --steps 20 --log-json "$WORK/$model.jsonl" || fail "$model single rank"
-  "$T" "$M" "${common[@]}" --steps 0 --dump-grads "$WORK/$model.grads" || fail "$model single-rank gradients"
+  one_rank_reference "$model" "$M"
   run "$model pp2 V2" "$model" "$T" "$M" --local-ranks 2 -- --pp 2 --virtual-stages 2
   run "$model pp2 V2 M4 tp2 dp2 sp oases" "$model" "$T" "$M" --local-ranks 8 -- --pp 2 --virtual-stages 2 --micro-batches 4 --tp 2 --dp 2 \
     --sequence-parallel --schedule oases --chunks 2
@@ -30,8 +29,7 @@ done
 /usr/bin/python3 "$OASES_SOURCE_DIR/models/export.py" --family gpt2 --dynamic --hidden 64 --layers 8 --heads 4 --vocab 256 --seed 3 \
   --no-data --out "$WORK/gpt2_8l" >/dev/null 2>&1 || fail "models/export.py: an 8-block GPT-2"
 M8=$WORK/gpt2_8l/model.onnx
-"$T" "$M8" "${common[@]}" --steps 20 --log-json "$WORK/gpt2_8l.jsonl" || fail "gpt2_8l single rank"
-"$T" "$M8" "${common[@]}" --steps 0 --dump-grads "$WORK/gpt2_8l.grads" || fail "gpt2_8l single-rank gradients"
+one_rank_reference gpt2_8l "$M8"
 run "gpt2_8l pp4 V2 M8" gpt2_8l "$T" "$M8" --local-ranks 4 -- --pp 4 --virtual-stages 2 --micro-batches 8
 run "gpt2_8l pp2 V4 M4" gpt2_8l "$T" "$M8" --local-ranks 2 -- --pp 2 --virtual-stages 4 --micro-batches 4
 run "gpt2_8l pp2 V3 given cuts" gpt2_8l "$T" "$M8" --local-ranks 2 -- --pp 2 --virtual-stages 3 --micro-batches 2 --stages 0-1,2-2,3-3,4-4,5-6,7-7

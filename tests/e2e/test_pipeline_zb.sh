@@ -16,8 +16,7 @@ run() { run_vs_one_rank "$@"; }  # (lib.sh) 20 steps and the first step's gradie
 
 for model in gpt2_4l llama_4l; do
   M=$OASES_SOURCE_DIR/models/train/$model/model.onnx
-  "$T" "$M" "${common[@]}" --steps 20 --log-json "$WORK/$model.jsonl" || fail "$model single rank"
-  "$T" "$M" "${common[@]}" --steps 0 --dump-grads "$WORK/$model.grads" || fail "$model single-rank gradients"
+  one_rank_reference "$model" "$M"
   run "$model pp2" "$model" "$T" "$M" --local-ranks 2 -- --pp 2
   run "$model pp4 M8" "$model" "$T" "$M" --local-ranks 4 -- --pp 4 --micro-batches 8
   run "$model pp2 tp2 dp2 oases" "$model" "$T" "$M" --local-ranks 8 -- --pp 2 --tp 2 --dp 2 --micro-batches 4 --schedule oases --chunks 2
