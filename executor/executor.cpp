@@ -165,6 +165,15 @@ struct Executor::CommThread {
       cv.notify_all();
     }
   }
+  // Room for tasks numbered up to n (the program's instructions, then a run's deferred writes);
+  // called between runs, when nothing is queued.
+  void reserve(size_t n) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (done.size() < n) {
+      done.resize(n, 1);
+      errors.resize(n);
+    }
+  }
   void submit(size_t i, std::function<void()> fn) {
     {
       std::lock_guard<std::mutex> lock(mu);
@@ -364,6 +373,8 @@ Status Executor::execute(const std::map<std::string, Tensor>& inputs) {
   for (ValueId v : g.inputs()) held_inputs_.push_back(inputs.at(g.value(v).name));
   if (device_) {
     try {
+      for (const ConstantWrite& w : deferred_) w.run();
+      deferred_.clear();
       device_->run(input_ptrs_, arena_, node_timing_ ? &node_ms_ : nullptr);
     } catch (const std::exception& e) {
       return Status::error(e.what());
@@ -375,9 +386,65 @@ Status Executor::execute(const std::map<std::string, Tensor>& inputs) {
     node_cpu_us_.assign(prog_.instrs.size(), {0.0, 0.0});
   }
   std::vector<size_t> start_of(static_cast<size_t>(g.max_node_id()), 0);
+  // deferred writes of constants: task n + k on the communication thread, awaited before the first
+  // reader of what it writes (writes_task: per value, its task; -1 none or awaited)
+  std::vector<ConstantWrite> writes = std::move(deferred_);
+  deferred_.clear();
+  const size_t n_instrs = prog_.instrs.size();
+  std::vector<int> writes_task;
+  try {
+    if (!writes.empty() && !comm_) {
+      for (const ConstantWrite& w : writes) w.run();
+    } else if (!writes.empty()) {
+      comm_->reserve(n_instrs + writes.size());
+      writes_task.assign(g.num_values(), -1);
+      for (size_t k = 0; k < writes.size(); ++k) {
+        for (ValueId v : writes[k].writes) {
+          if (v != kNoId && static_cast<size_t>(v) < writes_task.size()) writes_task[static_cast<size_t>(v)] = static_cast<int>(k);
+        }
+      }
+      // traced as communication of the first instruction that reads what it writes
+      std::vector<NodeId> reader(writes.size(), kNoId);
+      for (const Instr& ins : prog_.instrs) {
+        for (ValueId v : g.node(ins.node).inputs) {
+          if (v == kNoId || static_cast<size_t>(v) >= writes_task.size() || writes_task[static_cast<size_t>(v)] < 0) continue;
+          NodeId& r = reader[static_cast<size_t>(writes_task[static_cast<size_t>(v)])];
+          if (r == kNoId) r = ins.node;
+        }
+      }
+      for (size_t k = 0; k < writes.size(); ++k) {
+        std::function<void()> run = writes[k].run;
+        const NodeId node = reader[k];
+        const bool trace = tracing_ && node != kNoId;
+        comm_->submit(n_instrs + k, [this, run, node, trace] {
+          double t0 = trace ? now_us() : 0;
+          run();
+          if (trace) {
+            std::lock_guard<std::mutex> lock(comm_->mu);
+            comm_events_.push_back(TraceEvent{node, 1, "comm", t0, now_us() - t0});
+          }
+        });
+      }
+    }
+  } catch (const OasesError& e) {
+    return Status::error(e.what());
+  }
+  auto await_writes = [&](const Node& n) {
+    for (ValueId v : n.inputs) {
+      if (v == kNoId || static_cast<size_t>(v) >= writes_task.size() || writes_task[static_cast<size_t>(v)] < 0) continue;
+      const size_t k = static_cast<size_t>(writes_task[static_cast<size_t>(v)]);
+      double t0 = tracing_ ? now_us() : 0;
+      comm_->wait(n_instrs + k);
+      if (tracing_) events_.push_back(TraceEvent{n.id, 0, "wait", t0, now_us() - t0});
+      for (ValueId w : writes[k].writes) {
+        if (w != kNoId && static_cast<size_t>(w) < writes_task.size()) writes_task[static_cast<size_t>(w)] = -1;
+      }
+    }
+  };
   try {
     for (size_t i = 0; i < prog_.instrs.size(); ++i) {
       const Instr& ins = prog_.instrs[i];
+      if (!writes_task.empty() && ins.kind != Instr::Kind::kCommWait) await_writes(g.node(ins.node));
       switch (ins.kind) {
         case Instr::Kind::kCompute: run_compute(i); break;
         case Instr::Kind::kCommStart: {

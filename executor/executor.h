@@ -97,6 +97,17 @@ class Executor {
   DeviceRunner* device_runner() { return device_.get(); }
   // The host changed constants (parameters): a device program uploads them before its next run.
   void constants_changed();
+  // Work that writes constants (the distributed optimizer's all-gathers of updated parameters),
+  // finished by the next run before anything reads them: on the communication thread ahead of the
+  // program's collectives (every rank of a group runs them in the same order), each waited for just
+  // before the first instruction that reads one of its `writes`, so it flies beside the compute
+  // before that; without a communication thread (or on a device), run at the start of the run.
+  struct ConstantWrite {
+    std::vector<ValueId> writes;
+    std::function<void()> run;
+  };
+  void defer_constant_writes(std::vector<ConstantWrite> w) { deferred_ = std::move(w); }
+  bool has_deferred_writes() const { return !deferred_.empty(); }
   // Per-instruction times measured elsewhere (a DeviceTrainer's timed step), as node_ms().
   void set_node_ms(std::vector<double> ms) { node_ms_ = std::move(ms); }
 
@@ -146,6 +157,7 @@ class Executor {
   CommThread* thread_of(const Node& n) const;
   double t0_ = 0;
   std::unique_ptr<DeviceRunner> device_;  // set when the program runs on a device
+  std::vector<ConstantWrite> deferred_;    // for the next run (defer_constant_writes)
 
   void* ptr_of(ValueId v) const;
   void bind(size_t i);

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <optional>
 #include <random>
 #include <regex>
@@ -17,6 +18,7 @@
 
 #include "executor/checkpoint.h"
 #include "graph/autodiff.h"
+#include "graph/blocks.h"
 #include "graph/parameters.h"
 #include "graph/passes/pass.h"
 
@@ -229,8 +231,47 @@ const std::map<std::string, Tensor>& with_loss_scale(const Graph& g, const std::
 }
 }  // namespace
 
+void Trainer::hand_gathers_to_next_run() {
+  if (!gathers_pending_) return;
+  gathers_pending_ = false;
+  std::vector<Tensor*> params;
+  for (size_t i = 0; i < opt_.size(); ++i) params.push_back(&opt_.value(i));
+  // each parameter's first reader in the program and its block: buckets in order of use, one block each
+  const Program& prog = train_->program();
+  std::vector<int64_t> first_use(params.size(), static_cast<int64_t>(prog.instrs.size()));
+  std::vector<int> block(params.size(), -1);
+  std::map<ValueId, size_t> index;
+  for (size_t i = 0; i < tg_.params.size(); ++i) index.emplace(tg_.params[i], i);
+  for (size_t k = prog.instrs.size(); k-- > 0;) {
+    const Node& n = prog.graph.node(prog.instrs[k].node);
+    for (ValueId v : n.inputs) {
+      auto it = index.find(v);
+      if (it == index.end()) continue;
+      first_use[it->second] = static_cast<int64_t>(k);
+      block[it->second] = block_of_scope(n.scope);
+    }
+  }
+  std::vector<Executor::ConstantWrite> writes;
+  for (ZeroShards::GatherBucket& b : zero_.gather_buckets(params, first_use, block)) {
+    Executor::ConstantWrite w;
+    for (size_t i : b.params) w.writes.push_back(tg_.params[i]);
+    w.run = std::move(b.run);
+    writes.push_back(std::move(w));
+  }
+  train_->defer_constant_writes(std::move(writes));
+}
+
+void Trainer::finish_gathers() {
+  if (!gathers_pending_) return;
+  gathers_pending_ = false;
+  std::vector<Tensor*> params;
+  for (size_t i = 0; i < opt_.size(); ++i) params.push_back(&opt_.value(i));
+  zero_.all_gather(params);
+}
+
 Status Trainer::run_micro(const std::map<std::string, Tensor>& feeds, bool accumulate, double* loss, bool training) {
   train_->state().training = training;
+  hand_gathers_to_next_run();
   std::map<std::string, Tensor> buf;
   OASES_RETURN_IF_ERROR(train_->execute(with_loss_scale(train_->graph(), feeds, loss_scale_, &buf)));
   *loss = 0;  // a pipeline stage before the last has no loss
@@ -310,16 +351,9 @@ Expected<StepStats> Trainer::step(const std::vector<std::map<std::string, Tensor
     st.grad_norm = norm;
   } else {
     st.grad_norm = opt_.step_with_norm(grads, scale, norm);
-    if (zero_.any()) {
-      // every member's updated piece back into every rank's whole parameters
-      std::vector<Tensor*> params;
-      for (size_t i = 0; i < opt_.size(); ++i) params.push_back(&opt_.value(i));
-      try {
-        zero_.all_gather(params);
-      } catch (const OasesError& e) {
-        return Status::error(e.what());
-      }
-    }
+    // every member's updated piece back into every rank's whole parameters: by the next run,
+    // beside its first instructions (hand_gathers_to_next_run), or when something reads them first
+    if (zero_.any()) gathers_pending_ = true;
     train_->constants_changed();  // a device program without resident state uploads them again
   }
   st.lr = opt_.last_lr();
@@ -506,6 +540,11 @@ Expected<double> Trainer::program_loss(const std::map<std::string, Tensor>& feed
 
 Expected<double> Trainer::eval_loss(const std::map<std::string, Tensor>& feeds) {
   if (tg_.loss == kNoId) return Status::error("this program has no loss (a pipeline stage before the last): use program_loss");
+  try {
+    finish_gathers();  // the eval program reads the parameters too
+  } catch (const OasesError& e) {
+    return Status::error(e.what());
+  }
   if (!eval_) {
     // the training graph cut down to the loss; its parameters share storage with the trainer's
     Graph eval = tg_.graph;
@@ -549,6 +588,7 @@ Tensor Trainer::gradient(size_t i) const {
 }
 
 std::map<std::string, Tensor> Trainer::parameters() {
+  finish_gathers();
   pull_from_device();
   std::map<std::string, Tensor> m;
   for (ValueId p : tg_.params) m[tg_.graph.value(p).name] = train_->graph().value(p).constant;

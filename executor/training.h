@@ -147,6 +147,13 @@ class Trainer {
  private:
   explicit Trainer(OptimizerConfig opt) : opt_(std::move(opt)) {}
   Status run_micro(const std::map<std::string, Tensor>& feeds, bool accumulate, double* loss, bool training = true);
+  // The distributed optimizer's all-gathers of the updated parameters are left to the next run of
+  // the training program (Executor::defer_constant_writes: beside its first instructions, each
+  // bucket awaited before its parameters are read); anything else that reads the parameters
+  // finishes them first.
+  void hand_gathers_to_next_run();
+  void finish_gathers();
+  bool gathers_pending_ = false;
   Expected<StepStats> device_step(const std::vector<std::map<std::string, Tensor>>& micro, const std::function<Status()>& before_update);
   // The device's parameters and moments into the host copies (when the device has newer ones),
   // and the host's to the device (when the host changed them).

@@ -85,40 +85,57 @@ void ZeroShards::sum_over_groups(std::vector<double>* ss) const {
 }
 
 void ZeroShards::all_gather(const std::vector<Tensor*>& params) const {
-  for (const auto& [group, members] : by_group(pieces_)) {
+  for (const GatherBucket& b : gather_buckets(params)) b.run();
+}
+
+std::vector<ZeroShards::GatherBucket> ZeroShards::gather_buckets(const std::vector<Tensor*>& params, const std::vector<int64_t>& first_use,
+                                                                 const std::vector<int>& part) const {
+  std::vector<GatherBucket> out;
+  const bool ordered = first_use.size() == pieces_.size() && part.size() == pieces_.size();
+  for (auto [group, members] : by_group(pieces_)) {
     const int64_t n = group->size();
+    if (ordered) std::stable_sort(members.begin(), members.end(), [&](size_t a, size_t b) { return first_use[a] < first_use[b]; });
     size_t first = 0;
     while (first < members.size()) {
-      // a bucket: parameters whose pieces, times the members, fit the bucket (at least one)
+      // a bucket: parameters whose pieces, times the members, fit the bucket (at least one), of one part
       size_t last = first;
       int64_t row = 0;
-      while (last < members.size() && (last == first || (row + pieces_[members[last]]->piece) * n * 4 <= kGatherBucketBytes)) {
+      while (last < members.size() && (last == first || ((row + pieces_[members[last]]->piece) * n * 4 <= kGatherBucketBytes &&
+                                                         (!ordered || part[members[last]] == part[members[first]])))) {
         row += pieces_[members[last]]->piece;
         ++last;
       }
-      std::vector<float> send(static_cast<size_t>(row), 0.f), all(static_cast<size_t>(row * n));
-      int64_t at = 0;
+      GatherBucket b;
+      b.first_use = ordered ? first_use[members[first]] : 0;
+      std::vector<std::pair<const ZeroPiece*, Tensor*>> mine;
       for (size_t k = first; k < last; ++k) {
-        const ZeroPiece& z = *pieces_[members[k]];
-        const float* w = params[members[k]]->data<float>();
-        if (z.length > 0) std::memcpy(send.data() + at, w + z.offset, static_cast<size_t>(z.length) * 4);
-        at += z.piece;
+        b.params.push_back(members[k]);
+        mine.emplace_back(&*pieces_[members[k]], params[members[k]]);
       }
-      group->all_gather(send.data(), all.data(), row * 4);
-      for (int64_t j = 0; j < n; ++j) {
-        at = j * row;
-        for (size_t k = first; k < last; ++k) {
-          const ZeroPiece& z = *pieces_[members[k]];
-          int64_t len = flat_piece_length(z.numel, n, j);
-          if (len > 0 && j != group->rank()) {
-            std::memcpy(params[members[k]]->mutable_data<float>() + j * z.piece, all.data() + at, static_cast<size_t>(len) * 4);
-          }
-          at += z.piece;
+      CommGroup* g = group;
+      b.run = [g, n, row, mine] {
+        std::vector<float> send(static_cast<size_t>(row), 0.f), all(static_cast<size_t>(row * n));
+        int64_t at = 0;
+        for (const auto& [z, t] : mine) {
+          if (z->length > 0) std::memcpy(send.data() + at, t->data<float>() + z->offset, static_cast<size_t>(z->length) * 4);
+          at += z->piece;
         }
-      }
+        g->all_gather(send.data(), all.data(), row * 4);
+        for (int64_t j = 0; j < n; ++j) {
+          at = j * row;
+          for (const auto& [z, t] : mine) {
+            int64_t len = flat_piece_length(z->numel, n, j);
+            if (len > 0 && j != g->rank()) std::memcpy(t->mutable_data<float>() + j * z->piece, all.data() + at, static_cast<size_t>(len) * 4);
+            at += z->piece;
+          }
+        }
+      };
+      out.push_back(std::move(b));
       first = last;
     }
   }
+  if (ordered) std::stable_sort(out.begin(), out.end(), [](const GatherBucket& a, const GatherBucket& b) { return a.first_use < b.first_use; });
+  return out;
 }
 
 Tensor ZeroShards::gather(size_t i, const float* mine, const Shape& shape) const {

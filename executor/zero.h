@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <vector>
 
@@ -51,6 +52,18 @@ class ZeroShards {
   void sum_over_groups(std::vector<double>* ss) const;
   // Every member's updated piece of each sharded parameter into `params` (full copies, in order).
   void all_gather(const std::vector<Tensor*>& params) const;
+  // The same as buckets of at most 64 MiB gathered, each run on its own (in this order on every
+  // member): the parameters (indices into `params`) it completes, and the work. Given each
+  // parameter's first use in the program (`first_use`, an instruction index) and its part (`part`,
+  // e.g. its block), the parameters go in order of first use and a bucket never spans two parts,
+  // so the first ones needed arrive first and the later ones fly beside the compute before them.
+  struct GatherBucket {
+    std::vector<size_t> params;
+    std::function<void()> run;
+    int64_t first_use = 0;
+  };
+  std::vector<GatherBucket> gather_buckets(const std::vector<Tensor*>& params, const std::vector<int64_t>& first_use = {},
+                                           const std::vector<int>& part = {}) const;
   // The whole tensor (shape `shape`) from this member's piece `mine` (`piece` floats) and the others'.
   Tensor gather(size_t i, const float* mine, const Shape& shape) const;
   // This member's piece of a whole tensor of parameter i's shape ([length] elements).

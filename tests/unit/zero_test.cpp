@@ -11,6 +11,7 @@
 #include "executor/executor.h"
 #include "executor/optimizer.h"
 #include "executor/zero.h"
+#include "graph/autodiff.h"
 #include "graph/graph.h"
 #include "graph/op_registry.h"
 #include "graph/tiles.h"
@@ -144,6 +145,43 @@ TEST(Zero, PiecesGatherSliceAndAllGather) {
     shards.sum_over_groups(&ss);
     EXPECT_EQ(ss[0], 6.0);
     EXPECT_EQ(ss[2], 3.0);
+  });
+}
+
+// The all-gathers left to the next run (Trainer::hand_gathers_to_next_run): the buckets cover every
+// sharded parameter once, and a run given them as deferred writes reads the gathered parameter.
+TEST(Zero, DeferredGathersFinishBeforeTheirReaders) {
+  on_ranks(2, [&](int r, RankRuntime& rt) {
+    const int64_t numel = 9;
+    Graph g;
+    g.opset_imports[""] = 17;
+    ValueId p = g.add_initializer("p", iota({numel}, 0.f));
+    ValueId x = g.add_input("x", DType::kF32, {numel});
+    NodeId add = g.add_node_new_outputs("Add", {x, p}, 1, {}, "add");
+    ASSERT_TRUE(infer_node(g, add).is_ok());
+    g.add_output(g.node(add).outputs[0]);
+    auto ex = Executor::create(g);
+    ASSERT_TRUE(static_cast<bool>(ex)) << ex.status().message();
+    auto found = ZeroShards::find(g, {p}, {x}, rt.axis_groups());
+    ASSERT_TRUE(static_cast<bool>(found)) << found.status().message();
+    ZeroShards shards = *found;
+    shards.add_whole(0, rt.axis_groups().at(0), numel);
+    // this member's piece is right, the rest stale
+    Tensor& w = (*ex)->constant_storage(p);
+    const ZeroPiece& z = *shards.piece(0);
+    for (int64_t e = 0; e < numel; ++e) {
+      if (e < z.offset || e >= z.offset + z.length) w.mutable_data<float>()[e] = -100.f - static_cast<float>(r);
+    }
+    auto buckets = shards.gather_buckets({&w});
+    ASSERT_EQ(buckets.size(), 1u);
+    EXPECT_EQ(buckets[0].params, std::vector<size_t>{0});
+    std::vector<Executor::ConstantWrite> writes{{{p}, buckets[0].run}};
+    (*ex)->defer_constant_writes(std::move(writes));
+    EXPECT_TRUE((*ex)->has_deferred_writes());
+    auto y = (*ex)->run({{"x", iota({numel}, 0.f)}});
+    ASSERT_TRUE(static_cast<bool>(y)) << y.status().message();
+    EXPECT_FALSE((*ex)->has_deferred_writes());
+    for (int64_t e = 0; e < numel; ++e) EXPECT_EQ((*y)[0].data<float>()[e], 2.f * static_cast<float>(e)) << e;
   });
 }
 
