@@ -387,11 +387,30 @@ Status Executor::execute(const std::map<std::string, Tensor>& inputs) {
   }
   std::vector<size_t> start_of(static_cast<size_t>(g.max_node_id()), 0);
   // deferred writes of constants: task n + k on the communication thread, awaited before the first
-  // reader of what it writes (writes_task: per value, its task; -1 none or awaited)
+  // reader of what it writes (writes_task: per value, its task; -1 none or awaited). They are in
+  // order of first use; one is queued ahead of the one awaited (the first at the start), so the
+  // program's own collectives wait behind at most one of them.
   std::vector<ConstantWrite> writes = std::move(deferred_);
   deferred_.clear();
   const size_t n_instrs = prog_.instrs.size();
   std::vector<int> writes_task;
+  std::vector<NodeId> reader;  // per write: the first instruction's node reading what it writes (traced as its communication)
+  size_t submitted = 0;
+  auto submit_through = [&](size_t k) {
+    for (; submitted <= k && submitted < writes.size(); ++submitted) {
+      std::function<void()> run = writes[submitted].run;
+      const NodeId node = reader[submitted];
+      const bool trace = tracing_ && node != kNoId;
+      comm_->submit(n_instrs + submitted, [this, run, node, trace] {
+        double t0 = trace ? now_us() : 0;
+        run();
+        if (trace) {
+          std::lock_guard<std::mutex> lock(comm_->mu);
+          comm_events_.push_back(TraceEvent{node, 1, "comm", t0, now_us() - t0});
+        }
+      });
+    }
+  };
   try {
     if (!writes.empty() && !comm_) {
       for (const ConstantWrite& w : writes) w.run();
@@ -403,8 +422,7 @@ Status Executor::execute(const std::map<std::string, Tensor>& inputs) {
           if (v != kNoId && static_cast<size_t>(v) < writes_task.size()) writes_task[static_cast<size_t>(v)] = static_cast<int>(k);
         }
       }
-      // traced as communication of the first instruction that reads what it writes
-      std::vector<NodeId> reader(writes.size(), kNoId);
+      reader.assign(writes.size(), kNoId);
       for (const Instr& ins : prog_.instrs) {
         for (ValueId v : g.node(ins.node).inputs) {
           if (v == kNoId || static_cast<size_t>(v) >= writes_task.size() || writes_task[static_cast<size_t>(v)] < 0) continue;
@@ -412,19 +430,7 @@ Status Executor::execute(const std::map<std::string, Tensor>& inputs) {
           if (r == kNoId) r = ins.node;
         }
       }
-      for (size_t k = 0; k < writes.size(); ++k) {
-        std::function<void()> run = writes[k].run;
-        const NodeId node = reader[k];
-        const bool trace = tracing_ && node != kNoId;
-        comm_->submit(n_instrs + k, [this, run, node, trace] {
-          double t0 = trace ? now_us() : 0;
-          run();
-          if (trace) {
-            std::lock_guard<std::mutex> lock(comm_->mu);
-            comm_events_.push_back(TraceEvent{node, 1, "comm", t0, now_us() - t0});
-          }
-        });
-      }
+      submit_through(0);
     }
   } catch (const OasesError& e) {
     return Status::error(e.what());
@@ -433,6 +439,7 @@ Status Executor::execute(const std::map<std::string, Tensor>& inputs) {
     for (ValueId v : n.inputs) {
       if (v == kNoId || static_cast<size_t>(v) >= writes_task.size() || writes_task[static_cast<size_t>(v)] < 0) continue;
       const size_t k = static_cast<size_t>(writes_task[static_cast<size_t>(v)]);
+      submit_through(k + 1);
       double t0 = tracing_ ? now_us() : 0;
       comm_->wait(n_instrs + k);
       if (tracing_) events_.push_back(TraceEvent{n.id, 0, "wait", t0, now_us() - t0});
@@ -478,9 +485,15 @@ Status Executor::execute(const std::map<std::string, Tensor>& inputs) {
         }
       }
     }
+    if (!writes_task.empty()) submit_through(writes.size());  // any the program never read
     if (comm_) comm_->wait_all();
     if (channel_) channel_->wait_all();
   } catch (const OasesError& e) {
+    if (!writes_task.empty()) {
+      try {
+        submit_through(writes.size());
+      } catch (...) {}
+    }
     for (CommThread* th : {comm_.get(), channel_.get()}) {
       if (!th) continue;
       try {

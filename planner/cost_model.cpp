@@ -245,6 +245,11 @@ PartTime CostModel::part_time(const PartCost& pc, double r, const ScheduleOption
     // reduction hides behind the next part's backward
     pt.exposed = (cf - in_f) + (cb - in_b) + std::max(0.0, reduce - K * pc.bwd_chunk);
   }
+  // The weights' all-gather flies beside the next step's first instructions at run time
+  // (Executor::defer_constant_writes) and the simulator prices it so; here, part by part, it stays
+  // exposed: hiding it behind a part's own forward made the one-mesh search's choice, which the
+  // pipeline search builds its stages on, a worse base for them (test_zero.sh's 40 MiB case:
+  // 19.4 ms instead of 18.8), so the search stays conservative and --simulate re-ranks.
   pt.exposed += gather;
   return pt;
 }

@@ -177,6 +177,7 @@ Expected<SimResult> replay(const Graph& g, const std::vector<ScheduledOp>& order
     return std::max(link, *work_wall);
   };
   r.instr_end_s.reserve(order.size());
+  double forward_compute = 0;  // the forward's compute (what the distributed optimizer's gathers hide behind)
   for (size_t i = 0; i < order.size(); ++i) {
     if (i > 0) r.instr_end_s.push_back(now);
     const ScheduledOp& op = order[i];
@@ -193,6 +194,7 @@ Expected<SimResult> replay(const Graph& g, const std::vector<ScheduledOp>& order
       event(n, "compute", 0, now, end - now);
       computed(now, end);
       r.compute_s += end - now;
+      if (n.phase == Node::Phase::kForward) forward_compute += end - now;
       now = end;
       continue;
     }
@@ -261,17 +263,25 @@ Expected<SimResult> replay(const Graph& g, const std::vector<ScheduledOp>& order
   }
   now = std::max(now, comm_free);
   r.optimizer_s = o.ops->optimizer_seconds(o.param_bytes);
-  // the distributed optimizer: after the update, the pieces of every gradient reduce-scattered in
-  // pieces are all-gathered back as weights (executor/zero.h), nothing beside them to hide behind
+  // the distributed optimizer: the pieces of every gradient reduce-scattered in pieces are
+  // all-gathered back as weights (executor/zero.h) beside the next step's first instructions, one
+  // bucket ahead of the one read (Executor::defer_constant_writes): the first bucket waited for,
+  // the rest hidden behind the forward's compute as far as it goes
+  double gathers = 0, largest = 0;
   for (const ScheduledOp& op : order) {
     const Node& n = g.node(op.node);
     if (op.kind == ScheduledOp::Kind::kCommWait || n.domain != kOasesDomain || n.op_type != "FlatReduceScatter") continue;
     CollectiveShape c;
     if (!collective_shape(g, n, mesh, o.rank, &c)) continue;
     const double s = o.cluster->collective_seconds(CollectiveKind::kAllGather, c.bytes, c.members);
-    r.comm_s += s;
-    r.exposed_s += s;
-    r.optimizer_s += s;
+    gathers += s;
+    largest = std::max(largest, s);
+  }
+  if (gathers > 0) {
+    const double exposed = std::min(gathers, std::max(largest, gathers - forward_compute));
+    r.comm_s += gathers;
+    r.exposed_s += exposed;
+    r.optimizer_s += exposed;
   }
   r.step_s = now + r.optimizer_s;
   r.exposed_s = std::min(r.exposed_s, r.comm_s);
