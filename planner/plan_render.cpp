@@ -105,11 +105,14 @@ std::string pipeline_html(const nlohmann::json& pp) {
   double step = pp.value("step_s", 0.0);
   o << "<h2>Pipeline stages</h2><div class=\"cards\">";
   o << fmt::format("<div class=\"card\">stages<b>{}</b>of {} ranks each</div>", stage_count(pp), pp.value("stage_ranks", 0));
-  o << fmt::format("<div class=\"card\">micro-batches<b>{}</b>{}</div>", pp.value("micro_batches", 0), esc(jstr(pp, "schedule")));
+  const int64_t V = std::max<int64_t>(1, pp.value("virtual_stages", int64_t{1}));
+  o << fmt::format("<div class=\"card\">micro-batches<b>{}</b>{}{}</div>", pp.value("micro_batches", 0), esc(jstr(pp, "schedule")),
+                   V > 1 ? fmt::format(", {} virtual stages a stage (interleaved)", V) : "");
   o << fmt::format("<div class=\"card\">predicted step<b>{:.4g} ms</b>bubble {:.0f}%</div>", step * 1e3, pp.value("bubble", 0.0) * 100);
   o << fmt::format("<div class=\"card\">memory per GPU<b>{}</b>the fullest stage</div>", bytes_str(pp.value("memory_bytes", 0.0)));
   o << "</div><table><tr><th>stage</th><th>blocks</th><th>ranks</th><th>mesh</th><th>holds</th><th>forward / micro-batch</th>"
-       "<th>backward / micro-batch</th><th>micro-batches in flight</th><th>memory</th></tr>";
+       "<th>backward / micro-batch</th><th>"
+    << (V > 1 ? "range steps in flight" : "micro-batches in flight") << "</th><th>memory</th></tr>";
   int i = 0;
   for (const auto& st : pp["stage"]) {
     std::string holds = st.value("embedding", false) ? "embedding" : "";
@@ -133,7 +136,8 @@ std::string pipeline_html(const nlohmann::json& pp) {
     for (int s = 0; s < stages; ++s)
       o << fmt::format("<text x=\"0\" y=\"{}\" font-size=\"11\">stage {}</text>", row * s + 17, s);
     for (const auto& e : pp["timeline"]) {
-      int s = e.value("stage", 0);
+      // a model stage (with virtual stages, several a row) on its stage's row
+      const int c = e.value("stage", 0), s = c % stages;
       double x = left + W * e.value("start_s", 0.0) / end, w = std::max(1.0, W * (e.value("end_s", 0.0) - e.value("start_s", 0.0)) / end);
       bool fwd = e.value("forward", true), xfer = e.value("transfer", false);
       if (xfer) {
@@ -142,8 +146,9 @@ std::string pipeline_html(const nlohmann::json& pp) {
         o << fmt::format("<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"4\" fill=\"{}\"><title>{} micro-batch {}</title></rect>", x, y, w,
                          fwd ? "#f59e0b" : "#7c3aed", fwd ? "activation" : "gradient", e.value("micro", 0));
       } else {
-        o << fmt::format("<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{}\" fill=\"{}\" stroke=\"#fff\"><title>{} {}</title></rect>", x,
-                         row * s + 4, w, row - 10, fwd ? "#93c5fd" : "#1d4ed8", fwd ? "forward" : "backward", e.value("micro", 0));
+        o << fmt::format("<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{}\" fill=\"{}\" stroke=\"#fff\"><title>{} {}{}</title></rect>", x,
+                         row * s + 4, w, row - 10, fwd ? "#93c5fd" : "#1d4ed8", fwd ? "forward" : "backward", e.value("micro", 0),
+                         V > 1 ? fmt::format(" (blocks of model stage {})", c) : "");
         if (w > 14)
           o << fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" font-size=\"9\" fill=\"{}\">{}{}</text>", x + 2, row * s + 17, fwd ? "#111" : "#fff",
                            fwd ? "F" : "B", e.value("micro", 0));
