@@ -546,6 +546,22 @@ TEST(PipelineSearch, PlansStagesOnAClusterAndPricesAGivenPipeline) {
   EXPECT_EQ(many->plan.mesh().tp, 4);
   auto bad = price_pipeline(pm.forward, pm.train.graph, pm.train.params, *cluster, ops, 16, 3, 4, 2, PipelineSchedule::k1F1B, "plain");
   EXPECT_FALSE(bad);
+  // with 2 virtual stages a stage (4 blocks: one range each): a smaller bubble, its ranges in the
+  // plan, the peak in flight counted in range steps; 3 virtual stages need 6 blocks
+  auto v2 = price_pipeline(pm.forward, pm.train.graph, pm.train.params, *cluster, ops, 16, 2, 4, 2, PipelineSchedule::k1F1B, "plain", false, 2);
+  ASSERT_TRUE(v2) << v2.status().message();
+  EXPECT_LT(v2->bubble, few->bubble);
+  EXPECT_EQ(v2->virtual_stages, 2);
+  EXPECT_EQ(v2->transfer_s.size(), 3u);
+  EXPECT_EQ(v2->plan.virtual_stages, 2);
+  EXPECT_EQ(v2->plan.stages[0].blocks, "0-0,2-2");
+  EXPECT_EQ(v2->plan.stages[1].blocks, "1-1,3-3");
+  EXPECT_EQ(v2->stage[0].peak_in_flight, 4);  // w = 2 (S - 1) + (V - 1) S = 4 = M V: all of them
+  EXPECT_TRUE(v2->plan.validate().is_ok()) << v2->plan.validate().message();
+  EXPECT_NE(describe_pipeline(*v2).find("x 2 virtual stages"), std::string::npos) << describe_pipeline(*v2);
+  auto v3 = price_pipeline(pm.forward, pm.train.graph, pm.train.params, *cluster, ops, 16, 2, 4, 2, PipelineSchedule::k1F1B, "plain", false, 3);
+  ASSERT_FALSE(v3);
+  EXPECT_NE(v3.status().message().find("need 6 block ranges"), std::string::npos) << v3.status().message();
 }
 
 // The pipeline search prices the transfers the stage programs make: per boundary the activation of
