@@ -56,6 +56,7 @@ std::vector<int64_t> parse_ints(const std::string& s, const char* flag) {
 
 struct ProfileArgs {
   std::string backend = "cpu", out, model, degrees, chunks = "1,2,4", emulate, sizes, dtype = "bf16";
+  std::string calibration;  // --calibration: the executor's fitted terms from this profile, not this model's runs
   int64_t ranks = 2, batch = 0, seq = 0;
   bool ranks_given = false;  // --ranks on the command line (the cuda backend's default is 8)
   int reps = 3, threads = 0;
@@ -80,6 +81,10 @@ void add_profile_options(CLI::App& app, ProfileArgs& a) {
   app.add_option("--dtype", a.dtype, "--backend cuda: the compute type the ops are timed in (fp32 | bf16 | fp16)")->capture_default_str();
   app.add_option("--threads", a.threads, "Threads per rank (default: the cores shared among the ranks)")
       ->check(CLI::Range(0, kernels::kMaxThreads));
+  app.add_option("--calibration", a.calibration,
+                 "With --model: take the executor's fitted terms (cores turned into work, a collective's extra time, dispatch) from this "
+                 "profile of another model or configuration instead of fitting them to this model's runs (out-of-sample validation)")
+      ->check(CLI::ExistingFile);
   app.add_option("--comm-timeout", a.comm_timeout, "Seconds a collective of the thread ranks waits for its peers before the run stops")
       ->capture_default_str();
   a.bind.add_to(app);
@@ -257,6 +262,20 @@ Status profile_model(const ProfileArgs& a, CpuSetup& c, Profile& p) {
   c.available.push_back(measure_available_cores(c.demand));
   record_available(c, p);
   OASES_RETURN_IF_ERROR(calibrate_and_report(a, c, runs, p).with_context(a.model));
+  if (!a.calibration.empty()) {
+    // out of sample: the terms fitted to another model's (or configuration's) runs; this model's
+    // runs gave only its op times
+    OASES_ASSIGN_OR_RETURN(Profile from, load_profile(a.calibration));
+    p.core_efficiency = from.core_efficiency;
+    p.comm_sync_us = from.comm_sync_us;
+    p.comm_beside_compute_us = from.comm_beside_compute_us;
+    p.instr_us = from.instr_us;
+    p.comm_start_us = from.comm_start_us;
+    p.machine["calibrated_from"] = a.calibration;
+    std::printf("executor: the fitted terms of %s instead (cores turned into work %.1f%%, %.1f us a collective, %.1f us between "
+                "instructions): this model's runs fitted nothing\n",
+                a.calibration.c_str(), p.core_efficiency * 100, p.comm_sync_us, p.instr_us);
+  }
   nlohmann::json covers = {{"chunks", space.search.chunks}, {"op_shapes", priced->size()}};
   p.model = {{"path", a.model}, {"batch", pm.batch}, {"seq", pm.seq}, {"ranks", a.ranks}, {"profiled", runs.done}, {"covers", covers}};
   std::printf("ops: %zu distinct op shapes of %s\n", p.ops.size(), a.model.c_str());

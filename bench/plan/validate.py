@@ -21,6 +21,7 @@ the cores each run used (its CPU time over its wall time) and other work used me
 machine's CPU time less the run's, /proc/stat) are printed too.
 
   /usr/bin/python3 bench/plan/validate.py --bin build/bin [--rounds 5] [--steps 12] [--link bw=1,latency=50] [--markdown t.md]
+  /usr/bin/python3 bench/plan/validate.py --out-of-sample [--rounds 3]   (calibrated on one configuration, validated on others: out_of_sample)
 Model: GPT-2-style, hidden 256, 4 layers, 8 heads, byte vocabulary, batch 8 x 128 (models/export.py).
 """
 import argparse
@@ -58,6 +59,96 @@ def run(cmd):
     return p.stdout, cpu / wall if wall > 0 else 0.0, max(0.0, busy - cpu) / wall if wall > 0 else 0.0
 
 
+def export_model(work, name, family):
+    """A 4-block, hidden-256, 8-head stack of models/export.py with a byte vocabulary (written once)."""
+    model = os.path.join(work, name, "model.onnx")
+    if not os.path.exists(model):
+        subprocess.run(["/usr/bin/python3", "models/export.py"] + family + ["--dynamic", "--hidden", "256", "--layers", "4", "--heads", "8",
+                        "--vocab", "256", "--max-pos", "128", "--no-data", "--out", os.path.dirname(model)], check=True,
+                       stdout=subprocess.DEVNULL)
+    return model
+
+
+def out_of_sample(a, gpt, llama):
+    """Issue 33 item 6. Per round, one calibration profile: the GPT stack at tp 2 (oases-profile fits
+    the executor's terms to its plain runs at 1 and K chunks and its oases run at K). In sample: the
+    GPT stack at tp 2 under plain and oases, predicted from that profile. Out of sample, each
+    predicted from a profile of its own model and ranks that measured the ops only
+    (`oases-profile --calibration CAL`: the fitted terms are the calibration's): the GPT stack's
+    other three schedules at tp 2, all five at tp 4, the LLaMA-style stack's five at tp 2, and a
+    pipeline of 2 stages on 4 ranks (`oases-plan --pp 2`, the plan it chose, its stage programs
+    replayed). Rows report in-sample and out-of-sample apart."""
+    prof_args = ["--backend", "cpu", "--batch", "8", "--seq", "128", "--emulate-link", a.link, "--chunks", f"1,{a.chunks}", "--reps", "2",
+                 "--sizes", "65536,262144,1048576,4194304"]
+    rows = {}  # (sample, model, config) -> (predictions, measured medians)
+    t_start = time.monotonic()
+
+    def measure(key, plan, ranks):
+        log = os.path.join(a.work, "oos_log.jsonl")
+        if os.path.exists(log):
+            os.remove(log)
+        model = gpt if key[1] == "gpt" else llama
+        run([os.path.join(a.bin, "oases-train"), model, "--synthetic", "--plan", plan, "--local-ranks", str(ranks), "--emulate-link", a.link,
+             "--steps", str(a.steps), "-q", "--log-json", log])
+        ms = statistics.median([json.loads(l)["ms"] for l in open(log)][1:])
+        sim = json.load(open(plan))["simulation"]
+        p_ms = sim["pipeline" if "pipeline" in sim else "plan"]["step_ms"]
+        preds, meas = rows.setdefault(key, ([], []))
+        preds.append(p_ms)
+        meas.append(ms)
+        print(f"{key[0]:13} {key[1]:6} {key[2]:34} predicted {p_ms:8.1f} ms, measured {ms:8.1f} ms ({(p_ms - ms) / ms * 100:+.1f}%)", flush=True)
+
+    def plan_for(model, prof, gpus, extra, name):
+        out = os.path.join(a.work, f"oos_plan_{name}.json")
+        run([os.path.join(a.bin, "oases-plan"), model, "--gpus", str(gpus), "--profile", prof, "--emulate-link", a.link, "--batch", "8",
+             "--seq", "128", "--simulate", "--simulate-candidates", "1", "--out", out] + extra)
+        return out
+
+    for rnd in range(a.rounds):
+        cal = os.path.join(a.work, f"oos_cal_r{rnd}.json")
+        run([os.path.join(a.bin, "oases-profile"), "--model", gpt, "--ranks", "2", "--degrees", "2", "--out", cal] + prof_args)
+        others = {}
+        for name, model, ranks in [("gpt4", gpt, 4), ("llama2", llama, 2)]:
+            others[name] = os.path.join(a.work, f"oos_prof_{name}_r{rnd}.json")
+            run([os.path.join(a.bin, "oases-profile"), "--model", model, "--ranks", str(ranks), "--degrees", str(ranks), "--calibration", cal,
+                 "--out", others[name]] + prof_args)
+        for s in SCHEDULES:
+            k = 1 if s == "plain" else a.chunks
+            fixed = ["--degrees", None, "--uniform", "--no-sequence-parallel", "--schedules", s, "--chunks", str(k), "--no-pipeline"]
+            for model_name, model, prof, tp in [("gpt", gpt, cal, 2), ("gpt", gpt, others["gpt4"], 4), ("llama", llama, others["llama2"], 2)]:
+                fixed[1] = str(tp)
+                sample = "in-sample" if (model_name, tp) == ("gpt", 2) and s in ("plain", "oases") else "out-of-sample"
+                measure((sample, model_name, f"tp {tp} {s} K={k}"), plan_for(model, prof, tp, fixed, f"{model_name}{tp}_{s}"), tp)
+        # a pipeline of two stages on 4 ranks, as the planner lays it out
+        plan = plan_for(gpt, others["gpt4"], 4, ["--pp", "2"], "pp2")
+        p = json.load(open(plan))
+        if "pipeline" not in p:
+            sys.exit(f"validate: oases-plan --pp 2 chose no pipeline ({plan})")
+        pj = p["pipeline"]
+        measure(("out-of-sample", "gpt", f"pp 2 {pj.get('schedule', '?')} M={pj.get('micro_batches', '?')}"
+                 + (f" V={pj['virtual_stages']}" if pj.get("virtual_stages", 1) > 1 else "")), plan, 4)
+    lines = [f"Out of sample (issue 33 item 6): the executor's terms fitted once a round to the GPT stack (hidden 256, 4 blocks) "
+             f"at tp 2 (plain 1 and {a.chunks} chunks, oases {a.chunks} chunks); every other row's ops measured by a profile of its "
+             f"own model and ranks that fitted nothing (`oases-profile --calibration`). Link `{a.link}`, batch 8 x 128, "
+             f"{a.rounds} round(s), {a.steps} steps a run (the first left out); error: the median over the rounds; "
+             f"{os.cpu_count()} cores; {(time.monotonic() - t_start) / 60:.1f} min.", "",
+             "| sample | model | configuration | predicted ms (rounds) | measured ms (rounds) | error |", "| --- | --- | --- | --- | --- | --- |"]
+    summary = {}
+    for (sample, model, conf), (preds, meas) in sorted(rows.items()):
+        err = statistics.median((p - m) / m * 100 for p, m in zip(preds, meas))
+        summary.setdefault(sample, []).append(err)
+        lines.append(f"| {sample} | {model} | {conf} | {', '.join(f'{x:.1f}' for x in preds)} | {', '.join(f'{x:.1f}' for x in meas)} | "
+                     f"**{err:+.1f}%** |")
+    lines.append("")
+    for sample, errs in sorted(summary.items()):
+        lines.append(f"{sample}: {sum(1 for e in errs if abs(e) <= 10)} of {len(errs)} within ±10%, mean |error| "
+                     f"{statistics.mean(abs(e) for e in errs):.1f}%, worst {max(errs, key=abs):+.1f}%.")
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if a.markdown:
+        open(a.markdown, "w").write(text)
+
+
 def quartiles(xs):
     q = statistics.quantiles(xs, n=4) if len(xs) >= 2 else [xs[0]] * 3
     return q[0], q[2]
@@ -75,16 +166,17 @@ def main():
     ap.add_argument("--profile-per-round", dest="profile_each", action="store_false",
                     help="one profile per round for all five schedules (default: a profile just before each measurement)")
     ap.add_argument("--markdown")
+    ap.add_argument("--out-of-sample", action="store_true",
+                    help="calibrate on the GPT stack at tp 2 (plain and oases) and validate elsewhere: its other schedules, tp 4, "
+                         "a LLaMA-style stack (RMSNorm, SwiGLU, grouped-query heads) and a pp 2 pipeline on 4 ranks (see out_of_sample)")
     a = ap.parse_args()
     if a.rounds < 1 or a.steps < 2:
         sys.exit("validate: --rounds must be at least 1 and --steps at least 2")
     os.chdir(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
     os.makedirs(a.work, exist_ok=True)
-    model = os.path.join(a.work, "h256", "model.onnx")
-    if not os.path.exists(model):
-        subprocess.run(["/usr/bin/python3", "models/export.py", "--family", "gpt2", "--dynamic", "--hidden", "256", "--layers", "4",
-                        "--heads", "8", "--vocab", "256", "--max-pos", "128", "--no-data", "--out", os.path.dirname(model)],
-                       check=True, stdout=subprocess.DEVNULL)
+    model = export_model(a.work, "h256", ["--family", "gpt2"])
+    if a.out_of_sample:
+        return out_of_sample(a, model, export_model(a.work, "llama_h256", ["--family", "llama", "--kv-heads", "2", "--tied", "no"]))
     t_start = time.monotonic()
     loads = []
     # (tp, schedule) -> lists over the rounds
