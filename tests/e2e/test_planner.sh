@@ -126,6 +126,19 @@ assert abs(min(times) - step["plan"]) <= 0.05 + 1e-3 * step["plan"], (times, ste
 print("ok re-ranked by simulation:", step, each)
 PY
 /usr/bin/python3 -c "import json,sys; assert json.load(open(sys.argv[1]))['traceEvents']" "$WORK/trace.json" || fail "--trace"
+# out of sample: a profile of another model (llama_4l) with the executor's terms fitted to this one's runs
+L=$OASES_SOURCE_DIR/models/train/llama_4l/model.onnx
+"$OASES_BIN/oases-profile" --backend cpu --model "$L" --ranks 2 --batch 4 --seq 16 --reps 1 --sizes 4096,65536 --chunks 1 \
+  --calibration "$WORK/prof.json" --out "$WORK/prof_llama.json" >"$WORK/prof_llama.txt" || fail "oases-profile --calibration"
+/usr/bin/python3 - "$WORK/prof.json" "$WORK/prof_llama.json" <<'PY' || fail "--calibration did not take the other profile's fitted terms"
+import json, sys
+a, b = (json.load(open(f)) for f in sys.argv[1:])
+assert a["executor"] == b["executor"], (a["executor"], b["executor"])
+assert b["machine"]["calibrated_from"] == sys.argv[1], b["machine"]
+assert b["model"]["path"].endswith("llama_4l/model.onnx"), b["model"]
+print("ok --calibration: the executor's terms", b["executor"], "from", sys.argv[1])
+PY
+expect_error "--calibration missing" "calibration" "$OASES_BIN/oases-profile" --backend cpu --out "$WORK/x.json" --calibration "$WORK/none.json"
 "$T" "$D/model.onnx" --inputs "$D/test_data_set_0" --steps 0 --plan "$WORK/prof_plan.json" --local-ranks 4 --dump-grads "$WORK/prof.grads" -q \
   >/dev/null && same_grads "$WORK/gpt2_tiny.ref" "$WORK/prof.grads" "profiled plan" || fail "profiled plan"
 expect_error "profile --backend cuda" "CUDA" "$OASES_BIN/oases-profile" --backend cuda --out "$WORK/cuda.json"
