@@ -59,6 +59,14 @@ def run(cmd):
     return p.stdout, cpu / wall if wall > 0 else 0.0, max(0.0, busy - cpu) / wall if wall > 0 else 0.0
 
 
+def emit(lines, markdown):
+    """Prints the table's lines, and writes them to `markdown` when given."""
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if markdown:
+        open(markdown, "w").write(text)
+
+
 def export_model(work, name, family):
     """A 4-block, hidden-256, 8-head stack of models/export.py with a byte vocabulary (written once)."""
     model = os.path.join(work, name, "model.onnx")
@@ -143,10 +151,7 @@ def out_of_sample(a, gpt, llama):
     for sample, errs in sorted(summary.items()):
         lines.append(f"{sample}: {sum(1 for e in errs if abs(e) <= 10)} of {len(errs)} within ±10%, mean |error| "
                      f"{statistics.mean(abs(e) for e in errs):.1f}%, worst {max(errs, key=abs):+.1f}%.")
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if a.markdown:
-        open(a.markdown, "w").write(text)
+    emit(lines, a.markdown)
 
 
 def quartiles(xs):
@@ -246,10 +251,7 @@ def main():
     lines.append("")
     lines.append(f"{within} of {len(rows)} within ±10%; mean |error| {statistics.mean(abs(r['err']) for r in rows):.1f}%; "
                  f"mean noise ±{statistics.mean(r['noise'] for r in rows):.1f}%.")
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if a.markdown:
-        open(a.markdown, "w").write(text)
+    emit(lines, a.markdown)
 
 
 if __name__ == "__main__":

@@ -64,6 +64,14 @@ compare() {  # compare REF_LOG LOG REF_GRADS GRADS LABEL
   /usr/bin/python3 "$OASES_SOURCE_DIR/tests/e2e/compare_grads.py" "$3" "$4" "$5" --losses "$1" "$2" --steps 20 --rtol 2e-6 --loss-rtol 1e-6
 }
 RUN_FLAGS=()
+# pipeline_tests: what test_pipeline*.sh share: T (oases-train), mpirun, `common` (the flags of
+# every run) and run (run_vs_one_rank)
+pipeline_tests() {
+  T=$OASES_BIN/oases-train
+  need_mpirun
+  common=(--synthetic --batch 16 --seq 32 --lr 1e-3 --optimizer adamw -q)
+}
+run() { run_vs_one_rank "$@"; }
 # one_rank_reference NAME MODEL: 20 steps of MODEL on one rank with "${common[@]}" ($WORK/NAME.jsonl)
 # and its first step's gradients ($WORK/NAME.grads), what run_vs_one_rank compares against
 one_rank_reference() {

@@ -10,10 +10,7 @@
 # each stage on its own tp x dp mesh (--stage-meshes) matches one rank too; a failing or hung rank
 # stops every stage; bad stage and batch settings are one-line errors (exit 2).
 source "$(dirname "$0")/lib.sh"
-T=$OASES_BIN/oases-train
-need_mpirun
-common=(--synthetic --batch 16 --seq 32 --lr 1e-3 --optimizer adamw -q)
-run() { run_vs_one_rank "$@"; }  # (lib.sh) 20 steps and the first step's gradients against one rank's
+pipeline_tests  # (lib.sh) T, mpirun, common, run
 
 for model in gpt2_4l llama_4l; do
   M=$OASES_SOURCE_DIR/models/train/$model/model.onnx

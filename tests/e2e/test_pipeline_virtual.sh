@@ -8,10 +8,7 @@
 # stage's peak in flight is the stated rule; checkpoints resume across V; plan files carry V; bad
 # settings are one-line errors (exit 2).
 source "$(dirname "$0")/lib.sh"
-T=$OASES_BIN/oases-train
-need_mpirun
-common=(--synthetic --batch 16 --seq 32 --lr 1e-3 --optimizer adamw -q)
-run() { run_vs_one_rank "$@"; }  # (lib.sh) 20 steps and the first step's gradients against one rank's
+pipeline_tests  # (lib.sh) T, mpirun, common, run
 
 for model in gpt2_4l llama_4l; do
   M=$OASES_SOURCE_DIR/models/train/$model/model.onnx

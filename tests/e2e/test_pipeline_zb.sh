@@ -8,11 +8,8 @@
 # arenas stay within 15% of 1F1B's largest (the W's held are 1F1B's first-stage peak); a plan file
 # carries it to oases-train.
 source "$(dirname "$0")/lib.sh"
-T=$OASES_BIN/oases-train
-need_mpirun
-common=(--synthetic --batch 16 --seq 32 --lr 1e-3 --optimizer adamw -q)
+pipeline_tests  # (lib.sh) T, mpirun, common, run
 RUN_FLAGS=(--pipeline zb-h1)
-run() { run_vs_one_rank "$@"; }  # (lib.sh) 20 steps and the first step's gradients, under zb-h1, against one rank's
 
 for model in gpt2_4l llama_4l; do
   M=$OASES_SOURCE_DIR/models/train/$model/model.onnx
