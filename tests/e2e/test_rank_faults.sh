@@ -24,7 +24,10 @@ for v in 0 -5 nan 1e6; do
 done
 expect_error "oases-profile --comm-timeout 0" "--comm-timeout must be in \(0, 86400\] seconds, not 0" \
   "$OASES_BIN/oases-profile" --out "$WORK/p.json" --comm-timeout 0
-"$T" --help | grep -qE -- "--comm-timeout .*=120$" || fail "oases-train --help: no default 120 for --comm-timeout"
+# (the help read whole first: grep -q stops reading at the match, and under pipefail the writer's
+# SIGPIPE on the rest of a long help would fail the pipe)
+help=$("$T" --help)
+grep -qE -- "--comm-timeout .*=120$" <<<"$help" || fail "oases-train --help: no default 120 for --comm-timeout"
 
 # --- thread ranks
 expect_error "failing rank (threads)" "injected failure at step 4" env OASES_TEST_FAULT=1:3:error "$T" "$TINY" "${D[@]}" --local-ranks 2
