@@ -26,6 +26,7 @@ ASAN_DIR=${OASES_ASAN_BUILD_DIR:-build-asan}
 TSAN_DIR=${OASES_TSAN_BUILD_DIR:-build-tsan}
 M=models/train/gpt2_bytes/model.onnx
 TINY=models/small/gpt2_tiny/model.onnx
+FOUR=models/train/gpt2_4l/model.onnx  # 4 blocks: pipeline stages with virtual stages
 MPIRUN=(mpirun --allow-run-as-root --oversubscribe --bind-to none)
 status=0
 
@@ -118,6 +119,9 @@ if [[ $WHAT == ci ]]; then
     "$ASAN_DIR/bin/oases-train" "$TINY" --synthetic --steps 3 -q --local-ranks 2 --tp 2 --schedule oases --chunks 2
   run "ASan: 4 thread ranks, tp 2 x dp 2, sequence parallel" \
     "$ASAN_DIR/bin/oases-train" "$TINY" --synthetic --steps 3 -q --local-ranks 4 --tp 2 --dp 2 --sequence-parallel
+  run "ASan: 4 thread ranks, pp 2 x 2 virtual stages x dp 2, ZeRO-1 (its gathers beside the next step)" \
+    "$ASAN_DIR/bin/oases-train" "$FOUR" --synthetic --batch 8 --seq 16 --steps 3 -q --local-ranks 4 --pp 2 --dp 2 --virtual-stages 2 \
+    --micro-batches 2 --zero 1
   if [[ -x $ASAN_DIR/tests/bin/oases_mpi_comm_suite ]]; then
     run "ASan: MPI communicator suite, 2 ranks" env ASAN_OPTIONS=$MPI_ASAN_OPTIONS "${MPIRUN[@]}" -np 2 "$ASAN_DIR/tests/bin/oases_mpi_comm_suite"
     run "ASan: 2 MPI ranks, tp 2, overlap_checkpoint" env ASAN_OPTIONS=$MPI_ASAN_OPTIONS \
@@ -128,6 +132,7 @@ if [[ $WHAT == ci ]]; then
   cmake --build "$TSAN_DIR" -j "$JOBS" --target oases-train
   echo "== TSan build: $((SECONDS - t_tsan)) s"
   tsan_runs "$TSAN_DIR" "--local-ranks 2 --tp 2 --schedule oases --chunks 2 --steps 2"
+  M=$FOUR tsan_runs "$TSAN_DIR" "--local-ranks 4 --pp 2 --dp 2 --zero 1 --virtual-stages 2 --micro-batches 2 --steps 2"
   echo "== sanitizer pass: $((SECONDS - t_start)) s"
 fi
 [[ $WHAT =~ ^(asan|tsan|ci|all)$ ]] || { echo "usage: $0 asan|tsan|ci|all" >&2; exit 2; }
