@@ -394,7 +394,7 @@ Status Executor::execute(const std::map<std::string, Tensor>& inputs) {
   deferred_.clear();
   const size_t n_instrs = prog_.instrs.size();
   std::vector<int> writes_task;
-  std::vector<NodeId> reader;  // per write: the first instruction's node reading what it writes (traced as its communication)
+  std::vector<NodeId> reader;  // per write, when tracing: the first instruction's node reading what it writes (traced as its communication)
   size_t submitted = 0;
   auto submit_through = [&](size_t k) {
     for (; submitted <= k && submitted < writes.size(); ++submitted) {
@@ -423,11 +423,12 @@ Status Executor::execute(const std::map<std::string, Tensor>& inputs) {
         }
       }
       reader.assign(writes.size(), kNoId);
-      for (const Instr& ins : prog_.instrs) {
-        for (ValueId v : g.node(ins.node).inputs) {
+      for (size_t i = 0; tracing_ && i < n_instrs; ++i) {
+        const NodeId node = prog_.instrs[i].node;
+        for (ValueId v : g.node(node).inputs) {
           if (v == kNoId || static_cast<size_t>(v) >= writes_task.size() || writes_task[static_cast<size_t>(v)] < 0) continue;
           NodeId& r = reader[static_cast<size_t>(writes_task[static_cast<size_t>(v)])];
-          if (r == kNoId) r = ins.node;
+          if (r == kNoId) r = node;
         }
       }
       submit_through(0);

@@ -231,9 +231,8 @@ const std::map<std::string, Tensor>& with_loss_scale(const Graph& g, const std::
 }
 }  // namespace
 
-void Trainer::hand_gathers_to_next_run() {
-  if (!gathers_pending_) return;
-  gathers_pending_ = false;
+const std::vector<Executor::ConstantWrite>& Trainer::gather_writes() {
+  if (!gather_writes_.empty() || !zero_.any()) return gather_writes_;
   std::vector<Tensor*> params;
   for (size_t i = 0; i < opt_.size(); ++i) params.push_back(&opt_.value(i));
   // each parameter's first reader in the program and its block: buckets in order of use, one block each
@@ -251,22 +250,25 @@ void Trainer::hand_gathers_to_next_run() {
       block[it->second] = block_of_scope(n.scope);
     }
   }
-  std::vector<Executor::ConstantWrite> writes;
   for (ZeroShards::GatherBucket& b : zero_.gather_buckets(params, first_use, block)) {
     Executor::ConstantWrite w;
     for (size_t i : b.params) w.writes.push_back(tg_.params[i]);
     w.run = std::move(b.run);
-    writes.push_back(std::move(w));
+    gather_writes_.push_back(std::move(w));
   }
-  train_->defer_constant_writes(std::move(writes));
+  return gather_writes_;
+}
+
+void Trainer::hand_gathers_to_next_run() {
+  if (!gathers_pending_) return;
+  gathers_pending_ = false;
+  train_->defer_constant_writes(gather_writes());
 }
 
 void Trainer::finish_gathers() {
   if (!gathers_pending_) return;
   gathers_pending_ = false;
-  std::vector<Tensor*> params;
-  for (size_t i = 0; i < opt_.size(); ++i) params.push_back(&opt_.value(i));
-  zero_.all_gather(params);
+  for (const Executor::ConstantWrite& w : gather_writes()) w.run();
 }
 
 Status Trainer::run_micro(const std::map<std::string, Tensor>& feeds, bool accumulate, double* loss, bool training) {

@@ -153,7 +153,10 @@ class Trainer {
   // finishes them first.
   void hand_gathers_to_next_run();
   void finish_gathers();
+  // The buckets, in order of first use (the program and the parameters' storage never change: made once).
+  const std::vector<Executor::ConstantWrite>& gather_writes();
   bool gathers_pending_ = false;
+  std::vector<Executor::ConstantWrite> gather_writes_;
   Expected<StepStats> device_step(const std::vector<std::map<std::string, Tensor>>& micro, const std::function<Status()>& before_update);
   // The device's parameters and moments into the host copies (when the device has newer ones),
   // and the host's to the device (when the host changed them).

@@ -95,7 +95,7 @@ Expected<PipelineReplay> replay_pipeline(const StageGlobals& sg, const ClusterSp
     o.param_bytes = rp->updated_bytes;
     auto sim = simulate_rank(prog.graph, prog.order, rp->mesh, o);
     if (!sim) return sim.status().with_context(fmt::format("stage {}'s program", s));
-    double fwd = 0, bwd = 0, weight = 0, prev = 0;
+    double fwd = 0, bwd = 0, prev = 0;
     for (size_t i = 0; i < prog.order.size() && i < sim->instr_end_s.size(); ++i) {
       const double dt = sim->instr_end_s[i] - prev;
       prev = sim->instr_end_s[i];
@@ -107,7 +107,7 @@ Expected<PipelineReplay> replay_pipeline(const StageGlobals& sg, const ClusterSp
         const auto c = static_cast<size_t>(V > 1 ? model_stage(n, s) : s);
         (backward_work(n) ? bwd : fwd) += dt;
         (backward_work(n) ? bwd_c : fwd_c)[c] += dt;
-        if (info.weight_nodes.count(n.name)) weight += dt, weight_c[c] += dt;  // of the backward, what zb-h1 runs in W steps
+        if (info.weight_nodes.count(n.name)) weight_c[c] += dt;  // of the backward, what zb-h1 runs in W steps
       }
     }
     st.other_s += std::max(0.0, sim->step_s - sim->optimizer_s - prev);  // collectives still flying at the end

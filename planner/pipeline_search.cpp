@@ -193,18 +193,22 @@ Layout stage_layout(const ModelAnalysis& a, const PlanChoice& p, const StageCut&
   return l;
 }
 
+// Whether parts of block `b` (-1 the embedding, -2 the head) are among `ranges`, the embedding and
+// the head where their flags say so.
+bool holds_part(int b, const std::vector<StageCut>& ranges, bool embedding, bool head) {
+  return (b == -1 && embedding) || (b == -2 && head) ||
+         std::any_of(ranges.begin(), ranges.end(), [&](const StageCut& c) { return b >= c.first && b <= c.last; });
+}
+
 // Fills `st`'s forward and backward time and memory from the parts it holds (its blocks, the
 // embedding on the first stage, the head on the last) under one inner choice's figures; returns the
 // bytes of its parameters' static state (the optimizer step's size).
 // Returns the bytes of weights the stage's ranks update (the optimizer's work).
 double add_stage_parts(const PartFigures& f, int M, PipelineStagePlan* st) {
   double saved = 0, transient = 0, statics = 0, block_grads = 0, updated = 0;
-  if (st->ranges.empty()) st->ranges = {st->blocks};
   for (size_t i = 0; i < f.block.size(); ++i) {
     int b = f.block[i];
-    bool mine = (b == -1 && st->embedding) || (b == -2 && st->head) ||
-                std::any_of(st->ranges.begin(), st->ranges.end(), [&](const StageCut& c) { return b >= c.first && b <= c.last; });
-    if (!mine) continue;
+    if (!holds_part(b, st->ranges, st->embedding, st->head)) continue;
     st->forward_s += f.fwd[i];
     st->backward_s += f.bwd[i];
     statics += f.static_bytes[i];
@@ -231,8 +235,7 @@ double add_stage_parts(const PartFigures& f, int M, PipelineStagePlan* st) {
 std::pair<double, double> range_times(const PartFigures& f, const StageCut& cut, bool embedding, bool head) {
   double fw = 0, bw = 0;
   for (size_t i = 0; i < f.block.size(); ++i) {
-    const int b = f.block[i];
-    if ((b == -1 && embedding) || (b == -2 && head) || (b >= cut.first && b <= cut.last)) fw += f.fwd[i], bw += f.bwd[i];
+    if (holds_part(f.block[i], {cut}, embedding, head)) fw += f.fwd[i], bw += f.bwd[i];
   }
   return {fw, bw};
 }
@@ -257,7 +260,6 @@ PipelinePlan price_stages(CostModel& cm, const ClusterSpec& cluster, const OpTim
     const PartFigures& f = *fig[static_cast<size_t>(s)];
     PipelineStagePlan st;
     for (int c = s; c < C; c += S) st.ranges.push_back(cuts[static_cast<size_t>(c)]);
-    st.blocks = st.ranges.front();
     st.embedding = s == 0;
     st.head = s == S - 1;
     st.first_rank = s * pp.stage_ranks;
@@ -270,14 +272,11 @@ PipelinePlan price_stages(CostModel& cm, const ClusterSpec& cluster, const OpTim
     if (s > 0 && !(layout[static_cast<size_t>(s)] == layout[0])) pp.per_stage = true;
     pp.stage.push_back(st);
   }
-  if (V == 1) {
-    for (const PipelineStagePlan& st : pp.stage) t.forward_s.push_back(st.forward_s), t.backward_s.push_back(st.backward_s);
-  } else {
-    for (int c = 0; c < C; ++c) {
-      auto [fw, bw] = range_times(*fig[static_cast<size_t>(c % S)], cuts[static_cast<size_t>(c)], c == 0, c == C - 1);
-      t.forward_s.push_back(fw);
-      t.backward_s.push_back(bw);
-    }
+  // per model stage (with V = 1, each stage's own)
+  for (int c = 0; c < C; ++c) {
+    auto [fw, bw] = range_times(*fig[static_cast<size_t>(c % S)], cuts[static_cast<size_t>(c)], c == 0, c == C - 1);
+    t.forward_s.push_back(fw);
+    t.backward_s.push_back(bw);
   }
   // each boundary between the two stages' layouts, where it lies among the hosts (alike
   // boundaries priced once)
@@ -384,7 +383,6 @@ PipelinePlan price_own_meshes(CostModel& cm, const ClusterSpec& cluster, const O
     for (size_t k = 0; k < alts.size(); ++k) {
       // this stage's parts under the alternative, counted as price_stages counts them
       PipelineStagePlan st;
-      st.blocks = u.blocks;
       st.ranges = u.ranges;
       st.embedding = u.embedding;
       st.head = u.head;
@@ -606,8 +604,7 @@ std::vector<StageCut> model_cuts(const PipelinePlan& p) {
   std::vector<StageCut> cuts;
   const int S = static_cast<int>(p.stage.size()), V = std::max(1, p.virtual_stages);
   for (int c = 0; c < S * V; ++c) {
-    const PipelineStagePlan& st = p.stage[static_cast<size_t>(c % S)];
-    cuts.push_back(st.ranges.empty() ? st.blocks : st.ranges.at(static_cast<size_t>(c / S)));
+    cuts.push_back(p.stage[static_cast<size_t>(c % S)].ranges.at(static_cast<size_t>(c / S)));
   }
   return cuts;
 }
@@ -619,7 +616,7 @@ nlohmann::json pipeline_plan_json(const PipelinePlan& p) {
   j["micro_batches"] = p.micro_batches;
   j["schedule"] = pipeline_name(p.schedule);
   if (p.virtual_stages > 1) j["virtual_stages"] = p.virtual_stages;
-  j["cuts"] = p.plan.cuts().empty() ? stages_string(model_cuts(p)) : p.plan.cuts();
+  j["cuts"] = stages_string(model_cuts(p));
   j["inner"] = {{"schedule", p.inner.schedule}, {"chunks_per_micro_batch", p.micro_batches > 0 ? p.inner.chunks / p.micro_batches : 0}};
   if (!p.inner_layouts.empty()) j["inner"]["layouts"] = p.inner_layouts;
   if (p.per_stage) {
@@ -636,7 +633,7 @@ nlohmann::json pipeline_plan_json(const PipelinePlan& p) {
   j["exchange_s"] = p.exchange_s;
   nlohmann::json stages = nlohmann::json::array();
   for (const auto& s : p.stage) {
-    stages.push_back({{"blocks", stages_string(s.ranges.empty() ? std::vector<StageCut>{s.blocks} : s.ranges)},
+    stages.push_back({{"blocks", stages_string(s.ranges)},
                       {"embedding", s.embedding},
                       {"head", s.head},
                       {"ranks", fmt::format("{}-{}", s.first_rank, s.first_rank + s.ranks - 1)},
@@ -692,7 +689,7 @@ Plan plan_of_pipeline(const ModelAnalysis& stage_a, const PipelinePlan& p) {
   plan.stages.clear();
   for (const auto& st : p.stage) {
     MeshPlan m = p.per_stage && !(st.layout == p.stage.front().layout) ? mesh_of(&st.layout).mesh() : m0;
-    m.blocks = stages_string(st.ranges.empty() ? std::vector<StageCut>{st.blocks} : st.ranges);
+    m.blocks = stages_string(st.ranges);
     plan.stages.push_back(std::move(m));
   }
   return plan;

@@ -40,8 +40,7 @@ struct PipelinePlanOptions {
 };
 
 struct PipelineStagePlan {
-  StageCut blocks;                // its first block range
-  std::vector<StageCut> ranges;   // every block range it holds (V with virtual stages; else blocks)
+  std::vector<StageCut> ranges;  // the block ranges it holds: one, or V with virtual stages
   bool embedding = false, head = false;
   int64_t first_rank = 0, ranks = 0;
   Layout layout;  // the stage's tp (and sequence parallelism), dp = ranks / tp

@@ -96,7 +96,7 @@ CLI::Option* add_plan_flags(CLI::App& app, PlanOptions& o) {
   app.add_flag("--no-sequence-parallel", o.no_sp, "Never split norms and residuals over the sequence");
   app.add_option("--zero", o.zero,
                  "The distributed optimizer (ZeRO stage 1: optimizer state and update shared over each part's dp ranks, gradients "
-                 "reduce-scattered, weights all-gathered after the step): 1 plans with it, 0 without, auto (default) lets the "
+                 "reduce-scattered, weights all-gathered beside the next step's first instructions): 1 plans with it, 0 without, auto (default) lets the "
                  "pipeline search weigh both (the one-mesh search plans without); the plan file carries it to oases-train")
       ->check(CLI::IsMember({"0", "1", "auto"}));
   app.add_flag("--no-collective-matmul", o.no_cm, "Never decompose sequence-parallel collectives into ring steps beside the products");

@@ -514,8 +514,8 @@ TEST(PipelineSearch, PlansStagesOnAClusterAndPricesAGivenPipeline) {
   ASSERT_EQ(static_cast<int>(p->stage.size()), p->stages);
   int next = 0;
   for (const auto& st : p->stage) {  // every block once, in order
-    EXPECT_EQ(st.blocks.first, next);
-    next = st.blocks.last + 1;
+    EXPECT_EQ(st.ranges.front().first, next);
+    next = st.ranges.front().last + 1;
     EXPECT_GT(st.forward_s, 0);
     EXPECT_GT(st.backward_s, 0);
     EXPECT_LE(st.memory_bytes, o.memory_limit);
