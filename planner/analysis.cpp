@@ -287,15 +287,121 @@ Expected<std::vector<PartRecords>> records_under(const Graph& forward, const Gra
     if (p < 0 || !fwd(n)) continue;
     for (ValueId o : n.outputs) {
       if (o == kNoId || !act[static_cast<size_t>(o)]) continue;
-      bool read_back = false;
-      for (const Use& u : train.uses(o)) read_back |= !fwd(train.node(u.node));
-      if (read_back) out[static_cast<size_t>(p)].saved.push_back(record_of(train, o, spec_of(o), ref.dp, ref.tp));
+      // kept as the backward reads it: a value the forward converted for its readers (under
+      // sequence parallelism the gathered sequence a product reads) is kept converted, once per
+      // layout the backward reads
+      std::vector<const ShardingSpec*> kept_as;
+      for (const Use& u : train.uses(o)) {
+        if (fwd(train.node(u.node))) continue;
+        auto it = read_as.find({u.node, u.slot});
+        const ShardingSpec* as = it != read_as.end() ? it->second : &spec_of(o);
+        if (std::any_of(kept_as.begin(), kept_as.end(), [&](const ShardingSpec* k) { return *k == *as; })) continue;
+        kept_as.push_back(as);
+        out[static_cast<size_t>(p)].saved.push_back(record_of(train, o, *as, ref.dp, ref.tp));
+      }
     }
     if (op_has_trait(n, kTraitNorm) && act[static_cast<size_t>(n.inputs[0])]) {
       out[static_cast<size_t>(p)].kept_comm_opt.push_back(record_of(train, n.inputs[0], spec_of(n.inputs[0]), ref.dp, ref.tp));
       norm_inputs.insert(n.inputs[0]);
     }
   }
+  // The backward's working set per part: a sweep over the training graph's order, the bytes under
+  // the reference split of (a) the part's saved activations from the start of its backward to
+  // their last reader and (b) every batch gradient from its maker to its last reader; each part
+  // keeps the records alive at its busiest backward node.
+  {
+    std::vector<int> at(static_cast<size_t>(train.max_node_id()), -1);
+    for (size_t i = 0; i < order.size(); ++i) at[static_cast<size_t>(order[i])] = static_cast<int>(i);
+    std::vector<int> last(train.num_values(), -1);
+    for (NodeId id : order) {
+      for (ValueId v : train.node(id).inputs) {
+        if (v != kNoId) last[static_cast<size_t>(v)] = std::max(last[static_cast<size_t>(v)], at[static_cast<size_t>(id)]);
+      }
+    }
+    // bytes under no split (what the sweep compares); records made only for the values kept
+    auto whole_bytes = [&](ValueId v) { return static_cast<double>(train.value(v).nbytes()); };
+    auto batch_split = [&](const ShardingSpec& sp) {
+      return ref.dp >= 0 && std::any_of(sp.dims.begin(), sp.dims.end(), [&](const DimSpec& d) { return d.axis == ref.dp; });
+    };
+    struct Live {
+      ValueId v;
+      const ShardingSpec* as;
+      int from, to;
+      int part;  // >= 0: a saved activation of this part (alive from its backward's start)
+    };
+    std::vector<Live> lives;
+    for (NodeId id : order) {
+      const Node& n = train.node(id);
+      const int p = part[static_cast<size_t>(id)];
+      for (ValueId o : n.outputs) {
+        if (o == kNoId || last[static_cast<size_t>(o)] < 0 || !act[static_cast<size_t>(o)]) continue;
+        if (!fwd(n)) {
+          if (batch_split(spec_of(o))) lives.push_back(Live{o, &spec_of(o), at[static_cast<size_t>(id)], last[static_cast<size_t>(o)], -1});
+          continue;
+        }
+        if (p < 0) continue;
+        std::vector<const ShardingSpec*> kept_as;
+        for (const Use& u : train.uses(o)) {
+          if (fwd(train.node(u.node))) continue;
+          auto it = read_as.find({u.node, u.slot});
+          const ShardingSpec* as = it != read_as.end() ? it->second : &spec_of(o);
+          if (std::none_of(kept_as.begin(), kept_as.end(), [&](const ShardingSpec* k) { return *k == *as; })) {
+            kept_as.push_back(as);
+            lives.push_back(Live{o, as, 0, last[static_cast<size_t>(o)], p});
+          }
+        }
+      }
+    }
+    // bytes alive at each position: gradients (one sweep), each part's saved activations from its
+    // backward's start until their last reader
+    const size_t N = order.size();
+    std::vector<double> grad_delta(N + 1, 0);
+    std::vector<std::vector<std::pair<int, double>>> saved_ends(parts.size());
+    std::vector<double> saved_total(parts.size(), 0);
+    for (const Live& l : lives) {
+      const double b = whole_bytes(l.v);
+      if (l.part < 0) {
+        grad_delta[static_cast<size_t>(l.from)] += b;
+        grad_delta[static_cast<size_t>(l.to) + 1] -= b;
+      } else {
+        saved_total[static_cast<size_t>(l.part)] += b;
+        saved_ends[static_cast<size_t>(l.part)].push_back({l.to, b});
+      }
+    }
+    for (auto& e : saved_ends) std::sort(e.begin(), e.end());
+    std::vector<size_t> next_end(parts.size(), 0);
+    std::vector<double> gone(parts.size(), 0);
+    std::vector<double> best_all(parts.size(), -1);
+    std::vector<int> at_all(parts.size(), -1);
+    double grads = 0;
+    for (size_t i = 0; i < N; ++i) {
+      grads += grad_delta[i];
+      const NodeId id = order[i];
+      const int p = part[static_cast<size_t>(id)];
+      if (p < 0 || fwd(train.node(id))) continue;
+      const size_t q = static_cast<size_t>(p);
+      auto& ends = saved_ends[q];
+      for (; next_end[q] < ends.size() && ends[next_end[q]].first < static_cast<int>(i); ++next_end[q]) gone[q] += ends[next_end[q]].second;
+      const double all = grads + saved_total[q] - gone[q];
+      if (all > best_all[q]) best_all[q] = all, at_all[q] = static_cast<int>(i);
+    }
+    for (size_t q = 0; q < parts.size(); ++q) {
+      const int j = at_all[q];
+      if (j < 0) continue;
+      for (const Live& l : lives) {
+        if (l.to < j) continue;
+        if (l.part < 0 && l.from <= j) out[q].peak_grads.push_back(record_of(train, l.v, *l.as, ref.dp, ref.tp));
+        if (l.part == static_cast<int>(q)) out[q].peak_saved.push_back(record_of(train, l.v, *l.as, ref.dp, ref.tp));
+      }
+    }
+  }
+  for (size_t i = 1; i < parts.size(); ++i) {
+    const std::string& pn = parts[i];
+    if (pn.rfind("layer.", 0) == 0 && pn.size() > 4 && pn.compare(pn.size() - 4, 4, ".mlp") == 0 &&
+        parts[i - 1] == pn.substr(0, pn.size() - 4) + ".attn")
+      out[i].block_saved_before = out[i - 1].saved;
+  }
+  if (!out.empty()) out.back().backward_first = parts.back() == "head";
   // A reduced value whose forward readers are Adds (a bias, then the residual) ending in a kept norm
   // input needs no keeping of its own: the recomputation restarts from that sum (the program keeps
   // it alone).
@@ -367,6 +473,11 @@ Expected<std::vector<PartRecords>> records_under(const Graph& forward, const Gra
     sig += fmt::format("p{}/{};e{}", pr.param_elements, pr.split_param_elements, record_text(pr.entry));
     for (const TensorRecord& t : pr.saved) sig += record_text(t);
     for (const TensorRecord& t : pr.kept_comm_opt) sig += record_text(t);
+    for (const auto* list : {&pr.peak_saved, &pr.peak_grads, &pr.block_saved_before}) {
+      sig += "|";
+      for (const TensorRecord& t : *list) sig += record_text(t);
+    }
+    sig += pr.backward_first ? "|first" : "";
     pr.signature = fmt::format("{:016x}", std::hash<std::string>{}(sig));
   }
   return out;

@@ -61,6 +61,15 @@ struct PartRecords {
   // part's entry; collective outputs and norm inputs (what comm-optimised checkpointing keeps)
   TensorRecord entry;  // the [B, T, C] value entering the part
   std::vector<TensorRecord> saved, kept_comm_opt;
+  // what is alive where the part's backward holds the most (the training graph's order): its own
+  // saved activations not yet read for the last time, and every gradient made and not yet read
+  // for the last time (the incoming one, those of the part's products, a residual's). Batch values
+  // only (weights' gradients are state).
+  std::vector<TensorRecord> peak_saved, peak_grads;
+  // a block's MLP part: the saved activations of the block's attention part (recomputing whole
+  // blocks, alive while the MLP's backward runs)
+  std::vector<TensorRecord> block_saved_before;
+  bool backward_first = false;  // the loss's part: its backward runs before every other's
   std::string signature;  // equal for parts of identical shape and split
 };
 

@@ -164,6 +164,10 @@ const PartCost& CostModel::part(int i, const Layout& l, int64_t chunks) {
   if (!recs->entry.shape.empty()) pc.saved_entry_chunk = bytes_of(recs->entry);
   for (const TensorRecord& r : recs->kept_comm_opt) pc.saved_commopt_chunk += bytes_of(r);
   if (pc.block_start) pc.saved_commopt_chunk = std::max(pc.saved_commopt_chunk, pc.saved_entry_chunk);
+  for (const TensorRecord& r : recs->peak_saved) pc.peak_saved_chunk += bytes_of(r);
+  for (const TensorRecord& r : recs->peak_grads) pc.peak_grads_chunk += bytes_of(r);
+  for (const TensorRecord& r : recs->block_saved_before) pc.before_saved_chunk += bytes_of(r);
+  pc.backward_first = recs->backward_first;
   if (!pc.block) {
     for (const NodeRecord& n : recs->nodes) {
       if (!n.batch) continue;
@@ -254,13 +258,17 @@ PartTime CostModel::part_time(const PartCost& pc, double r, const ScheduleOption
   return pt;
 }
 
-double CostModel::part_memory(int i, const Layout& l, const ScheduleOptions& s, int64_t chunks) {
+double CostModel::part_saved(int i, const Layout& l, const ScheduleOptions& s, int64_t chunks) {
   const PartCost& pc = part(i, l, chunks);
   double K = static_cast<double>(chunks);
-  double saved = K * pc.saved_plain_chunk;
-  if (pc.block && s.checkpoint == CheckpointMode::kBlock) saved = pc.block_start ? K * pc.saved_entry_chunk : 0;
-  if (pc.block && s.checkpoint == CheckpointMode::kCommOptimized) saved = K * pc.saved_commopt_chunk;
-  return state_bytes(pc) + saved;
+  if (pc.block && s.checkpoint == CheckpointMode::kBlock) return pc.block_start ? K * pc.saved_entry_chunk : 0;
+  if (pc.block && s.checkpoint == CheckpointMode::kCommOptimized) return K * pc.saved_commopt_chunk;
+  return K * pc.saved_plain_chunk;
+}
+
+double CostModel::part_memory(int i, const Layout& l, const ScheduleOptions& s, int64_t chunks) {
+  const PartCost& pc = part(i, l, chunks);
+  return state_bytes(pc) - pc.param_bytes + std::max(pc.param_bytes, pc.backward_first ? 0.0 : part_saved(i, l, s, chunks));
 }
 
 double CostModel::state_bytes(const PartCost& pc) const {
@@ -274,16 +282,33 @@ double CostModel::updated_bytes(const PartCost& pc) const {
 
 double CostModel::part_transient(int i, const Layout& l, const ScheduleOptions& s, int64_t chunks) {
   const PartCost& pc = part(i, l, chunks);
+  return part_working(i, l, s, chunks) + (pc.backward_first ? part_saved(i, l, s, chunks) : 0.0);
+}
+
+double CostModel::part_working(int i, const Layout& l, const ScheduleOptions& s, int64_t chunks) {
+  const PartCost& pc = part(i, l, chunks);
   if (!pc.block) return pc.work_chunk;
-  if (s.checkpoint == CheckpointMode::kNone) return 0;
-  // An interleaved schedule runs each step for every chunk in turn. Recomputing whole blocks
-  // (overlap_checkpoint), a block's recomputation for all K chunks comes before its backward for
-  // any, so every chunk's recomputed activations of the block are alive at once; restarting from
-  // the kept collectives' results (oases), two chunks' at a time; in line, one chunk's (what the
-  // built programs' arenas show: bench/plan/memory_table.py).
-  double active = 1.0;
-  if (s.interleave) active = s.checkpoint == CheckpointMode::kBlock ? static_cast<double>(chunks) : std::min<double>(static_cast<double>(chunks), 2.0);
-  return active * pc.saved_plain_chunk;
+  // The block's backward working set at its busiest node: its saved activations still to be read
+  // and the gradients alive (PartRecords::peak_saved, peak_grads). Kept whole (no recomputation):
+  // what the gradients add beyond the saved activations the backward has already freed.
+  if (s.checkpoint == CheckpointMode::kNone) return std::max(0.0, pc.peak_grads_chunk - (pc.saved_plain_chunk - pc.peak_saved_chunk));
+  // Recomputed: the recomputed activations, and recomputing whole blocks the attention part's too
+  // while the MLP part's backward runs (the MLP's recomputation reads them). An interleaved
+  // schedule runs each step for every chunk in turn: a part's recomputation for all K chunks comes
+  // before its backward for any (recomputing whole blocks, overlap_checkpoint, always; restarting
+  // from the kept collectives' results, oases, where no collective divides the part's steps, and
+  // for the last block, whose recomputation is moved ahead to hide the head's all-reduce), so every
+  // chunk's recomputed activations are alive at once; in line, one chunk's. The gradients of a
+  // step: one chunk's in line, two chunks' interleaved (one's made while the other's are read).
+  // (What the built programs' arenas show: bench/plan/memory_table.py.)
+  const double K = static_cast<double>(chunks);
+  double active = 1.0, active_grads = 1.0;
+  if (s.interleave) {
+    active = K;
+    active_grads = std::min(K, 2.0);
+  }
+  const double before = s.checkpoint == CheckpointMode::kBlock ? pc.before_saved_chunk : 0.0;
+  return active * (pc.peak_saved_chunk + before) + active_grads * pc.peak_grads_chunk;
 }
 
 double CostModel::part_objective(int i, const Layout& prev, const Layout& cur, const ScheduleOptions& s, int64_t chunks) {
@@ -312,13 +337,16 @@ PlanEstimate CostModel::estimate(const PlanChoice& p) {
     e.compute_s += pt.compute;
     e.comm_s += pt.comm;
     e.exposed_s += pt.exposed;
-    e.static_bytes += state_bytes(part(i, cur, p.chunks));
-    e.saved_bytes += part_memory(i, cur, s, p.chunks) - state_bytes(part(i, cur, p.chunks));
+    const PartCost& pc = part(i, cur, p.chunks);
+    const double saved = pc.backward_first ? 0.0 : part_saved(i, cur, s, p.chunks);  // (the loss part's: in its transient)
+    e.static_bytes += state_bytes(pc);
+    e.saved_bytes += saved;
+    e.shared_bytes += std::min(saved, pc.param_bytes);
     e.transient_bytes = std::max(e.transient_bytes, part_transient(i, cur, s, p.chunks));
   }
   e.optimizer_s = optimizer_seconds(p);
   e.step_s = e.compute_s + e.exposed_s + e.optimizer_s;
-  e.memory_bytes = e.static_bytes + e.saved_bytes + e.transient_bytes;
+  e.memory_bytes = e.static_bytes + e.saved_bytes - e.shared_bytes + e.transient_bytes;
   return e;
 }
 

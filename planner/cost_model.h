@@ -49,6 +49,11 @@ struct PartCost {
   // outside the blocks (embedding, head and loss): the largest tensor one chunk's nodes make, alive
   // beside what is saved while it is made (the loss's shifted logits beside the logits)
   double work_chunk = 0;
+  // a part's backward at its busiest (PartRecords::peak_saved, peak_grads), per chunk: its saved
+  // activations still to be read, the gradients alive; a block's MLP part: the attention part's
+  // saved activations (PartRecords::block_saved_before)
+  double peak_saved_chunk = 0, peak_grads_chunk = 0, before_saved_chunk = 0;
+  bool backward_first = false;  // the loss's part (PartRecords::backward_first)
   bool block = false;        // a block part (attention or MLP), checkpointed by the schedules
   bool block_start = false;  // the attention part: owns the block input
   // collective matmuls (Layout::collective_matmul), per chunk: the ring steps' time that the products beside them
@@ -95,8 +100,11 @@ struct PlanChoice {
 
 struct PlanEstimate {
   double step_s = 0, compute_s = 0, comm_s = 0, exposed_s = 0, optimizer_s = 0;
-  double memory_bytes = 0;  // peak per rank
+  double memory_bytes = 0;  // peak per rank: static + saved - shared + transient
   double static_bytes = 0, saved_bytes = 0, transient_bytes = 0;
+  // per part the smaller of its saved activations and its weight gradients: the backward frees the
+  // one as it makes the other, so the peak holds the larger (CostModel::part_memory)
+  double shared_bytes = 0;
   double hidden_s() const { return comm_s - exposed_s; }
 };
 
@@ -122,8 +130,18 @@ class CostModel {
   // every schedule.
   PartTime part_time(const PartCost& pc, double reshard_s, const ScheduleOptions& s, int64_t chunks) const;
   double part_objective(const PartCost& pc, double reshard_s, const ScheduleOptions& s, int64_t chunks) const;
-  double part_memory(int i, const Layout& l, const ScheduleOptions& s, int64_t chunks);     // kept to the end
-  double part_transient(int i, const Layout& l, const ScheduleOptions& s, int64_t chunks);  // while its backward runs
+  // A part's share of a rank's peak: its weights and moments, and the larger of its saved
+  // activations and its weight gradients (the backward frees the part's activations as it makes
+  // its gradients; the activations of the parts before it are still kept, the gradients of those
+  // after it already made: no step holds both of any part whole).
+  // The loss's part (the head) keeps nothing here: its backward runs first, so its saved
+  // activations are gone before any other part's backward (they are in its part_transient).
+  double part_memory(int i, const Layout& l, const ScheduleOptions& s, int64_t chunks);
+  double part_saved(int i, const Layout& l, const ScheduleOptions& s, int64_t chunks);  // activations kept for its backward
+  // Bytes beyond what the part keeps while its backward runs: its working set (part_working) and,
+  // for the loss's part, its saved activations.
+  double part_working(int i, const Layout& l, const ScheduleOptions& s, int64_t chunks);
+  double part_transient(int i, const Layout& l, const ScheduleOptions& s, int64_t chunks);
   double optimizer_seconds(const PlanChoice& p);
   PlanEstimate estimate(const PlanChoice& p);
 

@@ -153,10 +153,15 @@ MemoryPlan MemoryPlan::build(const Graph& g, const std::vector<PlanStep>& steps,
   // last step each value is read at (kept values and graph outputs: never released)
   constexpr int kForever = std::numeric_limits<int>::max();
   std::vector<int> last_read(g.num_values(), -1);
+  std::vector<int> prev_read(g.num_values(), -1);  // the read step before the last one
+  std::map<NodeId, int> wait_at;                     // a collective's wait: where it reads its inputs last
   for (size_t pos = 0; pos < steps.size(); ++pos) {
     if (!steps[pos].uses) continue;
+    if (!steps[pos].defines) wait_at[steps[pos].node] = static_cast<int>(pos);
     for (ValueId in : g.node(steps[pos].node).inputs) {
-      if (in != kNoId) last_read[in] = std::max(last_read[in], static_cast<int>(pos));
+      if (in == kNoId || last_read[in] == static_cast<int>(pos)) continue;
+      prev_read[in] = last_read[in];
+      last_read[in] = static_cast<int>(pos);
     }
   }
   for (ValueId v : keep) last_read[v] = kForever;
@@ -166,6 +171,7 @@ MemoryPlan MemoryPlan::build(const Graph& g, const std::vector<PlanStep>& steps,
   std::vector<int> root_read = last_read;  // per root: the last read of any value sharing it
   std::vector<ValueId> root(g.num_values());
   for (size_t v = 0; v < root.size(); ++v) root[v] = static_cast<ValueId>(v);
+  std::vector<std::vector<ValueId>> members(g.num_values());  // per root: the other values in its storage
   const bool reuse = std::getenv("OASES_NO_MEMORY_REUSE") == nullptr;
   for (size_t pos = 0; pos < steps.size(); ++pos) {
     const Node& n = g.node(steps[pos].node);
@@ -183,18 +189,35 @@ MemoryPlan MemoryPlan::build(const Graph& g, const std::vector<PlanStep>& steps,
       if (g.value(src).dtype == g.value(out0).dtype) {
         root[out0] = root[src];
         root_read[root[src]] = std::max(root_read[root[src]], last_read[out0]);
+        members[root[src]].push_back(out0);
       }
-    } else if (inplace_input && reuse && steps[pos].uses && out0 != kNoId && p.slots[out0].kind == ValueSlot::Kind::kNone) {
-      int slot = inplace_input(g, n);
-      if (slot >= 0 && n.has_input(slot)) {
-        ValueId r = root[n.inputs[slot]];
+    } else if (inplace_input && reuse) {
+      // where the node reads its inputs last: here, or (a collective started here) at its wait
+      auto w = wait_at.find(n.id);
+      const bool collective = !steps[pos].uses;
+      const int read_at = collective ? (w != wait_at.end() ? w->second : -1) : here;
+      std::vector<ValueId> taken;  // roots this node already writes over (an input read twice)
+      for (const InplacePair& ip : inplace_input(g, n)) {
+        if (read_at < 0 || ip.output < 0 || static_cast<size_t>(ip.output) >= n.outputs.size() || !n.has_input(ip.input)) continue;
+        ValueId out = n.outputs[static_cast<size_t>(ip.output)], in = n.inputs[static_cast<size_t>(ip.input)];
+        if (out == kNoId || p.slots[out].kind != ValueSlot::Kind::kNone) continue;
+        ValueId r = root[in];
         // the input's storage is arena storage that nobody reads after this node
-        if (p.slots[r].kind == ValueSlot::Kind::kNone && root_read[r] == here && g.value(r).nbytes() == g.value(out0).nbytes() &&
-            g.value(n.inputs[slot]).dtype == g.value(out0).dtype) {
-          root[out0] = r;
-          root_read[r] = std::max(root_read[r], last_read[out0]);
-          p.inplace++;
-        }
+        if (p.slots[r].kind != ValueSlot::Kind::kNone || root_read[r] != read_at || g.value(r).nbytes() != g.value(out).nbytes() ||
+            g.value(in).dtype != g.value(out).dtype)
+          continue;
+        // a collective writes its outputs while the steps between its start and its wait run:
+        // none of them may read the storage (through the input or another value in it)
+        if (collective && (prev_read[in] >= here || std::any_of(members[r].begin(), members[r].end(), [&](ValueId m) {
+                             return m != in && last_read[m] >= here;
+                           }) || (r != in && last_read[r] >= here)))
+          continue;
+        if (std::find(taken.begin(), taken.end(), r) != taken.end()) continue;
+        taken.push_back(r);
+        root[out] = r;
+        root_read[r] = std::max(root_read[r], last_read[out]);
+        members[r].push_back(out);
+        p.inplace++;
       }
     }
     for (ValueId out : n.outputs) {

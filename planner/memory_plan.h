@@ -1,14 +1,17 @@
 // Static memory plan: every intermediate value gets an offset in one arena, reusing space of
 // values whose last reader has run (best-fit free list, 64-byte aligned). View ops (Reshape,
 // Squeeze, ...) share their input's storage; constants and graph inputs live outside the arena.
-// In-place: a node whose kernel may overwrite one of its inputs (`inplace_input` names the slot)
-// writes its output over that input when the input's storage has no reader after this node.
+// In-place: a node whose kernel may overwrite one of its inputs (`inplace_outputs` names the
+// pairs) writes its output over that input when the input's storage has no reader after this node
+// (a collective: none after its wait and none between its start and its wait).
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <set>
 #include <vector>
+
+#include "graph/passes/fusion.h"
 
 #include "graph/graph.h"
 
@@ -36,8 +39,9 @@ struct MemoryPlan {
   size_t arena_bytes = 0;        // peak
   size_t total_bytes = 0;        // what a plan without reuse would need
   int inplace = 0;               // outputs written over an input
-  // Input slot whose buffer output 0 may overwrite (same bytes, elementwise kernel), or -1.
-  using InplaceFn = std::function<int(const Graph&, const Node&)>;
+  // The (output, input slot) pairs whose input buffer the node's kernel may overwrite with that
+  // output (graph/passes/fusion.h inplace_outputs); taken where the bytes and dtypes agree.
+  using InplaceFn = std::function<std::vector<InplacePair>(const Graph&, const Node&)>;
   // Builds the plan for nodes run in `order`; values in `keep` stay allocated to the end.
   static MemoryPlan build(const Graph& g, const std::vector<NodeId>& order, const std::set<ValueId>& keep,
                           const InplaceFn& inplace_input = {});

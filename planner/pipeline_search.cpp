@@ -72,8 +72,8 @@ PartFigures part_figures(CostModel& cm, const PlanChoice& p, int micro_batches) 
     f.static_bytes.push_back(st);
     f.param_bytes.push_back(pc.param_bytes);
     f.updated_bytes.push_back(cm.updated_bytes(pc));
-    f.saved_all.push_back(std::max(0.0, cm.part_memory(i, cur, s, p.chunks) - st));
-    f.transient.push_back(cm.part_transient(i, cur, s, p.chunks));
+    f.saved_all.push_back(cm.part_saved(i, cur, s, p.chunks));
+    f.transient.push_back(cm.part_working(i, cur, s, p.chunks));  // its saved activations are in saved_all
     f.block.push_back(block_of_part(a.parts[static_cast<size_t>(i)]));
   }
   if (a.tied_head) {

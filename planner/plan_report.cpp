@@ -76,7 +76,7 @@ nlohmann::json estimate_json(const PlanEstimate& e) {
   return {{"step_ms", e.step_s * 1e3},           {"compute_ms", e.compute_s * 1e3}, {"comm_ms", e.comm_s * 1e3},
           {"hidden_ms", e.hidden_s() * 1e3},     {"exposed_ms", e.exposed_s * 1e3}, {"optimizer_ms", e.optimizer_s * 1e3},
           {"memory_bytes", e.memory_bytes},      {"static_bytes", e.static_bytes},  {"saved_activation_bytes", e.saved_bytes},
-          {"transient_bytes", e.transient_bytes}};
+          {"transient_bytes", e.transient_bytes}, {"gradient_activation_shared_bytes", e.shared_bytes}};
 }
 
 nlohmann::json simulation_json(const SimResult& sim, double memory_bytes) {

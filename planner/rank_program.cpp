@@ -147,7 +147,7 @@ Expected<ProgramLayout> lay_out_program(Graph g, std::vector<ScheduledOp> schedu
     }
   }
   // in-place outputs are the CPU kernels' contract only
-  p.memory = MemoryPlan::build(g, steps, keep, fusion == Fusion::kCpu ? MemoryPlan::InplaceFn(inplace_input) : MemoryPlan::InplaceFn());
+  p.memory = MemoryPlan::build(g, steps, keep, fusion == Fusion::kCpu ? MemoryPlan::InplaceFn(inplace_outputs) : MemoryPlan::InplaceFn());
   p.graph = std::move(g);
   return p;
 }

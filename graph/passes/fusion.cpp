@@ -434,20 +434,28 @@ class Fuser {
 
 }  // namespace
 
-int inplace_input(const Graph& g, const Node& n) {
+std::vector<InplacePair> inplace_outputs(const Graph& g, const Node& n) {
   static const std::set<std::string> unary = {"Relu",    "Gelu",    "Tanh",       "Sigmoid",    "Exp", "Log",
                                               "Neg",     "Abs",     "Sqrt",       "Reciprocal", "Erf", "Identity",
                                               "Dropout", "Softmax", "LogSoftmax", "LeakyRelu",  "Elu"};
   static const std::set<std::string> binary = {"Add", "Sub", "Mul", "Div"};
   static const std::set<std::string> grads = {"GeluGrad", "UnaryGrad", "DropoutGrad", "SoftmaxGrad"};
-  if (n.outputs.empty() || n.outputs[0] == kNoId) return -1;
+  if (n.outputs.empty() || n.outputs[0] == kNoId) return {};
+  if (n.domain == kOasesDomain && n.op_type == "AllReduce") {
+    std::vector<InplacePair> pairs;
+    for (size_t i = 0; i < n.outputs.size() && i < n.inputs.size(); ++i) {
+      if (n.outputs[i] != kNoId && n.inputs[i] != kNoId) pairs.push_back(InplacePair{static_cast<int>(i), static_cast<int>(i)});
+    }
+    return pairs;
+  }
   const Shape& out = g.value(n.outputs[0]).shape;
   auto same = [&](int s) { return n.has_input(s) && g.value(n.inputs[s]).shape == out; };
-  if (n.domain.empty() && unary.count(n.op_type)) return same(0) ? 0 : -1;
-  if (n.domain.empty() && binary.count(n.op_type)) return same(0) ? 0 : (same(1) ? 1 : -1);
-  if (n.domain == "oases" && grads.count(n.op_type)) return same(0) ? 0 : -1;
-  if (n.domain == kFusedDomain && n.op_type == "AddGatherGrad") return 0;
-  return -1;
+  auto first = [](int slot) { return slot < 0 ? std::vector<InplacePair>{} : std::vector<InplacePair>{InplacePair{0, slot}}; };
+  if (n.domain.empty() && unary.count(n.op_type)) return first(same(0) ? 0 : -1);
+  if (n.domain.empty() && binary.count(n.op_type)) return first(same(0) ? 0 : (same(1) ? 1 : -1));
+  if (n.domain == "oases" && grads.count(n.op_type)) return first(same(0) ? 0 : -1);
+  if (n.domain == kFusedDomain && n.op_type == "AddGatherGrad") return first(0);
+  return {};
 }
 
 FusionStats fuse_for_cpu(Graph& g, std::vector<NodeId>& order, const std::set<ValueId>& keep, std::vector<size_t>* slots) {

@@ -17,8 +17,8 @@
 //       and writing with strides (inference graphs; in training the transposed values have
 //       other readers and stay)
 //
-// The executor also names, for the memory plan, the input whose buffer an elementwise kernel may
-// overwrite (inplace_input below).
+// The executor also names, for the memory plan, the inputs whose buffers a kernel may overwrite
+// with its outputs (inplace_outputs below).
 //
 // A chain is fused only where its inner values have no other reader and are neither graph
 // outputs nor in `keep`. The fused node writes the chain's last value and takes the place of the
@@ -56,8 +56,13 @@ FusionStats fuse_for_cpu(Graph& g, std::vector<NodeId>& order, const std::set<Va
 // none of the CPU's other ops.
 FusionStats fuse_for_device(Graph& g, std::vector<NodeId>& order, const std::set<ValueId>& keep, std::vector<size_t>* slots = nullptr);
 
-// The input slot whose buffer the CPU kernel of `n` may overwrite with output 0 (elementwise
-// kernels that read element i before writing it, the operand shaped as the output), or -1.
-int inplace_input(const Graph& g, const Node& n);
+// The (output, input slot) pairs whose input buffer the CPU kernel of `n` may overwrite with that
+// output: elementwise kernels that read element i before writing it (output 0 over the operand
+// shaped as the output), and the all-reduce, whose output i is its input i reduced (one tensor or
+// a bucket: the kernel packs the inputs before it writes any output). Empty where none.
+struct InplacePair {
+  int output = 0, input = 0;
+};
+std::vector<InplacePair> inplace_outputs(const Graph& g, const Node& n);
 
 }  // namespace oases

@@ -240,5 +240,45 @@ TEST(PlannerMemoryPlan, ACollectivesInputStaysLiveUntilItsWait) {
   EXPECT_TRUE(overlap(mp.slots[a], mp.slots[c]));
 }
 
+TEST(PlannerMemoryPlan, AnAllReduceWritesOverInputsNobodyReadsWhileItFlies) {
+  // a = Relu(x), d = Relu(x); r, q = AllReduce(a, d) (a bucket) started; b = Relu(x or a) while
+  // it flies; wait; c = r + q. With the CPU kernels' in-place pairs each output takes its input's
+  // storage, unless a step between the start and the wait reads that input.
+  for (bool read_between : {false, true}) {
+    Graph g;
+    ValueId x = g.add_input("x", DType::kF32, {16, 16});
+    ValueId a = g.add_value("a", DType::kF32, {16, 16}, true);
+    ValueId d = g.add_value("d", DType::kF32, {16, 16}, true);
+    ValueId r = g.add_value("r", DType::kF32, {16, 16}, true);
+    ValueId q = g.add_value("q", DType::kF32, {16, 16}, true);
+    ValueId b = g.add_value("b", DType::kF32, {16, 16}, true);
+    ValueId c = g.add_value("c", DType::kF32, {16, 16}, true);
+    NodeId n1 = g.add_node("Relu", {x}, {a}, {}, "r1");
+    NodeId n0 = g.add_node("Relu", {x}, {d}, {}, "r0");
+    NodeId ar = g.add_node("AllReduce", {a, d}, {r, q}, {}, "bucket", kOasesDomain);
+    NodeId n2 = g.add_node("Relu", {read_between ? a : x}, {b}, {}, "r2");
+    NodeId n3 = g.add_node("Add", {r, q}, {c}, {}, "sum");
+    g.add_output(b);
+    g.add_output(c);
+    std::vector<PlanStep> steps{{n1, true, true}, {n0, true, true}, {ar, true, false}, {n2, true, true}, {ar, false, true}, {n3, true, true}};
+    MemoryPlan mp = MemoryPlan::build(g, steps, {b, c}, inplace_outputs);
+    EXPECT_EQ(mp.slots[q].kind, ValueSlot::Kind::kView) << "read between: " << read_between;
+    EXPECT_EQ(mp.slots[q].root, d);
+    if (read_between) {
+      // r2 reads a while the collective would write r over it
+      EXPECT_EQ(mp.slots[r].kind, ValueSlot::Kind::kArena);
+      EXPECT_FALSE(overlap(mp.slots[a], mp.slots[r]));
+      EXPECT_EQ(mp.inplace, 2);  // q over d, and the sum over r
+    } else {
+      EXPECT_EQ(mp.slots[r].kind, ValueSlot::Kind::kView);
+      EXPECT_EQ(mp.slots[r].root, a);
+      EXPECT_EQ(mp.inplace, 3);  // r over a, q over d, the sum over r
+    }
+    // b is made while the collective flies: never in its buffers
+    EXPECT_FALSE(overlap(mp.slots[a], mp.slots[b]));
+    EXPECT_FALSE(overlap(mp.slots[d], mp.slots[b]));
+  }
+}
+
 }  // namespace
 }  // namespace oases

@@ -299,10 +299,14 @@ TEST(SearchWork, StaysBounded) {
               "dominated\n",
               static_cast<long long>(transitions), static_cast<long long>(labels), static_cast<long long>(bounding),
               static_cast<long long>(unbounded_labels), static_cast<long long>(dominated));
-  // measured when set: 60013 transitions, 484 labels, 6036 bounding; 25% margin
+  // measured when set: 60013 transitions, 484 labels, 6036 bounding; 25% margin. Reset
+  // 2026-11-27 when the memory model learned the backward's working set and the gradients taking
+  // the activations' place (other limits, other chains bounded): 70674 transitions, 287 labels,
+  // 10078 bounding (GPT-3's 96 layers x 64 GPUs: 2.25 M transitions, 38 k labels, 4.33 M bounding,
+  // was 2.28 M, 70 k, 5.28 M); 25% margin on the bounding
   EXPECT_LE(transitions, 75100) << "the search's work grew";
   EXPECT_LE(labels, 610) << "the search's work grew";
-  EXPECT_LE(bounding, 7550) << "the search's work grew";
+  EXPECT_LE(bounding, 12600) << "the search's work grew";
 }
 
 }  // namespace
