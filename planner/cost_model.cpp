@@ -285,7 +285,7 @@ double CostModel::part_transient(int i, const Layout& l, const ScheduleOptions& 
   return part_working(i, l, s, chunks) + (pc.backward_first ? part_saved(i, l, s, chunks) : 0.0);
 }
 
-double CostModel::part_working(int i, const Layout& l, const ScheduleOptions& s, int64_t chunks) {
+double CostModel::part_working(int i, const Layout& l, const ScheduleOptions& s, int64_t chunks, int64_t together) {
   const PartCost& pc = part(i, l, chunks);
   if (!pc.block) return pc.work_chunk;
   // The block's backward working set at its busiest node: its saved activations still to be read
@@ -301,7 +301,7 @@ double CostModel::part_working(int i, const Layout& l, const ScheduleOptions& s,
   // chunk's recomputed activations are alive at once; in line, one chunk's. The gradients of a
   // step: one chunk's in line, two chunks' interleaved (one's made while the other's are read).
   // (What the built programs' arenas show: bench/plan/memory_table.py.)
-  const double K = static_cast<double>(chunks);
+  const double K = static_cast<double>(together > 0 ? std::min(together, chunks) : chunks);
   double active = 1.0, active_grads = 1.0;
   if (s.interleave) {
     active = K;

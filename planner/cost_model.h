@@ -139,8 +139,9 @@ class CostModel {
   double part_memory(int i, const Layout& l, const ScheduleOptions& s, int64_t chunks);
   double part_saved(int i, const Layout& l, const ScheduleOptions& s, int64_t chunks);  // activations kept for its backward
   // Bytes beyond what the part keeps while its backward runs: its working set (part_working) and,
-  // for the loss's part, its saved activations.
-  double part_working(int i, const Layout& l, const ScheduleOptions& s, int64_t chunks);
+  // for the loss's part, its saved activations. `together`: the chunks an interleaved schedule
+  // runs each step for (0: all; a pipeline's stage, the chunks of one micro-batch).
+  double part_working(int i, const Layout& l, const ScheduleOptions& s, int64_t chunks, int64_t together = 0);
   double part_transient(int i, const Layout& l, const ScheduleOptions& s, int64_t chunks);
   double optimizer_seconds(const PlanChoice& p);
   PlanEstimate estimate(const PlanChoice& p);

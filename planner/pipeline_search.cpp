@@ -73,7 +73,8 @@ PartFigures part_figures(CostModel& cm, const PlanChoice& p, int micro_batches) 
     f.param_bytes.push_back(pc.param_bytes);
     f.updated_bytes.push_back(cm.updated_bytes(pc));
     f.saved_all.push_back(cm.part_saved(i, cur, s, p.chunks));
-    f.transient.push_back(cm.part_working(i, cur, s, p.chunks));  // its saved activations are in saved_all
+    // one micro-batch's chunks interleaved at a time; the loss part's saved activations are in saved_all
+    f.transient.push_back(cm.part_working(i, cur, s, p.chunks, std::max<int64_t>(1, p.chunks / micro_batches)));
     f.block.push_back(block_of_part(a.parts[static_cast<size_t>(i)]));
   }
   if (a.tied_head) {

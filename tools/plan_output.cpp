@@ -130,6 +130,24 @@ Status print_reference_pipeline(const PlanOptions& o, const PlanSearch& s) {
   std::printf("  %-15s step %9.3f ms  (bubble %.0f%%)  memory %s%s\n", "reference", ref->step_s * 1e3, ref->bubble * 100,
               describe_bytes(ref->memory_bytes).c_str(), s.limit > 0 && ref->memory_bytes > s.limit ? " (over the limit)" : "");
   std::printf("  %-15s %s\n", "", describe_pipeline(*ref).c_str());
+  if (!o.simulate) return Status::ok();
+  // --simulate: its stage programs built as oases-train builds them and replayed, beside what the
+  // pricing predicted per stage (bench/plan/memory_table.py --pipelines reads these lines)
+  GlobalProgramOptions go;
+  go.model_path = o.model;
+  auto sg = build_stage_globals(s.pm.forward, TrainingSpec{}, ref->plan, go);
+  if (!sg) return sg.status().with_context("--reference-pipeline " + o.reference_pipeline + ": building its stage programs");
+  const Profile* floor = s.at_hand && s.profile ? &*s.profile : nullptr;
+  auto rep = replay_pipeline(*sg, s.cluster, s.ops, floor);
+  if (!rep) return rep.status().with_context("--reference-pipeline " + o.reference_pipeline + ": replaying its stage programs");
+  std::printf("  %-15s step %9.3f ms replayed (bubble %.0f%%)\n", "reference", rep->step_s * 1e3, rep->sim.bubble * 100);
+  for (const StageReplay& st : rep->stages) {
+    const auto k = static_cast<size_t>(st.stage);
+    if (k >= ref->stage.size()) continue;
+    std::printf("  %-15s stage %d (rank %lld): forward %.3f ms, backward %.3f ms per micro-batch (predicted %.3f, %.3f); memory %s (predicted %s)\n",
+                "", st.stage, static_cast<long long>(st.world_rank), st.forward_s * 1e3, st.backward_s * 1e3, ref->stage[k].forward_s * 1e3,
+                ref->stage[k].backward_s * 1e3, describe_bytes(st.memory_bytes).c_str(), describe_bytes(ref->stage[k].memory_bytes).c_str());
+  }
   return Status::ok();
 }
 
