@@ -395,6 +395,44 @@ Expected<std::vector<PartRecords>> records_under(const Graph& forward, const Gra
       }
     }
   }
+  // the weight-gradient nodes' batch inputs, once a value
+  {
+    std::set<ValueId> seen;
+    auto batch = [&](ValueId v) {
+      if (v == kNoId || ref.dp < 0) return false;
+      const ShardingSpec& sp = spec_of(v);
+      return std::any_of(sp.dims.begin(), sp.dims.end(), [&](const DimSpec& d) { return d.axis == ref.dp; });
+    };
+    for (NodeId id : order) {
+      const Node& n = train.node(id);
+      const int p = part[static_cast<size_t>(id)];
+      if (p < 0 || fwd(n)) continue;
+      bool batch_out = false, batch_in = false;
+      for (ValueId o : n.outputs) batch_out |= batch(o);
+      for (ValueId v : n.inputs) batch_in |= batch(v);
+      if (batch_out || !batch_in) continue;
+      for (size_t k = 0; k < n.inputs.size(); ++k) {
+        if (!batch(n.inputs[k])) continue;
+        // a view (a product's operand reshaped) holds its source's storage: the source, once
+        ValueId v = n.inputs[k];
+        bool viewed = false;
+        for (NodeId mk = train.value(v).producer; mk != kNoId;) {
+          const Node& m = train.node(mk);
+          const OpSchema* ms = reg.find(m.domain, m.op_type);
+          if (!ms || ms->view_of_input < 0 || !m.has_input(ms->view_of_input)) break;
+          v = m.inputs[static_cast<size_t>(ms->view_of_input)];
+          viewed = true;
+          mk = train.value(v).producer;
+        }
+        if (!batch(v) || !seen.insert(v).second) continue;
+        auto it = viewed ? read_as.end() : read_as.find({id, static_cast<int>(k)});
+        TensorRecord r = record_of(train, v, it != read_as.end() ? *it->second : spec_of(v), ref.dp, ref.tp);
+        const NodeId maker = train.value(v).producer;
+        const bool grad = maker != kNoId && !fwd(train.node(maker));
+        (grad ? out[static_cast<size_t>(p)].weight_grad_inputs : out[static_cast<size_t>(p)].weight_act_inputs).push_back(std::move(r));
+      }
+    }
+  }
   for (size_t i = 1; i < parts.size(); ++i) {
     const std::string& pn = parts[i];
     if (pn.rfind("layer.", 0) == 0 && pn.size() > 4 && pn.compare(pn.size() - 4, 4, ".mlp") == 0 &&
@@ -473,7 +511,7 @@ Expected<std::vector<PartRecords>> records_under(const Graph& forward, const Gra
     sig += fmt::format("p{}/{};e{}", pr.param_elements, pr.split_param_elements, record_text(pr.entry));
     for (const TensorRecord& t : pr.saved) sig += record_text(t);
     for (const TensorRecord& t : pr.kept_comm_opt) sig += record_text(t);
-    for (const auto* list : {&pr.peak_saved, &pr.peak_grads, &pr.block_saved_before}) {
+    for (const auto* list : {&pr.peak_saved, &pr.peak_grads, &pr.block_saved_before, &pr.weight_grad_inputs, &pr.weight_act_inputs}) {
       sig += "|";
       for (const TensorRecord& t : *list) sig += record_text(t);
     }

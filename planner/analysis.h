@@ -70,6 +70,10 @@ struct PartRecords {
   // blocks, alive while the MLP's backward runs)
   std::vector<TensorRecord> block_saved_before;
   bool backward_first = false;  // the loss's part: its backward runs before every other's
+  // what the part's weight-gradient nodes (backward nodes reducing batch values into weights'
+  // gradients: a zero-bubble schedule's W) read: gradients the input-gradient pass (B) made, and
+  // activations (recomputed ones under checkpointing). Held from a micro-batch's B to its W.
+  std::vector<TensorRecord> weight_grad_inputs, weight_act_inputs;
   std::string signature;  // equal for parts of identical shape and split
 };
 

@@ -168,6 +168,8 @@ const PartCost& CostModel::part(int i, const Layout& l, int64_t chunks) {
   for (const TensorRecord& r : recs->peak_grads) pc.peak_grads_chunk += bytes_of(r);
   for (const TensorRecord& r : recs->block_saved_before) pc.before_saved_chunk += bytes_of(r);
   pc.backward_first = recs->backward_first;
+  for (const TensorRecord& r : recs->weight_grad_inputs) pc.weight_grads_chunk += bytes_of(r);
+  for (const TensorRecord& r : recs->weight_act_inputs) pc.weight_acts_chunk += bytes_of(r);
   if (!pc.block) {
     for (const NodeRecord& n : recs->nodes) {
       if (!n.batch) continue;

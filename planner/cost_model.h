@@ -54,6 +54,8 @@ struct PartCost {
   // saved activations (PartRecords::block_saved_before)
   double peak_saved_chunk = 0, peak_grads_chunk = 0, before_saved_chunk = 0;
   bool backward_first = false;  // the loss's part (PartRecords::backward_first)
+  // per chunk, what its weight-gradient nodes read (PartRecords::weight_grad_inputs, weight_act_inputs)
+  double weight_grads_chunk = 0, weight_acts_chunk = 0;
   bool block = false;        // a block part (attention or MLP), checkpointed by the schedules
   bool block_start = false;  // the attention part: owns the block input
   // collective matmuls (Layout::collective_matmul), per chunk: the ring steps' time that the products beside them

@@ -266,6 +266,23 @@ int peak_in_flight(const std::vector<PipeStep>& steps) {
   return peak;
 }
 
+std::vector<InFlight> in_flight_profile(const std::vector<PipeStep>& steps) {
+  std::vector<InFlight> out;
+  InFlight now;
+  for (const PipeStep& s : steps) {
+    if (s.forward) {
+      ++now.forward_backward;
+    } else if (s.weight) {
+      --now.backward_weight;
+    } else {
+      --now.forward_backward;
+      if (std::any_of(steps.begin(), steps.end(), [](const PipeStep& x) { return x.weight; })) ++now.backward_weight;
+    }
+    out.push_back(now);
+  }
+  return out;
+}
+
 Expected<PipelineSim> simulate_pipeline(PipelineSchedule p, int micro_batches, const PipelineTimes& given, int V) {
   const PipelineTimes t = split_backward(p, given);
   const int C = static_cast<int>(t.forward_s.size());  // model stages

@@ -90,6 +90,13 @@ std::vector<PipeStep> stage_steps(PipelineSchedule p, int stage, int stages, int
 // The most micro-batches whose forward has run and backward has not (with W steps: whose W has
 // not), over the stage's steps; with virtual stages, chunk steps (a chunk of a micro-batch).
 int peak_in_flight(const std::vector<PipeStep>& steps);
+// After each step: the micro-batches whose forward has run and backward (B) has not, and (with W
+// steps) those whose B has run and W has not: what they hold differs (all their saved
+// activations; only what their weight gradients read). Chunk steps with virtual stages.
+struct InFlight {
+  int forward_backward = 0, backward_weight = 0;
+};
+std::vector<InFlight> in_flight_profile(const std::vector<PipeStep>& steps);
 
 struct PipelineTimes {
   // Per model stage (S·V of them), one micro-batch; with V = 1 the model stages are the stages.

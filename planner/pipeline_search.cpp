@@ -44,17 +44,18 @@ int block_of_part(const std::string& name) {
 // Per part of the chain under one inner choice: time of one micro-batch, bytes.
 struct PartFigures {
   std::vector<double> fwd, bwd, static_bytes, saved_all, transient;
-  std::vector<double> param_bytes, updated_bytes;  // the weights, and those one rank updates (the distributed optimizer: 1/dp)
+  std::vector<double> updated_bytes;  // the weights one rank updates (the distributed optimizer: 1/dp)
+  // per micro-batch, what its weight gradients read (PartCost::weight_grads_chunk,
+  // weight_acts_chunk): held from its B to its W under a zero-bubble schedule
+  std::vector<double> weight_held;
   std::vector<int> block;  // -1 embedding, -2 head
   // A head tied to the embedding on a stage without it holds its own copy of the table (with its
   // gradient and moments): the embedding part's static bytes under the head's layout.
   double tied_copy_bytes = 0, tied_copy_updated = 0;
-  bool chunked = false;  // more than one chunk a step (M x K > 1): weight gradients are summed over them
 };
 
 PartFigures part_figures(CostModel& cm, const PlanChoice& p, int micro_batches) {
   PartFigures f;
-  f.chunked = p.chunks > 1;
   auto so = schedule_by_name(p.schedule);
   ScheduleOptions s = so ? *so : ScheduleOptions{};
   const ModelAnalysis& a = cm.analysis();
@@ -70,12 +71,13 @@ PartFigures part_figures(CostModel& cm, const PlanChoice& p, int micro_batches) 
     f.bwd.push_back(pt.total() * (1 - share) / micro_batches);
     double st = cm.state_bytes(pc);
     f.static_bytes.push_back(st);
-    f.param_bytes.push_back(pc.param_bytes);
     f.updated_bytes.push_back(cm.updated_bytes(pc));
     f.saved_all.push_back(cm.part_saved(i, cur, s, p.chunks));
     // one micro-batch's chunks interleaved at a time; the loss part's saved activations are in saved_all
     f.transient.push_back(cm.part_working(i, cur, s, p.chunks, std::max<int64_t>(1, p.chunks / micro_batches)));
     f.block.push_back(block_of_part(a.parts[static_cast<size_t>(i)]));
+    const double per_micro = static_cast<double>(std::max<int64_t>(1, p.chunks / micro_batches));
+    f.weight_held.push_back(per_micro * (pc.weight_grads_chunk + pc.weight_acts_chunk));
   }
   if (a.tied_head) {
     const auto emb = std::find(f.block.begin(), f.block.end(), -1), head = std::find(f.block.begin(), f.block.end(), -2);
@@ -206,7 +208,7 @@ bool holds_part(int b, const std::vector<StageCut>& ranges, bool embedding, bool
 // bytes of its parameters' static state (the optimizer step's size).
 // Returns the bytes of weights the stage's ranks update (the optimizer's work).
 double add_stage_parts(const PartFigures& f, int M, PipelineStagePlan* st) {
-  double saved = 0, transient = 0, statics = 0, block_grads = 0, updated = 0;
+  double saved = 0, head_saved = 0, transient = 0, head_transient = 0, statics = 0, updated = 0, weight_held = 0;
   for (size_t i = 0; i < f.block.size(); ++i) {
     int b = f.block[i];
     if (!holds_part(b, st->ranges, st->embedding, st->head)) continue;
@@ -214,20 +216,30 @@ double add_stage_parts(const PartFigures& f, int M, PipelineStagePlan* st) {
     st->backward_s += f.bwd[i];
     statics += f.static_bytes[i];
     updated += f.updated_bytes[i];
-    saved += f.saved_all[i];
-    transient = std::max(transient, f.transient[i]);
-    if (b >= 0) block_grads += f.param_bytes[i];
+    // the head's (the loss part's) activations are read by its backward, which runs before the
+    // stage's other parts' backward of that micro-batch: beside its own working set, not theirs
+    (b == -2 ? head_saved : saved) += f.saved_all[i];
+    (b == -2 ? head_transient : transient) = std::max(b == -2 ? head_transient : transient, f.transient[i]);
+    weight_held += f.weight_held[i];
   }
   if (st->head && !st->embedding) statics += f.tied_copy_bytes, updated += f.tied_copy_updated;
-  // beside the sums over the micro-batches, the stage programs' arenas hold about one micro-batch's
-  // weight gradients of the stage's blocks more (each product before it is added, the arena's
-  // fragmentation around these weight-sized buffers): priced as that. Predicted vs replayed with it
-  // (2026-11-27): gpt 4096 x 24 on 2 x 32 A100s 1.11x, 1.07x; gpt 12288 x 16 on 8 x 128 A100s
-  // 1.02x, 1.03x, 1.06x (without it 0.93x, 0.89x; 0.89x, 0.87x, 0.89x).
-  const double grads_in_flight = f.chunked ? block_grads : 0;
+  // (Until 2026-11-27 one micro-batch's weight gradients of the stage's blocks were added here for
+  // what the stage programs held beyond the priced working set; the working set now prices each
+  // block's backward at its busiest node, gradients included, and the addition is gone: GPT-3 on
+  // 8 x 128 A100s, 1F1B x 4 virtual stages, ZeRO-1, 96 micro-batches, every stage's replayed
+  // memory within 1.1% of the prediction; bench/plan/memory_table.py --pipelines.)
   // with virtual stages a step in flight holds one of the stage's V ranges of a micro-batch
   const double V = static_cast<double>(st->ranges.size());
-  st->memory_bytes = statics + saved * st->peak_in_flight / (M * V) + transient + grads_in_flight;
+  const double in_flight = static_cast<double>(st->peak_in_flight) / (static_cast<double>(M) * V);
+  // the micro-batches in flight: from F to B each holds its saved activations; from B to W (a
+  // zero-bubble schedule's deferred weight gradients) only what its W reads; the busiest step
+  double kept = saved * in_flight;
+  if (!st->flight.empty()) {
+    kept = 0;
+    for (const InFlight& x : st->flight)
+      kept = std::max(kept, (x.forward_backward * saved / static_cast<double>(M) + x.backward_weight * weight_held) / V);
+  }
+  st->memory_bytes = statics + kept + std::max(transient, head_transient + head_saved * in_flight);
   return updated;
 }
 
@@ -266,7 +278,9 @@ PipelinePlan price_stages(CostModel& cm, const ClusterSpec& cluster, const OpTim
     st.first_rank = s * pp.stage_ranks;
     st.ranks = pp.stage_ranks;
     st.layout = layout[static_cast<size_t>(s)];
-    st.peak_in_flight = peak_in_flight(stage_steps(sched, s, S, M, V));
+    const std::vector<PipeStep> steps = stage_steps(sched, s, S, M, V);
+    st.peak_in_flight = peak_in_flight(steps);
+    st.flight = in_flight_profile(steps);
     const double updated = add_stage_parts(f, M, &st);
     pp.optimizer_s = std::max(pp.optimizer_s, ops.optimizer_seconds(updated));
     pp.memory_bytes = std::max(pp.memory_bytes, st.memory_bytes);
@@ -388,6 +402,7 @@ PipelinePlan price_own_meshes(CostModel& cm, const ClusterSpec& cluster, const O
       st.embedding = u.embedding;
       st.head = u.head;
       st.peak_in_flight = u.peak_in_flight;
+      st.flight = u.flight;
       add_stage_parts(figs[k], M, &st);
       const double time = st.forward_s + st.backward_s;
       if (o.memory_limit > 0 && st.memory_bytes > o.memory_limit) continue;

@@ -47,6 +47,7 @@ struct PipelineStagePlan {
   double forward_s = 0, backward_s = 0;  // one micro-batch
   double memory_bytes = 0;
   int peak_in_flight = 0;
+  std::vector<InFlight> flight;  // after each of its steps: micro-batches F-to-B and B-to-W (pipeline.h in_flight_profile)
 };
 
 struct PipelinePlan {

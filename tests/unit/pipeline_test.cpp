@@ -158,6 +158,21 @@ TEST(Pipeline, ZeroBubbleH1SplitsEachBackwardAndShortensTheBubble) {
         EXPECT_EQ(fb, stage_steps(PipelineSchedule::k1F1B, s, S, M));
         EXPECT_LE(most, s) << S << " " << M << " " << s;
         EXPECT_LE(peak_in_flight(steps), std::min(M, S)) << S << " " << M << " " << s;
+        // the profile splits the micro-batches in flight into F-to-B and B-to-W: together the
+        // peak in flight, the B-to-W ones never more than the deferred W's, none left at the end
+        const std::vector<InFlight> prof = in_flight_profile(steps);
+        ASSERT_EQ(prof.size(), steps.size());
+        int together = 0, pending = 0;
+        for (const InFlight& x : prof) {
+          EXPECT_GE(x.forward_backward, 0);
+          EXPECT_GE(x.backward_weight, 0);
+          together = std::max(together, x.forward_backward + x.backward_weight);
+          pending = std::max(pending, x.backward_weight);
+        }
+        EXPECT_EQ(together, peak_in_flight(steps)) << S << " " << M << " " << s;
+        EXPECT_LE(pending, std::min(M, s + 1)) << S << " " << M << " " << s;
+        EXPECT_EQ(prof.back().forward_backward + prof.back().backward_weight, 0);
+        for (const InFlight& x : in_flight_profile(stage_steps(PipelineSchedule::k1F1B, s, S, M))) EXPECT_EQ(x.backward_weight, 0);
       }
       EXPECT_TRUE(check_pipeline_order(z, S, M).is_ok()) << check_pipeline_order(z, S, M).message();
     }
