@@ -270,6 +270,7 @@ std::vector<InFlight> in_flight_profile(const std::vector<PipeStep>& steps) {
   std::vector<InFlight> out;
   InFlight now;
   for (const PipeStep& s : steps) {
+    now.kind = s.kind();
     if (s.forward) {
       ++now.forward_backward;
     } else if (s.weight) {

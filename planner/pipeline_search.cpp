@@ -230,16 +230,27 @@ double add_stage_parts(const PartFigures& f, int M, PipelineStagePlan* st) {
   // memory within 1.1% of the prediction; bench/plan/memory_table.py --pipelines.)
   // with virtual stages a step in flight holds one of the stage's V ranges of a micro-batch
   const double V = static_cast<double>(st->ranges.size());
-  const double in_flight = static_cast<double>(st->peak_in_flight) / (static_cast<double>(M) * V);
-  // the micro-batches in flight: from F to B each holds its saved activations; from B to W (a
-  // zero-bubble schedule's deferred weight gradients) only what its W reads; the busiest step
-  double kept = saved * in_flight;
-  if (!st->flight.empty()) {
-    kept = 0;
-    for (const InFlight& x : st->flight)
-      kept = std::max(kept, (x.forward_backward * saved / static_cast<double>(M) + x.backward_weight * weight_held) / V);
+  // Step by step over the stage's schedule (pipeline.h in_flight_profile): a micro-batch from its
+  // forward to its backward (B) holds its saved activations (on the last stage the head's too);
+  // from its B to its W (a zero-bubble schedule's deferred weight gradients) only what its W
+  // reads; while a B runs, its working set (the busiest part's, or the head's beside the head's
+  // activations) is added. With virtual stages a step is one of the stage's V ranges.
+  const double per = static_cast<double>(M) * V;
+  const double s_mb = saved / per, h_mb = head_saved / per, w_mb = weight_held / V;
+  double kept = 0;
+  InFlight before;
+  for (const InFlight& x : st->flight) {
+    double m = 0;
+    if (x.kind == 1) {
+      m = before.forward_backward * s_mb + std::max(0, before.forward_backward - 1) * h_mb + before.backward_weight * w_mb +
+          std::max(transient, head_transient + h_mb);
+    } else {
+      m = x.forward_backward * (s_mb + h_mb) + x.backward_weight * w_mb;
+    }
+    kept = std::max(kept, m);
+    before = x;
   }
-  st->memory_bytes = statics + kept + std::max(transient, head_transient + head_saved * in_flight);
+  st->memory_bytes = statics + kept;
   return updated;
 }
 
