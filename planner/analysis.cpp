@@ -280,6 +280,25 @@ Expected<std::vector<PartRecords>> records_under(const Graph& forward, const Gra
     out[static_cast<size_t>(p)].param_elements += n;
     if (!spec_of(w).is_replicated()) out[static_cast<size_t>(p)].split_param_elements += n;
   }
+  // The layouts the backward reads a forward value in, once each: a value the forward converted for
+  // its readers (under sequence parallelism the gathered sequence a product reads) is kept
+  // converted. Empty when the backward does not read it.
+  auto backward_reads = [&](ValueId o) {
+    std::vector<const ShardingSpec*> kept_as;
+    for (const Use& u : train.uses(o)) {
+      if (fwd(train.node(u.node))) continue;
+      auto it = read_as.find({u.node, u.slot});
+      const ShardingSpec* as = it != read_as.end() ? it->second : &spec_of(o);
+      if (std::none_of(kept_as.begin(), kept_as.end(), [&](const ShardingSpec* k) { return *k == *as; })) kept_as.push_back(as);
+    }
+    return kept_as;
+  };
+  // a value split over the batch (dp) under the reference split
+  auto batch_split = [&](ValueId v) {
+    if (v == kNoId || ref.dp < 0) return false;
+    const ShardingSpec& sp = spec_of(v);
+    return std::any_of(sp.dims.begin(), sp.dims.end(), [&](const DimSpec& d) { return d.axis == ref.dp; });
+  };
   std::set<ValueId> norm_inputs;  // kept by the comm-optimised recomputation
   for (NodeId id : order) {
     const Node& n = train.node(id);
@@ -287,18 +306,7 @@ Expected<std::vector<PartRecords>> records_under(const Graph& forward, const Gra
     if (p < 0 || !fwd(n)) continue;
     for (ValueId o : n.outputs) {
       if (o == kNoId || !act[static_cast<size_t>(o)]) continue;
-      // kept as the backward reads it: a value the forward converted for its readers (under
-      // sequence parallelism the gathered sequence a product reads) is kept converted, once per
-      // layout the backward reads
-      std::vector<const ShardingSpec*> kept_as;
-      for (const Use& u : train.uses(o)) {
-        if (fwd(train.node(u.node))) continue;
-        auto it = read_as.find({u.node, u.slot});
-        const ShardingSpec* as = it != read_as.end() ? it->second : &spec_of(o);
-        if (std::any_of(kept_as.begin(), kept_as.end(), [&](const ShardingSpec* k) { return *k == *as; })) continue;
-        kept_as.push_back(as);
-        out[static_cast<size_t>(p)].saved.push_back(record_of(train, o, *as, ref.dp, ref.tp));
-      }
+      for (const ShardingSpec* as : backward_reads(o)) out[static_cast<size_t>(p)].saved.push_back(record_of(train, o, *as, ref.dp, ref.tp));
     }
     if (op_has_trait(n, kTraitNorm) && act[static_cast<size_t>(n.inputs[0])]) {
       out[static_cast<size_t>(p)].kept_comm_opt.push_back(record_of(train, n.inputs[0], spec_of(n.inputs[0]), ref.dp, ref.tp));
@@ -320,9 +328,6 @@ Expected<std::vector<PartRecords>> records_under(const Graph& forward, const Gra
     }
     // bytes under no split (what the sweep compares); records made only for the values kept
     auto whole_bytes = [&](ValueId v) { return static_cast<double>(train.value(v).nbytes()); };
-    auto batch_split = [&](const ShardingSpec& sp) {
-      return ref.dp >= 0 && std::any_of(sp.dims.begin(), sp.dims.end(), [&](const DimSpec& d) { return d.axis == ref.dp; });
-    };
     struct Live {
       ValueId v;
       const ShardingSpec* as;
@@ -336,20 +341,11 @@ Expected<std::vector<PartRecords>> records_under(const Graph& forward, const Gra
       for (ValueId o : n.outputs) {
         if (o == kNoId || last[static_cast<size_t>(o)] < 0 || !act[static_cast<size_t>(o)]) continue;
         if (!fwd(n)) {
-          if (batch_split(spec_of(o))) lives.push_back(Live{o, &spec_of(o), at[static_cast<size_t>(id)], last[static_cast<size_t>(o)], -1});
+          if (batch_split(o)) lives.push_back(Live{o, &spec_of(o), at[static_cast<size_t>(id)], last[static_cast<size_t>(o)], -1});
           continue;
         }
         if (p < 0) continue;
-        std::vector<const ShardingSpec*> kept_as;
-        for (const Use& u : train.uses(o)) {
-          if (fwd(train.node(u.node))) continue;
-          auto it = read_as.find({u.node, u.slot});
-          const ShardingSpec* as = it != read_as.end() ? it->second : &spec_of(o);
-          if (std::none_of(kept_as.begin(), kept_as.end(), [&](const ShardingSpec* k) { return *k == *as; })) {
-            kept_as.push_back(as);
-            lives.push_back(Live{o, as, 0, last[static_cast<size_t>(o)], p});
-          }
-        }
+        for (const ShardingSpec* as : backward_reads(o)) lives.push_back(Live{o, as, 0, last[static_cast<size_t>(o)], p});
       }
     }
     // bytes alive at each position: gradients (one sweep), each part's saved activations from its
@@ -398,21 +394,16 @@ Expected<std::vector<PartRecords>> records_under(const Graph& forward, const Gra
   // the weight-gradient nodes' batch inputs, once a value
   {
     std::set<ValueId> seen;
-    auto batch = [&](ValueId v) {
-      if (v == kNoId || ref.dp < 0) return false;
-      const ShardingSpec& sp = spec_of(v);
-      return std::any_of(sp.dims.begin(), sp.dims.end(), [&](const DimSpec& d) { return d.axis == ref.dp; });
-    };
     for (NodeId id : order) {
       const Node& n = train.node(id);
       const int p = part[static_cast<size_t>(id)];
       if (p < 0 || fwd(n)) continue;
       bool batch_out = false, batch_in = false;
-      for (ValueId o : n.outputs) batch_out |= batch(o);
-      for (ValueId v : n.inputs) batch_in |= batch(v);
+      for (ValueId o : n.outputs) batch_out |= batch_split(o);
+      for (ValueId v : n.inputs) batch_in |= batch_split(v);
       if (batch_out || !batch_in) continue;
       for (size_t k = 0; k < n.inputs.size(); ++k) {
-        if (!batch(n.inputs[k])) continue;
+        if (!batch_split(n.inputs[k])) continue;
         // a view (a product's operand reshaped) holds its source's storage: the source, once
         ValueId v = n.inputs[k];
         bool viewed = false;
@@ -424,7 +415,7 @@ Expected<std::vector<PartRecords>> records_under(const Graph& forward, const Gra
           viewed = true;
           mk = train.value(v).producer;
         }
-        if (!batch(v) || !seen.insert(v).second) continue;
+        if (!batch_split(v) || !seen.insert(v).second) continue;
         auto it = viewed ? read_as.end() : read_as.find({id, static_cast<int>(k)});
         TensorRecord r = record_of(train, v, it != read_as.end() ? *it->second : spec_of(v), ref.dp, ref.tp);
         const NodeId maker = train.value(v).producer;

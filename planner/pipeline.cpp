@@ -267,6 +267,7 @@ int peak_in_flight(const std::vector<PipeStep>& steps) {
 }
 
 std::vector<InFlight> in_flight_profile(const std::vector<PipeStep>& steps) {
+  const bool split = std::any_of(steps.begin(), steps.end(), [](const PipeStep& x) { return x.weight; });
   std::vector<InFlight> out;
   InFlight now;
   for (const PipeStep& s : steps) {
@@ -277,7 +278,7 @@ std::vector<InFlight> in_flight_profile(const std::vector<PipeStep>& steps) {
       --now.backward_weight;
     } else {
       --now.forward_backward;
-      if (std::any_of(steps.begin(), steps.end(), [](const PipeStep& x) { return x.weight; })) ++now.backward_weight;
+      if (split) ++now.backward_weight;
     }
     out.push_back(now);
   }

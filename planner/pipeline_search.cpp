@@ -74,10 +74,10 @@ PartFigures part_figures(CostModel& cm, const PlanChoice& p, int micro_batches) 
     f.updated_bytes.push_back(cm.updated_bytes(pc));
     f.saved_all.push_back(cm.part_saved(i, cur, s, p.chunks));
     // one micro-batch's chunks interleaved at a time; the loss part's saved activations are in saved_all
-    f.transient.push_back(cm.part_working(i, cur, s, p.chunks, std::max<int64_t>(1, p.chunks / micro_batches)));
+    const int64_t per_micro = std::max<int64_t>(1, p.chunks / micro_batches);
+    f.transient.push_back(cm.part_working(i, cur, s, p.chunks, per_micro));
     f.block.push_back(block_of_part(a.parts[static_cast<size_t>(i)]));
-    const double per_micro = static_cast<double>(std::max<int64_t>(1, p.chunks / micro_batches));
-    f.weight_held.push_back(per_micro * (pc.weight_grads_chunk + pc.weight_acts_chunk));
+    f.weight_held.push_back(static_cast<double>(per_micro) * (pc.weight_grads_chunk + pc.weight_acts_chunk));
   }
   if (a.tied_head) {
     const auto emb = std::find(f.block.begin(), f.block.end(), -1), head = std::find(f.block.begin(), f.block.end(), -2);
@@ -219,22 +219,19 @@ double add_stage_parts(const PartFigures& f, int M, PipelineStagePlan* st) {
     // the head's (the loss part's) activations are read by its backward, which runs before the
     // stage's other parts' backward of that micro-batch: beside its own working set, not theirs
     (b == -2 ? head_saved : saved) += f.saved_all[i];
-    (b == -2 ? head_transient : transient) = std::max(b == -2 ? head_transient : transient, f.transient[i]);
+    double& work = b == -2 ? head_transient : transient;
+    work = std::max(work, f.transient[i]);
     weight_held += f.weight_held[i];
   }
   if (st->head && !st->embedding) statics += f.tied_copy_bytes, updated += f.tied_copy_updated;
-  // (Until 2026-11-27 one micro-batch's weight gradients of the stage's blocks were added here for
-  // what the stage programs held beyond the priced working set; the working set now prices each
-  // block's backward at its busiest node, gradients included, and the addition is gone: GPT-3 on
-  // 8 x 128 A100s, 1F1B x 4 virtual stages, ZeRO-1, 96 micro-batches, every stage's replayed
-  // memory within 1.1% of the prediction; bench/plan/memory_table.py --pipelines.)
-  // with virtual stages a step in flight holds one of the stage's V ranges of a micro-batch
-  const double V = static_cast<double>(st->ranges.size());
   // Step by step over the stage's schedule (pipeline.h in_flight_profile): a micro-batch from its
   // forward to its backward (B) holds its saved activations (on the last stage the head's too);
   // from its B to its W (a zero-bubble schedule's deferred weight gradients) only what its W
   // reads; while a B runs, its working set (the busiest part's, or the head's beside the head's
-  // activations) is added. With virtual stages a step is one of the stage's V ranges.
+  // activations) is added. With virtual stages a step is one of the stage's V ranges. (GPT-3 on
+  // 8 x 128 A100s, 1F1B x 4 virtual stages, ZeRO-1, 96 micro-batches: every stage's replayed
+  // memory within 1.2% of this; bench/plan/memory_table.py --pipelines.)
+  const double V = static_cast<double>(st->ranges.size());
   const double per = static_cast<double>(M) * V;
   const double s_mb = saved / per, h_mb = head_saved / per, w_mb = weight_held / V;
   double kept = 0;
