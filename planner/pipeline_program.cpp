@@ -352,6 +352,23 @@ Expected<std::vector<ScheduledOp>> order_stage(const Graph& g, const ScheduleOpt
         if (in != kNoId) stack.push_back(in);
       }
     }
+    // A recomputed forward value only a W reads (SwiGLU's product for the down projection's
+    // weight gradient) is recomputed in the B that reads its inputs: W then holds that one value,
+    // not the inputs it is made from (gate and up, twice the bytes) until the bubble.
+    std::vector<char> read_in_b(g.num_values(), 0);
+    for (NodeId id : seq) {
+      if (!input_grad[static_cast<size_t>(id)]) continue;
+      for (ValueId in : g.node(id).inputs) {
+        if (in != kNoId) read_in_b[static_cast<size_t>(in)] = 1;
+      }
+    }
+    for (NodeId id : seq) {
+      const Node& n = g.node(id);
+      if (n.phase != Node::Phase::kRecompute || input_grad[static_cast<size_t>(id)]) continue;
+      bool b_inputs = false;
+      for (ValueId in : n.inputs) b_inputs = b_inputs || (in != kNoId && read_in_b[static_cast<size_t>(in)]);
+      if (b_inputs) input_grad[static_cast<size_t>(id)] = 1;
+    }
   }
   std::vector<int> target(NN, -1);  // the step a node runs in; -1: none (as soon as it can)
   std::vector<char> tagged(NN, 0);  // runs in a step (else: as soon as its inputs are there)

@@ -48,6 +48,7 @@ struct PartFigures {
   // per micro-batch, what its weight gradients read (PartCost::weight_grads_chunk,
   // weight_acts_chunk): held from its B to its W under a zero-bubble schedule
   std::vector<double> weight_held;
+  std::vector<double> grad_bytes;  // the part's weight gradients (in static_bytes)
   std::vector<int> block;  // -1 embedding, -2 head
   // A head tied to the embedding on a stage without it holds its own copy of the table (with its
   // gradient and moments): the embedding part's static bytes under the head's layout.
@@ -71,6 +72,7 @@ PartFigures part_figures(CostModel& cm, const PlanChoice& p, int micro_batches) 
     f.bwd.push_back(pt.total() * (1 - share) / micro_batches);
     double st = cm.state_bytes(pc);
     f.static_bytes.push_back(st);
+    f.grad_bytes.push_back(pc.param_bytes);
     f.updated_bytes.push_back(cm.updated_bytes(pc));
     f.saved_all.push_back(cm.part_saved(i, cur, s, p.chunks));
     // one micro-batch's chunks interleaved at a time; the loss part's saved activations are in saved_all
@@ -208,43 +210,78 @@ bool holds_part(int b, const std::vector<StageCut>& ranges, bool embedding, bool
 // bytes of its parameters' static state (the optimizer step's size).
 // Returns the bytes of weights the stage's ranks update (the optimizer's work).
 double add_stage_parts(const PartFigures& f, int M, PipelineStagePlan* st) {
-  double saved = 0, head_saved = 0, transient = 0, head_transient = 0, statics = 0, updated = 0, weight_held = 0;
+  double saved = 0, head_saved = 0, statics = 0, grads = 0, updated = 0, weight_held = 0;
+  // A zero-bubble schedule splits each backward into B (the input gradient's chain, sent on) and W
+  // (the weight gradients); the first stage sends no gradient: its B steps are empty, its W runs the
+  // whole backward.
+  const bool split = std::any_of(st->flight.begin(), st->flight.end(), [](const InFlight& x) { return x.kind == 2; });
+  const bool w_only = split && st->embedding;
+  const double V = static_cast<double>(st->ranges.size());
+  // One micro-batch's backward of one of the stage's ranges, part by part from the last: while
+  // part p's runs, the parts before it still hold their saved activations, the parts after it what
+  // their W will read (a zero-bubble schedule's B; nothing otherwise), and p its working set (the
+  // head's beside its own activations, which its backward reads). `first`: the step's first
+  // backward, which makes the weight gradients as it goes (those of the parts after p).
+  double own = 0, first = 0;
+  for (size_t r = 0; r < st->ranges.size(); ++r) {
+    const bool with_embedding = r == 0 && st->embedding, with_head = r + 1 == st->ranges.size() && st->head;
+    std::vector<size_t> parts;
+    for (size_t i = 0; i < f.block.size(); ++i) {
+      if (holds_part(f.block[i], {st->ranges[r]}, with_embedding, with_head)) parts.push_back(i);
+    }
+    double before = 0;  // saved activations of the parts up to p
+    for (size_t i : parts) before += f.saved_all[i] / M;
+    double after = 0, made = 0;  // what the parts after p hold for their W; their weight gradients
+    for (auto it = parts.rbegin(); it != parts.rend(); ++it) {
+      own = std::max(own, before + after + f.transient[*it]);
+      first = std::max(first, before + after + made + f.transient[*it]);
+      before -= f.saved_all[*it] / M;
+      if (split && !w_only) after += f.weight_held[*it];
+      made += f.grad_bytes[*it];
+    }
+  }
   for (size_t i = 0; i < f.block.size(); ++i) {
     int b = f.block[i];
     if (!holds_part(b, st->ranges, st->embedding, st->head)) continue;
     st->forward_s += f.fwd[i];
     st->backward_s += f.bwd[i];
-    statics += f.static_bytes[i];
+    statics += f.static_bytes[i] - f.grad_bytes[i];
+    grads += f.grad_bytes[i];
     updated += f.updated_bytes[i];
-    // the head's (the loss part's) activations are read by its backward, which runs before the
-    // stage's other parts' backward of that micro-batch: beside its own working set, not theirs
     (b == -2 ? head_saved : saved) += f.saved_all[i];
-    double& work = b == -2 ? head_transient : transient;
-    work = std::max(work, f.transient[i]);
     weight_held += f.weight_held[i];
   }
   if (st->head && !st->embedding) statics += f.tied_copy_bytes, updated += f.tied_copy_updated;
   // Step by step over the stage's schedule (pipeline.h in_flight_profile): a micro-batch from its
   // forward to its backward (B) holds its saved activations (on the last stage the head's too);
   // from its B to its W (a zero-bubble schedule's deferred weight gradients) only what its W
-  // reads; while a B runs, its working set (the busiest part's, or the head's beside the head's
-  // activations) is added. With virtual stages a step is one of the stage's V ranges. (GPT-3 on
-  // 8 x 128 A100s, 1F1B x 4 virtual stages, ZeRO-1, 96 micro-batches: every stage's replayed
-  // memory within 1.2% of this; bench/plan/memory_table.py --pipelines.)
-  const double V = static_cast<double>(st->ranges.size());
+  // reads; a backward step holds its own micro-batch's figure above in place of that micro-batch's
+  // saved activations. The weight gradients exist from the first step that makes them (B, or W
+  // where the backward is split) to the optimizer step. With virtual stages a step is one of the
+  // stage's V ranges. (bench/plan/memory_table.py --pipelines; GPT-3 on 8 x 128 A100s: every
+  // stage's replayed memory beside this in docs/PLANNER.md.)
   const double per = static_cast<double>(M) * V;
   const double s_mb = saved / per, h_mb = head_saved / per, w_mb = weight_held / V;
   double kept = 0;
+  bool have_grads = false;
   InFlight before;
   for (const InFlight& x : st->flight) {
+    const bool makes_grads = split ? x.kind == 2 : x.kind == 1;
+    const double g = have_grads ? grads : 0;
     double m = 0;
-    if (x.kind == 1) {
-      m = before.forward_backward * s_mb + std::max(0, before.forward_backward - 1) * h_mb + before.backward_weight * w_mb +
-          std::max(transient, head_transient + h_mb);
+    if (x.kind == 0 || (x.kind == 1 && w_only)) {
+      m = (x.forward_backward + x.backward_weight) * (s_mb + h_mb) + x.backward_weight * (w_only ? 0 : w_mb - s_mb - h_mb) + g;
+    } else if (x.kind == 1 || w_only) {
+      // a backward (or the first stage's W, its whole backward)
+      const double others = std::max(0, before.forward_backward + (w_only ? before.backward_weight : 0) - 1) * (s_mb + h_mb) +
+                            (w_only ? 0 : before.backward_weight * w_mb);
+      m = others + (makes_grads && !have_grads ? first : own + g);
     } else {
-      m = x.forward_backward * (s_mb + h_mb) + x.backward_weight * w_mb;
+      // a W: what stays in flight and the gradients it made
+      m = x.forward_backward * (s_mb + h_mb) + x.backward_weight * w_mb + grads;
     }
     kept = std::max(kept, m);
+    have_grads = have_grads || makes_grads;
     before = x;
   }
   st->memory_bytes = statics + kept;

@@ -293,6 +293,35 @@ TEST(PipelineProgram, TransfersPairUpAndReplayWithoutDeadlock) {
   }
 }
 
+// zb-h1 with recomputation: a recomputed value only a W reads (the MLP's activation, for the second
+// projection's weight gradient) is made in the B that reads the values it is made from, so W
+// holds that one value, not its inputs, until the bubble.
+TEST(PipelineProgram, ZeroBubbleRecomputesWhatOnlyWReadsInTheB) {
+  Built b = build(2, 1, 2, 1, PipelineSchedule::kZBH1, "default_checkpoint");
+  StageProgramInfo info;
+  auto rp = b.shapes_program(1, &info);
+  ASSERT_TRUE(rp) << rp.status().message();
+  const Graph& g = rp->train.graph;
+  std::set<ValueId> read_in_b;
+  int recomputed = 0, weight = 0;
+  for (NodeId id : g.nodes()) {
+    const Node& n = g.node(id);
+    if (n.phase == Node::Phase::kForward || n.phase == Node::Phase::kLoss || info.weight_nodes.count(n.name)) continue;
+    for (ValueId v : n.inputs) read_in_b.insert(v);
+  }
+  for (NodeId id : g.nodes()) {
+    const Node& n = g.node(id);
+    if (n.phase != Node::Phase::kRecompute) continue;
+    ++recomputed;
+    weight += info.weight_nodes.count(n.name) > 0;
+    bool b_inputs = false;
+    for (ValueId v : n.inputs) b_inputs = b_inputs || (v != kNoId && read_in_b.count(v));
+    EXPECT_FALSE(b_inputs && info.weight_nodes.count(n.name)) << n.describe() << " reads what the B reads but runs in W";
+  }
+  EXPECT_GT(recomputed, 0);
+  EXPECT_GT(info.weight_nodes.size(), 0u);
+}
+
 // Data parallelism inside the stages: each stage buckets its own gradients' all-reduces (a bucket
 // joining two stages would have one wait for the other), and the tied weight's gradient from the
 // head crosses whole (reduced over dp on the last stage) into the embedding's stage.
