@@ -224,20 +224,22 @@ double add_stage_parts(const PartFigures& f, int M, PipelineStagePlan* st) {
   // backward, which makes the weight gradients as it goes (those of the parts after p).
   double own = 0, first = 0;
   for (size_t r = 0; r < st->ranges.size(); ++r) {
+    const StageCut& cut = st->ranges[r];
     const bool with_embedding = r == 0 && st->embedding, with_head = r + 1 == st->ranges.size() && st->head;
-    std::vector<size_t> parts;
-    for (size_t i = 0; i < f.block.size(); ++i) {
-      if (holds_part(f.block[i], {st->ranges[r]}, with_embedding, with_head)) parts.push_back(i);
-    }
+    auto held = [&](size_t i) {
+      const int b = f.block[i];
+      return (b == -1 && with_embedding) || (b == -2 && with_head) || (b >= cut.first && b <= cut.last);
+    };
     double before = 0;  // saved activations of the parts up to p
-    for (size_t i : parts) before += f.saved_all[i] / M;
+    for (size_t i = 0; i < f.block.size(); ++i) before += held(i) ? f.saved_all[i] / M : 0;
     double after = 0, made = 0;  // what the parts after p hold for their W; their weight gradients
-    for (auto it = parts.rbegin(); it != parts.rend(); ++it) {
-      own = std::max(own, before + after + f.transient[*it]);
-      first = std::max(first, before + after + made + f.transient[*it]);
-      before -= f.saved_all[*it] / M;
-      if (split && !w_only) after += f.weight_held[*it];
-      made += f.grad_bytes[*it];
+    for (size_t i = f.block.size(); i-- > 0;) {
+      if (!held(i)) continue;
+      own = std::max(own, before + after + f.transient[i]);
+      first = std::max(first, before + after + made + f.transient[i]);
+      before -= f.saved_all[i] / M;
+      if (split && !w_only) after += f.weight_held[i];
+      made += f.grad_bytes[i];
     }
   }
   for (size_t i = 0; i < f.block.size(); ++i) {
