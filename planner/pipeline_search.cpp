@@ -210,18 +210,19 @@ bool holds_part(int b, const std::vector<StageCut>& ranges, bool embedding, bool
 // bytes of its parameters' static state (the optimizer step's size).
 // Returns the bytes of weights the stage's ranks update (the optimizer's work).
 double add_stage_parts(const PartFigures& f, int M, PipelineStagePlan* st) {
-  double saved = 0, head_saved = 0, statics = 0, grads = 0, updated = 0, weight_held = 0;
+  double saved = 0, statics = 0, grads = 0, updated = 0, weight_held = 0;
   // A zero-bubble schedule splits each backward into B (the input gradient's chain, sent on) and W
   // (the weight gradients); the first stage sends no gradient: its B steps are empty, its W runs the
   // whole backward.
   const bool split = std::any_of(st->flight.begin(), st->flight.end(), [](const InFlight& x) { return x.kind == 2; });
   const bool w_only = split && st->embedding;
   const double V = static_cast<double>(st->ranges.size());
-  // One micro-batch's backward of one of the stage's ranges, part by part from the last: while
-  // part p's runs, the parts before it still hold their saved activations, the parts after it what
-  // their W will read (a zero-bubble schedule's B; nothing otherwise), and p its working set (the
-  // head's beside its own activations, which its backward reads). `first`: the step's first
-  // backward, which makes the weight gradients as it goes (those of the parts after p).
+  // Per range of the stage (the embedding on the first, the head on the last), its parts' times and
+  // state, and one micro-batch's backward of it, part by part from the last: while part p's runs,
+  // the parts before it still hold their saved activations, the parts after it what their W will
+  // read (a zero-bubble schedule's B; nothing otherwise), and p its working set (the head's beside
+  // its own activations, which its backward reads). `first`: the step's first backward, which
+  // makes the weight gradients as it goes (those of the parts after p).
   double own = 0, first = 0;
   for (size_t r = 0; r < st->ranges.size(); ++r) {
     const StageCut& cut = st->ranges[r];
@@ -230,57 +231,54 @@ double add_stage_parts(const PartFigures& f, int M, PipelineStagePlan* st) {
       const int b = f.block[i];
       return (b == -1 && with_embedding) || (b == -2 && with_head) || (b >= cut.first && b <= cut.last);
     };
-    double before = 0;  // saved activations of the parts up to p
-    for (size_t i = 0; i < f.block.size(); ++i) before += held(i) ? f.saved_all[i] / M : 0;
+    double upto = 0;  // saved activations of the parts up to p
+    for (size_t i = 0; i < f.block.size(); ++i) {
+      if (!held(i)) continue;
+      st->forward_s += f.fwd[i];
+      st->backward_s += f.bwd[i];
+      statics += f.static_bytes[i] - f.grad_bytes[i];
+      grads += f.grad_bytes[i];
+      updated += f.updated_bytes[i];
+      saved += f.saved_all[i];
+      weight_held += f.weight_held[i];
+      upto += f.saved_all[i] / M;
+    }
     double after = 0, made = 0;  // what the parts after p hold for their W; their weight gradients
     for (size_t i = f.block.size(); i-- > 0;) {
       if (!held(i)) continue;
-      own = std::max(own, before + after + f.transient[i]);
-      first = std::max(first, before + after + made + f.transient[i]);
-      before -= f.saved_all[i] / M;
+      own = std::max(own, upto + after + f.transient[i]);
+      first = std::max(first, upto + after + made + f.transient[i]);
+      upto -= f.saved_all[i] / M;
       if (split && !w_only) after += f.weight_held[i];
       made += f.grad_bytes[i];
     }
-  }
-  for (size_t i = 0; i < f.block.size(); ++i) {
-    int b = f.block[i];
-    if (!holds_part(b, st->ranges, st->embedding, st->head)) continue;
-    st->forward_s += f.fwd[i];
-    st->backward_s += f.bwd[i];
-    statics += f.static_bytes[i] - f.grad_bytes[i];
-    grads += f.grad_bytes[i];
-    updated += f.updated_bytes[i];
-    (b == -2 ? head_saved : saved) += f.saved_all[i];
-    weight_held += f.weight_held[i];
   }
   if (st->head && !st->embedding) statics += f.tied_copy_bytes, updated += f.tied_copy_updated;
   // Step by step over the stage's schedule (pipeline.h in_flight_profile): a micro-batch from its
   // forward to its backward (B) holds its saved activations (on the last stage the head's too);
   // from its B to its W (a zero-bubble schedule's deferred weight gradients) only what its W
-  // reads; a backward step holds its own micro-batch's figure above in place of that micro-batch's
-  // saved activations. The weight gradients exist from the first step that makes them (B, or W
-  // where the backward is split) to the optimizer step. With virtual stages a step is one of the
+  // reads (on the first stage, whose W runs the whole backward, still its saved activations); a
+  // backward step holds its own micro-batch's figure above in place of that micro-batch's saved
+  // activations. The weight gradients exist from the first step that makes them (B, or W where
+  // the backward is split) to the optimizer step. With virtual stages a step is one of the
   // stage's V ranges. (bench/plan/memory_table.py --pipelines; GPT-3 on 8 x 128 A100s: every
   // stage's replayed memory beside this in docs/PLANNER.md.)
-  const double per = static_cast<double>(M) * V;
-  const double s_mb = saved / per, h_mb = head_saved / per, w_mb = weight_held / V;
+  const double s_mb = saved / (static_cast<double>(M) * V), w_mb = w_only ? s_mb : weight_held / V;
   double kept = 0;
   bool have_grads = false;
   InFlight before;
   for (const InFlight& x : st->flight) {
     const bool makes_grads = split ? x.kind == 2 : x.kind == 1;
-    const double g = have_grads ? grads : 0;
+    const bool backward = w_only ? x.kind == 2 : x.kind == 1;
     double m = 0;
-    if (x.kind == 0 || (x.kind == 1 && w_only)) {
-      m = (x.forward_backward + x.backward_weight) * (s_mb + h_mb) + x.backward_weight * (w_only ? 0 : w_mb - s_mb - h_mb) + g;
-    } else if (x.kind == 1 || w_only) {
-      // a backward (or the first stage's W, its whole backward)
-      const double others = std::max(0, before.forward_backward + (w_only ? before.backward_weight : 0) - 1) * (s_mb + h_mb) +
-                            (w_only ? 0 : before.backward_weight * w_mb);
-      m = others + (makes_grads && !have_grads ? first : own + g);
+    if (backward) {
+      // one micro-batch's backward (on the first stage under zb-h1: its W) beside the others'
+      const double others = w_only ? std::max(0, before.forward_backward + before.backward_weight - 1) * s_mb
+                                   : std::max(0, before.forward_backward - 1) * s_mb + before.backward_weight * w_mb;
+      m = others + (makes_grads && !have_grads ? first : own + (have_grads ? grads : 0));
     } else {
-      // a W: what stays in flight and the gradients it made
-      m = x.forward_backward * (s_mb + h_mb) + x.backward_weight * w_mb + grads;
+      // what stays in flight, and the gradients once made (a W: the ones it made)
+      m = x.forward_backward * s_mb + x.backward_weight * w_mb + (have_grads || makes_grads ? grads : 0);
     }
     kept = std::max(kept, m);
     have_grads = have_grads || makes_grads;

@@ -340,7 +340,6 @@ Expected<std::vector<ScheduledOp>> schedule_program(const Graph& g, const Schedu
   using Key = std::tuple<int, int, int, int, int, int, int>;  // (class, a, b, c, d, e, topo)
   auto key_of = [&](NodeId id) -> Key {
     const Node& n = g.node(id);
-    const int topo_pos = pos[static_cast<size_t>(id)] - (weight_grad[static_cast<size_t>(id)] ? (1 << 30) : 0);
     int chunk = std::max(0, n.chunk);
     int ph = forward_phase(n) ? 0 : (n.phase == Node::Phase::kLoss ? 1 : 2);
     int s = ph == 2 ? -bst[static_cast<size_t>(id)] : fst[static_cast<size_t>(id)];
@@ -356,14 +355,14 @@ Expected<std::vector<ScheduledOp>> schedule_program(const Graph& g, const Schedu
       // the first backward steps, one more after each of their collectives, as before)
       int b = bst[static_cast<size_t>(id)];
       int v = ph != 2 ? s : b > 2 * kTailStage ? 2 * kTailStage + (INT_MAX - 1 - b) : kBackwardSteps - b;
-      return Key{cls, v, sb, chunk, ph, 0, topo_pos};
+      return Key{cls, v, sb, chunk, ph, weight_grad[static_cast<size_t>(id)] ? 0 : 1, pos[static_cast<size_t>(id)]};
     }
     // In line: forward, then the loss, then the backward; recompute nodes (ready as soon as the
     // forward is done: they read only saved values) wait behind the loss and every ready backward
     // node, so each block's recomputation runs just before its own backward needs it rather than
     // all of them ahead of the loss (which kept every block's recomputed activations at once).
     int order = ph == 1 ? 1 : n.phase == Node::Phase::kRecompute ? 2 : 0;
-    return Key{cls, order, ph == 1 ? 0 : chunk, ph, s, sb, topo_pos};
+    return Key{cls, order, ph == 1 ? 0 : chunk, ph, s, sb, pos[static_cast<size_t>(id)]};
   };
   // list scheduling: Kahn's algorithm, smallest key first among ready nodes
   std::vector<int> indeg(static_cast<size_t>(g.max_node_id()), 0);
