@@ -268,18 +268,27 @@ int peak_in_flight(const std::vector<PipeStep>& steps) {
 
 std::vector<InFlight> in_flight_profile(const std::vector<PipeStep>& steps) {
   const bool split = std::any_of(steps.begin(), steps.end(), [](const PipeStep& x) { return x.weight; });
+  int V = 1;
+  for (const PipeStep& s : steps) V = std::max(V, s.chunk + 1);
+  std::vector<int> fb(static_cast<size_t>(V), 0), bw(static_cast<size_t>(V), 0);  // per chunk
   std::vector<InFlight> out;
+  out.reserve(steps.size());
   InFlight now;
   for (const PipeStep& s : steps) {
     now.kind = s.kind();
+    now.chunk = std::max(0, s.chunk);
+    int& f = fb[static_cast<size_t>(now.chunk)];
+    int& w = bw[static_cast<size_t>(now.chunk)];
     if (s.forward) {
-      ++now.forward_backward;
+      ++now.forward_backward, ++f;
     } else if (s.weight) {
-      --now.backward_weight;
+      --now.backward_weight, --w;
     } else {
-      --now.forward_backward;
-      if (split) ++now.backward_weight;
+      --now.forward_backward, --f;
+      if (split) ++now.backward_weight, ++w;
     }
+    now.chunk_forward_backward = f;
+    now.chunk_backward_weight = w;
     out.push_back(now);
   }
   return out;

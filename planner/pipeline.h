@@ -94,8 +94,11 @@ int peak_in_flight(const std::vector<PipeStep>& steps);
 // steps) those whose B has run and W has not: what they hold differs (all their saved
 // activations; only what their weight gradients read). Chunk steps with virtual stages.
 struct InFlight {
-  int kind = 0;  // of the step (PipeStep::kind: 0 F, 1 B, 2 W)
+  int kind = 0;   // of the step (PipeStep::kind: 0 F, 1 B, 2 W)
+  int chunk = 0;  // of the step
   int forward_backward = 0, backward_weight = 0;
+  // the same for the step's chunk (virtual stage) alone: a step changes only its own chunk's
+  int chunk_forward_backward = 0, chunk_backward_weight = 0;
 };
 std::vector<InFlight> in_flight_profile(const std::vector<PipeStep>& steps);
 

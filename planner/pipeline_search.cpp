@@ -210,28 +210,28 @@ bool holds_part(int b, const std::vector<StageCut>& ranges, bool embedding, bool
 // bytes of its parameters' static state (the optimizer step's size).
 // Returns the bytes of weights the stage's ranks update (the optimizer's work).
 double add_stage_parts(const PartFigures& f, int M, PipelineStagePlan* st) {
-  double saved = 0, statics = 0, grads = 0, updated = 0, weight_held = 0;
+  double statics = 0, grads = 0, updated = 0;
   // A zero-bubble schedule splits each backward into B (the input gradient's chain, sent on) and W
   // (the weight gradients); the first stage sends no gradient: its B steps are empty, its W runs the
   // whole backward.
   const bool split = std::any_of(st->flight.begin(), st->flight.end(), [](const InFlight& x) { return x.kind == 2; });
   const bool w_only = split && st->embedding;
-  const double V = static_cast<double>(st->ranges.size());
-  // Per range of the stage (the embedding on the first, the head on the last), its parts' times and
-  // state, and one micro-batch's backward of it, part by part from the last: while part p's runs,
-  // the parts before it still hold their saved activations, the parts after it what their W will
-  // read (a zero-bubble schedule's B; nothing otherwise), and p its working set (the head's beside
-  // its own activations, which its backward reads). `first`: the step's first backward, which
-  // makes the weight gradients as it goes (those of the parts after p).
-  double own = 0, first = 0;
-  for (size_t r = 0; r < st->ranges.size(); ++r) {
+  const size_t V = st->ranges.size();
+  // Per range of the stage (a virtual stage; the embedding on the first, the head on the last), its
+  // parts' times and state, one micro-batch's saved activations (`sv`) and what its W reads (`wh`),
+  // and one micro-batch's backward of it, part by part from the last: while part p's runs, the
+  // parts before it still hold their saved activations, the parts after it what their W will read
+  // (a zero-bubble schedule's B; nothing otherwise), and p its working set (the head's beside its
+  // own activations, which its backward reads). `first`: the range's first backward, which makes
+  // its weight gradients as it goes (those of the parts after p).
+  std::vector<double> sv(V, 0), wh(V, 0), own(V, 0), first(V, 0), made_by(V, 0);
+  for (size_t r = 0; r < V; ++r) {
     const StageCut& cut = st->ranges[r];
-    const bool with_embedding = r == 0 && st->embedding, with_head = r + 1 == st->ranges.size() && st->head;
+    const bool with_embedding = r == 0 && st->embedding, with_head = r + 1 == V && st->head;
     auto held = [&](size_t i) {
       const int b = f.block[i];
       return (b == -1 && with_embedding) || (b == -2 && with_head) || (b >= cut.first && b <= cut.last);
     };
-    double upto = 0;  // saved activations of the parts up to p
     for (size_t i = 0; i < f.block.size(); ++i) {
       if (!held(i)) continue;
       st->forward_s += f.fwd[i];
@@ -239,50 +239,55 @@ double add_stage_parts(const PartFigures& f, int M, PipelineStagePlan* st) {
       statics += f.static_bytes[i] - f.grad_bytes[i];
       grads += f.grad_bytes[i];
       updated += f.updated_bytes[i];
-      saved += f.saved_all[i];
-      weight_held += f.weight_held[i];
-      upto += f.saved_all[i] / M;
+      sv[r] += f.saved_all[i] / M;
+      wh[r] += f.weight_held[i];
+      made_by[r] += f.grad_bytes[i];
     }
+    double upto = sv[r];         // saved activations of the parts up to p
     double after = 0, made = 0;  // what the parts after p hold for their W; their weight gradients
     for (size_t i = f.block.size(); i-- > 0;) {
       if (!held(i)) continue;
-      own = std::max(own, upto + after + f.transient[i]);
-      first = std::max(first, upto + after + made + f.transient[i]);
+      own[r] = std::max(own[r], upto + after + f.transient[i]);
+      first[r] = std::max(first[r], upto + after + made + f.transient[i]);
       upto -= f.saved_all[i] / M;
       if (split && !w_only) after += f.weight_held[i];
       made += f.grad_bytes[i];
     }
+    if (w_only) wh[r] = sv[r];  // the first stage's W runs the whole backward: it reads them all
   }
   if (st->head && !st->embedding) statics += f.tied_copy_bytes, updated += f.tied_copy_updated;
-  // Step by step over the stage's schedule (pipeline.h in_flight_profile): a micro-batch from its
-  // forward to its backward (B) holds its saved activations (on the last stage the head's too);
-  // from its B to its W (a zero-bubble schedule's deferred weight gradients) only what its W
-  // reads (on the first stage, whose W runs the whole backward, still its saved activations); a
-  // backward step holds its own micro-batch's figure above in place of that micro-batch's saved
-  // activations. The weight gradients exist from the first step that makes them (B, or W where
-  // the backward is split) to the optimizer step. With virtual stages a step is one of the
-  // stage's V ranges. (bench/plan/memory_table.py --pipelines; GPT-3 on 8 x 128 A100s: every
-  // stage's replayed memory beside this in docs/PLANNER.md.)
-  const double s_mb = saved / (static_cast<double>(M) * V), w_mb = w_only ? s_mb : weight_held / V;
-  double kept = 0;
-  bool have_grads = false;
-  InFlight before;
+  // Step by step over the stage's schedule (pipeline.h in_flight_profile), range by range: a
+  // micro-batch from its forward to its backward (B) holds the range's saved activations (on the
+  // last stage the head's too); from its B to its W (a zero-bubble schedule's deferred weight
+  // gradients) only what its W reads (on the first stage, whose W runs the whole backward, still
+  // its saved activations); a backward step of range r holds its own micro-batch's figure above in
+  // place of that micro-batch's saved activations. A range's weight gradients exist from the first
+  // step that makes them (B, or W where the backward is split) to the optimizer step.
+  // (bench/plan/memory_table.py --pipelines; GPT-3 on 8 x 128 A100s: every stage's replayed memory
+  // beside this in docs/PLANNER.md.) `held`: what the micro-batches in flight hold, kept up to
+  // date step by step (a step changes only its own range's counts).
+  std::vector<int> fb(V, 0), bw(V, 0);
+  double held = 0;
+  std::vector<char> have(V, 0);
+  double have_grads = 0, kept = 0;  // the weight gradients made so far
   for (const InFlight& x : st->flight) {
+    const size_t c = std::min(static_cast<size_t>(x.chunk), V - 1);
+    const double held_before = held;
+    held += (x.chunk_forward_backward - fb[c]) * sv[c] + (x.chunk_backward_weight - bw[c]) * wh[c];
+    fb[c] = x.chunk_forward_backward, bw[c] = x.chunk_backward_weight;
     const bool makes_grads = split ? x.kind == 2 : x.kind == 1;
     const bool backward = w_only ? x.kind == 2 : x.kind == 1;
     double m = 0;
     if (backward) {
-      // one micro-batch's backward (on the first stage under zb-h1: its W) beside the others'
-      const double others = w_only ? std::max(0, before.forward_backward + before.backward_weight - 1) * s_mb
-                                   : std::max(0, before.forward_backward - 1) * s_mb + before.backward_weight * w_mb;
-      m = others + (makes_grads && !have_grads ? first : own + (have_grads ? grads : 0));
+      // one micro-batch's backward of range c (on the first stage under zb-h1: its W) beside the
+      // others' (the micro-batch itself held its range's saved activations until now)
+      m = std::max(0.0, held_before - sv[c]) + (makes_grads && !have[c] ? first[c] : own[c]) + have_grads;
     } else {
       // what stays in flight, and the gradients once made (a W: the ones it made)
-      m = x.forward_backward * s_mb + x.backward_weight * w_mb + (have_grads || makes_grads ? grads : 0);
+      m = held + have_grads + (makes_grads && !have[c] ? made_by[c] : 0);
     }
     kept = std::max(kept, m);
-    have_grads = have_grads || makes_grads;
-    before = x;
+    if (makes_grads && !have[c]) have[c] = 1, have_grads += made_by[c];
   }
   st->memory_bytes = statics + kept;
   return updated;

@@ -278,7 +278,11 @@ Expected<std::vector<ScheduledOp>> schedule_program(const Graph& g, const Schedu
       const Node& n = g.node(id);
       if (n.phase != Node::Phase::kBackward) continue;
       Step& st = steps[bst[static_cast<size_t>(id)]];
-      st.starts = st.starts || is_collective(n);
+      // (a stage's transfers do not count: a last stage with virtual stages received the gradient
+      // of its first range at the top of the step, and the last block's recomputation moved
+      // there ran ahead of the loss's backward with nothing to hide, holding its activations
+      // across the head's)
+      st.starts = st.starts || (is_collective(n) && n.op_type != "Reshard");
       for (ValueId v : n.inputs) {
         NodeId p = v == kNoId ? kNoId : g.value(v).producer;
         st.recomputed = st.recomputed || (p != kNoId && g.node(p).phase == Node::Phase::kRecompute);

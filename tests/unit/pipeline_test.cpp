@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <numeric>
 #include <random>
 #include <tuple>
 
@@ -220,6 +221,19 @@ TEST(Pipeline, VirtualStagesInterleaveChunksAndShrinkTheBubble) {
           const int w = warmup_forwards(p, s, S, M, V);
           EXPECT_EQ(w, std::min(M * V, 2 * (S - s - 1) + (V - 1) * S));
           EXPECT_EQ(peak_in_flight(steps), std::min(M * V, w + 1)) << S << " " << V << " " << M << " " << s;
+          // the profile per virtual stage: a step's chunk counts its own, they add up to the
+          // stage's, none below zero, none left at the end
+          std::vector<int> last(static_cast<size_t>(V), 0);
+          const std::vector<InFlight> prof = in_flight_profile(steps);
+          for (size_t i = 0; i < prof.size(); ++i) {
+            const InFlight& x = prof[i];
+            EXPECT_EQ(x.chunk, steps[i].chunk);
+            EXPECT_GE(x.chunk_forward_backward, 0);
+            EXPECT_EQ(x.chunk_forward_backward, last[static_cast<size_t>(x.chunk)] + (steps[i].forward ? 1 : -1));
+            last[static_cast<size_t>(x.chunk)] = x.chunk_forward_backward;
+            EXPECT_EQ(std::accumulate(last.begin(), last.end(), 0), x.forward_backward);
+          }
+          EXPECT_EQ(std::count(last.begin(), last.end(), 0), V);
         }
         Status st = check_pipeline_order(p, S, M, {}, V);
         EXPECT_TRUE(st.is_ok()) << st.message();
@@ -229,6 +243,11 @@ TEST(Pipeline, VirtualStagesInterleaveChunksAndShrinkTheBubble) {
   std::string seq;
   for (const PipeStep& x : stage_steps(p, 1, 2, 4, 2)) seq += fmt::format("{}{}.{} ", x.forward ? 'F' : 'B', x.chunk, x.micro);
   EXPECT_EQ(seq, "F0.0 F0.1 F1.0 B1.0 F1.1 B1.1 F0.2 B0.0 F0.3 B0.1 F1.2 B1.2 F1.3 B1.3 B0.2 B0.3 ");
+  // stage 1 of 2 (V 2, M 4)
+  const std::vector<InFlight> prof = in_flight_profile(stage_steps(p, 1, 2, 4, 2));
+  EXPECT_EQ(prof[2].chunk_forward_backward, 1);  // F1.0: micro-batch 0 of the second range
+  EXPECT_EQ(prof[2].forward_backward, 3);        // and 0, 1 of the first
+  EXPECT_EQ(prof[7].chunk_forward_backward, 2);  // B0.0: 1 and 2 of the first range left
   // random times: the transfers' global order fits every rank's program
   std::mt19937 rng(5);
   std::uniform_real_distribution<double> u(0.1, 3.0);
