@@ -49,6 +49,9 @@ struct PartFigures {
   // weight_acts_chunk): held from its B to its W under a zero-bubble schedule
   std::vector<double> weight_held;
   std::vector<double> grad_bytes;  // the part's weight gradients (in static_bytes)
+  // per micro-batch, the [B, T, C] value entering the part (a block's first part's: what crosses a
+  // stage boundary, forward as the activation, backward as its gradient)
+  std::vector<double> entry;
   std::vector<int> block;  // -1 embedding, -2 head
   // A head tied to the embedding on a stage without it holds its own copy of the table (with its
   // gradient and moments): the embedding part's static bytes under the head's layout.
@@ -79,6 +82,7 @@ PartFigures part_figures(CostModel& cm, const PlanChoice& p, int micro_batches) 
     const int64_t per_micro = std::max<int64_t>(1, p.chunks / micro_batches);
     f.transient.push_back(cm.part_working(i, cur, s, p.chunks, per_micro));
     f.block.push_back(block_of_part(a.parts[static_cast<size_t>(i)]));
+    f.entry.push_back(static_cast<double>(per_micro) * pc.saved_entry_chunk);
     f.weight_held.push_back(static_cast<double>(per_micro) * (pc.weight_grads_chunk + pc.weight_acts_chunk));
   }
   if (a.tied_head) {
@@ -224,7 +228,7 @@ double add_stage_parts(const PartFigures& f, int M, PipelineStagePlan* st) {
   // (a zero-bubble schedule's B; nothing otherwise), and p its working set (the head's beside its
   // own activations, which its backward reads). `first`: the range's first backward, which makes
   // its weight gradients as it goes (those of the parts after p).
-  std::vector<double> sv(V, 0), wh(V, 0), own(V, 0), first(V, 0), made_by(V, 0);
+  std::vector<double> sv(V, 0), wh(V, 0), own(V, 0), first(V, 0), made_by(V, 0), boundary(V, 0);
   for (size_t r = 0; r < V; ++r) {
     const StageCut& cut = st->ranges[r];
     const bool with_embedding = r == 0 && st->embedding, with_head = r + 1 == V && st->head;
@@ -242,6 +246,7 @@ double add_stage_parts(const PartFigures& f, int M, PipelineStagePlan* st) {
       sv[r] += f.saved_all[i] / M;
       wh[r] += f.weight_held[i];
       made_by[r] += f.grad_bytes[i];
+      if (boundary[r] == 0 && f.block[i] >= 0) boundary[r] = f.entry[i];
     }
     double upto = sv[r];         // saved activations of the parts up to p
     double after = 0, made = 0;  // what the parts after p hold for their W; their weight gradients
@@ -266,12 +271,33 @@ double add_stage_parts(const PartFigures& f, int M, PipelineStagePlan* st) {
   // (bench/plan/memory_table.py --pipelines; GPT-3 on 8 x 128 A100s: every stage's replayed memory
   // beside this in docs/PLANNER.md.) `held`: what the micro-batches in flight hold, kept up to
   // date step by step (a step changes only its own range's counts).
+  //
+  // Beside them the transfers' buffers: what the next forward and the next backward receive, which
+  // the other stage has mostly sent by then (the value crossing the boundary: the range's entry,
+  // forward as the activation and backward as its gradient; the first range of the first stage
+  // receives no activation, the last range of the last stage no gradient). A send's buffer is the
+  // value sent, mostly freed before a step's busiest node (bench/plan/memory_table.py --pipelines:
+  // counting the previous step's sends too put stage 0 of llama_4l pp 2 tp 2 V 2 at 1.17x).
+  const std::vector<InFlight>& steps = st->flight;
+  const size_t n = steps.size();
+  auto range_of = [&](const InFlight& x) { return std::min(static_cast<size_t>(x.chunk), V - 1); };
+  auto takes_activation = [&](size_t r) { return !(st->embedding && r == 0); };
+  auto takes_gradient = [&](size_t r) { return !(st->head && r + 1 == V); };
+  std::vector<double> ahead(n, 0);  // received for the next forward and backward after step i
+  double next_f = 0, next_b = 0;
+  for (size_t i = n; i-- > 0;) {
+    ahead[i] = next_f + next_b;
+    const size_t r = range_of(steps[i]);
+    if (steps[i].kind == 0) next_f = takes_activation(r) ? boundary[r] : 0.0;
+    if (steps[i].kind == 1) next_b = takes_gradient(r) ? boundary[r] : 0.0;
+  }
   std::vector<int> fb(V, 0), bw(V, 0);
   double held = 0;
   std::vector<char> have(V, 0);
   double have_grads = 0, kept = 0;  // the weight gradients made so far
-  for (const InFlight& x : st->flight) {
-    const size_t c = std::min(static_cast<size_t>(x.chunk), V - 1);
+  for (size_t i = 0; i < n; ++i) {
+    const InFlight& x = steps[i];
+    const size_t c = range_of(x);
     const double held_before = held;
     held += (x.chunk_forward_backward - fb[c]) * sv[c] + (x.chunk_backward_weight - bw[c]) * wh[c];
     fb[c] = x.chunk_forward_backward, bw[c] = x.chunk_backward_weight;
@@ -281,10 +307,10 @@ double add_stage_parts(const PartFigures& f, int M, PipelineStagePlan* st) {
     if (backward) {
       // one micro-batch's backward of range c (on the first stage under zb-h1: its W) beside the
       // others' (the micro-batch itself held its range's saved activations until now)
-      m = std::max(0.0, held_before - sv[c]) + (makes_grads && !have[c] ? first[c] : own[c]) + have_grads;
+      m = std::max(0.0, held_before - sv[c]) + (makes_grads && !have[c] ? first[c] : own[c]) + have_grads + ahead[i];
     } else {
       // what stays in flight, and the gradients once made (a W: the ones it made)
-      m = held + have_grads + (makes_grads && !have[c] ? made_by[c] : 0);
+      m = held + have_grads + (makes_grads && !have[c] ? made_by[c] : 0) + ahead[i];
     }
     kept = std::max(kept, m);
     if (makes_grads && !have[c]) have[c] = 1, have_grads += made_by[c];
