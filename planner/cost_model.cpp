@@ -300,17 +300,15 @@ double CostModel::part_working(int i, const Layout& l, const ScheduleOptions& s,
   // before its backward for any (recomputing whole blocks, overlap_checkpoint, always; restarting
   // from the kept collectives' results, oases, where no collective divides the part's steps, and
   // for the last block, whose recomputation is moved ahead to hide the head's all-reduce), so every
-  // chunk's recomputed activations are alive at once; in line, one chunk's. The gradients of a
-  // step: one chunk's in line, two chunks' interleaved (one's made while the other's are read).
+  // chunk's recomputed activations are alive at once; in line, one chunk's. The gradients at the
+  // busiest node: the first chunk's, beside every other chunk's gradient from the next part, which
+  // waits for its turn (the entry's shape: the residual stream's). Until 2026-11-27 two chunks'
+  // gradients were counted: interleaved K = 2 rows 1.09-1.15x over, K = 8 with sp 0.87x under.
   // (What the built programs' arenas show: bench/plan/memory_table.py.)
   const double K = static_cast<double>(together > 0 ? std::min(together, chunks) : chunks);
-  double active = 1.0, active_grads = 1.0;
-  if (s.interleave) {
-    active = K;
-    active_grads = std::min(K, 2.0);
-  }
+  const double active = s.interleave ? K : 1.0;
   const double before = s.checkpoint == CheckpointMode::kBlock ? pc.before_saved_chunk : 0.0;
-  return active * (pc.peak_saved_chunk + before) + active_grads * pc.peak_grads_chunk;
+  return active * (pc.peak_saved_chunk + before) + pc.peak_grads_chunk + (active - 1.0) * pc.saved_entry_chunk;
 }
 
 double CostModel::part_objective(int i, const Layout& prev, const Layout& cur, const ScheduleOptions& s, int64_t chunks) {
