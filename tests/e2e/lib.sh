@@ -106,6 +106,23 @@ JSON
   V=$WORK/stacks/gpt_h128_l4_v16384_s64/model.onnx
 }
 
+# stage_memory_within OUT LABEL [AFTER]: oases-plan --simulate's output OUT (from the line holding
+# AFTER on, when given) has two stage rows, each stage's predicted memory within 15% of its replayed
+# program's (parameters, moments and the stage program's arena)
+stage_memory_within() {
+  /usr/bin/python3 - "$1" "$2" "${3:-}" <<'PY'
+import re, sys
+t = open(sys.argv[1]).read()
+t = t[t.find(sys.argv[3]):] if sys.argv[3] else t
+rows = re.findall(r"stage (\d) \(rank \d+\):.*memory ([\d.]+) MiB \(predicted ([\d.]+) MiB\)", t)
+assert len(rows) == 2, t
+for s, replayed, predicted in rows:
+    r = float(predicted) / float(replayed)
+    assert 0.85 <= r <= 1.15, f"{sys.argv[2]} stage {s}: predicted {predicted} MiB, replayed {replayed} MiB ({r:.2f}x)"
+print(f"ok {sys.argv[2]}: stage memory predicted/replayed " + ", ".join(f"{p}/{r} MiB" for _, r, p in rows))
+PY
+}
+
 # same_checkpoint A B: both checkpoints (a pipeline's manifest: its stage files merged) hold the same
 # tensors bit for bit, saved at step 10, optimizer state among them
 same_checkpoint() {

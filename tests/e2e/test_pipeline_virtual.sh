@@ -81,16 +81,7 @@ L=$OASES_SOURCE_DIR/models/train/llama_4l/model.onnx
 for ref in 2,1,2,1f1b,default_checkpoint,v2 2,1,4,1f1b,oases,v2 2,2,4,1f1b,oases,v2; do
   "$OASES_BIN/oases-plan" "$L" --gpus 4 --batch 64 --seq 128 --no-pipeline --no-collective-matmul --simulate --simulate-candidates 1 \
     --reference-pipeline $ref >"$WORK/mem_$ref.txt" 2>&1 || fail "oases-plan --reference-pipeline $ref: $(tail -3 "$WORK/mem_$ref.txt")"
-  /usr/bin/python3 - "$WORK/mem_$ref.txt" "$ref" <<'EOF2' || fail "stage memory of $ref"
-import re, sys
-t = open(sys.argv[1]).read()
-rows = re.findall(r"stage (\d) \(rank \d+\):.*memory ([\d.]+) MiB \(predicted ([\d.]+) MiB\)", t[t.find("reference"):])
-assert len(rows) == 2, t
-for s, replayed, predicted in rows:
-    r = float(predicted) / float(replayed)
-    assert 0.85 <= r <= 1.15, f"{sys.argv[2]} stage {s}: predicted {predicted} MiB, replayed {replayed} MiB ({r:.2f}x)"
-print(f"ok {sys.argv[2]}: stage memory predicted/replayed " + ", ".join(f"{p}/{r} MiB" for _, r, p in rows))
-EOF2
+  stage_memory_within "$WORK/mem_$ref.txt" "$ref" reference || fail "stage memory of $ref"
 done
 
 expect_error "--virtual-stages, micro-batches not a multiple" "not a multiple of the 2 stages" \
