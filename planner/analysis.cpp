@@ -326,6 +326,24 @@ Expected<std::vector<PartRecords>> records_under(const Graph& forward, const Gra
         if (v != kNoId) last[static_cast<size_t>(v)] = std::max(last[static_cast<size_t>(v)], at[static_cast<size_t>(id)]);
       }
     }
+    // A view (an op whose output aliases an input: a reshaped gradient, a product's operand)
+    // holds its source's storage: counted once, as its source, alive until the last reader of
+    // either (the programs' memory plan shares it; counting both put a block's MLP backward a
+    // whole gradient high)
+    std::vector<char> view(train.num_values(), 0);
+    for (NodeId id : order) {
+      const Node& n = train.node(id);
+      const OpSchema* ms = reg.find(n.domain, n.op_type);
+      if (!ms || ms->view_of_input < 0 || !n.has_input(ms->view_of_input) || n.outputs.empty() || n.outputs[0] == kNoId) continue;
+      ValueId src = n.inputs[static_cast<size_t>(ms->view_of_input)];
+      while (view[static_cast<size_t>(src)]) {
+        const Node& m = train.node(train.value(src).producer);
+        src = m.inputs[static_cast<size_t>(reg.find(m.domain, m.op_type)->view_of_input)];
+      }
+      const ValueId o = n.outputs[0];
+      view[static_cast<size_t>(o)] = 1;
+      last[static_cast<size_t>(src)] = std::max(last[static_cast<size_t>(src)], last[static_cast<size_t>(o)]);
+    }
     // bytes under no split (what the sweep compares); records made only for the values kept
     auto whole_bytes = [&](ValueId v) { return static_cast<double>(train.value(v).nbytes()); };
     struct Live {
@@ -339,7 +357,7 @@ Expected<std::vector<PartRecords>> records_under(const Graph& forward, const Gra
       const Node& n = train.node(id);
       const int p = part[static_cast<size_t>(id)];
       for (ValueId o : n.outputs) {
-        if (o == kNoId || last[static_cast<size_t>(o)] < 0 || !act[static_cast<size_t>(o)]) continue;
+        if (o == kNoId || view[static_cast<size_t>(o)] || last[static_cast<size_t>(o)] < 0 || !act[static_cast<size_t>(o)]) continue;
         if (!fwd(n)) {
           if (batch_split(o)) lives.push_back(Live{o, &spec_of(o), at[static_cast<size_t>(id)], last[static_cast<size_t>(o)], -1});
           continue;

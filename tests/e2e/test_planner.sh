@@ -191,6 +191,21 @@ least=$("$P" "$M" --gpus 4 --memory 0.0001 --out "$WORK/x.json" 2>&1 | sed -E 's
 "$OASES_BIN/oases-profile" --backend cpu --out "$WORK/bare.json" --reps 1 --sizes 4096 >/dev/null || fail "oases-profile without a model"
 expect_error "profile not covering the ops" "bare.json: the profile does not cover [0-9]+ of the [0-9]+ op shapes the planner prices \(.*MatMul [0-9]+.*; it measured no model .*measure them: oases-profile --backend cpu --model " \
   "$P" "$M" --gpus 4 --profile "$WORK/bare.json" --out "$WORK/x.json"
+# the cost model's memory per rank against the built program's (parameters, moments, the activation
+# arena) within 15% where a view of a gradient had been counted beside its source (1.17x until
+# 2026-11-27): the bundled gpt2_4l, whole-block recomputation, tp 2 x dp 2
+G=$OASES_SOURCE_DIR/models/train/gpt2_4l/model.onnx
+"$P" "$G" --gpus 4 --batch 16 --seq 64 --schedules default_checkpoint --chunks 1 --degrees 2 --uniform --no-pipeline --no-collective-matmul \
+  --no-sequence-parallel --simulate --simulate-candidates 1 >"$WORK/mem_one.txt" 2>&1 || fail "oases-plan --simulate (memory)"
+/usr/bin/python3 - "$WORK/mem_one.txt" <<'EOF' || fail "one-mesh memory model vs program"
+import re, sys
+units = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
+got = [float(v) * units[u] for v, u in re.findall(r"^  plan\s+step .*memory ([0-9.]+) ([KMG]?i?B)", open(sys.argv[1]).read(), re.M)]
+assert len(got) >= 2, open(sys.argv[1]).read()
+r = got[0] / got[1]
+assert 0.85 <= r <= 1.15, f"model {got[0] / 2**20:.2f} MiB, program {got[1] / 2**20:.2f} MiB ({r:.2f}x)"
+print(f"ok memory: model {got[0] / 2**20:.2f} MiB, program {got[1] / 2**20:.2f} MiB ({r:.2f}x)")
+EOF
 printf '{"format": "oases-profile"' >"$WORK/broken.json"
 expect_error "profile not JSON" "broken.json: not valid JSON" "$P" "$M" --gpus 4 --profile "$WORK/broken.json" --out "$WORK/x.json"
 expect_error "gpus zero" "--gpus must be at least 1" "$P" "$M" --gpus 0 --out "$WORK/x.json"
