@@ -313,6 +313,16 @@ Expected<std::vector<PartRecords>> records_under(const Graph& forward, const Gra
       norm_inputs.insert(n.inputs[0]);
     }
   }
+  // Each value's storage: a view (an op whose output aliases an input: a reshaped gradient, a
+  // product's operand) holds its source's, followed to the value that owns it
+  std::vector<ValueId> storage(train.num_values());
+  for (ValueId v = 0; v < static_cast<ValueId>(storage.size()); ++v) storage[static_cast<size_t>(v)] = v;
+  for (NodeId id : order) {
+    const Node& n = train.node(id);
+    const OpSchema* ms = reg.find(n.domain, n.op_type);
+    if (!ms || ms->view_of_input < 0 || !n.has_input(ms->view_of_input) || n.outputs.empty() || n.outputs[0] == kNoId) continue;
+    storage[static_cast<size_t>(n.outputs[0])] = storage[static_cast<size_t>(n.inputs[static_cast<size_t>(ms->view_of_input)])];
+  }
   // The backward's working set per part: a sweep over the training graph's order, the bytes under
   // the reference split of (a) the part's saved activations from the start of its backward to
   // their last reader and (b) every batch gradient from its maker to its last reader; each part
@@ -326,23 +336,11 @@ Expected<std::vector<PartRecords>> records_under(const Graph& forward, const Gra
         if (v != kNoId) last[static_cast<size_t>(v)] = std::max(last[static_cast<size_t>(v)], at[static_cast<size_t>(id)]);
       }
     }
-    // A view (an op whose output aliases an input: a reshaped gradient, a product's operand)
-    // holds its source's storage: counted once, as its source, alive until the last reader of
-    // either (the programs' memory plan shares it; counting both put a block's MLP backward a
-    // whole gradient high)
-    std::vector<char> view(train.num_values(), 0);
-    for (NodeId id : order) {
-      const Node& n = train.node(id);
-      const OpSchema* ms = reg.find(n.domain, n.op_type);
-      if (!ms || ms->view_of_input < 0 || !n.has_input(ms->view_of_input) || n.outputs.empty() || n.outputs[0] == kNoId) continue;
-      ValueId src = n.inputs[static_cast<size_t>(ms->view_of_input)];
-      while (view[static_cast<size_t>(src)]) {
-        const Node& m = train.node(train.value(src).producer);
-        src = m.inputs[static_cast<size_t>(reg.find(m.domain, m.op_type)->view_of_input)];
-      }
-      const ValueId o = n.outputs[0];
-      view[static_cast<size_t>(o)] = 1;
-      last[static_cast<size_t>(src)] = std::max(last[static_cast<size_t>(src)], last[static_cast<size_t>(o)]);
+    // a view counted once, as its storage, alive until the last reader of either (the programs'
+    // memory plan shares it; counting both put a block's MLP backward a whole gradient high)
+    for (ValueId v = 0; v < static_cast<ValueId>(storage.size()); ++v) {
+      const ValueId src = storage[static_cast<size_t>(v)];
+      if (src != v) last[static_cast<size_t>(src)] = std::max(last[static_cast<size_t>(src)], last[static_cast<size_t>(v)]);
     }
     // bytes under no split (what the sweep compares); records made only for the values kept
     auto whole_bytes = [&](ValueId v) { return static_cast<double>(train.value(v).nbytes()); };
@@ -357,7 +355,7 @@ Expected<std::vector<PartRecords>> records_under(const Graph& forward, const Gra
       const Node& n = train.node(id);
       const int p = part[static_cast<size_t>(id)];
       for (ValueId o : n.outputs) {
-        if (o == kNoId || view[static_cast<size_t>(o)] || last[static_cast<size_t>(o)] < 0 || !act[static_cast<size_t>(o)]) continue;
+        if (o == kNoId || storage[static_cast<size_t>(o)] != o || last[static_cast<size_t>(o)] < 0 || !act[static_cast<size_t>(o)]) continue;
         if (!fwd(n)) {
           if (batch_split(o)) lives.push_back(Live{o, &spec_of(o), at[static_cast<size_t>(id)], last[static_cast<size_t>(o)], -1});
           continue;
@@ -423,16 +421,8 @@ Expected<std::vector<PartRecords>> records_under(const Graph& forward, const Gra
       for (size_t k = 0; k < n.inputs.size(); ++k) {
         if (!batch_split(n.inputs[k])) continue;
         // a view (a product's operand reshaped) holds its source's storage: the source, once
-        ValueId v = n.inputs[k];
-        bool viewed = false;
-        for (NodeId mk = train.value(v).producer; mk != kNoId;) {
-          const Node& m = train.node(mk);
-          const OpSchema* ms = reg.find(m.domain, m.op_type);
-          if (!ms || ms->view_of_input < 0 || !m.has_input(ms->view_of_input)) break;
-          v = m.inputs[static_cast<size_t>(ms->view_of_input)];
-          viewed = true;
-          mk = train.value(v).producer;
-        }
+        const ValueId v = storage[static_cast<size_t>(n.inputs[k])];
+        const bool viewed = v != n.inputs[k];
         if (!batch_split(v) || !seen.insert(v).second) continue;
         auto it = viewed ? read_as.end() : read_as.find({id, static_cast<int>(k)});
         TensorRecord r = record_of(train, v, it != read_as.end() ? *it->second : spec_of(v), ref.dp, ref.tp);

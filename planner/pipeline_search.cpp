@@ -202,11 +202,10 @@ Layout stage_layout(const ModelAnalysis& a, const PlanChoice& p, const StageCut&
   return l;
 }
 
-// Whether parts of block `b` (-1 the embedding, -2 the head) are among `ranges`, the embedding and
-// the head where their flags say so.
-bool holds_part(int b, const std::vector<StageCut>& ranges, bool embedding, bool head) {
-  return (b == -1 && embedding) || (b == -2 && head) ||
-         std::any_of(ranges.begin(), ranges.end(), [&](const StageCut& c) { return b >= c.first && b <= c.last; });
+// Whether parts of block `b` (-1 the embedding, -2 the head) are in the range `cut`, the embedding
+// and the head where their flags say so.
+bool holds_part(int b, const StageCut& cut, bool embedding, bool head) {
+  return (b == -1 && embedding) || (b == -2 && head) || (b >= cut.first && b <= cut.last);
 }
 
 // Fills `st`'s forward and backward time and memory from the parts it holds (its blocks, the
@@ -214,7 +213,7 @@ bool holds_part(int b, const std::vector<StageCut>& ranges, bool embedding, bool
 // bytes of its parameters' static state (the optimizer step's size).
 // Returns the bytes of weights the stage's ranks update (the optimizer's work).
 double add_stage_parts(const PartFigures& f, int M, PipelineStagePlan* st) {
-  double statics = 0, grads = 0, updated = 0;
+  double statics = 0, updated = 0;
   // A zero-bubble schedule splits each backward into B (the input gradient's chain, sent on) and W
   // (the weight gradients); the first stage sends no gradient: its B steps are empty, its W runs the
   // whole backward.
@@ -232,16 +231,12 @@ double add_stage_parts(const PartFigures& f, int M, PipelineStagePlan* st) {
   for (size_t r = 0; r < V; ++r) {
     const StageCut& cut = st->ranges[r];
     const bool with_embedding = r == 0 && st->embedding, with_head = r + 1 == V && st->head;
-    auto held = [&](size_t i) {
-      const int b = f.block[i];
-      return (b == -1 && with_embedding) || (b == -2 && with_head) || (b >= cut.first && b <= cut.last);
-    };
+    auto held = [&](size_t i) { return holds_part(f.block[i], cut, with_embedding, with_head); };
     for (size_t i = 0; i < f.block.size(); ++i) {
       if (!held(i)) continue;
       st->forward_s += f.fwd[i];
       st->backward_s += f.bwd[i];
       statics += f.static_bytes[i] - f.grad_bytes[i];
-      grads += f.grad_bytes[i];
       updated += f.updated_bytes[i];
       sv[r] += f.saved_all[i] / M;
       wh[r] += f.weight_held[i];
@@ -324,7 +319,7 @@ double add_stage_parts(const PartFigures& f, int M, PipelineStagePlan* st) {
 std::pair<double, double> range_times(const PartFigures& f, const StageCut& cut, bool embedding, bool head) {
   double fw = 0, bw = 0;
   for (size_t i = 0; i < f.block.size(); ++i) {
-    if (holds_part(f.block[i], {cut}, embedding, head)) fw += f.fwd[i], bw += f.bwd[i];
+    if (holds_part(f.block[i], cut, embedding, head)) fw += f.fwd[i], bw += f.bwd[i];
   }
   return {fw, bw};
 }
