@@ -561,6 +561,7 @@ Expected<ModelAnalysis> ModelAnalyzer::analyze(int64_t ranks) {
   a.hidden = ms_.hidden;
   a.vocab = ms_.vocab;
   a.tied_head = ms_.tied_head;
+  if (ms_.tied_head && ms_.has_head) a.tied_table_elements = static_cast<double>(forward_.value(ms_.head.weight).numel());
   a.batch = batch_;
   a.seq = seq_;
   for (int64_t t = 1; t <= ranks; ++t) {

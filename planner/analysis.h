@@ -83,6 +83,7 @@ struct ModelAnalysis {
   int64_t batch = 0, seq = 0, hidden = 0, vocab = 0;
   int64_t reference_tp = 0;  // 0: no tp degree > 1 divides the model
   bool tied_head = false;
+  double tied_table_elements = 0;      // the tied table's [V, H] (a stage without the embedding holds a copy)
   bool mixed_ok = true;                // parts may take different layouts (else one for all)
   std::string mixed_why;               // why not
   std::vector<int64_t> tp_candidates;  // degrees dividing heads, kv heads, MLP width and vocabulary

@@ -88,8 +88,13 @@ PartFigures part_figures(CostModel& cm, const PlanChoice& p, int micro_batches) 
   if (a.tied_head) {
     const auto emb = std::find(f.block.begin(), f.block.end(), -1), head = std::find(f.block.begin(), f.block.end(), -2);
     if (emb != f.block.end() && head != f.block.end()) {
+      // the table alone (not the embedding's other weights: its positions), rows over the head's
+      // tp as the vocabulary-parallel head keeps them
       const Layout& head_layout = p.layouts[static_cast<size_t>(head - f.block.begin())];
-      const PartCost& table = cm.part(static_cast<int>(emb - f.block.begin()), head_layout, p.chunks);
+      PartCost table = cm.part(static_cast<int>(emb - f.block.begin()), head_layout, p.chunks);
+      const int64_t t = std::max<int64_t>(1, head_layout.tp);
+      const bool rows_split = t > 1 && a.vocab > 0 && a.vocab % t == 0;
+      table.param_bytes = 4.0 * a.tied_table_elements / static_cast<double>(rows_split ? t : 1);
       f.tied_copy_bytes = cm.state_bytes(table);
       f.tied_copy_updated = cm.updated_bytes(table);
     }
