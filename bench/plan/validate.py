@@ -79,10 +79,11 @@ def export_model(work, name, family):
 
 def out_of_sample(a, gpt, llama):
     """Issue 33 item 6. Per round, one calibration profile: the GPT stack at tp 2 (oases-profile fits
-    the executor's terms to its plain runs at 1 and K chunks and its oases run at K). In sample: the
-    GPT stack at tp 2 under plain and oases, predicted from that profile. Out of sample, each
-    predicted from a profile of its own model and ranks that measured the ops only
-    (`oases-profile --calibration CAL`: the fitted terms are the calibration's): the GPT stack's
+    the executor's terms to its plain runs at 1 and K chunks and its oases run at K). Every row is
+    predicted from a profile of its own model and ranks taken just before its run (once a round
+    with --profile-per-round) that measured the ops only (`oases-profile --calibration CAL`: the
+    fitted terms are the calibration's). In sample: the GPT stack at tp 2 under plain and oases, the
+    runs the terms were fitted to. Out of sample: the GPT stack's
     other three schedules at tp 2, all five at tp 4, the LLaMA-style stack's five at tp 2, and a
     pipeline of 2 stages on 4 ranks (`oases-plan --pp 2`, the plan it chose, its stage programs
     replayed). Rows report in-sample and out-of-sample apart."""
@@ -115,20 +116,29 @@ def out_of_sample(a, gpt, llama):
     for rnd in range(a.rounds):
         cal = os.path.join(a.work, f"oos_cal_r{rnd}.json")
         run([os.path.join(a.bin, "oases-profile"), "--model", gpt, "--ranks", "2", "--degrees", "2", "--out", cal] + prof_args)
-        others = {}
-        for name, model, ranks in [("gpt4", gpt, 4), ("llama2", llama, 2)]:
-            others[name] = os.path.join(a.work, f"oos_prof_{name}_r{rnd}.json")
-            run([os.path.join(a.bin, "oases-profile"), "--model", model, "--ranks", str(ranks), "--degrees", str(ranks), "--calibration", cal,
-                 "--out", others[name]] + prof_args)
+        ops_profiles = {}
+
+        def ops_profile(name, model, ranks):
+            # the ops of `model` on `ranks` ranks, the executor's terms the round's calibration's: taken
+            # just before each measurement (the machine's speed moves within minutes: a run measured
+            # 280 ms where the round's other took 200), or with --profile-per-round once a round
+            if a.profile_each or name not in ops_profiles:
+                ops_profiles[name] = os.path.join(a.work, f"oos_prof_{name}_r{rnd}.json")
+                run([os.path.join(a.bin, "oases-profile"), "--model", model, "--ranks", str(ranks), "--degrees", str(ranks), "--calibration",
+                     cal, "--out", ops_profiles[name]] + prof_args)
+            return ops_profiles[name]
+
         for s in SCHEDULES:
             k = 1 if s == "plain" else a.chunks
             fixed = ["--degrees", None, "--uniform", "--no-sequence-parallel", "--schedules", s, "--chunks", str(k), "--no-pipeline"]
-            for model_name, model, prof, tp in [("gpt", gpt, cal, 2), ("gpt", gpt, others["gpt4"], 4), ("llama", llama, others["llama2"], 2)]:
+            for model_name, model, tp in [("gpt", gpt, 2), ("gpt", gpt, 4), ("llama", llama, 2)]:
                 fixed[1] = str(tp)
+                # in sample: the configurations the calibration fitted its terms to (their ops measured again)
                 sample = "in-sample" if (model_name, tp) == ("gpt", 2) and s in ("plain", "oases") else "out-of-sample"
+                prof = ops_profile(f"{model_name}{tp}", model, tp)
                 measure((sample, model_name, f"tp {tp} {s} K={k}"), plan_for(model, prof, tp, fixed, f"{model_name}{tp}_{s}"), tp)
         # a pipeline of two stages on 4 ranks, as the planner lays it out
-        plan = plan_for(gpt, others["gpt4"], 4, ["--pp", "2"], "pp2")
+        plan = plan_for(gpt, ops_profile("gpt4", gpt, 4), 4, ["--pp", "2"], "pp2")
         p = json.load(open(plan))
         if "pipeline" not in p:
             sys.exit(f"validate: oases-plan --pp 2 chose no pipeline ({plan})")
@@ -136,8 +146,9 @@ def out_of_sample(a, gpt, llama):
         measure(("out-of-sample", "gpt", f"pp 2 {pj.get('schedule', '?')} M={pj.get('micro_batches', '?')}"
                  + (f" V={pj['virtual_stages']}" if pj.get("virtual_stages", 1) > 1 else "")), plan, 4)
     lines = [f"Out of sample (issue 33 item 6): the executor's terms fitted once a round to the GPT stack (hidden 256, 4 blocks) "
-             f"at tp 2 (plain 1 and {a.chunks} chunks, oases {a.chunks} chunks); every other row's ops measured by a profile of its "
-             f"own model and ranks that fitted nothing (`oases-profile --calibration`). Link `{a.link}`, batch 8 x 128, "
+             f"at tp 2 (plain 1 and {a.chunks} chunks, oases {a.chunks} chunks); every row's ops measured by a profile of its "
+             f"own model and ranks that fitted nothing (`oases-profile --calibration`), "
+             f"{'taken just before its run' if a.profile_each else 'one a round'}. Link `{a.link}`, batch 8 x 128, "
              f"{a.rounds} round(s), {a.steps} steps a run (the first left out); error: the median over the rounds; "
              f"{os.cpu_count()} cores; {(time.monotonic() - t_start) / 60:.1f} min.", "",
              "| sample | model | configuration | predicted ms (rounds) | measured ms (rounds) | error |", "| --- | --- | --- | --- | --- | --- |"]
