@@ -13,7 +13,6 @@
 #include <cstdlib>
 #include <filesystem>
 #include <limits>
-#include <thread>
 
 #include "executor/communicator.h"
 #include "executor/device.h"
@@ -528,34 +527,6 @@ TEST(CudaTraining, TwentyStepsFollowTheCpu) {
     ASSERT_TRUE(y) << y.status().message();
     EXPECT_NEAR(y->loss, x->loss, 1e-3 * std::abs(x->loss)) << "step " << s + 1;
   }
-}
-
-// Two GPUs, two ranks as threads: the NCCL groups reduce like the local communicator does.
-TEST(Nccl, AllReduceOverTwoGpus) {
-  REQUIRE_GPU();
-  int devices = 0;
-  std::string rep = cuda_report_json();
-  auto pos = rep.find("\"count\":");
-  if (pos != std::string::npos) devices = std::atoi(rep.c_str() + pos + 8);
-  if (devices < 2) GTEST_SKIP() << "needs two GPUs, found " << devices;
-  auto world = make_local_world(2, 60);
-  std::vector<std::string> errors(2);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < 2; ++r) {
-    threads.emplace_back([&, r] {
-      auto comm = local_communicator(world, r);
-      Status st = cuda_select_device(r);
-      if (!st.is_ok()) {
-        errors[static_cast<size_t>(r)] = st.message();
-        return;
-      }
-      auto groups = make_nccl_groups(comm.get(), Mesh{{"tp"}, {2}}, r, 60);
-      if (!groups) errors[static_cast<size_t>(r)] = groups.status().message();
-    });
-  }
-  for (auto& t : threads) t.join();
-  EXPECT_EQ(errors[0], "");
-  EXPECT_EQ(errors[1], "");
 }
 
 }  // namespace
