@@ -25,6 +25,8 @@ struct Program;
 struct ExecOptions;
 struct RunState;
 
+struct DeviceSpan;  // executor/executor.h
+
 class DeviceRunner {
  public:
   virtual ~DeviceRunner() = default;
@@ -49,6 +51,8 @@ class DeviceRunner {
   virtual void synchronize(const char* what) = 0;
   // Per-instruction device times of the last timed enqueue, after synchronize().
   virtual void read_timing(std::vector<double>* node_ms) = 0;
+  // The same as intervals on their streams (--trace, --overlap-report), after synchronize().
+  virtual void read_spans(std::vector<DeviceSpan>* spans) = 0;
   // The host changed constants (parameters restored from a checkpoint): the next run uploads them.
   virtual void constants_changed() = 0;
   // Device address of a constant, input or arena value (null when it has none).

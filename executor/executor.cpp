@@ -283,6 +283,44 @@ double Executor::now_us() const {
   return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now().time_since_epoch()).count() - t0_;
 }
 
+std::vector<TraceEvent> device_trace_events(const Graph& g, const std::vector<ScheduledOp>& instrs, const std::vector<DeviceSpan>& spans,
+                                            double origin_us) {
+  std::vector<TraceEvent> out;
+  std::vector<std::pair<double, double>> busy;  // the compute stream's kernels
+  for (const DeviceSpan& s : spans) {
+    const NodeId node = instrs[s.instr].node;
+    const bool comm = is_collective(g.node(node));
+    if (!comm && s.stream == 0) busy.push_back({s.start_us, s.start_us + s.dur_us});
+    out.push_back(TraceEvent{node, s.stream, comm ? "comm" : "compute", origin_us + s.start_us, s.dur_us});
+  }
+  std::sort(busy.begin(), busy.end());
+  for (const DeviceSpan& s : spans) {
+    const NodeId node = instrs[s.instr].node;
+    if (s.stream == 0 || !is_collective(g.node(node))) continue;
+    const double a = s.start_us, b = s.start_us + s.dur_us;
+    double covered = 0, reach = a;  // compute kernels' time inside [a, b), overlaps counted once
+    for (const auto& [from, to] : busy) {
+      if (to <= reach || from >= b) continue;
+      covered += std::min(to, b) - std::max(from, reach);
+      reach = std::min(to, b);
+    }
+    out.push_back(TraceEvent{node, 0, "issue", origin_us + a, 0});
+    // the wait: from the end of the last compute kernel beside it (all of that compute was its
+    // room), as long as the compute stream sat idle while it ran
+    const double exposed = b - a - covered;
+    if (exposed > 0) out.push_back(TraceEvent{node, 0, "wait", origin_us + reach, exposed});
+  }
+  return out;
+}
+
+void Executor::add_device_events(double origin_us) {
+  if (!device_) return;
+  std::vector<DeviceSpan> spans;
+  device_->read_spans(&spans);
+  std::vector<TraceEvent> ev = device_trace_events(prog_.graph, prog_.instrs, spans, origin_us);
+  events_.insert(events_.end(), ev.begin(), ev.end());
+}
+
 std::vector<TraceEvent> Executor::take_events() {
   std::vector<TraceEvent> out;
   out.swap(events_);
@@ -375,7 +413,10 @@ Status Executor::execute(const std::map<std::string, Tensor>& inputs) {
     try {
       for (const ConstantWrite& w : deferred_) w.run();
       deferred_.clear();
-      device_->run(input_ptrs_, arena_, node_timing_ ? &node_ms_ : nullptr);
+      const double origin = now_us();
+      std::vector<double> ms;
+      device_->run(input_ptrs_, arena_, node_timing_ ? &node_ms_ : tracing_ ? &ms : nullptr);
+      if (tracing_) add_device_events(origin);
     } catch (const std::exception& e) {
       return Status::error(e.what());
     }

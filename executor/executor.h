@@ -33,6 +33,23 @@ struct TraceEvent {
   double start_us = 0, dur_us = 0;
 };
 
+// One instruction's run on a device in its runner's last timed enqueue (DeviceRunner::read_spans):
+// the stream it ran on (0 compute, 1 communication) and its interval from the enqueue's first event.
+struct DeviceSpan {
+  size_t instr = 0;
+  int stream = 0;
+  double start_us = 0, dur_us = 0;
+};
+
+// A device run's spans as trace events from `origin_us`: kernels on their stream's thread (0
+// compute, 1 communication); each collective on the communication stream also gets an issue at its
+// start and a wait for the part of it no compute kernel ran beside (what the compute stream waited
+// for: the CPU executor's wait events), starting where the last compute kernel beside it ended (the
+// compute before that is its room), so --overlap-report reads both alike. A collective run on
+// the compute stream is all exposed, as a CPU collective run in line.
+std::vector<TraceEvent> device_trace_events(const Graph& g, const std::vector<ScheduledOp>& instrs, const std::vector<DeviceSpan>& spans,
+                                            double origin_us);
+
 struct Program {
   Graph graph;  // the canonical graph as compiled: with the executor's fused ops (graph/passes/fusion.h)
   std::vector<Instr> instrs;
@@ -130,6 +147,12 @@ class Executor {
   const std::vector<std::pair<double, double>>& node_cpu_us() const { return node_cpu_us_; }
   // Timed events of every run since the last clear (compute, collectives, waits), when tracing.
   void set_tracing(bool on) { tracing_ = on; }
+  bool tracing() const { return tracing_; }
+  // A device run's spans (the runner's last timed enqueue) as trace events from `origin_us`
+  // (now_us() when it was enqueued): kernels on their stream's thread (0 compute, 1 communication),
+  // each collective on the communication stream with an issue at its start and a wait for the part
+  // of it no compute kernel ran beside (what the compute stream waited for), as the CPU's events.
+  void add_device_events(double origin_us);
   std::vector<TraceEvent> take_events();
   // Microseconds since this executor was made (the time base of trace events).
   double now_us() const;

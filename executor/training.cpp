@@ -376,12 +376,15 @@ Expected<StepStats> Trainer::device_step(const std::vector<std::map<std::string,
   const float scale = static_cast<float>(1.0 / (static_cast<double>(count) * (scaled ? loss_scale_ : 1.0)));
   train_->state().training = true;
   try {
+    const bool timed = train_->node_timing() || train_->tracing();
+    double origin = 0;  // the last micro-batch's enqueue: its spans are the ones read back
     for (int m = 0; m < count; ++m) {
       std::map<std::string, Tensor> buf;
       const auto& feeds = with_loss_scale(train_->graph(), micro[static_cast<size_t>(m)], loss_scale_, &buf);
       OASES_ASSIGN_OR_RETURN(std::vector<const void*> ptrs, train_->input_pointers(feeds));
       train_->state().chunk = 0;
-      dev_->micro_batch(ptrs, m, count, train_->node_timing());
+      origin = train_->now_us();
+      dev_->micro_batch(ptrs, m, count, timed);
     }
     device_grads_ = true;
     micro_in_accum_ = count;
@@ -416,6 +419,7 @@ Expected<StepStats> Trainer::device_step(const std::vector<std::map<std::string,
       train_->device_runner()->read_timing(&ms);
       train_->set_node_ms(std::move(ms));
     }
+    if (train_->tracing()) train_->add_device_events(origin);
   } catch (const OasesError& e) {
     return Status::error(e.what());
   } catch (const std::exception& e) {

@@ -33,10 +33,6 @@ int run_training(TrainArgs& a, int argc, char** argv) {
   if (a.device == "cuda") {
     if (a.zero > 0) return fail_with(Status::error(kZeroNotOnGpu));
     if (Status st = cuda_usable(); !st.is_ok()) return fail_with(st);
-    if (!a.trace.empty() || a.overlap_report) {
-      return fail_with(
-          Status::error("--trace and --overlap-report time the CPU executor's threads; with --device cuda use Nsight Systems"));
-    }
   }
   // one rank, N threads, or MPI processes
   LaunchOptions lo;

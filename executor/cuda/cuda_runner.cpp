@@ -96,7 +96,7 @@ CudaRunner::~CudaRunner() {
   if (cudnn_) cudnnDestroy(cudnn_);
   for (cudaEvent_t e : events_) cudaEventDestroy(e);
   for (cudaEvent_t e : timing_) cudaEventDestroy(e);
-  for (cudaEvent_t e : {fork_, comm_end_, done_, sent_[0], sent_[1], consumed_[0], consumed_[1]}) {
+  for (cudaEvent_t e : {fork_, comm_end_, done_, origin_, sent_[0], sent_[1], consumed_[0], consumed_[1]}) {
     if (e) cudaEventDestroy(e);
   }
   for (void* p : {arena_, consts_, inputs_, staged_[0], staged_[1], static_cast<void*>(fault_)}) {
@@ -270,6 +270,11 @@ void CudaRunner::enqueue_program(bool timed) {
   if (timed && timing_.empty()) {
     timing_.resize(2 * prog_.instrs.size());
     for (cudaEvent_t& e : timing_) OASES_CUDA_CHECK(cudaEventCreate(&e));
+    OASES_CUDA_CHECK(cudaEventCreate(&origin_));
+  }
+  if (timed) {
+    stream_of_.assign(prog_.instrs.size(), -1);
+    OASES_CUDA_CHECK(cudaEventRecord(origin_, cs));
   }
   // the communication stream starts after everything before on the compute stream (and joins a
   // graph capture begun there)
@@ -291,7 +296,10 @@ void CudaRunner::enqueue_program(bool timed) {
                   op.stream == 0 ? cudnn_ : nullptr,
                   Fault{fault_, static_cast<unsigned long long>(op.instr) << kFaultShift},
                   {}};
-    if (timed) OASES_CUDA_CHECK(cudaEventRecord(timing_[2 * op.instr], s));
+    if (timed) {
+      OASES_CUDA_CHECK(cudaEventRecord(timing_[2 * op.instr], s));
+      stream_of_[op.instr] = op.stream;
+    }
     try {
       (*fns_[op.instr])(c);
       if (timed) OASES_CUDA_CHECK(cudaEventRecord(timing_[2 * op.instr + 1], s));
@@ -343,6 +351,18 @@ void CudaRunner::read_timing(std::vector<double>* node_ms) {
     float ms = 0;
     OASES_CUDA_CHECK(cudaEventElapsedTime(&ms, timing_[2 * i], timing_[2 * i + 1]));
     (*node_ms)[i] = ms;
+  }
+}
+
+void CudaRunner::read_spans(std::vector<DeviceSpan>* spans) {
+  spans->clear();
+  if (timing_.empty()) return;
+  for (size_t i = 0; i < prog_.instrs.size(); ++i) {
+    if (i >= stream_of_.size() || stream_of_[i] < 0) continue;
+    float from = 0, ms = 0;
+    OASES_CUDA_CHECK(cudaEventElapsedTime(&from, origin_, timing_[2 * i]));
+    OASES_CUDA_CHECK(cudaEventElapsedTime(&ms, timing_[2 * i], timing_[2 * i + 1]));
+    spans->push_back(DeviceSpan{i, stream_of_[i], 1000.0 * from, 1000.0 * ms});
   }
 }
 

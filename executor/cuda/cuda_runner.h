@@ -44,6 +44,7 @@ class CudaRunner : public DeviceRunner {
   void enqueue_program(bool timed) override;
   void synchronize(const char* what) override;
   void read_timing(std::vector<double>* node_ms) override;
+  void read_spans(std::vector<DeviceSpan>* spans) override;
   void constants_changed() override { consts_dirty_ = true; }
   void* address(ValueId v) const override;
   void copy_to_host(ValueId v, void* dst) override;
@@ -62,6 +63,8 @@ class CudaRunner : public DeviceRunner {
   cudaStream_t streams_[2] = {nullptr, nullptr};
   cudaStream_t copy_stream_ = nullptr;
   std::vector<cudaEvent_t> events_;
+  cudaEvent_t origin_ = nullptr;     // a timed enqueue's first event (the time base of its spans)
+  std::vector<int> stream_of_;       // per instruction: the stream of its last timed launch (-1: none)
   std::vector<cudaEvent_t> timing_;  // node timing: a start and an end event per instruction, made on first use
   cudaEvent_t fork_ = nullptr, comm_end_ = nullptr, done_ = nullptr;
   StreamPlan plan_;

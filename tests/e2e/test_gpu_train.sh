@@ -2,7 +2,8 @@
 # oases-train --device cuda: without a usable GPU it must refuse with one line and exit 2 (built
 # without CUDA, or no CUDA device found), and then this test reports SKIPPED (exit 77): nothing
 # ran on a GPU. With a GPU, 30 steps of the byte-level GPT on the GPU (fp32, then bf16) must
-# follow the CPU's losses.
+# follow the CPU's losses, and --trace / --overlap-report must time the device's streams (kernels on
+# the compute stream, within the steps' wall time).
 source "$(dirname "$0")/lib.sh"
 MODEL=$OASES_SOURCE_DIR/models/train/gpt2_bytes/model.onnx
 DATA=$OASES_SOURCE_DIR/data/kjv_genesis.txt
@@ -30,5 +31,21 @@ for dtype, tol in (("fp32", 1e-3), ("bf16", 3e-2)):
     worst = max(abs(a - b) / abs(a) for a, b in zip(cpu, gpu))
     print(dtype, "worst relative loss difference", worst)
     assert worst < tol, (dtype, worst)
+PY
+"$OASES_BIN/oases-train" "$MODEL" --data "$DATA" --steps 4 --batch 8 --seq 64 --seed 1 --device cuda --trace "$WORK/gpu_trace.json" \
+  --trace-steps 2 --overlap-report >"$WORK/gpu_overlap.txt" 2>&1 || fail "gpu --trace --overlap-report: $(tail -1 "$WORK/gpu_overlap.txt")"
+grep -q "^overlap report" "$WORK/gpu_overlap.txt" || fail "gpu --overlap-report printed no report"
+/usr/bin/python3 - "$WORK/gpu_trace.json" <<'PY' || fail "gpu trace"
+import json, sys
+doc = json.load(open(sys.argv[1]))
+ev = [e for e in doc["traceEvents"] if e.get("ph") == "X"]
+kernels = [e for e in ev if e["tid"] == 0 and e["cat"] == "compute"]
+assert len(kernels) > 50, len(kernels)
+assert all(e["dur"] > 0 for e in kernels)
+span = max(e["ts"] + e["dur"] for e in kernels) - min(e["ts"] for e in kernels)
+busy = sum(e["dur"] for e in kernels)
+# two steps' kernels on one stream: they do not overlap each other, so their sum fits the span
+assert busy <= span * 1.001, (busy, span)
+print(f"gpu trace: {len(kernels)} kernels, {busy / 1000:.1f} ms busy in {span / 1000:.1f} ms")
 PY
 finish

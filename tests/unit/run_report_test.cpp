@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "executor/run_report.h"
+#include "graph/op_registry.h"
 
 namespace oases {
 namespace {
@@ -78,6 +79,48 @@ TEST(OverlapReport, AnotherChannelsTransferTakesNoRoom) {
   EXPECT_DOUBLE_EQ(s.groups.at("layer 0 mlp forward").could, 10);
   EXPECT_DOUBLE_EQ(s.groups.at("layer 0 mlp forward").exposed, 0);
   EXPECT_DOUBLE_EQ(s.groups.at("layer 0 attn forward").could, 10);
+}
+
+// A device run (executor.h device_trace_events): kernels on the compute stream at [0, 6) and
+// [8, 12) us, a collective on the communication stream at [2, 10) and one run in line on the
+// compute stream at [12, 14). The first ran beside 6 us of compute (it hid 6 of its 8), the compute
+// stream sat idle for 2 (exposed); the second is all exposed. The report reads them as it reads
+// the CPU executor's events.
+TEST(OverlapReport, DeviceSpansReadAsTheCpuExecutorsEvents) {
+  Two t;
+  ValueId x = t.g.add_value("y", DType::kF32, {4}, true);
+  NodeId mm = t.g.add_node_new_outputs("Relu", {x}, 1, {}, "relu");
+  t.g.node(mm).scope = "layer.0.attn";
+  t.g.node(t.a).domain = kOasesDomain;  // collectives as the partitioner makes them
+  t.g.node(t.b).domain = kOasesDomain;
+  std::vector<ScheduledOp> instrs = {{ScheduledOp::Kind::kCompute, mm},
+                                     {ScheduledOp::Kind::kCompute, mm},
+                                     {ScheduledOp::Kind::kCommStart, t.a},
+                                     {ScheduledOp::Kind::kCompute, t.b}};
+  std::vector<DeviceSpan> spans = {{0, 0, 0, 6}, {1, 0, 8, 4}, {2, 1, 2, 8}, {3, 0, 12, 2}};
+  std::vector<TraceEvent> e = device_trace_events(t.g, instrs, spans, 100);
+  int waits = 0;
+  for (const TraceEvent& x : e) {
+    EXPECT_GE(x.start_us, 100);
+    if (x.category == "wait") {
+      ++waits;
+      EXPECT_EQ(x.node, t.a);
+      EXPECT_DOUBLE_EQ(x.dur_us, 2);
+      EXPECT_DOUBLE_EQ(x.start_us, 110);  // after the last compute beside it ([8, 12) clipped at its end)
+    }
+  }
+  EXPECT_EQ(waits, 1);
+  OverlapStats s;
+  s.add(t.g, e, 14.0 / 1000, true);
+  const auto& ga = s.groups.at("layer 0 attn forward");
+  EXPECT_DOUBLE_EQ(ga.comm, 8);
+  EXPECT_DOUBLE_EQ(ga.exposed, 2);
+  EXPECT_DOUBLE_EQ(ga.could, 6);  // the compute beside it: all its room, taken
+  const auto& gb = s.groups.at("layer 0 mlp forward");
+  EXPECT_DOUBLE_EQ(gb.comm, 2);
+  EXPECT_DOUBLE_EQ(gb.exposed, 2);  // in line on the compute stream
+  EXPECT_DOUBLE_EQ(s.total.comm, 10);
+  EXPECT_DOUBLE_EQ(s.total.exposed, 4);
 }
 
 }  // namespace
