@@ -465,6 +465,7 @@ class LocalCommunicator : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return world_->size(); }
   std::string kind() const override { return "local"; }
+  const void* process_world() const override { return world_.get(); }
   std::unique_ptr<CommGroup> make_group(const std::vector<int>& ranks) override {
     auto it = std::find(ranks.begin(), ranks.end(), rank_);
     if (it == ranks.end()) throw OasesError(fmt::format("rank {} is not in group [{}]", rank_, fmt::join(ranks, ", ")));

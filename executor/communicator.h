@@ -69,6 +69,16 @@ class CommGroup {
   std::string describe() const;  // "group [0, 1] (member 1 of 2)"
 };
 
+// A group whose collectives a device enqueues on a stream and returns (NCCL, or ranks sharing
+// devices: executor/device_local_comm.h): the CUDA executor sets the stream before each call and
+// brackets the calls it issues together with begin_batch / end_batch.
+class StreamGroup : public CommGroup {
+ public:
+  virtual void set_stream(void* stream) = 0;
+  virtual void begin_batch() {}
+  virtual void end_batch() {}
+};
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -78,6 +88,9 @@ class Communicator {
   virtual std::unique_ptr<CommGroup> make_group(const std::vector<int>& ranks) = 0;
   // Stops every rank's pending and future collectives with an error saying why.
   virtual void abort(const std::string& why) = 0;
+  // What the thread ranks of one process share (the same for all of them; null for processes):
+  // what ranks sharing a device key their shared state by.
+  virtual const void* process_world() const { return nullptr; }
 
   // Channels: traffic between meshes (cross-mesh resharding) that must never mix with, or queue
   // behind, a mesh's own collectives. Tags are 0 … kMaxChannelTag.

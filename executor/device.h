@@ -145,4 +145,12 @@ Expected<std::unique_ptr<DeviceTrainer>> make_device_trainer(DeviceRunner& runne
 // pointers and are enqueued on the stream the CUDA executor gives them.
 Expected<std::vector<std::unique_ptr<CommGroup>>> make_nccl_groups(Communicator* host, const Mesh& mesh, int rank, double timeout_s);
 
+// The groups of `mesh` for a rank on the GPU: NCCL's (make_nccl_groups), or, where `host`'s ranks
+// are threads of this process and the machine has fewer GPUs than ranks (ranks then share devices,
+// cuda_select_device taking rank mod count, and NCCL refuses two ranks on one device), groups of
+// ranks that share devices (executor/device_local_comm.h: stream-ordered copies and reductions),
+// one world for the process's thread ranks. `why` (when not null) gets which, for --verbose.
+Expected<std::vector<std::unique_ptr<CommGroup>>> make_device_groups(Communicator* host, const Mesh& mesh, int rank, double timeout_s,
+                                                                    std::string* why = nullptr);
+
 }  // namespace oases

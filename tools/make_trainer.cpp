@@ -82,7 +82,9 @@ Expected<std::unique_ptr<Trainer>> make_trainer(const TrainSetup& s, RankRuntime
     if (!local) local = std::getenv("SLURM_LOCALID");
     OASES_RETURN_IF_ERROR(cuda_select_device(local ? std::atoi(local) : rt.rank()));
     if (rt.distributed()) {
-      OASES_ASSIGN_OR_RETURN(*nccl_groups, make_nccl_groups(rt.communicator(), rt.mesh(), rt.rank(), a.comm_timeout));
+      std::string how;
+      OASES_ASSIGN_OR_RETURN(*nccl_groups, make_device_groups(rt.communicator(), rt.mesh(), rt.rank(), a.comm_timeout, &how));
+      if (lead && a.verbose) std::fprintf(stderr, "note: %s\n", how.c_str());
       eo.groups.clear();
       for (auto& g : *nccl_groups) eo.groups.push_back(g.get());
     }

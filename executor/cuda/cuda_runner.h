@@ -36,6 +36,7 @@ namespace oases::cuda {
 class CudaRunner : public DeviceRunner {
  public:
   CudaRunner(const Program& p, const ExecOptions& o, RunState* st) : prog_(p), opts_(o), state_(st) {}
+  const std::vector<CommGroup*>& groups() const { return opts_.groups; }
   ~CudaRunner() override;
   Status init();
 

@@ -65,8 +65,13 @@ Expected<MultiTensorTables> multi_tensor_tables(DeviceBuffers& mem, const std::v
 namespace {
 
 // Why a program cannot be replayed from a captured graph ("" when it can).
-std::string capture_blocker(const Graph& g) {
+std::string capture_blocker(const Graph& g, const std::vector<CommGroup*>& groups) {
   if (const char* e = std::getenv("OASES_CUDA_GRAPH"); e && std::string(e) == "0") return "OASES_CUDA_GRAPH=0";
+  for (CommGroup* grp : groups) {
+    // ranks sharing a device meet on the host at every collective and wait on each other's events:
+    // nothing a captured graph could replay
+    if (grp && !dynamic_cast<NcclGroup*>(grp)) return fmt::format("{} is not an NCCL group (ranks share a device)", grp->describe());
+  }
   for (NodeId id : g.nodes()) {
     const Node& n = g.node(id);
     if (op_has_trait(n, kTraitRandom)) return fmt::format("{} takes a per-step random key as a kernel argument", n.describe());
@@ -199,7 +204,7 @@ Status CudaTrainer::init(const Graph& g, const std::vector<ValueId>& params, con
   } catch (const std::exception& e) {
     return Status::error(e.what());
   }
-  blocker_ = capture_blocker(run_.program().graph);
+  blocker_ = capture_blocker(run_.program().graph, run_.groups());
   return Status::ok();
 }
 

@@ -12,10 +12,14 @@ namespace oases::cuda {
 
 namespace {
 
-NcclGroup& nccl_group(CudaContext& c, const char* attr = "mesh_axis") {
+// The mesh axis's group, its calls enqueued on this instruction's stream: NCCL, or ranks sharing
+// the device (executor/device_local_comm.h).
+StreamGroup& stream_group(CudaContext& c, const char* attr = "mesh_axis") {
   CommGroup& g = c.k.group(c.attrs().get_int(attr, 0));
-  auto* n = dynamic_cast<NcclGroup*>(&g);
-  if (!n) c.k.fail("runs on CUDA and needs an NCCL group for mesh axis {} ({} is not one)", c.attrs().get_int(attr, 0), g.describe());
+  auto* n = dynamic_cast<StreamGroup*>(&g);
+  if (!n)
+    c.k.fail("runs on CUDA and needs an NCCL or device-local group for mesh axis {} ({} is neither)", c.attrs().get_int(attr, 0),
+             g.describe());
   n->set_stream(c.stream);
   return *n;
 }
@@ -50,7 +54,7 @@ void copy_in_out(CudaContext& c, int i) {
 
 void register_cuda_collectives(CudaKernelRegistry& r) {
   r.add("oases", "AllReduce", [](CudaContext& c) {
-    NcclGroup& g = nccl_group(c);
+    StreamGroup& g = stream_group(c);
     ReduceOp op = reduce_op(c);
     // a bucket: one all-reduce per tensor, in place on the outputs, batched into one NCCL group call
     for (size_t i = 0; i < c.k.in.size(); ++i) copy_in_out(c, static_cast<int>(i));
@@ -65,7 +69,7 @@ void register_cuda_collectives(CudaKernelRegistry& r) {
   });
   r.add("oases", "ParallelIdentity", [](CudaContext& c) { copy_in_out(c, 0); });
   r.add("oases", "AllGather", [](CudaContext& c) {
-    NcclGroup& g = nccl_group(c);
+    StreamGroup& g = stream_group(c);
     int64_t segs = c.attrs().get_int("segments", 1), dim = c.attrs().get_int("dim", 0);
     DimLayout l = layout_of(c.in(0).shape, dim);
     size_t es = dtype_size(c.in(0).dtype);
@@ -78,7 +82,7 @@ void register_cuda_collectives(CudaKernelRegistry& r) {
     copy(tmp, c.out(0).data, es, from_rank_major_plan(l.outer, segs, g.size(), l.dim / segs * l.inner), c.stream);
   });
   r.add("oases", "ReduceScatter", [](CudaContext& c) {
-    NcclGroup& g = nccl_group(c);
+    StreamGroup& g = stream_group(c);
     int64_t segs = c.attrs().get_int("segments", 1), dim = c.attrs().get_int("dim", 0);
     DimLayout l = layout_of(c.in(0).shape, dim);
     size_t es = dtype_size(c.in(0).dtype);
@@ -93,7 +97,7 @@ void register_cuda_collectives(CudaKernelRegistry& r) {
   });
   r.add("oases", "RingShift", [](CudaContext& c) {
     // one ring step of a collective matmul (planner/collective_matmul.h): a paired send and receive
-    NcclGroup& g = nccl_group(c);
+    StreamGroup& g = stream_group(c);
     g.shift(c.in(0).data, c.out(0).data, static_cast<int64_t>(c.in(0).nbytes()), static_cast<int>(c.attrs().get_int("shift", 1)));
   });
   r.add("oases", "RingAssemble", [](CudaContext& c) {
@@ -118,7 +122,7 @@ void register_cuda_collectives(CudaKernelRegistry& r) {
     copy(c.in(0).data, c.out(0).data, dtype_size(c.in(0).dtype), p, c.stream);
   });
   r.add("oases", "AllToAll", [](CudaContext& c) {
-    NcclGroup& g = nccl_group(c);
+    StreamGroup& g = stream_group(c);
     int64_t sd = c.attrs().get_int("split_dim", 0), cd = c.attrs().get_int("concat_dim", 0);
     int64_t n = g.size();
     size_t es = dtype_size(c.in(0).dtype);
@@ -142,7 +146,7 @@ void register_cuda_collectives(CudaKernelRegistry& r) {
     }
   });
   r.add("oases", "Broadcast", [](CudaContext& c) {
-    NcclGroup& g = nccl_group(c);
+    StreamGroup& g = stream_group(c);
     copy_in_out(c, 0);
     g.broadcast(c.out(0).data, static_cast<int64_t>(c.out(0).nbytes()), static_cast<int>(c.attrs().get_int("root", 0)));
   });

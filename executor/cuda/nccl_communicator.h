@@ -37,7 +37,7 @@ class NcclRegistry {
 
 struct NcclEvent;
 
-class NcclGroup : public CommGroup {
+class NcclGroup : public StreamGroup {
  public:
   NcclGroup(ncclComm_t comm, std::vector<int> members, int rank, std::shared_ptr<NcclRegistry> registry = nullptr);
   ~NcclGroup() override;
@@ -45,10 +45,10 @@ class NcclGroup : public CommGroup {
   int size() const override { return static_cast<int>(members_.size()); }
   const std::vector<int>& members() const override { return members_; }
 
-  void set_stream(cudaStream_t s) { stream_ = s; }
+  void set_stream(void* s) override { stream_ = static_cast<cudaStream_t>(s); }
   cudaStream_t stream() const { return stream_; }
-  void begin_batch();
-  void end_batch();
+  void begin_batch() override;
+  void end_batch() override;
 
   void all_reduce(void* data, int64_t count, DType dt, ReduceOp op) override;
   void all_gather(const void* in, void* out, int64_t bytes) override;

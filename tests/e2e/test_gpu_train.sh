@@ -3,7 +3,10 @@
 # without CUDA, or no CUDA device found), and then this test reports SKIPPED (exit 77): nothing
 # ran on a GPU. With a GPU, 30 steps of the byte-level GPT on the GPU (fp32, then bf16) must
 # follow the CPU's losses, and --trace / --overlap-report must time the device's streams (kernels on
-# the compute stream, within the steps' wall time).
+# the compute stream, within the steps' wall time). Thread ranks on the GPU (ranks sharing it where
+# the machine has fewer GPUs: executor/device_local_comm.h; NCCL where it has one each) must follow
+# the CPU run of the same plan within 1e-5 relative in fp32 (20 losses and the gathered gradients):
+# tp 2, dp 2, tp 2 x dp 2 with sequence parallelism, collective matmuls, the oases schedule with K 2.
 source "$(dirname "$0")/lib.sh"
 MODEL=$OASES_SOURCE_DIR/models/train/gpt2_bytes/model.onnx
 DATA=$OASES_SOURCE_DIR/data/kjv_genesis.txt
@@ -48,4 +51,24 @@ busy = sum(e["dur"] for e in kernels)
 assert busy <= span * 1.001, (busy, span)
 print(f"gpu trace: {len(kernels)} kernels, {busy / 1000:.1f} ms busy in {span / 1000:.1f} ms")
 PY
+G4=$OASES_SOURCE_DIR/models/train/gpt2_4l/model.onnx
+common=(--synthetic --batch 8 --seq 32 --lr 1e-3 --optimizer adamw --seed 3 -q)
+while IFS='|' read -r label flags; do
+  read -r -a f <<<"$flags"
+  tag=${label// /_}
+  for dev in cpu cuda; do
+    "$OASES_BIN/oases-train" "$G4" "${common[@]}" "${f[@]}" --device $dev --steps 20 --log-json "$WORK/${tag}_$dev.jsonl" \
+      >"$WORK/${tag}_$dev.txt" 2>&1 || fail "$label on $dev: $(tail -1 "$WORK/${tag}_$dev.txt")"
+    "$OASES_BIN/oases-train" "$G4" "${common[@]}" "${f[@]}" --device $dev --steps 0 --dump-grads "$WORK/${tag}_$dev.grads" \
+      >>"$WORK/${tag}_$dev.txt" 2>&1 || fail "$label gradients on $dev"
+  done
+  /usr/bin/python3 "$OASES_SOURCE_DIR/tests/e2e/compare_grads.py" "$WORK/${tag}_cpu.grads" "$WORK/${tag}_cuda.grads" "$label" \
+    --losses "$WORK/${tag}_cpu.jsonl" "$WORK/${tag}_cuda.jsonl" --steps 20 --rtol 1e-5 --loss-rtol 1e-5 || fail "$label: GPU differs from the CPU"
+done <<'CONFIGS'
+tp 2|--local-ranks 2 --tp 2
+dp 2|--local-ranks 2 --dp 2
+tp 2 dp 2 sp|--local-ranks 4 --tp 2 --dp 2 --sequence-parallel
+tp 2 sp collective matmul|--local-ranks 2 --tp 2 --sequence-parallel --collective-matmul
+tp 2 oases K 2|--local-ranks 2 --tp 2 --schedule oases --chunks 2
+CONFIGS
 finish
