@@ -110,6 +110,15 @@ class DeviceLocalWorld {
     return all;
   }
 
+  // Member `index`'s next call on the group keyed (ranks, tag): counted per group, not per group
+  // object, so that two objects of one group (made by different owners) keep one order.
+  uint64_t next_call(const std::vector<int>& ranks, int tag, int index) {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::vector<uint64_t>& c = calls_[{ranks, tag}];
+    if (c.empty()) c.resize(ranks.size(), 0);
+    return c[static_cast<size_t>(index)]++;
+  }
+
   std::mutex& mu() { return mu_; }
   std::condition_variable& cv() { return cv_; }
   std::deque<std::shared_ptr<DeviceTransfer>>& box(int from, int to, int tag) { return boxes_[{from, to, tag}]; }
@@ -133,6 +142,7 @@ class DeviceLocalWorld {
   std::condition_variable cv_;
   std::string abort_why_;
   std::map<std::tuple<std::vector<int>, int, uint64_t>, Round> rounds_;
+  std::map<std::pair<std::vector<int>, int>, std::vector<uint64_t>> calls_;  // per group, each member's calls so far
   std::map<std::tuple<int, int, int>, std::deque<std::shared_ptr<DeviceTransfer>>> boxes_;  // unmatched, in order
 };
 
@@ -242,7 +252,7 @@ class DeviceLocalGroup : public StreamGroup {
   // a buffer others read) follows them on the stream, as does everything the caller enqueues next.
   void run(const char* what, const void* in, void* out, const std::function<void(const std::vector<Post>&)>& reads,
            const std::function<void()>& after = {}) {
-    const uint64_t seq = seq_++;
+    const uint64_t seq = w_->next_call(members_, tag_, index_);
     const std::string who = fmt::format("device-local {} of {} (call {})", what, describe(), seq);
     DeviceOps::Event ready = ops().record(stream_);
     std::vector<Post> p = w_->meet(members_, tag_, seq, 0, index_, Post{in, out, ready}, who);
@@ -267,7 +277,6 @@ class DeviceLocalGroup : public StreamGroup {
   int index_;
   int tag_;
   DeviceOps::Stream stream_ = nullptr;
-  uint64_t seq_ = 0;
   DeviceOps::Event prev_read_ = nullptr;  // this member's last reads-done event, released at the next call
 };
 

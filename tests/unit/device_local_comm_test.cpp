@@ -125,6 +125,13 @@ TEST(DeviceLocalComm, ChannelGroupsOfSubsetsAndManyRounds) {
       world->all_reduce(&y, 1, DType::kI64, ReduceOp::kSum);
       if (y != 6) throw OasesError(fmt::format("round {}: world sum {}", round, y));
     }
+    // a second object of the same group (another owner's) keeps the one order of calls
+    auto again = c.make_group({0, 1, 2, 3});
+    for (int round = 0; round < 10; ++round) {
+      int64_t y = r * round;
+      (round % 2 ? *again : *world).all_reduce(&y, 1, DType::kI64, ReduceOp::kSum);
+      if (y != 6 * round) throw OasesError(fmt::format("round {}: the world's sum through two objects {}", round, y));
+    }
     // not a member: refused
     bool refused = false;
     try {
