@@ -52,6 +52,29 @@ assert busy <= span * 1.001, (busy, span)
 print(f"gpu trace: {len(kernels)} kernels, {busy / 1000:.1f} ms busy in {span / 1000:.1f} ms")
 PY
 G4=$OASES_SOURCE_DIR/models/train/gpt2_4l/model.onnx
+# the report's arithmetic on the GPU's own spans, with collectives (two ranks, tp 2, oases K 2): the
+# layers' communication sums to the step's, the groups' to it too, what the groups did not hide is
+# could not + did not, and they hid no more than they could
+"$OASES_BIN/oases-train" "$G4" --synthetic --batch 8 --seq 32 --steps 4 --local-ranks 2 --tp 2 --schedule oases --chunks 2 --device cuda \
+  --overlap-report -q >"$WORK/gpu_tp2_overlap.txt" 2>&1 || fail "gpu tp 2 --overlap-report: $(tail -1 "$WORK/gpu_tp2_overlap.txt")"
+/usr/bin/python3 - "$WORK/gpu_tp2_overlap.txt" <<'PY' || fail "gpu tp 2 overlap report arithmetic"
+import re, sys
+t = open(sys.argv[1]).read()
+head = re.search(r"communication ([0-9.]+) ms: hidden ([0-9.]+) ms \([0-9]+%\), exposed ([0-9.]+) ms", t)
+assert head, t[-2000:]
+comm, hidden, exposed = map(float, head.groups())
+assert comm > 0, "no collective timed on the GPU"
+layers = [float(x) for x in re.findall(r"^  (?:other|layer \d+)\s+comm\s+([0-9.]+) ms", t, re.M)]
+assert abs(sum(layers) - comm) <= 0.05 * len(layers) + 0.05, (layers, comm)
+a = re.search(r"all: ([0-9.]+) ms of collectives; could hide ([0-9.]+) \(\d+%\), hid ([0-9.]+) .*could not ([0-9.]+) ms, did not (-?[0-9.]+) ms", t)
+assert a, t[-2000:]
+total, could, hid, could_not, did_not = map(float, a.groups())
+assert abs(total - comm) <= 0.1, (total, comm)
+assert abs((could_not + did_not) - (total - hid)) <= 0.2, (could_not, did_not, total, hid)
+assert 0 <= exposed <= comm + 0.05, (exposed, comm)
+assert hid <= could + 0.1 and could <= total + 0.1, (hid, could, total)
+print(f"gpu tp 2 overlap report: {comm} ms of collectives, {hidden} hidden, {exposed} exposed")
+PY
 common=(--synthetic --batch 8 --seq 32 --lr 1e-3 --optimizer adamw --seed 3 -q)
 while IFS='|' read -r label flags; do
   read -r -a f <<<"$flags"
