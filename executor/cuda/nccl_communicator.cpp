@@ -231,7 +231,6 @@ struct NcclCommunicator::SelfTransfer {
   const void* src = nullptr;
   void* dst = nullptr;
   int64_t bytes = 0;
-  int tag = 0;
   NcclEvent done;
 };
 
@@ -239,11 +238,11 @@ namespace {
 
 class SelfRequest : public CommRequest {
  public:
-  SelfRequest(std::shared_ptr<void> keep, NcclEvent* done, std::string what) : keep_(std::move(keep)), done_(done), what_(std::move(what)) {}
+  // `unmatched`: the error of a wait before the other side was issued
+  SelfRequest(std::shared_ptr<void> keep, NcclEvent* done, std::string unmatched)
+      : keep_(std::move(keep)), done_(done), unmatched_(std::move(unmatched)) {}
   void wait() override {
-    if (!done_->recorded)
-      throw OasesError(fmt::format("{}: waited for before its matching {} was issued (it could never complete)", what_,
-                                   what_.find("send") != std::string::npos ? "receive" : "send"));
+    if (!done_->recorded) throw OasesError(unmatched_);
     OASES_CUDA_CHECK(cudaEventSynchronize(done_->event));
   }
   bool test() override {
@@ -257,7 +256,7 @@ class SelfRequest : public CommRequest {
  private:
   std::shared_ptr<void> keep_;
   NcclEvent* done_;
-  std::string what_;
+  std::string unmatched_;
 };
 
 }  // namespace
@@ -355,18 +354,27 @@ std::unique_ptr<CommRequest> NcclCommunicator::self_transfer(const void* send, v
     t->src = send;
     t->dst = recv;
     t->bytes = bytes;
-    t->tag = tag;
     mine.push_back(t);
   }
   NcclEvent* done = &t->done;
-  return std::make_unique<SelfRequest>(t, done, fmt::format("rank {}: {} to itself on tag {}", rank(), send ? "send" : "receive", tag));
+  return std::make_unique<SelfRequest>(t, done,
+                                       fmt::format("rank {}: {} to itself on tag {}: waited for before its matching {} was issued (it could "
+                                                   "never complete)",
+                                                   rank(), send ? "send" : "receive", tag, send ? "receive" : "send"));
 }
+
+namespace {
+// `rank`'s index in a pair's communicator (its lower rank first; a rank alone with itself: 0)
+int member_index(const NcclGroup& g, int rank) {
+  return g.size() == 1 || rank == g.members()[0] ? 0 : 1;
+}
+}  // namespace
 
 std::unique_ptr<CommRequest> NcclCommunicator::isend(const void* data, int64_t bytes, int to, int tag) {
   if (to == rank() && batch_depth_ == 0) return self_transfer(data, nullptr, bytes, tag);
   NcclGroup& g = pair(to, tag);
   g.set_stream(stream_);
-  g.send(data, bytes, g.size() == 1 || to == g.members()[0] ? 0 : 1);
+  g.send(data, bytes, member_index(g, to));
   return request(g, fmt::format("NCCL send of {} bytes from rank {} to rank {} (tag {})", bytes, rank(), to, tag));
 }
 
@@ -374,7 +382,7 @@ std::unique_ptr<CommRequest> NcclCommunicator::irecv(void* data, int64_t bytes, 
   if (from == rank() && batch_depth_ == 0) return self_transfer(nullptr, data, bytes, tag);
   NcclGroup& g = pair(from, tag);
   g.set_stream(stream_);
-  g.recv(data, bytes, g.size() == 1 || from == g.members()[0] ? 0 : 1);
+  g.recv(data, bytes, member_index(g, from));
   return request(g, fmt::format("NCCL receive of {} bytes by rank {} from rank {} (tag {})", bytes, rank(), from, tag));
 }
 
