@@ -49,6 +49,10 @@ std::string ShardContext::describe_inputs() const {
   return fmt::format("{}", fmt::join(parts, " x "));
 }
 
+Status shard_nonlinear(ShardContext& c) {
+  return shard_elementwise(c, PartialPolicy::kNone);
+}
+
 Status shard_elementwise(ShardContext& c, PartialPolicy policy, int first_input) {
   const Node& n = c.node();
   Shape out = c.out_shape(0);

@@ -65,6 +65,8 @@ class ShardContext {
 // others need no partial inputs.
 enum class PartialPolicy { kNone, kAdditive, kMultiplicative, kFirstOnly };
 Status shard_elementwise(ShardContext& c, PartialPolicy policy, int first_input = 0);
+// Elementwise and nonlinear (activations, Exp, Pow ...): partial sums reduced first.
+Status shard_nonlinear(ShardContext& c);
 // MatMul / oases.MatMulT: batch dims broadcast like elementwise ops; a contraction over a sharded K
 // gives a partial sum; M and N keep their operand's sharding.
 Status shard_matmul(ShardContext& c, bool trans_a, bool trans_b);

@@ -9,15 +9,6 @@ namespace oases {
 
 using namespace ops;
 
-namespace {
-
-// Elementwise and nonlinear: partial sums reduced first.
-Status shard_nonlinear(ShardContext& c) {
-  return shard_elementwise(c, PartialPolicy::kNone);
-}
-
-}  // namespace
-
 void register_activation_ops(OpRegistry& r) {
   for (const char* op : {"LeakyRelu", "Elu", "Selu", "Celu", "HardSigmoid", "HardSwish", "Mish", "ThresholdedRelu"}) {
     OpSchema s = same_as_input_schema(op, 1, 1);

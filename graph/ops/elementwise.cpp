@@ -56,9 +56,6 @@ OpSchema binary_schema(const std::string& op, int min_in, int max_in, bool same_
 Status shard_additive(ShardContext& c) {
   return shard_elementwise(c, PartialPolicy::kAdditive);
 }
-Status shard_nonlinear(ShardContext& c) {
-  return shard_elementwise(c, PartialPolicy::kNone);
-}
 
 // A unary op's gradient from a fused kernel that reads x and/or y.
 Status unary_grad(GradContext& c, const char* op) {
