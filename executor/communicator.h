@@ -41,6 +41,10 @@ class CommRequest {
   // inside MPI calls); true once it is done. Requests that move without being driven (thread
   // ranks' mailboxes) may answer false until wait().
   virtual bool test() { return false; }
+  // Orders the work enqueued next on the stream the operation was issued on after it (device
+  // communicators: without blocking the host where the device can order it; ranks sharing a device
+  // wait on the host only until the peer has issued its side). Host communicators: wait().
+  virtual void wait_ordered() { wait(); }
 };
 
 class CommGroup {
@@ -91,6 +95,18 @@ class Communicator {
   // What the thread ranks of one process share (the same for all of them; null for processes):
   // what ranks sharing a device key their shared state by.
   virtual const void* process_world() const { return nullptr; }
+
+  // Device communicators (NCCL, ranks sharing devices): the stream point-to-point transfers are
+  // enqueued on (the executor's channel stream); host communicators ignore it.
+  virtual void set_stream(void* stream) {}
+  // Transfers issued between the two go to the device as one batch (NCCL: one group call, none of
+  // whose requests may be waited for inside it). Host communicators ignore them.
+  virtual void begin_batch() {}
+  virtual void end_batch() {}
+  // Makes the transfers with `peer` on `tag` ready to be issued (NCCL: the pair's communicator,
+  // made with the peer, which calls it too, so ranks call it in one global order); others connect
+  // on first use.
+  virtual void connect(int peer, int tag) {}
 
   // Channels: traffic between meshes (cross-mesh resharding) that must never mix with, or queue
   // behind, a mesh's own collectives. Tags are 0 … kMaxChannelTag.

@@ -29,7 +29,6 @@ const std::map<std::string, std::string>& cuda_exempt_ops() {
       {"oases.cpu.Attention", "CPU executor fusion only; never made for a CUDA program"},
       {"oases.cpu.AddGatherGrad", "CPU executor fusion only; never made for a CUDA program"},
       {"oases.FlatReduceScatter", "the distributed optimizer's gradient pieces (--zero 1): CPU ranks only so far, refused with --device cuda"},
-      {"oases.Reshard", "cross-mesh transfers run on the host (executor/reshard_runner.h); NCCL send/recv for them is not written yet"},
   };
   return m;
 }

@@ -145,12 +145,22 @@ Expected<std::unique_ptr<DeviceTrainer>> make_device_trainer(DeviceRunner& runne
 // pointers and are enqueued on the stream the CUDA executor gives them.
 Expected<std::vector<std::unique_ptr<CommGroup>>> make_nccl_groups(Communicator* host, const Mesh& mesh, int rank, double timeout_s);
 
-// The groups of `mesh` for a rank on the GPU: NCCL's (make_nccl_groups), or, where `host`'s ranks
-// are threads of this process and the machine has fewer GPUs than ranks (ranks then share devices,
-// cuda_select_device taking rank mod count, and NCCL refuses two ranks on one device), groups of
-// ranks that share devices (executor/device_local_comm.h: stream-ordered copies and reductions),
-// one world for the process's thread ranks. `why` (when not null) gets which, for --verbose.
-Expected<std::vector<std::unique_ptr<CommGroup>>> make_device_groups(Communicator* host, const Mesh& mesh, int rank, double timeout_s,
-                                                                    std::string* why = nullptr);
+// A GPU rank's communication: its device communicator (the Reshard kernels' transfers between
+// meshes, ExecOptions::device_comm) and its mesh's groups (one per axis, ExecOptions::groups).
+struct DeviceComms {
+  std::unique_ptr<Communicator> world;
+  std::vector<std::unique_ptr<CommGroup>> groups;
+};
+
+// A GPU rank's communication over `host`: NCCL's (make_nccl_groups, and an NcclCommunicator for
+// the transfers), or, where `host`'s ranks are threads of this process and the machine has fewer
+// GPUs than ranks (ranks then share devices, cuda_select_device taking rank mod count, and NCCL
+// refuses two ranks on one device), those of ranks that share devices
+// (executor/device_local_comm.h: stream-ordered copies and reductions), one world for the
+// process's thread ranks. `why` (when not null) gets which, for --verbose.
+// The mesh groups are those of `host_groups` (this rank's host groups, one per mesh axis, world
+// ranks as members: a pipeline stage's too), each bootstrapped over its host group.
+Expected<DeviceComms> make_device_comms(Communicator* host, const std::vector<CommGroup*>& host_groups, double timeout_s,
+                                        std::string* why = nullptr);
 
 }  // namespace oases

@@ -319,7 +319,7 @@ class DeviceLocalCommunicator : public Communicator {
   std::string kind() const override { return "device-local"; }
   std::unique_ptr<CommGroup> make_group(const std::vector<int>& ranks) override { return group(ranks, -1); }
   void abort(const std::string& why) override { w_->abort(why); }
-  void set_stream(DeviceOps::Stream s) { stream_ = s; }
+  void set_stream(DeviceOps::Stream s) override { stream_ = s; }
 
   std::unique_ptr<CommRequest> isend(const void* data, int64_t bytes, int to, int tag) override {
     return transfer(true, const_cast<void*>(data), bytes, to, tag);

@@ -65,6 +65,9 @@ struct ExecOptions {
   bool fuse = true;                // executor-level fusion and in-place outputs (graph/passes/fusion.h); OASES_NO_FUSION=1 turns both off
   std::vector<CommGroup*> groups;  // this rank's group per mesh axis (distributed programs)
   Communicator* comm = nullptr;    // this rank's communicator (Reshard between meshes)
+  // Device programs: this rank's device communicator (NCCL, or ranks sharing devices) that the
+  // Reshard kernels transfer through; the host one (comm) stays for everything else.
+  Communicator* device_comm = nullptr;
   // The transfer plans of the graph's Reshard nodes (planner/reshard_nodes.h plan_reshards), for
   // a graph compiled here; a laid-out program carries its own.
   ReshardPlans reshards;

@@ -66,6 +66,43 @@ struct TileData {
   void copy_from(const TileData& from, const Box& box);
 };
 
+// A rank's tile as memory somewhere (the host's or a device's): its boxes and where each one's
+// dense row-major bytes lie. A view owns nothing.
+struct TileView {
+  std::vector<Box> boxes;
+  std::vector<char*> data;  // per box
+  int64_t element_bytes = 4;
+
+  // The index of a box holding `box` (-1: none).
+  int holding(const Box& box) const;
+  // Where `box` lies as one contiguous run of bytes inside one of the boxes (TileData::contiguous).
+  char* contiguous(const Box& box) const;
+};
+TileView view_of(const TileData& t);  // its boxes in place (a source view is only read)
+
+// Where a reshard's tiles live: scratch memory and copies between boxes, on the host (memcpy, done
+// when the call returns) or on a device (copy kernels enqueued on stream(), in the order issued).
+class TileMemory {
+ public:
+  virtual ~TileMemory() = default;
+  // Bytes alive while this object is (on a device: in stream order).
+  virtual char* scratch(int64_t bytes) = 0;
+  // Copies `region` out of `from` (the dense box `from_box`) into `to` (the dense box `to_box`).
+  virtual void copy_region(const Box& region, const Box& from_box, const char* from, const Box& to_box, char* to, int64_t es) = 0;
+  // The stream a device's transfers and copies are enqueued on; null for host memory.
+  virtual void* stream() const { return nullptr; }
+};
+
+// Host memory: graph/tiles.h copy_region, scratch owned until destruction.
+class HostTileMemory : public TileMemory {
+ public:
+  char* scratch(int64_t bytes) override;
+  void copy_region(const Box& region, const Box& from_box, const char* from, const Box& to_box, char* to, int64_t es) override;
+
+ private:
+  std::vector<TileBytes> scratch_;
+};
+
 // The emulated hosts' network cards: one lock file per card in `dir` (a folder every rank of the
 // job sees).
 class HostCards {
@@ -102,6 +139,24 @@ struct ReshardRunStats {
 // its destination tile (no boxes when it is not in the destination mesh).
 TileData run_reshard(const ReshardPlan& plan, const ReshardProblem& p, Communicator& comm, const TileData& src, const ReshardRunOptions& o,
                      ReshardRunStats* stats = nullptr);
+
+// The same with both tiles where `mem` keeps them: `dst` (its boxes those of this rank's
+// destination tile, none outside the destination mesh) is written whole. The one implementation:
+// on the host (HostTileMemory, any communicator) every transfer is done when it returns; on a device
+// (`comm` a device communicator: NCCL or ranks sharing devices, executor/device_local_comm.h) the
+// transfers, pre-reductions and copies are enqueued on mem.stream() in one order and the host waits
+// for none of them, except that ranks sharing a device meet on the host as each transfer is issued.
+// Transfers issued together go to the communicator as one batch (NCCL: one group call); a
+// rank's pair and channel communicators are made first, in the plan's global order.
+void run_reshard_into(const ReshardPlan& plan, const ReshardProblem& p, Communicator& comm, const TileView& src, const TileView& dst,
+                      TileMemory& mem, const ReshardRunOptions& o, ReshardRunStats* stats = nullptr);
+
+// A Reshard node's tiles in its operands' memory (planner/reshard_nodes.h: one box each at most;
+// none where the rank is outside the mesh), for its CPU and CUDA kernels; keep_apart moves the
+// source to scratch where it shares memory with the destination.
+TileView reshard_source(const KernelContext& c, const ReshardProblem& p, int64_t me);
+TileView reshard_destination(const KernelContext& c, const ReshardProblem& p, int64_t me);
+void keep_apart(TileView& src, const TileView& dst, TileMemory& mem);
 
 // The folder of the emulated hosts' network cards that Reshard kernels of this process hold while
 // a transfer crosses hosts (oases-train --hosts with --emulate-link: the node's plan was made for

@@ -6,7 +6,15 @@
 
 namespace oases {
 
-StreamPlan build_stream_plan(const std::vector<Instr>& instrs) {
+StreamPlan build_stream_plan(const Program& p) {
+  std::vector<bool> channel(p.instrs.size(), false);
+  for (size_t i = 0; i < p.instrs.size(); ++i) {
+    channel[i] = p.instrs[i].kind == Instr::Kind::kCommStart && p.graph.node(p.instrs[i].node).attrs.get_int("channel", 0) > 0;
+  }
+  return build_stream_plan(p.instrs, channel);
+}
+
+StreamPlan build_stream_plan(const std::vector<Instr>& instrs, const std::vector<bool>& channel) {
   StreamPlan sp;
   std::map<NodeId, int> done_event;  // collective node -> its completion event
   for (size_t i = 0; i < instrs.size(); ++i) {
@@ -18,11 +26,12 @@ StreamPlan build_stream_plan(const std::vector<Instr>& instrs) {
         break;
       case Instr::Kind::kCommStart: {
         int ready = sp.num_events++, done = sp.num_events++;
+        const int s = i < channel.size() && channel[i] ? 2 : 1;
         sp.ops.push_back({StreamOp::Kind::kRecord, 0, 0, ready});
-        sp.ops.push_back({StreamOp::Kind::kWait, 1, 0, ready});
-        sp.ops.push_back({StreamOp::Kind::kLaunch, 1, i, -1});
-        sp.ops.push_back({StreamOp::Kind::kRecord, 1, 0, done});
-        sp.launches[1]++;
+        sp.ops.push_back({StreamOp::Kind::kWait, s, 0, ready});
+        sp.ops.push_back({StreamOp::Kind::kLaunch, s, i, -1});
+        sp.ops.push_back({StreamOp::Kind::kRecord, s, 0, done});
+        sp.launches[s]++;
         done_event[in.node] = done;
         break;
       }
@@ -85,21 +94,23 @@ Status check_stream_plan(const Program& p, const StreamPlan& plan) {
     return s.kind == ValueSlot::Kind::kView ? s.root : v;
   };
   std::map<ValueId, std::vector<Access>> log;
-  int64_t vc[2][2] = {{0, 0}, {0, 0}};  // vc[s][t]: what stream s has seen of stream t
-  std::vector<std::array<int64_t, 2>> events(static_cast<size_t>(plan.num_events), {-1, -1});
+  int64_t vc[kNumStreams][kNumStreams] = {};  // vc[s][t]: what stream s has seen of stream t
+  std::array<int64_t, kNumStreams> unset;
+  unset.fill(-1);
+  std::vector<std::array<int64_t, kNumStreams>> events(static_cast<size_t>(plan.num_events), unset);
   std::vector<char> recorded(static_cast<size_t>(plan.num_events), 0);
-  int64_t clock[2] = {0, 0};
+  int64_t clock[kNumStreams] = {};
   for (const StreamOp& op : plan.ops) {
     int s = op.stream;
     if (op.kind == StreamOp::Kind::kRecord) {
-      events[static_cast<size_t>(op.event)] = {vc[s][0], vc[s][1]};
+      for (int t = 0; t < kNumStreams; ++t) events[static_cast<size_t>(op.event)][static_cast<size_t>(t)] = vc[s][t];
       events[static_cast<size_t>(op.event)][static_cast<size_t>(s)] = clock[s];
       recorded[static_cast<size_t>(op.event)] = 1;
       continue;
     }
     if (op.kind == StreamOp::Kind::kWait) {
       if (!recorded[static_cast<size_t>(op.event)]) return error("stream {} waits for event {} before it is recorded", s, op.event);
-      for (int t = 0; t < 2; ++t) vc[s][t] = std::max(vc[s][t], events[static_cast<size_t>(op.event)][static_cast<size_t>(t)]);
+      for (int t = 0; t < kNumStreams; ++t) vc[s][t] = std::max(vc[s][t], events[static_cast<size_t>(op.event)][static_cast<size_t>(t)]);
       continue;
     }
     ++clock[s];
@@ -132,7 +143,7 @@ Status check_stream_plan(const Program& p, const StreamPlan& plan) {
 std::string describe(const StreamPlan& plan, const Program& p) {
   std::string out;
   for (const StreamOp& op : plan.ops) {
-    const char* st = op.stream == 0 ? "compute" : "comm   ";
+    const char* st = op.stream == 0 ? "compute" : op.stream == 1 ? "comm   " : "channel";
     switch (op.kind) {
       case StreamOp::Kind::kLaunch: out += fmt::format("{} launch {}\n", st, p.graph.node(p.instrs[op.instr].node).describe()); break;
       case StreamOp::Kind::kRecord: out += fmt::format("{} record e{}\n", st, op.event); break;

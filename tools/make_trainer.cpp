@@ -39,7 +39,7 @@ void print_live_peak(const ProgramLayout& p, const char* who) {
 }  // namespace
 
 // This rank's program (planner/rank_program.h) bound to the executor in a Trainer.
-Expected<std::unique_ptr<Trainer>> make_trainer(const TrainSetup& s, RankRuntime& rt, std::vector<std::unique_ptr<CommGroup>>* nccl_groups,
+Expected<std::unique_ptr<Trainer>> make_trainer(const TrainSetup& s, RankRuntime& rt, DeviceComms* device_comms,
                                                 std::optional<ScheduleOptions>* sched, StageProgramInfo* stage) {
   const TrainArgs& a = s.a;
   const int64_t world_rank = rt.communicator() ? rt.communicator()->rank() : 0;
@@ -81,12 +81,15 @@ Expected<std::unique_ptr<Trainer>> make_trainer(const TrainSetup& s, RankRuntime
     const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
     if (!local) local = std::getenv("SLURM_LOCALID");
     OASES_RETURN_IF_ERROR(cuda_select_device(local ? std::atoi(local) : rt.rank()));
-    if (rt.distributed()) {
+    if (rt.communicator() && rt.communicator()->size() > 1) {
+      // the mesh's groups (a pipeline stage's: members of the world) and, for the Reshard
+      // kernels' transfers between meshes, the world, on the devices
       std::string how;
-      OASES_ASSIGN_OR_RETURN(*nccl_groups, make_device_groups(rt.communicator(), rt.mesh(), rt.rank(), a.comm_timeout, &how));
+      OASES_ASSIGN_OR_RETURN(*device_comms, make_device_comms(rt.communicator(), rt.axis_groups(), a.comm_timeout, &how));
       if (lead && a.verbose) std::fprintf(stderr, "note: %s\n", how.c_str());
       eo.groups.clear();
-      for (auto& g : *nccl_groups) eo.groups.push_back(g.get());
+      for (auto& g : device_comms->groups) eo.groups.push_back(g.get());
+      eo.device_comm = device_comms->world.get();
     }
   }
   *sched = rp.schedule;

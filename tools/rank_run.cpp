@@ -7,7 +7,7 @@ namespace oases {
 Status RankRun::start(RankRuntime* world) {
   const bool piped = s_.piped();
   StageProgramInfo stage;
-  OASES_ASSIGN_OR_RETURN(trainer_, make_trainer(s_, rt_, &nccl_groups_, &sched_, piped ? &stage : nullptr));
+  OASES_ASSIGN_OR_RETURN(trainer_, make_trainer(s_, rt_, &device_comms_, &sched_, piped ? &stage : nullptr));
   if (piped) {
     rules_.emplace(rt_, *world, std::move(stage), static_cast<int>(s_.plan().num_stages()));
   } else {

@@ -68,7 +68,7 @@ class RankRun {
   const TrainSetup& s_;
   const TrainArgs& a_;
   RankRuntime& rt_;
-  std::vector<std::unique_ptr<CommGroup>> nccl_groups_;
+  DeviceComms device_comms_;
   std::optional<ScheduleOptions> sched_;
   std::unique_ptr<Trainer> trainer_;
   std::optional<StageRules> rules_;

@@ -135,7 +135,6 @@ Expected<int64_t> resolve_stages(TrainArgs& a, int64_t world, std::vector<MeshPl
     if (meshes->empty() && world % a.pp != 0)
       return error("--pp {} does not divide the {} ranks of this run (world size must equal pp x tp x dp)", a.pp, world);
     if (a.grad_accum > 1) return Status::error("--grad-accum with --pp: the pipeline's --micro-batches accumulate the gradients");
-    if (a.device != "cpu") return Status::error("--pp runs on the CPU only: cross-stage transfers have no GPU path yet");
     if (a.micro_batches <= 0) a.micro_batches = a.pp;
     OASES_ASSIGN_OR_RETURN(PipelineSchedule sched, parse_pipeline(a.pipeline));
     OASES_RETURN_IF_ERROR(check_virtual_stages(sched, static_cast<int>(a.pp), static_cast<int>(std::min<int64_t>(a.micro_batches, 1 << 30)),

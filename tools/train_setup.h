@@ -48,11 +48,11 @@ struct TrainSetup {
 
 Expected<TrainSetup> prepare_training(const TrainArgs& args, int64_t world);
 
-// This rank's program (planner/rank_program.h) bound to the executor in a Trainer; the NCCL groups
-// of a GPU run are kept in `nccl_groups`, the schedule run in `sched`. Prints the schedule
+// This rank's program (planner/rank_program.h) bound to the executor in a Trainer; the device
+// communicator and groups of a GPU run are kept in `device_comms`, the schedule run in `sched`. Prints the schedule
 // (OASES_DUMP_SCHEDULE) and the memory report on rank 0.
 // Under --pp, `rt` is the rank's stage runtime and `stage` receives what its program holds.
-Expected<std::unique_ptr<Trainer>> make_trainer(const TrainSetup& s, RankRuntime& rt, std::vector<std::unique_ptr<CommGroup>>* nccl_groups,
+Expected<std::unique_ptr<Trainer>> make_trainer(const TrainSetup& s, RankRuntime& rt, DeviceComms* device_comms,
                                                 std::optional<ScheduleOptions>* sched, StageProgramInfo* stage = nullptr);
 
 }  // namespace oases

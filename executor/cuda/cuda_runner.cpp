@@ -88,7 +88,7 @@ constexpr int kFaultShift = 40;
 }  // namespace
 
 CudaRunner::~CudaRunner() {
-  for (cudaStream_t s : {streams_[0], streams_[1], copy_stream_}) {
+  for (cudaStream_t s : {streams_[0], streams_[1], streams_[2], copy_stream_}) {
     if (s) cudaStreamSynchronize(s);
   }
   if (registered_host_) cudaHostUnregister(registered_host_);
@@ -96,7 +96,7 @@ CudaRunner::~CudaRunner() {
   if (cudnn_) cudnnDestroy(cudnn_);
   for (cudaEvent_t e : events_) cudaEventDestroy(e);
   for (cudaEvent_t e : timing_) cudaEventDestroy(e);
-  for (cudaEvent_t e : {fork_, comm_end_, done_, origin_, sent_[0], sent_[1], consumed_[0], consumed_[1]}) {
+  for (cudaEvent_t e : {fork_, comm_end_, channel_end_, done_, origin_, sent_[0], sent_[1], consumed_[0], consumed_[1]}) {
     if (e) cudaEventDestroy(e);
   }
   for (void* p : {arena_, consts_, inputs_, staged_[0], staged_[1], static_cast<void*>(fault_)}) {
@@ -105,7 +105,7 @@ CudaRunner::~CudaRunner() {
   for (void* p : {pinned_[0], pinned_[1], static_cast<void*>(fault_host_)}) {
     if (p) cudaFreeHost(p);
   }
-  for (cudaStream_t s : {streams_[0], streams_[1], copy_stream_}) {
+  for (cudaStream_t s : {streams_[0], streams_[1], streams_[2], copy_stream_}) {
     if (s) cudaStreamDestroy(s);
   }
 }
@@ -146,10 +146,10 @@ Status CudaRunner::init() {
     OASES_CUDA_CHECK(cudaGetDevice(&device_));
     for (cudaStream_t& s : streams_) OASES_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     OASES_CUDA_CHECK(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking));
-    plan_ = build_stream_plan(prog_.instrs);
+    plan_ = build_stream_plan(prog_);
     events_.resize(static_cast<size_t>(plan_.num_events));
     for (cudaEvent_t& e : events_) OASES_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-    for (cudaEvent_t* e : {&fork_, &comm_end_, &done_, &sent_[0], &sent_[1], &consumed_[0], &consumed_[1]})
+    for (cudaEvent_t* e : {&fork_, &comm_end_, &channel_end_, &done_, &sent_[0], &sent_[1], &consumed_[0], &consumed_[1]})
       OASES_CUDA_CHECK(cudaEventCreateWithFlags(e, cudaEventDisableTiming));
     // keep freed scratch in the pool between steps instead of returning it to the driver
     cudaMemPool_t pool;
@@ -197,6 +197,8 @@ Status CudaRunner::init() {
     c.node = &n;
     c.state = state_;
     c.groups = &opts_.groups;
+    c.comm = opts_.device_comm;
+    if (auto r = prog_.reshards.find(n.name); r != prog_.reshards.end()) c.reshard = r->second.get();
     for (ValueId v : n.inputs) {
       TensorView tv;
       if (v != kNoId) tv = TensorView{g.value(v).dtype, g.value(v).shape, device_ptr(v)};
@@ -276,10 +278,11 @@ void CudaRunner::enqueue_program(bool timed) {
     stream_of_.assign(prog_.instrs.size(), -1);
     OASES_CUDA_CHECK(cudaEventRecord(origin_, cs));
   }
-  // the communication stream starts after everything before on the compute stream (and joins a
-  // graph capture begun there)
+  // the communication and channel streams start after everything before on the compute stream
+  // (and join a graph capture begun there)
   OASES_CUDA_CHECK(cudaEventRecord(fork_, cs));
   OASES_CUDA_CHECK(cudaStreamWaitEvent(streams_[1], fork_, 0));
+  if (plan_.launches[2]) OASES_CUDA_CHECK(cudaStreamWaitEvent(streams_[2], fork_, 0));
   for (const StreamOp& op : plan_.ops) {
     cudaStream_t s = streams_[op.stream];
     if (op.kind == StreamOp::Kind::kRecord) {
@@ -312,9 +315,14 @@ void CudaRunner::enqueue_program(bool timed) {
     }
     c.release();
   }
-  // the compute stream also waits for anything the communication stream still has queued
+  // the compute stream also waits for anything the communication and channel streams still have
+  // queued
   OASES_CUDA_CHECK(cudaEventRecord(comm_end_, streams_[1]));
   OASES_CUDA_CHECK(cudaStreamWaitEvent(cs, comm_end_, 0));
+  if (plan_.launches[2]) {
+    OASES_CUDA_CHECK(cudaEventRecord(channel_end_, streams_[2]));
+    OASES_CUDA_CHECK(cudaStreamWaitEvent(cs, channel_end_, 0));
+  }
 }
 
 void CudaRunner::check_fault() {

@@ -61,13 +61,13 @@ class CudaRunner : public DeviceRunner {
   ExecOptions opts_;
   RunState* state_;
   int device_ = 0;
-  cudaStream_t streams_[2] = {nullptr, nullptr};
+  cudaStream_t streams_[kNumStreams] = {nullptr, nullptr, nullptr};  // compute, communication, channel
   cudaStream_t copy_stream_ = nullptr;
   std::vector<cudaEvent_t> events_;
   cudaEvent_t origin_ = nullptr;     // a timed enqueue's first event (the time base of its spans)
   std::vector<int> stream_of_;       // per instruction: the stream of its last timed launch (-1: none)
   std::vector<cudaEvent_t> timing_;  // node timing: a start and an end event per instruction, made on first use
-  cudaEvent_t fork_ = nullptr, comm_end_ = nullptr, done_ = nullptr;
+  cudaEvent_t fork_ = nullptr, comm_end_ = nullptr, channel_end_ = nullptr, done_ = nullptr;
   StreamPlan plan_;
   void* arena_ = nullptr;
   void* consts_ = nullptr;

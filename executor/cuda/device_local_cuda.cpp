@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "executor/cuda/cuda_context.h"
+#include "executor/cuda/nccl_communicator.h"
 #include "kernels/cuda/version.h"
 #include "executor/device.h"
 #include "graph/sharding.h"
@@ -86,15 +87,25 @@ std::shared_ptr<DeviceOps> cuda_device_ops() {
 
 namespace oases {
 
-Expected<std::vector<std::unique_ptr<CommGroup>>> make_device_groups(Communicator* host, const Mesh& mesh, int rank, double timeout_s,
-                                                                    std::string* why) {
-  std::vector<std::unique_ptr<CommGroup>> out;
+Expected<DeviceComms> make_device_comms(Communicator* host, const std::vector<CommGroup*>& host_groups, double timeout_s, std::string* why) {
+  DeviceComms out;
   if (!host) return out;
   const int devices = cuda::device_info().count;
   const void* process = host->process_world();
   if (!process || devices >= host->size()) {
-    if (why) *why = fmt::format("collectives over NCCL ({} ranks, {} GPU(s))", host->size(), devices);
-    return make_nccl_groups(host, mesh, rank, timeout_s);
+    if (why) *why = fmt::format("collectives and transfers over NCCL ({} ranks, {} GPU(s))", host->size(), devices);
+    try {
+      for (CommGroup* hg : host_groups) {
+        auto ng = std::make_unique<cuda::NcclGroup>(cuda::nccl_comm_over(*hg), hg->members(), hg->rank());
+        ng->set_timeout(timeout_s);
+        out.groups.push_back(std::move(ng));
+      }
+    } catch (const std::exception& e) {
+      return Status::error(fmt::format("NCCL set-up: {}", e.what()));
+    }
+    out.world = std::make_unique<cuda::NcclCommunicator>(host);
+    out.world->timeout_s = timeout_s;
+    return out;
   }
   // the process's thread ranks share one world (made by the first, found by the others)
   static std::mutex mu;
@@ -109,16 +120,14 @@ Expected<std::vector<std::unique_ptr<CommGroup>>> make_device_groups(Communicato
     }
   }
   try {
-    std::unique_ptr<Communicator> comm = device_local_communicator(world, host->rank());
-    for (int a = 0; a < mesh.num_axes(); ++a) {
-      std::vector<int64_t> g = mesh.group(rank, a);
-      out.push_back(comm->make_group(std::vector<int>(g.begin(), g.end())));
-    }
+    out.world = device_local_communicator(world, host->rank());
+    for (CommGroup* hg : host_groups) out.groups.push_back(out.world->make_group(hg->members()));
   } catch (const std::exception& e) {
     return Status::error(fmt::format("device-local groups: {}", e.what()));
   }
   if (why) {
-    *why = fmt::format("{} thread ranks on {} GPU(s): collectives as stream-ordered copies and reductions on the devices (device-local)",
+    *why = fmt::format("{} thread ranks on {} GPU(s): collectives and transfers as stream-ordered copies and reductions on the devices "
+                       "(device-local)",
                        host->size(), devices);
   }
   return out;

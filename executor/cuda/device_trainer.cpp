@@ -75,6 +75,10 @@ std::string capture_blocker(const Graph& g, const std::vector<CommGroup*>& group
   for (NodeId id : g.nodes()) {
     const Node& n = g.node(id);
     if (op_has_trait(n, kTraitRandom)) return fmt::format("{} takes a per-step random key as a kernel argument", n.describe());
+    // a Reshard's transfers meet their peers on the host where ranks share a device, and its first
+    // run makes NCCL's pair and channel communicators; until replaying them is proven on GPUs, a
+    // program with cross-mesh transfers runs its launches directly
+    if (n.domain == kOasesDomain && n.op_type == "Reshard") return fmt::format("{} transfers between meshes (not captured yet)", n.describe());
   }
   return "";
 }

@@ -5,6 +5,9 @@
 // collective are strided copies on the same stream.
 #include "executor/cuda/cuda_context.h"
 #include "executor/cuda/nccl_communicator.h"
+#include "executor/reshard_runner.h"
+#include "graph/op_registry.h"
+#include "planner/reshard_nodes.h"
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/loss.h"
 
@@ -50,9 +53,51 @@ void copy_in_out(CudaContext& c, int i) {
   }
 }
 
+// A Reshard's tiles on the device: boxes copied by the strided copy kernel on the instruction's
+// stream (the channel stream), scratch from the stream-ordered pool (freed after the launch).
+class DeviceTiles : public TileMemory {
+ public:
+  explicit DeviceTiles(CudaContext& c) : c_(c) {}
+  char* scratch(int64_t bytes) override { return static_cast<char*>(c_.scratch(static_cast<size_t>(bytes))); }
+  void copy_region(const Box& region, const Box& from_box, const char* from, const Box& to_box, char* to, int64_t es) override {
+    if (region.empty()) return;
+    copy(from, to, static_cast<size_t>(es),
+         box_copy_plan(region.offset, region.extent, from_box.offset, from_box.extent, to_box.offset, to_box.extent), c_.stream);
+  }
+  void* stream() const override { return c_.stream; }
+
+ private:
+  CudaContext& c_;
+};
+
+// Cross-mesh resharding (pipeline stages, stage meshes): this rank's part of the node's transfer
+// plan (made when the program was built), through the rank's device communicator on the channel
+// stream: NCCL point to point and channel groups, or ranks sharing a device.
+void reshard(CudaContext& c) {
+  KernelContext& k = c.k;
+  if (!k.reshard) k.fail("no transfer plan: the planner plans a program's Reshard nodes as it builds it");
+  if (!k.comm)
+    k.fail("runs on CUDA and needs the rank's device communicator (NCCL or ranks sharing devices); oases-train gives one to runs of two "
+           "ranks or more");
+  const PlannedReshard& planned = *k.reshard;
+  ReshardProblem p = planned.problem;
+  p.element_bytes = static_cast<int64_t>(dtype_size(k.out[0].dtype));
+  const int64_t me = k.attrs().get_int("world_rank", -1);
+  if (me != k.comm->rank()) k.fail("the program is world rank {}'s, it runs on rank {}", me, k.comm->rank());
+  ReshardRunOptions o;
+  o.tag = planned.channel;
+  o.dtype = k.out[0].dtype;
+  o.cluster = planned.cluster;  // no link emulation on the GPU: transfers run at the devices' speed
+  DeviceTiles mem(c);
+  TileView src = reshard_source(k, p, me), dst = reshard_destination(k, p, me);
+  keep_apart(src, dst, mem);
+  run_reshard_into(planned.plan, p, *k.comm, src, dst, mem, o);
+}
+
 }  // namespace
 
 void register_cuda_collectives(CudaKernelRegistry& r) {
+  r.add(kOasesDomain, "Reshard", reshard);
   r.add("oases", "AllReduce", [](CudaContext& c) {
     StreamGroup& g = stream_group(c);
     ReduceOp op = reduce_op(c);

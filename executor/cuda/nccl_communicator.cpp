@@ -207,6 +207,11 @@ class NcclRequest : public CommRequest {
     wait_with_watchdog(r_->event, {g_}, g_->timeout(), what_);
     done_ = true;
   }
+  // enqueued on the stream it was issued on: later work there follows it without a host wait
+  void wait_ordered() override {
+    if (!r_->recorded) throw OasesError(fmt::format("{}: waited for inside its batch (NCCL starts it at end_batch)", what_));
+    g_->check_async();
+  }
   bool test() override {
     if (done_ || !r_->recorded) return done_;
     g_->check_async();
@@ -244,6 +249,10 @@ class SelfRequest : public CommRequest {
   void wait() override {
     if (!done_->recorded) throw OasesError(unmatched_);
     OASES_CUDA_CHECK(cudaEventSynchronize(done_->event));
+  }
+  // the copy was enqueued on the communicator's stream when the second side was issued
+  void wait_ordered() override {
+    if (!done_->recorded) throw OasesError(unmatched_);
   }
   bool test() override {
     if (!done_->recorded) return false;

@@ -109,10 +109,11 @@ class NcclCommunicator : public Communicator {
   std::unique_ptr<CommRequest> isend(const void* data, int64_t bytes, int to, int tag) override;
   std::unique_ptr<CommRequest> irecv(void* data, int64_t bytes, int from, int tag) override;
 
-  void set_stream(cudaStream_t s) { stream_ = s; }
+  void set_stream(void* s) override { stream_ = static_cast<cudaStream_t>(s); }
   cudaStream_t stream() const { return stream_; }
-  void begin_batch();
-  void end_batch();
+  void begin_batch() override;
+  void end_batch() override;
+  void connect(int peer, int tag) override { pair(peer, tag); }
 
  protected:
   std::unique_ptr<CommGroup> make_channel_group(const std::vector<int>& ranks, int tag) override;

@@ -40,7 +40,7 @@ std::vector<std::string> cuda_kernel_ops() {
 Expected<std::vector<std::unique_ptr<CommGroup>>> make_nccl_groups(Communicator*, const Mesh&, int, double) {
   return Status::error(kNoCuda);
 }
-Expected<std::vector<std::unique_ptr<CommGroup>>> make_device_groups(Communicator*, const Mesh&, int, double, std::string*) {
+Expected<DeviceComms> make_device_comms(Communicator*, const std::vector<CommGroup*>&, double, std::string*) {
   return Status::error(kNoCuda);
 }
 

@@ -17,6 +17,14 @@ namespace oases::kernels {
 template <class T>
 void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda, const T* b, int64_t ldb, T beta,
           T* c, int64_t ldc);
+// float and double go to OpenBLAS (gemm.cpp specialises them; declared here so no file that sees
+// the integer loops' template instantiates them for floats)
+template <>
+void gemm<float>(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda, const float* b,
+                 int64_t ldb, float beta, float* c, int64_t ldc);
+template <>
+void gemm<double>(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha, const double* a, int64_t lda, const double* b,
+                  int64_t ldb, double beta, double* c, int64_t ldc);
 
 // Called on each finished block of C (rows x cols at c, row stride ldc; row0, col0 its place in the
 // whole output) by the thread that computed it, while the block is still in cache: bias,

@@ -180,6 +180,20 @@ inline NdPlan slice_plan(const std::vector<int64_t>& in, const std::vector<int64
   return make_plan(out, {row_major_strides(out), rs}, {0, base});
 }
 
+// The region (offset, extent: a box of a tensor) copied from the dense row-major box `from` into
+// the dense box `to`, both holding it (graph/tiles.h copy_region): walk the region, write to, read from.
+inline NdPlan box_copy_plan(const std::vector<int64_t>& offset, const std::vector<int64_t>& extent, const std::vector<int64_t>& from_offset,
+                            const std::vector<int64_t>& from_extent, const std::vector<int64_t>& to_offset,
+                            const std::vector<int64_t>& to_extent) {
+  std::vector<int64_t> fs = row_major_strides(from_extent), ts = row_major_strides(to_extent);
+  int64_t fb = 0, tb = 0;
+  for (size_t d = 0; d < extent.size(); ++d) {
+    fb += (offset[d] - from_offset[d]) * fs[d];
+    tb += (offset[d] - to_offset[d]) * ts[d];
+  }
+  return make_plan(extent, {ts, fs}, {tb, fb});
+}
+
 // Part `in` of a concatenation written into `out` at `offset` along `axis`: walk in, write out.
 inline NdPlan concat_part_plan(const std::vector<int64_t>& in, const std::vector<int64_t>& out, int64_t axis, int64_t offset) {
   std::vector<int64_t> os = row_major_strides(out);

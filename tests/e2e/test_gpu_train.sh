@@ -6,7 +6,9 @@
 # the compute stream, within the steps' wall time). Thread ranks on the GPU (ranks sharing it where
 # the machine has fewer GPUs: executor/device_local_comm.h; NCCL where it has one each) must follow
 # the CPU run of the same plan within 1e-5 relative in fp32 (20 losses and the gathered gradients):
-# tp 2, dp 2, tp 2 x dp 2 with sequence parallelism, collective matmuls, the oases schedule with K 2.
+# tp 2, dp 2, tp 2 x dp 2 with sequence parallelism, collective matmuls, the oases schedule with K 2,
+# and pipelines (their Reshard kernels on the GPU's channel stream): pp 2 with the tied embedding
+# across stages (1F1B), pp 2 x tp 2 under eager 1F1B, stage meshes 2x1:oases,1x2.
 source "$(dirname "$0")/lib.sh"
 MODEL=$OASES_SOURCE_DIR/models/train/gpt2_bytes/model.onnx
 DATA=$OASES_SOURCE_DIR/data/kjv_genesis.txt
@@ -93,5 +95,8 @@ dp 2|--local-ranks 2 --dp 2
 tp 2 dp 2 sp|--local-ranks 4 --tp 2 --dp 2 --sequence-parallel
 tp 2 sp collective matmul|--local-ranks 2 --tp 2 --sequence-parallel --collective-matmul
 tp 2 oases K 2|--local-ranks 2 --tp 2 --schedule oases --chunks 2
+pp 2 tied embedding 1f1b|--local-ranks 2 --pp 2 --micro-batches 4
+pp 2 tp 2 eager 1F1B|--local-ranks 4 --pp 2 --tp 2 --pipeline eager-1f1b --micro-batches 4
+stage meshes 2x1:oases,1x2|--local-ranks 4 --pp 2 --stage-meshes 2x1:oases,1x2 --chunks 2 --micro-batches 2
 CONFIGS
 finish

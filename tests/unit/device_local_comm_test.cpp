@@ -1,7 +1,9 @@
 // Ranks sharing devices (executor/device_local_comm.h), the logic on the host backend: every
 // collective's values on 3 thread ranks (in place and not), against sums in member order; channel
 // groups of rank subsets; point to point in either order and on several tags; many rounds in a
-// row; and the errors: a mismatched transfer, a member that never comes (an error, not a hang).
+// row; the errors: a mismatched transfer, a member that never comes (an error, not a hang); and
+// cross-mesh resharding (run_reshard_into, the CUDA Reshard kernel's path) giving the tiles thread
+// ranks give, bit for bit, for every strategy and a partial source.
 #include <gtest/gtest.h>
 
 #include <functional>
@@ -12,8 +14,12 @@
 
 #include <fmt/format.h>
 
+#include "executor/communicator.h"
 #include "executor/device_local_comm.h"
+#include "executor/reshard_runner.h"
 #include "graph/status.h"
+#include "graph/tiles.h"
+#include "planner/reshard.h"
 
 namespace oases {
 namespace {
@@ -214,4 +220,95 @@ TEST(DeviceLocalComm, MismatchedTransferAndAbsentMemberAreErrors) {
 }
 
 }  // namespace
+
+// Every rank's destination tile of one plan, run on n thread ranks of `make` communicators; each
+// source tile holds its elements' row-major indices (plus 0.5 times the mesh rank: a partial
+// source's parts differ).
+std::vector<std::vector<float>> reshard_tiles(int n, const ReshardPlan& plan, const ReshardProblem& p,
+                                              const std::function<std::unique_ptr<Communicator>(int)>& make, std::vector<std::string>* errors) {
+  std::vector<std::vector<float>> out(static_cast<size_t>(n));
+  errors->assign(static_cast<size_t>(n), "");
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        auto comm = make(r);
+        TileData src;
+        src.element_bytes = 4;
+        if (int64_t sr = p.src.placed.mesh_rank(r); sr >= 0) {
+          TileMap tiles = tile_boxes(p.src.spec, p.shape, p.src.placed.mesh).value();
+          src = TileData::zeros(tiles, sr, 4);
+          for (size_t k = 0; k < src.boxes.size(); ++k) {
+            const Box& b = src.boxes[k];
+            auto* f = reinterpret_cast<float*>(src.data[k].data());
+            for (int64_t i = 0; i < b.numel(); ++i) {
+              int64_t flat = 0, rest = i;
+              std::vector<int64_t> at(b.extent.size());
+              for (size_t d = b.extent.size(); d-- > 0;) {
+                at[d] = b.offset[d] + rest % b.extent[d];
+                rest /= b.extent[d];
+              }
+              for (size_t d = 0; d < at.size(); ++d) flat = flat * p.shape[d] + at[d];
+              f[i] = static_cast<float>(flat) + 0.5f * static_cast<float>(sr);
+            }
+          }
+        }
+        ReshardRunOptions o;
+        o.tag = 1;
+        TileData dst = run_reshard(plan, p, *comm, src, o);
+        for (const TileBytes& d : dst.data) {
+          const auto* f = reinterpret_cast<const float*>(d.data());
+          out[static_cast<size_t>(r)].insert(out[static_cast<size_t>(r)].end(), f, f + d.size() / 4);
+        }
+      } catch (const std::exception& e) {
+        (*errors)[static_cast<size_t>(r)] = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  return out;
+}
+
+TEST(DeviceLocalComm, ReshardingGivesThreadRanksTilesForEveryStrategy) {
+  struct Case {
+    std::string src_mesh, src, dst_mesh, dst;
+    Shape shape;
+    bool overlap;
+  };
+  const std::vector<Case> cases = {
+      {"2x2", "S0R", "2x2", "RS1", {8, 6}, false},   {"2x2", "RS0", "1x4", "S1R", {5, 8}, false},
+      {"1x2", "RR", "2x2", "S0R", {6, 4}, false},    {"2x2", "S0R:P1", "2x2", "RS1", {8, 4}, true},
+      {"2", "S0R", "2x3", "RS1", {7, 9}, false},     {"2x2", "RR", "2x2", "S01R", {8, 3}, true},
+  };
+  for (const Case& c : cases) {
+    Mesh sm = parse_mesh_shape(c.src_mesh).value(), dm = parse_mesh_shape(c.dst_mesh).value();
+    ReshardProblem p;
+    p.shape = c.shape;
+    p.src.spec = parse_layout(c.src, c.shape.size(), &sm).value();
+    p.dst.spec = parse_layout(c.dst, c.shape.size(), &dm).value();
+    p.src.placed = PlacedMesh::contiguous(sm, 0);
+    p.dst.placed = PlacedMesh::contiguous(dm, c.overlap ? 0 : sm.size());
+    const int n = static_cast<int>(std::max(p.src.placed.ranks.back(), p.dst.placed.ranks.back()) + 1);
+    ReshardCluster cluster = ReshardCluster::spread(n, 2, LinkModel{1.25, 50}, LinkModel{20, 1});
+    for (auto strategy : {ReshardStrategy::kSendRecv, ReshardStrategy::kAllGather, ReshardStrategy::kBroadcast}) {
+      std::string what = fmt::format("{} {} -> {} {} ({})", c.src_mesh, c.src, c.dst_mesh, c.dst, strategy_name(strategy));
+      auto plan = plan_reshard(p, cluster, {strategy});
+      ASSERT_TRUE(plan) << what << ": " << plan.status().message();
+      std::vector<std::string> e1, e2;
+      auto local_world = make_local_world(n, 20);
+      auto want = reshard_tiles(n, *plan, p, [&](int r) { return local_communicator(local_world, r); }, &e1);
+      auto device_world = make_device_local_world(n, host_device_ops(), 20);
+      auto got = reshard_tiles(n, *plan, p, [&](int r) { return device_local_communicator(device_world, r); }, &e2);
+      for (int r = 0; r < n; ++r) {
+        ASSERT_EQ(e1[static_cast<size_t>(r)], "") << what << ", thread rank " << r;
+        ASSERT_EQ(e2[static_cast<size_t>(r)], "") << what << ", device-local rank " << r;
+        EXPECT_EQ(got[static_cast<size_t>(r)], want[static_cast<size_t>(r)]) << what << ", rank " << r;
+      }
+      int64_t dst_elements = 0;
+      for (const auto& t : want) dst_elements += static_cast<int64_t>(t.size());
+      EXPECT_GT(dst_elements, 0) << what;
+    }
+  }
+}
+
 }  // namespace oases

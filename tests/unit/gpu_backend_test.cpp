@@ -19,6 +19,7 @@
 #include "executor/training.h"
 #include "graph/passes/fusion.h"
 #include "graph/passes/mixed_precision.h"
+#include "graph/tiles.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/layout.h"
 #include "kernels/cuda/nd.h"
@@ -89,6 +90,20 @@ TEST(CudaIndexMaps, SliceAndScatterMatchCpu) {
   std::swap(p.maps[0], p.maps[1]);
   cuda::copy_host(p, want.data(), back_got.data(), sizeof(float));
   EXPECT_EQ(back_got, back_want);
+}
+
+TEST(CudaIndexMaps, BoxRegionCopiesMatchTheTilesCopy) {
+  // a Reshard's pack, unpack and local copies on the device (executor/cuda glue) against
+  // graph/tiles.h copy_region on the host: a region of a [6, 7, 5] tensor between two boxes
+  Box from{{1, 0, 1}, {5, 7, 4}}, to{{2, 3, 0}, {4, 4, 5}};
+  for (const Box& region : {Box{{2, 3, 1}, {3, 4, 4}}, Box{{3, 4, 2}, {1, 2, 3}}, Box{{2, 3, 1}, {1, 1, 1}}}) {
+    auto x = iota_data(static_cast<size_t>(from.numel()));
+    std::vector<float> want(static_cast<size_t>(to.numel()), -1.f), got = want;
+    copy_region(region, from, reinterpret_cast<const char*>(x.data()), to, reinterpret_cast<char*>(want.data()), sizeof(float));
+    cuda::copy_host(cuda::box_copy_plan(region.offset, region.extent, from.offset, from.extent, to.offset, to.extent), x.data(), got.data(),
+                    sizeof(float));
+    EXPECT_EQ(got, want) << region.to_string();
+  }
 }
 
 TEST(CudaIndexMaps, ConcatBroadcastTileAndRankMajorMatchCpu) {
@@ -221,6 +236,27 @@ TEST(StreamPlan, OneEventPerCrossStreamDependency) {
   EXPECT_EQ(sp.launches[1], 1);
   Status st = check_stream_plan(p, sp);
   EXPECT_TRUE(st.is_ok()) << st.message() << "\n" << describe(sp, p);
+}
+
+TEST(StreamPlan, ChannelTransfersRunOnTheirOwnStream) {
+  // the same program with its collective on a channel (a Reshard's place): stream 2, not 1, and
+  // the hazard check follows the third stream's events (dropping its wait is found)
+  Program p = overlapped_program();
+  StreamPlan sp = build_stream_plan(p.instrs, {false, true, false, false, false});
+  EXPECT_EQ(sp.launches[0], 3);
+  EXPECT_EQ(sp.launches[1], 0);
+  EXPECT_EQ(sp.launches[2], 1);
+  Status st = check_stream_plan(p, sp);
+  EXPECT_TRUE(st.is_ok()) << st.message() << "\n" << describe(sp, p);
+  EXPECT_NE(describe(sp, p).find("channel launch"), std::string::npos) << describe(sp, p);
+  StreamPlan broken = sp;
+  broken.ops.clear();
+  for (const StreamOp& op : sp.ops) {
+    if (!(op.kind == StreamOp::Kind::kWait && op.stream == 0)) broken.ops.push_back(op);
+  }
+  EXPECT_FALSE(check_stream_plan(p, broken).is_ok());
+  // read from the nodes: a node without a channel attribute stays on stream 1
+  EXPECT_EQ(build_stream_plan(p).launches[1], 1);
 }
 
 TEST(StreamPlan, HazardCheckFindsAMissingWait) {
