@@ -342,12 +342,18 @@ void CudaRunner::synchronize(const char* what) {
   cudaStream_t cs = streams_[0];
   if (fault_armed_) OASES_CUDA_CHECK(cudaMemcpyAsync(fault_host_, fault_, sizeof(unsigned long long), cudaMemcpyDeviceToHost, cs));
   OASES_CUDA_CHECK(cudaEventRecord(done_, cs));
-  double timeout = kDefaultCommTimeoutS;  // no NCCL group: the watchdog has nothing to abort and never fires
-  if (!nccl_.empty()) {
-    timeout = 0;
-    for (NcclGroup* ng : nccl_) timeout = std::max(timeout, ng->timeout());
+  // the mesh's NCCL groups and the device communicator's pair and channel communicators (the
+  // Reshard kernels' transfers)
+  std::vector<NcclGroup*> watched = nccl_;
+  if (auto* nc = dynamic_cast<NcclCommunicator*>(opts_.device_comm)) {
+    for (NcclGroup* g : nc->groups()) watched.push_back(g);
   }
-  wait_with_watchdog(done_, nccl_, timeout, what);
+  double timeout = kDefaultCommTimeoutS;  // no NCCL group: the watchdog has nothing to abort and never fires
+  if (!watched.empty()) {
+    timeout = 0;
+    for (NcclGroup* ng : watched) timeout = std::max(timeout, ng->timeout());
+  }
+  wait_with_watchdog(done_, watched, timeout, what);
   check_fault();
 }
 

@@ -4,6 +4,7 @@
 // collectives, the compute stream for collectives run in line). Rearrangements around the
 // collective are strided copies on the same stream.
 #include "executor/cuda/cuda_context.h"
+#include "executor/cuda/device_tiles.h"
 #include "executor/cuda/nccl_communicator.h"
 #include "executor/reshard_runner.h"
 #include "graph/op_registry.h"
@@ -53,23 +54,6 @@ void copy_in_out(CudaContext& c, int i) {
   }
 }
 
-// A Reshard's tiles on the device: boxes copied by the strided copy kernel on the instruction's
-// stream (the channel stream), scratch from the stream-ordered pool (freed after the launch).
-class DeviceTiles : public TileMemory {
- public:
-  explicit DeviceTiles(CudaContext& c) : c_(c) {}
-  char* scratch(int64_t bytes) override { return static_cast<char*>(c_.scratch(static_cast<size_t>(bytes))); }
-  void copy_region(const Box& region, const Box& from_box, const char* from, const Box& to_box, char* to, int64_t es) override {
-    if (region.empty()) return;
-    copy(from, to, static_cast<size_t>(es),
-         box_copy_plan(region.offset, region.extent, from_box.offset, from_box.extent, to_box.offset, to_box.extent), c_.stream);
-  }
-  void* stream() const override { return c_.stream; }
-
- private:
-  CudaContext& c_;
-};
-
 // Cross-mesh resharding (pipeline stages, stage meshes): this rank's part of the node's transfer
 // plan (made when the program was built), through the rank's device communicator on the channel
 // stream: NCCL point to point and channel groups, or ranks sharing a device.
@@ -88,7 +72,7 @@ void reshard(CudaContext& c) {
   o.tag = planned.channel;
   o.dtype = k.out[0].dtype;
   o.cluster = planned.cluster;  // no link emulation on the GPU: transfers run at the devices' speed
-  DeviceTiles mem(c);
+  CudaTileMemory mem(c.stream);
   TileView src = reshard_source(k, p, me), dst = reshard_destination(k, p, me);
   keep_apart(src, dst, mem);
   run_reshard_into(planned.plan, p, *k.comm, src, dst, mem, o);

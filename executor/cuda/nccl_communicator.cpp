@@ -52,6 +52,11 @@ void NcclRegistry::remove(NcclGroup* g) {
   groups_.erase(g);
 }
 
+std::vector<NcclGroup*> NcclRegistry::groups() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return std::vector<NcclGroup*>(groups_.begin(), groups_.end());
+}
+
 void NcclRegistry::abort_all(const std::string& why) {
   std::lock_guard<std::mutex> lock(mu_);
   for (NcclGroup* g : groups_) g->abort(why);

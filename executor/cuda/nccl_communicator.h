@@ -29,6 +29,7 @@ class NcclRegistry {
   void add(class NcclGroup* g);
   void remove(class NcclGroup* g);
   void abort_all(const std::string& why);
+  std::vector<NcclGroup*> groups();
 
  private:
   std::mutex mu_;
@@ -114,6 +115,8 @@ class NcclCommunicator : public Communicator {
   void begin_batch() override;
   void end_batch() override;
   void connect(int peer, int tag) override { pair(peer, tag); }
+  // Its pair and channel communicators made so far (the step's watchdog watches them too).
+  std::vector<NcclGroup*> groups() { return registry_->groups(); }
 
  protected:
   std::unique_ptr<CommGroup> make_channel_group(const std::vector<int>& ranks, int tag) override;
