@@ -20,35 +20,11 @@
 #include "executor/reshard_runner.h"
 #include "graph/tiles.h"
 #include "planner/reshard.h"
+#include "tests/common/reshard_tiles.h"
 #include "tests/gpu/gpu_test_common.h"
 
 namespace oases {
 namespace {
-
-// Rank r's source tile: each element's row-major index plus 0.5 x its mesh rank (a partial
-// source's parts differ); none outside the source mesh.
-TileData source_tile(const ReshardProblem& p, int r) {
-  TileData src;
-  src.element_bytes = 4;
-  int64_t sr = p.src.placed.mesh_rank(r);
-  if (sr < 0) return src;
-  src = TileData::zeros(tile_boxes(p.src.spec, p.shape, p.src.placed.mesh).value(), sr, 4);
-  for (size_t k = 0; k < src.boxes.size(); ++k) {
-    const Box& b = src.boxes[k];
-    auto* f = reinterpret_cast<float*>(src.data[k].data());
-    for (int64_t i = 0; i < b.numel(); ++i) {
-      int64_t rest = i, flat = 0;
-      std::vector<int64_t> at(b.extent.size());
-      for (size_t d = b.extent.size(); d-- > 0;) {
-        at[d] = b.offset[d] + rest % b.extent[d];
-        rest /= b.extent[d];
-      }
-      for (size_t d = 0; d < at.size(); ++d) flat = flat * p.shape[d] + at[d];
-      f[i] = static_cast<float>(flat) + 0.5f * static_cast<float>(sr);
-    }
-  }
-  return src;
-}
 
 // Every rank's destination tile (its boxes' bytes in order), on the host or on the GPU.
 std::vector<std::vector<char>> run_ranks(const ReshardPlan& plan, const ReshardProblem& p, int n, bool gpu, std::vector<std::string>* errors) {
@@ -62,7 +38,7 @@ std::vector<std::vector<char>> run_ranks(const ReshardPlan& plan, const ReshardP
       try {
         ReshardRunOptions o;
         o.tag = 1;
-        TileData src = source_tile(p, r);
+        TileData src = testutil::indexed_source_tile(p, r);
         if (!gpu) {
           auto comm = local_communicator(host_world, r);
           TileData dst = run_reshard(plan, p, *comm, src, o);

@@ -20,6 +20,7 @@
 #include "graph/status.h"
 #include "graph/tiles.h"
 #include "planner/reshard.h"
+#include "tests/common/reshard_tiles.h"
 
 namespace oases {
 namespace {
@@ -221,9 +222,8 @@ TEST(DeviceLocalComm, MismatchedTransferAndAbsentMemberAreErrors) {
 
 }  // namespace
 
-// Every rank's destination tile of one plan, run on n thread ranks of `make` communicators; each
-// source tile holds its elements' row-major indices (plus 0.5 times the mesh rank: a partial
-// source's parts differ).
+// Every rank's destination tile of one plan, run on n thread ranks of `make` communicators, from
+// testutil::indexed_source_tile's tiles.
 std::vector<std::vector<float>> reshard_tiles(int n, const ReshardPlan& plan, const ReshardProblem& p,
                                               const std::function<std::unique_ptr<Communicator>(int)>& make, std::vector<std::string>* errors) {
   std::vector<std::vector<float>> out(static_cast<size_t>(n));
@@ -233,26 +233,7 @@ std::vector<std::vector<float>> reshard_tiles(int n, const ReshardPlan& plan, co
     threads.emplace_back([&, r] {
       try {
         auto comm = make(r);
-        TileData src;
-        src.element_bytes = 4;
-        if (int64_t sr = p.src.placed.mesh_rank(r); sr >= 0) {
-          TileMap tiles = tile_boxes(p.src.spec, p.shape, p.src.placed.mesh).value();
-          src = TileData::zeros(tiles, sr, 4);
-          for (size_t k = 0; k < src.boxes.size(); ++k) {
-            const Box& b = src.boxes[k];
-            auto* f = reinterpret_cast<float*>(src.data[k].data());
-            for (int64_t i = 0; i < b.numel(); ++i) {
-              int64_t flat = 0, rest = i;
-              std::vector<int64_t> at(b.extent.size());
-              for (size_t d = b.extent.size(); d-- > 0;) {
-                at[d] = b.offset[d] + rest % b.extent[d];
-                rest /= b.extent[d];
-              }
-              for (size_t d = 0; d < at.size(); ++d) flat = flat * p.shape[d] + at[d];
-              f[i] = static_cast<float>(flat) + 0.5f * static_cast<float>(sr);
-            }
-          }
-        }
+        TileData src = testutil::indexed_source_tile(p, r);
         ReshardRunOptions o;
         o.tag = 1;
         TileData dst = run_reshard(plan, p, *comm, src, o);
