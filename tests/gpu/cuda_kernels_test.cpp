@@ -23,6 +23,7 @@
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/gemm.h"
 #include "tests/common/loss_graph.h"
+#include "tests/gpu/gpu_test_common.h"
 #include "tools/model_loader.h"
 
 namespace fs = std::filesystem;
@@ -30,54 +31,11 @@ namespace fs = std::filesystem;
 namespace oases {
 namespace {
 
-#define REQUIRE_GPU()                                                                               \
-  do {                                                                                              \
-    if (Status st_ = cuda_usable(); !st_.is_ok()) GTEST_SKIP() << "no GPU here: " << st_.message(); \
-  } while (0)
-
-// The checkout holding the committed models: $OASES_SOURCE_DIR where it has them (scripts/gpu_checks.sh
-// sets it, so binaries built in another folder, e.g. scripts/gpu_bundle.sh's, find them), else the
-// source folder this binary was built from.
-fs::path source_dir() {
-  const char* env = std::getenv("OASES_SOURCE_DIR");
-  if (env && *env && fs::is_directory(fs::path(env) / "models" / "small")) return fs::path(env);
-  return fs::path(OASES_SOURCE_DIR);
-}
-
-struct Loaded {
-  TrainingGraph tg;
-  std::map<std::string, Tensor> feeds;
-};
+using gpu_test::Loaded;
+using gpu_test::source_dir;
 
 Loaded load(const std::string& name, DType compute) {
-  fs::path dir = source_dir() / "models" / "small" / name, data = dir / "test_data_set_0";
-  Loaded out;
-  ImportOptions opts;
-  for (int i = 0; fs::exists(data / ("input_" + std::to_string(i) + ".pb")); ++i) {
-    auto t = read_tensor_file((data / ("input_" + std::to_string(i) + ".pb")).string());
-    out.feeds[t->first] = t->second;
-    opts.input_shapes[t->first] = t->second.shape();
-  }
-  auto m = load_model((dir / "model.onnx").string(), opts);
-  EXPECT_TRUE(m) << m.status().message();
-  TrainingSpec spec;
-  if (compute != DType::kF32) {
-    spec.before_autodiff = [compute](Graph g) -> Expected<Graph> {
-      OASES_RETURN_IF_ERROR(apply_mixed_precision(g, compute).status());
-      return g;
-    };
-  }
-  auto tg = build_training_graph(m->graph, spec);
-  EXPECT_TRUE(tg) << tg.status().message();
-  out.tg = std::move(*tg);
-  if (out.tg.appended_loss) {
-    auto roles = input_roles(out.tg.graph, out.tg.targets);
-    EXPECT_TRUE(roles) << roles.status().message();
-    for (const InputRole& r : *roles) {
-      if (r.kind == InputRole::kTokens) out.feeds["oases_targets"] = shifted_targets(out.feeds.at(r.name), -100);
-    }
-  }
-  return out;
+  return gpu_test::load_small_model(name, compute);
 }
 
 // Runs g on the CPU and on the GPU keeping every value; compares every float value within `tol`
