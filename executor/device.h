@@ -139,11 +139,11 @@ Expected<std::unique_ptr<DeviceTrainer>> make_device_trainer(DeviceRunner& runne
 
 // --- NCCL -------------------------------------------------------------------------------------
 
-// One NCCL communicator per group of `mesh` this rank belongs to (one per mesh axis, in axis
-// order), bootstrapped over `host` (MPI or local threads): the group's first rank makes the NCCL
+// One NCCL communicator per host group (this rank's groups of its mesh, one per axis, world ranks
+// as members; MPI or local threads), bootstrapped over it: the group's first rank makes the NCCL
 // unique id and broadcasts it over the host group. Collectives on these groups take device
 // pointers and are enqueued on the stream the CUDA executor gives them.
-Expected<std::vector<std::unique_ptr<CommGroup>>> make_nccl_groups(Communicator* host, const Mesh& mesh, int rank, double timeout_s);
+Expected<std::vector<std::unique_ptr<CommGroup>>> make_nccl_groups(const std::vector<CommGroup*>& host_groups, double timeout_s);
 
 // A GPU rank's communication: its device communicator (the Reshard kernels' transfers between
 // meshes, ExecOptions::device_comm) and its mesh's groups (one per axis, ExecOptions::groups).

@@ -55,16 +55,6 @@ TileBytes TileData::pack(const Box& box) const {
   throw OasesError(fmt::format("resharding: this rank's tile holds no box containing {}", box.to_string()));
 }
 
-void TileData::unpack(const Box& box, const char* bytes) {
-  for (size_t k = 0; k < boxes.size(); ++k) {
-    if (boxes[k].contains(box)) {
-      copy_region(box, box, bytes, boxes[k], data[k].data(), element_bytes);
-      return;
-    }
-  }
-  throw OasesError(fmt::format("resharding: this rank's tile has no box for {}", box.to_string()));
-}
-
 namespace {
 
 // Byte offset of `region` inside the dense `box` when it is one contiguous run, else -1.
@@ -88,15 +78,7 @@ int64_t contiguous_offset(const Box& region, const Box& box, int64_t es) {
 }  // namespace
 
 const char* TileData::contiguous(const Box& box) const {
-  for (size_t k = 0; k < boxes.size(); ++k) {
-    int64_t off = contiguous_offset(box, boxes[k], element_bytes);
-    if (off >= 0) return data[k].data() + off;
-  }
-  return nullptr;
-}
-
-char* TileData::contiguous(const Box& box) {
-  return const_cast<char*>(static_cast<const TileData&>(*this).contiguous(box));
+  return view_of(*this).contiguous(box);
 }
 
 void TileData::copy_from(const TileData& from, const Box& box) {
@@ -221,6 +203,12 @@ void run_reshard_into(const ReshardPlan& plan, const ReshardProblem& p, Communic
     return g;
   };
   auto ints = [](const std::vector<int64_t>& v) { return std::vector<int>(v.begin(), v.end()); };
+  // a broadcast's group: its sender (member 0), then its receivers
+  auto broadcast_members = [](const Transfer& t) {
+    std::vector<int> members{static_cast<int>(t.sender)};
+    for (int64_t r : t.receivers) members.push_back(static_cast<int>(r));
+    return members;
+  };
   auto copy = [&](const Box& box, const TileView& from, const TileView& to) {
     int j = from.holding(box), k = to.holding(box);
     if (j < 0) throw OasesError(fmt::format("resharding: this rank's tile holds no box containing {}", box.to_string()));
@@ -250,10 +238,7 @@ void run_reshard_into(const ReshardPlan& plan, const ReshardProblem& p, Communic
       if (t.sender == me) comm.connect(static_cast<int>(t.receivers.front()), o.tag);
       if (receiver) comm.connect(static_cast<int>(t.sender), o.tag);
     } else if (t.kind == TransferKind::kBroadcast) {
-      if (t.sender != me && !receiver) continue;
-      std::vector<int> members{static_cast<int>(t.sender)};
-      for (int64_t r : t.receivers) members.push_back(static_cast<int>(r));
-      comm.channel_group(members, o.tag);
+      if (t.sender == me || receiver) comm.channel_group(broadcast_members(t), o.tag);
     } else if (receiver) {
       comm.channel_group(ints(t.receivers), o.tag);
     }
@@ -359,9 +344,7 @@ void run_reshard_into(const ReshardPlan& plan, const ReshardProblem& p, Communic
         }
       } else if (t.kind == TransferKind::kBroadcast) {
         if (t.sender != me && !receiver) continue;
-        std::vector<int> members{static_cast<int>(t.sender)};
-        for (int64_t r : t.receivers) members.push_back(static_cast<int>(r));
-        CommGroup& g = on_stream(comm.channel_group(members, o.tag));
+        CommGroup& g = on_stream(comm.channel_group(broadcast_members(t), o.tag));
         ++st.transfers;
         if (t.sender == me) {
           // the root's buffer is only read
@@ -418,8 +401,8 @@ void run_reshard_into(const ReshardPlan& plan, const ReshardProblem& p, Communic
 
 namespace {
 
-}  // namespace
-
+// A Reshard node's tiles in its operands' memory (one box each at most; none where the rank is
+// outside the mesh).
 TileView reshard_source(const KernelContext& c, const ReshardProblem& p, int64_t me) {
   TileView src;
   src.element_bytes = p.element_bytes;
@@ -453,6 +436,7 @@ TileView reshard_destination(const KernelContext& c, const ReshardProblem& p, in
   return dst;
 }
 
+// The source moved to scratch where it shares memory with the destination.
 void keep_apart(TileView& src, const TileView& dst, TileMemory& mem) {
   if (src.data.empty() || dst.data.empty()) return;
   const char* a = src.data[0];
@@ -464,16 +448,35 @@ void keep_apart(TileView& src, const TileView& dst, TileMemory& mem) {
   src.data[0] = copy;
 }
 
+}  // namespace
+
+const PlannedReshard& planned_reshard(const KernelContext& c) {
+  if (!c.reshard) c.fail("no transfer plan: the planner plans a program's Reshard nodes as it builds it");
+  return *c.reshard;
+}
+
+void run_reshard_node(const KernelContext& c, Communicator& comm, TileMemory& mem, const HostCards* cards) {
+  const PlannedReshard& planned = planned_reshard(c);
+  ReshardProblem p = planned.problem;
+  p.element_bytes = static_cast<int64_t>(dtype_size(c.out[0].dtype));  // the program's dtype (float64 in checks)
+  const int64_t me = c.attrs().get_int("world_rank", -1);
+  if (me != comm.rank()) c.fail("the program is world rank {}'s, it runs on rank {}", me, comm.rank());
+  ReshardRunOptions o;
+  o.tag = planned.channel;
+  o.dtype = c.out[0].dtype;
+  o.cluster = planned.cluster;
+  o.cards = cards;
+  TileView src = reshard_source(c, p, me), dst = reshard_destination(c, p, me);
+  keep_apart(src, dst, mem);
+  run_reshard_into(planned.plan, p, comm, src, dst, mem, o);
+}
+
 namespace {
 
 // The node's transfer plan was made when the program was built (planner/reshard_nodes.h); the
 // kernel only takes this rank's part in it.
 void reshard_kernel(KernelContext& c) {
-  if (!c.reshard) c.fail("no transfer plan: the planner plans a program's Reshard nodes as it builds it");
-  const PlannedReshard& planned = *c.reshard;
-  const ReshardCluster& cluster = planned.cluster;
-  ReshardProblem p = planned.problem;
-  p.element_bytes = static_cast<int64_t>(dtype_size(c.out[0].dtype));  // the program's dtype (float64 in checks)
+  const ReshardCluster& cluster = planned_reshard(c).cluster;
   // a program of one rank (both meshes on rank 0) has no communicator: a world of its own
   std::shared_ptr<LocalWorld> solo_world;
   std::unique_ptr<Communicator> solo;
@@ -484,24 +487,13 @@ void reshard_kernel(KernelContext& c) {
     solo = local_communicator(solo_world, 0);
     comm = solo.get();
   }
-  const int64_t me = c.attrs().get_int("world_rank", -1);
-  if (me != comm->rank()) c.fail("the program is world rank {}'s, it runs on rank {}", me, comm->rank());
-  ReshardRunOptions o;
-  o.tag = planned.channel;
-  o.dtype = c.out[0].dtype;
-  o.cluster = cluster;
   // emulated hosts (oases-train --hosts): a transfer between hosts holds their cards for the time
   // the link between hosts takes
   std::optional<HostCards> cards;
   const bool hosts = std::any_of(cluster.host_of.begin(), cluster.host_of.end(), [](int h) { return h != 0; });
-  if (!emulated_cards_dir().empty() && hosts) {
-    cards.emplace(emulated_cards_dir());
-    o.cards = &*cards;
-  }
+  if (!emulated_cards_dir().empty() && hosts) cards.emplace(emulated_cards_dir());
   HostTileMemory mem;
-  TileView src = reshard_source(c, p, me), dst = reshard_destination(c, p, me);
-  keep_apart(src, dst, mem);
-  run_reshard_into(planned.plan, p, *comm, src, dst, mem, o);
+  run_reshard_node(c, *comm, mem, cards ? &*cards : nullptr);
 }
 
 std::mutex g_cards_mu;

@@ -54,14 +54,12 @@ struct TileData {
   static TileData zeros(const TileMap& tiles, int64_t r, int64_t element_bytes);
   // The same boxes left uninitialised, for a tile that is then written whole.
   static TileData uninitialised(const TileMap& tiles, int64_t r, int64_t element_bytes);
-  // The part `box` (inside one of this tile's boxes) as contiguous bytes, and its inverse.
+  // The part `box` (inside one of this tile's boxes) as contiguous bytes.
   TileBytes pack(const Box& box) const;
-  void unpack(const Box& box, const char* bytes);
   // Where `box` lies as one contiguous run of bytes inside one of this tile's boxes (a slab: the
   // trailing dims whole, the leading ones single), else null: such a box is sent from and received
   // into the tile itself, with no packing copy.
   const char* contiguous(const Box& box) const;
-  char* contiguous(const Box& box);
   // Copies the part `box` from `from` (which holds it in one of its boxes) into this tile.
   void copy_from(const TileData& from, const Box& box);
 };
@@ -151,12 +149,14 @@ TileData run_reshard(const ReshardPlan& plan, const ReshardProblem& p, Communica
 void run_reshard_into(const ReshardPlan& plan, const ReshardProblem& p, Communicator& comm, const TileView& src, const TileView& dst,
                       TileMemory& mem, const ReshardRunOptions& o, ReshardRunStats* stats = nullptr);
 
-// A Reshard node's tiles in its operands' memory (planner/reshard_nodes.h: one box each at most;
-// none where the rank is outside the mesh), for its CPU and CUDA kernels; keep_apart moves the
-// source to scratch where it shares memory with the destination.
-TileView reshard_source(const KernelContext& c, const ReshardProblem& p, int64_t me);
-TileView reshard_destination(const KernelContext& c, const ReshardProblem& p, int64_t me);
-void keep_apart(TileView& src, const TileView& dst, TileMemory& mem);
+// A Reshard node's transfer plan (made when the program was built, planner/reshard_nodes.h); a
+// node without one fails.
+const PlannedReshard& planned_reshard(const KernelContext& c);
+// A Reshard node's run, the CPU and CUDA kernels' one body: this rank's part in the node's plan
+// through `comm`, its tiles its operands' memory as `mem` sees it (one box each at most; the
+// source moved to scratch where it shares memory with the destination); `cards` (the host's)
+// emulates the links.
+void run_reshard_node(const KernelContext& c, Communicator& comm, TileMemory& mem, const HostCards* cards = nullptr);
 
 // The folder of the emulated hosts' network cards that Reshard kernels of this process hold while
 // a transfer crosses hosts (oases-train --hosts with --emulate-link: the node's plan was made for

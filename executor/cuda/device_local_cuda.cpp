@@ -94,15 +94,7 @@ Expected<DeviceComms> make_device_comms(Communicator* host, const std::vector<Co
   const void* process = host->process_world();
   if (!process || devices >= host->size()) {
     if (why) *why = fmt::format("collectives and transfers over NCCL ({} ranks, {} GPU(s))", host->size(), devices);
-    try {
-      for (CommGroup* hg : host_groups) {
-        auto ng = std::make_unique<cuda::NcclGroup>(cuda::nccl_comm_over(*hg), hg->members(), hg->rank());
-        ng->set_timeout(timeout_s);
-        out.groups.push_back(std::move(ng));
-      }
-    } catch (const std::exception& e) {
-      return Status::error(fmt::format("NCCL set-up: {}", e.what()));
-    }
+    OASES_ASSIGN_OR_RETURN(out.groups, make_nccl_groups(host_groups, timeout_s));
     out.world = std::make_unique<cuda::NcclCommunicator>(host);
     out.world->timeout_s = timeout_s;
     return out;

@@ -8,7 +8,6 @@
 #include "executor/cuda/nccl_communicator.h"
 #include "executor/reshard_runner.h"
 #include "graph/op_registry.h"
-#include "planner/reshard_nodes.h"
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/loss.h"
 
@@ -58,24 +57,13 @@ void copy_in_out(CudaContext& c, int i) {
 // plan (made when the program was built), through the rank's device communicator on the channel
 // stream: NCCL point to point and channel groups, or ranks sharing a device.
 void reshard(CudaContext& c) {
-  KernelContext& k = c.k;
-  if (!k.reshard) k.fail("no transfer plan: the planner plans a program's Reshard nodes as it builds it");
-  if (!k.comm)
-    k.fail("runs on CUDA and needs the rank's device communicator (NCCL or ranks sharing devices); oases-train gives one to runs of two "
-           "ranks or more");
-  const PlannedReshard& planned = *k.reshard;
-  ReshardProblem p = planned.problem;
-  p.element_bytes = static_cast<int64_t>(dtype_size(k.out[0].dtype));
-  const int64_t me = k.attrs().get_int("world_rank", -1);
-  if (me != k.comm->rank()) k.fail("the program is world rank {}'s, it runs on rank {}", me, k.comm->rank());
-  ReshardRunOptions o;
-  o.tag = planned.channel;
-  o.dtype = k.out[0].dtype;
-  o.cluster = planned.cluster;  // no link emulation on the GPU: transfers run at the devices' speed
+  planned_reshard(c.k);  // a node without its plan fails first
+  if (!c.k.comm)
+    c.k.fail("runs on CUDA and needs the rank's device communicator (NCCL or ranks sharing devices); oases-train gives one to runs of "
+             "two ranks or more");
+  // no link emulation on the GPU: transfers run at the devices' speed
   CudaTileMemory mem(c.stream);
-  TileView src = reshard_source(k, p, me), dst = reshard_destination(k, p, me);
-  keep_apart(src, dst, mem);
-  run_reshard_into(planned.plan, p, *k.comm, src, dst, mem, o);
+  run_reshard_node(c.k, *c.k.comm, mem);
 }
 
 }  // namespace

@@ -414,15 +414,11 @@ std::unique_ptr<CommRequest> NcclCommunicator::request(NcclGroup& g, std::string
 
 }  // namespace cuda
 
-Expected<std::vector<std::unique_ptr<CommGroup>>> make_nccl_groups(Communicator* host, const Mesh& mesh, int rank, double timeout_s) {
+Expected<std::vector<std::unique_ptr<CommGroup>>> make_nccl_groups(const std::vector<CommGroup*>& host_groups, double timeout_s) {
   std::vector<std::unique_ptr<CommGroup>> out;
-  if (!host) return out;
   try {
-    for (int a = 0; a < mesh.num_axes(); ++a) {
-      std::vector<int64_t> g = mesh.group(rank, a);
-      std::vector<int> members(g.begin(), g.end());
-      std::unique_ptr<CommGroup> hg = host->make_group(members);
-      auto ng = std::make_unique<cuda::NcclGroup>(cuda::nccl_comm_over(*hg), members, hg->rank());
+    for (CommGroup* hg : host_groups) {
+      auto ng = std::make_unique<cuda::NcclGroup>(cuda::nccl_comm_over(*hg), hg->members(), hg->rank());
       ng->set_timeout(timeout_s);
       out.push_back(std::move(ng));
     }

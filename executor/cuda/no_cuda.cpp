@@ -37,7 +37,7 @@ std::string cuda_report_json() {
 std::vector<std::string> cuda_kernel_ops() {
   return {};
 }
-Expected<std::vector<std::unique_ptr<CommGroup>>> make_nccl_groups(Communicator*, const Mesh&, int, double) {
+Expected<std::vector<std::unique_ptr<CommGroup>>> make_nccl_groups(const std::vector<CommGroup*>&, double) {
   return Status::error(kNoCuda);
 }
 Expected<DeviceComms> make_device_comms(Communicator*, const std::vector<CommGroup*>&, double, std::string*) {
