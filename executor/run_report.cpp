@@ -1,3 +1,5 @@
+#include <nlohmann/json.hpp>
+
 #include "executor/run_report.h"
 
 #include <algorithm>

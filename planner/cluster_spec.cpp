@@ -1,3 +1,5 @@
+#include <nlohmann/json.hpp>
+
 #include "planner/cluster_spec.h"
 
 #include <algorithm>

@@ -12,6 +12,7 @@
 #include <set>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "planner/hybrid.h"
 #include "planner/plan.h"

@@ -1,3 +1,5 @@
+#include <nlohmann/json.hpp>
+
 #include "planner/plan_render.h"
 
 #include <sstream>

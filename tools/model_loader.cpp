@@ -1,3 +1,5 @@
+#include <CLI/CLI.hpp>
+
 #include "tools/model_loader.h"
 
 #include <cctype>

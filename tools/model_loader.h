@@ -6,10 +6,13 @@
 #include <string>
 #include <vector>
 
-#include <CLI/CLI.hpp>
 
 #include "graph/passes/pass.h"
 #include "importer/onnx_import.h"
+
+namespace CLI {
+class App;  // CLI11 (<CLI/CLI.hpp>) only where a tool's options are built: it costs seconds a unit
+}  // namespace CLI
 
 namespace oases {
 

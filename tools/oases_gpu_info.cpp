@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include <nlohmann/json.hpp>
+#include <CLI/CLI.hpp>
 
 #include "executor/cpu/blas_select.h"
 #include "executor/device.h"

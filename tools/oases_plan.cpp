@@ -13,6 +13,7 @@
 #include <fstream>
 
 #include <fmt/format.h>
+#include <CLI/CLI.hpp>
 
 #include "executor/cpu/blas_select.h"
 #include "graph/atomic_file.h"

@@ -18,6 +18,7 @@
 #include <thread>
 
 #include <fmt/format.h>
+#include <CLI/CLI.hpp>
 
 #include "executor/cpu/blas_select.h"
 #include "executor/device.h"

@@ -12,6 +12,7 @@
 #include <map>
 
 #include <fmt/ranges.h>
+#include <CLI/CLI.hpp>
 
 #include "executor/cpu/blas_select.h"
 #include "executor/device.h"

@@ -1,3 +1,5 @@
+#include <nlohmann/json.hpp>
+
 #include "tools/summary.h"
 
 #include <map>
