@@ -111,7 +111,7 @@ struct PipelineTimes {
   bool half_duplex = false;
   // per stage, a W step's time when the schedule splits the backward (backward_s is then B's);
   // empty: the backward is split evenly (kWeightShare), as simulate_pipeline does for zb-h1
-  std::vector<double> weight_s;
+  std::vector<double> weight_s = {};
 };
 
 struct PipelineEvent {

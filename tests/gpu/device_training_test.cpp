@@ -102,7 +102,9 @@ TEST(DeviceOptimizer, UpdatesGiveTheCpuKernelsBits) {
         CK(cudaMemcpy(gv.data(), dv[i], gv.size() * 4, cudaMemcpyDeviceToHost));
         EXPECT_EQ(std::memcmp(gp.data(), hp[i].data(), gp.size() * 4), 0) << "parameter " << i << " adamw " << adamw << " clip " << clip;
         EXPECT_EQ(std::memcmp(gm.data(), hm[i].data(), gm.size() * 4), 0) << "moment " << i << " adamw " << adamw;
-        if (adamw) EXPECT_EQ(std::memcmp(gv.data(), hv[i].data(), gv.size() * 4), 0) << "second moment " << i;
+        if (adamw) {
+          EXPECT_EQ(std::memcmp(gv.data(), hv[i].data(), gv.size() * 4), 0) << "second moment " << i;
+        }
       }
     }
   }

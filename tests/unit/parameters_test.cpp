@@ -152,7 +152,9 @@ TEST(Parameters, ATokenCopiedPerBatchRowIsOneLearnedToken) {
     EXPECT_EQ(n.g.value(tok).shape, (equal_rows ? Shape{1, 1, 4} : Shape{2, 1, 4}));
     EXPECT_EQ(n.g.value(y).shape, (Shape{2, 4, 4}));
     for (const InitializerRole& r : classify_initializers(n.g)) {
-      if (r.value == tok) EXPECT_TRUE(r.trainable) << r.reason;  // read by a Concat beside activations
+      if (r.value == tok) {
+        EXPECT_TRUE(r.trainable) << r.reason;  // read by a Concat beside activations
+      }
     }
   }
 }

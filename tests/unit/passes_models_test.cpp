@@ -199,7 +199,9 @@ TEST(PassesOnModels, AttentionFusesThroughTheNanGuardOfSdpa) {
   for (int64_t i = 0; i < before[0].numel(); ++i) {
     EXPECT_NEAR(after[0].data<float>()[i], before[0].data<float>()[i], 1e-5) << i;
     int64_t row = (i / D) % T;
-    if (row == 1) EXPECT_EQ(after[0].data<float>()[i], 0.f) << "a row that sees no key attends to nothing";
+    if (row == 1) {
+      EXPECT_EQ(after[0].data<float>()[i], 0.f) << "a row that sees no key attends to nothing";
+    }
   }
 }
 

@@ -147,7 +147,9 @@ TEST(Pipeline, ZeroBubbleH1SplitsEachBackwardAndShortensTheBubble) {
           const PipeStep& x = steps[i];
           if (x.weight) {
             w_at[static_cast<size_t>(x.micro)] = static_cast<int>(i);
-            if (x.micro > 0) EXPECT_GT(w_at[static_cast<size_t>(x.micro)], w_at[static_cast<size_t>(x.micro - 1)]);
+            if (x.micro > 0) {
+              EXPECT_GT(w_at[static_cast<size_t>(x.micro)], w_at[static_cast<size_t>(x.micro - 1)]);
+            }
             --deferred;
             continue;
           }
@@ -214,8 +216,12 @@ TEST(Pipeline, VirtualStagesInterleaveChunksAndShrinkTheBubble) {
           for (int m = 0; m < M; ++m) {
             for (int v = 0; v < V; ++v) {
               EXPECT_LT(at.at({true, v, m}), at.at({false, v, m}));
-              if (v) EXPECT_LT(at.at({true, v - 1, m}), at.at({true, v, m}));
-              if (v) EXPECT_GT(at.at({false, v - 1, m}), at.at({false, v, m}));
+              if (v) {
+                EXPECT_LT(at.at({true, v - 1, m}), at.at({true, v, m}));
+              }
+              if (v) {
+                EXPECT_GT(at.at({false, v - 1, m}), at.at({false, v, m}));
+              }
             }
           }
           const int w = warmup_forwards(p, s, S, M, V);

@@ -199,7 +199,9 @@ TEST(PlannerSearch, DistributedOptimizerSharesTheStateOverDp) {
       EXPECT_DOUBLE_EQ(zero.updated_bytes(pc), pc.param_bytes / static_cast<double>(pc.dp));
       PartTime tp = plain.part_time(i, l, l, s, 1), tz = zero.part_time(i, l, l, s, 1);
       EXPECT_DOUBLE_EQ(tz.comm, tp.comm);  // a reduce-scatter and an all-gather move what the all-reduce moved
-      if (pc.dp > 1) EXPECT_GE(tz.exposed, pc.comm_dp / 2);  // the weights' gather: nothing to hide behind
+      if (pc.dp > 1) {
+        EXPECT_GE(tz.exposed, pc.comm_dp / 2);  // the weights' gather: nothing to hide behind
+      }
     }
   }
   SearchOptions o;

@@ -111,7 +111,9 @@ TEST(Limits, LinkModelBounds) {
   for (const char* bad : {"bw=10,latency=1e12", "bw=10,latency=-1", "bw=10,latency=nan", "bw=0", "bw=nan", "bw=inf", "bw=1e-300"}) {
     auto m = parse_link_model(bad);
     EXPECT_FALSE(m) << bad;
-    if (!m) EXPECT_NE(m.status().message().find(bad), std::string::npos) << m.status().message();
+    if (!m) {
+      EXPECT_NE(m.status().message().find(bad), std::string::npos) << m.status().message();
+    }
   }
 }
 

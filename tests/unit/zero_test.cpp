@@ -47,7 +47,9 @@ TEST(Zero, PiecesCoverEveryElementOnce) {
       for (int64_t r = 0; r < n; ++r) {
         int64_t len = flat_piece_length(numel, n, r);
         EXPECT_LE(len, flat_piece(numel, n));
-        if (len > 0) EXPECT_EQ(r * flat_piece(numel, n), covered) << numel << " over " << n;
+        if (len > 0) {
+          EXPECT_EQ(r * flat_piece(numel, n), covered) << numel << " over " << n;
+        }
         covered += len;
       }
       EXPECT_EQ(covered, numel) << numel << " over " << n;
