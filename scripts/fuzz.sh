@@ -13,7 +13,7 @@
 # ones), plus, for the importer, the broken models of tests/e2e/make_bad_inputs.cpp and two
 # transformer models (models/small/gpt2_tiny, tests/data/models/gpt2_odd_sizes). Inputs the run
 # finds go to a scratch corpus, not the repo.
-# CI (.ci/run) runs this with 30 s per target.
+# CI (.ci/run) runs this with 30 s per target; the targets run side by side, one per core.
 #
 # Env: OASES_FUZZ_BUILD_DIR (default build-fuzz), OASES_FUZZ_RUN=1 also runs the graphs that import.
 set -euo pipefail
@@ -34,19 +34,33 @@ find "$WORK/bad" -name '*.onnx' -size -64k -exec cp {} "$WORK/seeds/" \;
 cp models/small/gpt2_tiny/model.onnx "$WORK/seeds/gpt2_tiny.onnx"
 cp tests/data/models/gpt2_odd_sizes/model.onnx "$WORK/seeds/gpt2_odd_sizes.onnx"
 
-status=0
-for target in "${TARGETS[@]}"; do
-  name=${target#oases_}
-  name=${name%_fuzz}
+# The targets run side by side, as many at a time as there are cores (each fuzzer is one thread).
+run_target() {  # target name: runs it, leaves its exit code in $WORK/NAME.rc
+  local target=$1 name=$2 extra_seeds=()
   mkdir -p "$WORK/corpus_$name"
-  extra_seeds=()
   [[ $name == importer ]] && extra_seeds=("$WORK/seeds")
-  echo "== $target: ${SECONDS_PER_TARGET}s"
   # -rss_limit_mb/-malloc_limit_mb: a model may ask for anything, the importer must refuse it
-  rc=0
+  local rc=0
   "$BUILD_DIR/tests/bin/$target" "$WORK/corpus_$name" "tests/fuzz/corpus/$name" "${extra_seeds[@]}" \
     -max_total_time="$SECONDS_PER_TARGET" -timeout=30 -rss_limit_mb=4096 -malloc_limit_mb=2048 \
     -print_final_stats=1 -artifact_prefix="$BUILD_DIR/fuzz-artifacts/$name-" >"$WORK/$name.log" 2>&1 || rc=$?
+  echo "$rc" >"$WORK/$name.rc"
+}
+name_of() { local n=${1#oases_}; echo "${n%_fuzz}"; }
+
+jobs_max=$(nproc)
+for target in "${TARGETS[@]}"; do
+  while (($(jobs -rp | wc -l) >= jobs_max)); do wait -n || true; done
+  echo "== $target: ${SECONDS_PER_TARGET}s"
+  run_target "$target" "$(name_of "$target")" &
+done
+wait
+
+status=0
+for target in "${TARGETS[@]}"; do
+  name=$(name_of "$target")
+  rc=$(cat "$WORK/$name.rc" 2>/dev/null || echo 1)
+  echo "-- $target"
   grep -E '^#[0-9]+[[:space:]]+(INITED|DONE)|^stat::number_of_executed_units|^stat::peak_rss_mb' "$WORK/$name.log" || true
   if [[ $rc -ne 0 ]] || grep -qE '==[0-9]+==ERROR|runtime error:|deadly signal|Test unit written' "$WORK/$name.log"; then
     echo "FAIL: $target (exit $rc); the input is in $BUILD_DIR/fuzz-artifacts/:"
