@@ -13,6 +13,7 @@
 #   - tp 2, and tp 2 with the oases schedule and 2 chunks, giving the single-rank losses.
 # Each model not supported yet must fail with a one-line error naming what is missing, exit 2
 # (UNSUPPORTED below: the stage it fails at and the words its message must hold).
+# ctest: COST 32 (seconds on 2 cores, 2026-11-28: the longest scripts start first)
 source "$(dirname "$0")/lib.sh"
 PY=/usr/bin/python3
 # Tolerances (measured with OpenBLAS's SkylakeX / Haswell / Prescott kernels, 2026-11-26): the logits

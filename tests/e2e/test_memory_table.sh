@@ -7,6 +7,7 @@
 # beside the program's (parameters, gradients, moments and the activation arena). Every row must
 # agree within 15%, and every layout the table asks for must build but those the model and batch do
 # not divide (llama_4l's two kv heads over tp 4; gpt2_4l's 16 sequences over dp 4 x K 8).
+# ctest: COST 47 (seconds on 2 cores, 2026-11-28: the longest scripts start first)
 source "$(dirname "$0")/lib.sh"
 
 TABLE=$OASES_SOURCE_DIR/bench/plan/memory_table.py

@@ -9,6 +9,7 @@
 # checkpoint saved under one pp/tp/dp layout resumes under another with the tensors bit for bit;
 # each stage on its own tp x dp mesh (--stage-meshes) matches one rank too; a failing or hung rank
 # stops every stage; bad stage and batch settings are one-line errors (exit 2).
+# ctest: COST 132 (seconds on 2 cores, 2026-11-28: the longest scripts start first)
 source "$(dirname "$0")/lib.sh"
 pipeline_tests  # (lib.sh) T, mpirun, common, run
 

@@ -7,6 +7,7 @@
 # meshes, under mpirun; on an 8-block GPT-2 pp 4 x V 2, pp 2 x V 4 and given uneven cuts. Each
 # stage's peak in flight is the stated rule; checkpoints resume across V; plan files carry V; bad
 # settings are one-line errors (exit 2).
+# ctest: COST 38 (seconds on 2 cores, 2026-11-28: the longest scripts start first)
 source "$(dirname "$0")/lib.sh"
 pipeline_tests  # (lib.sh) T, mpirun, common, run
 

@@ -7,6 +7,7 @@
 # stages, with the distributed optimizer, on stage meshes, as threads and under mpirun; its stage
 # arenas stay within 15% of 1F1B's largest (the W's held are 1F1B's first-stage peak); a plan file
 # carries it to oases-train.
+# ctest: COST 28 (seconds on 2 cores, 2026-11-28: the longest scripts start first)
 source "$(dirname "$0")/lib.sh"
 pipeline_tests  # (lib.sh) T, mpirun, common, run
 RUN_FLAGS=(--pipeline zb-h1)

@@ -4,6 +4,7 @@
 # the single-rank gradients (--steps 0 --dump-grads), for the chosen plan and for plans forced onto
 # each overlapped schedule with chunks; oases-profile writes a profile the planner accepts; bad
 # cluster files, memory limits no plan fits and profiles not covering the model exit 2.
+# ctest: COST 31 (seconds on 2 cores, 2026-11-28: the longest scripts start first)
 source "$(dirname "$0")/lib.sh"
 P=$OASES_BIN/oases-plan
 T=$OASES_BIN/oases-train

@@ -10,6 +10,7 @@
 # Then the issue's reproduction (llama_4l at 8 x 32, --degrees 2 --chunks 1,2) plans, and a plan
 # its profile does not cover (another batch) stops with one line naming the op, its shape and
 # where the planner prices it, and the command it recommends writes a profile that covers it.
+# ctest: COST 45 (seconds on 2 cores, 2026-11-28: the longest scripts start first)
 source "$(dirname "$0")/lib.sh"
 P=$OASES_BIN/oases-plan
 F=$OASES_BIN/oases-profile

@@ -8,6 +8,7 @@
 #                                      (SIGKILL), "mpirun noticed that process rank R ... exited on
 #                                      signal 9"; threads: the process is the job, it ends at once
 # Slurm (srun --mpi=pmix): tests/e2e/test_rank_faults_slurm.sh.
+# ctest: COST 33 (seconds on 2 cores, 2026-11-28: the longest scripts start first)
 source "$(dirname "$0")/lib.sh"
 T=$OASES_BIN/oases-train
 MPIRUN=(mpirun --allow-run-as-root --oversubscribe --bind-to none)

@@ -4,6 +4,7 @@
 # gradients must be bit-identical; with more chunks the parameter gradients are summed chunk by
 # chunk, so they agree within 1e-6 relative. Also checks the activations each schedule keeps per
 # block. (Overlap itself: test_overlap.sh.)
+# ctest: COST 21 (seconds on 2 cores, 2026-11-28: the longest scripts start first)
 source "$(dirname "$0")/lib.sh"
 T=$OASES_BIN/oases-train
 M=$OASES_SOURCE_DIR/models/train/gpt2_bytes/model.onnx

@@ -5,6 +5,7 @@
 # its largest magnitude, compare_grads.py); under the local (threads) communicator and under MPI
 # (mpirun). Measured 2026-11-26 with OpenBLAS's SkylakeX / Haswell / Prescott kernels: losses 1.2e-7
 # apart at most, gradients 7.4e-7 / 9.1e-7 / 6.3e-7 (the same in every run: the sums' order is fixed).
+# ctest: COST 43 (seconds on 2 cores, 2026-11-28: the longest scripts start first)
 source "$(dirname "$0")/lib.sh"
 T=$OASES_BIN/oases-train
 MPIRUN=(mpirun --allow-run-as-root --oversubscribe --bind-to none)

@@ -8,6 +8,7 @@
 # each rank holds 1/dp of the optimizer state (--memory-report, within 5%); checkpoints stay
 # layout-free (saved under --zero 1 at dp 4, resaved at dp 2 without it and back, bit for bit; a
 # resumed run continues the straight one); bad settings are one-line errors (exit 2).
+# ctest: COST 40 (seconds on 2 cores, 2026-11-28: the longest scripts start first)
 source "$(dirname "$0")/lib.sh"
 T=$OASES_BIN/oases-train
 need_mpirun
