@@ -16,8 +16,16 @@
 namespace oases {
 
 int64_t shape_numel(const Shape& s) {
+  // a zero anywhere makes the tensor empty, whatever the other dims (an untrusted [huge, 2, 0] must
+  // not overflow on the way there); a count past int64 saturates (no tensor that large is made:
+  // checked_nbytes refuses it first)
+  for (int64_t d : s) {
+    if (d == 0) return 0;
+  }
   int64_t n = 1;
-  for (int64_t d : s) n *= d;
+  for (int64_t d : s) {
+    if (__builtin_mul_overflow(n, d, &n)) return std::numeric_limits<int64_t>::max();
+  }
   return n;
 }
 
@@ -127,11 +135,13 @@ Tensor::Tensor(DType dtype, Shape shape) : dtype_(dtype), shape_(std::move(shape
   for (int64_t d : shape_) {
     if (d < 0) throw OasesError(fmt::format("negative dimension in tensor shape {}", shape_str(shape_)));
   }
-  uint64_t bytes = static_cast<uint64_t>(shape_numel(shape_)) * dtype_size(dtype);
-  if (bytes > max_tensor_bytes()) {
-    throw OasesError(fmt::format("tensor of shape {} ({} bytes) exceeds the limit of {} bytes (--max-memory)", shape_str(shape_), bytes,
+  std::optional<uint64_t> nbytes = checked_nbytes(shape_, dtype);
+  if (!nbytes || *nbytes > max_tensor_bytes()) {
+    throw OasesError(fmt::format("tensor of shape {} ({}) exceeds the limit of {} bytes (--max-memory)", shape_str(shape_),
+                                 nbytes ? fmt::format("{} bytes", *nbytes) : std::string("more bytes than 64 bits count"),
                                  max_tensor_bytes()));
   }
+  const uint64_t bytes = *nbytes;
   storage_ = std::make_shared<Storage>(bytes);
   storage_->allocate();
   storage_->loaded = true;

@@ -140,6 +140,20 @@ TEST(Limits, MemoryLimitFollowsTheMachine) {
   EXPECT_LE(max_tensor_bytes(), kMaxTensorBytes);
 }
 
+// Untrusted dims (a model's initializer, found by the importer's fuzz target): an empty tensor is
+// empty whatever its other dims, and a count past 64 bits is an error, never an overflow.
+TEST(Limits, HugeDimsNeitherOverflowNorAllocate) {
+  const int64_t huge = std::numeric_limits<int64_t>::max() / 2 + 1;
+  EXPECT_EQ(shape_numel({huge, 2, 0}), 0);
+  EXPECT_EQ(shape_numel({huge, 4}), std::numeric_limits<int64_t>::max());
+  EXPECT_EQ(shape_numel({3, 5}), 15);
+  Tensor empty(DType::kF32, {huge, 2, 0});
+  EXPECT_EQ(empty.numel(), 0);
+  EXPECT_EQ(empty.nbytes(), 0u);
+  EXPECT_THROW(Tensor(DType::kF32, {huge, huge}), OasesError);
+  EXPECT_THROW(Tensor(DType::kF32, {huge / 2, 3}), OasesError);
+}
+
 // A restoring guard: the limit is process-wide.
 struct MemoryLimit {
   explicit MemoryLimit(uint64_t bytes) { set_max_memory_bytes(bytes); }
