@@ -1,5 +1,3 @@
-#include <nlohmann/json.hpp>
-
 #include "executor/run_report.h"
 
 #include <algorithm>
@@ -10,6 +8,7 @@
 #include <tuple>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "executor/executor.h"
 #include "graph/atomic_file.h"

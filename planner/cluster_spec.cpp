@@ -1,5 +1,3 @@
-#include <nlohmann/json.hpp>
-
 #include "planner/cluster_spec.h"
 
 #include <algorithm>
@@ -9,6 +7,7 @@
 #include <set>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 namespace oases {
 

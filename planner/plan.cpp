@@ -1,5 +1,3 @@
-#include <nlohmann/json.hpp>
-
 #include "planner/plan.h"
 
 #include <algorithm>
@@ -12,6 +10,7 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
 
 #include "graph/blocks.h"
 #include "graph/op_registry.h"

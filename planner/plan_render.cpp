@@ -1,10 +1,9 @@
-#include <nlohmann/json.hpp>
-
 #include "planner/plan_render.h"
 
 #include <sstream>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 namespace oases {
 

@@ -1,11 +1,10 @@
-#include <CLI/CLI.hpp>
-
 #include "tools/model_loader.h"
 
 #include <cctype>
 #include <cmath>
 #include <cstdio>
 
+#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
 #include "executor/cpu/blas_select.h"

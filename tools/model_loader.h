@@ -6,7 +6,6 @@
 #include <string>
 #include <vector>
 
-
 #include "graph/passes/pass.h"
 #include "importer/onnx_import.h"
 

@@ -4,8 +4,8 @@
 // whatever it finds: it is a report, not a requirement.
 #include <cstdio>
 
-#include <nlohmann/json.hpp>
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 #include "executor/cpu/blas_select.h"
 #include "executor/device.h"

@@ -1,7 +1,8 @@
 // oases-import MODEL [--json FILE] [--dot FILE] [--verbose] [--dim NAME=N] [--shape INPUT=d0,..]
 // Reads and checks a model, makes it canonical and summarises it.
-#include <CLI/CLI.hpp>
 #include <cstdio>
+
+#include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
 #include "executor/cpu/blas_select.h"

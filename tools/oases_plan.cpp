@@ -12,8 +12,8 @@
 #include <cstdio>
 #include <fstream>
 
-#include <fmt/format.h>
 #include <CLI/CLI.hpp>
+#include <fmt/format.h>
 
 #include "executor/cpu/blas_select.h"
 #include "graph/atomic_file.h"

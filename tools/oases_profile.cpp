@@ -17,8 +17,8 @@
 #include <sstream>
 #include <thread>
 
-#include <fmt/format.h>
 #include <CLI/CLI.hpp>
+#include <fmt/format.h>
 
 #include "executor/cpu/blas_select.h"
 #include "executor/device.h"

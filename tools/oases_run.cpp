@@ -11,8 +11,8 @@
 #include <filesystem>
 #include <map>
 
-#include <fmt/ranges.h>
 #include <CLI/CLI.hpp>
+#include <fmt/ranges.h>
 
 #include "executor/cpu/blas_select.h"
 #include "executor/device.h"

@@ -3,6 +3,7 @@
 //   [--dump-grads DIR] [--log-json FILE] [--tp T --dp D] [--local-ranks N] [--plan plan.json] [-v]
 // Trains an imported model on one rank, on N ranks as threads, or under mpirun/srun.
 #include <cmath>
+
 #include <CLI/CLI.hpp>
 
 #include "executor/cpu/blas_select.h"

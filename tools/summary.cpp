@@ -1,5 +1,3 @@
-#include <nlohmann/json.hpp>
-
 #include "tools/summary.h"
 
 #include <map>
@@ -7,6 +5,7 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
 
 #include "graph/blocks.h"
 #include "graph/op_registry.h"
