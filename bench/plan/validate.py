@@ -21,7 +21,7 @@ the cores each run used (its CPU time over its wall time) and other work used me
 machine's CPU time less the run's, /proc/stat) are printed too.
 
   /usr/bin/python3 bench/plan/validate.py --bin build/bin [--rounds 5] [--steps 12] [--link bw=1,latency=50] [--markdown t.md]
-  /usr/bin/python3 bench/plan/validate.py --out-of-sample [--rounds 3]   (calibrated on one configuration, validated on others: out_of_sample)
+  /usr/bin/python3 bench/plan/validate.py --out-of-sample [--rounds 5] [--calibrate-on bert|gpt-tp2]   (calibrated on one model, validated on others: out_of_sample)
 Model: GPT-2-style, hidden 256, 4 layers, 8 heads, byte vocabulary, batch 8 x 128 (models/export.py).
 """
 import argparse
@@ -77,28 +77,35 @@ def export_model(work, name, family):
     return model
 
 
-def out_of_sample(a, gpt, llama):
-    """Issue 33 item 6. Per round, one calibration profile: the GPT stack at tp 2 (oases-profile fits
-    the executor's terms to its plain runs at 1 and K chunks and its oases run at K). Every row is
-    predicted from a profile of its own model and ranks taken just before its run (once a round
-    with --profile-per-round) that measured the ops only (`oases-profile --calibration CAL`: the
-    fitted terms are the calibration's). In sample: the GPT stack at tp 2 under plain and oases, the
-    runs the terms were fitted to. Out of sample: the GPT stack's
-    other three schedules at tp 2, all five at tp 4, the LLaMA-style stack's five at tp 2, and a
-    pipeline of 2 stages on 4 ranks (`oases-plan --pp 2`, the plan it chose, its stage programs
-    replayed). Rows report in-sample and out-of-sample apart."""
+def out_of_sample(a, gpt, llama, bert):
+    """Issue 33 item 6. Per round, the executor's terms (the share of the cores the ranks turn into
+    work, the collectives' synchronisation) are fitted by `oases-profile` to the plain runs at 1 and K
+    chunks and the oases run at K of a calibration model at each rank count the rows run at, and
+    nothing else. With --calibrate-on bert (the default) that model is a BERT-style encoder
+    (post-norm LayerNorm, GELU, bidirectional attention, hidden 256, 4 blocks) that no row validates:
+    every GPT and LLaMA row is out of sample. Four ranks share the two cores here (time-slicing is a
+    condition of the machine, like its link), so the terms are fitted at 2 and at 4 ranks. With
+    --calibrate-on gpt-tp2 (the design before 2026-11-28) they are fitted to the GPT stack at tp 2
+    only and its other schedules, tp 4, the LLaMA stack and the pipeline are validated.
+    Every row is predicted from a profile of its own model and ranks that measured the ops only
+    (`oases-profile --calibration CAL`: the fitted terms are the calibration's), taken just before
+    its run (once a round with --profile-per-round). In sample: the calibration's own runs (their
+    ops measured again). Out of sample: the GPT stack's five schedules at tp 2 and 4, the LLaMA-style
+    stack's five at tp 2, and a pipeline of 2 stages on 4 ranks (`oases-plan --pp 2`, the plan it
+    chose, its stage programs replayed). Rows report in-sample and out-of-sample apart."""
     prof_args = ["--backend", "cpu", "--batch", "8", "--seq", "128", "--emulate-link", a.link, "--chunks", f"1,{a.chunks}", "--reps", "2",
                  "--sizes", "65536,262144,1048576,4194304"]
     rows = {}  # (sample, model, config) -> (predictions, measured medians)
     t_start = time.monotonic()
+    models = {"gpt": gpt, "llama": llama, "bert": bert}
+    cal_model, cal_ranks = ("bert", [2, 4]) if a.calibrate_on == "bert" else ("gpt", [2])
 
     def measure(key, plan, ranks):
         log = os.path.join(a.work, "oos_log.jsonl")
         if os.path.exists(log):
             os.remove(log)
-        model = gpt if key[1] == "gpt" else llama
-        run([os.path.join(a.bin, "oases-train"), model, "--synthetic", "--plan", plan, "--local-ranks", str(ranks), "--emulate-link", a.link,
-             "--steps", str(a.steps), "-q", "--log-json", log])
+        run([os.path.join(a.bin, "oases-train"), models[key[1]], "--synthetic", "--plan", plan, "--local-ranks", str(ranks), "--emulate-link",
+             a.link, "--steps", str(a.steps), "-q", "--log-json", log])
         ms = statistics.median([json.loads(l)["ms"] for l in open(log)][1:])
         sim = json.load(open(plan))["simulation"]
         p_ms = sim["pipeline" if "pipeline" in sim else "plan"]["step_ms"]
@@ -113,9 +120,13 @@ def out_of_sample(a, gpt, llama):
              "--seq", "128", "--simulate", "--simulate-candidates", "1", "--out", out] + extra)
         return out
 
+    pp_picks = []
     for rnd in range(a.rounds):
-        cal = os.path.join(a.work, f"oos_cal_r{rnd}.json")
-        run([os.path.join(a.bin, "oases-profile"), "--model", gpt, "--ranks", "2", "--degrees", "2", "--out", cal] + prof_args)
+        cals = {}
+        for r in cal_ranks:  # the calibration: the executor's terms fitted to this model's runs at r ranks
+            cals[r] = os.path.join(a.work, f"oos_cal_{cal_model}{r}_r{rnd}.json")
+            run([os.path.join(a.bin, "oases-profile"), "--model", models[cal_model], "--ranks", str(r), "--degrees", str(r), "--out", cals[r]]
+                + prof_args)
         ops_profiles = {}
 
         def ops_profile(name, model, ranks):
@@ -124,33 +135,45 @@ def out_of_sample(a, gpt, llama):
             # 280 ms where the round's other took 200), or with --profile-per-round once a round
             if a.profile_each or name not in ops_profiles:
                 ops_profiles[name] = os.path.join(a.work, f"oos_prof_{name}_r{rnd}.json")
+                cal = cals[ranks] if ranks in cals else cals[cal_ranks[-1]]
                 run([os.path.join(a.bin, "oases-profile"), "--model", model, "--ranks", str(ranks), "--degrees", str(ranks), "--calibration",
                      cal, "--out", ops_profiles[name]] + prof_args)
             return ops_profiles[name]
 
+        configs = [("gpt", 2), ("gpt", 4), ("llama", 2)] + ([(cal_model, r) for r in cal_ranks] if cal_model == "bert" else [])
         for s in SCHEDULES:
             k = 1 if s == "plain" else a.chunks
             fixed = ["--degrees", None, "--uniform", "--no-sequence-parallel", "--schedules", s, "--chunks", str(k), "--no-pipeline"]
-            for model_name, model, tp in [("gpt", gpt, 2), ("gpt", gpt, 4), ("llama", llama, 2)]:
-                fixed[1] = str(tp)
+            for model_name, tp in configs:
                 # in sample: the configurations the calibration fitted its terms to (their ops measured again)
-                sample = "in-sample" if (model_name, tp) == ("gpt", 2) and s in ("plain", "oases") else "out-of-sample"
-                prof = ops_profile(f"{model_name}{tp}", model, tp)
-                measure((sample, model_name, f"tp {tp} {s} K={k}"), plan_for(model, prof, tp, fixed, f"{model_name}{tp}_{s}"), tp)
-        # a pipeline of two stages on 4 ranks, as the planner lays it out
+                sample = "in-sample" if model_name == cal_model and tp in cal_ranks and s in ("plain", "oases") else "out-of-sample"
+                if model_name == "bert" and sample != "in-sample":
+                    continue  # the calibration model's other schedules: neither fitted nor a model validated
+                fixed[1] = str(tp)
+                prof = ops_profile(f"{model_name}{tp}", models[model_name], tp)
+                measure((sample, model_name, f"tp {tp} {s} K={k}"), plan_for(models[model_name], prof, tp, fixed, f"{model_name}{tp}_{s}"), tp)
+        # a pipeline of two stages on 4 ranks, as the planner lays it out (its pick can change
+        # between rounds: one row, each round's error that of the plan it picked)
         plan = plan_for(gpt, ops_profile("gpt4", gpt, 4), 4, ["--pp", "2"], "pp2")
         p = json.load(open(plan))
         if "pipeline" not in p:
             sys.exit(f"validate: oases-plan --pp 2 chose no pipeline ({plan})")
         pj = p["pipeline"]
-        measure(("out-of-sample", "gpt", f"pp 2 {pj.get('schedule', '?')} M={pj.get('micro_batches', '?')}"
-                 + (f" V={pj['virtual_stages']}" if pj.get("virtual_stages", 1) > 1 else "")), plan, 4)
-    lines = [f"Out of sample (issue 33 item 6): the executor's terms fitted once a round to the GPT stack (hidden 256, 4 blocks) "
-             f"at tp 2 (plain 1 and {a.chunks} chunks, oases {a.chunks} chunks); every row's ops measured by a profile of its "
+        pp_picks.append(f"{pj.get('schedule', '?')} M={pj.get('micro_batches', '?')}"
+                        + (f" V={pj['virtual_stages']}" if pj.get("virtual_stages", 1) > 1 else ""))
+        measure(("out-of-sample", "gpt", "pp 2 (the planner's pick)"), plan, 4)
+    picks = ", ".join(f"{x} ({pp_picks.count(x)} of {len(pp_picks)})" for x in sorted(set(pp_picks)))
+    if a.calibrate_on == "bert":
+        cal_text = (f"the executor's terms fitted once a round to a BERT-style stack (hidden 256, 4 blocks) that no row validates, at 2 and "
+                    f"at 4 ranks (plain 1 and {a.chunks} chunks, oases {a.chunks} chunks)")
+    else:
+        cal_text = (f"the executor's terms fitted once a round to the GPT stack (hidden 256, 4 blocks) at tp 2 (plain 1 and {a.chunks} "
+                    f"chunks, oases {a.chunks} chunks)")
+    lines = [f"Out of sample (issue 33 item 6): {cal_text}; every row's ops measured by a profile of its "
              f"own model and ranks that fitted nothing (`oases-profile --calibration`), "
              f"{'taken just before its run' if a.profile_each else 'one a round'}. Link `{a.link}`, batch 8 x 128, "
              f"{a.rounds} round(s), {a.steps} steps a run (the first left out); error: the median over the rounds; "
-             f"{os.cpu_count()} cores; {(time.monotonic() - t_start) / 60:.1f} min.", "",
+             f"{os.cpu_count()} cores; {(time.monotonic() - t_start) / 60:.1f} min; the pipeline plans the planner picked: {picks}.", "",
              "| sample | model | configuration | predicted ms (rounds) | measured ms (rounds) | error |", "| --- | --- | --- | --- | --- | --- |"]
     summary = {}
     for (sample, model, conf), (preds, meas) in sorted(rows.items()):
@@ -183,8 +206,11 @@ def main():
                     help="one profile per round for all five schedules (default: a profile just before each measurement)")
     ap.add_argument("--markdown")
     ap.add_argument("--out-of-sample", action="store_true",
-                    help="calibrate on the GPT stack at tp 2 (plain and oases) and validate elsewhere: its other schedules, tp 4, "
-                         "a LLaMA-style stack (RMSNorm, SwiGLU, grouped-query heads) and a pp 2 pipeline on 4 ranks (see out_of_sample)")
+                    help="calibrate on one model (plain and oases runs) and validate elsewhere: the GPT stack's five schedules at tp 2 "
+                         "and 4, a LLaMA-style stack (RMSNorm, SwiGLU, grouped-query heads) and a pp 2 pipeline on 4 ranks (see out_of_sample)")
+    ap.add_argument("--calibrate-on", choices=["bert", "gpt-tp2"], default="bert",
+                    help="with --out-of-sample: bert (a BERT-style stack no row validates, at 2 and 4 ranks) or gpt-tp2 (the GPT stack "
+                         "at tp 2 only)")
     a = ap.parse_args()
     if a.rounds < 1 or a.steps < 2:
         sys.exit("validate: --rounds must be at least 1 and --steps at least 2")
@@ -192,7 +218,8 @@ def main():
     os.makedirs(a.work, exist_ok=True)
     model = export_model(a.work, "h256", ["--family", "gpt2"])
     if a.out_of_sample:
-        return out_of_sample(a, model, export_model(a.work, "llama_h256", ["--family", "llama", "--kv-heads", "2", "--tied", "no"]))
+        return out_of_sample(a, model, export_model(a.work, "llama_h256", ["--family", "llama", "--kv-heads", "2", "--tied", "no"]),
+                             export_model(a.work, "bert_h256", ["--family", "bert"]))
     t_start = time.monotonic()
     loads = []
     # (tp, schedule) -> lists over the rounds
