@@ -376,7 +376,8 @@ Status measure_model_ops(const Graph& forward, const std::string& model_path, co
         }
         CalibrationRun& c = calib->back();
         ++c.reps;
-        c.wall_us += (run_us - c.wall_us) / c.reps;  // the mean over the timed repetitions
+        c.runs_us.push_back(run_us);
+        c.wall_us = median(c.runs_us);
       }
       const auto& ms = ex->node_ms();
       const auto& cpu = ex->node_cpu_us();

@@ -61,7 +61,8 @@ struct CalibrationRun {
   std::string schedule;
   int64_t tp = 1, chunks = 1;
   int reps = 0;
-  double wall_us = 0;  // mean execute() time
+  std::vector<double> runs_us;  // each timed execute()
+  double wall_us = 0;           // their median (a step that stalled moves the mean, not the median)
 };
 
 // The clock measure_model_ops times the compute thread on (Profile::op_clock): its own CPU clock

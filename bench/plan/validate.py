@@ -81,7 +81,7 @@ def out_of_sample(a, gpt, llama, bert):
     """Issue 33 item 6. Per round, the executor's terms (the share of the cores the ranks turn into
     work, the collectives' synchronisation) are fitted by `oases-profile` to the plain runs at 1 and K
     chunks and the oases run at K of a calibration model at each rank count the rows run at, and
-    nothing else. With --calibrate-on bert (the default) that model is a BERT-style encoder
+    nothing else (each configuration run --cal-reps times, the median fitted). With --calibrate-on bert (the default) that model is a BERT-style encoder
     (post-norm LayerNorm, GELU, bidirectional attention, hidden 256, 4 blocks) that no row validates:
     every GPT and LLaMA row is out of sample. Four ranks share the two cores here (time-slicing is a
     condition of the machine, like its link), so the terms are fitted at 2 and at 4 ranks. With
@@ -126,7 +126,7 @@ def out_of_sample(a, gpt, llama, bert):
         for r in cal_ranks:  # the calibration: the executor's terms fitted to this model's runs at r ranks
             cals[r] = os.path.join(a.work, f"oos_cal_{cal_model}{r}_r{rnd}.json")
             run([os.path.join(a.bin, "oases-profile"), "--model", models[cal_model], "--ranks", str(r), "--degrees", str(r), "--out", cals[r]]
-                + prof_args)
+                + prof_args[:-4] + ["--reps", str(a.cal_reps)] + prof_args[-2:])
         ops_profiles = {}
 
         def ops_profile(name, model, ranks):
@@ -208,6 +208,8 @@ def main():
     ap.add_argument("--out-of-sample", action="store_true",
                     help="calibrate on one model (plain and oases runs) and validate elsewhere: the GPT stack's five schedules at tp 2 "
                          "and 4, a LLaMA-style stack (RMSNorm, SwiGLU, grouped-query heads) and a pp 2 pipeline on 4 ranks (see out_of_sample)")
+    ap.add_argument("--cal-reps", type=int, default=6,
+                    help="with --out-of-sample: timed runs of each calibration configuration (their median is fitted)")
     ap.add_argument("--calibrate-on", choices=["bert", "gpt-tp2"], default="bert",
                     help="with --out-of-sample: bert (a BERT-style stack no row validates, at 2 and 4 ranks) or gpt-tp2 (the GPT stack "
                          "at tp 2 only)")
