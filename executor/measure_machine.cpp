@@ -374,10 +374,7 @@ Status measure_model_ops(const Graph& forward, const std::string& model_path, co
           c.chunks = chunks;
           calib->push_back(std::move(c));
         }
-        CalibrationRun& c = calib->back();
-        ++c.reps;
-        c.runs_us.push_back(run_us);
-        c.wall_us = median(c.runs_us);
+        calib->back().runs_us.push_back(run_us);
       }
       const auto& ms = ex->node_ms();
       const auto& cpu = ex->node_cpu_us();
@@ -406,6 +403,7 @@ Status measure_model_ops(const Graph& forward, const std::string& model_path, co
     return Status::ok();
   });
   if (!run.is_ok()) return error("tp {} x dp {}, {} chunk(s): {}", tp, ranks / tp, chunks, run.message());
+  if (calib && !calib->empty()) calib->back().wall_us = median(calib->back().runs_us);
   return Status::ok();
 }
 

@@ -60,7 +60,6 @@ struct CalibrationRun {
   int64_t ranks = 1;
   std::string schedule;
   int64_t tp = 1, chunks = 1;
-  int reps = 0;
   std::vector<double> runs_us;  // each timed execute()
   double wall_us = 0;           // their median (a step that stalled moves the mean, not the median)
 };

@@ -93,8 +93,9 @@ def out_of_sample(a, gpt, llama, bert):
     ops measured again). Out of sample: the GPT stack's five schedules at tp 2 and 4, the LLaMA-style
     stack's five at tp 2, and a pipeline of 2 stages on 4 ranks (`oases-plan --pp 2`, the plan it
     chose, its stage programs replayed). Rows report in-sample and out-of-sample apart."""
-    prof_args = ["--backend", "cpu", "--batch", "8", "--seq", "128", "--emulate-link", a.link, "--chunks", f"1,{a.chunks}", "--reps", "2",
-                 "--sizes", "65536,262144,1048576,4194304"]
+    common = ["--backend", "cpu", "--batch", "8", "--seq", "128", "--emulate-link", a.link, "--chunks", f"1,{a.chunks}",
+              "--sizes", "65536,262144,1048576,4194304"]
+    prof_args = common + ["--reps", "2"]
     rows = {}  # (sample, model, config) -> (predictions, measured medians)
     t_start = time.monotonic()
     models = {"gpt": gpt, "llama": llama, "bert": bert}
@@ -126,7 +127,7 @@ def out_of_sample(a, gpt, llama, bert):
         for r in cal_ranks:  # the calibration: the executor's terms fitted to this model's runs at r ranks
             cals[r] = os.path.join(a.work, f"oos_cal_{cal_model}{r}_r{rnd}.json")
             run([os.path.join(a.bin, "oases-profile"), "--model", models[cal_model], "--ranks", str(r), "--degrees", str(r), "--out", cals[r]]
-                + prof_args[:-4] + ["--reps", str(a.cal_reps)] + prof_args[-2:])
+                + common + ["--reps", str(a.cal_reps)])
         ops_profiles = {}
 
         def ops_profile(name, model, ranks):
@@ -135,7 +136,7 @@ def out_of_sample(a, gpt, llama, bert):
             # 280 ms where the round's other took 200), or with --profile-per-round once a round
             if a.profile_each or name not in ops_profiles:
                 ops_profiles[name] = os.path.join(a.work, f"oos_prof_{name}_r{rnd}.json")
-                cal = cals[ranks] if ranks in cals else cals[cal_ranks[-1]]
+                cal = cals.get(ranks, cals[cal_ranks[-1]])
                 run([os.path.join(a.bin, "oases-profile"), "--model", model, "--ranks", str(ranks), "--degrees", str(ranks), "--calibration",
                      cal, "--out", ops_profiles[name]] + prof_args)
             return ops_profiles[name]
