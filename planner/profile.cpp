@@ -113,12 +113,14 @@ nlohmann::json Profile::to_json() const {
   }
   j["collectives"] = c;
   if (optimizer_us_per_mib > 0) j["optimizer"] = {{"kind", "adamw"}, {"us_per_mib", optimizer_us_per_mib}};
-  if (instr_us > 0 || comm_start_us > 0 || comm_sync_us > 0 || comm_beside_compute_us > 0 || core_efficiency != 1.0) {
+  if (instr_us > 0 || comm_start_us > 0 || comm_sync_us > 0 || comm_beside_compute_us > 0 || core_efficiency != 1.0 ||
+      comm_thread_share != 1.0) {
     j["executor"] = {{"instr_us", instr_us},
                      {"comm_start_us", comm_start_us},
                      {"comm_sync_us", comm_sync_us},
                      {"comm_beside_compute_us", comm_beside_compute_us},
-                     {"core_efficiency", core_efficiency}};
+                     {"core_efficiency", core_efficiency},
+                     {"comm_thread_share", comm_thread_share}};
   }
   if (!model.is_null()) j["model"] = model;
   return j;
@@ -184,6 +186,10 @@ Expected<Profile> profile_from_json(const nlohmann::json& j, const std::string& 
       p.core_efficiency = j["executor"].value("core_efficiency", 1.0);
       if (!(p.core_efficiency > 0 && p.core_efficiency <= 1)) {
         return error("{}: executor core_efficiency must be in (0, 1], got {}", where, p.core_efficiency);
+      }
+      p.comm_thread_share = j["executor"].value("comm_thread_share", 1.0);
+      if (!(p.comm_thread_share >= 0 && p.comm_thread_share <= 1)) {
+        return error("{}: executor comm_thread_share must be in [0, 1], got {}", where, p.comm_thread_share);
       }
       for (double t : {p.comm_sync_us, p.comm_beside_compute_us}) {
         if (!(t >= 0) || !std::isfinite(t))
@@ -292,6 +298,9 @@ double OpTimeModel::comm_sync_seconds() const {
 }
 double OpTimeModel::comm_beside_compute_seconds() const {
   return profile_ ? profile_->comm_beside_compute_us * 1e-6 : 0;
+}
+double OpTimeModel::comm_thread_share() const {
+  return profile_ ? profile_->comm_thread_share : 1.0;
 }
 
 double profiled_collective_seconds(const Profile& p, CollectiveKind k, double bytes, int64_t group, const std::string& link) {

@@ -83,6 +83,12 @@ struct Profile {
   // ~2% at tp 2) where a term per collective did not (plain at 1 and 2 chunks took the same time
   // with twice the collectives). this_machine() scales the cores by it.
   double core_efficiency = 1.0;
+  // The share of a core a rank's communication thread takes from the compute threads while it
+  // copies and reduces beside computation (0..1; 1: a whole thread's worth, processor sharing's
+  // assumption), fitted to the profiled runs that overlap collectives with computation once
+  // core_efficiency is fitted to those that do not. The simulator stretches computation beside a
+  // collective's work by sharing_slowdown(ranks x (threads + this)) / compute_slowdown.
+  double comm_thread_share = 1.0;
   int64_t ranks = 1;  // ranks that shared the cores while ops were timed
   int threads_per_rank = 1;
   nlohmann::json model;  // what --model profiled, if anything
@@ -143,6 +149,7 @@ class OpTimeModel {
   double comm_start_seconds() const;
   double comm_sync_seconds() const;
   double comm_beside_compute_seconds() const;
+  double comm_thread_share() const;  // Profile::comm_thread_share (1 without a profile)
   // Keeps every (op, key) seconds() is asked for from now on, copies included (tests: what the
   // cost model prices is what planner/coverage.h lists). Safe from the pipeline search's threads.
   void log_lookups();

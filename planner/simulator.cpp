@@ -133,12 +133,13 @@ Expected<SimResult> replay(const Graph& g, const std::vector<ScheduledOp>& order
   // Processor sharing of the cores the ranks of this host share (all running this program in
   // step): the op-time model's times already hold the slowdown of every rank's compute threads
   // at once (ClusterSpec::compute_slowdown); while the communication threads work too (a
-  // collective's copying and reducing), each rank has one thread more on the cores.
+  // collective's copying and reducing), each rank has one thread more on the cores (the share of
+  // a core it takes there: the profile's comm_thread_share, fitted to the profiled runs).
   const bool ps = shares_cores(o);
   const ClusterSpec& cl = *o.cluster;
   const double ranks_on = static_cast<double>(cl.ranks_on_cores()), threads = static_cast<double>(std::max(1, cl.threads_per_rank));
   const double slow_compute = cl.compute_slowdown();
-  const double slow_both = cl.sharing_slowdown(ranks_on * (threads + 1));
+  const double slow_both = cl.sharing_slowdown(ranks_on * (threads + o.ops->comm_thread_share()));
   const double slow_comm_alone = cl.sharing_slowdown(ranks_on);
   const double stretch = ps ? slow_both / slow_compute : 1.0;  // on the compute thread's times while the communication threads work
   // end of `d` seconds of the compute thread's time (as the op-time model gives it) begun at `t`

@@ -216,8 +216,8 @@ Status calibrate_and_report(const ProfileArgs& a, const CpuSetup& c, const Model
   OASES_RETURN_IF_ERROR(calibrate_executor(runs.calib, a.emulate, c.threads, &p, &replayed));
   std::printf(
       "executor: the ranks turn %.1f%% of the %.2f free core(s) into work; a collective takes %.1f us beyond the link and the "
-      "shared cores\n",
-      p.core_efficiency * 100, p.core_capacity(), p.comm_sync_us);
+      "shared cores; a communication thread takes %.0f%% of a core beside computation\n",
+      p.core_efficiency * 100, p.core_capacity(), p.comm_sync_us, p.comm_thread_share * 100);
   for (size_t i = 0; i < replayed.size(); ++i) {
     const CalibrationRun& r = runs.calib[i];
     std::printf(
@@ -270,12 +270,13 @@ Status profile_model(const ProfileArgs& a, CpuSetup& c, Profile& p) {
     p.core_efficiency = from.core_efficiency;
     p.comm_sync_us = from.comm_sync_us;
     p.comm_beside_compute_us = from.comm_beside_compute_us;
+    p.comm_thread_share = from.comm_thread_share;
     p.instr_us = from.instr_us;
     p.comm_start_us = from.comm_start_us;
     p.machine["calibrated_from"] = a.calibration;
     std::printf("executor: the fitted terms of %s instead (cores turned into work %.1f%%, %.1f us a collective, %.1f us between "
-                "instructions): this model's runs fitted nothing\n",
-                a.calibration.c_str(), p.core_efficiency * 100, p.comm_sync_us, p.instr_us);
+                "instructions, %.0f%% of a core a communication thread takes): this model's runs fitted nothing\n",
+                a.calibration.c_str(), p.core_efficiency * 100, p.comm_sync_us, p.instr_us, p.comm_thread_share * 100);
   }
   nlohmann::json covers = {{"chunks", space.search.chunks}, {"op_shapes", priced->size()}};
   p.model = {{"path", a.model}, {"batch", pm.batch}, {"seq", pm.seq}, {"ranks", a.ranks}, {"profiled", runs.done}, {"covers", covers}};

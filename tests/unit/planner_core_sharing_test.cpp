@@ -236,6 +236,18 @@ TEST(CoreSharing, CollectivesWorkOnTheSharedCores) {
       EXPECT_GT(shared->compute_s, apart->compute_s * 1.001) << "computation beside a collective's work slows down";
       EXPECT_GT(shared->step_s, apart->step_s);
     }
+    // a communication thread that takes less of a core beside computation slows it less, and
+    // none of a core not at all (2 ranks on 2 cores: the compute threads alone fill them)
+    p.comm_thread_share = 0.5;
+    o.cluster = &c;
+    auto half = simulate_rank(f->rp.program.graph, f->rp.program.order, f->rp.mesh, o);
+    p.comm_thread_share = 0;
+    auto none = simulate_rank(f->rp.program.graph, f->rp.program.order, f->rp.mesh, o);
+    ASSERT_TRUE(half && none);
+    EXPECT_LE(half->compute_s, shared->compute_s * (1 + 1e-9));
+    EXPECT_LE(none->compute_s, half->compute_s * (1 + 1e-9));
+    EXPECT_NEAR(none->compute_s, apart->compute_s, 1e-9 * apart->compute_s);
+    if (interleaved) EXPECT_LT(half->compute_s, shared->compute_s);
   }
 }
 
@@ -277,6 +289,71 @@ TEST(CoreSharing, CalibrationFitsTheCoresShareThenTheCollectives) {
   EXPECT_EQ(p.core_efficiency, 0.5);
   EXPECT_GT(p.comm_sync_us, 0);
   EXPECT_NEAR(replayed[0].first, run.wall_us, 0.01 * run.wall_us);
+}
+
+// A plain and an oases run of the same model: the cores' share and the share of a core the
+// communication threads take beside computation are both recovered from the runs' times (the
+// plain schedule barely overlaps, the oases one overlaps a chunk's collectives with the next's
+// computation, so the two times pin down both).
+TEST(CoreSharing, CalibrationRecoversTheCommunicationThreadsShare) {
+  Program2 plain = program("plain", 1), oases = program("oases", 2);
+  Profile p = cpu_profile(2, 2);
+  p.op_clock = "thread_cpu";
+  p.device.fp32_tflops = 1e-5;  // a slow device: computation as long as the collectives
+  p.device.memory_gbps = 0.05;
+  add_shared_memory(&p, 20000);  // collectives whose work (not the link) takes most of their time
+  auto make = [](const Program2& f, const char* schedule, int64_t chunks) {
+    CalibrationRun r;
+    r.graph = f.rp.program.graph;
+    r.order = f.rp.program.order;
+    r.mesh = f.rp.mesh;
+    r.ranks = 2;
+    r.schedule = schedule;
+    r.tp = 2;
+    r.chunks = chunks;
+    return r;
+  };
+  CalibrationRun a = make(plain, "plain", 1), b = make(oases, "oases", 2);
+  // the runs' "measured" times: what the simulator gives them at known terms
+  auto simulated = [&](const CalibrationRun& r, double efficiency, double share) {
+    Profile q = p;
+    q.core_efficiency = efficiency;
+    q.comm_thread_share = share;
+    ClusterSpec c = this_machine(2, &q, "bw=1,latency=50", 1);
+    OpTimeModel m = op_time_model(c, &q);
+    SimOptions o;
+    o.cluster = &c;
+    o.ops = &m;
+    o.local_floor = &q;
+    auto res = simulate_rank(r.graph, r.order, r.mesh, o);
+    EXPECT_TRUE(res) << res.status().message();
+    return res ? (res->step_s - res->optimizer_s) * 1e6 : 0.0;
+  };
+  std::vector<std::pair<double, double>> replayed;
+  a.wall_us = simulated(a, 0.85, 0.4);
+  b.wall_us = simulated(b, 0.85, 0.4);
+  ASSERT_GT(b.wall_us, 0);
+  EXPECT_LT(b.wall_us, simulated(b, 0.85, 1.0) * 0.98) << "the oases run depends on the share";
+  ASSERT_TRUE(calibrate_executor({a, b}, "bw=1,latency=50", 1, &p, &replayed).is_ok());
+  ASSERT_EQ(replayed.size(), 2u);
+  EXPECT_NEAR(p.comm_thread_share, 0.4, 0.05);
+  EXPECT_NEAR(p.core_efficiency, 0.85, 0.02);
+  EXPECT_EQ(p.comm_sync_us, 0);
+  for (const auto& [model, measured] : replayed) EXPECT_NEAR(model, measured, 0.01 * measured);
+  // at a whole thread's worth the share stays 1
+  a.wall_us = simulated(a, 0.9, 1.0);
+  b.wall_us = simulated(b, 0.9, 1.0);
+  ASSERT_TRUE(calibrate_executor({a, b}, "bw=1,latency=50", 1, &p, &replayed).is_ok());
+  EXPECT_NEAR(p.comm_thread_share, 1.0, 0.02);
+  EXPECT_NEAR(p.core_efficiency, 0.9, 0.01);
+  // one run alone cannot tell the two apart: the share is left at 1
+  ASSERT_TRUE(calibrate_executor({a}, "bw=1,latency=50", 1, &p, &replayed).is_ok());
+  EXPECT_EQ(p.comm_thread_share, 1.0);
+  // the profile carries it
+  p.comm_thread_share = 0.4;
+  auto q = profile_from_json(p.to_json(), "test");
+  ASSERT_TRUE(q) << q.status().message();
+  EXPECT_DOUBLE_EQ(q->comm_thread_share, 0.4);
 }
 
 }  // namespace

@@ -138,6 +138,7 @@ TEST(PlannerSimulator, ProfileKeepsExecutorOverheads) {
   p.comm_sync_us = 250;
   p.comm_beside_compute_us = 1800;
   p.core_efficiency = 0.85;
+  p.comm_thread_share = 0.4;
   auto q = profile_from_json(p.to_json(), "test");
   ASSERT_TRUE(q) << q.status().message();
   EXPECT_DOUBLE_EQ(q->instr_us, 3.5);
@@ -145,6 +146,7 @@ TEST(PlannerSimulator, ProfileKeepsExecutorOverheads) {
   EXPECT_DOUBLE_EQ(q->comm_sync_us, 250);
   EXPECT_DOUBLE_EQ(q->comm_beside_compute_us, 1800);
   EXPECT_DOUBLE_EQ(q->core_efficiency, 0.85);
+  EXPECT_DOUBLE_EQ(q->comm_thread_share, 0.4);
   nlohmann::json bad = p.to_json();
   bad["executor"]["comm_start_us"] = -1;
   EXPECT_FALSE(profile_from_json(bad, "test"));
@@ -157,6 +159,13 @@ TEST(PlannerSimulator, ProfileKeepsExecutorOverheads) {
     auto r = profile_from_json(bad, "test");
     ASSERT_FALSE(r) << e;
     EXPECT_NE(r.status().message().find("core_efficiency"), std::string::npos) << r.status().message();
+  }
+  for (double e : {-0.1, 1.5}) {
+    bad = p.to_json();
+    bad["executor"]["comm_thread_share"] = e;
+    auto r = profile_from_json(bad, "test");
+    ASSERT_FALSE(r) << e;
+    EXPECT_NE(r.status().message().find("comm_thread_share"), std::string::npos) << r.status().message();
   }
   // no profile: nothing charged
   OpTimeModel none(nullptr, p.device, 1.0);
