@@ -612,12 +612,11 @@ Status calibrate_executor(const std::vector<CalibrationRun>& runs, const std::st
       auto error_at = [&](double share, double* efficiency) -> Expected<double> {
         p->comm_thread_share = share;
         p->core_efficiency = kLeastEfficiency;
-        std::vector<double> each;
-        OASES_ASSIGN_OR_RETURN(double least, replay(&each));
+        OASES_ASSIGN_OR_RETURN(double least, replay(nullptr));
         if (least < wall) return std::numeric_limits<double>::infinity();
         OASES_RETURN_IF_ERROR(fit(&p->core_efficiency, kLeastEfficiency, 1.0, false, 1e-4));
         *efficiency = p->core_efficiency;
-        each.clear();
+        std::vector<double> each;
         OASES_RETURN_IF_ERROR(replay(&each).status());
         double e = 0;
         for (size_t i = 0; i < runs.size(); ++i) e += std::pow(each[i] / runs[i].wall_us - 1, 2);

@@ -85,9 +85,10 @@ struct Profile {
   double core_efficiency = 1.0;
   // The share of a core a rank's communication thread takes from the compute threads while it
   // copies and reduces beside computation (0..1; 1: a whole thread's worth, processor sharing's
-  // assumption), fitted to the profiled runs that overlap collectives with computation once
-  // core_efficiency is fitted to those that do not. The simulator stretches computation beside a
-  // collective's work by sharing_slowdown(ranks x (threads + this)) / compute_slowdown.
+  // assumption), fitted to the profiled runs together with core_efficiency (the pair with the
+  // least squared relative error; 1 where the runs cannot tell). The simulator stretches
+  // computation beside a collective's work by sharing_slowdown(ranks x (threads + this)) /
+  // compute_slowdown.
   double comm_thread_share = 1.0;
   int64_t ranks = 1;  // ranks that shared the cores while ops were timed
   int threads_per_rank = 1;
