@@ -64,35 +64,18 @@ inline Broadcast make_broadcast(const std::vector<int64_t>& out, const std::vect
   return b;
 }
 
+using RowOffsets = std::array<int64_t, kMaxOperands>;
+using RowFn = FunctionRef<void(int64_t, const RowOffsets&, int64_t, const RowOffsets&)>;
+
 // Calls f(out_offset, {in offsets}, inner_len, {inner strides}) for every run of the innermost
-// dimension, in output order; `rows` of the outer index space are split over OpenMP threads when
-// the work is large.
+// dimension, in output order; `rows` of the outer index space are split over the pool's threads
+// when the work is large. The walk is compiled once (broadcast.cpp); only f, the kernel's loop over
+// one run, is compiled per op and element type, and is called once a run.
+void walk_rows(const Broadcast& b, RowFn f);
+
 template <class F>
 void for_each_row(const Broadcast& b, F&& f) {
-  int nd = static_cast<int>(b.shape.size());
-  int64_t inner = b.shape[nd - 1];
-  if (inner == 0 || b.numel == 0) return;
-  int64_t rows = b.numel / inner;
-  // long rows are cut into pieces so that flat loops also spread over threads
-  int64_t piece = rows >= 16 ? inner : std::min<int64_t>(inner, 1 << 14);
-  int64_t pieces = (inner + piece - 1) / piece;
-  std::array<int64_t, kMaxOperands> inner_st{};
-  for (int k = 0; k < b.nin; ++k) inner_st[k] = b.strides[k][nd - 1];
-  parallel_range(rows * pieces, std::max<int64_t>(1, (1 << 15) / std::max<int64_t>(1, piece)), [&](int64_t task_begin, int64_t task_end) {
-    for (int64_t task = task_begin; task < task_end; ++task) {
-      int64_t row = task / pieces, p = task % pieces;
-      std::array<int64_t, kMaxOperands> off{};
-      int64_t rem = row;
-      for (int d = nd - 2; d >= 0; --d) {
-        int64_t idx = rem % b.shape[d];
-        rem /= b.shape[d];
-        for (int k = 0; k < b.nin; ++k) off[k] += idx * b.strides[k][d];
-      }
-      int64_t start = p * piece;
-      for (int k = 0; k < b.nin; ++k) off[k] += start * inner_st[k];
-      f(row * inner + start, off, std::min(piece, inner - start), inner_st);
-    }
-  });
+  walk_rows(b, RowFn(f));
 }
 
 }  // namespace oases::kernels

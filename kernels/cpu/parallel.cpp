@@ -62,7 +62,7 @@ class Pool {
   }
 
   // Runs the loop on the pool when it is free, else serially; `threads` includes the caller.
-  void run(int64_t items, const std::function<void(int64_t)>& item, int threads) {
+  void run(int64_t items, FunctionRef<void(int64_t)> item, int threads) {
     std::unique_lock<std::mutex> lock(busy_, std::try_to_lock);
     if (!lock.owns_lock()) {
       serial(items, item);
@@ -100,12 +100,12 @@ class Pool {
   std::atomic<int> slots_{0};      // workers that may still join the current job
   std::atomic<uint32_t> wake_{0};  // bumped to wake sleeping workers
   std::atomic<int> sleepers_{0};
-  const std::function<void(int64_t)>* fn_ = nullptr;
+  const FunctionRef<void(int64_t)>* fn_ = nullptr;
   std::mutex error_mu_;
   std::exception_ptr error_;  // the first exception an item threw; rethrown by the caller
   std::atomic<bool> failed_{false};
 
-  static void serial(int64_t items, const std::function<void(int64_t)>& item) {
+  static void serial(int64_t items, FunctionRef<void(int64_t)> item) {
     bool saved = tl_in_item;
     tl_in_item = true;
     try {
@@ -205,7 +205,7 @@ bool in_parallel() {
   return tl_in_item;
 }
 
-void parallel_for(int64_t items, const std::function<void(int64_t)>& item) {
+void parallel_for(int64_t items, FunctionRef<void(int64_t)> item) {
   if (items <= 0) return;
   int t = num_threads();
   if (items == 1 || t <= 1 || tl_in_item || items > kMaxItems) {

@@ -18,9 +18,32 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <functional>
+#include <memory>
+#include <type_traits>
+#include <utility>
 
 namespace oases::kernels {
+
+// A reference to a callable that the callee uses before returning (a loop body): a pointer to it
+// and one call stub, where std::function would also instantiate a manager per lambda. Hundreds of
+// kernels' loop bodies (op x element type) go through here, so that saved a large share of the
+// elementwise glue's compile time. The callable must outlive the call it is passed to.
+template <class Sig>
+class FunctionRef;
+template <class R, class... A>
+class FunctionRef<R(A...)> {
+ public:
+  template <class F>
+    requires(!std::is_same_v<std::remove_cvref_t<F>, FunctionRef> && std::is_invocable_r_v<R, F&, A...>)
+  FunctionRef(F&& f)  // NOLINT(google-explicit-constructor): a lambda converts as to std::function
+      : obj_(const_cast<void*>(static_cast<const void*>(std::addressof(f)))),
+        call_([](void* o, A... a) -> R { return (*static_cast<std::remove_reference_t<F>*>(o))(std::forward<A>(a)...); }) {}
+  R operator()(A... a) const { return call_(obj_, std::forward<A>(a)...); }
+
+ private:
+  void* obj_;
+  R (*call_)(void*, A...);
+};
 
 // Threads a parallel loop started from this thread may use, the caller included: the last
 // set_num_threads of this thread, else OMP_NUM_THREADS, else the hardware's count.
@@ -35,7 +58,7 @@ void set_num_threads(int n);
 bool in_parallel();
 
 // Runs item(i) for i in [0, items) on the pool; returns when all are done.
-void parallel_for(int64_t items, const std::function<void(int64_t)>& item);
+void parallel_for(int64_t items, FunctionRef<void(int64_t)> item);
 
 // Splits [0, total) into about `pieces` contiguous ranges (at least `grain` long) and runs
 // body(begin, end) on each, in parallel when there is more than one. The split depends only on
