@@ -1,7 +1,7 @@
 # The CUDA backend's toolchain: included from the top-level CMakeLists.txt when OASES_CUDA is ON,
 # or AUTO and nvcc is found. Sets OASES_WITH_CUDA and the imported targets the backend links:
-# CUDA::cudart, CUDA::cublas, CUDA::cublasLt, oases::cudnn, oases::nccl, and, when its headers are
-# found, oases::cudnn_frontend (OASES_WITH_CUDNN_FRONTEND).
+# CUDA::cudart, oases::cudnn, oases::nccl, and, when its headers are found, oases::cudnn_frontend
+# (OASES_WITH_CUDNN_FRONTEND); cuBLAS and cuBLASLt are opened on first use (kernels/cuda/cublas_lazy.cpp).
 #
 # CMake 3.25 cannot hand nvcc C++20, so device code is C++17 (host code stays C++20); CUDA 13 needs
 # sm_75 or newer and "native" fails without a GPU, so the architectures default to 80 and 90.

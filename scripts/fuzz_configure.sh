@@ -3,9 +3,9 @@
 # It serves the libFuzzer targets and CI's lean ASan+UBSan pass (unit tests, oases-train under
 # thread and MPI ranks), so CI compiles the libraries under ASan once, not twice.
 # -O1 with line tables: libFuzzer's usual choice (symbolised reports, a cold build about a third
-# faster than -O2 -g), the hot libraries' -O3 too (OASES_HOT_OPT empty), the gtest code at -O0
-# (OASES_TEST_OPT), unity builds (eight sources a unit: a cold build's compile work about 40% less;
-# these folders are built once, not edited). No CUDA. Sets FUZZ_BUILD_DIR.
+# faster than -O2 -g), the hot libraries' -O3 too (OASES_HOT_OPT empty), unity builds (eight
+# sources a unit: a cold build's compile work about 40% less; these folders are built once, not
+# edited). No CUDA. Sets FUZZ_BUILD_DIR.
 FUZZ_BUILD_DIR=${OASES_FUZZ_BUILD_DIR:-build-fuzz}
 if [[ ! -f "$FUZZ_BUILD_DIR/CMakeCache.txt" ]]; then
   fuzz_gen=()
@@ -13,5 +13,5 @@ if [[ ! -f "$FUZZ_BUILD_DIR/CMakeCache.txt" ]]; then
   command -v ccache >/dev/null && fuzz_gen+=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
   CC=clang CXX=clang++ cmake -S . -B "$FUZZ_BUILD_DIR" "${fuzz_gen[@]}" -DCMAKE_BUILD_TYPE=Fuzz \
     -DCMAKE_CXX_FLAGS_FUZZ="-O1 -gline-tables-only" -DCMAKE_C_FLAGS_FUZZ="-O1 -gline-tables-only" \
-    -DOASES_FUZZ=ON -DOASES_CUDA=OFF -DCMAKE_UNITY_BUILD=ON -DOASES_HOT_OPT= -DOASES_TEST_OPT=-O0 >/dev/null
+    -DOASES_FUZZ=ON -DOASES_CUDA=OFF -DCMAKE_UNITY_BUILD=ON -DOASES_HOT_OPT= >/dev/null
 fi

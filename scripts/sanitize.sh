@@ -34,7 +34,7 @@ status=0
 configure() {  # DIR FLAGS
   local dir=$1 flags=$2
   if [[ ! -f "$dir/CMakeCache.txt" ]]; then
-    cmake -S . -B "$dir" "${GEN[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DOASES_CUDA=OFF -DCMAKE_UNITY_BUILD=ON -DOASES_HOT_OPT= -DOASES_TEST_OPT=-O0 \
+    cmake -S . -B "$dir" "${GEN[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DOASES_CUDA=OFF -DCMAKE_UNITY_BUILD=ON -DOASES_HOT_OPT= \
       -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" \
       -DCMAKE_CXX_FLAGS="$flags" -DCMAKE_C_FLAGS="$flags" -DCMAKE_EXE_LINKER_FLAGS="$flags" -DCMAKE_SHARED_LINKER_FLAGS="$flags" >/dev/null
   fi

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "kernels/cuda/attention.h"
+#include "kernels/cuda/cublas_lazy.h"
 
 namespace oases::cuda {
 
@@ -65,6 +66,12 @@ std::vector<LibraryVersion> library_versions() {
     size_t v = cublasLtGetVersion();  // 10000 * major + 100 * minor + patch
     LibraryVersion l{"cublasLt", v > 0, "", "", ""};
     if (v > 0) l.version = dotted(static_cast<int>(v / 10000), static_cast<int>((v / 100) % 100), static_cast<int>(v % 100));
+    // opened on first use (cublas_lazy.cpp): every function the kernels call must be there
+    std::string missing = cublas_open_all();
+    if (!missing.empty()) {
+      l.read = false;
+      l.note = missing;
+    }
     out.push_back(l);
   }
   {
