@@ -1,7 +1,8 @@
 # oases_gtest_suites(TARGET LABEL): one CTest test per GoogleTest suite of TARGET (the suites are
 # listed after each build, as gtest_discover_tests lists tests). A test per case started the binary
-# once per case, and each start maps cuBLAS/cuBLASLt (~25k page faults, 0.15-0.3 s of a core): 1065
-# starts were about 200 s of a 2-core CI machine's time for 2 s of testing. A suite whose every case
+# once per case, and each start mapped cuBLAS/cuBLASLt then (~25k page faults, 0.15-0.3 s of a core;
+# they are opened on first use now): 1065 starts were about 200 s of a 2-core CI machine's time for
+# 2 s of testing. A suite whose every case
 # skipped (GTEST_SKIP) is reported skipped, never passed (tests/run_gtest_suite.sh); the log of a
 # partly skipped suite lists its skipped cases. Run one case: BINARY --gtest_filter=Suite.Case.
 set(OASES_GTEST_SUITES_LISTER ${CMAKE_CURRENT_LIST_DIR}/oases_gtest_suites_list.cmake)

@@ -96,14 +96,6 @@ constexpr CublasForwarded kCublasForwarded[] = {
 
 }  // namespace
 
-bool cublas_mapped() {
-  // RTLD_NOLOAD: a handle only when the library is in the process already
-  void* h = dlopen(cublas_library(true).soname, RTLD_NOW | RTLD_NOLOAD);
-  if (!h) return false;
-  dlclose(h);
-  return true;
-}
-
 std::string cublas_open_all() {
   for (const CublasForwarded& f : kCublasForwarded) {
     if (cublas_symbol(f.lt, f.name) == nullptr) {
@@ -117,11 +109,11 @@ std::string cublas_open_all() {
 }  // namespace oases::cuda
 
 // One definition per function: the header's declaration, a pointer resolved on the first call.
-#define OASES_CUBLAS_FORWARD(LT, RET, FAIL, NAME, PARAMS, ARGS)                                       \
-  extern "C" RET CUBLASWINAPI NAME PARAMS {                                                         \
-    static auto* const fn = reinterpret_cast<RET(*) PARAMS>(oases::cuda::cublas_symbol(LT, #NAME));        \
-    if (fn == nullptr) return FAIL;                                                                 \
-    return fn ARGS;                                                                                 \
+#define OASES_CUBLAS_FORWARD(LT, RET, FAIL, NAME, PARAMS, ARGS)                                \
+  extern "C" RET CUBLASWINAPI NAME PARAMS {                                                     \
+    static auto* const fn = reinterpret_cast<RET(*) PARAMS>(oases::cuda::cublas_symbol(LT, #NAME)); \
+    if (fn == nullptr) return FAIL;                                                             \
+    return fn ARGS;                                                                             \
   }
 
 #define OASES_CUBLAS_STATUS(LT, NAME, PARAMS, ARGS) \

@@ -5,8 +5,6 @@
 
 namespace oases::cuda {
 
-// Whether cuBLASLt is in this process yet.
-bool cublas_mapped();
 // Opens cuBLAS and cuBLASLt now and resolves every function this build forwards to them: "" when
 // all are there, else what is missing (the library's dlopen error, or the function's name).
 std::string cublas_open_all();

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The check that runs everywhere: oases-gpu-info loads the CUDA libraries this build links and
 # reads their versions. With the CUDA backend built, the versions that need no GPU (CUDA runtime,
-# cuBLAS, cuBLASLt, cuDNN, NCCL) must be read and agree with the headers the build used (every cuBLAS
-# function the kernels call found: it is opened on first use); without
-# the backend it must say "built without CUDA". Devices are reported, never required.
+# cuBLAS, cuBLASLt, cuDNN, NCCL) must be read and agree with the headers the build used, and every
+# cuBLAS function the kernels call must be found (cuBLAS is opened on first use); without the
+# backend it must say "built without CUDA". Devices are reported, never required.
 source "$(dirname "$0")/lib.sh"
 "$OASES_BIN/oases-gpu-info" --json > "$WORK/info.json" || fail "oases-gpu-info failed"
 "$OASES_BIN/oases-gpu-info" || fail "oases-gpu-info (text) failed"
