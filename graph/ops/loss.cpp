@@ -89,7 +89,7 @@ std::string softmax_stats_key(ValueId scores, ValueId labels, const char* what) 
 }
 
 // A scalar constant in the scores' type (float64 graphs stay float64).
-ValueId scalar_constant(Graph& g, const std::string& name, double v, DType dt) {
+ValueId add_scalar_constant(Graph& g, const std::string& name, double v, DType dt) {
   Tensor t(dt, {});
   store_from_double(t.raw_mutable(), dt, 0, v);
   return g.add_constant(name, t);
@@ -210,7 +210,7 @@ Status lower_cross_entropy(LowerContext& c, bool nll) {
       ValueId count = valid != kNoId
                           ? c.emit("ReduceSum", {valid}, AttrMap{{"axes", Attribute::of_ints(all)}, {"keepdims", Attribute::of_int(0)}}, dt,
                                    {}, scalar_spec, base + "/count")
-                          : scalar_constant(g, "rows", static_cast<double>(shape_numel(rows_g)), dt);
+                          : add_scalar_constant(g, "rows", static_cast<double>(shape_numel(rows_g)), dt);
       result = c.emit("Div", {total, count}, {}, dt, {}, scalar_spec, base + "/mean");
     }
   }
@@ -252,7 +252,7 @@ Status lower_cross_entropy_grad(LowerContext& c, bool nll) {
   auto fwd_max = c.shared().find(softmax_stats_key(scores, labels, "max"));
   auto fwd_sum = c.shared().find(softmax_stats_key(scores, labels, "sum"));
   if (nll) {
-    p = c.emit("Mul", {scores, scalar_constant(g, "partition_const", 0.0, dt)}, {}, dt, gs, ss, base + "/zeros");
+    p = c.emit("Mul", {scores, add_scalar_constant(g, "partition_const", 0.0, dt)}, {}, dt, gs, ss, base + "/zeros");
   } else if (fwd_max != c.shared().end() && fwd_sum != c.shared().end() && g.value(fwd_max->second).producer != kNoId &&
              g.value(fwd_sum->second).producer != kNoId) {
     // the forward's all-reduced max and sum of exponentials (the same values a recomputation would
@@ -297,7 +297,7 @@ Status lower_cross_entropy_grad(LowerContext& c, bool nll) {
       count = c.emit("ReduceSum", {valid}, AttrMap{{"axes", Attribute::of_ints(all)}, {"keepdims", Attribute::of_int(0)}}, dt, {},
                      ShardingSpec::replicated(0), base + "/count");
     } else {
-      count = scalar_constant(g, "rows", static_cast<double>(shape_numel(rows_g)), dt);
+      count = add_scalar_constant(g, "rows", static_cast<double>(shape_numel(rows_g)), dt);
     }
     coef = c.emit("Div", {dloss, count}, {}, dt, {}, c.spec(dloss), base + "/coef");
   }

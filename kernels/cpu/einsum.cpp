@@ -16,12 +16,6 @@ using LabelSizes = std::array<int64_t, 128>;  // by label character; -1 where ab
 template <class T>
 using Acc = std::conditional_t<std::is_floating_point_v<T>, double, std::conditional_t<std::is_signed_v<T>, int64_t, uint64_t>>;
 
-std::vector<int64_t> strides_of(const std::vector<int64_t>& s) {
-  std::vector<int64_t> st(s.size(), 1);
-  for (int64_t i = static_cast<int64_t>(s.size()) - 2; i >= 0; --i) st[i] = st[i + 1] * s[i + 1];
-  return st;
-}
-
 bool is_identity(const std::vector<int64_t>& perm) {
   for (size_t i = 0; i < perm.size(); ++i) {
     if (perm[i] != static_cast<int64_t>(i)) return false;

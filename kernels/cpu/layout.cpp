@@ -6,13 +6,13 @@
 
 namespace oases::kernels {
 
-namespace {
-
 std::vector<int64_t> strides_of(const std::vector<int64_t>& s) {
   std::vector<int64_t> st(s.size(), 1);
   for (int64_t i = static_cast<int64_t>(s.size()) - 2; i >= 0; --i) st[i] = st[i + 1] * s[i + 1];
   return st;
 }
+
+namespace {
 
 int64_t numel_of(const std::vector<int64_t>& s) {
   int64_t n = 1;

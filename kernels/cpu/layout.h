@@ -8,6 +8,9 @@
 
 namespace oases::kernels {
 
+// Row-major strides (in elements) of a contiguous tensor of `shape`.
+std::vector<int64_t> strides_of(const std::vector<int64_t>& shape);
+
 // out = in.permute(perm); out shape is in shape permuted.
 void transpose(const void* in, const std::vector<int64_t>& shape, const std::vector<int64_t>& perm, void* out, size_t es);
 

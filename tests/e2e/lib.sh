@@ -73,13 +73,14 @@ pipeline_tests() {
 }
 run() { run_vs_one_rank "$@"; }
 # one_rank_reference NAME MODEL: 20 steps of MODEL on one rank with "${common[@]}" ($WORK/NAME.jsonl)
-# and its first step's gradients ($WORK/NAME.grads), what run_vs_one_rank compares against
+# and its first step's gradients ($WORK/NAME.grads), what run_vs_one_rank compares against. One
+# launch writes both: --dump-grads with steps writes the first step's gradients before its update,
+# the same bits as --steps 0 --dump-grads (test_pipeline checks the two agree).
 one_rank_reference() {
-  "$OASES_BIN/oases-train" "$2" "${common[@]}" --steps 20 --log-json "$WORK/$1.jsonl" || fail "$1 single rank"
-  "$OASES_BIN/oases-train" "$2" "${common[@]}" --steps 0 --dump-grads "$WORK/$1.grads" || fail "$1 single-rank gradients"
+  "$OASES_BIN/oases-train" "$2" "${common[@]}" --steps 20 --log-json "$WORK/$1.jsonl" --dump-grads "$WORK/$1.grads" || fail "$1 single rank"
 }
 # run_vs_one_rank LABEL REF LAUNCH... -- FLAGS...: 20 steps and the first step's gradients of LAUNCH with
-# "${common[@]}" "${RUN_FLAGS[@]}" FLAGS, compared with REF's ($WORK/REF.jsonl and $WORK/REF.grads)
+# "${common[@]}" "${RUN_FLAGS[@]}" FLAGS (one launch), compared with REF's ($WORK/REF.jsonl and $WORK/REF.grads)
 run_vs_one_rank() {
   local label=$1 ref=$2
   shift 2
@@ -87,8 +88,8 @@ run_vs_one_rank() {
   while [[ $1 != -- ]]; do launch+=("$1"); shift; done
   shift
   local tag=${label// /_}
-  "${launch[@]}" "${common[@]}" "${RUN_FLAGS[@]}" --steps 20 --log-json "$WORK/$tag.jsonl" "$@" || { fail "$label: training"; return; }
-  "${launch[@]}" "${common[@]}" "${RUN_FLAGS[@]}" --steps 0 --dump-grads "$WORK/$tag.grads" "$@" || { fail "$label: gradients"; return; }
+  "${launch[@]}" "${common[@]}" "${RUN_FLAGS[@]}" --steps 20 --log-json "$WORK/$tag.jsonl" --dump-grads "$WORK/$tag.grads" "$@" ||
+    { fail "$label: training"; return; }
   compare "$WORK/$ref.jsonl" "$WORK/$tag.jsonl" "$WORK/$ref.grads" "$WORK/$tag.grads" "$label" || fail "$label differs"
 }
 

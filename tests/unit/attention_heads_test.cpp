@@ -15,6 +15,7 @@
 #include "graph/autodiff.h"
 #include "graph/passes/pass.h"
 #include "planner/strategy.h"
+#include "tests/common/tensor_compare.h"
 
 namespace oases {
 namespace {
@@ -138,16 +139,6 @@ Expected<std::vector<Tensor>> run_tp(const AttentionModel& m, int tp) {
   return std::move(res[0]);
 }
 
-double max_rel_diff(const Tensor& a, const Tensor& b) {
-  double err = 0, ref = 1e-12;
-  for (int64_t i = 0; i < a.numel(); ++i) {
-    double x = load_as_double(a.raw(), a.dtype(), i), y = load_as_double(b.raw(), b.dtype(), i);
-    err = std::max(err, std::abs(x - y));
-    ref = std::max(ref, std::abs(y));
-  }
-  return err / ref;
-}
-
 struct Case {
   int64_t heads, kv_heads, tp;
   bool alibi = false;
@@ -188,7 +179,7 @@ TEST_P(AttentionHeadsUnderTp, GatheredGradientsEqualTheSingleRankOnes) {
   for (size_t k = 0; k < want.size(); ++k) {
     ASSERT_EQ((*got)[k].shape(), want[k].shape()) << names[k];
     // float32 sums in another order (the all-reduces of partial sums): 1e-5 of the largest element
-    EXPECT_LE(max_rel_diff((*got)[k], want[k]), 1e-5) << names[k];
+    EXPECT_LE(test::max_rel_diff((*got)[k], want[k]), 1e-5) << names[k];
   }
 }
 

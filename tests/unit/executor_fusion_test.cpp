@@ -9,23 +9,13 @@
 
 #include "executor/executor.h"
 #include "executor/training.h"
+#include "tests/common/tensor_compare.h"
 #include "tools/model_loader.h"
 
 namespace fs = std::filesystem;
 
 namespace oases {
 namespace {
-
-double max_rel_diff(const Tensor& a, const Tensor& b) {
-  EXPECT_EQ(a.shape(), b.shape());
-  double diff = 0, scale = 1e-30;
-  for (int64_t i = 0; i < a.numel(); ++i) {
-    double x = load_as_double(a.raw(), a.dtype(), i), y = load_as_double(b.raw(), b.dtype(), i);
-    diff = std::max(diff, std::fabs(x - y));
-    scale = std::max(scale, std::fabs(y));
-  }
-  return diff / scale;
-}
 
 struct Loaded {
   LoadedModel model;
@@ -61,7 +51,7 @@ TEST_P(ForwardFusion, SameOutputsAsTheUnfusedProgram) {
   auto yb = (*b)->run(l.feeds);
   ASSERT_TRUE(ya) << ya.status().message();
   ASSERT_TRUE(yb) << yb.status().message();
-  for (size_t i = 0; i < ya->size(); ++i) EXPECT_LT(max_rel_diff((*ya)[i], (*yb)[i]), 1e-5) << "output " << i;
+  for (size_t i = 0; i < ya->size(); ++i) EXPECT_LT(test::max_rel_diff((*ya)[i], (*yb)[i]), 1e-5) << "output " << i;
   EXPECT_LE((*a)->program().instrs.size(), (*b)->program().instrs.size());
 }
 
@@ -114,7 +104,7 @@ TEST(TrainingFusion, SameGradientsAsTheUnfusedProgram) {
     for (size_t i = 0; i < (*tr)->training_graph().params.size(); ++i) grads.back().push_back((*tr)->gradient(i));
   }
   ASSERT_EQ(grads[0].size(), grads[1].size());
-  for (size_t i = 0; i < grads[0].size(); ++i) EXPECT_LT(max_rel_diff(grads[0][i], grads[1][i]), 1e-5) << "parameter " << i;
+  for (size_t i = 0; i < grads[0].size(); ++i) EXPECT_LT(test::max_rel_diff(grads[0][i], grads[1][i]), 1e-5) << "parameter " << i;
 }
 
 // y = relu(x); z = y + 1; w = y * z: the Add must not write over y, which Mul reads later; Mul

@@ -18,6 +18,7 @@
 #include "graph/passes/pass.h"
 #include "planner/partition.h"
 #include "planner/propagation.h"
+#include "tests/common/tensor_compare.h"
 
 namespace oases {
 namespace {
@@ -232,16 +233,6 @@ Expected<std::vector<Tensor>> run_two_ranks(const PartitionedGraph& pg) {
   return std::move(res[0]);
 }
 
-double max_rel_diff(const Tensor& a, const Tensor& b) {
-  double err = 0, ref = 1e-12;
-  for (int64_t i = 0; i < a.numel(); ++i) {
-    double x = load_as_double(a.raw(), a.dtype(), i), y = load_as_double(b.raw(), b.dtype(), i);
-    err = std::max(err, std::abs(x - y));
-    ref = std::max(ref, std::abs(y));
-  }
-  return err / ref;
-}
-
 // One accepted split: every spec fits its value, the partitioned graph runs on two ranks and
 // gives the whole op's outputs.
 void check_split(const Graph& whole, const ShardingResult& sr, const Mesh& mesh, const std::vector<Tensor>& want) {
@@ -258,7 +249,7 @@ void check_split(const Graph& whole, const ShardingResult& sr, const Mesh& mesh,
   ASSERT_EQ(got->size(), want.size());
   for (size_t k = 0; k < got->size(); ++k) {
     ASSERT_EQ((*got)[k].shape(), want[k].shape()) << "output " << k;
-    EXPECT_LE(max_rel_diff((*got)[k], want[k]), 1e-9) << "output " << k;
+    EXPECT_LE(test::max_rel_diff((*got)[k], want[k]), 1e-9) << "output " << k;
   }
 }
 
