@@ -22,8 +22,7 @@ for model in gpt2_4l llama_4l; do
     ref=$model-$opt
     extra=(--optimizer $opt)
     [[ $opt == sgd ]] && extra+=(--clip 0.5 --weight-decay 0.01)
-    "$T" "$M" "${common[@]}" "${extra[@]}" --steps 20 --log-json "$WORK/$ref.jsonl" || fail "$ref single rank"
-    "$T" "$M" "${common[@]}" "${extra[@]}" --steps 0 --dump-grads "$WORK/$ref.grads" || fail "$ref single-rank gradients"
+    "$T" "$M" "${common[@]}" "${extra[@]}" --steps 20 --log-json "$WORK/$ref.jsonl" --dump-grads "$WORK/$ref.grads" || fail "$ref single rank"
     run "$model $opt dp2" "$ref" "$T" "$M" --local-ranks 2 -- --dp 2 "${extra[@]}"
     [[ $opt == sgd ]] && continue
     run "$model dp4" "$ref" "$T" "$M" --local-ranks 4 -- --dp 4 "${extra[@]}"
