@@ -4,18 +4,13 @@
 # rank 0, the full gathered gradients with the single-rank names and values (each within 2e-6 of
 # its largest magnitude, compare_grads.py); under the local (threads) communicator and under MPI
 # (mpirun). Each launch trains and writes its first step's gradients (lib.sh's one_rank_reference
-# says why that is the same as --steps 0; test_pipeline checks it). Measured 2026-11-26 with OpenBLAS's SkylakeX / Haswell / Prescott kernels: losses 1.2e-7
-# apart at most, gradients 7.4e-7 / 9.1e-7 / 6.3e-7 (the same in every run: the sums' order is fixed).
+# says why that is the same as --steps 0; test_pipeline checks it). Measured 2026-11-26 with
+# OpenBLAS's SkylakeX / Haswell / Prescott kernels: losses 1.2e-7 apart at most, gradients
+# 7.4e-7 / 9.1e-7 / 6.3e-7 (the same in every run: the sums' order is fixed).
 # ctest: COST 43 (seconds on 2 cores, 2026-11-28: the longest scripts start first)
 source "$(dirname "$0")/lib.sh"
 T=$OASES_BIN/oases-train
-MPIRUN=(mpirun --allow-run-as-root --oversubscribe --bind-to none)
-export OMPI_MCA_btl_vader_single_copy_mechanism=none
-command -v mpirun >/dev/null || { echo "mpirun missing: install openmpi-bin (scripts/setup.sh)"; exit 1; }
-
-compare() {  # compare LOG_A LOG_B GRADS_A GRADS_B LABEL: 20 losses within 1e-6 relative, the gradients within 2e-6
-  /usr/bin/python3 "$OASES_SOURCE_DIR/tests/e2e/compare_grads.py" "$3" "$4" "$5" --losses "$1" "$2" --steps 20 --rtol 2e-6 --loss-rtol 1e-6
-}
+need_mpirun  # (lib.sh) and MPIRUN; compare (lib.sh): 20 losses within 1e-6 relative, the gradients within 2e-6
 
 for model in gpt2_tiny llama_gqa bert_mask; do
   M=$OASES_SOURCE_DIR/models/small/$model
