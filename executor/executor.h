@@ -31,6 +31,7 @@ struct TraceEvent {
   int thread = 0;        // 0 compute, 1 communication
   std::string category;  // "compute" | "comm" | "wait" | "issue" (a collective handed to its thread, no duration)
   double start_us = 0, dur_us = 0;
+  std::string label;  // an event of no node (node kNoId): its name (the trainer's update after a run)
 };
 
 // One instruction's run on a device in its runner's last timed enqueue (DeviceRunner::read_spans):
@@ -157,6 +158,11 @@ class Executor {
   // of it no compute kernel ran beside (what the compute stream waited for), as the CPU's events.
   void add_device_events(double origin_us);
   std::vector<TraceEvent> take_events();
+  // An event of the caller's own (the trainer's gradient norm and update: work of this rank's
+  // compute thread outside the program), kept with the program's when tracing.
+  void add_event(TraceEvent e) {
+    if (tracing_) events_.push_back(std::move(e));
+  }
   // Microseconds since this executor was made (the time base of trace events).
   double now_us() const;
 

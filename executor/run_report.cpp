@@ -206,8 +206,24 @@ void append_trace(const Graph& g, const std::vector<TraceEvent>& ev, int rank, n
     out->push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", rank}, {"tid", 1}, {"args", {{"name", "communication"}}}});
     out->push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", rank}, {"tid", 2}, {"args", {{"name", "transfers between meshes"}}}});
   }
+  auto span = [&](const std::string& name, const TraceEvent& e, nlohmann::json args) {
+    args["kind"] = e.category;
+    out->push_back({{"name", name},
+                    {"cat", e.category == "wait" ? "comm" : e.category},
+                    {"ph", "X"},
+                    {"ts", e.start_us},
+                    {"dur", std::max(e.dur_us, 0.01)},
+                    {"pid", rank},
+                    {"tid", e.thread},
+                    {"args", std::move(args)}});
+  };
   for (const TraceEvent& e : ev) {
-    if (e.node == kNoId || !g.alive(e.node) || e.category == "issue") continue;
+    if (e.category == "issue") continue;
+    if (e.node == kNoId) {
+      if (!e.label.empty()) span(e.label, e, nlohmann::json::object());  // the trainer's own work (its update)
+      continue;
+    }
+    if (!g.alive(e.node)) continue;
     const Node& n = g.node(e.node);
     std::string name = e.category == "wait" ? "wait " + n.op_type : n.op_type;
     if (n.domain == kOasesDomain && n.op_type == "Reshard" && e.category != "wait") {
@@ -218,14 +234,7 @@ void append_trace(const Graph& g, const std::vector<TraceEvent>& ev, int rank, n
       name = fmt::format("{} {} {} rank {}", sends ? "send" : "recv", what, sends ? "to" : "from", peer.empty() ? -1 : peer[0]);
     }
     if (n.chunk >= 0) name += fmt::format(" (chunk {})", n.chunk);
-    out->push_back({{"name", name},
-                    {"cat", e.category == "wait" ? "comm" : e.category},
-                    {"ph", "X"},
-                    {"ts", e.start_us},
-                    {"dur", std::max(e.dur_us, 0.01)},
-                    {"pid", rank},
-                    {"tid", e.thread},
-                    {"args", {{"node", n.name}, {"scope", n.scope}, {"chunk", n.chunk}, {"kind", e.category}}}});
+    span(name, e, {{"node", n.name}, {"scope", n.scope}, {"chunk", n.chunk}});
   }
 }
 

@@ -326,11 +326,21 @@ Expected<StepStats> Trainer::step(const std::vector<std::map<std::string, Tensor
   bool scaled = train_->graph().find_value("oases_loss_scale") != kNoId;
   float scale = static_cast<float>(1.0 / (static_cast<double>(micro.size()) * (scaled ? loss_scale_ : 1.0)));
   if (before_update) OASES_RETURN_IF_ERROR(before_update());
+  // the update's spans in the trace (--trace): this rank's compute outside the program, and its
+  // wait for the other ranks' sums of squares (a pipeline's stages, a ZeRO group)
+  Executor& ex = *train_;
+  double mark_us = ex.now_us();
+  auto mark = [&](const char* label, const char* category) {
+    double now = ex.now_us();
+    ex.add_event(TraceEvent{kNoId, 0, category, mark_us, now - mark_us, label});
+    mark_us = now;
+  };
   double norm = 0;
   double loss = total / static_cast<double>(micro.size());
   bool bad_loss = skip_nonfinite && !std::isfinite(loss);
   if (global_norm || zero_.any()) {
     std::vector<double> ss = opt_.sum_squares(grads);
+    mark("gradient norm", "compute");
     if (bad_loss) ss.assign(ss.size(), NAN);
     try {
       zero_.sum_over_groups(&ss);  // a piece's Σ g² summed over its group: the whole gradient's
@@ -344,9 +354,11 @@ Expected<StepStats> Trainer::step(const std::vector<std::map<std::string, Tensor
     } catch (const OasesError& e) {
       return Status::error(e.what());
     }
+    mark("wait gradient norm", "wait");
   } else {
     norm = opt_.grad_norm(grads, scale);
     if (bad_loss) norm = NAN;
+    mark("gradient norm", "compute");
   }
   if (skip_nonfinite && !std::isfinite(norm)) {
     st.skipped = true;
@@ -357,12 +369,15 @@ Expected<StepStats> Trainer::step(const std::vector<std::map<std::string, Tensor
     // beside its first instructions (hand_gathers_to_next_run), or when something reads them first
     if (zero_.any()) gathers_pending_ = true;
     train_->constants_changed();  // a device program without resident state uploads them again
+    mark("optimizer step", "compute");
   }
   st.lr = opt_.last_lr();
   st.loss = loss;
   train_->state().step++;
   st.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   st.update_ms = st.ms - st.run_ms;
+  // the whole step, around its spans: where one step ends and the next begins in the trace
+  ex.add_event(TraceEvent{kNoId, 0, "step", ex.now_us() - 1000.0 * st.ms, 1000.0 * st.ms, fmt::format("step {}", train_->state().step)});
   return st;
 }
 

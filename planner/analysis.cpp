@@ -196,8 +196,10 @@ Expected<std::vector<PartRecords>> records_under(const Graph& forward, const Gra
       if (made.is_partial(ref.tp)) r.uses_tp = true;
       if (made.is_partial(ref.dp)) r.batch = true;
     }
+    bool batch_in = false, batch_out = false;
     for (const auto* side : {&r.inputs, &r.outputs}) {
       for (const TensorRecord& t : *side) {
+        (side == &r.inputs ? batch_in : batch_out) |= has_mark(t, 'b');
         r.batch |= has_mark(t, 'b');
         r.uses_tp |= has_mark(t, 't');
       }
@@ -205,6 +207,7 @@ Expected<std::vector<PartRecords>> records_under(const Graph& forward, const Gra
     r.flops = c.flops;
     r.bytes = c.bytes;
     r.phase = fwd(n) ? NodeRecord::Phase::kForward : NodeRecord::Phase::kBackward;
+    r.weight_grad = !fwd(n) && batch_in && !batch_out;
     out[static_cast<size_t>(p)].nodes.push_back(std::move(r));
   }
   // collectives: the conversions, as the partitioner makes them (one per value and target spec,

@@ -41,6 +41,9 @@ struct NodeRecord {
   bool batch = false;           // works on batch rows: runs once per chunk on B/(dp·K) rows
   bool uses_tp = false;         // its work is split over tp
   enum class Phase { kForward, kBackward } phase = Phase::kForward;
+  // a backward node that sums batch rows into a weight's gradient (batch inputs, no batch output):
+  // what a zero-bubble schedule defers to its W steps
+  bool weight_grad = false;
 };
 
 struct CommRecord {

@@ -72,6 +72,7 @@ Expected<std::vector<PricedOp>> priced_part_ops(const PartRecords& recs, int64_t
     p.node = r.node;
     p.batch = r.batch;
     p.forward = r.phase == NodeRecord::Phase::kForward;
+    p.weight_grad = r.weight_grad;
     out.push_back(std::move(p));
   }
   return out;
@@ -109,6 +110,7 @@ const PartCost& CostModel::part(int i, const Layout& l, int64_t chunks) {
   double prod_fwd = 0, prod_bwd = 0;  // per chunk: the matrix products (what ring steps run beside)
   for (const PricedOp& p : *priced) {
     double s = ops_.seconds(p.op, p.key, p.flops, p.bytes);
+    if (p.weight_grad) (p.batch ? pc.wgt_chunk : pc.wgt_once) += s;
     if (p.batch) {
       (p.forward ? pc.fwd_chunk : pc.bwd_chunk) += s;
       if (p.op.find("MatMul") != std::string::npos || p.op.find("Gemm") != std::string::npos) (p.forward ? prod_fwd : prod_bwd) += s;

@@ -40,6 +40,7 @@ struct PartCost {
   std::string why;
   double fwd_chunk = 0, bwd_chunk = 0;                                           // compute per chunk
   double fwd_once = 0, bwd_once = 0;                                             // compute done once per step (weights)
+  double wgt_chunk = 0, wgt_once = 0;  // of bwd_chunk and bwd_once: the weight-gradient nodes' (PricedOp::weight_grad)
   double comm_fwd_chunk = 0, comm_bwd_chunk = 0;                                 // tp collectives per chunk
   double comm_dp = 0;                                                            // data-parallel gradient reduction per step
   int collectives_fwd = 0, collectives_bwd = 0;                                  // per chunk
@@ -75,6 +76,7 @@ struct PricedOp {
   double flops = 0, bytes = 0;                           // one execution on one rank
   bool batch = false;                                    // once per chunk (else once per step)
   bool forward = true;
+  bool weight_grad = false;  // NodeRecord::weight_grad
 };
 
 // The ops one part's records price under tp `t` with `dpk` = dp x K batch ways, in record order:

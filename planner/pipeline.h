@@ -109,7 +109,8 @@ struct PipelineTimes {
   // A boundary's link carries one transfer at a time in both directions together (the emulated
   // hosts' network cards: one token per card); false: each direction its own lane (real links).
   bool half_duplex = false;
-  // per stage, a W step's time when the schedule splits the backward (backward_s is then B's);
+  // per stage, a W step's time when the schedule splits the backward (backward_s is then B's): the
+  // pipeline search's from the weight-gradient nodes' time, a replay's as the programs ran them;
   // empty: the backward is split evenly (kWeightShare), as simulate_pipeline does for zb-h1
   std::vector<double> weight_s = {};
 };
@@ -132,7 +133,8 @@ struct PipelineSim {
 };
 
 // The share of a backward that is weight gradients when nothing says (a transformer block's weight
-// products are about half of its backward's work).
+// products are about half of its products' backward work; attention's and the norms' backward are
+// input gradients, so measured shares are lower: 0.3 to 0.4 for a GPT block).
 inline constexpr double kWeightShare = 0.5;
 // `t` with its backward split into B and W (weight_s) for a schedule that splits it, when not split yet.
 PipelineTimes split_backward(PipelineSchedule p, PipelineTimes t, double weight_share = kWeightShare);

@@ -44,6 +44,7 @@ int block_of_part(const std::string& name) {
 // Per part of the chain under one inner choice: time of one micro-batch, bytes.
 struct PartFigures {
   std::vector<double> fwd, bwd, static_bytes, saved_all, transient;
+  std::vector<double> wgt;  // of bwd: the weight-gradient nodes' time (a zero-bubble schedule's W)
   std::vector<double> updated_bytes;  // the weights one rank updates (the distributed optimizer: 1/dp)
   // per micro-batch, what its weight gradients read (PartCost::weight_grads_chunk,
   // weight_acts_chunk): held from its B to its W under a zero-bubble schedule
@@ -73,6 +74,8 @@ PartFigures part_figures(CostModel& cm, const PlanChoice& p, int micro_batches) 
     double share = fw + bw > 0 ? fw / (fw + bw) : 1.0 / 3.0;
     f.fwd.push_back(pt.total() * share / micro_batches);
     f.bwd.push_back(pt.total() * (1 - share) / micro_batches);
+    const double wg = pc.wgt_chunk * static_cast<double>(p.chunks) + pc.wgt_once;
+    f.wgt.push_back(fw + bw > 0 ? pt.total() * wg / (fw + bw) / micro_batches : 0.0);
     double st = cm.state_bytes(pc);
     f.static_bytes.push_back(st);
     f.grad_bytes.push_back(pc.param_bytes);
@@ -241,6 +244,7 @@ double add_stage_parts(const PartFigures& f, int M, PipelineStagePlan* st) {
       if (!held(i)) continue;
       st->forward_s += f.fwd[i];
       st->backward_s += f.bwd[i];
+      if (split) st->weight_s += w_only ? f.bwd[i] : f.wgt[i];
       statics += f.static_bytes[i] - f.grad_bytes[i];
       updated += f.updated_bytes[i];
       sv[r] += f.saved_all[i] / M;
@@ -321,12 +325,13 @@ double add_stage_parts(const PartFigures& f, int M, PipelineStagePlan* st) {
 
 // One model stage's forward and backward of a micro-batch: the parts in `cut`, the embedding on the
 // first model stage, the head on the last.
-std::pair<double, double> range_times(const PartFigures& f, const StageCut& cut, bool embedding, bool head) {
-  double fw = 0, bw = 0;
+// One micro-batch's forward, backward and, of the backward, weight-gradient time on a range.
+std::tuple<double, double, double> range_times(const PartFigures& f, const StageCut& cut, bool embedding, bool head) {
+  double fw = 0, bw = 0, wg = 0;
   for (size_t i = 0; i < f.block.size(); ++i) {
-    if (holds_part(f.block[i], cut, embedding, head)) fw += f.fwd[i], bw += f.bwd[i];
+    if (holds_part(f.block[i], cut, embedding, head)) fw += f.fwd[i], bw += f.bwd[i], wg += f.wgt[i];
   }
-  return {fw, bw};
+  return {fw, bw, wg};
 }
 
 // Prices S stages holding the model stages cut at `cuts` (S x V of them, model stage c on stage
@@ -365,9 +370,17 @@ PipelinePlan price_stages(CostModel& cm, const ClusterSpec& cluster, const OpTim
   }
   // per model stage (with V = 1, each stage's own)
   for (int c = 0; c < C; ++c) {
-    auto [fw, bw] = range_times(*fig[static_cast<size_t>(c % S)], cuts[static_cast<size_t>(c)], c == 0, c == C - 1);
+    auto [fw, bw, wg] = range_times(*fig[static_cast<size_t>(c % S)], cuts[static_cast<size_t>(c)], c == 0, c == C - 1);
     t.forward_s.push_back(fw);
-    t.backward_s.push_back(bw);
+    if (splits_backward(sched)) {
+      // B: the input gradient's chain; W: the weight gradients. The first stage sends no gradient:
+      // its whole backward is W (planner/pipeline_program.h).
+      if (c == 0) wg = bw;
+      t.backward_s.push_back(bw - wg);
+      t.weight_s.push_back(wg);
+    } else {
+      t.backward_s.push_back(bw);
+    }
   }
   // each boundary between the two stages' layouts, where it lies among the hosts (alike
   // boundaries priced once)
@@ -733,6 +746,7 @@ nlohmann::json pipeline_plan_json(const PipelinePlan& p) {
                       {"sequence_parallel", s.layout.sequence_parallel},
                       {"forward_s", s.forward_s},
                       {"backward_s", s.backward_s},
+                      {"weight_s", s.weight_s},
                       {"memory_bytes", s.memory_bytes},
                       {"peak_in_flight", s.peak_in_flight}});
   }

@@ -45,6 +45,9 @@ struct PipelineStagePlan {
   int64_t first_rank = 0, ranks = 0;
   Layout layout;  // the stage's tp (and sequence parallelism), dp = ranks / tp
   double forward_s = 0, backward_s = 0;  // one micro-batch
+  // of backward_s, a zero-bubble schedule's W steps (the weight gradients; the first stage's whole
+  // backward); 0 when the schedule does not split the backward
+  double weight_s = 0;
   double memory_bytes = 0;
   int peak_in_flight = 0;
   std::vector<InFlight> flight;  // after each of its steps: micro-batches F-to-B and B-to-W (pipeline.h in_flight_profile)

@@ -2,8 +2,9 @@
 4 thread ranks, each its own emulated host (oases-train --hosts 4, stages joined by --emulate-link).
 
 For 1f1b, 1f1b with 2 virtual stages a rank (interleaved, --virtual-stages 2) and zb-h1:
-  * measured: the median step (ms) and the bubble share, 1 - (the busiest rank's compute per step)
-    / step, its compute from the run's --trace (every compute span of its compute thread);
+  * measured: over the steps after the first, the median step (ms) and the median bubble share, per
+    step 1 - (the busiest rank's compute in the step) / step, from the run's --trace (each rank's step
+    span and its compute thread's compute spans in it, the optimizer's update included);
   * predicted: oases-plan's pipeline simulator for the same pipeline (--reference-pipeline), op
     times from oases-profile on this machine, and its bubble;
   * memory: the largest stage arena (--memory-report) of each schedule;
@@ -25,15 +26,31 @@ import tempfile
 from bench_pipeline import REPO, run  # (beside this file) a command's output, or the run stops naming it
 
 
-def busiest_compute_ms(trace_path, steps):
-    """The largest per-rank sum of compute spans (ms) per step."""
+def step_bubbles(trace_path):
+    """Per traced step: (step ms, bubble) with step = the longest rank's step span and bubble = 1 - the
+    busiest rank's compute in its step / step. Compute: every compute span of a rank's compute thread
+    inside its step span, the optimizer's update included."""
     d = json.load(open(trace_path))
     ev = d["traceEvents"] if isinstance(d, dict) else d
-    busy = {}
+    steps, compute = {}, {}  # pid -> [(start, end)], pid -> [(start, dur)]
     for e in ev:
-        if e.get("ph") == "X" and e.get("tid") == 0 and e.get("args", {}).get("kind", "compute") == "compute":
-            busy[e["pid"]] = busy.get(e["pid"], 0.0) + e["dur"] / 1000.0
-    return max(busy.values()) / steps if busy else float("nan")
+        if e.get("ph") != "X" or e.get("tid") != 0:
+            continue
+        kind = e.get("args", {}).get("kind", "compute")
+        if kind == "step":
+            steps.setdefault(e["pid"], []).append((e["ts"], e["ts"] + e["dur"]))
+        elif kind == "compute":
+            compute.setdefault(e["pid"], []).append((e["ts"], e["dur"]))
+    counts = {len(v) for v in steps.values()}
+    if len(counts) != 1:
+        sys.exit(f"schedules: {trace_path}: the ranks traced {sorted(counts)} steps (a step span each, from oases-train --trace)")
+    out = []
+    for k in range(counts.pop()):
+        span = {pid: sorted(v)[k] for pid, v in steps.items()}
+        busy = {pid: sum(dur for t, dur in compute.get(pid, []) if span[pid][0] <= t < span[pid][1]) for pid in span}
+        step = max(b - a for a, b in span.values())
+        out.append((step / 1000.0, 1 - max(busy.values()) / step))
+    return out
 
 
 def main():
@@ -67,14 +84,14 @@ def main():
     for sched, v in [("1f1b", 1), ("1f1b", 2), ("zb-h1", 1)]:
         name = sched if v == 1 else f"{sched} V={v}"
         tag = name.replace(" ", "_").replace("=", "")
-        log, trace = os.path.join(work, f"{tag}.jsonl"), os.path.join(work, f"{tag}.trace.json")
+        trace = os.path.join(work, f"{tag}.trace.json")
         out = run([os.path.join(a.bin, "oases-train"), model] + common +
                   ["--steps", str(a.steps), "--local-ranks", str(a.pp), "--pp", str(a.pp), "--micro-batches", str(a.micro), "--pipeline", sched,
-                   "--virtual-stages", str(v), "--hosts", str(a.pp), "--emulate-link", a.link, "--log-json", log, "--trace", trace,
+                   "--virtual-stages", str(v), "--hosts", str(a.pp), "--emulate-link", a.link, "--trace", trace,
                    "--trace-steps", str(a.steps - 1), "--memory-report"])
-        ms = [json.loads(x)["ms"] for x in open(log)]
-        step = statistics.median(ms[1:])
-        bubble = 1 - busiest_compute_ms(trace, len(ms) - 1) / statistics.mean(ms[1:])  # the trace holds the steps after the first
+        per_step = step_bubbles(trace)  # the steps after the first
+        step = statistics.median(ms for ms, _ in per_step)
+        bubble = statistics.median(b for _, b in per_step)
         arenas = [float(x) for x in re.findall(r"^stage \d \([\w-]+\): .* arena ([\d.]+) KiB", out, re.M)]
         ptext = run([os.path.join(a.bin, "oases-plan"), model, "--gpus", str(a.pp), "--batch", str(a.batch), "--seq", str(a.seq), "--profile", prof,
                      "--hosts", str(a.pp), "--emulate-link", a.link, "--no-pipeline", "--reference-pipeline",

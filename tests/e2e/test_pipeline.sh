@@ -157,7 +157,13 @@ transfers = [e for e in ev if e.get("ph") == "X" and e["tid"] == 2]
 assert transfers and all(e["name"].startswith(("send", "recv")) for e in transfers), transfers[:3]
 for pid in range(4):
     assert any(e["pid"] == pid for e in transfers), f"rank {pid} shows no transfer"
-print(f"ok trace: {len(transfers)} cross-stage transfers on 4 ranks")
+    # each traced step a span on the compute thread, the optimizer's update inside it
+    steps = [e for e in ev if e.get("ph") == "X" and e["pid"] == pid and e["args"].get("kind") == "step"]
+    updates = [e for e in ev if e.get("ph") == "X" and e["pid"] == pid and e["name"] == "optimizer step"]
+    assert steps and len(updates) == len(steps), (pid, len(steps), len(updates))
+    assert all(e["tid"] == 0 and e["args"]["kind"] == "compute" for e in updates), updates[:1]
+    assert all(any(s["ts"] <= u["ts"] and u["ts"] + u["dur"] <= s["ts"] + s["dur"] + 1 for s in steps) for u in updates), (steps, updates)
+print(f"ok trace: {len(transfers)} cross-stage transfers on 4 ranks, {len(steps)} step spans a rank with the update in each")
 EOF
 
 # a checkpoint of pp 2 x tp 2 (one file per stage and a manifest) resumes under pp 4 (and under no

@@ -652,6 +652,17 @@ TEST(PipelineSearch, PlansStagesOnAClusterAndPricesAGivenPipeline) {
   EXPECT_EQ(many->plan.mesh().tp, 4);
   auto bad = price_pipeline(pm.forward, pm.train.graph, pm.train.params, *cluster, ops, 16, 3, 4, 2, PipelineSchedule::k1F1B, "plain");
   EXPECT_FALSE(bad);
+  // zb-h1 prices each stage's W as its weight-gradient nodes' time: the first stage (it sends no
+  // gradient) all of its backward, a later one less than half of it (its weight products' input
+  // gradients cost as much again, and attention's and the norms' backward are input gradients), and
+  // a schedule that does not split the backward none
+  auto zb = price_pipeline(pm.forward, pm.train.graph, pm.train.params, *cluster, ops, 16, 2, 4, 8, PipelineSchedule::kZBH1, "plain");
+  ASSERT_TRUE(zb) << zb.status().message();
+  EXPECT_DOUBLE_EQ(zb->stage[0].weight_s, zb->stage[0].backward_s);
+  EXPECT_GT(zb->stage[1].weight_s, 0.25 * zb->stage[1].backward_s);
+  EXPECT_LT(zb->stage[1].weight_s, 0.5 * zb->stage[1].backward_s);
+  EXPECT_EQ(many->stage[1].weight_s, 0);
+  EXPECT_LT(zb->bubble, many->bubble);
   // with 2 virtual stages a stage (4 blocks: one range each): a smaller bubble, its ranges in the
   // plan, the peak in flight counted in range steps; 3 virtual stages need 6 blocks
   auto v2 =
