@@ -58,6 +58,7 @@ std::vector<int64_t> parse_ints(const std::string& s, const char* flag) {
 struct ProfileArgs {
   std::string backend = "cpu", out, model, degrees, chunks = "1,2,4", emulate, sizes, dtype = "bf16";
   std::string calibration;  // --calibration: the executor's fitted terms from this profile, not this model's runs
+  std::string machine;      // --machine: this machine's measurements from this profile, not measured again
   int64_t ranks = 2, batch = 0, seq = 0;
   bool ranks_given = false;  // --ranks on the command line (the cuda backend's default is 8)
   int reps = 3, threads = 0;
@@ -85,6 +86,11 @@ void add_profile_options(CLI::App& app, ProfileArgs& a) {
   app.add_option("--calibration", a.calibration,
                  "With --model: take the executor's fitted terms (cores turned into work, a collective's extra time, dispatch) from this "
                  "profile of another model or configuration instead of fitting them to this model's runs (out-of-sample validation)")
+      ->check(CLI::ExistingFile);
+  app.add_option("--machine", a.machine,
+                 "With --model: take this machine's measurements (sgemm and copy rates, collectives, optimizer, the cores available) "
+                 "from this earlier profile of it at the same --ranks, --threads and --emulate-link instead of measuring them again; "
+                 "only the model's ops and runs are timed (profiling many models on one machine)")
       ->check(CLI::ExistingFile);
   app.add_option("--comm-timeout", a.comm_timeout, "Seconds a collective of the thread ranks waits for its peers before the run stops")
       ->capture_default_str();
@@ -115,6 +121,12 @@ struct CpuSetup {
   std::optional<LinkModel> link;
   std::vector<int64_t> sizes, chunks;
   std::vector<double> available;
+  bool machine_given = false;  // --machine: `available` is that profile's, not sampled here
+
+  // One sample of the cores available to `demand` busy threads, unless --machine gave them.
+  void sample_cores() {
+    if (!machine_given) available.push_back(measure_available_cores(demand));
+  }
 };
 
 Expected<CpuSetup> cpu_setup(const ProfileArgs& a) {
@@ -158,6 +170,41 @@ void measure_machine(const ProfileArgs& a, const CpuSetup& c, Profile& p) {
               static_cast<long long>(std::max<int64_t>(a.ranks, 2)), c.sizes.size(), c.link ? ", also behind the emulated link" : "");
   p.optimizer_us_per_mib = measure_optimizer(c.threads);
   std::printf("optimizer: AdamW %.1f us per MiB of parameters\n", p.optimizer_us_per_mib);
+  p.machine["emulate_link"] = a.emulate;
+}
+
+// --machine FILE: the machine's measurements (measure_machine's and the cores available) from an
+// earlier profile of this machine under the same ranks, threads and link; refused otherwise.
+Status machine_from(const ProfileArgs& a, CpuSetup& c, Profile& p) {
+  OASES_ASSIGN_OR_RETURN(Profile from, load_profile(a.machine));
+  auto refuse = [&](const std::string& why) { return error("--machine {}: {}", a.machine, why); };
+  auto text = [](const nlohmann::json& m, const char* key) {  // a string field of `machine`, "(not recorded)" if none
+    return m.contains(key) && m[key].is_string() ? m[key].get<std::string>() : std::string("(not recorded)");
+  };
+  const std::string here = text(machine_description(a.ranks, c.threads), "host"), there = text(from.machine, "host");
+  if (from.backend != "cpu") return refuse(fmt::format("a profile of backend {}, not cpu", from.backend));
+  if (!from.has_device || from.collectives.empty()) return refuse("it has no measurements of the machine (device rates, collectives)");
+  if (there != here) return refuse(fmt::format("a profile of host '{}', this is '{}'", there, here));
+  if (from.ranks != a.ranks || from.threads_per_rank != c.threads)
+    return refuse(fmt::format("measured for {} rank(s) of {} thread(s), not {} of {}", from.ranks, from.threads_per_rank, a.ranks, c.threads));
+  if (text(from.machine, "emulate_link") != a.emulate)
+    return refuse(fmt::format("measured with --emulate-link '{}', not '{}'", text(from.machine, "emulate_link"), a.emulate));
+  p.backend = "cpu";
+  p.machine = from.machine;
+  p.machine.erase("calibrated_from");
+  p.machine["measured_in"] = a.machine;
+  p.ranks = a.ranks;
+  p.threads_per_rank = c.threads;
+  p.op_clock = profile_op_clock(c.threads);
+  p.device = from.device;
+  p.has_device = true;
+  p.collectives = from.collectives;
+  p.optimizer_us_per_mib = from.optimizer_us_per_mib;
+  c.machine_given = true;
+  c.available = {from.machine.value("cores_available", static_cast<double>(c.cores))};
+  std::printf("machine: the device rates, %zu collective samples, the optimizer and the cores available (%.2f) of %s\n",
+              p.collectives.size(), c.available[0], a.machine.c_str());
+  return Status::ok();
 }
 
 // The mean of the cores-available samples into the profile, and the line saying so.
@@ -195,7 +242,7 @@ Status run_model_programs(const ProfileArgs& a, CpuSetup& c, const PlanningModel
       auto t0 = Clock::now();
       OASES_RETURN_IF_ERROR(measure_model_ops(pm.forward, pm.path, an, a.ranks, t, k, c.threads, a.reps, link, &runs->ops, &runs->overheads,
                                               &runs->calib, "plain", a.comm_timeout));
-      c.available.push_back(measure_available_cores(c.demand));
+      c.sample_cores();
       if (k > 1 && t > 1) OASES_RETURN_IF_ERROR(interleaved_run(t, k));  // with chunks, also the interleaved schedule
       std::printf("ops: tp %lld x dp %lld, %lld chunk(s): %.1f s\n", static_cast<long long>(t), static_cast<long long>(a.ranks / t),
                   static_cast<long long>(k), seconds_since(t0));
@@ -260,7 +307,7 @@ Status profile_model(const ProfileArgs& a, CpuSetup& c, Profile& p) {
   const ExecutorOverheads& ovh = runs.overheads;
   if (ovh.instr_gaps > 0) p.instr_us = ovh.instr_gap_us / static_cast<double>(ovh.instr_gaps);
   if (ovh.starts > 0) p.comm_start_us = std::max(0.0, ovh.start_gap_us / static_cast<double>(ovh.starts) - p.instr_us);
-  c.available.push_back(measure_available_cores(c.demand));
+  c.sample_cores();
   record_available(c, p);
   OASES_RETURN_IF_ERROR(calibrate_and_report(a, c, runs, p).with_context(a.model));
   if (!a.calibration.empty()) {
@@ -291,11 +338,16 @@ int profile_cpu(const ProfileArgs& a) {
   CpuSetup& c = *setup;
   auto t_start = Clock::now();
   Profile p;
-  measure_machine(a, c, p);
   // The cores the ranks get: measured with as many busy threads as the ranks run kernels (at
   // least the cores), before, between and after the model's runs (other work comes and goes).
   c.demand = std::max(c.cores, static_cast<int>(a.ranks) * c.threads);
-  c.available.push_back(measure_available_cores(c.demand));
+  if (!a.machine.empty()) {
+    if (a.model.empty()) return fail_with(error("--machine {} takes a profile's machine for --model's ops: give --model", a.machine));
+    if (Status s = machine_from(a, c, p); !s.is_ok()) return fail_with(s);
+  } else {
+    measure_machine(a, c, p);
+  }
+  c.sample_cores();
   if (!a.model.empty()) {
     if (Status s = profile_model(a, c, p); !s.is_ok()) return fail_with(s);
   } else {

@@ -5,12 +5,13 @@
 # full multi-head attention made by models/export.py (train/llama_4l is its grouped-query one).
 # Small shapes: 2 ranks, 2 x 16 tokens; the profile's runs at tp 2 with one chunk and one timed
 # repetition (the planner's other shapes, tp 1, sequence parallelism, chunk counts and pipeline
-# stages, are timed alone). Each plan must be written. No model is refused by the planner:
+# stages, are timed alone); the machine measured once (--machine: its rates, collectives and cores
+# from one profile). Each plan must be written. No model is refused by the planner:
 # torchscript_vit's symbolic batch is bound with --dim batch=2 (FLAGS).
 # Then the issue's reproduction (llama_4l at 8 x 32, --degrees 2 --chunks 1,2) plans, and a plan
 # its profile does not cover (another batch) stops with one line naming the op, its shape and
 # where the planner prices it, and the command it recommends writes a profile that covers it.
-# ctest: COST 45 (seconds on 2 cores, 2026-11-28: the longest scripts start first)
+# ctest: COST 30 (seconds on 2 cores, 2026-11-29: the longest scripts start first)
 source "$(dirname "$0")/lib.sh"
 P=$OASES_BIN/oases-plan
 F=$OASES_BIN/oases-profile
@@ -23,7 +24,7 @@ pair() {
   local d=$1 n=$2
   # shellcheck disable=SC2086
   "$F" --backend cpu --model "$d/model.onnx" --ranks 2 --batch 2 --seq 16 --degrees 2 --chunks 1 "${FAST[@]}" ${FLAGS[$n]:-} \
-    --out "$WORK/$n.profile.json" >"$WORK/$n.profile.txt" 2>&1 || return 1
+    --machine "$WORK/machine.json" --out "$WORK/$n.profile.json" >"$WORK/$n.profile.txt" 2>&1 || return 1
   # shellcheck disable=SC2086
   "$P" "$d/model.onnx" --gpus 2 --batch 2 --seq 16 ${FLAGS[$n]:-} --profile "$WORK/$n.profile.json" --out "$WORK/$n.plan.json" \
     >"$WORK/$n.plan.txt" 2>&1 || return 2
@@ -42,7 +43,16 @@ else
   echo "note: no torch for /usr/bin/python3: the exported LLaMA MHA stack is left out"
 fi
 
-# two pairs at a time: much of a profile waits out fixed measuring times
+"$F" --backend cpu --ranks 2 "${FAST[@]}" --out "$WORK/machine.json" >/dev/null || fail "oases-profile of the machine alone"
+# a machine's measurements serve only the ranks, threads and link they were made with
+expect_error "--machine of other ranks" "^error: --machine .*machine\.json: measured for 2 rank\(s\) of 1 thread\(s\), not 4 of 1$" \
+  "$F" --backend cpu --model "$OASES_SOURCE_DIR/models/small/gpt2_tiny/model.onnx" --ranks 4 --threads 1 --batch 4 --seq 16 \
+  --machine "$WORK/machine.json" --out "$WORK/x.json"
+expect_error "--machine of another link" "^error: --machine .*machine\.json: measured with --emulate-link '', not 'bw=1,latency=50'$" \
+  "$F" --backend cpu --model "$OASES_SOURCE_DIR/models/small/gpt2_tiny/model.onnx" --ranks 2 --batch 2 --seq 16 \
+  --emulate-link bw=1,latency=50 --machine "$WORK/machine.json" --out "$WORK/x.json"
+
+# two pairs at a time: much of a profile waits on its runs' thread ranks
 for d in "${dirs[@]}"; do
   n=$(basename "$d")
   while (($(jobs -rp | wc -l) >= 2)); do wait -n; done
