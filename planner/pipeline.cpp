@@ -1,6 +1,7 @@
 #include "planner/pipeline.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <map>
 #include <memory>
@@ -11,6 +12,7 @@
 
 #include <fmt/format.h>
 
+#include "planner/cluster_spec.h"
 #include "planner/reshard.h"
 
 namespace oases {
@@ -324,32 +326,24 @@ Expected<PipelineSim> simulate_pipeline(PipelineSchedule p, int micro_batches, c
   for (int s = 0; s < S; ++s) sim.peak_in_flight.push_back(peak_in_flight(steps[static_cast<size_t>(s)]));
   size_t remaining = 0;
   for (const auto& st : steps) remaining += st.size();
-  // Steps run in the order they start (the earliest-starting ready step of any stage next), so the
-  // transfers take their links in time order.
-  while (remaining > 0) {
-    int s = -1;
-    double best = 0;
-    for (int r = 0; r < S; ++r) {
-      size_t n = next[static_cast<size_t>(r)];
-      if (n >= steps[static_cast<size_t>(r)].size()) continue;
-      const PipeStep& st = steps[static_cast<size_t>(r)][n];
-      const int c = r + st.chunk * S;
-      const size_t cu = static_cast<size_t>(c), mu = static_cast<size_t>(st.micro);
-      double ready = st.forward ? (c == 0 ? 0.0 : act[cu][mu]) : st.weight ? 0.0 : (c == C - 1 ? fwd_end[cu][mu] : grad[cu][mu]);
-      if (ready == unknown) continue;
-      double start = std::max(free[static_cast<size_t>(r)], ready);
-      if (s < 0 || start < best) {
-        s = r;
-        best = start;
-      }
-    }
-    if (s < 0) return error("pipeline {}: the stages wait on each other (a schedule that cannot run)", pipeline_name(p));
+  // when stage s's next step can start (its input there), `unknown` while it is not made yet
+  auto ready_at = [&](int r) {
+    const PipeStep& st = steps[static_cast<size_t>(r)][next[static_cast<size_t>(r)]];
+    const int c = r + st.chunk * S;
+    const size_t cu = static_cast<size_t>(c), mu = static_cast<size_t>(st.micro);
+    return st.forward ? (c == 0 ? 0.0 : act[cu][mu]) : st.weight ? 0.0 : (c == C - 1 ? fwd_end[cu][mu] : grad[cu][mu]);
+  };
+  auto duration = [&](int r) {  // the step's time while every stage computes
+    const PipeStep& st = steps[static_cast<size_t>(r)][next[static_cast<size_t>(r)]];
+    const size_t cu = static_cast<size_t>(r + st.chunk * S);
+    return st.forward ? t.forward_s[cu] : st.weight ? t.weight_s[cu] : t.backward_s[cu];
+  };
+  // stage s's next step ran from start to end: its transfer leaves, the stage moves on
+  auto finish = [&](int s, double start, double end) {
     const size_t su = static_cast<size_t>(s);
     const PipeStep& st = steps[su][next[su]];
     const int c = s + st.chunk * S;
     const size_t cu = static_cast<size_t>(c), mu = static_cast<size_t>(st.micro);
-    const double start = best, end = start + (st.forward ? t.forward_s[cu] : st.weight ? t.weight_s[cu] : t.backward_s[cu]);
-    free[su] = end;
     sim.events.push_back({c, st.forward, st.micro, st.weight, false, start, end});
     if (st.weight) {
       // its micro-batch's weight gradients: nothing leaves the stage
@@ -372,18 +366,90 @@ Expected<PipelineSim> simulate_pipeline(PipelineSchedule p, int micro_batches, c
     sim.step_s = std::max(sim.step_s, end);
     ++next[su];
     --remaining;
-  }
-  double busiest = 0;
-  for (int s = 0; s < S; ++s) {
-    double busy = 0;
-    for (int c = s; c < C; c += S) {
-      const size_t cu = static_cast<size_t>(c);
-      busy += M * (t.forward_s[cu] + t.backward_s[cu] + (t.weight_s.empty() ? 0.0 : t.weight_s[cu]));
+  };
+  const auto stuck = [&] { return error("pipeline {}: the stages wait on each other (a schedule that cannot run)", pipeline_name(p)); };
+  const double all_busy = std::max(1.0, static_cast<double>(S) * t.stage_threads / std::max(t.shared_cores, 1e-9));
+  if (t.shared_cores <= 0 || all_busy <= 1.0) {
+    // a device each (or cores enough for all): a step takes its time. Steps run in the order they
+    // start (the earliest-starting ready step of any stage next), so the transfers take their
+    // links in time order.
+    while (remaining > 0) {
+      int s = -1;
+      double best = 0;
+      for (int r = 0; r < S; ++r) {
+        if (next[static_cast<size_t>(r)] >= steps[static_cast<size_t>(r)].size()) continue;
+        const double ready = ready_at(r);
+        if (ready == unknown) continue;
+        double start = std::max(free[static_cast<size_t>(r)], ready);
+        if (s < 0 || start < best) {
+          s = r;
+          best = start;
+        }
+      }
+      if (s < 0) return stuck();
+      const double end = best + duration(s);
+      free[static_cast<size_t>(s)] = end;
+      finish(s, best, end);
     }
-    busiest = std::max(busiest, busy);
+  } else {
+    // shared cores: time advances from one step's end or input's arrival to the next; in between
+    // the computing stages' steps progress at the sharing's rate (their work: duration / all_busy)
+    std::vector<double> left(static_cast<size_t>(S), -1), started(static_cast<size_t>(S), 0);  // -1: idle
+    double now = 0;
+    while (remaining > 0) {
+      int busy = 0;
+      double arrival = std::numeric_limits<double>::infinity();
+      for (int r = 0; r < S; ++r) {
+        const size_t ru = static_cast<size_t>(r);
+        if (left[ru] < 0 && next[ru] < steps[ru].size()) {
+          const double ready = ready_at(r);
+          if (ready != unknown && ready <= now) {
+            left[ru] = duration(r) / all_busy;
+            started[ru] = now;
+          } else if (ready != unknown) {
+            arrival = std::min(arrival, ready);
+          }
+        }
+        busy += left[ru] >= 0;
+      }
+      if (busy == 0) {
+        if (!std::isfinite(arrival)) return stuck();
+        now = arrival;
+        continue;
+      }
+      const double rate = 1.0 / std::max(1.0, busy * t.stage_threads / t.shared_cores);
+      double dt = (arrival - now);
+      for (double l : left) {
+        if (l >= 0) dt = std::min(dt, l / rate);
+      }
+      now += dt;
+      for (int r = 0; r < S; ++r) {
+        double& l = left[static_cast<size_t>(r)];
+        if (l < 0) continue;
+        l -= dt * rate;
+        if (l <= 1e-12 * std::max(1.0, now)) {
+          l = -1;
+          finish(r, started[static_cast<size_t>(r)], now);
+        }
+      }
+    }
   }
+  // the bubble: 1 - the busiest rank's computing time (its steps' spans) / the step
+  std::vector<double> busy_s(static_cast<size_t>(S), 0);
+  for (const PipelineEvent& e : sim.events) {
+    if (!e.transfer) busy_s[static_cast<size_t>(e.stage % S)] += e.end_s - e.start_s;
+  }
+  const double busiest = *std::max_element(busy_s.begin(), busy_s.end());
   sim.bubble = sim.step_s > 0 ? 1.0 - busiest / sim.step_s : 0;
   return sim;
+}
+
+PipelineTimes share_cores(PipelineTimes t, const ClusterSpec& cluster, int stages, int64_t stage_ranks) {
+  if (cluster.cores_per_node > 0 && cluster.ranks_on_cores() >= static_cast<int64_t>(stages) * stage_ranks) {
+    t.shared_cores = cluster.cores_per_node;
+    t.stage_threads = static_cast<double>(stage_ranks * cluster.threads_per_rank);
+  }
+  return t;
 }
 
 std::vector<PipeTransfer> pipeline_transfer_order(const PipelineSim& sim) {

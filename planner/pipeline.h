@@ -113,7 +113,18 @@ struct PipelineTimes {
   // pipeline search's from the weight-gradient nodes' time, a replay's as the programs ran them;
   // empty: the backward is split evenly (kWeightShare), as simulate_pipeline does for zb-h1
   std::vector<double> weight_s = {};
+  // Every stage's ranks on one machine's cores (CPU thread ranks: ClusterSpec::cores_per_node with
+  // all ranks on them): the times above are the steps' while every stage computes
+  // (ClusterSpec::compute_slowdown); a stage that computes while others wait gets more of the cores
+  // (processor sharing: max(1, busy threads / cores)). 0: no sharing (a device each).
+  double shared_cores = 0;
+  double stage_threads = 0;  // the busy threads one computing stage puts on them (its ranks x threads)
 };
+
+struct ClusterSpec;
+// `t` with the cluster's core sharing (PipelineTimes::shared_cores) when all `stages` x
+// `stage_ranks` ranks share one machine's cores; unchanged otherwise.
+PipelineTimes share_cores(PipelineTimes t, const ClusterSpec& cluster, int stages, int64_t stage_ranks);
 
 struct PipelineEvent {
   int stage = 0;  // the model stage (compute) or boundary (transfer); its rank: stage mod S
@@ -143,7 +154,9 @@ PipelineTimes split_backward(PipelineSchedule p, PipelineTimes t, double weight_
 // its activation to arrive, a backward for its gradient (the last model stage: for its own
 // forward), a W for nothing (its B ran before it); the link from one rank to another carries one
 // transfer at a time (each direction its own lane unless half_duplex), starting when its producer
-// ends. `t` has S·`virtual_stages` model stages; peak_in_flight and the bubble are per rank.
+// ends. `t` has S·`virtual_stages` model stages; peak_in_flight and the bubble are per rank. With
+// shared cores (PipelineTimes::shared_cores) the stages that compute at once share them: each
+// step's work progresses at 1 / max(1, busy stages x stage_threads / cores) of a core a thread.
 Expected<PipelineSim> simulate_pipeline(PipelineSchedule p, int micro_batches, const PipelineTimes& t, int virtual_stages = 1);
 
 // One transfer across a stage boundary: an activation (forward) from `boundary` to boundary + 1,

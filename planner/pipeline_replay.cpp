@@ -136,6 +136,7 @@ Expected<PipelineReplay> replay_pipeline(const StageGlobals& sg, const ClusterSp
     if (c + 1 < C) out.times.transfer_s.push_back(per_pair[static_cast<size_t>(c % S)]);
   }
   out.times.half_duplex = cluster.nodes > 1 && cluster.inter.kind == "emulated";
+  out.times = share_cores(std::move(out.times), cluster, S, plan.world() / S);  // CPU ranks on one machine's cores
   OASES_ASSIGN_OR_RETURN(out.sim, simulate_pipeline(schedule, M, out.times, V));
   double other = 0, optimizer = 0;
   for (const StageReplay& st : out.stages) {

@@ -408,6 +408,7 @@ PipelinePlan price_stages(CostModel& cm, const ClusterSpec& cluster, const OpTim
   t.transfer_s = pp.transfer_s;
   // emulated hosts (oases-train --hosts): a card carries one transfer at a time, either way
   t.half_duplex = cluster.nodes > 1 && cluster.inter.kind == "emulated";
+  t = share_cores(std::move(t), cluster, S, pp.stage_ranks);  // CPU ranks on one machine's cores
   auto sim = simulate_pipeline(sched, M, t, V);
   if (!sim) {
     pp.why = sim.status().message();

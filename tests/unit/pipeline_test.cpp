@@ -8,6 +8,7 @@
 #include <random>
 #include <tuple>
 
+#include "planner/cluster_spec.h"
 #include "planner/pipeline.h"
 
 namespace oases {
@@ -195,6 +196,40 @@ TEST(Pipeline, ZeroBubbleH1SplitsEachBackwardAndShortensTheBubble) {
   EXPECT_DOUBLE_EQ(split_backward(z, given).backward_s[0], 2.0);
   EXPECT_DOUBLE_EQ(split_backward(z, t).weight_s[2], 1.0);
   EXPECT_TRUE(split_backward(PipelineSchedule::k1F1B, t).weight_s.empty());
+}
+
+// Stages on one machine's shared cores (CPU thread ranks): the given times are the steps' while
+// every stage computes; a stage computing alone gets the cores the others leave. Two stages of one
+// thread on one core, F = B = 1 each while both compute (half a core each: 0.5 of a core's work).
+// One micro-batch: every step runs alone, at a whole core, 4 x 0.5. Four under 1F1B: the core is
+// never idle (no transfer time), so the step is the work, 2 stages x 4 x (0.5 + 0.5), where a device
+// each takes (M + S - 1) x (F + B) = 10; with a core each nothing is shared.
+TEST(Pipeline, StagesOnSharedCoresShareThemOnlyWhileTheyComputeTogether) {
+  PipelineTimes t{{1, 1}, {1, 1}, {0}};
+  t.shared_cores = 1;
+  t.stage_threads = 1;
+  EXPECT_DOUBLE_EQ(simulate_pipeline(PipelineSchedule::k1F1B, 1, t).value().step_s, 2.0);
+  auto shared = simulate_pipeline(PipelineSchedule::k1F1B, 4, t).value();
+  EXPECT_NEAR(shared.step_s, 8.0, 1e-9);
+  PipelineTimes own = t;
+  own.shared_cores = 0;
+  EXPECT_DOUBLE_EQ(simulate_pipeline(PipelineSchedule::k1F1B, 4, own).value().step_s, 10.0);
+  own.shared_cores = 2;  // a core each: the times as given
+  EXPECT_DOUBLE_EQ(simulate_pipeline(PipelineSchedule::k1F1B, 4, own).value().step_s, 10.0);
+  // the bubble from the steps' spans: stage 0's F0 ran alone (0.5), its others shared
+  EXPECT_GT(shared.bubble, 0);
+  EXPECT_LT(shared.bubble, 0.2);
+  // share_cores: only when every rank is on the cores
+  ClusterSpec c;
+  c.cores_per_node = 2;
+  c.gpus_per_node = 4;
+  c.threads_per_rank = 1;
+  PipelineTimes s = share_cores(PipelineTimes{}, c, 2, 2);
+  EXPECT_DOUBLE_EQ(s.shared_cores, 2);
+  EXPECT_DOUBLE_EQ(s.stage_threads, 2);
+  c.gpus_per_node = 2;  // two nodes: a stage on each, nothing shared between them
+  c.nodes = 2;
+  EXPECT_DOUBLE_EQ(share_cores(PipelineTimes{}, c, 2, 2).shared_cores, 0);
 }
 
 // Interleaved 1F1B (virtual stages): every chunk of every micro-batch once on its rank, a
