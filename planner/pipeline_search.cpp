@@ -325,13 +325,12 @@ double add_stage_parts(const PartFigures& f, int M, PipelineStagePlan* st) {
 
 // One model stage's forward and backward of a micro-batch: the parts in `cut`, the embedding on the
 // first model stage, the head on the last.
-// One micro-batch's forward, backward and, of the backward, weight-gradient time on a range.
-std::tuple<double, double, double> range_times(const PartFigures& f, const StageCut& cut, bool embedding, bool head) {
-  double fw = 0, bw = 0, wg = 0;
+std::pair<double, double> range_times(const PartFigures& f, const StageCut& cut, bool embedding, bool head) {
+  double fw = 0, bw = 0;
   for (size_t i = 0; i < f.block.size(); ++i) {
-    if (holds_part(f.block[i], cut, embedding, head)) fw += f.fwd[i], bw += f.bwd[i], wg += f.wgt[i];
+    if (holds_part(f.block[i], cut, embedding, head)) fw += f.fwd[i], bw += f.bwd[i];
   }
-  return {fw, bw, wg};
+  return {fw, bw};
 }
 
 // Prices S stages holding the model stages cut at `cuts` (S x V of them, model stage c on stage
@@ -370,12 +369,12 @@ PipelinePlan price_stages(CostModel& cm, const ClusterSpec& cluster, const OpTim
   }
   // per model stage (with V = 1, each stage's own)
   for (int c = 0; c < C; ++c) {
-    auto [fw, bw, wg] = range_times(*fig[static_cast<size_t>(c % S)], cuts[static_cast<size_t>(c)], c == 0, c == C - 1);
+    auto [fw, bw] = range_times(*fig[static_cast<size_t>(c % S)], cuts[static_cast<size_t>(c)], c == 0, c == C - 1);
     t.forward_s.push_back(fw);
     if (splits_backward(sched)) {
-      // B: the input gradient's chain; W: the weight gradients. The first stage sends no gradient:
-      // its whole backward is W (planner/pipeline_program.h).
-      if (c == 0) wg = bw;
+      // B: the input gradient's chain; W: the stage's weight gradients (add_stage_parts: the first
+      // stage's whole backward). A split backward has no virtual stages: model stage c is stage c.
+      const double wg = pp.stage[static_cast<size_t>(c)].weight_s;
       t.backward_s.push_back(bw - wg);
       t.weight_s.push_back(wg);
     } else {

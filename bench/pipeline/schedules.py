@@ -44,9 +44,11 @@ def step_bubbles(trace_path):
     counts = {len(v) for v in steps.values()}
     if len(counts) != 1:
         sys.exit(f"schedules: {trace_path}: the ranks traced {sorted(counts)} steps (a step span each, from oases-train --trace)")
+    for v in steps.values():
+        v.sort()
     out = []
     for k in range(counts.pop()):
-        span = {pid: sorted(v)[k] for pid, v in steps.items()}
+        span = {pid: v[k] for pid, v in steps.items()}
         busy = {pid: sum(dur for t, dur in compute.get(pid, []) if span[pid][0] <= t < span[pid][1]) for pid in span}
         step = max(b - a for a, b in span.values())
         out.append((step / 1000.0, 1 - max(busy.values()) / step))
