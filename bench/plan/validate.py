@@ -88,8 +88,9 @@ def out_of_sample(a, gpt, llama, bert):
     --calibrate-on gpt-tp2 (the design before 2026-11-28) they are fitted to the GPT stack at tp 2
     only and its other schedules, tp 4, the LLaMA stack and the pipeline are validated.
     Every row is predicted from a profile of its own model and ranks that measured the ops only
-    (`oases-profile --calibration CAL`: the fitted terms are the calibration's), taken just before
-    its run (once a round with --profile-per-round). In sample: the calibration's own runs (their
+    (`oases-profile --calibration CAL`: the fitted terms are the calibration's; `--machine CAL`: the
+    machine's rates, collectives and cores as the round's calibration at those ranks measured them),
+    taken just before its run (once a round with --profile-per-round). In sample: the calibration's own runs (their
     ops measured again). Out of sample: the GPT stack's five schedules at tp 2 and 4, the LLaMA-style
     stack's five at tp 2, and a pipeline of 2 stages on 4 ranks (`oases-plan --pp 2`, the plan it
     chose, its stage programs replayed). Rows report in-sample and out-of-sample apart."""
@@ -137,8 +138,11 @@ def out_of_sample(a, gpt, llama, bert):
             if a.profile_each or name not in ops_profiles:
                 ops_profiles[name] = os.path.join(a.work, f"oos_prof_{name}_r{rnd}.json")
                 cal = cals.get(ranks, cals[cal_ranks[-1]])
+                # the machine's rates and collectives as the round's calibration at these ranks measured
+                # them (--machine; with --measure-machine each profile measures them again): only the ops are timed
+                machine = ["--machine", cals[ranks]] if ranks in cals and not a.measure_machine else []
                 run([os.path.join(a.bin, "oases-profile"), "--model", model, "--ranks", str(ranks), "--degrees", str(ranks), "--calibration",
-                     cal, "--out", ops_profiles[name]] + prof_args)
+                     cal, "--out", ops_profiles[name]] + machine + prof_args)
             return ops_profiles[name]
 
         configs = [("gpt", 2), ("gpt", 4), ("llama", 2)] + ([(cal_model, r) for r in cal_ranks] if cal_model == "bert" else [])
@@ -211,6 +215,9 @@ def main():
                          "and 4, a LLaMA-style stack (RMSNorm, SwiGLU, grouped-query heads) and a pp 2 pipeline on 4 ranks (see out_of_sample)")
     ap.add_argument("--cal-reps", type=int, default=6,
                     help="with --out-of-sample: timed runs of each calibration configuration (their median is fitted)")
+    ap.add_argument("--measure-machine", action="store_true",
+                    help="with --out-of-sample: every ops profile measures the machine (rates, collectives, cores) again instead of "
+                         "taking the round's calibration's measurement of it at the same ranks (oases-profile --machine)")
     ap.add_argument("--calibrate-on", choices=["bert", "gpt-tp2"], default="bert",
                     help="with --out-of-sample: bert (a BERT-style stack no row validates, at 2 and 4 ranks) or gpt-tp2 (the GPT stack "
                          "at tp 2 only)")
