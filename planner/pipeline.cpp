@@ -333,6 +333,12 @@ Expected<PipelineSim> simulate_pipeline(PipelineSchedule p, int micro_batches, c
     const size_t cu = static_cast<size_t>(c), mu = static_cast<size_t>(st.micro);
     return st.forward ? (c == 0 ? 0.0 : act[cu][mu]) : st.weight ? 0.0 : (c == C - 1 ? fwd_end[cu][mu] : grad[cu][mu]);
   };
+  auto link_time = [&](int r) {  // of duration(r), the wait on the link
+    const PipeStep& st = steps[static_cast<size_t>(r)][next[static_cast<size_t>(r)]];
+    const size_t cu = static_cast<size_t>(r + st.chunk * S);
+    const std::vector<double>& v = st.forward ? t.forward_link_s : t.backward_link_s;
+    return st.weight || cu >= v.size() ? 0.0 : v[cu];
+  };
   auto duration = [&](int r) {  // the step's time while every stage computes
     const PipeStep& st = steps[static_cast<size_t>(r)][next[static_cast<size_t>(r)]];
     const size_t cu = static_cast<size_t>(r + st.chunk * S);
@@ -393,18 +399,35 @@ Expected<PipelineSim> simulate_pipeline(PipelineSchedule p, int micro_batches, c
     }
   } else {
     // shared cores: time advances from one step's end or input's arrival to the next; in between
-    // the computing stages' steps progress at the sharing's rate (their work: duration / all_busy)
-    std::vector<double> left(static_cast<size_t>(S), -1), started(static_cast<size_t>(S), 0);  // -1: idle
+    // the computing stages' steps progress at the sharing's rate (their work: duration / all_busy).
+    // Of a step, the time its ranks wait on the link (PipelineTimes::forward_link_s) takes the
+    // same wall time however many cores are free: it runs after the step's work, off the cores.
+    std::vector<double> left(static_cast<size_t>(S), -1), started(static_cast<size_t>(S), 0);  // -1: not computing
+    std::vector<double> link_for(static_cast<size_t>(S), 0), link_end(static_cast<size_t>(S), -1);   // -1: not on the link
     double now = 0;
     while (remaining > 0) {
       int busy = 0;
       double arrival = std::numeric_limits<double>::infinity();
+      for (int r = 0; r < S; ++r) {  // waits on the link that are over (their transfers leave)
+        const size_t ru = static_cast<size_t>(r);
+        if (link_end[ru] >= 0 && link_end[ru] <= now) {
+          link_end[ru] = -1;
+          finish(r, started[ru], now);
+        }
+      }
+      if (remaining == 0) break;
       for (int r = 0; r < S; ++r) {
         const size_t ru = static_cast<size_t>(r);
+        if (link_end[ru] >= 0) {
+          arrival = std::min(arrival, link_end[ru]);
+          continue;
+        }
         if (left[ru] < 0 && next[ru] < steps[ru].size()) {
           const double ready = ready_at(r);
           if (ready != unknown && ready <= now) {
-            left[ru] = duration(r) / all_busy;
+            const double d = duration(r);
+            link_for[ru] = std::min(d, link_time(r));
+            left[ru] = (d - link_for[ru]) / all_busy;
             started[ru] = now;
           } else if (ready != unknown) {
             arrival = std::min(arrival, ready);
@@ -424,12 +447,17 @@ Expected<PipelineSim> simulate_pipeline(PipelineSchedule p, int micro_batches, c
       }
       now += dt;
       for (int r = 0; r < S; ++r) {
-        double& l = left[static_cast<size_t>(r)];
+        const size_t ru = static_cast<size_t>(r);
+        double& l = left[ru];
         if (l < 0) continue;
         l -= dt * rate;
         if (l <= 1e-12 * std::max(1.0, now)) {
           l = -1;
-          finish(r, started[static_cast<size_t>(r)], now);
+          if (link_for[ru] > 0) {
+            link_end[ru] = now + link_for[ru];
+          } else {
+            finish(r, started[ru], now);
+          }
         }
       }
     }

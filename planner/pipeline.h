@@ -119,6 +119,9 @@ struct PipelineTimes {
   // (processor sharing: max(1, busy threads / cores)). 0: no sharing (a device each).
   double shared_cores = 0;
   double stage_threads = 0;  // the busy threads one computing stage puts on them (its ranks x threads)
+  // per model stage, of forward_s and backward_s, what its ranks wait on the link (exposed
+  // collectives): wall time that more free cores do not shorten (empty: none)
+  std::vector<double> forward_link_s = {}, backward_link_s = {};
 };
 
 struct ClusterSpec;

@@ -75,6 +75,7 @@ Expected<PipelineReplay> replay_pipeline(const StageGlobals& sg, const ClusterSp
     return s == S - 1 ? C - 1 : s;
   };
   std::vector<double> fwd_c(static_cast<size_t>(C), 0), bwd_c(static_cast<size_t>(C), 0), weight_c(static_cast<size_t>(C), 0);
+  std::vector<double> fwd_link(static_cast<size_t>(C), 0), bwd_link(static_cast<size_t>(C), 0);  // of them, waits on the link
   std::vector<double> per_pair;  // per stage: one micro-batch's forward transfer to the next stage, per boundary
   PipelineReplay out;
   RankProgramOptions ro;
@@ -107,6 +108,7 @@ Expected<PipelineReplay> replay_pipeline(const StageGlobals& sg, const ClusterSp
         const auto c = static_cast<size_t>(V > 1 ? model_stage(n, s) : s);
         (backward_work(n) ? bwd : fwd) += dt;
         (backward_work(n) ? bwd_c : fwd_c)[c] += dt;
+        if (i < sim->instr_wait_s.size()) (backward_work(n) ? bwd_link : fwd_link)[c] += sim->instr_wait_s[i];
         if (info.weight_nodes.count(n.name)) weight_c[c] += dt;  // of the backward, what zb-h1 runs in W steps
       }
     }
@@ -127,6 +129,8 @@ Expected<PipelineReplay> replay_pipeline(const StageGlobals& sg, const ClusterSp
   for (int c = 0; c < C; ++c) {
     const auto k = static_cast<size_t>(c);
     out.times.forward_s.push_back(fwd_c[k] / M);
+    out.times.forward_link_s.push_back(fwd_link[k] / M);
+    out.times.backward_link_s.push_back(bwd_link[k] / M);  // a split backward's: B's (the link's wait is the input gradient's)
     if (splits_backward(schedule)) {
       out.times.backward_s.push_back((bwd_c[k] - weight_c[k]) / M);  // B, and W apart
       out.times.weight_s.push_back(weight_c[k] / M);

@@ -45,6 +45,7 @@ int block_of_part(const std::string& name) {
 struct PartFigures {
   std::vector<double> fwd, bwd, static_bytes, saved_all, transient;
   std::vector<double> wgt;  // of bwd: the weight-gradient nodes' time (a zero-bubble schedule's W)
+  std::vector<double> fwd_link, bwd_link;  // of fwd and bwd: the exposed communication (the ranks wait on the link)
   std::vector<double> updated_bytes;  // the weights one rank updates (the distributed optimizer: 1/dp)
   // per micro-batch, what its weight gradients read (PartCost::weight_grads_chunk,
   // weight_acts_chunk): held from its B to its W under a zero-bubble schedule
@@ -74,6 +75,8 @@ PartFigures part_figures(CostModel& cm, const PlanChoice& p, int micro_batches) 
     double share = fw + bw > 0 ? fw / (fw + bw) : 1.0 / 3.0;
     f.fwd.push_back(pt.total() * share / micro_batches);
     f.bwd.push_back(pt.total() * (1 - share) / micro_batches);
+    f.fwd_link.push_back(pt.exposed * share / micro_batches);
+    f.bwd_link.push_back(pt.exposed * (1 - share) / micro_batches);
     const double wg = pc.wgt_chunk * static_cast<double>(p.chunks) + pc.wgt_once;
     f.wgt.push_back(fw + bw > 0 ? pt.total() * wg / (fw + bw) / micro_batches : 0.0);
     double st = cm.state_bytes(pc);
@@ -323,14 +326,17 @@ double add_stage_parts(const PartFigures& f, int M, PipelineStagePlan* st) {
   return updated;
 }
 
-// One model stage's forward and backward of a micro-batch: the parts in `cut`, the embedding on the
-// first model stage, the head on the last.
-std::pair<double, double> range_times(const PartFigures& f, const StageCut& cut, bool embedding, bool head) {
-  double fw = 0, bw = 0;
+// One model stage's forward and backward of a micro-batch (and of them, the waits on the link): the
+// parts in `cut`, the embedding on the first model stage, the head on the last.
+struct RangeTimes {
+  double fw = 0, bw = 0, fw_link = 0, bw_link = 0;
+};
+RangeTimes range_times(const PartFigures& f, const StageCut& cut, bool embedding, bool head) {
+  RangeTimes r;
   for (size_t i = 0; i < f.block.size(); ++i) {
-    if (holds_part(f.block[i], cut, embedding, head)) fw += f.fwd[i], bw += f.bwd[i];
+    if (holds_part(f.block[i], cut, embedding, head)) r.fw += f.fwd[i], r.bw += f.bwd[i], r.fw_link += f.fwd_link[i], r.bw_link += f.bwd_link[i];
   }
-  return {fw, bw};
+  return r;
 }
 
 // Prices S stages holding the model stages cut at `cuts` (S x V of them, model stage c on stage
@@ -369,8 +375,11 @@ PipelinePlan price_stages(CostModel& cm, const ClusterSpec& cluster, const OpTim
   }
   // per model stage (with V = 1, each stage's own)
   for (int c = 0; c < C; ++c) {
-    auto [fw, bw] = range_times(*fig[static_cast<size_t>(c % S)], cuts[static_cast<size_t>(c)], c == 0, c == C - 1);
-    t.forward_s.push_back(fw);
+    const RangeTimes rt = range_times(*fig[static_cast<size_t>(c % S)], cuts[static_cast<size_t>(c)], c == 0, c == C - 1);
+    const double bw = rt.bw;
+    t.forward_s.push_back(rt.fw);
+    t.forward_link_s.push_back(rt.fw_link);
+    t.backward_link_s.push_back(rt.bw_link);  // a split backward's: B's (as the replay takes it)
     if (splits_backward(sched)) {
       // B: the input gradient's chain; W: the stage's weight gradients (add_stage_parts: the first
       // stage's whole backward). A split backward has no virtual stages: model stage c is stage c.

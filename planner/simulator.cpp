@@ -178,9 +178,11 @@ Expected<SimResult> replay(const Graph& g, const std::vector<ScheduledOp>& order
     return std::max(link, *work_wall);
   };
   r.instr_end_s.reserve(order.size());
+  r.instr_wait_s.reserve(order.size());
   double forward_compute = 0;  // the forward's compute (what the distributed optimizer's gathers hide behind)
   for (size_t i = 0; i < order.size(); ++i) {
     if (i > 0) r.instr_end_s.push_back(now);
+    r.instr_wait_s.push_back(0);
     const ScheduledOp& op = order[i];
     const Node& n = g.node(op.node);
     bool coll = is_collective(n);
@@ -205,6 +207,7 @@ Expected<SimResult> replay(const Graph& g, const std::vector<ScheduledOp>& order
       if (d > 0) d += sync_s;
       event(n, "comm", 0, now, d);
       now += d;
+      r.instr_wait_s.back() = std::max(0.0, d - work_wall);
       r.comm_s += d;
       r.exposed_s += d;
       if (d > 0) ++r.collectives;
@@ -243,6 +246,7 @@ Expected<SimResult> replay(const Graph& g, const std::vector<ScheduledOp>& order
     double wait = std::max(0.0, it->second.second - now);
     event(n, "wait", 0, now, wait);
     now += wait;
+    r.instr_wait_s.back() = wait;
     r.exposed_s += wait;
     r.per_layer[layer_of(n)].second += wait;
   }

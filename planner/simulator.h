@@ -56,6 +56,9 @@ struct SimResult {
   std::map<int, std::pair<double, double>> per_layer;  // layer (-1 other) -> (comm, exposed)
   nlohmann::json trace = nlohmann::json::array();      // Chrome trace events ("X", pid 0)
   std::vector<double> instr_end_s;  // the compute thread's time at the end of each instruction of the order
+  // of each instruction's time, what the compute thread spent blocked on the link (a wait, a
+  // collective run in line less its work on the cores): time more cores would not shorten
+  std::vector<double> instr_wait_s;
 };
 
 // `order` empty: topological order with collectives in line (oases-train without --schedule).

@@ -219,6 +219,23 @@ TEST(Pipeline, StagesOnSharedCoresShareThemOnlyWhileTheyComputeTogether) {
   // the bubble from the steps' spans: stage 0's F0 ran alone (0.5), its others shared
   EXPECT_GT(shared.bubble, 0);
   EXPECT_LT(shared.bubble, 0.2);
+  // a step's wait on the link takes its wall time whatever the cores: half of each step on the
+  // link, the other half's work alone on the core (0.5 / 2) -> 0.75 a step, 4 of them in a row
+  PipelineTimes linked = t;
+  linked.forward_link_s = {0.5, 0.5};
+  linked.backward_link_s = {0.5, 0.5};
+  auto half = simulate_pipeline(PipelineSchedule::k1F1B, 1, linked);
+  ASSERT_TRUE(half) << half.status().message();
+  EXPECT_NEAR(half->step_s, 3.0, 1e-9);
+  linked.forward_link_s = linked.backward_link_s = {1, 1};  // all on the link: as given
+  auto all = simulate_pipeline(PipelineSchedule::k1F1B, 1, linked);
+  ASSERT_TRUE(all) << all.status().message();
+  EXPECT_NEAR(all->step_s, 4.0, 1e-9);
+  // two stages whose links overlap their peers' work: no slower than without sharing, faster than all-busy work
+  linked.forward_link_s = linked.backward_link_s = {0.5, 0.5};
+  const double m4 = simulate_pipeline(PipelineSchedule::k1F1B, 4, linked).value().step_s;
+  EXPECT_GT(m4, 8.0);
+  EXPECT_LE(m4, 10.0 + 1e-9);
   // share_cores: only when every rank is on the cores
   ClusterSpec c;
   c.cores_per_node = 2;
