@@ -102,7 +102,7 @@ def out_of_sample(a, gpt, llama, bert):
     models = {"gpt": gpt, "llama": llama, "bert": bert}
     cal_model, cal_ranks = ("bert", [2, 4]) if a.calibrate_on == "bert" else ("gpt", [2])
 
-    def measure(key, plan, ranks):
+    def measure(key, plan, ranks, note=""):
         log = os.path.join(a.work, "oos_log.jsonl")
         if os.path.exists(log):
             os.remove(log)
@@ -114,7 +114,7 @@ def out_of_sample(a, gpt, llama, bert):
         preds, meas = rows.setdefault(key, ([], []))
         preds.append(p_ms)
         meas.append(ms)
-        print(f"{key[0]:13} {key[1]:6} {key[2]:34} predicted {p_ms:8.1f} ms, measured {ms:8.1f} ms ({(p_ms - ms) / ms * 100:+.1f}%)", flush=True)
+        print(f"{key[0]:13} {key[1]:6} {key[2]:34} predicted {p_ms:8.1f} ms, measured {ms:8.1f} ms ({(p_ms - ms) / ms * 100:+.1f}%){note}", flush=True)
 
     def plan_for(model, prof, gpus, extra, name):
         out = os.path.join(a.work, f"oos_plan_{name}.json")
@@ -166,7 +166,8 @@ def out_of_sample(a, gpt, llama, bert):
         pj = p["pipeline"]
         pp_picks.append(f"{pj.get('schedule', '?')} M={pj.get('micro_batches', '?')}"
                         + (f" V={pj['virtual_stages']}" if pj.get("virtual_stages", 1) > 1 else ""))
-        measure(("out-of-sample", "gpt", "pp 2 (the planner's pick)"), plan, 4)
+        stage_layouts = ", ".join(f"dp {st.get('dp', '?')} x tp {st.get('tp', '?')}" for st in pj.get("stages", []))
+        measure(("out-of-sample", "gpt", "pp 2 (the planner's pick)"), plan, 4, f": {pp_picks[-1]}, stages {stage_layouts}")
     picks = ", ".join(f"{x} ({pp_picks.count(x)} of {len(pp_picks)})" for x in sorted(set(pp_picks)))
     if a.calibrate_on == "bert":
         cal_text = (f"the executor's terms fitted once a round to a BERT-style stack (hidden 256, 4 blocks) that no row validates, at 2 and "
