@@ -106,9 +106,10 @@ Expected<PipelineReplay> replay_pipeline(const StageGlobals& sg, const ClusterSp
         st.other_s += dt;
       } else {
         const auto c = static_cast<size_t>(V > 1 ? model_stage(n, s) : s);
-        (backward_work(n) ? bwd : fwd) += dt;
-        (backward_work(n) ? bwd_c : fwd_c)[c] += dt;
-        if (i < sim->instr_wait_s.size()) (backward_work(n) ? bwd_link : fwd_link)[c] += sim->instr_wait_s[i];
+        const bool back = backward_work(n);
+        (back ? bwd : fwd) += dt;
+        (back ? bwd_c : fwd_c)[c] += dt;
+        if (i < sim->instr_wait_s.size()) (back ? bwd_link : fwd_link)[c] += sim->instr_wait_s[i];
         if (info.weight_nodes.count(n.name)) weight_c[c] += dt;  // of the backward, what zb-h1 runs in W steps
       }
     }

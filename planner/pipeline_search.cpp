@@ -376,7 +376,6 @@ PipelinePlan price_stages(CostModel& cm, const ClusterSpec& cluster, const OpTim
   // per model stage (with V = 1, each stage's own)
   for (int c = 0; c < C; ++c) {
     const RangeTimes rt = range_times(*fig[static_cast<size_t>(c % S)], cuts[static_cast<size_t>(c)], c == 0, c == C - 1);
-    const double bw = rt.bw;
     t.forward_s.push_back(rt.fw);
     t.forward_link_s.push_back(rt.fw_link);
     t.backward_link_s.push_back(rt.bw_link);  // a split backward's: B's (as the replay takes it)
@@ -384,10 +383,10 @@ PipelinePlan price_stages(CostModel& cm, const ClusterSpec& cluster, const OpTim
       // B: the input gradient's chain; W: the stage's weight gradients (add_stage_parts: the first
       // stage's whole backward). A split backward has no virtual stages: model stage c is stage c.
       const double wg = pp.stage[static_cast<size_t>(c)].weight_s;
-      t.backward_s.push_back(bw - wg);
+      t.backward_s.push_back(rt.bw - wg);
       t.weight_s.push_back(wg);
     } else {
-      t.backward_s.push_back(bw);
+      t.backward_s.push_back(rt.bw);
     }
   }
   // each boundary between the two stages' layouts, where it lies among the hosts (alike
