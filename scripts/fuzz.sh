@@ -46,7 +46,8 @@ run_target() {  # target name: runs it, leaves its exit code in $WORK/NAME.rc
   [[ $name == importer ]] && extra_seeds=("$WORK/seeds")
   # -rss_limit_mb/-malloc_limit_mb: a model may ask for anything, the importer must refuse it
   local rc=0
-  "$BUILD_DIR/tests/bin/$target" "$WORK/corpus_$name" "tests/fuzz/corpus/$name" "${extra_seeds[@]}" \
+  # timeout: libFuzzer ends itself after -max_total_time; should it not, the target fails by name
+  timeout -k 10 "$((WALL_SECONDS + 300))" "$BUILD_DIR/tests/bin/$target" "$WORK/corpus_$name" "tests/fuzz/corpus/$name" "${extra_seeds[@]}" \
     -max_total_time="$WALL_SECONDS" -timeout=30 -rss_limit_mb=4096 -malloc_limit_mb=2048 \
     -print_final_stats=1 -artifact_prefix="$BUILD_DIR/fuzz-artifacts/$name-" >"$WORK/$name.log" 2>&1 || rc=$?
   echo "$rc" >"$WORK/$name.rc"

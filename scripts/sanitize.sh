@@ -58,14 +58,24 @@ tsan_env() {
   export TSAN_OPTIONS="suppressions=$ROOT/scripts/sanitizers/tsan.supp:halt_on_error=1:second_deadlock_stack=1"
 }
 
+# a run that hangs fails by name after RUN_TIMEOUT seconds (each shard of unit_shards likewise)
+RUN_TIMEOUT=${OASES_SANITIZE_RUN_TIMEOUT:-600}
 run() {  # NAME CMD...: runs CMD, a failure (or a sanitizer report, which exits non-zero) fails the pass
   local name=$1
   shift
-  local t0=$SECONDS
-  if "$@"; then
-    echo "ok: $name ($((SECONDS - t0)) s)"
+  local t0=$SECONDS rc=0
+  if declare -F "$1" >/dev/null; then
+    "$@" || rc=$?
   else
-    echo "FAIL: $name (exit $?)"
+    timeout -k 10 "$RUN_TIMEOUT" "$@" || rc=$?
+  fi
+  if [[ $rc -eq 0 ]]; then
+    echo "ok: $name ($((SECONDS - t0)) s)"
+  elif [[ $rc -eq 124 || $rc -eq 137 ]]; then
+    echo "FAIL: $name (no end after ${RUN_TIMEOUT} s: stopped)"
+    status=1
+  else
+    echo "FAIL: $name (exit $rc)"
     status=1
   fi
 }
@@ -76,7 +86,7 @@ unit_shards() {  # BINARY N [FILTER]: the gtest binary as N shards run side by s
   logs=$(mktemp -d "${TMPDIR:-/tmp}/oases_shards_XXXXXX")
   local pids=()
   for ((i = 0; i < n; i++)); do
-    GTEST_TOTAL_SHARDS=$n GTEST_SHARD_INDEX=$i "$bin" --gtest_brief=1 --gtest_filter="$filter" >"$logs/$i.log" 2>&1 &
+    GTEST_TOTAL_SHARDS=$n GTEST_SHARD_INDEX=$i timeout -k 10 "$RUN_TIMEOUT" "$bin" --gtest_brief=1 --gtest_filter="$filter" >"$logs/$i.log" 2>&1 &
     pids+=($!)
   done
   for ((i = 0; i < n; i++)); do

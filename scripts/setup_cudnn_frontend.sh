@@ -43,7 +43,7 @@ else
 fi
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
-"${PIP[@]}" download -q --disable-pip-version-check --no-deps --only-binary=:all: --platform manylinux_2_28_x86_64 \
+timeout -k 10 600 "${PIP[@]}" download -q --disable-pip-version-check --timeout 30 --retries 2 --no-deps --only-binary=:all: --platform manylinux_2_28_x86_64 \
   --python-version 311 --implementation cp --abi cp311 -d "$TMP" "nvidia-cudnn-frontend==$VERSION" 2>&1 | tail -2
 if [[ ! -f $TMP/$WHEEL ]]; then
   echo "setup_cudnn_frontend: could not download $WHEEL (offline?); the CUDA build goes without the cuDNN frontend"

@@ -9,7 +9,8 @@ if [[ ! -x .venv/bin/python ]]; then
   /usr/bin/python3 -m venv --system-site-packages .venv || { echo "setup_python: cannot create .venv"; exit 0; }
 fi
 if ! .venv/bin/python -c "import onnxruntime" 2>/dev/null; then
-  .venv/bin/pip install -q --disable-pip-version-check "onnxruntime>=1.17" 2>&1 | tail -2 || true
+  # bounded: a slow or unreachable index costs minutes at most, never the CI run
+  timeout -k 10 600 .venv/bin/pip install -q --disable-pip-version-check --timeout 30 --retries 2 "onnxruntime>=1.17" 2>&1 | tail -2 || true
 fi
 .venv/bin/python -c "import onnxruntime; print('setup_python: onnxruntime', onnxruntime.__version__)" 2>/dev/null \
   || echo "setup_python: onnxruntime unavailable (tests that need it will be skipped)"
