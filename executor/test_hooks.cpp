@@ -30,7 +30,11 @@ Status TestFault::at_step(int rank, int64_t step) const {
   if (mode_ == Mode::kExit) std::_Exit(9);
   if (mode_ == Mode::kKill) std::raise(SIGKILL);
   if (mode_ == Mode::kHang) {
-    for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
+    // "forever" for the test (its peers time out in seconds), but bounded: should the launcher fail
+    // to stop this process, it does not outlive the test by more than 5 minutes (an orphan holding
+    // the test's output open would hold CTest with it)
+    std::this_thread::sleep_for(std::chrono::minutes(5));
+    std::_Exit(70);
   }
   if (mode_ == Mode::kError) return error("injected failure at step {} (OASES_TEST_FAULT)", step + 1);
   return Status::ok();

@@ -3,8 +3,9 @@
 //   OASES_TEST_FAULT=RANK:STEP:MODE   at 0-based step STEP, rank RANK fails: MODE error (returns an
 //                                     error naming the step), exit (the process exits with 9 at
 //                                     once), kill (the process kills itself with SIGKILL, as the
-//                                     OOM killer or an operator would), hang (sleeps forever inside
-//                                     the step, so its peers time out)
+//                                     OOM killer or an operator would), hang (sleeps inside the step, so
+//                                     its peers time out; after 5 minutes it exits with 70, so that
+//                                     a rank its launcher failed to stop never outlives the test)
 #pragma once
 
 #include <cstdint>

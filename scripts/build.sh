@@ -14,4 +14,6 @@ command -v ccache >/dev/null && GEN+=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMA
 if [[ ! -f "$BUILD_DIR/CMakeCache.txt" ]]; then
   cmake -S . -B "$BUILD_DIR" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release -DCMAKE_UNITY_BUILD="${OASES_UNITY_BUILD:-ON}" "$@"
 fi
-cmake --build "$BUILD_DIR" -j "$(nproc)"
+# shellcheck source=scripts/cores.sh
+source scripts/cores.sh
+cmake --build "$BUILD_DIR" -j "$(oases_build_jobs)"

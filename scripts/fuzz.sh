@@ -24,7 +24,9 @@ TARGETS=(oases_importer_fuzz oases_checkpoint_fuzz oases_plan_fuzz)
 # shellcheck source=scripts/fuzz_configure.sh
 source scripts/fuzz_configure.sh
 BUILD_DIR=$FUZZ_BUILD_DIR
-cmake --build "$BUILD_DIR" -j "$(nproc)" --target "${TARGETS[@]}" oases_make_bad_inputs
+# shellcheck source=scripts/cores.sh
+source scripts/cores.sh
+cmake --build "$BUILD_DIR" -j "$(oases_build_jobs)" --target "${TARGETS[@]}" oases_make_bad_inputs
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/oases_fuzz_XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
@@ -37,7 +39,7 @@ cp tests/data/models/gpt2_odd_sizes/model.onnx "$WORK/seeds/gpt2_odd_sizes.onnx"
 # The targets run side by side, all at once (each fuzzer is one thread), each for SECONDS of a core:
 # where they outnumber the cores, for SECONDS x targets / cores of wall time (3 targets on 2 cores:
 # 45 s for 30 s each, where two at a time then the last alone took 60 s and left a core idle).
-cores=$(nproc)
+cores=$(oases_cores)
 WALL_SECONDS=$SECONDS_PER_TARGET
 ((${#TARGETS[@]} > cores)) && WALL_SECONDS=$(((SECONDS_PER_TARGET * ${#TARGETS[@]} + cores - 1) / cores))
 run_target() {  # target name: runs it, leaves its exit code in $WORK/NAME.rc

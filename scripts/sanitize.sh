@@ -15,12 +15,14 @@
 #         thread ranks on the oases schedule; builds only the targets these need, the ASan ones in
 #         the fuzz targets' clang folder (build-fuzz, scripts/fuzz_configure.sh).
 # Env: OASES_ASAN_BUILD_DIR, OASES_TSAN_BUILD_DIR, CTEST_ARGS (extra ctest arguments, e.g. -L unit),
-#      OASES_SANITIZE_JOBS (build jobs, default nproc).
+#      OASES_SANITIZE_JOBS (build jobs, default: the cores and memory scripts/cores.sh finds).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 WHAT=${1:-all}
-JOBS=${OASES_SANITIZE_JOBS:-$(nproc)}
+# shellcheck source=scripts/cores.sh
+source "$ROOT/scripts/cores.sh"
+JOBS=${OASES_SANITIZE_JOBS:-$(oases_build_jobs)}
 GEN=()
 command -v ninja >/dev/null && GEN=(-G Ninja)
 command -v ccache >/dev/null && GEN+=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
@@ -117,9 +119,9 @@ if [[ $WHAT == asan || $WHAT == all ]]; then
   cmake --build "$ASAN_DIR" -j "$JOBS"
   asan_env
   echo "== ASan + UBSan: ctest in $ASAN_DIR (unit, conformance)"
-  (cd "$ASAN_DIR" && ctest -j "$(nproc)" --output-on-failure --timeout 1200 -LE "e2e|mpi" ${CTEST_ARGS:-}) || status=1
+  (cd "$ASAN_DIR" && ctest -j "$(oases_cores)" --output-on-failure --timeout 1200 -LE "e2e|mpi" ${CTEST_ARGS:-}) || status=1
   echo "== ASan + UBSan: ctest in $ASAN_DIR (e2e, mpi: the slow unwinder, for Open MPI's leaks)"
-  (cd "$ASAN_DIR" && ASAN_OPTIONS=$MPI_ASAN_OPTIONS ctest -j "$(nproc)" --output-on-failure --timeout 1200 -L "e2e|mpi" ${CTEST_ARGS:-}) ||
+  (cd "$ASAN_DIR" && ASAN_OPTIONS=$MPI_ASAN_OPTIONS ctest -j "$(oases_cores)" --output-on-failure --timeout 1200 -L "e2e|mpi" ${CTEST_ARGS:-}) ||
     status=1
 fi
 
