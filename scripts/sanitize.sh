@@ -73,7 +73,7 @@ run() {  # NAME CMD...: runs CMD, a failure (or a sanitizer report, which exits 
   fi
   if [[ $rc -eq 0 ]]; then
     echo "ok: $name ($((SECONDS - t0)) s)"
-  elif [[ $rc -eq 124 || $rc -eq 137 ]]; then
+  elif ((rc == 124 || (rc == 137 && SECONDS - t0 >= RUN_TIMEOUT))); then  # 137 also: killed for another reason
     echo "FAIL: $name (no end after ${RUN_TIMEOUT} s: stopped)"
     status=1
   else
