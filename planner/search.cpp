@@ -634,6 +634,14 @@ std::vector<Layout> allowed_layouts(const ModelAnalysis& a, int64_t ranks, const
     if (!o.degrees.empty() && std::find(o.degrees.begin(), o.degrees.end(), l.tp) == o.degrees.end()) continue;
     out.push_back(l);
   }
+  if (o.require_sequence_parallel) {
+    std::vector<Layout> sp;
+    for (const Layout& l : out) {
+      bool has_sp = std::any_of(out.begin(), out.end(), [&](const Layout& x) { return x.tp == l.tp && x.sequence_parallel; });
+      if (l.sequence_parallel || !has_sp) sp.push_back(l);
+    }
+    out = std::move(sp);
+  }
   return out;
 }
 

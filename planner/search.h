@@ -34,6 +34,9 @@ struct SearchOptions {
   double memory_limit = 0;  // bytes per rank, 0: none
   bool allow_mixed = true;  // parts may take different layouts (when the model allows)
   bool allow_sequence_parallel = true;
+  // only the sequence-parallel layouts where a part at a degree has one (oases-plan --gpus N
+  // --sequence-parallel); parts without (tp 1, or none possible) keep theirs
+  bool require_sequence_parallel = false;
   bool allow_collective_matmul = true;  // sequence-parallel parts may decompose their collectives (Layout::collective_matmul)
   std::vector<int64_t> degrees;  // tp degrees allowed (empty: every candidate)
   // Also keep the best fitting plan of every (schedule, K) space (SearchResult::spaces), for a

@@ -123,7 +123,7 @@ CLI::Option* add_plan_flags(CLI::App& app, PlanOptions& o) {
   app.add_option("--batch", o.batch, "Global batch (sequences) the plan is made for");
   app.add_option("--seq", o.seq, "Sequence length the plan is made for");
   app.add_flag("--no-vocab-parallel", o.no_vocab, "Replicate the embedding and LM head (with --tp)");
-  app.add_flag("--sequence-parallel", o.seq_par, "Split norms and residuals over the sequence (with --tp)");
+  app.add_flag("--sequence-parallel", o.seq_par, "Split norms and residuals over the sequence (with --tp; with --gpus: only layouts with sequence parallelism where a part has one)");
   o.bind.add_to(app);
   return gpus_opt;
 }

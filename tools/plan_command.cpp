@@ -155,6 +155,8 @@ Status make_search_options(const PlanOptions& o, PlanSearch& s) {
   }
   so.allow_mixed = !o.uniform;
   so.allow_sequence_parallel = !o.no_sp;
+  so.require_sequence_parallel = o.seq_par;
+  if (o.seq_par && o.no_sp) return error("--sequence-parallel and --no-sequence-parallel contradict each other");
   so.allow_collective_matmul = !o.no_cm;
   so.memory_limit = s.limit;
   so.keep_spaces = (o.simulate || !o.trace.empty()) && o.sim_candidates > 1;
@@ -224,7 +226,7 @@ Status run_searches(const PlanOptions& o, PlanSearch& s) {
     std::vector<PlanChoice> cands = simulation_candidates(s.best, s.megatron, s.so);
     OASES_ASSIGN_OR_RETURN(s.reranked,
                            rerank_by_simulation(s.pm, s.a, o.gpus, s.cluster, s.ops, s.at_hand && s.profile ? &*s.profile : nullptr, cands,
-                                                static_cast<size_t>(o.sim_candidates), s.limit, &s.best.best));
+                                                static_cast<size_t>(o.sim_candidates), s.limit, &s.best.best, s.so.require_sequence_parallel));
     s.best.objective = plan_objective(*s.cm, s.best.best);
     s.best.memory = plan_memory(*s.cm, s.best.best);
   }

@@ -148,14 +148,16 @@ Expected<std::string> choose_collective_matmuls_by_simulation(const PlanningMode
 
 Expected<std::string> rerank_by_simulation(const PlanningModel& m, const ModelAnalysis& a, int64_t ranks, const ClusterSpec& cluster,
                                            const OpTimeModel& ops, const Profile* local_floor, const std::vector<PlanChoice>& candidates,
-                                           size_t limit, double memory_limit, PlanChoice* choice) {
+                                           size_t limit, double memory_limit, PlanChoice* choice, bool require_sp) {
   std::vector<PlanChoice> tried{*choice};  // the cost model's choice first
   // each candidate followed by itself without sequence parallelism: the chain model prices sp's
   // extra collectives and sharded norms by parts, the replay sees them in the program, and a space's
   // best by the chain model may be its sp variant where the replay finds the plain split faster
   // (bench/overlap h6144 tp 4, 2026-11-25: oases K=2 was no candidate, only oases K=2+sp)
   auto add_with_no_sp = [&](const PlanChoice& c) {
+    if (require_sp && std::none_of(c.layouts.begin(), c.layouts.end(), [](const Layout& l) { return l.sequence_parallel; })) return;
     if (tried.size() < limit) add_distinct(&tried, c);
+    if (require_sp) return;  // --sequence-parallel: no variant without it
     PlanChoice no_sp = c;
     for (Layout& l : no_sp.layouts) l.sequence_parallel = l.collective_matmul = false;
     if (tried.size() < limit) add_distinct(&tried, no_sp);

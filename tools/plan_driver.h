@@ -72,9 +72,10 @@ Expected<std::string> choose_collective_matmuls_by_simulation(const PlanningMode
 // by the chain model) and `choice` itself, and makes `choice` the fastest simulated. Returns a line
 // for people ("" when there was nothing to compare). A candidate whose replayed program needs more
 // than `memory_limit` bytes per rank (> 0; the executor's arena, which the chain model only
-// estimates) is not taken.
+// estimates) is not taken. `require_sp` (--sequence-parallel): only candidates with sequence
+// parallelism, and no variant without it.
 Expected<std::string> rerank_by_simulation(const PlanningModel& m, const ModelAnalysis& a, int64_t ranks, const ClusterSpec& cluster,
                                            const OpTimeModel& ops, const Profile* local_floor, const std::vector<PlanChoice>& candidates,
-                                           size_t limit, double memory_limit, PlanChoice* choice);
+                                           size_t limit, double memory_limit, PlanChoice* choice, bool require_sp = false);
 
 }  // namespace oases

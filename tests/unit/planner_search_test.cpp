@@ -4,6 +4,7 @@
 // and without memory limits that cut through the space.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <tuple>
@@ -178,6 +179,38 @@ TEST(PlannerSearch, NoPlanFitsNamesTheLeastMemory) {
   EXPECT_GT(r.least_memory, 1024);
   o.memory_limit = r.least_memory;
   EXPECT_TRUE(search_plan(cm, o).found);
+}
+
+// oases-plan --gpus N --sequence-parallel: every part that has a sequence-parallel layout at a
+// degree takes one there (the others keep theirs); with --no-sequence-parallel none does.
+TEST(PlannerSearch, SequenceParallelRequiredOrRefused) {
+  auto t = tiny_model(2);
+  ASSERT_TRUE(t);
+  CostModel cm(t->a, t->cluster, t->ops);
+  SearchOptions o;
+  o.degrees = {2};
+  o.allow_collective_matmul = false;
+  int with_sp = 0;
+  for (int i = 0; i < cm.num_parts(); ++i) {
+    for (const Layout& l : candidate_layouts(t->a, 2, i, 1)) with_sp += l.tp == 2 && l.sequence_parallel;
+  }
+  ASSERT_GT(with_sp, 0) << "the tiny GPT-2 has sequence-parallel layouts at tp 2";
+  SearchResult free_run = search_plan(cm, o);
+  o.require_sequence_parallel = true;
+  SearchResult sp = search_plan(cm, o);
+  o.require_sequence_parallel = false;
+  o.allow_sequence_parallel = false;
+  SearchResult none = search_plan(cm, o);
+  ASSERT_TRUE(free_run.found && sp.found && none.found);
+  for (int i = 0; i < cm.num_parts(); ++i) {
+    const auto cands = candidate_layouts(t->a, 2, i, 1);
+    bool can = std::any_of(cands.begin(), cands.end(), [](const Layout& l) { return l.tp == 2 && l.sequence_parallel; });
+    EXPECT_EQ(sp.best.layouts[static_cast<size_t>(i)].sequence_parallel, can) << "part " << i;
+    EXPECT_FALSE(none.best.layouts[static_cast<size_t>(i)].sequence_parallel) << "part " << i;
+  }
+  // never faster than the free choice, which may take it or not
+  EXPECT_GE(sp.objective, free_run.objective - 1e-12);
+  EXPECT_GE(none.objective, free_run.objective - 1e-12);
 }
 
 // The distributed optimizer priced: a part's moments and update shared over its dp ranks (8 + 8/dp
