@@ -357,11 +357,18 @@ class LocalGroup : public CommGroup {
   void reduce_scatter(const void* in, void* out, int64_t count, DType dt, ReduceOp op) override {
     post(in, "reduce-scatter", nullptr);
     size_t bytes = static_cast<size_t>(count) * dtype_size(dt);
-    std::vector<char> acc(bytes);
-    std::memcpy(acc.data(), static_cast<const char*>(st_->ptrs[0]) + index_ * bytes, bytes);
-    for (int m = 1; m < size(); ++m) reduce_into(acc.data(), static_cast<const char*>(st_->ptrs[m]) + index_ * bytes, count, dt, op);
+    // straight into `out` unless it lies inside this member's input, which the others read until
+    // the sync (then through a buffer of its own)
+    const char* in_lo = static_cast<const char*>(in);
+    const char* in_hi = in_lo + bytes * static_cast<size_t>(size());
+    char* o = static_cast<char*>(out);
+    const bool apart = o + bytes <= in_lo || o >= in_hi;
+    std::vector<char> acc(apart ? 0 : bytes);
+    char* dst = apart ? o : acc.data();
+    std::memcpy(dst, static_cast<const char*>(st_->ptrs[0]) + index_ * bytes, bytes);
+    for (int m = 1; m < size(); ++m) reduce_into(dst, static_cast<const char*>(st_->ptrs[m]) + index_ * bytes, count, dt, op);
     sync("reduce-scatter");
-    std::memcpy(out, acc.data(), bytes);
+    if (!apart) std::memcpy(out, acc.data(), bytes);
   }
 
   // Point to point through the mailboxes: a rank waits for its predecessor only, not for the
