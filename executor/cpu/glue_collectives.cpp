@@ -38,11 +38,12 @@ DimLayout layout_of(const Shape& s, int64_t dim) {
 // Scratch for rearranging a collective's data: per thread and slot, kept and reused, not zeroed (a
 // fresh zero-filled vector per collective cost the memset and its page faults on every
 // sequence-parallel gather and scatter: ~0.2 ms a MiB-sized one on the 2-vCPU VM, 2026-11-29).
-// Buffers over kKeep are allocated for the one use. Two live at once on a thread need two slots.
+// Buffers over kKeep are allocated for the one use (what a thread keeps stays under 2 x kKeep).
+// Two live at once on a thread need two slots.
 class Scratch {
  public:
   Scratch(size_t bytes, int slot) {
-    static constexpr size_t kKeep = size_t{64} << 20;
+    static constexpr size_t kKeep = size_t{16} << 20;
     if (bytes > kKeep) {
       own_.reset(new char[bytes]);
       p_ = own_.get();
