@@ -154,9 +154,9 @@ Status make_search_options(const PlanOptions& o, PlanSearch& s) {
     }
   }
   so.allow_mixed = !o.uniform;
+  if (o.seq_par && o.no_sp) return error("--sequence-parallel and --no-sequence-parallel contradict each other");
   so.allow_sequence_parallel = !o.no_sp;
   so.require_sequence_parallel = o.seq_par;
-  if (o.seq_par && o.no_sp) return error("--sequence-parallel and --no-sequence-parallel contradict each other");
   so.allow_collective_matmul = !o.no_cm;
   so.memory_limit = s.limit;
   so.keep_spaces = (o.simulate || !o.trace.empty()) && o.sim_candidates > 1;

@@ -257,8 +257,8 @@ def main():
                          "at tp 2 only)")
     ap.add_argument("--sp-rows", action="store_true",
                     help="with --out-of-sample: also the GPT and LLaMA stacks at tp 2, plain, with sequence parallelism on every part "
-                         "(oases-plan --sequence-parallel): twice the blocking collectives for the same work, which the calibration "
-                         "(without it) under-prices on shared cores (bench/README.md)")
+                         "(oases-plan --sequence-parallel): twice the blocking collectives for the same work, which no calibration "
+                         "run has (bench/README.md)")
     a = ap.parse_args()
     if a.rounds < 1 or a.steps < 2:
         sys.exit("validate: --rounds must be at least 1 and --steps at least 2")

@@ -91,15 +91,14 @@ run_vs_one_rank() {
   local launch=()
   while [[ $1 != -- ]]; do launch+=("$1"); shift; done
   shift
-  local tag=${label// /_} attempt
+  local tag=${label// /_} attempt rc
   for attempt in 1 2; do
     rm -f "$WORK/$tag.jsonl"
-    if "${launch[@]}" "${common[@]}" "${RUN_FLAGS[@]}" --steps 20 --log-json "$WORK/$tag.jsonl" --dump-grads "$WORK/$tag.grads" "$@" \
-      2>"$WORK/$tag.err"; then
-      cat "$WORK/$tag.err" >&2
-      break
-    fi
+    rc=0
+    "${launch[@]}" "${common[@]}" "${RUN_FLAGS[@]}" --steps 20 --log-json "$WORK/$tag.jsonl" --dump-grads "$WORK/$tag.grads" "$@" \
+      2>"$WORK/$tag.err" || rc=$?
     cat "$WORK/$tag.err" >&2
+    ((rc == 0)) && break
     # Open MPI's own start-up failing before MPI_Init returned (no line of ours ran): once more
     if [[ $attempt == 1 ]] && grep -q "before MPI_INIT completed" "$WORK/$tag.err"; then
       echo "note: $label: Open MPI failed to start a rank (MPI_Init, above); launching once more"
