@@ -68,6 +68,10 @@ struct AttentionArgs {
   int64_t ms[4] = {0, 0, 0, 0};
 };
 AttentionArgs attention_args(const KernelContext& c, int q_slot);
+// A strided attention's layout attribute `name` (graph/ops/fused.cpp: [offset, batch, head, time
+// strides] or [batch, head, time strides]) into strides[3]; returns the offset (0 for the
+// three-value form).
+int64_t attention_layout_attr(const KernelContext& c, const char* name, int64_t* strides);
 
 // Training-mode dropout on a float32 tensor (kernels/cpu/dropout.h has the math): unpacks the key
 // node, the whole tensor's shape (attr mask_shape), the static offsets of micro-batch chunks

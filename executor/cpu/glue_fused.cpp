@@ -5,7 +5,11 @@
 //     batch dims broadcast as in MatMul.
 //   Attention(q_src, k_src, v_src[, mask]) dims [B, H, Hkv, Tq, Tk, D, Dv], q_layout/k_layout/v_layout
 //     [offset, batch, head, time strides] into their sources, o_layout [batch, head, time strides]
-//     of the output; causal, scale: oases.Attention reading its operands where they lie.
+//     of the output; causal, scale: oases.Attention reading its operands where they lie. It is
+//     also the CPU reference of a device program's oases.device.Attention.
+//   oases.device.AttentionGrad(dO_src, q_src, k_src, v_src, O_src, lse[, mask]) with those layouts,
+//     dout_layout, dq/dk/dv_layout and packed_shape (graph/ops/fused.cpp): the CPU reference of a
+//     device program's strided backward.
 //   AddGatherGrad(X, dy, indices) axis: Y = X + GatherGrad(dy, indices), the scattered rows summed
 //     per index in index order first (the same bits as the two nodes it replaces); Y may be X.
 #include <algorithm>
@@ -73,25 +77,60 @@ void register_cpu_fused(CpuKernelRegistry& r) {
   };
   r.add("oases.cpu", "FusedMatMul", fused_matmul);
   r.add(kDeviceFusedDomain, "FusedMatMul", fused_matmul);
-  r.add("oases.cpu", "Attention", [](KernelContext& c) {
+  // oases.cpu.Attention (and a device program's oases.device.Attention, whose CPU reference it is)
+  auto attention = [](KernelContext& c) {
     AttentionArgs a = attention_args(c, 0);
     k::AttentionLayout L;
     int64_t off[3];
     const char* names[3] = {"q_layout", "k_layout", "v_layout"};
     int64_t* dst[3] = {L.q, L.k, L.v};
-    for (int i = 0; i < 3; ++i) {
-      std::vector<int64_t> l = c.attrs().get_ints(names[i]);
-      if (l.size() != 4) c.fail("{} must be [offset, batch, head, time strides]", names[i]);
-      off[i] = l[0];
-      std::copy(l.begin() + 1, l.end(), dst[i]);
-    }
-    std::vector<int64_t> o = c.attrs().get_ints("o_layout");
-    if (o.size() != 3) c.fail("o_layout must be [batch, head, time strides]");
-    std::copy(o.begin(), o.end(), L.o);
+    for (int i = 0; i < 3; ++i) off[i] = attention_layout_attr(c, names[i], dst[i]);
+    attention_layout_attr(c, "o_layout", L.o);
     float* lse = c.out.size() > 1 && c.out[1].data ? c.out[1].as<float>() : nullptr;
     dispatch_float(c, c.in[0].dtype, [&]<class T>() {
       k::attention<T>(a.shape, c.in[0].as<T>() + off[0], c.in[1].as<T>() + off[1], c.in[2].as<T>() + off[2], a.mask, a.mask_bool, a.ms,
                       c.out[0].as<T>(), lse, &L);
+    });
+  };
+  r.add("oases.cpu", "Attention", attention);
+  r.add(kDeviceFusedDomain, "Attention", attention);
+  // oases.device.AttentionGrad(dO, q, k, v, O, lse[, mask]): the CPU reference of a device
+  // program's strided backward; dq, dk, dv as three outputs or one packed output
+  r.add(kDeviceFusedDomain, "AttentionGrad", [](KernelContext& c) {
+    AttentionArgs a = attention_args(c, 1);
+    k::AttentionGradLayout L;
+    int64_t off[3], goff[3];
+    const char* names[3] = {"q_layout", "k_layout", "v_layout"};
+    const char* gnames[3] = {"dq_layout", "dk_layout", "dv_layout"};
+    int64_t* dst[3] = {L.q, L.k, L.v};
+    int64_t* gdst[3] = {L.dq, L.dk, L.dv};
+    for (int i = 0; i < 3; ++i) {
+      off[i] = attention_layout_attr(c, names[i], dst[i]);
+      goff[i] = attention_layout_attr(c, gnames[i], gdst[i]);
+    }
+    attention_layout_attr(c, "o_layout", L.o);
+    attention_layout_attr(c, "dout_layout", L.dout);
+    const bool packed = !c.attrs().get_ints("packed_shape").empty();
+    if (!packed && c.out.size() < 3) c.fail("expects dq, dk and dv, or one packed output");
+    dispatch_float(c, c.in[1].dtype, [&]<class T>() {
+      const k::AttentionShape& s = a.shape;
+      const k::AttentionLayout cont = k::AttentionLayout::contiguous(s);
+      const int64_t sizes[3] = {s.batch * s.heads * s.tq * s.d, s.batch * s.kv_heads * s.tk * s.d, s.batch * s.kv_heads * s.tk * s.dv};
+      const int64_t* cont_strides[3] = {cont.q, cont.k, cont.v};
+      T* outs[3];
+      std::vector<T> spare[3];  // a gradient nobody reads is still written somewhere, contiguous
+      for (int i = 0; i < 3; ++i) {
+        const TensorView& o = packed ? c.out[0] : c.out[static_cast<size_t>(i)];
+        if (o.data) {
+          outs[i] = o.as<T>() + goff[i];
+        } else {
+          spare[i].resize(static_cast<size_t>(sizes[i]));
+          outs[i] = spare[i].data();
+          std::copy(cont_strides[i], cont_strides[i] + 3, gdst[i]);
+        }
+      }
+      k::attention_backward<T>(s, c.in[0].as<T>(), c.in[1].as<T>() + off[0], c.in[2].as<T>() + off[1], c.in[3].as<T>() + off[2],
+                               c.in[4].as<T>(), c.in[5].as<float>(), a.mask, a.mask_bool, a.ms, outs[0], outs[1], outs[2], &L);
     });
   });
   r.add("oases.cpu", "AddGatherGrad", [](KernelContext& c) {

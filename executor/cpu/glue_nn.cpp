@@ -166,6 +166,13 @@ AttentionArgs cpu::attention_args(const KernelContext& c, int q_slot) {
   return a;
 }
 
+int64_t cpu::attention_layout_attr(const KernelContext& c, const char* name, int64_t* strides) {
+  std::vector<int64_t> l = c.attrs().get_ints(name);
+  if (l.size() != 3 && l.size() != 4) c.fail("{} must be [offset, batch, head, time strides] or [batch, head, time strides]", name);
+  std::copy(l.end() - 3, l.end(), strides);
+  return l.size() == 4 ? l[0] : 0;
+}
+
 // The norm gradients' common part: x [rows, n] normalised over the trailing axes from `axis`,
 // the scale (input 2) broadcast to [n]; calls f.template operator()<T>(scale, rows, n).
 template <class F>

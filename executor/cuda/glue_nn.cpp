@@ -4,6 +4,8 @@
 #include <cstdlib>
 #include <limits>
 #include <string>
+#include <type_traits>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -179,6 +181,135 @@ std::string cudnn_attention_skipped(const CudaContext& c, const std::string& cho
 void note_attention(const char* pass, const std::string& path, const std::string& why_not_cudnn) {
   if (!verbose_notes()) return;
   note_once(std::string("attention ") + pass + ": " + path + (why_not_cudnn.empty() ? "" : " (cuDNN not taken: " + why_not_cudnn + ")"));
+}
+
+// p advanced by `elements` of `es` bytes.
+template <class P>
+P* at(P* p, int64_t elements, size_t es) {
+  using Byte = std::conditional_t<std::is_const_v<P>, const char, char>;
+  return reinterpret_cast<P*>(reinterpret_cast<Byte*>(p) + static_cast<size_t>(elements) * es);
+}
+
+// The strides of a strided attention's tensors from its layout attributes (graph/ops/fused.cpp);
+// off: q, k, v's offsets into their buffers; goff (backward): dq, dk, dv's into theirs.
+void set_strides(CudaContext& c, AttentionDesc* d, int64_t off[3], int64_t goff[3], bool backward) {
+  d->strided = true;
+  d->st = contiguous_attention_strides(*d);
+  off[0] = cpu::attention_layout_attr(c.k, "q_layout", d->st.q);
+  off[1] = cpu::attention_layout_attr(c.k, "k_layout", d->st.k);
+  off[2] = cpu::attention_layout_attr(c.k, "v_layout", d->st.v);
+  cpu::attention_layout_attr(c.k, "o_layout", d->st.o);
+  goff[0] = goff[1] = goff[2] = 0;
+  if (!backward) return;
+  cpu::attention_layout_attr(c.k, "dout_layout", d->st.dout);
+  goff[0] = cpu::attention_layout_attr(c.k, "dq_layout", d->st.dq);
+  goff[1] = cpu::attention_layout_attr(c.k, "dk_layout", d->st.dk);
+  goff[2] = cpu::attention_layout_attr(c.k, "dv_layout", d->st.dv);
+}
+
+// The paths that read contiguous tensors only (batched products, own kernels) take a strided
+// call through contiguous copies in scratch: `in` copies a tensor there, `out` gives the
+// contiguous buffer of a result and `finish` copies every result back where the call wants it.
+class ContiguousCopies {
+ public:
+  ContiguousCopies(CudaContext& c, const AttentionDesc& d, Elem t) : c_(c), d_(d), t_(t), cs_(contiguous_attention_strides(d)) {}
+  const void* in(const void* src, const int64_t* st, const int64_t* cst, int64_t heads, int64_t time, int64_t width) {
+    if (!d_.strided) return src;
+    void* dst = c_.scratch(bytes(heads, time, width));
+    attention_copy_heads(t_, src, st, dst, cst, d_.batch, heads, time, width, c_.stream);
+    return dst;
+  }
+  void* out(void* dst, const int64_t* st, const int64_t* cst, int64_t heads, int64_t time, int64_t width) {
+    if (!d_.strided) return dst;
+    void* tmp = c_.scratch(bytes(heads, time, width));
+    results_.push_back(Result{tmp, dst, {st[0], st[1], st[2]}, {cst[0], cst[1], cst[2]}, heads, time, width});
+    return tmp;
+  }
+  void finish() {
+    for (const Result& r : results_) attention_copy_heads(t_, r.tmp, r.cst, r.dst, r.st, d_.batch, r.heads, r.time, r.width, c_.stream);
+  }
+  const AttentionStrides& contiguous() const { return cs_; }
+  AttentionDesc desc() const {
+    AttentionDesc cd = d_;
+    cd.strided = false;
+    return cd;
+  }
+
+ private:
+  struct Result {
+    void* tmp;
+    void* dst;
+    int64_t st[3], cst[3];
+    int64_t heads, time, width;
+  };
+  size_t bytes(int64_t heads, int64_t time, int64_t width) const {
+    return static_cast<size_t>(d_.batch * heads * time * width) * elem_size(t_);
+  }
+  CudaContext& c_;
+  const AttentionDesc& d_;
+  Elem t_;
+  AttentionStrides cs_;
+  std::vector<Result> results_;
+};
+
+// Forward attention: cuDNN's fused kernels where they take the call (strides and all), else the
+// batched products where they apply, else the own kernels (both on contiguous copies of a strided
+// call's tensors).
+void attention_forward_call(CudaContext& c, const AttentionDesc& d, Elem t, const void* q, const void* k, const void* v, void* out,
+                            float* lse) {
+  std::string choice = attention_choice(), why = cudnn_attention_skipped(c, choice);
+  auto scratch = [&c](size_t bytes) { return c.scratch(bytes); };
+  if (why.empty() && cudnn_attention_forward(c.cudnn, d, t, q, k, v, out, lse, scratch, c.stream, &why)) {
+    note_attention("forward", why.empty() ? "cuDNN fused attention" : "cuDNN fused attention, " + why, "");
+    return;
+  }
+  ContiguousCopies cp(c, d, t);
+  const AttentionStrides& cs = cp.contiguous();
+  const AttentionDesc cd = cp.desc();
+  const char* copies = d.strided ? " on contiguous copies" : "";
+  const void* cq = cp.in(q, d.st.q, cs.q, d.heads, d.tq, d.d);
+  const void* ck = cp.in(k, d.st.k, cs.k, d.kv_heads, d.tk, d.d);
+  const void* cv = cp.in(v, d.st.v, cs.v, d.kv_heads, d.tk, d.dv);
+  void* co = cp.out(out, d.st.o, cs.o, d.heads, d.tq, d.dv);
+  if (use_attention_gemm(c, cd, t, choice)) {
+    note_attention("forward", std::string("batched products") + copies, why);
+    attention_gemm_forward(*c.blas, cd, t, cq, ck, cv, co, lse, c.scratch(attention_gemm_scratch_bytes(cd, t, false)));
+  } else {
+    note_attention("forward", std::string("own kernels") + copies, why);
+    attention_forward(cd, t, cq, ck, cv, co, lse, c.stream);
+  }
+  cp.finish();
+}
+
+// Backward attention: the same three paths.
+void attention_backward_call(CudaContext& c, const AttentionDesc& d, Elem t, const void* dout, const void* q, const void* k, const void* v,
+                             const void* out, const float* lse, void* dq, void* dk, void* dv) {
+  std::string choice = attention_choice(), why = cudnn_attention_skipped(c, choice);
+  auto scratch = [&c](size_t bytes) { return c.scratch(bytes); };
+  if (why.empty() && cudnn_attention_backward(c.cudnn, d, t, dout, q, k, v, out, lse, dq, dk, dv, scratch, c.stream, &why)) {
+    note_attention("backward", why.empty() ? "cuDNN fused attention" : "cuDNN fused attention, " + why, "");
+    return;
+  }
+  ContiguousCopies cp(c, d, t);
+  const AttentionStrides& cs = cp.contiguous();
+  const AttentionDesc cd = cp.desc();
+  const char* copies = d.strided ? " on contiguous copies" : "";
+  const void* cdo = cp.in(dout, d.st.dout, cs.dout, d.heads, d.tq, d.dv);
+  const void* cq = cp.in(q, d.st.q, cs.q, d.heads, d.tq, d.d);
+  const void* ck = cp.in(k, d.st.k, cs.k, d.kv_heads, d.tk, d.d);
+  const void* cv = cp.in(v, d.st.v, cs.v, d.kv_heads, d.tk, d.dv);
+  const void* co = cp.in(out, d.st.o, cs.o, d.heads, d.tq, d.dv);
+  void* cdq = cp.out(dq, d.st.dq, cs.dq, d.heads, d.tq, d.d);
+  void* cdk = cp.out(dk, d.st.dk, cs.dk, d.kv_heads, d.tk, d.d);
+  void* cdv = cp.out(dv, d.st.dv, cs.dv, d.kv_heads, d.tk, d.dv);
+  if (use_attention_gemm(c, cd, t, choice)) {
+    note_attention("backward", std::string("batched products") + copies, why);
+    attention_gemm_backward(*c.blas, cd, t, cdo, cq, ck, cv, co, lse, cdq, cdk, cdv, c.scratch(attention_gemm_scratch_bytes(cd, t, true)));
+  } else {
+    note_attention("backward", std::string("own kernels") + copies, why);
+    attention_backward(cd, t, cdo, cq, ck, cv, co, lse, cdq, cdk, cdv, c.scratch_floats(attention_scratch_floats(cd)), c.stream);
+  }
+  cp.finish();
 }
 
 LossDesc loss_desc(CudaContext& c, int scores_slot) {
@@ -358,44 +489,49 @@ void register_cuda_nn(CudaKernelRegistry& r) {
   r.add("oases", "RMSNormGrad", [norm_grad](CudaContext& c) { norm_grad(c, true); });
   r.add("oases", "Attention", [](CudaContext& c) {
     AttentionDesc d = attention_desc(c, 0);
-    Elem t = elem(c.in(0).dtype);
     float* lse = c.has_output(1) ? c.out(1).as<float>() : nullptr;
-    std::string choice = attention_choice(), why = cudnn_attention_skipped(c, choice);
-    auto scratch = [&c](size_t bytes) { return c.scratch(bytes); };
-    if (why.empty() &&
-        cudnn_attention_forward(c.cudnn, d, t, c.in(0).data, c.in(1).data, c.in(2).data, c.out(0).data, lse, scratch, c.stream, &why)) {
-      note_attention("forward", why.empty() ? "cuDNN fused attention" : "cuDNN fused attention, " + why, "");
-      return;
-    }
-    if (use_attention_gemm(c, d, t, choice)) {
-      note_attention("forward", "batched products", why);
-      attention_gemm_forward(*c.blas, d, t, c.in(0).data, c.in(1).data, c.in(2).data, c.out(0).data, lse,
-                             c.scratch(attention_gemm_scratch_bytes(d, t, false)));
-      return;
-    }
-    note_attention("forward", "own kernels", why);
-    attention_forward(d, t, c.in(0).data, c.in(1).data, c.in(2).data, c.out(0).data, lse, c.stream);
+    attention_forward_call(c, d, elem(c.in(0).dtype), c.in(0).data, c.in(1).data, c.in(2).data, c.out(0).data, lse);
   });
   r.add("oases", "AttentionGrad", [](CudaContext& c) {
     AttentionDesc d = attention_desc(c, 1);
+    attention_backward_call(c, d, elem(c.in(1).dtype), c.in(0).data, c.in(1).data, c.in(2).data, c.in(3).data, c.in(4).data,
+                            c.in(5).as<float>(), c.out(0).data, c.out(1).data, c.out(2).data);
+  });
+  // a device program's strided attention (graph/passes/fusion.h): q, k, v read where the
+  // projections left them, the output written [B, T, H, Dv], the gradients into the projections'
+  r.add(kDeviceFusedDomain, "Attention", [](CudaContext& c) {
+    AttentionDesc d = attention_desc(c, 0);
+    Elem t = elem(c.in(0).dtype);
+    int64_t off[3], goff[3];
+    set_strides(c, &d, off, goff, false);
+    const size_t es = elem_size(t);
+    float* lse = c.has_output(1) ? c.out(1).as<float>() : nullptr;
+    attention_forward_call(c, d, t, at(c.in(0).data, off[0], es), at(c.in(1).data, off[1], es), at(c.in(2).data, off[2], es), c.out(0).data,
+                           lse);
+  });
+  r.add(kDeviceFusedDomain, "AttentionGrad", [](CudaContext& c) {
+    AttentionDesc d = attention_desc(c, 1);
     Elem t = elem(c.in(1).dtype);
-    std::string choice = attention_choice(), why = cudnn_attention_skipped(c, choice);
-    auto scratch = [&c](size_t bytes) { return c.scratch(bytes); };
-    if (why.empty() &&
-        cudnn_attention_backward(c.cudnn, d, t, c.in(0).data, c.in(1).data, c.in(2).data, c.in(3).data, c.in(4).data, c.in(5).as<float>(),
-                                 c.out(0).data, c.out(1).data, c.out(2).data, scratch, c.stream, &why)) {
-      note_attention("backward", why.empty() ? "cuDNN fused attention" : "cuDNN fused attention, " + why, "");
-      return;
+    int64_t off[3], goff[3];
+    set_strides(c, &d, off, goff, true);
+    const size_t es = elem_size(t);
+    const bool packed = !c.attrs().get_ints("packed_shape").empty();
+    void* grads[3];
+    int64_t* gst[3] = {d.st.dq, d.st.dk, d.st.dv};
+    const AttentionStrides cs = contiguous_attention_strides(d);
+    const int64_t* cst[3] = {cs.dq, cs.dk, cs.dv};
+    const int64_t sizes[3] = {d.batch * d.heads * d.tq * d.d, d.batch * d.kv_heads * d.tk * d.d, d.batch * d.kv_heads * d.tk * d.dv};
+    for (int i = 0; i < 3; ++i) {
+      int slot = packed ? 0 : i;
+      if (c.has_output(slot)) {
+        grads[i] = at(c.out(slot).data, goff[i], es);
+      } else {  // a gradient nobody reads: written to scratch, contiguous
+        grads[i] = c.scratch(static_cast<size_t>(sizes[i]) * es);
+        std::copy(cst[i], cst[i] + 3, gst[i]);
+      }
     }
-    if (use_attention_gemm(c, d, t, choice)) {
-      note_attention("backward", "batched products", why);
-      attention_gemm_backward(*c.blas, d, t, c.in(0).data, c.in(1).data, c.in(2).data, c.in(3).data, c.in(4).data, c.in(5).as<float>(),
-                              c.out(0).data, c.out(1).data, c.out(2).data, c.scratch(attention_gemm_scratch_bytes(d, t, true)));
-      return;
-    }
-    note_attention("backward", "own kernels", why);
-    attention_backward(d, t, c.in(0).data, c.in(1).data, c.in(2).data, c.in(3).data, c.in(4).data, c.in(5).as<float>(), c.out(0).data,
-                       c.out(1).data, c.out(2).data, c.scratch_floats(attention_scratch_floats(d)), c.stream);
+    attention_backward_call(c, d, t, c.in(0).data, at(c.in(1).data, off[0], es), at(c.in(2).data, off[1], es),
+                            at(c.in(3).data, off[2], es), c.in(4).data, c.in(5).as<float>(), grads[0], grads[1], grads[2]);
   });
   r.add("", "SoftmaxCrossEntropyLoss", [](CudaContext& c) {
     LossDesc l = loss_desc(c, 0);

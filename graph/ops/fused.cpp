@@ -1,6 +1,6 @@
 // The executors' fused ops (domain "oases.cpu" for the CPU kernels, "oases.device" for a device's:
-// FusedMatMul only; made by the executor's fusion from the canonical graph of one rank: never
-// sharded, never differentiated). Their shape and cost rules
+// FusedMatMul, Attention, AttentionGrad and the 16-bit losses; made by the executor's fusion from
+// the canonical graph of one rank: never sharded, never differentiated). Their shape and cost rules
 // live here like every other op's, so the profiler and the simulator charge them without special
 // cases.
 //   FusedMatMul(A, B[, bias[, residual]]; trans_a, trans_b, activation)
@@ -11,6 +11,12 @@
 //     scale) -> (O, lse): oases.Attention reading q, k, v with strides from their sources; O is
 //     [B, H, Tq, Dv], or [B, Tq, H, Dv] when o_layout's head stride is not above its time stride
 //     (the head transpose that followed is folded in); lse [B, H, Tq] float32.
+//     oases.device.Attention: the same for a device program.
+//   oases.device.AttentionGrad(dO_src, q_src, k_src, v_src, O_src, lse[, mask]; dims, q/k/v_layout,
+//     o_layout, dout_layout, dq/dk/dv_layout [offset, batch, head, time strides], packed_shape,
+//     causal, scale) -> (dq, dk, dv), or one output holding all three (packed_shape [B, T, W]: the
+//     gradient of a fused qkv projection, the Concat of the Split's gradient folded in); each
+//     unpacked gradient is [B, H, T, E] or, with its head transpose folded in, [B, T, H, E].
 //   AddGatherGrad(X, dy, indices; axis) -> Y = X + GatherGrad(dy, indices), shaped as X.
 //   oases.device.SoftmaxCrossEntropyLoss(scores16, labels[, weights]; the ONNX op's attributes)
 //     -> loss float32: the ONNX op on 16-bit scores widened per element (the Cast to float32 the
@@ -83,31 +89,71 @@ void register_fused_ops(OpRegistry& r) {
     };
     r.add(std::move(s));
   }
-  {
-    OpSchema s = fused_schema("Attention", 3, 4, 2, "oases.Attention reading and writing through strides (CPU executor fusion)");
-    s.traits |= kTraitComputeBound;
-    s.float32_inputs = {3};
-    s.infer = [](InferContext& c) {
-      std::vector<int64_t> d = c.attrs().get_ints("dims"), o = c.attrs().get_ints("o_layout");
-      if (d.size() != 7) return c.fail("dims must be [B, H, Hkv, Tq, Tk, D, Dv], got {} values", d.size());
-      if (o.size() != 3) return c.fail("o_layout must be [batch, head, time strides], got {} values", o.size());
-      for (const char* l : {"q_layout", "k_layout", "v_layout"}) {
-        if (c.attrs().get_ints(l).size() != 4) return c.fail("{} must be [offset, batch, head, time strides]", l);
-      }
-      bool heads_major = o[1] > o[2];
-      c.set_output(0, c.dtype(0), heads_major ? Shape{d[0], d[1], d[3], d[6]} : Shape{d[0], d[3], d[1], d[6]});
-      if (c.has_output(1)) c.set_output(1, DType::kF32, {d[0], d[1], d[3]});
-      return Status::ok();
-    };
-    // oases.Attention's cost (graph/ops/attention.cpp) from the dims attribute
-    s.cost = [](const Graph& g, const Node& n) {
+  // oases.Attention's and oases.AttentionGrad's costs (graph/ops/attention.cpp, grad_ops.cpp) from
+  // the dims attribute: per score, 2D + 2Dv + 5 flops forward; the backward recomputes q·kᵀ, then
+  // dV, dP, dQ, dK
+  auto attention_cost = [](bool backward) {
+    return [backward](const Graph& g, const Node& n) {
       std::vector<int64_t> d = n.attrs.get_ints("dims");
       if (d.size() != 7) return OpCost{0, io_bytes(g, n)};
-      double bh = static_cast<double>(d[0] * d[1]);
-      double flops = bh * static_cast<double>(d[3] * d[4]) * (2.0 * static_cast<double>(d[5]) + 2.0 * static_cast<double>(d[6]) + 5.0);
+      const double D = static_cast<double>(d[5]), Dv = static_cast<double>(d[6]);
+      double flops = static_cast<double>(d[0] * d[1]) * static_cast<double>(d[3] * d[4]) *
+                     (backward ? 6.0 * D + 4.0 * Dv + 8.0 : 2.0 * D + 2.0 * Dv + 5.0);
       if (n.attrs.get_int("causal", 0)) flops *= 0.5;
       return OpCost{flops, io_bytes(g, n)};
     };
+  };
+  auto check_layouts = [](InferContext& c, std::initializer_list<const char*> four, std::initializer_list<const char*> three) {
+    for (const char* l : four) {
+      if (c.attrs().get_ints(l).size() != 4) return c.fail("{} must be [offset, batch, head, time strides]", l);
+    }
+    for (const char* l : three) {
+      if (c.attrs().get_ints(l).size() != 3) return c.fail("{} must be [batch, head, time strides]", l);
+    }
+    return Status::ok();
+  };
+  // [B, H, T, E] or [B, T, H, E] as the layout's head stride is above its time stride or not
+  auto laid_out = [](const std::vector<int64_t>& l, size_t first, int64_t b, int64_t h, int64_t t, int64_t e) {
+    return l[first + 1] > l[first + 2] ? Shape{b, h, t, e} : Shape{b, t, h, e};
+  };
+  for (const char* domain : {kCpuFusedDomain, "oases.device"}) {
+    OpSchema s = fused_schema("Attention", 3, 4, 2, "oases.Attention reading and writing through strides (executor fusion)", domain);
+    s.traits |= kTraitComputeBound;
+    s.float32_inputs = {3};
+    s.infer = [check_layouts, laid_out](InferContext& c) {
+      std::vector<int64_t> d = c.attrs().get_ints("dims"), o = c.attrs().get_ints("o_layout");
+      if (d.size() != 7) return c.fail("dims must be [B, H, Hkv, Tq, Tk, D, Dv], got {} values", d.size());
+      OASES_RETURN_IF_ERROR(check_layouts(c, {"q_layout", "k_layout", "v_layout"}, {"o_layout"}));
+      c.set_output(0, c.dtype(0), laid_out(o, 0, d[0], d[1], d[3], d[6]));
+      if (c.has_output(1)) c.set_output(1, DType::kF32, {d[0], d[1], d[3]});
+      return Status::ok();
+    };
+    s.cost = attention_cost(false);
+    r.add(std::move(s));
+  }
+  {
+    OpSchema s = fused_schema("AttentionGrad", 6, 7, 3,
+                              "oases.AttentionGrad reading and writing through strides (device fusion)", "oases.device");
+    s.traits |= kTraitComputeBound;
+    s.float32_inputs = {5, 6};
+    s.infer = [check_layouts, laid_out](InferContext& c) {
+      std::vector<int64_t> d = c.attrs().get_ints("dims");
+      if (d.size() != 7) return c.fail("dims must be [B, H, Hkv, Tq, Tk, D, Dv], got {} values", d.size());
+      OASES_RETURN_IF_ERROR(check_layouts(c, {"q_layout", "k_layout", "v_layout", "dq_layout", "dk_layout", "dv_layout"},
+                                          {"o_layout", "dout_layout"}));
+      std::vector<int64_t> packed = c.attrs().get_ints("packed_shape");
+      if (!packed.empty()) {  // dq, dk, dv in one value (the gradient of a fused projection)
+        c.set_output(0, c.dtype(1), Shape(packed.begin(), packed.end()));
+        return Status::ok();
+      }
+      const char* names[3] = {"dq_layout", "dk_layout", "dv_layout"};
+      const int64_t heads[3] = {d[1], d[2], d[2]}, times[3] = {d[3], d[4], d[4]}, widths[3] = {d[5], d[5], d[6]};
+      for (int i = 0; i < 3; ++i) {
+        if (c.has_output(i)) c.set_output(i, c.dtype(1), laid_out(c.attrs().get_ints(names[i]), 1, d[0], heads[i], times[i], widths[i]));
+      }
+      return Status::ok();
+    };
+    s.cost = attention_cost(true);
     r.add(std::move(s));
   }
   {

@@ -42,7 +42,12 @@ class Fuser {
       if (!device_ && g_.alive(id) && is_op(g_.node(id), "", "Add")) add_gather_grad(id);
     }
     for (NodeId id : snapshot) {
-      if (!device_ && g_.alive(id) && is_op(g_.node(id), "oases", "Attention")) attention_in_place(id);
+      if (!g_.alive(id) || !is_op(g_.node(id), "oases", "Attention")) continue;
+      if (device_) {
+        attention_strided(id);
+      } else {
+        attention_in_place(id);
+      }
     }
     for (NodeId id : snapshot) {
       if (device_ && g_.alive(id) && is_op(g_.node(id), "", "Cast")) loss_reads_half(id);
@@ -73,6 +78,21 @@ class Fuser {
     return !val.is_input && !val.is_constant() && !g_.is_output(v) && !keep_.count(v);
   }
   bool single_use(ValueId v) const { return g_.value(v).uses.size() == 1 && internal(v); }
+  // Every reader of v is one of `nodes` (and v is internal).
+  bool read_only_by(ValueId v, const std::set<NodeId>& nodes) const {
+    if (!internal(v)) return false;
+    for (const Use& u : g_.value(v).uses) {
+      if (!nodes.count(u.node)) return false;
+    }
+    return true;
+  }
+  // The one reader of v when it is a Transpose(0, 2, 1, 3) and v is internal; else kNoId.
+  NodeId head_transpose_reader(ValueId v) const {
+    if (v == kNoId || !single_use(v)) return kNoId;
+    NodeId t = g_.value(v).uses[0].node;
+    const Node& tn = g_.node(t);
+    return is_op(tn, "", "Transpose") && tn.attrs.get_ints("perm") == std::vector<int64_t>{0, 2, 1, 3} ? t : kNoId;
+  }
 
   // Transpose node swapping exactly the last two axes of a rank >= 2 value, or kNoId.
   NodeId swap_transpose(ValueId v) const {
@@ -96,11 +116,12 @@ class Fuser {
   // view of a [B, T, H·D] value, possibly a Split part of a fused [B, T, W] projection. Returns
   // the source value and [offset, batch, head, time strides]; `through` collects the nodes read
   // through. Without a match: v itself, contiguous.
-  ValueId trace_operand(ValueId v, std::vector<int64_t>* layout, std::vector<NodeId>* through) {
+  // `readers`: the nodes that may read v (default: v has one reader).
+  ValueId trace_operand(ValueId v, std::vector<int64_t>* layout, std::vector<NodeId>* through, const std::set<NodeId>* readers = nullptr) {
     const Shape& s = g_.value(v).shape;
     *layout = {0, s[1] * s[2] * s[3], s[2] * s[3], s[3]};
     NodeId t = g_.producer(v);
-    if (t == kNoId || !is_op(g_.node(t), "", "Transpose") || !single_use(v)) return v;
+    if (t == kNoId || !is_op(g_.node(t), "", "Transpose") || !(readers ? read_only_by(v, *readers) : single_use(v))) return v;
     if (g_.node(t).attrs.get_ints("perm") != std::vector<int64_t>{0, 2, 1, 3}) return v;
     ValueId x = g_.node(t).inputs[0];  // [B, T, H, D]
     int64_t B = s[0], H = s[1], T = s[2], D = s[3];
@@ -174,6 +195,190 @@ class Fuser {
     order_[p] = n;
     pos_[n] = p;
     stats_.attention++;
+  }
+
+  // A device program's oases.Attention and, in training, the oases.AttentionGrad that reads its
+  // output, as oases.device.Attention / AttentionGrad reading and writing through strides:
+  //   q, k, v read where the projections left them (trace_operand; the values they replace may
+  //     be read by the pair only), so the head transposes and the Split of a fused qkv do not run;
+  //   the output written [B, T, H, Dv] for the Transpose(0, 2, 1, 3) that followed (its only reader
+  //     besides the backward node, which then reads it there too);
+  //   dO read from before the Transpose(0, 2, 1, 3) that made it;
+  //   dq, dk, dv written straight into the Concat that the Split's gradient makes, when each one
+  //     reaches it through Transpose(0, 2, 1, 3) → Reshape [B, T, H·E] alone; else each through the
+  //     head transpose that reads it alone, or [B, H, T, E] as before.
+  // Those transposes, split and concat moved 10.8 ms of data a step of the bf16 GPT bench stack
+  // (hidden 1024 x 24, H100, docs/GPU.md); cuDNN reads and writes through strides instead.
+  void attention_strided(NodeId id) {
+    const Node& a = g_.node(id);
+    if (a.num_inputs() < 3 || a.outputs.empty() || a.outputs[0] == kNoId) return;
+    for (int s = 0; s < 3; ++s) {
+      if (a.inputs[s] == kNoId || g_.value(a.inputs[s]).shape.size() != 4) return;
+    }
+    const ValueId out = a.outputs[0];
+    const ValueId mask = a.has_input(3) ? a.inputs[3] : kNoId;
+    // the backward node of this forward node
+    NodeId gid = kNoId;
+    for (const Use& u : g_.value(out).uses) {
+      const Node& n = g_.node(u.node);
+      if (!is_op(n, "oases", "AttentionGrad") || u.slot != 4 || n.num_inputs() < 6) continue;
+      bool same = n.inputs[1] == a.inputs[0] && n.inputs[2] == a.inputs[1] && n.inputs[3] == a.inputs[2] &&
+                  (n.has_input(6) ? n.inputs[6] : kNoId) == mask && a.outputs.size() > 1 && n.inputs[5] == a.outputs[1];
+      if (same && gid == kNoId) gid = u.node;
+    }
+    const Shape q = g_.value(a.inputs[0]).shape, k = g_.value(a.inputs[1]).shape, v = g_.value(a.inputs[2]).shape;
+    const int64_t B = q[0], H = q[1], Hkv = k[1], Tq = q[2], Tk = k[2], D = q[3], Dv = v[3];
+    std::set<NodeId> pair{id};
+    if (gid != kNoId) pair.insert(gid);
+    std::vector<ValueId> srcs(3);
+    std::vector<std::vector<int64_t>> layouts(3);
+    std::vector<NodeId> through;
+    for (int s = 0; s < 3; ++s) srcs[s] = trace_operand(a.inputs[s], &layouts[s], &through, &pair);
+    // the output: [B, T, H, Dv] for its head transpose, when the pair reads nothing else of it
+    NodeId ot = kNoId;
+    {
+      std::vector<NodeId> transposes;
+      bool others = !internal(out);
+      for (const Use& u : g_.value(out).uses) {
+        const Node& n = g_.node(u.node);
+        if (u.node == gid && u.slot == 4) continue;
+        if (is_op(n, "", "Transpose") && n.attrs.get_ints("perm") == std::vector<int64_t>{0, 2, 1, 3}) {
+          transposes.push_back(u.node);
+        } else {
+          others = true;
+        }
+      }
+      if (!others && transposes.size() == 1) ot = transposes[0];
+    }
+    std::vector<int64_t> o_layout = ot != kNoId ? std::vector<int64_t>{Tq * H * Dv, Dv, H * Dv} : std::vector<int64_t>{H * Tq * Dv, Tq * Dv, Dv};
+    const ValueId o_val = ot != kNoId ? g_.node(ot).outputs[0] : out;
+    // the backward node's dO, dq, dk, dv
+    ValueId dout_src = kNoId;
+    std::vector<int64_t> dout_layout;
+    std::vector<ValueId> grads;
+    std::vector<std::vector<int64_t>> grad_layouts(3);
+    std::vector<int64_t> packed_shape;
+    std::vector<NodeId> grad_nodes;  // the nodes after the gradients that no longer run
+    bool backward_changed = false;
+    if (gid != kNoId) {
+      const Node& gn = g_.node(gid);
+      dout_src = gn.inputs[0];
+      dout_layout = {H * Tq * Dv, Tq * Dv, Dv};
+      NodeId dt = g_.producer(dout_src);
+      if (dt != kNoId && single_use(dout_src) && is_op(g_.node(dt), "", "Transpose") &&
+          g_.node(dt).attrs.get_ints("perm") == std::vector<int64_t>{0, 2, 1, 3}) {
+        dout_src = g_.node(dt).inputs[0];
+        dout_layout = {Tq * H * Dv, Dv, H * Dv};
+        backward_changed = true;
+      }
+      const int64_t heads[3] = {H, Hkv, Hkv}, times[3] = {Tq, Tk, Tk}, widths[3] = {D, D, Dv};
+      grads.assign(3, kNoId);
+      for (int i = 0; i < 3; ++i) {
+        grads[i] = i < static_cast<int>(gn.outputs.size()) ? gn.outputs[i] : kNoId;
+        grad_layouts[i] = {0, heads[i] * times[i] * widths[i], times[i] * widths[i], widths[i]};
+      }
+      // packed: Transpose → Reshape [B, T, H·E] → one Concat over the last axis of the three
+      NodeId concat = kNoId;
+      std::vector<NodeId> chain;
+      for (int i = 0; i < 3 && (i == 0 || concat != kNoId); ++i) {
+        NodeId t = head_transpose_reader(grads[i]);
+        NodeId r = t == kNoId ? kNoId : single_reader(g_.node(t).outputs[0], "Reshape");
+        ValueId rv = r == kNoId ? kNoId : g_.node(r).outputs[0];
+        NodeId c = rv == kNoId || g_.value(rv).shape != Shape{B, times[i], heads[i] * widths[i]} ? kNoId : single_reader(rv, "Concat");
+        if (c == kNoId || (i > 0 && c != concat)) {
+          concat = kNoId;
+          break;
+        }
+        concat = c;
+        chain.insert(chain.end(), {t, r});
+      }
+      if (concat != kNoId) {
+        const Node& cn = g_.node(concat);
+        const Shape& cs = g_.value(cn.outputs[0]).shape;
+        int64_t axis = cn.attrs.get_int("axis", 0);
+        if (axis < 0) axis += static_cast<int64_t>(cs.size());
+        if (cn.num_inputs() != 3 || cs.size() != 3 || axis != 2 || Tq != Tk) concat = kNoId;
+      }
+      if (concat != kNoId) {
+        const Node& cn = g_.node(concat);
+        const int64_t W = g_.value(cn.outputs[0]).shape[2];
+        int64_t offset = 0;
+        for (ValueId in : cn.inputs) {
+          int i = 0;
+          while (i < 3 && g_.node(chain[2 * i + 1]).outputs[0] != in) ++i;
+          if (i == 3) {
+            concat = kNoId;
+            break;
+          }
+          grad_layouts[i] = {offset, Tq * W, widths[i], W};
+          offset += heads[i] * widths[i];
+        }
+      }
+      if (concat != kNoId) {
+        packed_shape = g_.value(g_.node(concat).outputs[0]).shape;
+        grads = {g_.node(concat).outputs[0]};
+        grad_nodes = chain;
+        grad_nodes.push_back(concat);
+        backward_changed = true;
+      } else {
+        for (int i = 0; i < 3; ++i) {
+          NodeId t = head_transpose_reader(grads[i]);
+          if (t == kNoId) continue;
+          grads[i] = g_.node(t).outputs[0];
+          grad_layouts[i] = {0, times[i] * heads[i] * widths[i], widths[i], heads[i] * widths[i]};
+          grad_nodes.push_back(t);
+          backward_changed = true;
+        }
+      }
+    }
+    if (through.empty() && ot == kNoId && !backward_changed) return;
+    const std::vector<int64_t> dims{B, H, Hkv, Tq, Tk, D, Dv};
+    // the forward node
+    {
+      Node old = g_.node(id);
+      AttrMap at = old.attrs;
+      at.set("dims", Attribute::of_ints(dims));
+      at.set("q_layout", Attribute::of_ints(layouts[0]));
+      at.set("k_layout", Attribute::of_ints(layouts[1]));
+      at.set("v_layout", Attribute::of_ints(layouts[2]));
+      at.set("o_layout", Attribute::of_ints(o_layout));
+      std::vector<ValueId> ins{srcs[0], srcs[1], srcs[2]};
+      if (mask != kNoId) ins.push_back(mask);
+      std::vector<ValueId> outs = old.outputs;
+      outs[0] = o_val;
+      if (ot != kNoId) g_.remove_node(ot);
+      g_.remove_node(id);
+      place(g_.add_node("Attention", ins, outs, std::move(at), old.name, kDeviceFusedDomain), old, id);
+    }
+    stats_.attention++;
+    if (gid == kNoId) return;
+    Node old = g_.node(gid);
+    AttrMap at = old.attrs;
+    at.set("dims", Attribute::of_ints(dims));
+    at.set("q_layout", Attribute::of_ints(layouts[0]));
+    at.set("k_layout", Attribute::of_ints(layouts[1]));
+    at.set("v_layout", Attribute::of_ints(layouts[2]));
+    at.set("o_layout", Attribute::of_ints(o_layout));
+    at.set("dout_layout", Attribute::of_ints(dout_layout));
+    at.set("dq_layout", Attribute::of_ints(grad_layouts[0]));
+    at.set("dk_layout", Attribute::of_ints(grad_layouts[1]));
+    at.set("dv_layout", Attribute::of_ints(grad_layouts[2]));
+    if (!packed_shape.empty()) at.set("packed_shape", Attribute::of_ints(packed_shape));
+    std::vector<ValueId> ins{dout_src, srcs[0], srcs[1], srcs[2], o_val, old.inputs[5]};
+    if (mask != kNoId) ins.push_back(mask);
+    for (NodeId n : grad_nodes) g_.remove_node(n);
+    NodeId dt = g_.producer(old.inputs[0]);
+    g_.remove_node(gid);
+    if (dout_src != old.inputs[0] && dt != kNoId && g_.alive(dt)) g_.remove_node(dt);
+    place(g_.add_node("AttentionGrad", ins, grads, std::move(at), old.name, kDeviceFusedDomain), old, gid);
+    stats_.attention++;
+  }
+
+  // The one reader of v when it is an `op` node of the default domain and v is internal; else kNoId.
+  NodeId single_reader(ValueId v, const char* op) const {
+    if (!single_use(v)) return kNoId;
+    NodeId n = g_.value(v).uses[0].node;
+    return is_op(g_.node(n), "", op) ? n : kNoId;
   }
 
   // Cast(x16 → float32) read only by softmax cross-entropy and its gradient: both read the 16-bit

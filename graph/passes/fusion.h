@@ -16,6 +16,10 @@
 //   and whose output goes through Transpose(0,2,1,3)                → oases.cpu.Attention reading
 //       and writing with strides (inference graphs; in training the transposed values have
 //       other readers and stay)
+//   device programs: oases.Attention and its oases.AttentionGrad together, as oases.device.Attention
+//       / AttentionGrad reading q, k, v, O and dO through strides and writing dq, dk, dv into the
+//       fused projection's gradient (the head transposes, the qkv Split and the Concat of its
+//       gradient, in training too)
 //
 // The executor also names, for the memory plan, the inputs whose buffers a kernel may overwrite
 // with its outputs (inplace_outputs below).
@@ -52,8 +56,8 @@ FusionStats fuse_for_cpu(Graph& g, std::vector<NodeId>& order, const std::set<Va
 // For a device's kernels: the products (transposes folded into the operand flags; bias,
 // activation and residual epilogues, fp32 and the 16-bit types too) as oases.device.FusedMatMul,
 // which the CUDA backend runs through cuBLASLt epilogues, and softmax cross-entropy reading 16-bit
-// logits (oases.device.SoftmaxCrossEntropyLoss/Grad: the Casts to float32 and back folded in);
-// none of the CPU's other ops.
+// logits (oases.device.SoftmaxCrossEntropyLoss/Grad: the Casts to float32 and back folded in),
+// and attention through strides (oases.device.Attention/AttentionGrad); none of the CPU's other ops.
 FusionStats fuse_for_device(Graph& g, std::vector<NodeId>& order, const std::set<ValueId>& keep, std::vector<size_t>* slots = nullptr);
 
 // The (output, input slot) pairs whose input buffer the CPU kernel of `n` may overwrite with that

@@ -154,9 +154,22 @@ void attention(const AttentionShape& s, const T* q, const T* k, const T* v, cons
   });
 }
 
+AttentionGradLayout AttentionGradLayout::contiguous(const AttentionShape& s) {
+  const AttentionLayout c = AttentionLayout::contiguous(s);
+  AttentionGradLayout g;
+  for (int i = 0; i < 3; ++i) {
+    g.q[i] = g.dq[i] = c.q[i];
+    g.k[i] = g.dk[i] = c.k[i];
+    g.v[i] = g.dv[i] = c.v[i];
+    g.o[i] = g.dout[i] = c.o[i];
+  }
+  return g;
+}
+
 template <class T>
 void attention_backward(const AttentionShape& s, const T* dout, const T* q, const T* k, const T* v, const T* out, const float* lse,
-                        const void* mask, bool mask_is_bool, const int64_t* ms, T* dq, T* dk, T* dv) {
+                        const void* mask, bool mask_is_bool, const int64_t* ms, T* dq, T* dk, T* dv, const AttentionGradLayout* layout) {
+  const AttentionGradLayout L = layout ? *layout : AttentionGradLayout::contiguous(s);
   const int64_t group = s.heads / s.kv_heads;
   // one item per (batch, kv head): dK and dV sum over the query heads of the group and over the
   // query blocks, in that fixed order
@@ -166,27 +179,29 @@ void attention_backward(const AttentionShape& s, const T* dout, const T* q, cons
     T* dP = P + kQueryBlock * s.tk;
     T* D = dP + kQueryBlock * s.tk;
     int64_t b = gi / s.kv_heads, hk = gi % s.kv_heads;
-    const T* kp = k + gi * s.tk * s.d;
-    const T* vp = v + gi * s.tk * s.dv;
-    T* dkp = dk + gi * s.tk * s.d;
-    T* dvp = dv + gi * s.tk * s.dv;
-    std::fill(dkp, dkp + s.tk * s.d, T(0));
-    std::fill(dvp, dvp + s.tk * s.dv, T(0));
+    const T* kp = k + b * L.k[0] + hk * L.k[1];
+    const T* vp = v + b * L.v[0] + hk * L.v[1];
+    T* dkp = dk + b * L.dk[0] + hk * L.dk[1];
+    T* dvp = dv + b * L.dv[0] + hk * L.dv[1];
+    for (int64_t j = 0; j < s.tk; ++j) {
+      std::fill(dkp + j * L.dk[2], dkp + j * L.dk[2] + s.d, T(0));
+      std::fill(dvp + j * L.dv[2], dvp + j * L.dv[2] + s.dv, T(0));
+    }
     for (int64_t hh = 0; hh < group; ++hh) {
       int64_t h = hk * group + hh;
       int64_t t = b * s.heads + h;
-      const T* qp = q + t * s.tq * s.d;
-      const T* dop = dout + t * s.tq * s.dv;
-      const T* op = out + t * s.tq * s.dv;
-      T* dqp = dq + t * s.tq * s.d;
+      const T* qp = q + b * L.q[0] + h * L.q[1];
+      const T* dop = dout + b * L.dout[0] + h * L.dout[1];
+      const T* op = out + b * L.o[0] + h * L.o[1];
+      T* dqp = dq + b * L.dq[0] + h * L.dq[1];
       for (int64_t i0 = 0; i0 < s.tq; i0 += kQueryBlock) {
         int64_t i1 = std::min(s.tq, i0 + kQueryBlock), rows = i1 - i0;
         int64_t kend = key_end(s, i1);
         if (kend == 0) {
-          std::fill(dqp + i0 * s.d, dqp + i1 * s.d, T(0));
+          for (int64_t i = i0; i < i1; ++i) std::fill(dqp + i * L.dq[2], dqp + i * L.dq[2] + s.d, T(0));
           continue;
         }
-        scores_block(s, b, h, qp, s.d, kp, s.d, mask, mask_is_bool, ms, i0, i1, kend, P);
+        scores_block(s, b, h, qp, L.q[2], kp, L.k[2], mask, mask_is_bool, ms, i0, i1, kend, P);
         for (int64_t i = i0; i < i1; ++i) {
           float l = lse[t * s.tq + i];
           T* row = P + (i - i0) * kend;
@@ -196,21 +211,23 @@ void attention_backward(const AttentionShape& s, const T* dout, const T* q, cons
             exp_shift(row, kend, static_cast<T>(l));
           }
           T acc = 0;
-          for (int64_t e = 0; e < s.dv; ++e) acc += dop[i * s.dv + e] * op[i * s.dv + e];
+          const T* dor = dop + i * L.dout[2];
+          const T* orow = op + i * L.o[2];
+          for (int64_t e = 0; e < s.dv; ++e) acc += dor[e] * orow[e];
           D[i - i0] = acc;
         }
         // dV += Pᵀ dO
-        gemm<T>(true, false, kend, s.dv, rows, T(1), P, kend, dop + i0 * s.dv, s.dv, T(1), dvp, s.dv);
+        gemm<T>(true, false, kend, s.dv, rows, T(1), P, kend, dop + i0 * L.dout[2], L.dout[2], T(1), dvp, L.dv[2]);
         // dP = dO Vᵀ ; dS = P ∘ (dP − D)
-        gemm<T>(false, true, rows, kend, s.dv, T(1), dop + i0 * s.dv, s.dv, vp, s.dv, T(0), dP, kend);
+        gemm<T>(false, true, rows, kend, s.dv, T(1), dop + i0 * L.dout[2], L.dout[2], vp, L.v[2], T(0), dP, kend);
         for (int64_t r = 0; r < rows; ++r) {
           T* dpr = dP + r * kend;
           const T* pr = P + r * kend;
           for (int64_t j = 0; j < kend; ++j) dpr[j] = pr[j] * (dpr[j] - D[r]);
         }
         // dQ = scale dS K ; dK += scale dSᵀ Q
-        gemm<T>(false, false, rows, s.d, kend, static_cast<T>(s.scale), dP, kend, kp, s.d, T(0), dqp + i0 * s.d, s.d);
-        gemm<T>(true, false, kend, s.d, rows, static_cast<T>(s.scale), dP, kend, qp + i0 * s.d, s.d, T(1), dkp, s.d);
+        gemm<T>(false, false, rows, s.d, kend, static_cast<T>(s.scale), dP, kend, kp, L.k[2], T(0), dqp + i0 * L.dq[2], L.dq[2]);
+        gemm<T>(true, false, kend, s.d, rows, static_cast<T>(s.scale), dP, kend, qp + i0 * L.q[2], L.q[2], T(1), dkp, L.dk[2]);
       }
     }
   });
@@ -221,8 +238,10 @@ template void attention<float>(const AttentionShape&, const float*, const float*
 template void attention<double>(const AttentionShape&, const double*, const double*, const double*, const void*, bool, const int64_t*,
                                 double*, float*, const AttentionLayout*);
 template void attention_backward<float>(const AttentionShape&, const float*, const float*, const float*, const float*, const float*,
-                                        const float*, const void*, bool, const int64_t*, float*, float*, float*);
+                                        const float*, const void*, bool, const int64_t*, float*, float*, float*,
+                                        const AttentionGradLayout*);
 template void attention_backward<double>(const AttentionShape&, const double*, const double*, const double*, const double*, const double*,
-                                         const float*, const void*, bool, const int64_t*, double*, double*, double*);
+                                         const float*, const void*, bool, const int64_t*, double*, double*, double*,
+                                         const AttentionGradLayout*);
 
 }  // namespace oases::kernels

@@ -32,11 +32,21 @@ template <class T>
 void attention(const AttentionShape& s, const T* q, const T* k, const T* v, const void* mask, bool mask_is_bool,
                const int64_t* mask_strides, T* out, float* lse, const AttentionLayout* layout = nullptr);
 
+// Element strides (batch, head, time) of the backward pass's operands and gradients, the last dim
+// contiguous; null: all contiguous [B, H, T, D]. Lets a device program's fused backward read q, k,
+// v from the fused projection and write dq, dk, dv into the gradient of that projection
+// (graph/passes/fusion.h). The gradients' regions must not overlap one another.
+struct AttentionGradLayout {
+  int64_t q[3], k[3], v[3], o[3], dout[3], dq[3], dk[3], dv[3];
+  static AttentionGradLayout contiguous(const AttentionShape& s);
+};
+
 // Backward of attention, recomputing P = exp(S - lse) per head:
 //   dV = Pᵀ dO ; dP = dO Vᵀ ; dS = P ∘ (dP - rowsum(dO ∘ O)) ; dQ = scale · dS K ; dK = scale · dSᵀ Q
 // dk/dv accumulate over the query heads sharing a key/value head (grouped-query attention).
 template <class T>
 void attention_backward(const AttentionShape& s, const T* dout, const T* q, const T* k, const T* v, const T* out, const float* lse,
-                        const void* mask, bool mask_is_bool, const int64_t* mask_strides, T* dq, T* dk, T* dv);
+                        const void* mask, bool mask_is_bool, const int64_t* mask_strides, T* dq, T* dk, T* dv,
+                        const AttentionGradLayout* layout = nullptr);
 
 }  // namespace oases::kernels

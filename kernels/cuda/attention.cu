@@ -192,7 +192,26 @@ Params check(const AttentionDesc& a) {
                              " exceed the own kernel's 256");
   }
   if (a.kv_heads <= 0 || a.heads % a.kv_heads != 0) throw std::runtime_error("[cuda attention] heads not a multiple of kv heads");
+  if (a.strided) throw std::runtime_error("[cuda attention] the own kernels read contiguous tensors (the glue copies strided ones)");
   return Params{a, a.heads / a.kv_heads};
+}
+
+// dst[b, h, t, e] = src[b, h, t, e], each through its (batch, head, time) strides, e contiguous.
+struct HeadCopy {
+  int64_t dims[4];  // B, H, T, E
+  int64_t src[3], dst[3];
+};
+
+template <class U>
+__global__ void copy_heads_kernel(HeadCopy c, const U* src, U* dst) {
+  const int64_t n = c.dims[0] * c.dims[1] * c.dims[2] * c.dims[3];
+  OASES_GRID_STRIDE(i, n) {
+    int64_t e = i % c.dims[3], r = i / c.dims[3];
+    int64_t t = r % c.dims[2];
+    r /= c.dims[2];
+    int64_t h = r % c.dims[1], b = r / c.dims[1];
+    dst[b * c.dst[0] + h * c.dst[1] + t * c.dst[2] + e] = src[b * c.src[0] + h * c.src[1] + t * c.src[2] + e];
+  }
 }
 
 unsigned blocks_for(int64_t rows) {
@@ -238,6 +257,18 @@ void attention_backward(const AttentionDesc& a, Elem t, const void* dout, const 
                                                                              scratch, static_cast<T*>(dk), static_cast<T*>(dv));
     OASES_CUDA_CHECK_LAUNCH("attn_bwd_dkv_kernel");
   });
+}
+
+void attention_copy_heads(Elem t, const void* src, const int64_t src_strides[3], void* dst, const int64_t dst_strides[3], int64_t batch,
+                          int64_t heads, int64_t time, int64_t width, cudaStream_t s) {
+  HeadCopy c{{batch, heads, time, width}, {src_strides[0], src_strides[1], src_strides[2]}, {dst_strides[0], dst_strides[1], dst_strides[2]}};
+  const int64_t n = batch * heads * time * width;
+  if (n <= 0) return;
+  dispatch_bits(elem_size(t), [&](auto tag) {
+    using U = typename decltype(tag)::type;
+    copy_heads_kernel<U><<<grid_for(n, kThreads), kThreads, 0, s>>>(c, static_cast<const U*>(src), static_cast<U*>(dst));
+  });
+  OASES_CUDA_CHECK_LAUNCH("copy_heads_kernel");
 }
 
 }  // namespace oases::cuda

@@ -27,6 +27,12 @@ size_t attention_scratch_floats(const AttentionDesc& a);
 void attention_backward(const AttentionDesc& a, Elem t, const void* dout, const void* q, const void* k, const void* v, const void* out,
                         const float* lse, void* dq, void* dk, void* dv, float* scratch, cudaStream_t s);
 
+// dst[b, h, t, e] = src[b, h, t, e] for a [batch, heads, time, width] tensor, each side through its
+// (batch, head, time) element strides with e contiguous: a strided call's tensors as contiguous
+// copies for the own and batched-product kernels, and their results back.
+void attention_copy_heads(Elem t, const void* src, const int64_t src_strides[3], void* dst, const int64_t dst_strides[3], int64_t batch,
+                          int64_t heads, int64_t time, int64_t width, cudaStream_t s);
+
 // Batched-product attention (attention_gemm.cu): the score matrices through cuBLAS on the tensor
 // cores, softmax and its gradient in row kernels; fp32, fp16 and bf16. The path runs take where
 // it applies (docs/GPU.md); `scratch` holds attention_gemm_scratch_bytes() bytes (slices of the

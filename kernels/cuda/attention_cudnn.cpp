@@ -105,12 +105,17 @@ std::vector<int64_t> contiguous(const std::vector<int64_t>& dims) {
   return st;
 }
 
-TensorPtr input(fe::graph::Graph& g, const char* name, Uid uid, const std::vector<int64_t>& dims) {
-  return g.tensor(fe::graph::Tensor_attributes().set_name(name).set_uid(uid).set_dim(dims).set_stride(contiguous(dims)));
+// The strides of a [B, H, T, E] tensor: (batch, head, time) from the call, the last dim 1.
+std::vector<int64_t> strides_of(const int64_t* bht) {
+  return {bht[0], bht[1], bht[2], 1};
 }
 
-void output(const TensorPtr& t, Uid uid, const std::vector<int64_t>& dims) {
-  t->set_output(true).set_uid(uid).set_dim(dims).set_stride(contiguous(dims));
+TensorPtr input(fe::graph::Graph& g, const char* name, Uid uid, const std::vector<int64_t>& dims, const std::vector<int64_t>& strides) {
+  return g.tensor(fe::graph::Tensor_attributes().set_name(name).set_uid(uid).set_dim(dims).set_stride(strides));
+}
+
+void output(const TensorPtr& t, Uid uid, const std::vector<int64_t>& dims, const std::vector<int64_t>& strides) {
+  t->set_output(true).set_uid(uid).set_dim(dims).set_stride(strides);
 }
 
 template <class Options>
@@ -134,7 +139,9 @@ Plan build_plan(cudnnHandle_t h, const CudnnPlanKey& k) {
       .set_compute_data_type(fe::DataType_t::FLOAT);
   const std::vector<int64_t> q_dims{k.batch, k.heads, k.tq, k.d}, k_dims{k.batch, k.kv_heads, k.tk, k.d},
       v_dims{k.batch, k.kv_heads, k.tk, k.dv}, o_dims{k.batch, k.heads, k.tq, k.dv}, lse_dims{k.batch, k.heads, k.tq, 1};
-  TensorPtr q = input(*g, "q", kQ, q_dims), kt = input(*g, "k", kK, k_dims), v = input(*g, "v", kV, v_dims);
+  const AttentionStrides& st = k.strides;  // q, k, v, the output and the gradients may lie strided
+  TensorPtr q = input(*g, "q", kQ, q_dims, strides_of(st.q)), kt = input(*g, "k", kK, k_dims, strides_of(st.k)),
+            v = input(*g, "v", kV, v_dims, strides_of(st.v));
   TensorPtr bias;
   if (k.bias != CudnnBias::kNone) {
     bias = g->tensor(fe::graph::Tensor_attributes()
@@ -151,22 +158,22 @@ Plan build_plan(cudnnHandle_t h, const CudnnPlanKey& k) {
     set_causal(o, k.causal);
     if (bias) o.set_bias(bias);
     auto [out, stats] = g->sdpa(q, kt, v, o);
-    output(out, kO, o_dims);
+    output(out, kO, o_dims, strides_of(st.o));
     if (k.stats) {
-      output(stats, kStats, lse_dims);
+      output(stats, kStats, lse_dims, contiguous(lse_dims));
       stats->set_data_type(fe::DataType_t::FLOAT);
     }
   } else {
-    TensorPtr out = input(*g, "out", kO, o_dims), dout = input(*g, "dout", kDO, o_dims);
-    TensorPtr lse = input(*g, "lse", kStats, lse_dims);
+    TensorPtr out = input(*g, "out", kO, o_dims, strides_of(st.o)), dout = input(*g, "dout", kDO, o_dims, strides_of(st.dout));
+    TensorPtr lse = input(*g, "lse", kStats, lse_dims, contiguous(lse_dims));
     lse->set_data_type(fe::DataType_t::FLOAT);
     auto o = fe::graph::SDPA_backward_attributes().set_name("oases_attention_backward").set_attn_scale(scale);
     set_causal(o, k.causal);
     if (bias) o.set_bias(bias);
     auto [dq, dk, dv] = g->sdpa_backward(q, kt, v, out, dout, lse, o);
-    output(dq, kDQ, q_dims);
-    output(dk, kDK, k_dims);
-    output(dv, kDV, v_dims);
+    output(dq, kDQ, q_dims, strides_of(st.dq));
+    output(dk, kDK, k_dims, strides_of(st.dk));
+    output(dv, kDV, v_dims, strides_of(st.dv));
   }
   // each stage's failure is the reason this key falls back
   std::pair<const char*, std::function<fe::error_t()>> stages[] = {

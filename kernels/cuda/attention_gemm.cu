@@ -187,6 +187,7 @@ void split_product(BlasHandles& h, Elem t, const GemmDesc& d, const void* hi, co
 
 bool attention_gemm_applies(const AttentionDesc& a, Elem t) {
   if (t != Elem::kF32 && t != Elem::kF16 && t != Elem::kBF16) return false;
+  if (a.strided) return false;  // contiguous tensors only (the glue copies strided ones)
   if (a.kv_heads <= 0 || a.heads % a.kv_heads != 0 || a.tq <= 0 || a.tk <= 0 || a.d <= 0 || a.dv <= 0) return false;
   // one pair's score matrices must fit the budget
   return pair_bytes(a, t, true) <= kScratchBudget;

@@ -18,11 +18,19 @@
 namespace oases::cuda {
 
 // q [B, H, Tq, D], k [B, Hkv, Tk, D], v [B, Hkv, Tk, Dv], out [B, H, Tq, Dv], lse [B, H, Tq] (fp32),
-// all contiguous; H a multiple of Hkv (grouped-query heads: query head h reads key/value head
+// all contiguous unless `strided` (then through `st`; lse is always contiguous); H a multiple of Hkv (grouped-query heads: query head h reads key/value head
 // h / (H / Hkv)). S = scale·q kᵀ + mask (+ causal limit), lse_i = ln Σ_j exp S_ij, a row that no key
 // reaches has out 0 and lse +inf. The mask (fp32 additive, or bool keep-where-1) is read through
 // element strides over [B, H, Tq, Tk] (0 where broadcast). Causal: key j > query i + (Tk − Tq) is
 // masked (the diagonal ends in the bottom-right corner when Tq != Tk).
+// Element strides (batch, head, time) of each tensor of a call, the last dim contiguous: a device
+// program's strided attention (oases.device.Attention / AttentionGrad, graph/passes/fusion.h)
+// reads q, k, v from a fused projection, writes the output [B, T, H, Dv] and the gradients into
+// the projection's gradient. The gradients' regions do not overlap.
+struct AttentionStrides {
+  int64_t q[3], k[3], v[3], o[3], dout[3], dq[3], dk[3], dv[3];
+};
+
 struct AttentionDesc {
   int64_t batch = 0, heads = 0, kv_heads = 0, tq = 0, tk = 0, d = 0, dv = 0;
   bool causal = false;
@@ -30,7 +38,34 @@ struct AttentionDesc {
   const void* mask = nullptr;
   bool mask_is_bool = false;
   int64_t mask_strides[4] = {0, 0, 0, 0};
+  // false: every tensor contiguous [B, H, T, E] (the own and batched-product kernels take only
+  // that; the glue gives them contiguous copies of a strided call's tensors)
+  bool strided = false;
+  AttentionStrides st{};
 };
+
+// The strides of every tensor of a contiguous call.
+inline AttentionStrides contiguous_attention_strides(const AttentionDesc& a) {
+  auto set = [](int64_t* s, int64_t heads, int64_t t, int64_t e) {
+    s[0] = heads * t * e;
+    s[1] = t * e;
+    s[2] = e;
+  };
+  AttentionStrides st{};
+  set(st.q, a.heads, a.tq, a.d);
+  set(st.dq, a.heads, a.tq, a.d);
+  set(st.k, a.kv_heads, a.tk, a.d);
+  set(st.dk, a.kv_heads, a.tk, a.d);
+  set(st.v, a.kv_heads, a.tk, a.dv);
+  set(st.dv, a.kv_heads, a.tk, a.dv);
+  set(st.o, a.heads, a.tq, a.dv);
+  set(st.dout, a.heads, a.tq, a.dv);
+  return st;
+}
+// The call's strides: its own when strided, else the contiguous ones.
+inline AttentionStrides attention_strides(const AttentionDesc& a) {
+  return a.strided ? a.st : contiguous_attention_strides(a);
+}
 
 // --- the cuDNN fused path -------------------------------------------------------------------------
 
@@ -124,6 +159,13 @@ inline std::string cudnn_attention_refusal(const AttentionDesc& a, Elem t) {
     return "causal with Tq != Tk and a mask: cuDNN's bottom-right diagonal does not combine with a bias";
   }
   if (a.mask && cudnn_bias_layouts(a, t).empty()) return "the mask as a cuDNN bias would take more than 1 GiB of scratch";
+  if (a.strided) {
+    const int64_t per16 = 16 / static_cast<int64_t>(elem_size(t));
+    const int64_t* all = &a.st.q[0];
+    for (size_t i = 0; i < sizeof(AttentionStrides) / sizeof(int64_t); ++i) {
+      if (all[i] % per16 != 0) return "a tensor's strides that are not whole 16-byte units (" + n(all[i]) + " elements)";
+    }
+  }
   return std::string();
 }
 
@@ -148,12 +190,14 @@ struct CudnnPlanKey {
   int64_t bias_strides[4] = {0, 0, 0, 0};
   uint32_t scale_bits = 0;
   int device = 0;
+  AttentionStrides strides{};  // every tensor's (contiguous ones spelled out)
 
   bool operator==(const CudnnPlanKey& o) const {
     return batch == o.batch && heads == o.heads && kv_heads == o.kv_heads && tq == o.tq && tk == o.tk && d == o.d && dv == o.dv &&
            type == o.type && causal == o.causal && backward == o.backward && stats == o.stats && bias == o.bias &&
            std::memcmp(bias_dims, o.bias_dims, sizeof bias_dims) == 0 &&
-           std::memcmp(bias_strides, o.bias_strides, sizeof bias_strides) == 0 && scale_bits == o.scale_bits && device == o.device;
+           std::memcmp(bias_strides, o.bias_strides, sizeof bias_strides) == 0 && scale_bits == o.scale_bits && device == o.device &&
+           std::memcmp(&strides, &o.strides, sizeof strides) == 0;
   }
   bool operator!=(const CudnnPlanKey& o) const { return !(*this == o); }
 
@@ -197,6 +241,8 @@ struct CudnnPlanKeyHash {
       mix(static_cast<uint64_t>(k.bias_strides[i]));
     }
     mix(static_cast<uint64_t>(k.scale_bits) | static_cast<uint64_t>(static_cast<uint32_t>(k.device)) << 32);
+    const int64_t* st = &k.strides.q[0];
+    for (size_t i = 0; i < sizeof(AttentionStrides) / sizeof(int64_t); ++i) mix(static_cast<uint64_t>(st[i]));
     return static_cast<size_t>(h);
   }
 };
@@ -221,6 +267,7 @@ inline CudnnPlanKey cudnn_plan_key(const AttentionDesc& a, Elem t, bool backward
   }
   std::memcpy(&k.scale_bits, &a.scale, sizeof k.scale_bits);
   k.device = device;
+  k.strides = attention_strides(a);
   return k;
 }
 

@@ -22,6 +22,7 @@
 #include "graph/passes/mixed_precision.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/gemm.h"
+#include "tests/common/attention_graph.h"
 #include "tests/common/loss_graph.h"
 #include "tests/gpu/gpu_test_common.h"
 #include "tools/model_loader.h"
@@ -164,6 +165,85 @@ INSTANTIATE_TEST_SUITE_P(Paths, AttentionOnGpu,
                            return c.path + "_b" + std::to_string(c.B) + "h" + std::to_string(c.H) + "kv" + std::to_string(c.Hk) + "_q" +
                                   std::to_string(c.Tq) + "k" + std::to_string(c.Tk) + "d" + std::to_string(c.D);
                          });
+
+// A device program's strided attention (graph/passes/fusion.h: oases.device.Attention and
+// AttentionGrad read q, k, v from the fused projection and write dq, dk, dv into its gradient;
+// tests/common/attention_graph.h) against the unfused chain on the CPU: bf16 and fp16 through
+// cuDNN with strided tensors (the call counters must rise), fp32 and the other paths through
+// contiguous copies. Only y and dx are compared: keeping every value would stop the fusion.
+struct StridedCase {
+  std::string name;
+  DType type;
+  std::string path;  // OASES_CUDA_ATTENTION: "" (cuDNN first), "gemm" or "own"
+  int64_t B, T, H, Hkv, D;
+  bool causal;
+};
+void PrintTo(const StridedCase& c, std::ostream* os) {
+  *os << c.name;
+}
+class StridedAttentionOnGpu : public ::testing::TestWithParam<StridedCase> {};
+
+TEST_P(StridedAttentionOnGpu, FusedQkvMatchesCpu) {
+  REQUIRE_GPU();
+  const StridedCase& c = GetParam();
+  if (c.path.empty()) {
+    ::unsetenv("OASES_CUDA_ATTENTION");
+  } else {
+    ::setenv("OASES_CUDA_ATTENTION", c.path.c_str(), 1);
+  }
+  set_verbose_notes(true);
+  test::AttentionGraph a = test::fused_qkv_attention_graph(c.type, c.B, c.T, c.H, c.Hkv, c.D, c.causal);
+  ExecOptions cpu, gpu;
+  gpu.device = "cuda";
+  auto prog = compile_program(a.g, gpu);
+  ASSERT_TRUE(prog) << prog.status().message();
+  EXPECT_EQ(prog->fusion.attention, 2) << "the device program should read and write the projections through strides";
+  std::map<std::string, Tensor> feeds;
+  uint32_t seed = 11;
+  for (auto [name, shape] : std::vector<std::pair<std::string, Shape>>{{"x", {c.B, c.T, (c.H + 2 * c.Hkv) * c.D}}, {"dy", {c.B, c.T, c.H * c.D}}}) {
+    Tensor x(c.type, shape);
+    for (int64_t i = 0; i < x.numel(); ++i) {
+      seed = seed * 1664525u + 1013904223u;
+      store_from_double(x.raw_mutable(), c.type, i, static_cast<double>(seed >> 8) / 8388608.0 - 1.0);
+    }
+    feeds[name] = x;
+  }
+  auto ca = Executor::create(a.g, cpu);
+  auto gb = Executor::create(a.g, gpu);
+  ASSERT_TRUE(ca) << ca.status().message();
+  ASSERT_TRUE(gb) << gb.status().message();
+  cuda::CudnnAttentionCalls before = cuda::cudnn_attention_calls();
+  ASSERT_TRUE((*ca)->execute(feeds).is_ok());
+  Status run = (*gb)->execute(feeds);
+  ASSERT_TRUE(run.is_ok()) << run.message();
+  cuda::CudnnAttentionCalls after = cuda::cudnn_attention_calls();
+  set_verbose_notes(false);
+  ::unsetenv("OASES_CUDA_ATTENTION");
+  const double tol = c.type == DType::kF32 ? 1e-4 : 2e-2;  // the file's tolerances
+  for (ValueId v : {a.y, a.dx}) {
+    Tensor x = (*ca)->read(v), y = (*gb)->read(v);
+    double scale = 1e-6, err = 0;
+    for (int64_t i = 0; i < x.numel(); ++i) {
+      double p = load_as_double(x.raw(), x.dtype(), i), q = load_as_double(y.raw(), y.dtype(), i);
+      scale = std::max(scale, std::abs(p));
+      err = std::max(err, std::abs(p - q));
+    }
+    EXPECT_LE(err, tol * scale) << "'" << a.g.value(v).name << "' differs: max abs error " << err << ", max |cpu| " << scale;
+  }
+  if (c.type != DType::kF32 && c.path.empty()) {
+    EXPECT_EQ(after.forward, before.forward + 1) << "the strided forward pass did not run on cuDNN (see the note above for why)";
+    EXPECT_EQ(after.backward, before.backward + 1) << "the strided backward pass did not run on cuDNN (see the note above for why)";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, StridedAttentionOnGpu,
+                         ::testing::Values(StridedCase{"bf16_cudnn_causal", DType::kBF16, "", 2, 128, 4, 4, 64, true},
+                                           StridedCase{"bf16_cudnn_gqa", DType::kBF16, "", 2, 96, 8, 2, 64, false},
+                                           StridedCase{"fp16_cudnn_causal_d128", DType::kF16, "", 1, 64, 2, 2, 128, true},
+                                           StridedCase{"bf16_gemm_copies", DType::kBF16, "gemm", 2, 64, 4, 2, 64, true},
+                                           StridedCase{"fp32_copies", DType::kF32, "", 2, 33, 4, 2, 40, true},
+                                           StridedCase{"fp32_own_copies", DType::kF32, "own", 1, 17, 2, 1, 24, false}),
+                         [](const ::testing::TestParamInfo<StridedCase>& i) { return i.param.name; });
 
 // cuDNN's fused attention (kernels/cuda/attention_cudnn.cpp), forward and backward through the
 // graph, in bf16 and fp16 against the CPU in the same type: head sizes 64 and 128, causal from the

@@ -64,6 +64,25 @@ TEST(CudnnAttentionRules, HeadSizesMultiplesOf8UpTo256AndWholeGroups) {
   EXPECT_EQ(cudnn_attention_refusal(desc(2, 4, 4, 1, 64, 64), Elem::kF16), "");
 }
 
+// Strided tensors (oases.device.Attention): cuDNN moves 16-byte vectors, so every batch, head and
+// time stride must be a whole number of 16 bytes.
+TEST(CudnnAttentionRules, StridesInWhole16ByteUnits) {
+  AttentionDesc a = desc(2, 4, 2, 64, 64, 64);
+  a.strided = true;
+  a.st = contiguous_attention_strides(a);
+  const int64_t W = (4 + 2 * 2) * 64;  // a fused qkv [B, T, W]
+  for (int64_t* st : {a.st.q, a.st.dq}) {
+    st[0] = 64 * W;
+    st[1] = 64;
+    st[2] = W;
+  }
+  EXPECT_EQ(cudnn_attention_refusal(a, Elem::kBF16), "");
+  a.st.o[2] = 4 * 64 + 4;  // 8 bytes over a whole row of 16-byte units
+  EXPECT_NE(cudnn_attention_refusal(a, Elem::kBF16).find("16-byte units"), std::string::npos) << cudnn_attention_refusal(a, Elem::kBF16);
+  a.strided = false;  // the same strides unused: contiguous
+  EXPECT_EQ(cudnn_attention_refusal(a, Elem::kBF16), "");
+}
+
 TEST(CudnnAttentionRules, CausalDiagonalFollowsOurConvention) {
   // ours: key j > query i + (Tk - Tq) is masked
   EXPECT_EQ(cudnn_causal(desc(1, 1, 1, 64, 64, 64)), CudnnCausal::kNone);
@@ -200,6 +219,18 @@ TEST(CudnnPlanKey, EveryFieldThatChangesTheGraphChangesTheKey) {
   with([](AttentionDesc&, Elem&, bool&, bool&, CudnnBiasLayout& l, int&) { l.dims[0] = 2; });       // a per-batch mask
   with([](AttentionDesc&, Elem&, bool&, bool&, CudnnBiasLayout& l, int&) { l.strides[2] = 100; });  // another row stride
   with([](AttentionDesc&, Elem&, bool&, bool&, CudnnBiasLayout&, int& device) { device = 1; });
+  // strided tensors (a device program's fused qkv: q's time stride is the projection's width)
+  with([](AttentionDesc& x, Elem&, bool&, bool&, CudnnBiasLayout&, int&) {
+    x.strided = true;
+    x.st = contiguous_attention_strides(x);
+    x.st.q[2] = 3 * x.heads * x.d;
+  });
+  with([](AttentionDesc& x, Elem&, bool&, bool&, CudnnBiasLayout&, int&) {
+    x.strided = true;
+    x.st = contiguous_attention_strides(x);
+    x.st.dv[1] = x.dv;  // dV written [B, T, Hkv, Dv]
+    x.st.dv[2] = x.kv_heads * x.dv;
+  });
   std::unordered_set<CudnnPlanKey, CudnnPlanKeyHash> all{base};
   for (const CudnnPlanKey& k : changed) {
     EXPECT_NE(k, base) << k.to_string();
@@ -211,6 +242,11 @@ TEST(CudnnPlanKey, EveryFieldThatChangesTheGraphChangesTheKey) {
   z.scale = 0.f;
   nz.scale = -0.f;
   EXPECT_NE(cudnn_plan_key(z, Elem::kBF16, false, true, bias, 0), cudnn_plan_key(nz, Elem::kBF16, false, true, bias, 0));
+  // strides spelled out as the contiguous ones are the contiguous call's graph
+  AttentionDesc spelled = a;
+  spelled.strided = true;
+  spelled.st = contiguous_attention_strides(a);
+  EXPECT_EQ(cudnn_plan_key(spelled, Elem::kBF16, false, true, bias, 0), base);
   // a backward key always reads the statistics
   EXPECT_EQ(cudnn_plan_key(a, Elem::kBF16, true, false, bias, 0), cudnn_plan_key(a, Elem::kBF16, true, true, bias, 0));
 

@@ -17,6 +17,7 @@
 #include "executor/loss_scaler.h"
 #include "executor/stream_plan.h"
 #include "executor/training.h"
+#include "graph/op_registry.h"
 #include "graph/passes/fusion.h"
 #include "graph/passes/mixed_precision.h"
 #include "graph/tiles.h"
@@ -24,6 +25,7 @@
 #include "kernels/cpu/layout.h"
 #include "kernels/cuda/nd.h"
 #include "kernels/cuda/random.h"
+#include "tests/common/attention_graph.h"
 #include "tests/common/loss_graph.h"
 #include "tools/model_loader.h"
 
@@ -508,7 +510,7 @@ TEST(CudaCoverage, DeviceProgramsFuseTheProductsAndTheLoss) {
   for (NodeId id : dev->graph.nodes()) {
     const Node& n = dev->graph.node(id);
     if (n.domain == "oases.device") {
-      EXPECT_EQ(n.op_type, "FusedMatMul") << n.describe();
+      EXPECT_TRUE(n.op_type == "FusedMatMul" || n.op_type == "Attention" || n.op_type == "AttentionGrad") << n.describe();
     }
   }
   EXPECT_EQ(dev->memory.inplace, 0);
@@ -537,7 +539,8 @@ TEST(CudaCoverage, DeviceProgramsFuseTheProductsAndTheLoss) {
       EXPECT_EQ(dev16->graph.value(n.inputs[0]).dtype, DType::kBF16);
     }
   }
-  EXPECT_EQ(device_ops, (std::set<std::string>{"FusedMatMul", "SoftmaxCrossEntropyLoss", "SoftmaxCrossEntropyGrad"}));
+  EXPECT_EQ(device_ops,
+            (std::set<std::string>{"FusedMatMul", "Attention", "AttentionGrad", "SoftmaxCrossEntropyLoss", "SoftmaxCrossEntropyGrad"}));
   EXPECT_EQ(dev->fusion.loss_casts, 0) << "fp32 has no casts around the loss";
 }
 
@@ -575,6 +578,141 @@ TEST(CudaCoverage, FusedLossMatchesTheCastsBitForBit) {
       EXPECT_EQ(std::memcmp(p.raw(), q.raw(), p.nbytes()), 0) << dtype_name(half) << ": '" << g.value(v).name << "' differs";
     }
     EXPECT_GT(std::abs(load_as_double((*ref)->read(loss).raw(), DType::kF32, 0)), 0.1) << "a loss that checks something";
+  }
+}
+
+// A device program's attention reads q, k, v where the projections left them and writes its
+// gradients into the projections' gradient (oases.device.Attention / AttentionGrad): the head
+// transposes, the qkv Split and the Concat of its gradient no longer run. The fused training graph,
+// run by the CPU kernels (the references of the device ops), gives the unfused graph's loss and
+// gradients: fused qkv (GPT-2, TorchScript and dynamo exports), separate projections with rotary
+// embeddings and grouped-query heads (LLaMA), and a padding mask (BERT).
+TEST(CudaCoverage, StridedAttentionMatchesTheTransposes) {
+  auto count = [](const Graph& g, const std::string& domain, const std::string& op) {
+    int n = 0;
+    for (NodeId id : g.nodes()) n += g.node(id).domain == domain && g.node(id).op_type == op;
+    return n;
+  };
+  for (const char* name : {"gpt2_tiny", "gpt2_dynamo", "llama_gqa", "llama_dynamo_dynamic", "bert_mask"}) {
+    SCOPED_TRACE(name);
+    SmallModel m = load_small(name, "fp32");
+    const Graph& g = m.tg.graph;
+    Graph f = g;
+    std::vector<NodeId> order = f.nodes();
+    FusionStats st = fuse_for_device(f, order, {});
+    const int layers = count(g, "oases", "Attention");
+    ASSERT_GT(layers, 0) << "no fused attention to check";
+    EXPECT_EQ(count(f, "oases", "Attention") + count(f, "oases", "AttentionGrad"), 0);
+    EXPECT_EQ(count(f, "oases.device", "Attention"), layers);
+    EXPECT_EQ(count(f, "oases.device", "AttentionGrad"), count(g, "oases", "AttentionGrad"));
+    EXPECT_EQ(st.attention, count(f, "oases.device", "Attention") + count(f, "oases.device", "AttentionGrad"));
+    auto head_transposes = [](const Graph& h) {
+      int n = 0;
+      for (NodeId id : h.nodes()) {
+        const Node& t = h.node(id);
+        n += t.domain.empty() && t.op_type == "Transpose" && t.attrs.get_ints("perm") == std::vector<int64_t>{0, 2, 1, 3};
+      }
+      return n;
+    };
+    const int transposes = head_transposes(g), after = head_transposes(f);
+    // each layer: at least v's transpose, the output's, dO's and dv's
+    EXPECT_LE(after, transposes - 4 * layers) << transposes << " head transposes before fusion";
+    if (std::string(name).rfind("gpt2", 0) == 0) {
+      // fused qkv: every head transpose, the Split and the Concat of its gradient
+      EXPECT_EQ(after, 0) << transposes << " head transposes before fusion";
+      EXPECT_EQ(count(f, "", "Split"), count(g, "", "Split") - layers);
+      EXPECT_EQ(count(f, "", "Concat"), count(g, "", "Concat") - layers);
+      for (NodeId id : f.nodes()) {
+        const Node& n = f.node(id);
+        if (n.domain == "oases.device" && n.op_type == "AttentionGrad") EXPECT_EQ(n.attrs.get_ints("packed_shape").size(), 3u) << n.describe();
+      }
+    }
+    ASSERT_TRUE(f.validate().is_ok()) << f.validate().message();
+    // the fused ops' shape rules give the values they write
+    for (NodeId id : f.nodes()) {
+      if (f.node(id).domain != "oases.device" || f.node(id).op_type.rfind("Attention", 0) != 0) continue;
+      std::vector<Shape> before;
+      for (ValueId o : f.node(id).outputs) before.push_back(o == kNoId ? Shape{} : f.value(o).shape);
+      InferContext ic(f, id);
+      Status inf = find_schema(f.node(id))->infer(ic);
+      ASSERT_TRUE(inf.is_ok()) << inf.message();
+      for (size_t i = 0; i < before.size(); ++i) {
+        if (f.node(id).outputs[i] != kNoId) EXPECT_EQ(f.value(f.node(id).outputs[i]).shape, before[i]) << f.node(id).describe();
+      }
+    }
+    ::setenv("OASES_NO_FUSION", "1", 1);
+    auto ref = Executor::create(g, ExecOptions{});
+    auto fused = Executor::create(f, ExecOptions{});
+    ::unsetenv("OASES_NO_FUSION");
+    ASSERT_TRUE(ref) << ref.status().message();
+    ASSERT_TRUE(fused) << fused.status().message();
+    ASSERT_TRUE((*ref)->execute(m.feeds).is_ok());
+    Status run = (*fused)->execute(m.feeds);
+    ASSERT_TRUE(run.is_ok()) << run.message();
+    int compared = 0;
+    for (ValueId v : g.outputs()) {
+      Tensor p = (*ref)->read(v), q = (*fused)->read(v);
+      ASSERT_EQ(p.shape(), q.shape()) << g.value(v).name;
+      if (p.dtype() != DType::kF32) continue;
+      double worst = 0, scale = 0;
+      for (int64_t i = 0; i < p.numel(); ++i) {
+        worst = std::max(worst, std::abs(static_cast<double>(p.data<float>()[i]) - q.data<float>()[i]));
+        scale = std::max(scale, std::abs(static_cast<double>(p.data<float>()[i])));
+      }
+      EXPECT_LE(worst, 1e-5 * std::max(scale, 1e-3)) << "'" << g.value(v).name << "' differs by " << worst << " (largest " << scale << ")";
+      ++compared;
+    }
+    EXPECT_GT(compared, 4) << "the loss and the gradients";
+  }
+}
+
+// The same on the hand-built chain (tests/common/attention_graph.h): grouped-query heads, odd
+// sizes, causal or not. Every head transpose, the Split and the Concat are gone; y and dx match.
+TEST(CudaCoverage, StridedAttentionOverAFusedQkv) {
+  struct Case {
+    int64_t B, T, H, Hkv, D;
+    bool causal;
+  };
+  for (const Case& k : {Case{2, 5, 4, 2, 3, true}, Case{1, 17, 2, 2, 8, false}, Case{3, 4, 6, 1, 5, true}}) {
+    SCOPED_TRACE(::testing::Message() << "B" << k.B << " T" << k.T << " H" << k.H << "/" << k.Hkv << " D" << k.D);
+    test::AttentionGraph a = test::fused_qkv_attention_graph(DType::kF32, k.B, k.T, k.H, k.Hkv, k.D, k.causal);
+    Graph f = a.g;
+    std::vector<NodeId> order = f.nodes();
+    FusionStats st = fuse_for_device(f, order, {});
+    EXPECT_EQ(st.attention, 2);
+    std::map<std::string, int> ops;
+    for (NodeId id : order) ops[f.node(id).domain + ":" + f.node(id).op_type]++;
+    EXPECT_EQ(ops, (std::map<std::string, int>{{"oases.device:Attention", 1}, {"oases.device:AttentionGrad", 1}, {":Reshape", 2}}));
+    std::map<std::string, Tensor> feeds;
+    uint32_t seed = 3;
+    for (auto [name, shape] : std::vector<std::pair<std::string, Shape>>{{"x", {k.B, k.T, (k.H + 2 * k.Hkv) * k.D}}, {"dy", {k.B, k.T, k.H * k.D}}}) {
+      Tensor x(DType::kF32, shape);
+      for (int64_t i = 0; i < x.numel(); ++i) {
+        seed = seed * 1664525u + 1013904223u;
+        x.mutable_data<float>()[i] = static_cast<float>(seed >> 8) / 8388608.f - 1.f;
+      }
+      feeds[name] = x;
+    }
+    ::setenv("OASES_NO_FUSION", "1", 1);
+    auto ref = Executor::create(a.g, ExecOptions{});
+    auto fused = Executor::create(f, ExecOptions{});
+    ::unsetenv("OASES_NO_FUSION");
+    ASSERT_TRUE(ref) << ref.status().message();
+    ASSERT_TRUE(fused) << fused.status().message();
+    ASSERT_TRUE((*ref)->execute(feeds).is_ok());
+    Status run = (*fused)->execute(feeds);
+    ASSERT_TRUE(run.is_ok()) << run.message();
+    for (ValueId v : {a.y, a.dx}) {
+      Tensor p = (*ref)->read(v), q = (*fused)->read(v);
+      ASSERT_EQ(p.shape(), q.shape());
+      double worst = 0, scale = 0;
+      for (int64_t i = 0; i < p.numel(); ++i) {
+        worst = std::max(worst, std::abs(static_cast<double>(p.data<float>()[i]) - q.data<float>()[i]));
+        scale = std::max(scale, std::abs(static_cast<double>(p.data<float>()[i])));
+      }
+      EXPECT_GT(scale, 0.01) << "'" << a.g.value(v).name << "' is all but zero: the test would check nothing";
+      EXPECT_LE(worst, 1e-6 * scale) << "'" << a.g.value(v).name << "' differs by " << worst;
+    }
   }
 }
 
