@@ -265,6 +265,41 @@ __global__ void fill_kernel(B* dst, int64_t n, B v) {
   }
 }
 
+// Casts among float32, float16 and bfloat16 with 16-byte loads and stores, 8 elements a thread
+// (the mixed-precision parameters to 16 bits and their gradients back: a scalar kernel with 2-byte
+// stores moved them at about half the memory's speed); the conversions are cast_kernel's, so the
+// bits are the same. x and y start on 16 bytes; the last n % 8 elements go one by one.
+template <class F, class T>
+__global__ void cast_vec8_kernel(const F* x, T* y, int64_t n) {
+  static_assert(sizeof(F) * 8 % 16 == 0 && sizeof(T) * 8 % 16 == 0, "8 elements are whole 16-byte vectors");
+  constexpr int kIn = static_cast<int>(sizeof(F) * 8 / 16), kOut = static_cast<int>(sizeof(T) * 8 / 16);
+  const int64_t nv = n / 8;
+  for (int64_t v = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; v < nv; v += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    uint4 in[kIn], out[kOut];
+#pragma unroll
+    for (int j = 0; j < kIn; ++j) in[j] = reinterpret_cast<const uint4*>(x + v * 8)[j];
+    const F* xs = reinterpret_cast<const F*>(in);
+    T* ys = reinterpret_cast<T*>(out);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      if constexpr (std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16>) {
+        ys[j] = from_float<T>(static_cast<float>(load(xs, j)));
+      } else {
+        ys[j] = static_cast<T>(load(xs, j));
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < kOut; ++j) reinterpret_cast<uint4*>(y + v * 8)[j] = out[j];
+  }
+  for (int64_t i = nv * 8 + static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    if constexpr (std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16>) {
+      y[i] = from_float<T>(static_cast<float>(load(x, i)));
+    } else {
+      y[i] = static_cast<T>(load(x, i));
+    }
+  }
+}
+
 template <class F, class T>
 __global__ void cast_kernel(const F* x, T* y, int64_t n) {
   OASES_GRID_STRIDE(i, n) {
@@ -346,6 +381,19 @@ void cast(Elem from, Elem to, const void* x, void* y, int64_t n, cudaStream_t s)
   if (n <= 0) return;
   if (from == to) {
     copy_bytes(x, y, static_cast<size_t>(n) * elem_size(from), s);
+    return;
+  }
+  auto floating = [](Elem t) { return t == Elem::kF32 || t == Elem::kF16 || t == Elem::kBF16; };
+  if (floating(from) && floating(to) && aligned16(x) && aligned16(y)) {
+    dispatch_floating("Cast from", from, [&](auto tf) {
+      using F = typename decltype(tf)::type;
+      dispatch_floating("Cast to", to, [&](auto tt) {
+        using T = typename decltype(tt)::type;
+        cast_vec8_kernel<F, T><<<grid_for(std::max<int64_t>(1, n / 8), kThreads), kThreads, 0, s>>>(static_cast<const F*>(x),
+                                                                                                     static_cast<T*>(y), n);
+      });
+    });
+    OASES_CUDA_CHECK_LAUNCH("cast_vec8_kernel");
     return;
   }
   dispatch_numeric("Cast from", from, [&](auto tf) {

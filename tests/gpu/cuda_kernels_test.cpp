@@ -11,6 +11,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <limits>
 
@@ -543,6 +544,43 @@ TEST(CudaKernels, NormsAndGeluMatchTheCpu) {
       std::map<std::string, Tensor> feeds{{"x", ramp(t, {rows, n}, 0.3)}, {"dy", ramp(t, {rows, n}, 0.05)}};
       // bf16: each side rounds its results once; fp32: sums in another order
       EXPECT_GE(compare_devices(g, feeds, t == DType::kF32 ? 1e-4 : 1e-2), 9) << dtype_name(t) << " n " << n;
+    }
+  }
+}
+
+// Casts among float32, float16 and bfloat16 (16-byte vectors of 8 elements and a tail; the
+// mixed-precision parameters and gradients) give the CPU's bits, including values that round,
+// overflow float16 and are infinite (NaN payloads may differ between the two conversions: none).
+TEST(CudaKernels, CastsAmongFloatTypesMatchTheCpuBitForBit) {
+  REQUIRE_GPU();
+  const DType types[3] = {DType::kF32, DType::kF16, DType::kBF16};
+  for (DType from : types) {
+    for (DType to : types) {
+      if (from == to) continue;
+      for (int64_t n : {int64_t(8), int64_t(1037), int64_t(65536 + 5)}) {
+        Graph g;
+        ValueId x = g.add_input("x", from, {n});
+        ValueId y = g.add_value("y", to, {n}, true);
+        g.add_node("Cast", {x}, {y}, AttrMap{{"to", Attribute::of_int(dtype_to_onnx(to))}}, "cast");
+        g.set_outputs({y});
+        Tensor xs(from, {n});
+        for (int64_t i = 0; i < n; ++i) {
+          double v = (i % 97 == 0) ? 70000.0 * ((i % 2) ? 1 : -1) : 0.001 * static_cast<double>((i * 7919) % 20011) - 10.0;
+          if (i % 1001 == 500) v = std::numeric_limits<double>::infinity();
+          store_from_double(xs.raw_mutable(), from, i, v);
+        }
+        ExecOptions cpu, gpu;
+        gpu.device = "cuda";
+        auto a = Executor::create(g, cpu);
+        auto b = Executor::create(g, gpu);
+        ASSERT_TRUE(a && b);
+        ASSERT_TRUE((*a)->execute({{"x", xs}}).is_ok());
+        Status sb = (*b)->execute({{"x", xs}});
+        ASSERT_TRUE(sb.is_ok()) << sb.message();
+        Tensor p = (*a)->read(y), q = (*b)->read(y);
+        ASSERT_EQ(p.nbytes(), q.nbytes());
+        EXPECT_EQ(std::memcmp(p.raw(), q.raw(), p.nbytes()), 0) << dtype_name(from) << " -> " << dtype_name(to) << ", n " << n;
+      }
     }
   }
 }
