@@ -91,16 +91,24 @@ void register_fused_ops(OpRegistry& r) {
   }
   // oases.Attention's and oases.AttentionGrad's costs (graph/ops/attention.cpp, grad_ops.cpp) from
   // the dims attribute: per score, 2D + 2Dv + 5 flops forward; the backward recomputes q·kᵀ, then
-  // dV, dP, dQ, dK
+  // dV, dP, dQ, dK. Bytes: the tensors read and written, not the sources they lie in (q, k and v
+  // may be three views of one fused projection), plus the mask and lse.
   auto attention_cost = [](bool backward) {
     return [backward](const Graph& g, const Node& n) {
       std::vector<int64_t> d = n.attrs.get_ints("dims");
       if (d.size() != 7) return OpCost{0, io_bytes(g, n)};
       const double D = static_cast<double>(d[5]), Dv = static_cast<double>(d[6]);
-      double flops = static_cast<double>(d[0] * d[1]) * static_cast<double>(d[3] * d[4]) *
-                     (backward ? 6.0 * D + 4.0 * Dv + 8.0 : 2.0 * D + 2.0 * Dv + 5.0);
+      const double queries = static_cast<double>(d[0] * d[1] * d[3]), keys = static_cast<double>(d[0] * d[2] * d[4]);
+      double flops = queries * static_cast<double>(d[4]) * (backward ? 6.0 * D + 4.0 * Dv + 8.0 : 2.0 * D + 2.0 * Dv + 5.0);
       if (n.attrs.get_int("causal", 0)) flops *= 0.5;
-      return OpCost{flops, io_bytes(g, n)};
+      const int q_slot = backward ? 1 : 0, mask_slot = backward ? 6 : 3;
+      const double es = static_cast<double>(dtype_size(g.value(n.inputs[static_cast<size_t>(q_slot)]).dtype));
+      // q, k, v, O (and dO); the backward pass writes dq, dk, dv as well
+      double elems = queries * D + keys * (D + Dv) + queries * Dv;
+      if (backward) elems += queries * Dv + queries * D + keys * (D + Dv);
+      double bytes = elems * es + queries * 4.0;  // and lse
+      if (n.has_input(mask_slot)) bytes += static_cast<double>(g.value(n.inputs[static_cast<size_t>(mask_slot)]).nbytes());
+      return OpCost{flops, bytes};
     };
   };
   auto check_layouts = [](InferContext& c, std::initializer_list<const char*> four, std::initializer_list<const char*> three) {
