@@ -59,6 +59,12 @@ Expected<MultiTensorTables> multi_tensor_tables(DeviceBuffers& mem, const std::v
   tt.tensors = static_cast<int32_t>(numel.size());
   tt.blocks = static_cast<int32_t>(plan.block_tensor.size());
   tt.chunk = plan.chunk;
+  // float4 paths: every tensor on 16 bytes (the accumulators are: 256-byte offsets in one
+  // allocation) and blocks that start on multiples of 4 elements
+  auto on16 = [](const void* p) { return p == nullptr || reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  bool aligned = plan.chunk % 4 == 0;
+  for (size_t i = 0; i < numel.size(); ++i) aligned = aligned && on16(param[i]) && on16(grad[i]) && on16(m[i]) && on16(v[i]);
+  tt.aligned16 = aligned ? 1 : 0;
   return tt;
 }
 

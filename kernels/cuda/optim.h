@@ -37,7 +37,10 @@ struct MultiTensorTables {
   const int64_t* block_start = nullptr;   // [blocks]
   const int32_t* first_block = nullptr;   // [tensors + 1] first block of each tensor
   int32_t tensors = 0, blocks = 0;
-  int64_t chunk = 0;  // elements per block
+  int64_t chunk = 0;  // elements per block (a multiple of 4)
+  // 1: every param, grad, m and v (and acc) starts on 16 bytes, so the kernels move float4s
+  // (the tail of a tensor whose size is not a multiple of 4 goes element by element)
+  int32_t aligned16 = 0;
 };
 
 // What the host decides for one step, written to device memory before the step's launches.

@@ -624,7 +624,9 @@ TEST(CudaCoverage, StridedAttentionMatchesTheTransposes) {
       EXPECT_EQ(count(f, "", "Concat"), count(g, "", "Concat") - layers);
       for (NodeId id : f.nodes()) {
         const Node& n = f.node(id);
-        if (n.domain == "oases.device" && n.op_type == "AttentionGrad") EXPECT_EQ(n.attrs.get_ints("packed_shape").size(), 3u) << n.describe();
+        if (n.domain == "oases.device" && n.op_type == "AttentionGrad") {
+          EXPECT_EQ(n.attrs.get_ints("packed_shape").size(), 3u) << n.describe();
+        }
       }
     }
     ASSERT_TRUE(f.validate().is_ok()) << f.validate().message();
@@ -637,7 +639,9 @@ TEST(CudaCoverage, StridedAttentionMatchesTheTransposes) {
       Status inf = find_schema(f.node(id))->infer(ic);
       ASSERT_TRUE(inf.is_ok()) << inf.message();
       for (size_t i = 0; i < before.size(); ++i) {
-        if (f.node(id).outputs[i] != kNoId) EXPECT_EQ(f.value(f.node(id).outputs[i]).shape, before[i]) << f.node(id).describe();
+        if (f.node(id).outputs[i] != kNoId) {
+          EXPECT_EQ(f.value(f.node(id).outputs[i]).shape, before[i]) << f.node(id).describe();
+        }
       }
     }
     ::setenv("OASES_NO_FUSION", "1", 1);
