@@ -1,5 +1,6 @@
 // Multi-tensor optimizer kernels (contract and math in optim.h). Every kernel is one launch over
-// the block table, moving float4s where every tensor lies on 16 bytes (MultiTensorTables::aligned16); element arithmetic uses the round-to-nearest intrinsics so nvcc cannot fuse a
+// the block table, moving float4s where every tensor lies on 16 bytes (MultiTensorTables::
+// aligned16); element arithmetic uses the round-to-nearest intrinsics so nvcc cannot fuse a
 // multiply-add the CPU does not fuse.
 #include <cmath>
 
