@@ -74,8 +74,9 @@ TEST(ElementwisePaths, TransposesWithAndWithoutWideElements) {
   }
 }
 
-// Sums over leading axes with the kept axes contiguous (bias gradients: the column kernel) and
-// over other axes (the general kernels), against the CPU within fp32 rounding of the sums.
+// Sums over leading axes with the kept axes contiguous (bias gradients: the column kernel, with
+// 16-byte loads where the columns allow, and element by element for 1003 columns) and over other
+// axes (the general kernels), against the CPU within fp32 rounding of the sums.
 TEST(ElementwisePaths, ReductionsOverLeadingAxes) {
   REQUIRE_GPU();
   struct Case {
@@ -85,7 +86,8 @@ TEST(ElementwisePaths, ReductionsOverLeadingAxes) {
   };
   for (DType t : {DType::kF32, DType::kBF16}) {
     for (const Case& c : {Case{{3, 333, 1000}, {0, 1}, "ReduceSum"}, Case{{8192, 64}, {0}, "ReduceSum"}, Case{{70, 4096}, {0}, "ReduceMean"},
-                          Case{{5, 7, 9}, {0, 1}, "ReduceSum"}, Case{{64, 3, 100}, {0, 2}, "ReduceSum"}}) {
+                          Case{{5, 7, 9}, {0, 1}, "ReduceSum"}, Case{{64, 3, 100}, {0, 2}, "ReduceSum"},
+                          Case{{2, 100, 1003}, {0, 1}, "ReduceSum"}, Case{{4, 512, 3072}, {0, 1}, "ReduceSum"}}) {
       Graph g;
       ValueId x = g.add_input("x", t, c.shape);
       Shape out;
