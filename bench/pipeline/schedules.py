@@ -8,12 +8,14 @@ For 1f1b, 1f1b with 2 virtual stages a rank (interleaved, --virtual-stages 2) an
   * predicted: oases-plan's pipeline simulator for the same pipeline (--reference-pipeline), op
     times from oases-profile on this machine, and its bubble;
   * memory: the largest stage arena (--memory-report) of each schedule;
+  * the step ratios from --rounds untraced runs taking the schedules in turn (median over rounds of
+    each round's ratio to 1f1b): one run after the other, the machine's drift decided them;
 then the optimizer state a rank holds at pp 2 x dp 2 with and without --zero 1.
 
 Ranks share this machine's cores: a stage's idle time is another's compute time here, so the
 measured bubble is what the ranks' own threads left idle, not what idle GPUs would show.
 
-  /usr/bin/python3 bench/pipeline/schedules.py [--bin build/bin] [--steps 8] [--link bw=1.25,latency=50] [--json out.json]
+  /usr/bin/python3 bench/pipeline/schedules.py [--bin build/bin] [--steps 8] [--rounds 3] [--link bw=1.25,latency=50] [--json out.json]
 """
 import argparse
 import json
@@ -65,6 +67,8 @@ def main():
     ap.add_argument("--pp", type=int, default=4, help="stages, one thread rank and one emulated host each")
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--link", default="bw=1.25,latency=50")
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="untraced runs of each schedule, in turn (1f1b, V=2, zb-h1, 1f1b, ...): the step ratios from them")
     ap.add_argument("--json", default="")
     a = ap.parse_args()
     if a.steps < 2:
@@ -101,17 +105,42 @@ def main():
         m = re.search(r"^  reference\s+step\s+([0-9.]+) ms\s+\(bubble (\d+)%\)", ptext, re.M)
         rows.append(dict(schedule=name, measured_ms=step, bubble=bubble, predicted_ms=float(m.group(1)) if m else float("nan"),
                          predicted_bubble=int(m.group(2)) / 100 if m else float("nan"), largest_arena_kib=max(arenas) if arenas else 0))
-    print(f"\n{'schedule':10} {'measured':>9} {'bubble':>7} {'predicted':>10} {'bubble':>7} {'largest arena':>14}")
+    # The step, untraced, in rounds that take the schedules in turn: this machine's speed drifts
+    # over a minute by more than the schedules differ, so each round's ratios compare runs made
+    # side by side, and the medians over rounds are reported (a traced run is also slower).
+    untraced = {r["schedule"]: [] for r in rows}
+    for _ in range(max(0, a.rounds)):
+        for sched, v in [("1f1b", 1), ("1f1b", 2), ("zb-h1", 1)]:
+            name = sched if v == 1 else f"{sched} V={v}"
+            out = run([os.path.join(a.bin, "oases-train"), model, "--synthetic", "--batch", str(a.batch), "--seq", str(a.seq), "--steps",
+                       str(a.steps), "--local-ranks", str(a.pp), "--pp", str(a.pp), "--micro-batches", str(a.micro), "--pipeline", sched,
+                       "--virtual-stages", str(v), "--hosts", str(a.pp), "--emulate-link", a.link])
+            steps = [float(x) for x in re.findall(r"([0-9.]+) ms/step", out)][1:]  # the first step left out
+            if not steps:
+                sys.exit(f"schedules: no 'ms/step' in the progress lines of {name}")
+            untraced[name].append(statistics.median(steps))
     for r in rows:
+        r["untraced_ms"] = untraced[r["schedule"]]
+    print(f"\n{'schedule':10} {'measured':>9} {'bubble':>7} {'predicted':>10} {'bubble':>7} {'largest arena':>14}  untraced (rounds)")
+    for r in rows:
+        rounds = ", ".join(f"{x:.0f}" for x in r["untraced_ms"])
         print(f"{r['schedule']:10} {r['measured_ms']:8.1f}  {100 * r['bubble']:5.1f}%  {r['predicted_ms']:9.1f}  {100 * r['predicted_bubble']:5.0f}%"
-              f"  {r['largest_arena_kib']:10.0f} KiB")
+              f"  {r['largest_arena_kib']:10.0f} KiB  {rounds}")
     one, v2, zb = rows
-    print(f"1f1b V=2 / 1f1b: step {v2['measured_ms'] / one['measured_ms']:.2f}x, bubble {v2['bubble'] / one['bubble']:.2f}x measured "
-          f"({v2['predicted_ms'] / one['predicted_ms']:.2f}x, {v2['predicted_bubble'] / one['predicted_bubble']:.2f}x predicted), largest arena "
-          f"{v2['largest_arena_kib'] / one['largest_arena_kib']:.2f}x")
-    print(f"zb-h1 / 1f1b: step {zb['measured_ms'] / one['measured_ms']:.2f}x, bubble {zb['bubble'] / one['bubble']:.2f}x measured "
-          f"({zb['predicted_bubble'] / one['predicted_bubble']:.2f}x predicted), largest arena "
-          f"{zb['largest_arena_kib'] / one['largest_arena_kib']:.2f}x")
+
+    def step_ratio(x):
+        """Median over rounds of x's untraced step / 1f1b's in the same round (else the traced steps' ratio)."""
+        if x["untraced_ms"]:
+            per = [p / q for p, q in zip(x["untraced_ms"], one["untraced_ms"])]
+            return statistics.median(per), f" (rounds {', '.join(f'{p:.2f}' for p in per)})"
+        return x["measured_ms"] / one["measured_ms"], " (traced)"
+
+    for x, label in ((v2, "1f1b V=2"), (zb, "zb-h1")):
+        ratio, detail = step_ratio(x)
+        x["step_ratio"] = ratio
+        print(f"{label} / 1f1b: step {ratio:.2f}x{detail}, bubble {x['bubble'] / one['bubble']:.2f}x measured "
+              f"({x['predicted_ms'] / one['predicted_ms']:.2f}x, {x['predicted_bubble'] / one['predicted_bubble']:.2f}x predicted), "
+              f"largest arena {x['largest_arena_kib'] / one['largest_arena_kib']:.2f}x")
     # the distributed optimizer's saving at pp 2 x dp 2
     zero = {}
     for z in (0, 1):
