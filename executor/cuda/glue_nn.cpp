@@ -252,64 +252,84 @@ class ContiguousCopies {
   std::vector<Result> results_;
 };
 
-// Forward attention: cuDNN's fused kernels where they take the call (strides and all), else the
-// batched products where they apply, else the own kernels (both on contiguous copies of a strided
-// call's tensors).
+// One attention call's way down its paths: cuDNN's fused kernels where they take it (strides and
+// all; `cudnn` runs them and says whether they did), else the batched products where they apply,
+// else the own kernels, both on the contiguous copies of a strided call's q, k, v (`q`, `k`, `v`).
+struct AttentionPaths {
+  AttentionPaths(CudaContext& ctx, const AttentionDesc& desc, Elem type, const char* which)
+      : c(ctx), d(desc), t(type), pass(which), cp(ctx, desc, type), cd(cp.desc()) {}
+  CudaContext& c;
+  const AttentionDesc& d;
+  Elem t;
+  const char* pass;  // "forward" or "backward", for --verbose
+  std::string choice = attention_choice(), why;
+  ContiguousCopies cp;
+  AttentionDesc cd;
+  const void *q = nullptr, *k = nullptr, *v = nullptr;
+
+  template <class RunCudnn>
+  bool cudnn_ran(RunCudnn&& run) {
+    why = cudnn_attention_skipped(c, choice);
+    auto scratch = [this](size_t bytes) { return c.scratch(bytes); };
+    if (!why.empty() || !run(scratch, &why)) return false;
+    note_attention(pass, why.empty() ? "cuDNN fused attention" : "cuDNN fused attention, " + why, "");
+    return true;
+  }
+  void copy_qkv(const void* q0, const void* k0, const void* v0) {
+    const AttentionStrides& cs = cp.contiguous();
+    q = cp.in(q0, d.st.q, cs.q, d.heads, d.tq, d.d);
+    k = cp.in(k0, d.st.k, cs.k, d.kv_heads, d.tk, d.d);
+    v = cp.in(v0, d.st.v, cs.v, d.kv_heads, d.tk, d.dv);
+  }
+  // true: the batched products (else the own kernels), noted for --verbose
+  bool gemm() {
+    bool g = use_attention_gemm(c, cd, t, choice);
+    note_attention(pass, std::string(g ? "batched products" : "own kernels") + (d.strided ? " on contiguous copies" : ""), why);
+    return g;
+  }
+};
+
 void attention_forward_call(CudaContext& c, const AttentionDesc& d, Elem t, const void* q, const void* k, const void* v, void* out,
                             float* lse) {
-  std::string choice = attention_choice(), why = cudnn_attention_skipped(c, choice);
-  auto scratch = [&c](size_t bytes) { return c.scratch(bytes); };
-  if (why.empty() && cudnn_attention_forward(c.cudnn, d, t, q, k, v, out, lse, scratch, c.stream, &why)) {
-    note_attention("forward", why.empty() ? "cuDNN fused attention" : "cuDNN fused attention, " + why, "");
+  AttentionPaths p(c, d, t, "forward");
+  if (p.cudnn_ran([&](const ScratchFn& scratch, std::string* why) {
+        return cudnn_attention_forward(c.cudnn, d, t, q, k, v, out, lse, scratch, c.stream, why);
+      })) {
     return;
   }
-  ContiguousCopies cp(c, d, t);
-  const AttentionStrides& cs = cp.contiguous();
-  const AttentionDesc cd = cp.desc();
-  const char* copies = d.strided ? " on contiguous copies" : "";
-  const void* cq = cp.in(q, d.st.q, cs.q, d.heads, d.tq, d.d);
-  const void* ck = cp.in(k, d.st.k, cs.k, d.kv_heads, d.tk, d.d);
-  const void* cv = cp.in(v, d.st.v, cs.v, d.kv_heads, d.tk, d.dv);
-  void* co = cp.out(out, d.st.o, cs.o, d.heads, d.tq, d.dv);
-  if (use_attention_gemm(c, cd, t, choice)) {
-    note_attention("forward", std::string("batched products") + copies, why);
-    attention_gemm_forward(*c.blas, cd, t, cq, ck, cv, co, lse, c.scratch(attention_gemm_scratch_bytes(cd, t, false)));
+  p.copy_qkv(q, k, v);
+  const AttentionStrides& cs = p.cp.contiguous();
+  void* co = p.cp.out(out, d.st.o, cs.o, d.heads, d.tq, d.dv);
+  if (p.gemm()) {
+    attention_gemm_forward(*c.blas, p.cd, t, p.q, p.k, p.v, co, lse, c.scratch(attention_gemm_scratch_bytes(p.cd, t, false)));
   } else {
-    note_attention("forward", std::string("own kernels") + copies, why);
-    attention_forward(cd, t, cq, ck, cv, co, lse, c.stream);
+    attention_forward(p.cd, t, p.q, p.k, p.v, co, lse, c.stream);
   }
-  cp.finish();
+  p.cp.finish();
 }
 
-// Backward attention: the same three paths.
 void attention_backward_call(CudaContext& c, const AttentionDesc& d, Elem t, const void* dout, const void* q, const void* k, const void* v,
                              const void* out, const float* lse, void* dq, void* dk, void* dv) {
-  std::string choice = attention_choice(), why = cudnn_attention_skipped(c, choice);
-  auto scratch = [&c](size_t bytes) { return c.scratch(bytes); };
-  if (why.empty() && cudnn_attention_backward(c.cudnn, d, t, dout, q, k, v, out, lse, dq, dk, dv, scratch, c.stream, &why)) {
-    note_attention("backward", why.empty() ? "cuDNN fused attention" : "cuDNN fused attention, " + why, "");
+  AttentionPaths p(c, d, t, "backward");
+  if (p.cudnn_ran([&](const ScratchFn& scratch, std::string* why) {
+        return cudnn_attention_backward(c.cudnn, d, t, dout, q, k, v, out, lse, dq, dk, dv, scratch, c.stream, why);
+      })) {
     return;
   }
-  ContiguousCopies cp(c, d, t);
-  const AttentionStrides& cs = cp.contiguous();
-  const AttentionDesc cd = cp.desc();
-  const char* copies = d.strided ? " on contiguous copies" : "";
-  const void* cdo = cp.in(dout, d.st.dout, cs.dout, d.heads, d.tq, d.dv);
-  const void* cq = cp.in(q, d.st.q, cs.q, d.heads, d.tq, d.d);
-  const void* ck = cp.in(k, d.st.k, cs.k, d.kv_heads, d.tk, d.d);
-  const void* cv = cp.in(v, d.st.v, cs.v, d.kv_heads, d.tk, d.dv);
-  const void* co = cp.in(out, d.st.o, cs.o, d.heads, d.tq, d.dv);
-  void* cdq = cp.out(dq, d.st.dq, cs.dq, d.heads, d.tq, d.d);
-  void* cdk = cp.out(dk, d.st.dk, cs.dk, d.kv_heads, d.tk, d.d);
-  void* cdv = cp.out(dv, d.st.dv, cs.dv, d.kv_heads, d.tk, d.dv);
-  if (use_attention_gemm(c, cd, t, choice)) {
-    note_attention("backward", std::string("batched products") + copies, why);
-    attention_gemm_backward(*c.blas, cd, t, cdo, cq, ck, cv, co, lse, cdq, cdk, cdv, c.scratch(attention_gemm_scratch_bytes(cd, t, true)));
+  p.copy_qkv(q, k, v);
+  const AttentionStrides& cs = p.cp.contiguous();
+  const void* cdo = p.cp.in(dout, d.st.dout, cs.dout, d.heads, d.tq, d.dv);
+  const void* co = p.cp.in(out, d.st.o, cs.o, d.heads, d.tq, d.dv);
+  void* cdq = p.cp.out(dq, d.st.dq, cs.dq, d.heads, d.tq, d.d);
+  void* cdk = p.cp.out(dk, d.st.dk, cs.dk, d.kv_heads, d.tk, d.d);
+  void* cdv = p.cp.out(dv, d.st.dv, cs.dv, d.kv_heads, d.tk, d.dv);
+  if (p.gemm()) {
+    attention_gemm_backward(*c.blas, p.cd, t, cdo, p.q, p.k, p.v, co, lse, cdq, cdk, cdv,
+                            c.scratch(attention_gemm_scratch_bytes(p.cd, t, true)));
   } else {
-    note_attention("backward", std::string("own kernels") + copies, why);
-    attention_backward(cd, t, cdo, cq, ck, cv, co, lse, cdq, cdk, cdv, c.scratch_floats(attention_scratch_floats(cd)), c.stream);
+    attention_backward(p.cd, t, cdo, p.q, p.k, p.v, co, lse, cdq, cdk, cdv, c.scratch_floats(attention_scratch_floats(p.cd)), c.stream);
   }
-  cp.finish();
+  p.cp.finish();
 }
 
 LossDesc loss_desc(CudaContext& c, int scores_slot) {

@@ -333,15 +333,19 @@ class Fuser {
     }
     if (through.empty() && ot == kNoId && !backward_changed) return;
     const std::vector<int64_t> dims{B, H, Hkv, Tq, Tk, D, Dv};
-    // the forward node
-    {
-      Node old = g_.node(id);
-      AttrMap at = old.attrs;
+    // both nodes: the dims and where q, k, v and the output lie
+    auto shared = [&](AttrMap at) {
       at.set("dims", Attribute::of_ints(dims));
       at.set("q_layout", Attribute::of_ints(layouts[0]));
       at.set("k_layout", Attribute::of_ints(layouts[1]));
       at.set("v_layout", Attribute::of_ints(layouts[2]));
       at.set("o_layout", Attribute::of_ints(o_layout));
+      return at;
+    };
+    // the forward node
+    {
+      Node old = g_.node(id);
+      AttrMap at = shared(old.attrs);
       std::vector<ValueId> ins{srcs[0], srcs[1], srcs[2]};
       if (mask != kNoId) ins.push_back(mask);
       std::vector<ValueId> outs = old.outputs;
@@ -353,12 +357,7 @@ class Fuser {
     stats_.attention++;
     if (gid == kNoId) return;
     Node old = g_.node(gid);
-    AttrMap at = old.attrs;
-    at.set("dims", Attribute::of_ints(dims));
-    at.set("q_layout", Attribute::of_ints(layouts[0]));
-    at.set("k_layout", Attribute::of_ints(layouts[1]));
-    at.set("v_layout", Attribute::of_ints(layouts[2]));
-    at.set("o_layout", Attribute::of_ints(o_layout));
+    AttrMap at = shared(old.attrs);
     at.set("dout_layout", Attribute::of_ints(dout_layout));
     at.set("dq_layout", Attribute::of_ints(grad_layouts[0]));
     at.set("dk_layout", Attribute::of_ints(grad_layouts[1]));

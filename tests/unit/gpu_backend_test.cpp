@@ -484,6 +484,37 @@ TEST(CudaCoverage, CommittedModelsTrainWithCudaKernelsOnly) {
   EXPECT_GT(models, 3);
 }
 
+// g and its fused copy f, each run by the CPU kernels as it stands (the executor's own fusion off)
+// on `feeds`; null executors (with the failure reported) when either cannot be made or run.
+struct RunPair {
+  std::unique_ptr<Executor> ref, fused;
+};
+RunPair run_unfused_and_fused(const Graph& g, const Graph& f, const std::map<std::string, Tensor>& feeds) {
+  ::setenv("OASES_NO_FUSION", "1", 1);
+  auto ref = Executor::create(g, ExecOptions{});
+  auto fused = Executor::create(f, ExecOptions{});
+  ::unsetenv("OASES_NO_FUSION");
+  EXPECT_TRUE(ref) << ref.status().message();
+  EXPECT_TRUE(fused) << fused.status().message();
+  if (!ref || !fused) return {};
+  Status a = (*ref)->execute(feeds), b = (*fused)->execute(feeds);
+  EXPECT_TRUE(a.is_ok()) << a.message();
+  EXPECT_TRUE(b.is_ok()) << b.message();
+  if (!a.is_ok() || !b.is_ok()) return {};
+  return RunPair{std::move(*ref), std::move(*fused)};
+}
+
+// The largest |p - q| over two float32 tensors; *scale receives the largest |p|.
+double max_abs_diff(const Tensor& p, const Tensor& q, double* scale) {
+  double worst = 0;
+  *scale = 0;
+  for (int64_t i = 0; i < p.numel(); ++i) {
+    worst = std::max(worst, std::abs(static_cast<double>(p.data<float>()[i]) - q.data<float>()[i]));
+    *scale = std::max(*scale, std::abs(static_cast<double>(p.data<float>()[i])));
+  }
+  return worst;
+}
+
 // The CPU executor's fusion (oases.cpu ops, in-place outputs) is for the CPU kernels only: a
 // program compiled for the GPU keeps the canonical graph and a plan without in-place outputs.
 // A device program gets the products' fusion (oases.device.FusedMatMul: cuBLASLt epilogues) and,
@@ -564,20 +595,14 @@ TEST(CudaCoverage, FusedLossMatchesTheCastsBitForBit) {
     for (int64_t i = 0; i < xs.numel(); ++i) store_from_double(xs.raw_mutable(), half, i, 0.37 * static_cast<double>((i * 29) % 17) - 2.5);
     feeds["x"] = xs;
     feeds["labels"] = ls;
-    ::setenv("OASES_NO_FUSION", "1", 1);
-    auto ref = Executor::create(g, ExecOptions{});
-    auto fused = Executor::create(f, ExecOptions{});
-    ::unsetenv("OASES_NO_FUSION");
-    ASSERT_TRUE(ref) << ref.status().message();
-    ASSERT_TRUE(fused) << fused.status().message();
-    ASSERT_TRUE((*ref)->execute(feeds).is_ok());
-    ASSERT_TRUE((*fused)->execute(feeds).is_ok());
+    RunPair r = run_unfused_and_fused(g, f, feeds);
+    ASSERT_TRUE(r.ref && r.fused);
     for (ValueId v : {loss, d16}) {
-      Tensor p = (*ref)->read(v), q = (*fused)->read(v);
+      Tensor p = r.ref->read(v), q = r.fused->read(v);
       ASSERT_EQ(p.nbytes(), q.nbytes());
       EXPECT_EQ(std::memcmp(p.raw(), q.raw(), p.nbytes()), 0) << dtype_name(half) << ": '" << g.value(v).name << "' differs";
     }
-    EXPECT_GT(std::abs(load_as_double((*ref)->read(loss).raw(), DType::kF32, 0)), 0.1) << "a loss that checks something";
+    EXPECT_GT(std::abs(load_as_double(r.ref->read(loss).raw(), DType::kF32, 0)), 0.1) << "a loss that checks something";
   }
 }
 
@@ -644,25 +669,14 @@ TEST(CudaCoverage, StridedAttentionMatchesTheTransposes) {
         }
       }
     }
-    ::setenv("OASES_NO_FUSION", "1", 1);
-    auto ref = Executor::create(g, ExecOptions{});
-    auto fused = Executor::create(f, ExecOptions{});
-    ::unsetenv("OASES_NO_FUSION");
-    ASSERT_TRUE(ref) << ref.status().message();
-    ASSERT_TRUE(fused) << fused.status().message();
-    ASSERT_TRUE((*ref)->execute(m.feeds).is_ok());
-    Status run = (*fused)->execute(m.feeds);
-    ASSERT_TRUE(run.is_ok()) << run.message();
+    RunPair r = run_unfused_and_fused(g, f, m.feeds);
+    ASSERT_TRUE(r.ref && r.fused);
     int compared = 0;
     for (ValueId v : g.outputs()) {
-      Tensor p = (*ref)->read(v), q = (*fused)->read(v);
+      Tensor p = r.ref->read(v), q = r.fused->read(v);
       ASSERT_EQ(p.shape(), q.shape()) << g.value(v).name;
       if (p.dtype() != DType::kF32) continue;
-      double worst = 0, scale = 0;
-      for (int64_t i = 0; i < p.numel(); ++i) {
-        worst = std::max(worst, std::abs(static_cast<double>(p.data<float>()[i]) - q.data<float>()[i]));
-        scale = std::max(scale, std::abs(static_cast<double>(p.data<float>()[i])));
-      }
+      double scale = 0, worst = max_abs_diff(p, q, &scale);
       EXPECT_LE(worst, 1e-5 * std::max(scale, 1e-3)) << "'" << g.value(v).name << "' differs by " << worst << " (largest " << scale << ")";
       ++compared;
     }
@@ -697,23 +711,12 @@ TEST(CudaCoverage, StridedAttentionOverAFusedQkv) {
       }
       feeds[name] = x;
     }
-    ::setenv("OASES_NO_FUSION", "1", 1);
-    auto ref = Executor::create(a.g, ExecOptions{});
-    auto fused = Executor::create(f, ExecOptions{});
-    ::unsetenv("OASES_NO_FUSION");
-    ASSERT_TRUE(ref) << ref.status().message();
-    ASSERT_TRUE(fused) << fused.status().message();
-    ASSERT_TRUE((*ref)->execute(feeds).is_ok());
-    Status run = (*fused)->execute(feeds);
-    ASSERT_TRUE(run.is_ok()) << run.message();
+    RunPair r = run_unfused_and_fused(a.g, f, feeds);
+    ASSERT_TRUE(r.ref && r.fused);
     for (ValueId v : {a.y, a.dx}) {
-      Tensor p = (*ref)->read(v), q = (*fused)->read(v);
+      Tensor p = r.ref->read(v), q = r.fused->read(v);
       ASSERT_EQ(p.shape(), q.shape());
-      double worst = 0, scale = 0;
-      for (int64_t i = 0; i < p.numel(); ++i) {
-        worst = std::max(worst, std::abs(static_cast<double>(p.data<float>()[i]) - q.data<float>()[i]));
-        scale = std::max(scale, std::abs(static_cast<double>(p.data<float>()[i])));
-      }
+      double scale = 0, worst = max_abs_diff(p, q, &scale);
       EXPECT_GT(scale, 0.01) << "'" << a.g.value(v).name << "' is all but zero: the test would check nothing";
       EXPECT_LE(worst, 1e-6 * scale) << "'" << a.g.value(v).name << "' differs by " << worst;
     }
