@@ -68,10 +68,11 @@ struct AttentionArgs {
   int64_t ms[4] = {0, 0, 0, 0};
 };
 AttentionArgs attention_args(const KernelContext& c, int q_slot);
-// A strided attention's layout attribute `name` (graph/ops/fused.cpp: [offset, batch, head, time
-// strides] or [batch, head, time strides]) into strides[3]; returns the offset (0 for the
-// three-value form).
-int64_t attention_layout_attr(const KernelContext& c, const char* name, int64_t* strides);
+// A strided attention's layout attributes (graph/ops/fused.cpp: [offset, batch, head, time
+// strides], or [batch, head, time strides] for O and dO) into strides[i], i in the order q, k, v,
+// O and, with `backward`, dO, dq, dk, dv; offsets[0..2] receive q, k, v's offsets into their
+// sources and, with `backward`, offsets[3..5] dq, dk, dv's.
+void attention_layouts(const KernelContext& c, bool backward, int64_t* const strides[8], int64_t offsets[6]);
 
 // Training-mode dropout on a float32 tensor (kernels/cpu/dropout.h has the math): unpacks the key
 // node, the whole tensor's shape (attr mask_shape), the static offsets of micro-batch chunks

@@ -81,11 +81,9 @@ void register_cpu_fused(CpuKernelRegistry& r) {
   auto attention = [](KernelContext& c) {
     AttentionArgs a = attention_args(c, 0);
     k::AttentionLayout L;
-    int64_t off[3];
-    const char* names[3] = {"q_layout", "k_layout", "v_layout"};
-    int64_t* dst[3] = {L.q, L.k, L.v};
-    for (int i = 0; i < 3; ++i) off[i] = attention_layout_attr(c, names[i], dst[i]);
-    attention_layout_attr(c, "o_layout", L.o);
+    int64_t off[6];
+    int64_t* const st[8] = {L.q, L.k, L.v, L.o};
+    attention_layouts(c, false, st, off);
     float* lse = c.out.size() > 1 && c.out[1].data ? c.out[1].as<float>() : nullptr;
     dispatch_float(c, c.in[0].dtype, [&]<class T>() {
       k::attention<T>(a.shape, c.in[0].as<T>() + off[0], c.in[1].as<T>() + off[1], c.in[2].as<T>() + off[2], a.mask, a.mask_bool, a.ms,
@@ -99,17 +97,11 @@ void register_cpu_fused(CpuKernelRegistry& r) {
   r.add(kDeviceFusedDomain, "AttentionGrad", [](KernelContext& c) {
     AttentionArgs a = attention_args(c, 1);
     k::AttentionGradLayout L;
-    int64_t off[3], goff[3];
-    const char* names[3] = {"q_layout", "k_layout", "v_layout"};
-    const char* gnames[3] = {"dq_layout", "dk_layout", "dv_layout"};
-    int64_t* dst[3] = {L.q, L.k, L.v};
-    int64_t* gdst[3] = {L.dq, L.dk, L.dv};
-    for (int i = 0; i < 3; ++i) {
-      off[i] = attention_layout_attr(c, names[i], dst[i]);
-      goff[i] = attention_layout_attr(c, gnames[i], gdst[i]);
-    }
-    attention_layout_attr(c, "o_layout", L.o);
-    attention_layout_attr(c, "dout_layout", L.dout);
+    int64_t off[6];
+    int64_t* const st[8] = {L.q, L.k, L.v, L.o, L.dout, L.dq, L.dk, L.dv};
+    attention_layouts(c, true, st, off);
+    int64_t* const gdst[3] = {L.dq, L.dk, L.dv};
+    const int64_t* goff = off + 3;
     const bool packed = !c.attrs().get_ints("packed_shape").empty();
     if (!packed && c.out.size() < 3) c.fail("expects dq, dk and dv, or one packed output");
     dispatch_float(c, c.in[1].dtype, [&]<class T>() {

@@ -166,11 +166,18 @@ AttentionArgs cpu::attention_args(const KernelContext& c, int q_slot) {
   return a;
 }
 
-int64_t cpu::attention_layout_attr(const KernelContext& c, const char* name, int64_t* strides) {
-  std::vector<int64_t> l = c.attrs().get_ints(name);
-  if (l.size() != 3 && l.size() != 4) c.fail("{} must be [offset, batch, head, time strides] or [batch, head, time strides]", name);
-  std::copy(l.end() - 3, l.end(), strides);
-  return l.size() == 4 ? l[0] : 0;
+void cpu::attention_layouts(const KernelContext& c, bool backward, int64_t* const strides[8], int64_t offsets[6]) {
+  static const char* const names[8] = {"q_layout", "k_layout", "v_layout", "o_layout", "dout_layout", "dq_layout", "dk_layout", "dv_layout"};
+  int64_t* off = offsets;
+  for (int i = 0; i < (backward ? 8 : 4); ++i) {
+    const bool with_offset = i != 3 && i != 4;  // O and dO: [batch, head, time strides]
+    std::vector<int64_t> l = c.attrs().get_ints(names[i]);
+    if (l.size() != (with_offset ? 4u : 3u)) {
+      c.fail("{} must be [{}batch, head, time strides]", names[i], with_offset ? "offset, " : "");
+    }
+    std::copy(l.end() - 3, l.end(), strides[i]);
+    if (with_offset) *off++ = l[0];
+  }
 }
 
 // The norm gradients' common part: x [rows, n] normalised over the trailing axes from `axis`,

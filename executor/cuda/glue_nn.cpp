@@ -191,20 +191,12 @@ P* at(P* p, int64_t elements, size_t es) {
 }
 
 // The strides of a strided attention's tensors from its layout attributes (graph/ops/fused.cpp);
-// off: q, k, v's offsets into their buffers; goff (backward): dq, dk, dv's into theirs.
-void set_strides(CudaContext& c, AttentionDesc* d, int64_t off[3], int64_t goff[3], bool backward) {
+// off[0..2]: q, k, v's offsets into their buffers; off[3..5] (backward): dq, dk, dv's into theirs.
+void set_strides(CudaContext& c, AttentionDesc* d, int64_t off[6], bool backward) {
   d->strided = true;
   d->st = contiguous_attention_strides(*d);
-  off[0] = cpu::attention_layout_attr(c.k, "q_layout", d->st.q);
-  off[1] = cpu::attention_layout_attr(c.k, "k_layout", d->st.k);
-  off[2] = cpu::attention_layout_attr(c.k, "v_layout", d->st.v);
-  cpu::attention_layout_attr(c.k, "o_layout", d->st.o);
-  goff[0] = goff[1] = goff[2] = 0;
-  if (!backward) return;
-  cpu::attention_layout_attr(c.k, "dout_layout", d->st.dout);
-  goff[0] = cpu::attention_layout_attr(c.k, "dq_layout", d->st.dq);
-  goff[1] = cpu::attention_layout_attr(c.k, "dk_layout", d->st.dk);
-  goff[2] = cpu::attention_layout_attr(c.k, "dv_layout", d->st.dv);
+  int64_t* const st[8] = {d->st.q, d->st.k, d->st.v, d->st.o, d->st.dout, d->st.dq, d->st.dk, d->st.dv};
+  cpu::attention_layouts(c.k, backward, st, off);
 }
 
 // The paths that read contiguous tensors only (batched products, own kernels) take a strided
@@ -522,8 +514,8 @@ void register_cuda_nn(CudaKernelRegistry& r) {
   r.add(kDeviceFusedDomain, "Attention", [](CudaContext& c) {
     AttentionDesc d = attention_desc(c, 0);
     Elem t = elem(c.in(0).dtype);
-    int64_t off[3], goff[3];
-    set_strides(c, &d, off, goff, false);
+    int64_t off[6];
+    set_strides(c, &d, off, false);
     const size_t es = elem_size(t);
     float* lse = c.has_output(1) ? c.out(1).as<float>() : nullptr;
     attention_forward_call(c, d, t, at(c.in(0).data, off[0], es), at(c.in(1).data, off[1], es), at(c.in(2).data, off[2], es), c.out(0).data,
@@ -532,8 +524,9 @@ void register_cuda_nn(CudaKernelRegistry& r) {
   r.add(kDeviceFusedDomain, "AttentionGrad", [](CudaContext& c) {
     AttentionDesc d = attention_desc(c, 1);
     Elem t = elem(c.in(1).dtype);
-    int64_t off[3], goff[3];
-    set_strides(c, &d, off, goff, true);
+    int64_t off[6];
+    set_strides(c, &d, off, true);
+    const int64_t* goff = off + 3;
     const size_t es = elem_size(t);
     const bool packed = !c.attrs().get_ints("packed_shape").empty();
     void* grads[3];

@@ -42,12 +42,7 @@ class Fuser {
       if (!device_ && g_.alive(id) && is_op(g_.node(id), "", "Add")) add_gather_grad(id);
     }
     for (NodeId id : snapshot) {
-      if (!g_.alive(id) || !is_op(g_.node(id), "oases", "Attention")) continue;
-      if (device_) {
-        attention_strided(id);
-      } else {
-        attention_in_place(id);
-      }
+      if (g_.alive(id) && is_op(g_.node(id), "oases", "Attention")) attention_strided(id);
     }
     for (NodeId id : snapshot) {
       if (device_ && g_.alive(id) && is_op(g_.node(id), "", "Cast")) loss_reads_half(id);
@@ -68,7 +63,7 @@ class Fuser {
   std::vector<NodeId>& order_;
   const std::set<ValueId>& keep_;
   const bool device_;
-  const char* domain_;  // of the fused products
+  const char* domain_;  // of the fused products and attention
   std::map<NodeId, size_t> pos_;
   FusionStats stats_;
 
@@ -86,12 +81,20 @@ class Fuser {
     }
     return true;
   }
-  // The one reader of v when it is a Transpose(0, 2, 1, 3) and v is internal; else kNoId.
+  // A Transpose(0, 2, 1, 3): attention's head transpose, [B, T, H, E] <-> [B, H, T, E].
+  static bool is_head_transpose(const Node& n) {
+    return is_op(n, "", "Transpose") && n.attrs.get_ints("perm") == std::vector<int64_t>{0, 2, 1, 3};
+  }
+  // The one reader of v when it is a head transpose and v is internal; else kNoId.
   NodeId head_transpose_reader(ValueId v) const {
-    if (v == kNoId || !single_use(v)) return kNoId;
-    NodeId t = g_.value(v).uses[0].node;
-    const Node& tn = g_.node(t);
-    return is_op(tn, "", "Transpose") && tn.attrs.get_ints("perm") == std::vector<int64_t>{0, 2, 1, 3} ? t : kNoId;
+    NodeId t = v == kNoId ? kNoId : single_reader(v, "Transpose");
+    return t != kNoId && is_head_transpose(g_.node(t)) ? t : kNoId;
+  }
+  // The one reader of v when it is an `op` node of the default domain and v is internal; else kNoId.
+  NodeId single_reader(ValueId v, const char* op) const {
+    if (!single_use(v)) return kNoId;
+    NodeId n = g_.value(v).uses[0].node;
+    return is_op(g_.node(n), "", op) ? n : kNoId;
   }
 
   // Transpose node swapping exactly the last two axes of a rank >= 2 value, or kNoId.
@@ -121,8 +124,7 @@ class Fuser {
     const Shape& s = g_.value(v).shape;
     *layout = {0, s[1] * s[2] * s[3], s[2] * s[3], s[3]};
     NodeId t = g_.producer(v);
-    if (t == kNoId || !is_op(g_.node(t), "", "Transpose") || !(readers ? read_only_by(v, *readers) : single_use(v))) return v;
-    if (g_.node(t).attrs.get_ints("perm") != std::vector<int64_t>{0, 2, 1, 3}) return v;
+    if (t == kNoId || !is_head_transpose(g_.node(t)) || !(readers ? read_only_by(v, *readers) : single_use(v))) return v;
     ValueId x = g_.node(t).inputs[0];  // [B, T, H, D]
     int64_t B = s[0], H = s[1], T = s[2], D = s[3];
     *layout = {0, T * H * D, D, H * D};
@@ -149,56 +151,10 @@ class Fuser {
     return split.inputs[0];
   }
 
-  // oases.Attention reading q, k, v where the projections left them and writing [B, T, H, Dv]
-  // for the Transpose that follows: the head transposes and the Split of a fused qkv are not run.
-  void attention_in_place(NodeId id) {
-    const Node& a = g_.node(id);
-    if (a.num_inputs() < 3 || a.outputs.empty()) return;
-    for (int s = 0; s < 3; ++s) {
-      if (g_.value(a.inputs[s]).shape.size() != 4) return;
-    }
-    const Shape &q = g_.value(a.inputs[0]).shape, &k = g_.value(a.inputs[1]).shape, &v = g_.value(a.inputs[2]).shape;
-    std::vector<ValueId> ins = a.inputs;
-    std::vector<std::vector<int64_t>> layouts(3);
-    std::vector<NodeId> through;
-    for (int s = 0; s < 3; ++s) ins[s] = trace_operand(a.inputs[s], &layouts[s], &through);
-    ValueId out = a.outputs[0];
-    std::vector<int64_t> o_layout{q[1] * q[2] * v[3], q[2] * v[3], v[3]};
-    NodeId ot = kNoId;
-    if (single_use(out)) {
-      NodeId t = g_.value(out).uses[0].node;
-      if (is_op(g_.node(t), "", "Transpose") && g_.node(t).attrs.get_ints("perm") == std::vector<int64_t>{0, 2, 1, 3}) {
-        ot = t;
-        o_layout = {q[2] * q[1] * v[3], v[3], q[1] * v[3]};
-      }
-    }
-    if (through.empty() && ot == kNoId) return;
-    AttrMap at = a.attrs;
-    at.set("dims", Attribute::of_ints({q[0], q[1], k[1], q[2], k[2], q[3], v[3]}));
-    at.set("q_layout", Attribute::of_ints(layouts[0]));
-    at.set("k_layout", Attribute::of_ints(layouts[1]));
-    at.set("v_layout", Attribute::of_ints(layouts[2]));
-    at.set("o_layout", Attribute::of_ints(o_layout));
-    std::vector<ValueId> outs = a.outputs;
-    if (ot != kNoId) {
-      outs[0] = g_.node(ot).outputs[0];
-      g_.remove_node(ot);
-    }
-    Node old = a;
-    g_.remove_node(id);
-    NodeId n = g_.add_node("Attention", ins, outs, std::move(at), old.name, kFusedDomain);
-    g_.node(n).scope = old.scope;
-    g_.node(n).phase = old.phase;
-    g_.node(n).origin = old.origin;
-    g_.node(n).chunk = old.chunk;
-    size_t p = pos_.at(id);
-    order_[p] = n;
-    pos_[n] = p;
-    stats_.attention++;
-  }
-
-  // A device program's oases.Attention and, in training, the oases.AttentionGrad that reads its
-  // output, as oases.device.Attention / AttentionGrad reading and writing through strides:
+  // oases.Attention as oases.cpu.Attention / oases.device.Attention reading and writing through
+  // strides and, in a device program's training graph, the oases.AttentionGrad that reads its
+  // output as oases.device.AttentionGrad (the CPU's backward stays: the transposed values it reads
+  // keep their transposes there):
   //   q, k, v read where the projections left them (trace_operand; the values they replace may
   //     be read by the pair only), so the head transposes and the Split of a fused qkv do not run;
   //   the output written [B, T, H, Dv] for the Transpose(0, 2, 1, 3) that followed (its only reader
@@ -217,11 +173,11 @@ class Fuser {
     }
     const ValueId out = a.outputs[0];
     const ValueId mask = a.has_input(3) ? a.inputs[3] : kNoId;
-    // the backward node of this forward node
+    // the backward node of this forward node (device programs)
     NodeId gid = kNoId;
     for (const Use& u : g_.value(out).uses) {
       const Node& n = g_.node(u.node);
-      if (!is_op(n, "oases", "AttentionGrad") || u.slot != 4 || n.num_inputs() < 6) continue;
+      if (!device_ || !is_op(n, "oases", "AttentionGrad") || u.slot != 4 || n.num_inputs() < 6) continue;
       bool same = n.inputs[1] == a.inputs[0] && n.inputs[2] == a.inputs[1] && n.inputs[3] == a.inputs[2] &&
                   (n.has_input(6) ? n.inputs[6] : kNoId) == mask && a.outputs.size() > 1 && n.inputs[5] == a.outputs[1];
       if (same && gid == kNoId) gid = u.node;
@@ -242,7 +198,7 @@ class Fuser {
       for (const Use& u : g_.value(out).uses) {
         const Node& n = g_.node(u.node);
         if (u.node == gid && u.slot == 4) continue;
-        if (is_op(n, "", "Transpose") && n.attrs.get_ints("perm") == std::vector<int64_t>{0, 2, 1, 3}) {
+        if (is_head_transpose(n)) {
           transposes.push_back(u.node);
         } else {
           others = true;
@@ -265,8 +221,7 @@ class Fuser {
       dout_src = gn.inputs[0];
       dout_layout = {H * Tq * Dv, Tq * Dv, Dv};
       NodeId dt = g_.producer(dout_src);
-      if (dt != kNoId && single_use(dout_src) && is_op(g_.node(dt), "", "Transpose") &&
-          g_.node(dt).attrs.get_ints("perm") == std::vector<int64_t>{0, 2, 1, 3}) {
+      if (dt != kNoId && single_use(dout_src) && is_head_transpose(g_.node(dt))) {
         dout_src = g_.node(dt).inputs[0];
         dout_layout = {Tq * H * Dv, Dv, H * Dv};
         backward_changed = true;
@@ -352,7 +307,7 @@ class Fuser {
       outs[0] = o_val;
       if (ot != kNoId) g_.remove_node(ot);
       g_.remove_node(id);
-      place(g_.add_node("Attention", ins, outs, std::move(at), old.name, kDeviceFusedDomain), old, id);
+      place(g_.add_node("Attention", ins, outs, std::move(at), old.name, domain_), old, id);
     }
     stats_.attention++;
     if (gid == kNoId) return;
@@ -371,13 +326,6 @@ class Fuser {
     if (dout_src != old.inputs[0] && dt != kNoId && g_.alive(dt)) g_.remove_node(dt);
     place(g_.add_node("AttentionGrad", ins, grads, std::move(at), old.name, kDeviceFusedDomain), old, gid);
     stats_.attention++;
-  }
-
-  // The one reader of v when it is an `op` node of the default domain and v is internal; else kNoId.
-  NodeId single_reader(ValueId v, const char* op) const {
-    if (!single_use(v)) return kNoId;
-    NodeId n = g_.value(v).uses[0].node;
-    return is_op(g_.node(n), "", op) ? n : kNoId;
   }
 
   // Cast(x16 → float32) read only by softmax cross-entropy and its gradient: both read the 16-bit

@@ -18,9 +18,9 @@
 namespace oases::cuda {
 
 // q [B, H, Tq, D], k [B, Hkv, Tk, D], v [B, Hkv, Tk, Dv], out [B, H, Tq, Dv], lse [B, H, Tq] (fp32),
-// all contiguous unless `strided` (then through `st`; lse is always contiguous); H a multiple of Hkv (grouped-query heads: query head h reads key/value head
-// h / (H / Hkv)). S = scale·q kᵀ + mask (+ causal limit), lse_i = ln Σ_j exp S_ij, a row that no key
-// reaches has out 0 and lse +inf. The mask (fp32 additive, or bool keep-where-1) is read through
+// all contiguous unless `strided` (then through `st`; lse is always contiguous); H a multiple of
+// Hkv (grouped-query heads: query head h reads key/value head h / (H / Hkv)). S = scale·q kᵀ + mask
+// (+ causal limit), lse_i = ln Σ_j exp S_ij, a row that no key reaches has out 0 and lse +inf. The mask (fp32 additive, or bool keep-where-1) is read through
 // element strides over [B, H, Tq, Tk] (0 where broadcast). Causal: key j > query i + (Tk − Tq) is
 // masked (the diagonal ends in the bottom-right corner when Tq != Tk).
 // Element strides (batch, head, time) of each tensor of a call, the last dim contiguous: a device
