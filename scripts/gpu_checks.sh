@@ -22,6 +22,10 @@
 #      with --no-bench or OASES_GPU_CHECKS_NO_BENCH=1; OASES_BENCH_ARGS adds options to run.sh (e.g.
 #      "--compile-scope model"); OASES_BENCH_TIMEOUT (default 330 s) bounds it, each PyTorch mode
 #      180 s (a row "timed out" past that).
+#   8. bench/pipeline/schedules.py at pp 4 x M 8 on this machine's CPU cores (thread ranks, a core or
+#      more a stage; issue 34's pipeline measurement, which CI's 2 cores cannot make): skipped with
+#      --no-bench, under 8 cores, or past OASES_PIPELINE_BENCH_AFTER seconds (default 330) into the
+#      run; OASES_PIPELINE_BENCH_TIMEOUT (default 150 s) bounds it; its JSON beside the record.
 #
 # The record: with a device, everything printed goes to DIR/YYYY-MM-DD-<short commit>.txt
 # (DIR = $OASES_GPU_RUN_DIR, default docs/gpu-runs; -2, -3, ... when taken), headed by the commit
@@ -29,7 +33,7 @@
 # GPU machine without its history, as the device tool copies it), the bundle's build commit, the date, host, device, driver, CUDA
 # runtime, cuBLAS, cuDNN, NCCL and PyTorch versions; the bench's JSON beside it (.bench.json). Each
 # section prints its seconds. Without a device nothing is recorded unless OASES_GPU_RUN_DIR is set;
-# --no-record writes none. Budget on one H100: about 3 minutes for 1-5, 4 for the bench.
+# --no-record writes none. Budget on one H100: about 3 minutes for 1-5, 4 for the bench, 2 for 8.
 #
 # Prints one line per check and a summary; exits 1 when any check fails, 0 otherwise.
 set -uo pipefail
@@ -52,6 +56,7 @@ trap 'rm -rf "$WORK"' EXIT
 T_START=$SECONDS
 # Python (and PyTorch in it) with the machine's library path, not the bundle's (env.sh keeps it in
 # OASES_HOST_LD_LIBRARY_PATH): PyTorch refuses a cuDNN older than its own found first
+PY_PLAIN=$(command -v "$PY") || PY_PLAIN=$PY  # the same Python, unwrapped: it runs the CPU tools (bench/pipeline)
 if [[ -n ${OASES_HOST_LD_LIBRARY_PATH+set} ]]; then
   printf '#!/bin/sh\nLD_LIBRARY_PATH="$OASES_HOST_LD_LIBRARY_PATH" exec %s "$@"\n' "$(command -v "$PY")" >"$WORK/python"
   chmod +x "$WORK/python"
@@ -279,6 +284,38 @@ print("; ".join(bad or out))
 sys.exit(1 if bad else 0)
 PY
   ); then ok "bench/gpu: $r"; else bad "bench/gpu: $r"; fi
+fi
+
+section "8. bench/pipeline at pp 4 on this machine's cores (issue 34's measurement)"
+# CPU thread ranks, but with a core or more per rank (CI's machine has 2 for 4 stages, so there one
+# stage's idle time is another's compute): 1f1b, 1f1b V=2 and zb-h1 at pp 4 x M 8, their bubbles,
+# steps and predictions; the same numbers as bench/README's pp 4 tables. A measurement, not a goal:
+# it fails only when the script fails.
+if [[ $BENCH == 0 ]]; then
+  echo "skipped (--no-bench or OASES_GPU_CHECKS_NO_BENCH=1)"
+elif [[ $(nproc) -lt 8 ]]; then
+  echo "skipped: $(nproc) cores (it needs 8: a core or more for each of the 4 stages and their communication)"
+elif [[ $((SECONDS - T_START)) -gt ${OASES_PIPELINE_BENCH_AFTER:-330} ]]; then
+  echo "skipped: $((SECONDS - T_START)) s spent already (OASES_PIPELINE_BENCH_AFTER=${OASES_PIPELINE_BENCH_AFTER:-330})"
+elif ! "$PY_PLAIN" -c 'import numpy, onnx' 2>/dev/null; then
+  echo "skipped: $PY_PLAIN lacks numpy or onnx (models/make_oases_stacks.py needs them)"
+else
+  PJSON=$WORK/pipeline.json
+  timeout -k 10 "${OASES_PIPELINE_BENCH_TIMEOUT:-150}" "$PY_PLAIN" bench/pipeline/schedules.py --bin "$BIN" --pp 4 --micro 8 --steps 8 \
+    --rounds 3 --json "$PJSON"
+  rc=$?
+  [[ -n $REC && -f $PJSON ]] && cp "$PJSON" "${REC%.txt}.pipeline.json" && echo "pipeline JSON: ${REC%.txt}.pipeline.json"
+  if [[ $rc != 0 ]]; then
+    bad "bench/pipeline exited $rc$([[ $rc == 124 || $rc == 137 ]] && echo " (past ${OASES_PIPELINE_BENCH_TIMEOUT:-150} s)")"
+  elif r=$("$PY_PLAIN" - "$PJSON" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+rows, c = {r["schedule"]: r for r in j["rows"]}, j["config"]
+one = rows["1f1b"]
+print(f"pp {c['pp']} x M {c['micro']} on {c['cores']} cores: 1f1b {one['measured_ms']:.0f} ms, bubble {100 * one['bubble']:.1f}%; " + "; ".join(
+    f"{k} step {r['step_ratio']:.2f}x, bubble {r['bubble'] / one['bubble']:.2f}x 1f1b's" for k, r in rows.items() if k != "1f1b"))
+PY
+  ); then ok "bench/pipeline: $r"; else bad "bench/pipeline: no summary from $PJSON"; fi
 fi
 
 section ""

@@ -74,7 +74,7 @@ def main():
     if a.steps < 2:
         sys.exit("schedules: --steps must be at least 2 (the first is left out)")
     work = tempfile.mkdtemp(prefix="oases_bench_schedules_")
-    run(["/usr/bin/python3", os.path.join(REPO, "models", "make_oases_stacks.py"), "--out", work, "--stack", a.stack, "--vocab", "256",
+    run([sys.executable, os.path.join(REPO, "models", "make_oases_stacks.py"), "--out", work, "--stack", a.stack, "--vocab", "256",
          "--seq", str(a.seq)])
     h, l = a.stack.split("x")
     model = os.path.join(work, f"gpt_h{h}_l{l}_v256_s{a.seq}", "model.onnx")
@@ -151,7 +151,8 @@ def main():
           f"({', '.join(f'{x / y:.2f}x' for x, y in zip(zero[0], zero[1]))} less)")
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"rows": rows, "zero": zero}, f, indent=2)
+            json.dump({"config": dict(stack=a.stack, batch=a.batch, seq=a.seq, pp=a.pp, micro=a.micro, steps=a.steps, link=a.link,
+                                      rounds=a.rounds, cores=os.cpu_count()), "rows": rows, "zero": zero}, f, indent=2)
 
 
 if __name__ == "__main__":
