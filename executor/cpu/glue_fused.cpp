@@ -10,6 +10,9 @@
 //   oases.device.AttentionGrad(dO_src, q_src, k_src, v_src, O_src, lse[, mask]) with those layouts,
 //     dout_layout, dq/dk/dv_layout and packed_shape (graph/ops/fused.cpp): the CPU reference of a
 //     device program's strided backward.
+//   oases.device.FusedMatMul with output 1 (the activation's input, written beside Y), and
+//   oases.device.MatMulGeluGrad(A, B, X) -> (GeluGrad(op(A)·op(B), X)[, its sums over the rows]):
+//     the CPU references of a device program's GELU epilogues.
 //   AddGatherGrad(X, dy, indices) axis: Y = X + GatherGrad(dy, indices), the scattered rows summed
 //     per index in index order first (the same bits as the two nodes it replaces); Y may be X.
 #include <algorithm>
@@ -52,14 +55,22 @@ void register_cpu_fused(CpuKernelRegistry& r) {
         const T* bias = f.has_input(2) ? f.in[2].as<T>() : nullptr;
         const T* res = f.has_input(3) ? f.in[3].as<T>() : nullptr;
         const int64_t n = f.out[0].shape.back();
+        // a device program's output 1: the activation's input, written beside its output
+        T* preact = f.out.size() > 1 && f.out[1].data ? f.out[1].as<T>() : nullptr;
+        const k::Activation in_gemm = preact ? k::Activation::kNone : act;
         k::GemmEpilogue<T> ep;
         if constexpr (std::is_floating_point_v<T>) {
-          if (bias || res || act != k::Activation::kNone) {
+          if (bias || res || in_gemm != k::Activation::kNone) {
             ep = [&](T* y, int64_t rows, int64_t cols, int64_t ldy, int64_t row0, int64_t col0) {
-              k::bias_activation<T>(y, rows, cols, ldy, bias ? bias + col0 : nullptr, act, res ? res + row0 * n + col0 : nullptr, n);
+              k::bias_activation<T>(y, rows, cols, ldy, bias ? bias + col0 : nullptr, in_gemm, res ? res + row0 * n + col0 : nullptr, n);
             };
           }
-        } else if (bias || res || act != k::Activation::kNone) {
+          if (preact) {
+            k::matmul<T>(f.in[0].as<T>(), f.in[0].shape, f.in[1].as<T>(), f.in[1].shape, preact, f.out[0].shape, ta, tb, ep);
+            k::activation<T>(act, preact, f.out[0].as<T>(), f.out[0].numel());
+            return;
+          }
+        } else if (bias || res || act != k::Activation::kNone || preact) {
           f.fail("bias, residual and activation need a floating-point type");
         }
         k::matmul<T>(f.in[0].as<T>(), f.in[0].shape, f.in[1].as<T>(), f.in[1].shape, f.out[0].as<T>(), f.out[0].shape, ta, tb, ep);
@@ -77,6 +88,25 @@ void register_cpu_fused(CpuKernelRegistry& r) {
   };
   r.add("oases.cpu", "FusedMatMul", fused_matmul);
   r.add(kDeviceFusedDomain, "FusedMatMul", fused_matmul);
+  // the CPU reference of a device program's oases.device.MatMulGeluGrad: the product, the GELU's
+  // gradient over it, and its sums over the rows (the bias gradient)
+  r.add(kDeviceFusedDomain, "MatMulGeluGrad", [](KernelContext& c) {
+    bool ta = c.attrs().get_int("trans_a", 0) != 0, tb = c.attrs().get_int("trans_b", 0) != 0;
+    k::Activation act = c.attrs().get_string("approximate", "none") == "tanh" ? k::Activation::kGeluTanh : k::Activation::kGeluErf;
+    with_half_as_float(c, [&](KernelContext& f) {
+      dispatch_float(f, f.in[0].dtype, [&]<class T>() {
+        T* dx = f.out[0].as<T>();
+        const int64_t total = f.out[0].numel(), cols = f.out[0].shape.empty() ? 1 : f.out[0].shape.back();
+        k::matmul<T>(f.in[0].as<T>(), f.in[0].shape, f.in[1].as<T>(), f.in[1].shape, dx, f.out[0].shape, ta, tb, k::GemmEpilogue<T>{});
+        k::activation_grad<T>(act, dx, f.in[2].as<T>(), dx, total);
+        if (f.out.size() > 1 && f.out[1].data) {
+          T* db = f.out[1].as<T>();
+          std::fill(db, db + cols, T(0));
+          for (int64_t i = 0; i < total; ++i) db[i % cols] += dx[i];
+        }
+      });
+    });
+  });
   // oases.cpu.Attention (and a device program's oases.device.Attention, whose CPU reference it is)
   auto attention = [](KernelContext& c) {
     AttentionArgs a = attention_args(c, 0);

@@ -31,6 +31,33 @@ int64_t numel_of(const std::vector<int64_t>& s, size_t from, size_t to) {
   return n;
 }
 
+// A device product as one cuBLASLt matrix (its epilogues take no batches): a's batch folds into
+// the rows where b is one matrix and a is not transposed (as matmul() does). Row-major, result
+// contiguous.
+struct OneMatrix {
+  bool applies = false;
+  GemmDesc d;
+};
+OneMatrix one_matrix(const CudaContext& c, std::vector<int64_t> sa, std::vector<int64_t> sb, const std::vector<int64_t>& so, bool ta,
+                     bool tb) {
+  OneMatrix o;
+  while (sa.size() < so.size()) sa.insert(sa.begin(), 1);
+  while (sb.size() < so.size()) sb.insert(sb.begin(), 1);
+  const size_t r = sa.size();
+  if (r < 2 || !c.blas || ta || numel_of(sb, 0, r - 2) != 1) return o;
+  const int64_t M = sa[r - 2], K = sa[r - 1];
+  o.d.trans_a = ta;
+  o.d.trans_b = tb;
+  o.d.m = numel_of(sa, 0, r - 2) * M;
+  o.d.n = so.back();
+  o.d.k = K;
+  o.d.lda = K;
+  o.d.ldb = tb ? K : so.back();
+  o.d.ldc = so.back();
+  o.applies = true;
+  return o;
+}
+
 // Scratch one padded product may take (gemm_plan.h): blocks of the result's rows keep it there.
 // OASES_GEMM_PAD_SCRATCH (bytes; read per launch, the GPU tests shrink it to make blocks) sets it;
 // 0 turns padding off.
@@ -377,30 +404,49 @@ void register_cuda_nn(CudaKernelRegistry& r) {
     }
     const void* bias = c.has_input(2) ? c.in(2).data : nullptr;
     const void* res = c.has_input(3) ? c.in(3).data : nullptr;
+    // output 1: the activation's input, which its gradient reads (a training step's GELU)
+    void* preact = c.has_output(1) ? c.out(1).data : nullptr;
+    if (preact && ea != EpilogueAct::kGeluTanh && ea != EpilogueAct::kGeluErf) c.k.fail("a pre-activation output needs a GELU, not '{}'", act);
     Elem t = elem(c.in(0).dtype);
     std::vector<int64_t> sa = dims(c.in(0).shape), sb = dims(c.in(1).shape), so = dims(c.out(0).shape);
-    while (sa.size() < so.size()) sa.insert(sa.begin(), 1);
-    while (sb.size() < so.size()) sb.insert(sb.begin(), 1);
     const int64_t cols = so.back(), rows = c.out(0).numel() / std::max<int64_t>(cols, 1);
-    size_t r = sa.size();
-    int64_t M = ta ? sa[r - 1] : sa[r - 2], K = ta ? sa[r - 2] : sa[r - 1];
-    bool one_matrix = numel_of(sb, 0, r - 2) == 1 && !ta;  // a weight: a's batch folds into rows (as matmul() does)
-    if (bias && !res && ea != EpilogueAct::kGeluErf && one_matrix && c.blas) {
-      GemmDesc d;
-      d.trans_a = ta;
-      d.trans_b = tb;
-      d.m = numel_of(sa, 0, r - 2) * M;
-      d.n = cols;
-      d.k = K;
-      d.lda = K;
-      d.ldb = tb ? K : cols;
-      d.ldc = cols;
+    OneMatrix one = one_matrix(c, sa, sb, so, ta, tb);
+    if (preact) {
+      if (one.applies && ea == EpilogueAct::kGeluTanh && gemm_gelu_aux(*c.blas, t, one.d, c.in(0).data, c.in(1).data, c.out(0).data, bias, preact)) {
+        return;
+      }
+      // the product and bias into the pre-activation, the GELU from it
+      matmul(c, t, c.in(0).data, sa, c.in(1).data, sb, preact, so, ta, tb);
+      if (bias) bias_activation(t, preact, rows, cols, bias, EpilogueAct::kNone, nullptr, c.stream);
+      gelu_forward(ea == EpilogueAct::kGeluTanh, t, preact, c.out(0).data, c.out(0).numel(), c.stream);
+      return;
+    }
+    if (bias && !res && ea != EpilogueAct::kGeluErf && one.applies) {
       GemmEpilogue e = ea == EpilogueAct::kRelu ? GemmEpilogue::kBiasRelu : ea == EpilogueAct::kGeluTanh ? GemmEpilogue::kBiasGeluTanh
                                                                                                           : GemmEpilogue::kBias;
-      if (gemm_epilogue(*c.blas, t, d, c.in(0).data, c.in(1).data, c.out(0).data, bias, e)) return;
+      if (gemm_epilogue(*c.blas, t, one.d, c.in(0).data, c.in(1).data, c.out(0).data, bias, e)) return;
     }
     matmul(c, t, c.in(0).data, sa, c.in(1).data, sb, c.out(0).data, so, ta, tb);
     if (bias || res || ea != EpilogueAct::kNone) bias_activation(t, c.out(0).data, rows, cols, bias, ea, res, c.stream);
+  });
+  // a training step's backward product into the GELU's gradient, and the bias gradient of the
+  // product that made the GELU's input: cuBLASLt's DGELU(_BGRAD) epilogue where it applies; else
+  // the product, the GELU's gradient over it in place, and the column sums
+  r.add(kDeviceFusedDomain, "MatMulGeluGrad", [](CudaContext& c) {
+    bool ta = c.attrs().get_int("trans_a", 0) != 0, tb = c.attrs().get_int("trans_b", 0) != 0;
+    bool tanh_form = c.attrs().get_string("approximate", "none") == "tanh";
+    Elem t = elem(c.in(0).dtype);
+    std::vector<int64_t> sa = dims(c.in(0).shape), sb = dims(c.in(1).shape), so = dims(c.out(0).shape);
+    void* dbias = c.has_output(1) ? c.out(1).data : nullptr;
+    OneMatrix one = one_matrix(c, sa, sb, so, ta, tb);
+    if (tanh_form && one.applies && gemm_gelu_grad(*c.blas, t, one.d, c.in(0).data, c.in(1).data, c.out(0).data, c.in(2).data, dbias)) return;
+    matmul(c, t, c.in(0).data, sa, c.in(1).data, sb, c.out(0).data, so, ta, tb);
+    gelu_backward(tanh_form, t, c.out(0).data, c.in(2).data, c.out(0).data, c.out(0).numel(), c.stream);
+    if (dbias) {
+      std::vector<int64_t> axes(so.size() - 1);
+      for (size_t i = 0; i < axes.size(); ++i) axes[i] = static_cast<int64_t>(i);
+      reduce(ReduceKind::kSum, t, c.out(0).data, so, axes, dbias, c.stream);
+    }
   });
   r.add("", "Gemm", [](CudaContext& c) {
     bool ta = c.attrs().get_int("transA", 0) != 0, tb = c.attrs().get_int("transB", 0) != 0;

@@ -3,10 +3,13 @@
 // the canonical graph of one rank: never sharded, never differentiated). Their shape and cost rules
 // live here like every other op's, so the profiler and the simulator charge them without special
 // cases.
-//   FusedMatMul(A, B[, bias[, residual]]; trans_a, trans_b, activation)
+//   FusedMatMul(A, B[, bias[, residual]]; trans_a, trans_b, activation) -> Y[, P]
 //     Y = act(op(A)·op(B) + bias) [+ residual]: A [..., M, K] ([..., K, M] with trans_a), B [..., K, N]
 //     ([..., N, K] with trans_b), bias [N], residual shaped as Y; batch dims broadcast as in MatMul,
-//     a rank-1 A or B promoted as in MatMul.
+//     a rank-1 A or B promoted as in MatMul. oases.device.FusedMatMul may also write P =
+//     op(A)·op(B) + bias, the activation's input (what its gradient reads), beside Y.
+//   oases.device.MatMulGeluGrad(A, B, X; trans_a, trans_b, approximate) -> (dX[, dbias]):
+//     dX = GeluGrad(op(A)·op(B), X), dbias = dX summed over every axis but the last ([1, ..., N]).
 //   Attention(q_src, k_src, v_src[, mask]; dims [B, H, Hkv, Tq, Tk, D, Dv], q/k/v/o_layout, causal,
 //     scale) -> (O, lse): oases.Attention reading q, k, v with strides from their sources; O is
 //     [B, H, Tq, Dv], or [B, Tq, H, Dv] when o_layout's head stride is not above its time stride
@@ -52,41 +55,83 @@ OpSchema fused_schema(const std::string& op, int min_in, int max_in, int max_out
 }  // namespace
 
 void register_fused_ops(OpRegistry& r) {
+  // op(A)·op(B)'s shape (MatMul's rules with the transpose flags), or the failure
+  auto product_shape = [](InferContext& c, Shape* out) {
+    Shape a = c.shape(0), b = c.shape(1);
+    if (a.empty() || b.empty()) return c.fail("operands must have rank >= 1, got {} and {}", shape_str(a), shape_str(b));
+    bool a_vec = a.size() == 1, b_vec = b.size() == 1;
+    if (a_vec) a.insert(a.begin(), 1);
+    if (b_vec) b.push_back(1);
+    if (c.attrs().get_int("trans_a", 0)) std::swap(a[a.size() - 1], a[a.size() - 2]);
+    if (c.attrs().get_int("trans_b", 0)) std::swap(b[b.size() - 1], b[b.size() - 2]);
+    if (a.back() != b[b.size() - 2]) return c.fail("inner dimensions differ: {} x {}", shape_str(a), shape_str(b));
+    auto batch = broadcast_shapes(Shape(a.begin(), a.end() - 2), Shape(b.begin(), b.end() - 2));
+    if (!batch) return c.fail("{}", batch.status().message());
+    *out = *batch;
+    if (!a_vec) out->push_back(a[a.size() - 2]);
+    if (!b_vec) out->push_back(b.back());
+    return Status::ok();
+  };
+  // one GEMM's FLOPs; every operand read once and the results written
+  auto product_cost = [](const Graph& g, const Node& n) {
+    OpCost c{0, io_bytes(g, n)};
+    const Shape& a = g.value(n.inputs[0]).shape;
+    if (a.size() >= 2 && n.output(0) != kNoId) {
+      double k = static_cast<double>(n.attrs.get_int("trans_a", 0) ? a[a.size() - 2] : a.back());
+      c.flops = 2.0 * out_numel(g, n) * k;
+    }
+    return c;
+  };
   for (const char* domain : {kCpuFusedDomain, "oases.device"}) {
-    OpSchema s = fused_schema("FusedMatMul", 2, 4, 1, "act(op(A)·op(B) + bias) [+ residual] in one GEMM (executor fusion)", domain);
+    // a device program's product may also write the activation's input (output 1, the GELU's
+    // pre-activation that its gradient reads: cuBLASLt's GELU_AUX epilogue)
+    const bool device = std::string(domain) == "oases.device";
+    OpSchema s = fused_schema("FusedMatMul", 2, 4, device ? 2 : 1, "act(op(A)·op(B) + bias) [+ residual] in one GEMM (executor fusion)", domain);
     s.traits |= kTraitLinear | kTraitComputeBound;
-    s.infer = [](InferContext& c) {
-      Shape a = c.shape(0), b = c.shape(1);
-      if (a.empty() || b.empty()) return c.fail("operands must have rank >= 1, got {} and {}", shape_str(a), shape_str(b));
-      bool a_vec = a.size() == 1, b_vec = b.size() == 1;
-      if (a_vec) a.insert(a.begin(), 1);
-      if (b_vec) b.push_back(1);
-      if (c.attrs().get_int("trans_a", 0)) std::swap(a[a.size() - 1], a[a.size() - 2]);
-      if (c.attrs().get_int("trans_b", 0)) std::swap(b[b.size() - 1], b[b.size() - 2]);
-      if (a.back() != b[b.size() - 2]) return c.fail("inner dimensions differ: {} x {}", shape_str(a), shape_str(b));
-      auto batch = broadcast_shapes(Shape(a.begin(), a.end() - 2), Shape(b.begin(), b.end() - 2));
-      if (!batch) return c.fail("{}", batch.status().message());
-      Shape out = *batch;
-      if (!a_vec) out.push_back(a[a.size() - 2]);
-      if (!b_vec) out.push_back(b.back());
+    s.infer = [product_shape](InferContext& c) {
+      Shape out;
+      OASES_RETURN_IF_ERROR(product_shape(c, &out));
       if (c.has_input(2) && c.shape(2) != Shape{out.empty() ? 1 : out.back()}) {
         return c.fail("bias {} is not [N] for the product {}", shape_str(c.shape(2)), shape_str(out));
       }
       if (c.has_input(3) && c.shape(3) != out)
         return c.fail("residual {} is not shaped as the product {}", shape_str(c.shape(3)), shape_str(out));
+      if (c.has_output(1)) {
+        std::string act = c.attrs().get_string("activation", "");
+        if (act.empty() || act == "none" || c.has_input(3)) return c.fail("a pre-activation output needs an activation and no residual");
+        c.set_output(1, c.dtype(0), out);
+      }
       c.set_output(0, c.dtype(0), out);
       return Status::ok();
     };
-    // one GEMM's FLOPs; every operand read once and the result written
-    s.cost = [](const Graph& g, const Node& n) {
-      OpCost c{0, io_bytes(g, n)};
-      const Shape& a = g.value(n.inputs[0]).shape;
-      if (a.size() >= 2 && n.output(0) != kNoId) {
-        double k = static_cast<double>(n.attrs.get_int("trans_a", 0) ? a[a.size() - 2] : a.back());
-        c.flops = 2.0 * out_numel(g, n) * k;
+    s.cost = product_cost;
+    r.add(std::move(s));
+  }
+  {
+    // oases.device.MatMulGeluGrad(A, B, X; trans_a, trans_b, approximate) -> (dX[, dbias]):
+    // dX = GeluGrad(op(A)·op(B), X) and dbias its sums over every axis but the last, shaped
+    // [1, ..., 1, N] (the bias gradient's ReduceSum with keepdims): the backward product, the GELU's
+    // gradient and the bias gradient in one GEMM (cuBLASLt's DGELU_BGRAD epilogue)
+    OpSchema s = fused_schema("MatMulGeluGrad", 3, 3, 2, "GeluGrad(op(A)·op(B), X) and its column sums in one GEMM (device fusion)",
+                              "oases.device");
+    s.traits |= kTraitComputeBound;
+    s.infer = [product_shape](InferContext& c) {
+      Shape out;
+      OASES_RETURN_IF_ERROR(product_shape(c, &out));
+      std::string approx = c.attrs().get_string("approximate", "none");
+      if (approx != "none" && approx != "tanh") return c.fail("approximate must be 'none' or 'tanh', got '{}'", approx);
+      if (out.empty()) return c.fail("the product must have rank >= 1");
+      if (c.shape(2) != out || c.dtype(2) != c.dtype(0))
+        return c.fail("the activation's input {} is not the product {} of its type", shape_str(c.shape(2)), shape_str(out));
+      c.set_output(0, c.dtype(0), out);
+      if (c.has_output(1)) {
+        Shape sums(out.size(), 1);
+        sums.back() = out.back();
+        c.set_output(1, c.dtype(0), sums);
       }
-      return c;
+      return Status::ok();
     };
+    s.cost = product_cost;
     r.add(std::move(s));
   }
   // oases.Attention's and oases.AttentionGrad's costs (graph/ops/attention.cpp, grad_ops.cpp) from

@@ -35,6 +35,9 @@ class Fuser {
       fuse_epilogue(m);
     }
     for (NodeId id : snapshot) {
+      if (device_ && g_.alive(id) && is_op(g_.node(id), "oases", "GeluGrad")) matmul_gelu_grad(id);
+    }
+    for (NodeId id : snapshot) {
       if (g_.alive(id) && swap_transpose_node(id)) transpose_product(id);
     }
     // the CPU kernels' own ops beyond the products
@@ -447,16 +450,78 @@ class Fuser {
   }
 
   // Rebuilds matmul node `id` as oases.cpu.FusedMatMul (if it is not one yet) with the given
-  // operands, flags and output, at position `at` of the order; returns the new node.
+  // operands, flags and output (and the activation's input as output 1 where `preact` is given), at
+  // position `at` of the order; returns the new node.
   NodeId rebuild(NodeId id, std::vector<ValueId> ins, int64_t ta, int64_t tb, const std::string& act, ValueId out, NodeId at,
-                 const std::string& name_suffix) {
+                 const std::string& name_suffix, ValueId preact = kNoId) {
     Node old = g_.node(id);
     AttrMap a;
     a.set("trans_a", Attribute::of_int(ta));
     a.set("trans_b", Attribute::of_int(tb));
     a.set("activation", Attribute::of_string(act));
     g_.remove_node(id);
-    return place(g_.add_node("FusedMatMul", ins, {out}, std::move(a), old.name + name_suffix, domain_), old, at);
+    std::vector<ValueId> outs{out};
+    if (preact != kNoId) outs.push_back(preact);
+    return place(g_.add_node("FusedMatMul", ins, outs, std::move(a), old.name + name_suffix, domain_), old, at);
+  }
+
+  // The one reader of v that is a Gelu in its tanh form (cuBLASLt's GELU) of v's type, or kNoId.
+  NodeId tanh_gelu_reader(ValueId v, DType dt) const {
+    NodeId found = kNoId;
+    for (const Use& u : g_.value(v).uses) {
+      const Node& n = g_.node(u.node);
+      if (!is_op(n, "", "Gelu") || n.attrs.get_string("approximate", "none") != "tanh") continue;
+      if (found != kNoId || n.outputs.empty() || n.outputs[0] == kNoId || g_.value(n.outputs[0]).dtype != dt) return kNoId;
+      found = u.node;
+    }
+    return found;
+  }
+
+  // Device training: GeluGrad(tanh)(dY, X) whose dY is a product only it reads → one
+  // oases.device.MatMulGeluGrad (cuBLASLt's DGELU epilogue), which also writes the bias gradient
+  // where a ReduceSum of the GELU's gradient over every axis but the last, dims kept, gives it
+  // (GradContext::unbroadcast's; DGELU_BGRAD). The fused node stands where the GeluGrad stood.
+  void matmul_gelu_grad(NodeId id) {
+    const Node& gg = g_.node(id);
+    if (gg.attrs.get_string("approximate", "none") != "tanh" || gg.num_inputs() != 2 || gg.outputs.empty()) return;
+    ValueId dy = gg.inputs[0], x = gg.inputs[1], dx = gg.outputs[0];
+    if (dy == kNoId || x == kNoId || dx == kNoId || dy == x || !single_use(dy)) return;
+    NodeId mm = g_.producer(dy);
+    if (mm == kNoId || !is_matmul(g_.node(mm)) || g_.node(mm).num_inputs() != 2) return;
+    const Node& m = g_.node(mm);
+    int64_t ta, tb;
+    std::string act;
+    flags_of(m, &ta, &tb, &act);
+    if (!act.empty() || m.inputs[0] == kNoId || m.inputs[1] == kNoId) return;
+    const Value &dv = g_.value(dy), &xv = g_.value(x);
+    const DType dt = dv.dtype;
+    if (dt != DType::kF32 && dt != DType::kF16 && dt != DType::kBF16) return;
+    if (dv.shape != xv.shape || xv.dtype != dt || g_.value(dx).dtype != dt || g_.value(dx).shape != dv.shape || dv.shape.size() < 2) return;
+    if (g_.value(m.inputs[0]).shape.size() < 2 || g_.value(m.inputs[1]).shape.size() < 2) return;
+    // the bias gradient: a ReduceSum of dX over every axis but the last, dims kept
+    std::vector<int64_t> leading(dv.shape.size() - 1);
+    for (size_t i = 0; i < leading.size(); ++i) leading[i] = static_cast<int64_t>(i);
+    NodeId sum = kNoId;
+    for (const Use& u : g_.value(dx).uses) {
+      const Node& r = g_.node(u.node);
+      if (!is_op(r, "", "ReduceSum") || r.num_inputs() != 1 || r.outputs.empty() || r.outputs[0] == kNoId) continue;
+      if (r.attrs.get_int("keepdims", 1) != 1 || r.attrs.get_ints("axes") != leading || g_.value(r.outputs[0]).dtype != dt) continue;
+      sum = u.node;
+      break;
+    }
+    std::vector<ValueId> ins{m.inputs[0], m.inputs[1], x}, outs{dx};
+    if (sum != kNoId) outs.push_back(g_.node(sum).outputs[0]);
+    AttrMap a;
+    a.set("trans_a", Attribute::of_int(ta));
+    a.set("trans_b", Attribute::of_int(tb));
+    a.set("approximate", Attribute::of_string("tanh"));
+    Node old = gg;
+    std::string name = m.name + "+" + gg.name + (sum != kNoId ? "+" + g_.node(sum).name : "");
+    g_.remove_node(mm);
+    g_.remove_node(id);
+    if (sum != kNoId) g_.remove_node(sum);
+    place(g_.add_node("MatMulGeluGrad", ins, outs, std::move(a), name, kDeviceFusedDomain), old, id);
+    stats_.gelu_grad++;
   }
 
   // New node `n` standing for `old`: its scope, phase, origin and chunk, at `at`'s place in the order.
@@ -546,6 +611,7 @@ class Fuser {
       }
     }
     // activation
+    ValueId preact = kNoId;
     if (act.empty() && single_use(out)) {
       const Node& a = g_.node(g_.value(out).uses[0].node);
       bool gelu = is_op(a, "", "Gelu"), relu = is_op(a, "", "Relu");
@@ -555,6 +621,17 @@ class Fuser {
         out = a.outputs[0];
         g_.remove_node(a.id);
         stats_.activation++;
+      }
+    } else if (act.empty() && device_ && !g_.value(out).uses.empty()) {
+      // training: the GELU's input is read by its gradient too, so the product writes both (the
+      // fused node stays where the input was made; the GELU's readers all follow it)
+      NodeId gelu = tanh_gelu_reader(out, dt);
+      if (gelu != kNoId) {
+        act = "gelu_tanh";
+        preact = out;
+        out = g_.node(gelu).outputs[0];
+        g_.remove_node(gelu);
+        stats_.gelu_aux++;
       }
     }
     // residual: (A·B + bias) + R with R shaped as the product; not when R is what a collective
@@ -580,7 +657,7 @@ class Fuser {
     // at the place of the chain's last node: every operand exists there and every reader follows
     std::string suffix = std::string(ins.size() > 2 && ins[2] != kNoId ? "+bias" : "") + (act.empty() ? "" : "+" + act) +
                          (ins.size() > 3 ? "+residual" : "");
-    rebuild(id, ins, ta, tb, act, out, last, suffix);
+    rebuild(id, ins, ta, tb, act, out, last, suffix, preact);
   }
 };
 

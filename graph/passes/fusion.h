@@ -16,6 +16,10 @@
 //   and whose output goes through Transpose(0,2,1,3)                → oases.cpu.Attention reading
 //       and writing with strides (inference graphs; in training the transposed values have
 //       other readers and stay)
+//   device programs, training: MatMul → Add(bias) → Gelu(tanh) whose pre-activation the GELU's
+//       gradient reads too → oases.device.FusedMatMul writing both (cuBLASLt's GELU_AUX_BIAS); and
+//       GeluGrad(tanh)(product, X) [→ ReduceSum over all axes but the last, the bias gradient]
+//       → oases.device.MatMulGeluGrad (DGELU_BGRAD)
 //   device programs: oases.Attention and its oases.AttentionGrad together, as oases.device.Attention
 //       / AttentionGrad reading q, k, v, O and dO through strides and writing dq, dk, dv into the
 //       fused projection's gradient (the head transposes, the qkv Split and the Concat of its
@@ -44,6 +48,8 @@ struct FusionStats {
   int gather_grad = 0;        // Add(X, GatherGrad) fused
   int attention = 0;          // attention reading/writing through head transposes
   int loss_casts = 0;         // Casts around softmax cross-entropy folded into the loss (device)
+  int gelu_aux = 0;           // products writing a GELU and its input, which its gradient reads (device)
+  int gelu_grad = 0;          // backward products with the GELU's gradient [and the bias gradient] (device)
   int dead = 0;               // nodes left without readers, removed
 };
 

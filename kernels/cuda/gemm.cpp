@@ -36,10 +36,18 @@ cublasComputeType_t compute_type(Elem t, bool tf32) {
   return CUBLAS_COMPUTE_32F;
 }
 
-// cuBLASLt, one matrix: true when the heuristic found an algorithm and the call ran. With `bias`,
-// the epilogue `epi` (bias over the result's columns: the rows of the column-major Cᵀ).
-bool lt_matmul(BlasHandles& h, Elem t, const GemmDesc& d, const void* a, const void* b, void* c, const void* bias = nullptr,
-               cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_DEFAULT) {
+// An epilogue of one cuBLASLt call: `bias` is the bias read (BIAS epilogues) or the bias gradient
+// written (BGRAD), over the result's columns (the rows of the column-major Cᵀ); `aux` the GELU's
+// input written (GELU_AUX) or read (DGELU), laid out as the result with `aux_ld` elements a row.
+struct LtEpilogue {
+  cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_DEFAULT;
+  const void* bias = nullptr;
+  const void* aux = nullptr;
+  int64_t aux_ld = 0;
+};
+
+// cuBLASLt, one matrix: true when the heuristic found an algorithm and the call ran.
+bool lt_matmul(BlasHandles& h, Elem t, const GemmDesc& d, const void* a, const void* b, void* c, const LtEpilogue& e = {}) {
   cudaDataType_t dt = data_type(t);
   cublasComputeType_t ct = compute_type(t, h.allow_tf32());
   cudaDataType_t scale_t = t == Elem::kF64 ? CUDA_R_64F : CUDA_R_32F;
@@ -64,9 +72,13 @@ bool lt_matmul(BlasHandles& h, Elem t, const GemmDesc& d, const void* a, const v
   OASES_CUBLAS_CHECK(cublasLtMatmulDescCreate(&op, ct, scale_t));
   OASES_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &opb, sizeof(opb)));
   OASES_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &opa, sizeof(opa)));
-  if (bias) {
-    OASES_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
-    OASES_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+  if (e.epi != CUBLASLT_EPILOGUE_DEFAULT) {
+    OASES_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &e.epi, sizeof(e.epi)));
+  }
+  if (e.bias) OASES_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &e.bias, sizeof(e.bias)));
+  if (e.aux) {
+    OASES_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &e.aux, sizeof(e.aux)));
+    OASES_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &e.aux_ld, sizeof(e.aux_ld)));
   }
   // stored (column-major) shapes: B is n x k (or k x n when transposed), A is k x m (or m x k)
   OASES_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb, dt, d.trans_b ? d.k : d.n, d.trans_b ? d.n : d.k, d.ldb));
@@ -144,10 +156,50 @@ void gemm(BlasHandles& h, Elem t, const GemmDesc& d, const void* a, const void* 
 bool gemm_epilogue(BlasHandles& h, Elem t, const GemmDesc& d, const void* a, const void* b, void* c, const void* bias, GemmEpilogue e) {
   if (d.batch != 1 || d.beta != 0.f || d.m <= 0 || d.n <= 0 || d.k <= 0 || !bias) return false;
   if (t != Elem::kF32 && t != Elem::kF16 && t != Elem::kBF16) return false;
-  cublasLtEpilogue_t epi = e == GemmEpilogue::kBiasRelu       ? CUBLASLT_EPILOGUE_RELU_BIAS
-                           : e == GemmEpilogue::kBiasGeluTanh ? CUBLASLT_EPILOGUE_GELU_BIAS
-                                                              : CUBLASLT_EPILOGUE_BIAS;
-  return lt_matmul(h, t, d, a, b, c, bias, epi);
+  LtEpilogue lt;
+  lt.epi = e == GemmEpilogue::kBiasRelu       ? CUBLASLT_EPILOGUE_RELU_BIAS
+           : e == GemmEpilogue::kBiasGeluTanh ? CUBLASLT_EPILOGUE_GELU_BIAS
+                                              : CUBLASLT_EPILOGUE_BIAS;
+  lt.bias = bias;
+  return lt_matmul(h, t, d, a, b, c, lt);
+}
+
+namespace {
+std::atomic<int64_t> g_gelu_epilogue_calls{0};
+
+// What the GELU's epilogues need beyond a plain product: one matrix, beta 0, a float type, and a
+// result (and so the aux matrix laid out like it) whose rows are whole multiples of 8 elements.
+bool gelu_epilogue_applies(Elem t, const GemmDesc& d) {
+  if (d.batch != 1 || d.beta != 0.f || d.m <= 0 || d.n <= 0 || d.k <= 0) return false;
+  if (t != Elem::kF32 && t != Elem::kF16 && t != Elem::kBF16) return false;
+  return d.ldc == d.n && d.n % 8 == 0;
+}
+}  // namespace
+
+int64_t gelu_epilogue_calls() { return g_gelu_epilogue_calls.load(); }
+
+bool gemm_gelu_aux(BlasHandles& h, Elem t, const GemmDesc& d, const void* a, const void* b, void* y, const void* bias, void* preact) {
+  if (!gelu_epilogue_applies(t, d) || !preact) return false;
+  LtEpilogue lt;
+  lt.epi = bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+  lt.bias = bias;
+  lt.aux = preact;
+  lt.aux_ld = d.n;
+  if (!lt_matmul(h, t, d, a, b, y, lt)) return false;
+  g_gelu_epilogue_calls.fetch_add(1);
+  return true;
+}
+
+bool gemm_gelu_grad(BlasHandles& h, Elem t, const GemmDesc& d, const void* a, const void* b, void* dx, const void* x, void* dbias) {
+  if (!gelu_epilogue_applies(t, d) || !x) return false;
+  LtEpilogue lt;
+  lt.epi = dbias ? CUBLASLT_EPILOGUE_DGELU_BGRAD : CUBLASLT_EPILOGUE_DGELU;
+  lt.bias = dbias;
+  lt.aux = x;
+  lt.aux_ld = d.n;
+  if (!lt_matmul(h, t, d, a, b, dx, lt)) return false;
+  g_gelu_epilogue_calls.fetch_add(1);
+  return true;
 }
 
 namespace {

@@ -44,6 +44,16 @@ void gemm(BlasHandles& h, Elem t, const GemmDesc& d, const void* a, const void* 
 // no algorithm for it; fp32, fp16 and bf16 (the bias of the result's type).
 enum class GemmEpilogue { kBias, kBiasRelu, kBiasGeluTanh };
 bool gemm_epilogue(BlasHandles& h, Elem t, const GemmDesc& d, const void* a, const void* b, void* c, const void* bias, GemmEpilogue e);
+// The GELU's epilogues of a training step (tanh form, cuBLASLt's), on one matrix as above:
+//   gemm_gelu_aux:  y = GELU(p), p = op(A)·op(B) [+ bias] written to `preact` too (GELU_AUX[_BIAS]);
+//   gemm_gelu_grad: dx = GELU'(x) ⊙ op(A)·op(B), and with `dbias` dx's sums over the rows
+//                   (DGELU[_BGRAD]: the bias gradient of the product that made x).
+// preact and x are laid out as the result (ldc = n), n a multiple of 8; the vectors of the result's
+// type. False (nothing written) when the case does not apply or cuBLASLt has no algorithm for it.
+bool gemm_gelu_aux(BlasHandles& h, Elem t, const GemmDesc& d, const void* a, const void* b, void* y, const void* bias, void* preact);
+bool gemm_gelu_grad(BlasHandles& h, Elem t, const GemmDesc& d, const void* a, const void* b, void* dx, const void* x, void* dbias);
+// Calls of the two above that ran through cuBLASLt since the process started (the GPU tests check).
+int64_t gelu_epilogue_calls();
 // The same product with operands of type `ab` (fp32, fp16 or bf16) and a result of type `ct`
 // (e.g. bf16 operands, fp32 scores), accumulated in fp32 (cuBLAS strided batches).
 // The product under a padded plan (gemm_plan.h plan_padded_gemm, p.used()): the misaligned

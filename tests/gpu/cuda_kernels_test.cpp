@@ -25,6 +25,7 @@
 #include "kernels/cuda/gemm.h"
 #include "tests/common/attention_graph.h"
 #include "tests/common/loss_graph.h"
+#include "tests/common/mlp_graph.h"
 #include "tests/gpu/gpu_test_common.h"
 #include "tools/model_loader.h"
 
@@ -245,6 +246,81 @@ INSTANTIATE_TEST_SUITE_P(Cases, StridedAttentionOnGpu,
                                            StridedCase{"fp32_copies", DType::kF32, "", 2, 33, 4, 2, 40, true},
                                            StridedCase{"fp32_own_copies", DType::kF32, "own", 1, 17, 2, 1, 24, false}),
                          [](const ::testing::TestParamInfo<StridedCase>& i) { return i.param.name; });
+
+// A training step's MLP with the GELU in the products' epilogues (graph/passes/fusion.h: the
+// forward product writes the GELU and its input, cuBLASLt's GELU_AUX(_BIAS); the backward product
+// writes the GELU's gradient and the bias gradient, DGELU(_BGRAD)) against the unfused chain on
+// the CPU (tests/common/mlp_graph.h). Where the epilogues apply (16-bit, rows of a multiple of 8
+// elements) the call counter must rise by two, so a silent fallback fails; where they do not (100
+// columns), the kernels after the product must give the same values; fp32 prints which ran.
+struct GeluCase {
+  std::string name;
+  DType type;
+  int64_t B, T, C, F;
+  bool bias;
+  int epilogues;  // 1: cuBLASLt's epilogues must run, 0: must not (the kernels after the product), -1: either
+};
+class GeluEpiloguesOnGpu : public ::testing::TestWithParam<GeluCase> {};
+
+TEST_P(GeluEpiloguesOnGpu, MatchTheCpu) {
+  REQUIRE_GPU();
+  const GeluCase& c = GetParam();
+  test::MlpGraph m = test::gelu_mlp_graph(c.type, c.B, c.T, c.C, c.F, c.bias);
+  ExecOptions cpu, gpu;
+  gpu.device = "cuda";
+  auto prog = compile_program(m.g, gpu);
+  ASSERT_TRUE(prog) << prog.status().message();
+  EXPECT_EQ(prog->fusion.gelu_aux, 1);
+  EXPECT_EQ(prog->fusion.gelu_grad, 1);
+  std::map<std::string, Tensor> feeds;
+  uint32_t seed = 17;
+  std::vector<std::pair<std::string, Shape>> ins{{"x", {c.B, c.T, c.C}}, {"w1", {c.C, c.F}}, {"w2", {c.F, c.C}}, {"dy", {c.B, c.T, c.C}}};
+  if (c.bias) ins.push_back({"b1", {c.F}});
+  for (auto [name, shape] : ins) {
+    Tensor x(c.type, shape);
+    const double scale = name[0] == 'w' ? 1.0 / std::sqrt(static_cast<double>(shape[0])) : 1.0;
+    for (int64_t i = 0; i < x.numel(); ++i) {
+      seed = seed * 1664525u + 1013904223u;
+      store_from_double(x.raw_mutable(), c.type, i, scale * (static_cast<double>(seed >> 8) / 8388608.0 - 1.0));
+    }
+    feeds[name] = x;
+  }
+  auto ca = Executor::create(m.g, cpu);
+  auto gb = Executor::create(m.g, gpu);
+  ASSERT_TRUE(ca) << ca.status().message();
+  ASSERT_TRUE(gb) << gb.status().message();
+  const int64_t before = cuda::gelu_epilogue_calls();
+  ASSERT_TRUE((*ca)->execute(feeds).is_ok());
+  Status run = (*gb)->execute(feeds);
+  ASSERT_TRUE(run.is_ok()) << run.message();
+  const int64_t ran = cuda::gelu_epilogue_calls() - before;
+  const double tol = c.type == DType::kF32 ? 1e-4 : 2e-2;  // the file's tolerances
+  for (ValueId v : {m.y, m.dx, m.db1}) {
+    if (v == kNoId) continue;
+    Tensor x = (*ca)->read(v), y = (*gb)->read(v);
+    double scale = 1e-6, err = 0;
+    for (int64_t i = 0; i < x.numel(); ++i) {
+      double p = load_as_double(x.raw(), x.dtype(), i), q = load_as_double(y.raw(), y.dtype(), i);
+      scale = std::max(scale, std::abs(p));
+      err = std::max(err, std::abs(p - q));
+    }
+    EXPECT_GT(scale, 0.01) << "'" << m.g.value(v).name << "' is all but zero: the test would check nothing";
+    EXPECT_LE(err, tol * scale) << "'" << m.g.value(v).name << "' differs: max abs error " << err << ", max |cpu| " << scale;
+  }
+  if (c.epilogues >= 0) {
+    EXPECT_EQ(ran, c.epilogues ? 2 : 0) << "cuBLASLt's GELU epilogues ran " << ran << " times (2: the forward and the backward product)";
+  } else {
+    std::printf("%s: cuBLASLt's GELU epilogues ran %lld of 2 times\n", c.name.c_str(), static_cast<long long>(ran));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, GeluEpiloguesOnGpu,
+                         ::testing::Values(GeluCase{"bf16_bias", DType::kBF16, 4, 64, 256, 1024, true, 1},
+                                           GeluCase{"fp16_bias", DType::kF16, 2, 48, 128, 512, true, 1},
+                                           GeluCase{"bf16_no_bias", DType::kBF16, 2, 32, 64, 256, false, 1},
+                                           GeluCase{"fp32_bias", DType::kF32, 2, 33, 64, 96, true, -1},
+                                           GeluCase{"bf16_odd_columns", DType::kBF16, 2, 16, 64, 100, true, 0}),
+                         [](const ::testing::TestParamInfo<GeluCase>& i) { return i.param.name; });
 
 // cuDNN's fused attention (kernels/cuda/attention_cudnn.cpp), forward and backward through the
 // graph, in bf16 and fp16 against the CPU in the same type: head sizes 64 and 128, causal from the

@@ -27,6 +27,7 @@
 #include "kernels/cuda/random.h"
 #include "tests/common/attention_graph.h"
 #include "tests/common/loss_graph.h"
+#include "tests/common/mlp_graph.h"
 #include "tools/model_loader.h"
 
 namespace fs = std::filesystem;
@@ -517,7 +518,8 @@ double max_abs_diff(const Tensor& p, const Tensor& q, double* scale) {
 
 // The CPU executor's fusion (oases.cpu ops, in-place outputs) is for the CPU kernels only: a
 // program compiled for the GPU keeps the canonical graph and a plan without in-place outputs.
-// A device program gets the products' fusion (oases.device.FusedMatMul: cuBLASLt epilogues) and,
+// A device program gets the products' fusion (oases.device.FusedMatMul, MatMulGeluGrad: cuBLASLt
+// epilogues) and,
 // in 16-bit programs, the loss reading the 16-bit logits; none of the CPU kernels' fused ops and no
 // in-place outputs; OASES_NO_FUSION=1 leaves it as is.
 TEST(CudaCoverage, DeviceProgramsFuseTheProductsAndTheLoss) {
@@ -541,7 +543,8 @@ TEST(CudaCoverage, DeviceProgramsFuseTheProductsAndTheLoss) {
   for (NodeId id : dev->graph.nodes()) {
     const Node& n = dev->graph.node(id);
     if (n.domain == "oases.device") {
-      EXPECT_TRUE(n.op_type == "FusedMatMul" || n.op_type == "Attention" || n.op_type == "AttentionGrad") << n.describe();
+      EXPECT_TRUE(n.op_type == "FusedMatMul" || n.op_type == "MatMulGeluGrad" || n.op_type == "Attention" || n.op_type == "AttentionGrad")
+          << n.describe();
     }
   }
   EXPECT_EQ(dev->memory.inplace, 0);
@@ -571,7 +574,8 @@ TEST(CudaCoverage, DeviceProgramsFuseTheProductsAndTheLoss) {
     }
   }
   EXPECT_EQ(device_ops,
-            (std::set<std::string>{"FusedMatMul", "Attention", "AttentionGrad", "SoftmaxCrossEntropyLoss", "SoftmaxCrossEntropyGrad"}));
+            (std::set<std::string>{"FusedMatMul", "MatMulGeluGrad", "Attention", "AttentionGrad", "SoftmaxCrossEntropyLoss",
+                                   "SoftmaxCrossEntropyGrad"}));
   EXPECT_EQ(dev->fusion.loss_casts, 0) << "fp32 has no casts around the loss";
 }
 
@@ -721,6 +725,126 @@ TEST(CudaCoverage, StridedAttentionOverAFusedQkv) {
       EXPECT_LE(worst, 1e-6 * scale) << "'" << a.g.value(v).name << "' differs by " << worst;
     }
   }
+}
+
+// A device program's MLP in training runs the GELU in the products' epilogues (cuBLASLt's
+// GELU_AUX_BIAS and DGELU_BGRAD): the forward product writes the GELU and its input, which the
+// gradient reads; the backward product writes the GELU's gradient and the bias gradient. The fused
+// graph, run by the CPU kernels (the references of the device ops), gives the unfused graph's
+// values: the hand-built MLP (tests/common/mlp_graph.h) with and without the bias, fp32 and bf16
+// (where the fused ops round once where the chain rounded twice: the file's bf16 tolerance), and
+// every committed GPT-2 export's training graph (the tanh GELU; loss and gradients within 1e-5).
+TEST(CudaCoverage, GeluEpiloguesMatchTheUnfusedSteps) {
+  auto ops_of = [](const Graph& f, const std::vector<NodeId>& order) {
+    std::map<std::string, int> ops;
+    for (NodeId id : order) ops[f.node(id).domain + ":" + f.node(id).op_type]++;
+    return ops;
+  };
+  auto check_shapes = [](Graph& f) {
+    for (NodeId id : f.nodes()) {
+      const Node& n = f.node(id);
+      if (n.domain != "oases.device") continue;
+      std::vector<Shape> before;
+      for (ValueId o : n.outputs) before.push_back(o == kNoId ? Shape{} : f.value(o).shape);
+      InferContext ic(f, id);
+      Status inf = find_schema(n)->infer(ic);
+      ASSERT_TRUE(inf.is_ok()) << inf.message();
+      for (size_t i = 0; i < before.size(); ++i) {
+        if (n.outputs[i] != kNoId) EXPECT_EQ(f.value(n.outputs[i]).shape, before[i]) << n.describe();
+      }
+    }
+  };
+  for (bool bias : {true, false}) {
+    for (DType t : {DType::kF32, DType::kBF16}) {
+      SCOPED_TRACE(::testing::Message() << dtype_name(t) << (bias ? " with the bias" : " without the bias"));
+      const int64_t B = 2, T = 5, C = 16, F = 24;
+      test::MlpGraph m = test::gelu_mlp_graph(t, B, T, C, F, bias);
+      Graph f = m.g;
+      std::vector<NodeId> order = f.nodes();
+      FusionStats st = fuse_for_device(f, order, {});
+      EXPECT_EQ(st.gelu_aux, 1);
+      EXPECT_EQ(st.gelu_grad, 1);
+      std::map<std::string, int> want{{"oases.device:FusedMatMul", 1}, {":MatMul", 1}, {"oases.device:MatMulGeluGrad", 1}, {"oases:MatMulT", 1}};
+      if (bias) want[":Reshape"] = 1;
+      EXPECT_EQ(ops_of(f, order), want);
+      for (NodeId id : order) {
+        const Node& n = f.node(id);
+        if (n.op_type == "MatMulGeluGrad") EXPECT_EQ(n.outputs.size(), bias ? 2u : 1u) << n.describe();
+        if (n.op_type == "FusedMatMul") EXPECT_EQ(n.outputs.size(), 2u) << n.describe();
+      }
+      ASSERT_TRUE(f.validate().is_ok()) << f.validate().message();
+      check_shapes(f);
+      std::map<std::string, Tensor> feeds;
+      uint32_t seed = 5;
+      std::vector<std::pair<std::string, Shape>> ins{{"x", {B, T, C}}, {"w1", {C, F}}, {"w2", {F, C}}, {"dy", {B, T, C}}};
+      if (bias) ins.push_back({"b1", {F}});
+      for (auto [name, shape] : ins) {
+        Tensor x(t, shape);
+        for (int64_t i = 0; i < x.numel(); ++i) {
+          seed = seed * 1664525u + 1013904223u;
+          store_from_double(x.raw_mutable(), t, i, static_cast<double>(seed >> 8) / 8388608.0 - 1.0);
+        }
+        feeds[name] = x;
+      }
+      RunPair r = run_unfused_and_fused(m.g, f, feeds);
+      ASSERT_TRUE(r.ref && r.fused);
+      const double tol = t == DType::kF32 ? 1e-5 : 2e-2;
+      for (ValueId v : {m.y, m.dx, m.db1}) {
+        if (v == kNoId) continue;
+        Tensor p = r.ref->read(v), q = r.fused->read(v);
+        ASSERT_EQ(p.shape(), q.shape());
+        double scale = 0, worst = 0;
+        for (int64_t i = 0; i < p.numel(); ++i) {
+          double a = load_as_double(p.raw(), t, i), b = load_as_double(q.raw(), t, i);
+          worst = std::max(worst, std::abs(a - b));
+          scale = std::max(scale, std::abs(a));
+        }
+        EXPECT_GT(scale, 0.01) << "'" << m.g.value(v).name << "' is all but zero: the test would check nothing";
+        EXPECT_LE(worst, tol * scale) << "'" << m.g.value(v).name << "' differs by " << worst << " (largest " << scale << ")";
+      }
+    }
+  }
+  // the committed GPT-2 exports in training: every MLP's GELU and its gradient run in the products
+  auto count = [](const Graph& g, const std::string& domain, const std::string& op) {
+    int n = 0;
+    for (NodeId id : g.nodes()) n += g.node(id).domain == domain && g.node(id).op_type == op;
+    return n;
+  };
+  int fused_models = 0;
+  for (const char* name : {"gpt2_tiny", "gpt2_dynamo", "gpt2_ts_opset20"}) {
+    SCOPED_TRACE(name);
+    SmallModel sm = load_small(name, "fp32");
+    const Graph& g = sm.tg.graph;
+    Graph f = g;
+    std::vector<NodeId> order = f.nodes();
+    FusionStats st = fuse_for_device(f, order, {});
+    int gelus = 0;
+    for (NodeId id : g.nodes()) {
+      const Node& n = g.node(id);
+      gelus += n.domain.empty() && n.op_type == "Gelu" && n.attrs.get_string("approximate", "none") == "tanh";
+    }
+    if (gelus == 0) continue;  // an export whose GELU is not the tanh form: nothing to fuse
+    ++fused_models;
+    EXPECT_EQ(st.gelu_aux, gelus);
+    EXPECT_EQ(st.gelu_grad, count(g, "oases", "GeluGrad"));
+    EXPECT_EQ(count(f, "", "Gelu"), 0);
+    EXPECT_EQ(count(f, "oases", "GeluGrad"), 0);
+    ASSERT_TRUE(f.validate().is_ok()) << f.validate().message();
+    check_shapes(f);
+    RunPair r = run_unfused_and_fused(g, f, sm.feeds);
+    ASSERT_TRUE(r.ref && r.fused);
+    int compared = 0;
+    for (ValueId v : g.outputs()) {
+      Tensor p = r.ref->read(v), q = r.fused->read(v);
+      ASSERT_EQ(p.shape(), q.shape()) << g.value(v).name;
+      if (p.dtype() != DType::kF32) continue;
+      double scale = 0, worst = max_abs_diff(p, q, &scale);
+      EXPECT_LE(worst, 1e-5 * std::max(scale, 1e-3)) << "'" << g.value(v).name << "' differs by " << worst << " (largest " << scale << ")";
+      ++compared;
+    }
+    EXPECT_GT(compared, 4) << "the loss and the gradients";
+  }
+  EXPECT_GT(fused_models, 0) << "no committed GPT-2 export has a tanh GELU to fuse";
 }
 
 TEST(CudaDevice, UnusableDeviceIsAnError) {
