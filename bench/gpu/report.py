@@ -76,6 +76,7 @@ def oases_row(d, warmup):
 
 
 PROF_ROW = re.compile(r"^  (.+?)\s+(\d+) nodes\s+(-?[\d.]+) ms\s+(-?[\d.]+)%$")
+SLOW_NODE = re.compile(r"^\s+([\d.]+) ms\s+\[([^\]]+)\] node '([^']*)' -> '([^']*)'")  # a --profile "slowest nodes" line
 
 
 def profile_summary(d):
@@ -88,9 +89,13 @@ def profile_summary(d):
     rc = open(rc_path).read().strip() if os.path.exists(rc_path) else "0"
     if rc != "0":
         return {"status": "failed", "reason": f"oases-train --profile exited {rc}: {last_line(path)}"}
-    ops, rest, steps_n, arena = [], None, 0, None
+    ops, rest, steps_n, arena, slowest = [], None, 0, None, []
     for ln in open(path, errors="replace"):
         ln = ln.rstrip("\n")
+        m = SLOW_NODE.match(ln)
+        if m:
+            slowest.append({"ms": float(m.group(1)), "op": m.group(2), "node": m.group(3), "output": m.group(4)})
+            continue
         m = re.match(r"^profile \(ms per step, by op type, over (\d+) steps\)", ln)
         if m:
             steps_n = int(m.group(1))
@@ -111,7 +116,8 @@ def profile_summary(d):
     kernels = sum(o["ms"] for o in ops)
     steps = read_jsonl(os.path.join(d, "profile.jsonl"))[1:]  # --profile leaves the first step out too
     s = {"status": "ok", "steps": steps_n, "kernels_ms": kernels, "activation_arena_mib": arena,
-         "top_ops": sorted(ops, key=lambda o: -o["ms"])[:8]}
+         "top_ops": sorted(ops, key=lambda o: -o["ms"])[:8], "ops": sorted(ops, key=lambda o: -o["ms"]),
+         "slowest_nodes": sorted(slowest, key=lambda o: -o["ms"])[:20]}
     if steps and all(x.get("device") for x in steps):
         # training state on the device: run_ms and update_ms are device times (CUDA events)
         step = statistics.mean(x["ms"] for x in steps)
@@ -246,7 +252,9 @@ def print_table(s):
     else:
         print(f"oases --profile ({p['steps']} steps): {step:.1f} ms a step = kernels {p['kernels_ms']:.1f} ms + "
               f"the rest {p.get('rest_ms', 0):.1f} ms")
-    print("  longest op types (ms a step, nodes): " + ", ".join(f"{o['op']} {o['ms']:.1f} ({o['nodes']})" for o in p["top_ops"][:6]))
+    print("  longest op types (ms a step, nodes): " + ", ".join(f"{o['op']} {o['ms']:.1f} ({o['nodes']})" for o in p.get("ops", p["top_ops"])[:12]))
+    for o in p.get("slowest_nodes", [])[:5]:
+        print(f"  slow node: {o['ms']:.2f} ms [{o['op']}] {o['node']} -> {o['output']}")
 
 
 def print_seconds(s):
