@@ -72,6 +72,9 @@ def oases_row(d, warmup):
          "final_loss": steps[-1].get("loss"), "device": all(s.get("device") for s in timed)}
     peaks = [s["device_peak_mib"] for s in steps if isinstance(s.get("device_peak_mib"), (int, float))]
     r["device_peak_mib"] = max(peaks) if peaks else None
+    fallback = os.path.join(d, "oases.fallback")
+    if os.path.exists(fallback):  # run.sh's second run, without the newest device fusions
+        r["fallback"] = open(fallback).read().strip()
     return r
 
 
@@ -231,6 +234,8 @@ def print_table(s):
     elif o.get("status") == "ok":
         print(f"oases: graph run {o['median_run_ms']:.1f} ms + host update {o['median_update_ms']:.1f} ms a step (median); "
               f"device peak {fmt_mib(o.get('device_peak_mib'))} MiB")
+    if o.get("fallback"):
+        print(f"oases: NOTE {o['fallback']}")
     p = s["profile"]
     if p is None:
         return

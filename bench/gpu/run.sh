@@ -19,7 +19,9 @@
 #
 # Without a CUDA device (or in a build without CUDA) it prints why, measures nothing and exits 0.
 # A side that fails (an out-of-memory oases-train, torch.compile unavailable, a timeout) is a row
-# saying so, not the end of the bench. Results: one table per stack on stdout; every number in
+# saying so, not the end of the bench. An oases-train that fails runs once more without the newest
+# device fusions (OASES_NO_DEVICE_FUSION=$OASES_BENCH_RETRY_WITHOUT, default attention,gelu: those
+# not yet run on a GPU when this was written), and its row and bench.json say so ("fallback"). Results: one table per stack on stdout; every number in
 # OUT_DIR/bench.json (OUT_DIR: --out-dir, default ${OASES_BUILD_DIR:-build}/bench/gpu), each stack's
 # files in OUT_DIR/hC_lL_bB_tT/. Exported models are cached in ${OASES_BENCH_MODELS:-OUT_DIR/models}.
 #
@@ -71,6 +73,9 @@ done
 [[ $SCOPE == model || $SCOPE == blocks ]] || { echo "error: --compile-scope must be model or blocks, got '$SCOPE'" >&2; exit 2; }
 BIN=${OASES_BIN:-${OASES_BUILD_DIR:-build}/bin}
 PY=${OASES_PYTHON:-/usr/bin/python3}
+# the device fusions left out of a second oases-train run when the first fails (graph/passes/fusion.h):
+# those written since the last GPU run
+RETRY_WITHOUT=${OASES_BENCH_RETRY_WITHOUT:-attention,gelu}
 [[ -x $BIN/oases-train && -x $BIN/oases-gpu-info ]] || { echo "error: $BIN/oases-train or oases-gpu-info not found: build first (cmake -S . -B build && cmake --build build -j)" >&2; exit 2; }
 
 if [[ -n $HIDDEN$LAYERS$BATCH$SEQ && $ALL == 1 ]]; then
@@ -158,16 +163,29 @@ oases_stack() {  # C L B T
   local args=("$md/model.onnx" --synthetic --batch "$3" --seq "$4" --device "$DEVICE" --dtype "$DTYPE" --lr 1e-4 --no-cosine --clip 1
     --val-fraction 0)
   say "oases-train, hidden $1 x $2 layers, batch $3 x $4 ($((WARMUP + STEPS)) steps)"
-  local t=$SECONDS
+  local t=$SECONDS without=()
   "$BIN/oases-train" "${args[@]}" --steps $((WARMUP + STEPS)) -q --log-json "$sd/oases.jsonl" >"$sd/oases.log" 2>&1
   echo $? >"$sd/oases.rc"
   echo $((SECONDS - t)) >"$sd/oases.s"
+  if [[ $(cat "$sd/oases.rc") != 0 && -z ${OASES_NO_DEVICE_FUSION:-} ]]; then
+    # a device fusion that has not run on a GPU before may be what failed: measured once more
+    # without the newest ones (the row says so), so one fault does not cost the whole measurement
+    say "oases-train failed: $(grep . "$sd/oases.log" | tail -1); once more with OASES_NO_DEVICE_FUSION=$RETRY_WITHOUT"
+    echo "failed with every device fusion ($(grep . "$sd/oases.log" | tail -1)); measured with OASES_NO_DEVICE_FUSION=$RETRY_WITHOUT" \
+      >"$sd/oases.fallback"
+    mv "$sd/oases.log" "$sd/oases.failed.log"
+    without=(env OASES_NO_DEVICE_FUSION="$RETRY_WITHOUT")
+    t=$SECONDS
+    "${without[@]}" "$BIN/oases-train" "${args[@]}" --steps $((WARMUP + STEPS)) -q --log-json "$sd/oases.jsonl" >"$sd/oases.log" 2>&1
+    echo $? >"$sd/oases.rc"
+    echo $((SECONDS - t)) >"$sd/oases.s"
+  fi
   if [[ $(cat "$sd/oases.rc") != 0 ]]; then
     say "oases-train failed: $(grep . "$sd/oases.log" | tail -1)"
   elif [[ $PROFILE == 1 ]]; then
     say "oases-train --profile, 3 steps (the first not profiled)"
     t=$SECONDS
-    "$BIN/oases-train" "${args[@]}" --steps 3 -q --profile --log-json "$sd/profile.jsonl" >"$sd/profile.txt" 2>&1
+    "${without[@]}" "$BIN/oases-train" "${args[@]}" --steps 3 -q --profile --log-json "$sd/profile.jsonl" >"$sd/profile.txt" 2>&1
     echo $? >"$sd/profile.rc"
     echo $((SECONDS - t)) >"$sd/profile.s"
   fi

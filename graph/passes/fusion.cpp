@@ -1,7 +1,9 @@
 #include "graph/passes/fusion.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <map>
+#include <sstream>
 #include <string>
 
 #include "graph/op_registry.h"
@@ -20,10 +22,27 @@ bool is_matmul(const Node& n) {
          is_op(n, kDeviceFusedDomain, "FusedMatMul");
 }
 
+// OASES_NO_DEVICE_FUSION: a comma-separated list of the device fusions to leave out ("attention",
+// "gelu", "loss"), to tell a fused op's fault from the rest (bench/gpu/run.sh retries with it).
+bool device_fusion_off(const char* what) {
+  const char* e = std::getenv("OASES_NO_DEVICE_FUSION");
+  if (!e) return false;
+  std::stringstream list(e);
+  for (std::string item; std::getline(list, item, ',');) {
+    if (item == what) return true;
+  }
+  return false;
+}
+
 class Fuser {
  public:
   Fuser(Graph& g, std::vector<NodeId>& order, const std::set<ValueId>& keep, bool device)
-      : g_(g), order_(order), keep_(keep), device_(device), domain_(device ? kDeviceFusedDomain : kFusedDomain) {
+      : g_(g),
+        order_(order),
+        keep_(keep),
+        device_(device),
+        gelu_(device && !device_fusion_off("gelu")),
+        domain_(device ? kDeviceFusedDomain : kFusedDomain) {
     for (size_t i = 0; i < order_.size(); ++i) pos_[order_[i]] = i;
   }
 
@@ -35,7 +54,7 @@ class Fuser {
       fuse_epilogue(m);
     }
     for (NodeId id : snapshot) {
-      if (device_ && g_.alive(id) && is_op(g_.node(id), "oases", "GeluGrad")) matmul_gelu_grad(id);
+      if (gelu_ && g_.alive(id) && is_op(g_.node(id), "oases", "GeluGrad")) matmul_gelu_grad(id);
     }
     for (NodeId id : snapshot) {
       if (g_.alive(id) && swap_transpose_node(id)) transpose_product(id);
@@ -45,10 +64,10 @@ class Fuser {
       if (!device_ && g_.alive(id) && is_op(g_.node(id), "", "Add")) add_gather_grad(id);
     }
     for (NodeId id : snapshot) {
-      if (g_.alive(id) && is_op(g_.node(id), "oases", "Attention")) attention_strided(id);
+      if (!(device_ && device_fusion_off("attention")) && g_.alive(id) && is_op(g_.node(id), "oases", "Attention")) attention_strided(id);
     }
     for (NodeId id : snapshot) {
-      if (device_ && g_.alive(id) && is_op(g_.node(id), "", "Cast")) loss_reads_half(id);
+      if (device_ && !device_fusion_off("loss") && g_.alive(id) && is_op(g_.node(id), "", "Cast")) loss_reads_half(id);
     }
     remove_dead();
     if (slots) {
@@ -66,6 +85,7 @@ class Fuser {
   std::vector<NodeId>& order_;
   const std::set<ValueId>& keep_;
   const bool device_;
+  const bool gelu_;  // device training: the GELU and its gradient in the products' epilogues
   const char* domain_;  // of the fused products and attention
   std::map<NodeId, size_t> pos_;
   FusionStats stats_;
@@ -622,7 +642,7 @@ class Fuser {
         g_.remove_node(a.id);
         stats_.activation++;
       }
-    } else if (act.empty() && device_ && !g_.value(out).uses.empty()) {
+    } else if (act.empty() && gelu_ && !g_.value(out).uses.empty()) {
       // training: the GELU's input is read by its gradient too, so the product writes both (the
       // fused node stays where the input was made; the GELU's readers all follow it)
       NodeId gelu = tanh_gelu_reader(out, dt);

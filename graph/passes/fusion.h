@@ -28,6 +28,9 @@
 // The executor also names, for the memory plan, the inputs whose buffers a kernel may overwrite
 // with its outputs (inplace_outputs below).
 //
+// OASES_NO_FUSION=1 turns all of it off; OASES_NO_DEVICE_FUSION=attention,gelu,loss (any of them)
+// leaves those device fusions out.
+//
 // A chain is fused only where its inner values have no other reader and are neither graph
 // outputs nor in `keep`. The fused node writes the chain's last value and takes the place of the
 // chain's last node in `order`; removed nodes leave `order`.

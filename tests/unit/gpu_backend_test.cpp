@@ -845,6 +845,20 @@ TEST(CudaCoverage, GeluEpiloguesMatchTheUnfusedSteps) {
     EXPECT_GT(compared, 4) << "the loss and the gradients";
   }
   EXPECT_GT(fused_models, 0) << "no committed GPT-2 export has a tanh GELU to fuse";
+  // OASES_NO_DEVICE_FUSION leaves the named device fusions out (bench/gpu/run.sh retries with it)
+  SmallModel sm = load_small("gpt2_tiny", "fp32");
+  for (const char* off : {"gelu", "attention", "gelu,attention"}) {
+    ::setenv("OASES_NO_DEVICE_FUSION", off, 1);
+    Graph f = sm.tg.graph;
+    std::vector<NodeId> order = f.nodes();
+    FusionStats st = fuse_for_device(f, order, {});
+    ::unsetenv("OASES_NO_DEVICE_FUSION");
+    const bool gelu_off = std::string(off).find("gelu") != std::string::npos, attention_off = std::string(off).find("attention") != std::string::npos;
+    EXPECT_EQ(st.gelu_aux == 0, gelu_off) << off;
+    EXPECT_EQ(st.gelu_grad == 0, gelu_off) << off;
+    EXPECT_EQ(st.attention == 0, attention_off) << off;
+    EXPECT_GT(st.bias, 0) << off << ": the products' bias epilogues stay";
+  }
 }
 
 TEST(CudaDevice, UnusableDeviceIsAnError) {
