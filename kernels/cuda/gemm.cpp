@@ -178,28 +178,29 @@ bool gelu_epilogue_applies(Elem t, const GemmDesc& d) {
 
 int64_t gelu_epilogue_calls() { return g_gelu_epilogue_calls.load(); }
 
-bool gemm_gelu_aux(BlasHandles& h, Elem t, const GemmDesc& d, const void* a, const void* b, void* y, const void* bias, void* preact) {
-  if (!gelu_epilogue_applies(t, d) || !preact) return false;
+namespace {
+// One of the GELU's epilogues: `vec` the bias (read) or bias gradient (written), `aux` the GELU's
+// input (written or read), laid out as the result.
+bool gelu_epilogue(BlasHandles& h, Elem t, const GemmDesc& d, const void* a, const void* b, void* c, cublasLtEpilogue_t epi, const void* vec,
+                   const void* aux) {
+  if (!gelu_epilogue_applies(t, d) || !aux) return false;
   LtEpilogue lt;
-  lt.epi = bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
-  lt.bias = bias;
-  lt.aux = preact;
+  lt.epi = epi;
+  lt.bias = vec;
+  lt.aux = aux;
   lt.aux_ld = d.n;
-  if (!lt_matmul(h, t, d, a, b, y, lt)) return false;
+  if (!lt_matmul(h, t, d, a, b, c, lt)) return false;
   g_gelu_epilogue_calls.fetch_add(1);
   return true;
 }
+}  // namespace
+
+bool gemm_gelu_aux(BlasHandles& h, Elem t, const GemmDesc& d, const void* a, const void* b, void* y, const void* bias, void* preact) {
+  return gelu_epilogue(h, t, d, a, b, y, bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX, bias, preact);
+}
 
 bool gemm_gelu_grad(BlasHandles& h, Elem t, const GemmDesc& d, const void* a, const void* b, void* dx, const void* x, void* dbias) {
-  if (!gelu_epilogue_applies(t, d) || !x) return false;
-  LtEpilogue lt;
-  lt.epi = dbias ? CUBLASLT_EPILOGUE_DGELU_BGRAD : CUBLASLT_EPILOGUE_DGELU;
-  lt.bias = dbias;
-  lt.aux = x;
-  lt.aux_ld = d.n;
-  if (!lt_matmul(h, t, d, a, b, dx, lt)) return false;
-  g_gelu_epilogue_calls.fetch_add(1);
-  return true;
+  return gelu_epilogue(h, t, d, a, b, dx, dbias ? CUBLASLT_EPILOGUE_DGELU_BGRAD : CUBLASLT_EPILOGUE_DGELU, dbias, x);
 }
 
 namespace {

@@ -78,6 +78,20 @@ int compare_devices(const Graph& g, const std::map<std::string, Tensor>& feeds, 
   return compared;
 }
 
+// The largest |cpu - gpu| of value v over its largest |cpu|, within `tol` of it; `nonzero` also
+// asks that the value be more than all but zero (else the comparison would check nothing).
+void expect_close(const Graph& g, ValueId v, const Executor& cpu, const Executor& gpu, double tol, bool nonzero) {
+  Tensor x = cpu.read(v), y = gpu.read(v);
+  double scale = 1e-6, err = 0;
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    double p = load_as_double(x.raw(), x.dtype(), i), q = load_as_double(y.raw(), y.dtype(), i);
+    scale = std::max(scale, std::abs(p));
+    err = std::max(err, std::abs(p - q));
+  }
+  if (nonzero) EXPECT_GT(scale, 0.01) << "'" << g.value(v).name << "' is all but zero: the test would check nothing";
+  EXPECT_LE(err, tol * scale) << "'" << g.value(v).name << "' differs: max abs error " << err << ", max |cpu| " << scale;
+}
+
 class CommittedModelsOnGpu : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(CommittedModelsOnGpu, EveryForwardAndBackwardValueMatchesCpuFp32) {
@@ -222,16 +236,7 @@ TEST_P(StridedAttentionOnGpu, FusedQkvMatchesCpu) {
   set_verbose_notes(false);
   ::unsetenv("OASES_CUDA_ATTENTION");
   const double tol = c.type == DType::kF32 ? 1e-4 : 2e-2;  // the file's tolerances
-  for (ValueId v : {a.y, a.dx}) {
-    Tensor x = (*ca)->read(v), y = (*gb)->read(v);
-    double scale = 1e-6, err = 0;
-    for (int64_t i = 0; i < x.numel(); ++i) {
-      double p = load_as_double(x.raw(), x.dtype(), i), q = load_as_double(y.raw(), y.dtype(), i);
-      scale = std::max(scale, std::abs(p));
-      err = std::max(err, std::abs(p - q));
-    }
-    EXPECT_LE(err, tol * scale) << "'" << a.g.value(v).name << "' differs: max abs error " << err << ", max |cpu| " << scale;
-  }
+  for (ValueId v : {a.y, a.dx}) expect_close(a.g, v, **ca, **gb, tol, false);
   if (c.type != DType::kF32 && c.path.empty()) {
     EXPECT_EQ(after.forward, before.forward + 1) << "the strided forward pass did not run on cuDNN (see the note above for why)";
     EXPECT_EQ(after.backward, before.backward + 1) << "the strided backward pass did not run on cuDNN (see the note above for why)";
@@ -296,16 +301,7 @@ TEST_P(GeluEpiloguesOnGpu, MatchTheCpu) {
   const int64_t ran = cuda::gelu_epilogue_calls() - before;
   const double tol = c.type == DType::kF32 ? 1e-4 : 2e-2;  // the file's tolerances
   for (ValueId v : {m.y, m.dx, m.db1}) {
-    if (v == kNoId) continue;
-    Tensor x = (*ca)->read(v), y = (*gb)->read(v);
-    double scale = 1e-6, err = 0;
-    for (int64_t i = 0; i < x.numel(); ++i) {
-      double p = load_as_double(x.raw(), x.dtype(), i), q = load_as_double(y.raw(), y.dtype(), i);
-      scale = std::max(scale, std::abs(p));
-      err = std::max(err, std::abs(p - q));
-    }
-    EXPECT_GT(scale, 0.01) << "'" << m.g.value(v).name << "' is all but zero: the test would check nothing";
-    EXPECT_LE(err, tol * scale) << "'" << m.g.value(v).name << "' differs: max abs error " << err << ", max |cpu| " << scale;
+    if (v != kNoId) expect_close(m.g, v, **ca, **gb, tol, true);
   }
   if (c.epilogues >= 0) {
     EXPECT_EQ(ran, c.epilogues ? 2 : 0) << "cuBLASLt's GELU epilogues ran " << ran << " times (2: the forward and the backward product)";

@@ -516,6 +516,46 @@ double max_abs_diff(const Tensor& p, const Tensor& q, double* scale) {
   return worst;
 }
 
+// The nodes of g with this domain and op type.
+int count_ops(const Graph& g, const std::string& domain, const std::string& op) {
+  int n = 0;
+  for (NodeId id : g.nodes()) n += g.node(id).domain == domain && g.node(id).op_type == op;
+  return n;
+}
+
+// Every oases.device node's shape rule gives the shapes its outputs have in f.
+void expect_device_shapes(Graph& f) {
+  for (NodeId id : f.nodes()) {
+    const Node& n = f.node(id);
+    if (n.domain != "oases.device") continue;
+    std::vector<Shape> before;
+    for (ValueId o : n.outputs) before.push_back(o == kNoId ? Shape{} : f.value(o).shape);
+    InferContext ic(f, id);
+    Status inf = find_schema(n)->infer(ic);
+    ASSERT_TRUE(inf.is_ok()) << inf.message();
+    for (size_t i = 0; i < before.size(); ++i) {
+      if (n.outputs[i] != kNoId) EXPECT_EQ(f.value(n.outputs[i]).shape, before[i]) << n.describe();
+    }
+  }
+}
+
+// g and its fused copy f run by the CPU kernels: every float32 output of g (a training graph's
+// loss and gradients) within 1e-5 of its largest magnitude. Returns the number compared.
+int expect_same_float_outputs(const Graph& g, const Graph& f, const std::map<std::string, Tensor>& feeds) {
+  RunPair r = run_unfused_and_fused(g, f, feeds);
+  if (!r.ref || !r.fused) return 0;
+  int compared = 0;
+  for (ValueId v : g.outputs()) {
+    Tensor p = r.ref->read(v), q = r.fused->read(v);
+    EXPECT_EQ(p.shape(), q.shape()) << g.value(v).name;
+    if (p.dtype() != DType::kF32 || p.shape() != q.shape()) continue;
+    double scale = 0, worst = max_abs_diff(p, q, &scale);
+    EXPECT_LE(worst, 1e-5 * std::max(scale, 1e-3)) << "'" << g.value(v).name << "' differs by " << worst << " (largest " << scale << ")";
+    ++compared;
+  }
+  return compared;
+}
+
 // The CPU executor's fusion (oases.cpu ops, in-place outputs) is for the CPU kernels only: a
 // program compiled for the GPU keeps the canonical graph and a plan without in-place outputs.
 // A device program gets the products' fusion (oases.device.FusedMatMul, MatMulGeluGrad: cuBLASLt
@@ -617,11 +657,6 @@ TEST(CudaCoverage, FusedLossMatchesTheCastsBitForBit) {
 // gradients: fused qkv (GPT-2, TorchScript and dynamo exports), separate projections with rotary
 // embeddings and grouped-query heads (LLaMA), and a padding mask (BERT).
 TEST(CudaCoverage, StridedAttentionMatchesTheTransposes) {
-  auto count = [](const Graph& g, const std::string& domain, const std::string& op) {
-    int n = 0;
-    for (NodeId id : g.nodes()) n += g.node(id).domain == domain && g.node(id).op_type == op;
-    return n;
-  };
   for (const char* name : {"gpt2_tiny", "gpt2_dynamo", "llama_gqa", "llama_dynamo_dynamic", "bert_mask"}) {
     SCOPED_TRACE(name);
     SmallModel m = load_small(name, "fp32");
@@ -629,12 +664,12 @@ TEST(CudaCoverage, StridedAttentionMatchesTheTransposes) {
     Graph f = g;
     std::vector<NodeId> order = f.nodes();
     FusionStats st = fuse_for_device(f, order, {});
-    const int layers = count(g, "oases", "Attention");
+    const int layers = count_ops(g, "oases", "Attention");
     ASSERT_GT(layers, 0) << "no fused attention to check";
-    EXPECT_EQ(count(f, "oases", "Attention") + count(f, "oases", "AttentionGrad"), 0);
-    EXPECT_EQ(count(f, "oases.device", "Attention"), layers);
-    EXPECT_EQ(count(f, "oases.device", "AttentionGrad"), count(g, "oases", "AttentionGrad"));
-    EXPECT_EQ(st.attention, count(f, "oases.device", "Attention") + count(f, "oases.device", "AttentionGrad"));
+    EXPECT_EQ(count_ops(f, "oases", "Attention") + count_ops(f, "oases", "AttentionGrad"), 0);
+    EXPECT_EQ(count_ops(f, "oases.device", "Attention"), layers);
+    EXPECT_EQ(count_ops(f, "oases.device", "AttentionGrad"), count_ops(g, "oases", "AttentionGrad"));
+    EXPECT_EQ(st.attention, count_ops(f, "oases.device", "Attention") + count_ops(f, "oases.device", "AttentionGrad"));
     auto head_transposes = [](const Graph& h) {
       int n = 0;
       for (NodeId id : h.nodes()) {
@@ -649,8 +684,8 @@ TEST(CudaCoverage, StridedAttentionMatchesTheTransposes) {
     if (std::string(name).rfind("gpt2", 0) == 0) {
       // fused qkv: every head transpose, the Split and the Concat of its gradient
       EXPECT_EQ(after, 0) << transposes << " head transposes before fusion";
-      EXPECT_EQ(count(f, "", "Split"), count(g, "", "Split") - layers);
-      EXPECT_EQ(count(f, "", "Concat"), count(g, "", "Concat") - layers);
+      EXPECT_EQ(count_ops(f, "", "Split"), count_ops(g, "", "Split") - layers);
+      EXPECT_EQ(count_ops(f, "", "Concat"), count_ops(g, "", "Concat") - layers);
       for (NodeId id : f.nodes()) {
         const Node& n = f.node(id);
         if (n.domain == "oases.device" && n.op_type == "AttentionGrad") {
@@ -659,32 +694,8 @@ TEST(CudaCoverage, StridedAttentionMatchesTheTransposes) {
       }
     }
     ASSERT_TRUE(f.validate().is_ok()) << f.validate().message();
-    // the fused ops' shape rules give the values they write
-    for (NodeId id : f.nodes()) {
-      if (f.node(id).domain != "oases.device" || f.node(id).op_type.rfind("Attention", 0) != 0) continue;
-      std::vector<Shape> before;
-      for (ValueId o : f.node(id).outputs) before.push_back(o == kNoId ? Shape{} : f.value(o).shape);
-      InferContext ic(f, id);
-      Status inf = find_schema(f.node(id))->infer(ic);
-      ASSERT_TRUE(inf.is_ok()) << inf.message();
-      for (size_t i = 0; i < before.size(); ++i) {
-        if (f.node(id).outputs[i] != kNoId) {
-          EXPECT_EQ(f.value(f.node(id).outputs[i]).shape, before[i]) << f.node(id).describe();
-        }
-      }
-    }
-    RunPair r = run_unfused_and_fused(g, f, m.feeds);
-    ASSERT_TRUE(r.ref && r.fused);
-    int compared = 0;
-    for (ValueId v : g.outputs()) {
-      Tensor p = r.ref->read(v), q = r.fused->read(v);
-      ASSERT_EQ(p.shape(), q.shape()) << g.value(v).name;
-      if (p.dtype() != DType::kF32) continue;
-      double scale = 0, worst = max_abs_diff(p, q, &scale);
-      EXPECT_LE(worst, 1e-5 * std::max(scale, 1e-3)) << "'" << g.value(v).name << "' differs by " << worst << " (largest " << scale << ")";
-      ++compared;
-    }
-    EXPECT_GT(compared, 4) << "the loss and the gradients";
+    expect_device_shapes(f);  // the fused ops' shape rules give the values they write
+    EXPECT_GT(expect_same_float_outputs(g, f, m.feeds), 4) << "the loss and the gradients";
   }
 }
 
@@ -740,20 +751,6 @@ TEST(CudaCoverage, GeluEpiloguesMatchTheUnfusedSteps) {
     for (NodeId id : order) ops[f.node(id).domain + ":" + f.node(id).op_type]++;
     return ops;
   };
-  auto check_shapes = [](Graph& f) {
-    for (NodeId id : f.nodes()) {
-      const Node& n = f.node(id);
-      if (n.domain != "oases.device") continue;
-      std::vector<Shape> before;
-      for (ValueId o : n.outputs) before.push_back(o == kNoId ? Shape{} : f.value(o).shape);
-      InferContext ic(f, id);
-      Status inf = find_schema(n)->infer(ic);
-      ASSERT_TRUE(inf.is_ok()) << inf.message();
-      for (size_t i = 0; i < before.size(); ++i) {
-        if (n.outputs[i] != kNoId) EXPECT_EQ(f.value(n.outputs[i]).shape, before[i]) << n.describe();
-      }
-    }
-  };
   for (bool bias : {true, false}) {
     for (DType t : {DType::kF32, DType::kBF16}) {
       SCOPED_TRACE(::testing::Message() << dtype_name(t) << (bias ? " with the bias" : " without the bias"));
@@ -773,7 +770,7 @@ TEST(CudaCoverage, GeluEpiloguesMatchTheUnfusedSteps) {
         if (n.op_type == "FusedMatMul") EXPECT_EQ(n.outputs.size(), 2u) << n.describe();
       }
       ASSERT_TRUE(f.validate().is_ok()) << f.validate().message();
-      check_shapes(f);
+      expect_device_shapes(f);
       std::map<std::string, Tensor> feeds;
       uint32_t seed = 5;
       std::vector<std::pair<std::string, Shape>> ins{{"x", {B, T, C}}, {"w1", {C, F}}, {"w2", {F, C}}, {"dy", {B, T, C}}};
@@ -805,11 +802,6 @@ TEST(CudaCoverage, GeluEpiloguesMatchTheUnfusedSteps) {
     }
   }
   // the committed GPT-2 exports in training: every MLP's GELU and its gradient run in the products
-  auto count = [](const Graph& g, const std::string& domain, const std::string& op) {
-    int n = 0;
-    for (NodeId id : g.nodes()) n += g.node(id).domain == domain && g.node(id).op_type == op;
-    return n;
-  };
   int fused_models = 0;
   for (const char* name : {"gpt2_tiny", "gpt2_dynamo", "gpt2_ts_opset20"}) {
     SCOPED_TRACE(name);
@@ -826,23 +818,12 @@ TEST(CudaCoverage, GeluEpiloguesMatchTheUnfusedSteps) {
     if (gelus == 0) continue;  // an export whose GELU is not the tanh form: nothing to fuse
     ++fused_models;
     EXPECT_EQ(st.gelu_aux, gelus);
-    EXPECT_EQ(st.gelu_grad, count(g, "oases", "GeluGrad"));
-    EXPECT_EQ(count(f, "", "Gelu"), 0);
-    EXPECT_EQ(count(f, "oases", "GeluGrad"), 0);
+    EXPECT_EQ(st.gelu_grad, count_ops(g, "oases", "GeluGrad"));
+    EXPECT_EQ(count_ops(f, "", "Gelu"), 0);
+    EXPECT_EQ(count_ops(f, "oases", "GeluGrad"), 0);
     ASSERT_TRUE(f.validate().is_ok()) << f.validate().message();
-    check_shapes(f);
-    RunPair r = run_unfused_and_fused(g, f, sm.feeds);
-    ASSERT_TRUE(r.ref && r.fused);
-    int compared = 0;
-    for (ValueId v : g.outputs()) {
-      Tensor p = r.ref->read(v), q = r.fused->read(v);
-      ASSERT_EQ(p.shape(), q.shape()) << g.value(v).name;
-      if (p.dtype() != DType::kF32) continue;
-      double scale = 0, worst = max_abs_diff(p, q, &scale);
-      EXPECT_LE(worst, 1e-5 * std::max(scale, 1e-3)) << "'" << g.value(v).name << "' differs by " << worst << " (largest " << scale << ")";
-      ++compared;
-    }
-    EXPECT_GT(compared, 4) << "the loss and the gradients";
+    expect_device_shapes(f);
+    EXPECT_GT(expect_same_float_outputs(g, f, sm.feeds), 4) << "the loss and the gradients";
   }
   EXPECT_GT(fused_models, 0) << "no committed GPT-2 export has a tanh GELU to fuse";
   // OASES_NO_DEVICE_FUSION leaves the named device fusions out (bench/gpu/run.sh retries with it)
