@@ -21,7 +21,7 @@ the cores each run used (its CPU time over its wall time) and other work used me
 machine's CPU time less the run's, /proc/stat) are printed too.
 
   /usr/bin/python3 bench/plan/validate.py --bin build/bin [--rounds 5] [--steps 12] [--link bw=1,latency=50] [--markdown t.md]
-  /usr/bin/python3 bench/plan/validate.py --out-of-sample [--rounds 5] [--calibrate-on bert|gpt-tp2]   (calibrated on one model, validated on others: out_of_sample)
+  /usr/bin/python3 bench/plan/validate.py --out-of-sample [--rounds 5] [--calibrate-on bert|gpt-tp2] [--steady 10]   (calibrated on one model, validated on others: out_of_sample)
 Model: GPT-2-style, hidden 256, 4 layers, 8 heads, byte vocabulary, batch 8 x 128 (models/export.py).
 """
 import argparse
@@ -107,7 +107,12 @@ def out_of_sample(a, gpt, llama, bert):
     chose, its stage programs replayed). Rows report in-sample and out-of-sample apart. With --sp-rows
     also the GPT and LLaMA stacks at tp 2, plain, with sequence parallelism on every part.
     The machine's speed is probed (speed_probe) just before each row's profile and just after its
-    run, and its spread printed under the table: how steady the machine was (it corrects nothing)."""
+    run, and its spread printed under the table: how steady the machine was (it corrects nothing).
+    With --steady PCT each row's profile is taken again after its run and the layout planned from
+    it: predictions more than PCT % apart mean the machine's speed moved between profile and run,
+    and the row is taken again (--steady-tries attempts; the table says how many were retaken and
+    which never settled). The criterion compares two predictions, never a prediction with the
+    measurement."""
     common = ["--backend", "cpu", "--batch", "8", "--seq", "128", "--emulate-link", a.link, "--chunks", f"1,{a.chunks}",
               "--sizes", "65536,262144,1048576,4194304"]
     prof_args = common + ["--reps", "2"]
@@ -119,7 +124,17 @@ def out_of_sample(a, gpt, llama, bert):
     models = {"gpt": gpt, "llama": llama, "bert": bert}
     cal_model, cal_ranks = ("bert", [2, 4]) if a.calibrate_on == "bert" else ("gpt", [2])
 
-    def measure(key, plan, ranks, note=""):
+    retaken, unsettled = [], []  # with --steady: rows taken again, rows that never settled
+
+    def predicted(plan):
+        sim = json.load(open(plan))["simulation"]
+        return sim["pipeline" if "pipeline" in sim else "plan"]["step_ms"]
+
+    def measure(key, plan, ranks, note="", check=None):
+        """Runs `plan` and records the row. With --steady, `check()` (a profile taken again after the
+        run and the same layout planned from it) gives a second prediction: when the two differ by
+        more than --steady percent the machine's speed moved between the profile and the run, and
+        the caller takes the row again (False is returned, nothing recorded)."""
         log = os.path.join(a.work, "oos_log.jsonl")
         if os.path.exists(log):
             os.remove(log)
@@ -127,13 +142,36 @@ def out_of_sample(a, gpt, llama, bert):
              a.link, "--steps", str(a.steps), "-q", "--log-json", log])
         ms = statistics.median([json.loads(l)["ms"] for l in open(log)][1:])
         probes.append(speed_probe())
-        sim = json.load(open(plan))["simulation"]
-        p_ms = sim["pipeline" if "pipeline" in sim else "plan"]["step_ms"]
+        p_ms = predicted(plan)
+        if check is not None:
+            p2 = check()
+            apart = abs(p_ms - p2) / min(p_ms, p2) * 100
+            if apart > a.steady:
+                print(f"{key[0]:13} {key[1]:6} {key[2]:34} predicted {p_ms:8.1f} ms before the run and {p2:.1f} after it "
+                      f"({apart:.0f}% apart, over --steady {a.steady:g}%): the machine moved; taken again", flush=True)
+                return False
+            p_ms = (p_ms + p2) / 2
+            note = f"{note}, profiles before and after {apart:.0f}% apart"
         preds, meas = rows.setdefault(key, ([], []))
         preds.append(p_ms)
         meas.append(ms)
         print(f"{key[0]:13} {key[1]:6} {key[2]:34} predicted {p_ms:8.1f} ms, measured {ms:8.1f} ms ({(p_ms - ms) / ms * 100:+.1f}%), "
               f"speed probe {probes[-1]:.0f} ms{note}", flush=True)
+        return True
+
+    def steady_row(key, take):
+        """take(attempt) -> (plan, ranks, note, check): one profile, plan and run of the row; with
+        --steady up to --steady-tries attempts until the profiles before and after the run agree."""
+        for attempt in range(max(1, a.steady_tries) if a.steady > 0 else 1):
+            plan, ranks, note, check = take(attempt)
+            last = attempt + 1 >= a.steady_tries
+            if measure(key, plan, ranks, note + (" (never settled: the last attempt kept)" if last and a.steady > 0 else ""),
+                       None if a.steady <= 0 or last else check):
+                if attempt:
+                    retaken.append(key)
+                if last and a.steady > 0 and attempt:
+                    unsettled.append(key)
+                return
 
     def plan_for(model, prof, gpus, extra, name):
         out = os.path.join(a.work, f"oos_plan_{name}.json")
@@ -150,11 +188,11 @@ def out_of_sample(a, gpt, llama, bert):
                 + common + ["--reps", str(a.cal_reps)])
         ops_profiles = {}
 
-        def ops_profile(name, model, ranks):
+        def ops_profile(name, model, ranks, fresh=False):
             # the ops of `model` on `ranks` ranks, the executor's terms the round's calibration's: taken
             # just before each measurement (the machine's speed moves within minutes: a run measured
             # 280 ms where the round's other took 200), or with --profile-per-round once a round
-            if a.profile_each or name not in ops_profiles:
+            if a.profile_each or fresh or name not in ops_profiles:
                 probes.append(speed_probe())
                 ops_profiles[name] = os.path.join(a.work, f"oos_prof_{name}_r{rnd}.json")
                 cal = cals.get(ranks, cals[cal_ranks[-1]])
@@ -175,25 +213,40 @@ def out_of_sample(a, gpt, llama, bert):
                 if model_name == "bert" and sample != "in-sample":
                     continue  # the calibration model's other schedules: neither fitted nor a model validated
                 fixed[1] = str(tp)
-                prof = ops_profile(f"{model_name}{tp}", models[model_name], tp)
-                measure((sample, model_name, f"tp {tp} {s} K={k}"), plan_for(models[model_name], prof, tp, fixed, f"{model_name}{tp}_{s}"), tp)
+                pname, mpath = f"{model_name}{tp}", models[model_name]
+
+                def take(attempt, layout=list(fixed), tag=f"{model_name}{tp}_{s}", tp=tp, pname=pname, mpath=mpath):
+                    prof = ops_profile(pname, mpath, tp, fresh=attempt > 0)
+                    plan = plan_for(mpath, prof, tp, layout, tag)
+                    return plan, tp, "", lambda: predicted(plan_for(mpath, ops_profile(pname, mpath, tp, fresh=True), tp, layout, tag + "_after"))
+
+                steady_row((sample, model_name, f"tp {tp} {s} K={k}"), take)
                 if s == "plain" and tp == 2 and model_name != "bert" and a.sp_rows:
                     # with sequence parallelism on every part (--sp-rows): twice the blocking collectives
                     # for the same work (the calibration runs none)
                     sp = [x for x in fixed if x != "--no-sequence-parallel"] + ["--sequence-parallel", "--no-collective-matmul"]
-                    measure(("out-of-sample", model_name, f"tp {tp} {s} K={k} sp"),
-                            plan_for(models[model_name], prof, tp, sp, f"{model_name}{tp}_{s}_sp"), tp)
+                    steady_row(("out-of-sample", model_name, f"tp {tp} {s} K={k} sp"),
+                               lambda attempt, sp=sp, tag=f"{model_name}{tp}_{s}_sp", take=take: take(attempt, sp, tag))
         # a pipeline of two stages on 4 ranks, as the planner lays it out (its pick can change
         # between rounds: one row, each round's error that of the plan it picked)
-        plan = plan_for(gpt, ops_profile("gpt4", gpt, 4), 4, ["--pp", "2"], "pp2")
-        p = json.load(open(plan))
-        if "pipeline" not in p:
-            sys.exit(f"validate: oases-plan --pp 2 chose no pipeline ({plan})")
-        pj = p["pipeline"]
-        pp_picks.append(f"{pj.get('schedule', '?')} M={pj.get('micro_batches', '?')}"
-                        + (f" V={pj['virtual_stages']}" if pj.get("virtual_stages", 1) > 1 else ""))
-        stage_layouts = ", ".join(f"dp {st.get('dp', '?')} x tp {st.get('tp', '?')}" for st in pj.get("stages", []))
-        measure(("out-of-sample", "gpt", "pp 2 (the planner's pick)"), plan, 4, f": {pp_picks[-1]}, stages {stage_layouts}")
+        def take_pp(attempt):
+            plan = plan_for(gpt, ops_profile("gpt4", gpt, 4, fresh=attempt > 0), 4, ["--pp", "2"], "pp2")
+            p = json.load(open(plan))
+            if "pipeline" not in p:
+                sys.exit(f"validate: oases-plan --pp 2 chose no pipeline ({plan})")
+            pj = p["pipeline"]
+            pick = (f"{pj.get('schedule', '?')} M={pj.get('micro_batches', '?')}"
+                    + (f" V={pj['virtual_stages']}" if pj.get("virtual_stages", 1) > 1 else ""))
+            if attempt == 0:
+                pp_picks.append(pick)
+            else:
+                pp_picks[-1] = pick
+            stage_layouts = ", ".join(f"dp {st.get('dp', '?')} x tp {st.get('tp', '?')}" for st in pj.get("stages", []))
+            # the check plans the pipeline again from the later profile (its pick's step)
+            return plan, 4, f": {pick}, stages {stage_layouts}", (
+                lambda: predicted(plan_for(gpt, ops_profile("gpt4", gpt, 4, fresh=True), 4, ["--pp", "2"], "pp2_after")))
+
+        steady_row(("out-of-sample", "gpt", "pp 2 (the planner's pick)"), take_pp)
     picks = ", ".join(f"{x} ({pp_picks.count(x)} of {len(pp_picks)})" for x in sorted(set(pp_picks)))
     if a.calibrate_on == "bert":
         cal_text = (f"the executor's terms fitted once a round to a BERT-style stack (hidden 256, 4 blocks) that no row validates, at 2 and "
@@ -220,6 +273,13 @@ def out_of_sample(a, gpt, llama, bert):
     lines.append(f"The machine's speed while the table was made (`speed_probe`: a fixed loop on every core at once, before each "
                  f"profile and after each run): median {statistics.median(probes):.0f} ms, range {min(probes):.0f}-{max(probes):.0f} ms "
                  f"over {len(probes)} probes (a steady machine keeps it within a few %).")
+    if a.steady > 0:
+        lines.append(f"Steadiness (--steady {a.steady:g}): each row's profile was taken again after its run and the same layout "
+                     f"planned from it (the pipeline row: planned again); where the two predictions differed by more than {a.steady:g}% the "
+                     f"machine's speed had moved "
+                     f"between profile and run and the row was taken again (up to {a.steady_tries} times; the recorded prediction is "
+                     f"the mean of the two). Retaken: {len(retaken)} row-rounds; never settled (last attempt kept): {len(unsettled)}"
+                     + (f" ({'; '.join(' '.join(k[1:]) for k in unsettled)})" if unsettled else "") + ".")
     lines.append("")
     for sample, errs in sorted(summary.items()):
         lines.append(f"{sample}: {sum(1 for e in errs if abs(e) <= 10)} of {len(errs)} within ±10%, mean |error| "
@@ -255,6 +315,10 @@ def main():
     ap.add_argument("--calibrate-on", choices=["bert", "gpt-tp2"], default="bert",
                     help="with --out-of-sample: bert (a BERT-style stack no row validates, at 2 and 4 ranks) or gpt-tp2 (the GPT stack "
                          "at tp 2 only)")
+    ap.add_argument("--steady", type=float, default=0, metavar="PCT",
+                    help="with --out-of-sample: take each row's profile again after its run; when the two predictions differ by more "
+                         "than PCT %% (the machine's speed moved between profile and run), take the row again (default 0: off)")
+    ap.add_argument("--steady-tries", type=int, default=4, help="with --steady: attempts per row and round (the last is kept)")
     ap.add_argument("--sp-rows", action="store_true",
                     help="with --out-of-sample: also the GPT and LLaMA stacks at tp 2, plain, with sequence parallelism on every part "
                          "(oases-plan --sequence-parallel): twice the blocking collectives for the same work, which no calibration "
