@@ -162,15 +162,15 @@ def out_of_sample(a, gpt, llama, bert):
     def steady_row(key, take):
         """take(attempt) -> (plan, ranks, note, check): one profile, plan and run of the row; with
         --steady up to --steady-tries attempts until the profiles before and after the run agree."""
-        for attempt in range(max(1, a.steady_tries) if a.steady > 0 else 1):
+        tries = max(1, a.steady_tries) if a.steady > 0 else 1
+        for attempt in range(tries):
             plan, ranks, note, check = take(attempt)
-            last = attempt + 1 >= a.steady_tries
-            if measure(key, plan, ranks, note + (" (never settled: the last attempt kept)" if last and a.steady > 0 else ""),
-                       None if a.steady <= 0 or last else check):
+            last = attempt + 1 == tries  # kept whatever its check would say
+            if measure(key, plan, ranks, note + (" (never settled: the last attempt kept)" if last and attempt else ""), None if last else check):
                 if attempt:
                     retaken.append(key)
-                if last and a.steady > 0 and attempt:
-                    unsettled.append(key)
+                    if last:
+                        unsettled.append(key)
                 return
 
     def plan_for(model, prof, gpus, extra, name):

@@ -42,6 +42,8 @@ class Fuser {
         keep_(keep),
         device_(device),
         gelu_(device && !device_fusion_off("gelu")),
+        attention_(!device || !device_fusion_off("attention")),
+        loss_(device && !device_fusion_off("loss")),
         domain_(device ? kDeviceFusedDomain : kFusedDomain) {
     for (size_t i = 0; i < order_.size(); ++i) pos_[order_[i]] = i;
   }
@@ -64,10 +66,10 @@ class Fuser {
       if (!device_ && g_.alive(id) && is_op(g_.node(id), "", "Add")) add_gather_grad(id);
     }
     for (NodeId id : snapshot) {
-      if (!(device_ && device_fusion_off("attention")) && g_.alive(id) && is_op(g_.node(id), "oases", "Attention")) attention_strided(id);
+      if (attention_ && g_.alive(id) && is_op(g_.node(id), "oases", "Attention")) attention_strided(id);
     }
     for (NodeId id : snapshot) {
-      if (device_ && !device_fusion_off("loss") && g_.alive(id) && is_op(g_.node(id), "", "Cast")) loss_reads_half(id);
+      if (loss_ && g_.alive(id) && is_op(g_.node(id), "", "Cast")) loss_reads_half(id);
     }
     remove_dead();
     if (slots) {
@@ -85,7 +87,9 @@ class Fuser {
   std::vector<NodeId>& order_;
   const std::set<ValueId>& keep_;
   const bool device_;
-  const bool gelu_;  // device training: the GELU and its gradient in the products' epilogues
+  // the parts OASES_NO_DEVICE_FUSION can leave out (read once): device training's GELU and its
+  // gradient in the products' epilogues, attention through strides, the loss on 16-bit logits
+  const bool gelu_, attention_, loss_;
   const char* domain_;  // of the fused products and attention
   std::map<NodeId, size_t> pos_;
   FusionStats stats_;

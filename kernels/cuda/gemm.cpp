@@ -153,37 +153,20 @@ void gemm(BlasHandles& h, Elem t, const GemmDesc& d, const void* a, const void* 
   strided_batched(h, t, t, d, a, b, c);
 }
 
-bool gemm_epilogue(BlasHandles& h, Elem t, const GemmDesc& d, const void* a, const void* b, void* c, const void* bias, GemmEpilogue e) {
-  if (d.batch != 1 || d.beta != 0.f || d.m <= 0 || d.n <= 0 || d.k <= 0 || !bias) return false;
-  if (t != Elem::kF32 && t != Elem::kF16 && t != Elem::kBF16) return false;
-  LtEpilogue lt;
-  lt.epi = e == GemmEpilogue::kBiasRelu       ? CUBLASLT_EPILOGUE_RELU_BIAS
-           : e == GemmEpilogue::kBiasGeluTanh ? CUBLASLT_EPILOGUE_GELU_BIAS
-                                              : CUBLASLT_EPILOGUE_BIAS;
-  lt.bias = bias;
-  return lt_matmul(h, t, d, a, b, c, lt);
-}
-
 namespace {
 std::atomic<int64_t> g_gelu_epilogue_calls{0};
 
-// What the GELU's epilogues need beyond a plain product: one matrix, beta 0, a float type, and a
-// result (and so the aux matrix laid out like it) whose rows are whole multiples of 8 elements.
-bool gelu_epilogue_applies(Elem t, const GemmDesc& d) {
+// What cuBLASLt's epilogues need beyond a plain product: one matrix, beta 0, a float type.
+bool epilogue_applies(Elem t, const GemmDesc& d) {
   if (d.batch != 1 || d.beta != 0.f || d.m <= 0 || d.n <= 0 || d.k <= 0) return false;
-  if (t != Elem::kF32 && t != Elem::kF16 && t != Elem::kBF16) return false;
-  return d.ldc == d.n && d.n % 8 == 0;
+  return t == Elem::kF32 || t == Elem::kF16 || t == Elem::kBF16;
 }
-}  // namespace
 
-int64_t gelu_epilogue_calls() { return g_gelu_epilogue_calls.load(); }
-
-namespace {
 // One of the GELU's epilogues: `vec` the bias (read) or bias gradient (written), `aux` the GELU's
-// input (written or read), laid out as the result.
+// input (written or read), laid out as the result, whose rows must be whole multiples of 8 elements.
 bool gelu_epilogue(BlasHandles& h, Elem t, const GemmDesc& d, const void* a, const void* b, void* c, cublasLtEpilogue_t epi, const void* vec,
                    const void* aux) {
-  if (!gelu_epilogue_applies(t, d) || !aux) return false;
+  if (!epilogue_applies(t, d) || d.ldc != d.n || d.n % 8 != 0 || !aux) return false;
   LtEpilogue lt;
   lt.epi = epi;
   lt.bias = vec;
@@ -194,6 +177,18 @@ bool gelu_epilogue(BlasHandles& h, Elem t, const GemmDesc& d, const void* a, con
   return true;
 }
 }  // namespace
+
+bool gemm_epilogue(BlasHandles& h, Elem t, const GemmDesc& d, const void* a, const void* b, void* c, const void* bias, GemmEpilogue e) {
+  if (!epilogue_applies(t, d) || !bias) return false;
+  LtEpilogue lt;
+  lt.epi = e == GemmEpilogue::kBiasRelu       ? CUBLASLT_EPILOGUE_RELU_BIAS
+           : e == GemmEpilogue::kBiasGeluTanh ? CUBLASLT_EPILOGUE_GELU_BIAS
+                                              : CUBLASLT_EPILOGUE_BIAS;
+  lt.bias = bias;
+  return lt_matmul(h, t, d, a, b, c, lt);
+}
+
+int64_t gelu_epilogue_calls() { return g_gelu_epilogue_calls.load(); }
 
 bool gemm_gelu_aux(BlasHandles& h, Elem t, const GemmDesc& d, const void* a, const void* b, void* y, const void* bias, void* preact) {
   return gelu_epilogue(h, t, d, a, b, y, bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX, bias, preact);
